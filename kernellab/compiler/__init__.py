@@ -1,0 +1,1 @@
+"""kernellab's compiler: frontend, IR, passes, pipeline and (later) GPU codegen."""

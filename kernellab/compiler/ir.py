@@ -1,0 +1,191 @@
+"""The tile IR: SSA values, ops with nested single-block regions, functions and modules.
+
+Control flow is structured (scf.for / scf.if / scf.while own their bodies as regions), so every
+pass can walk the IR as a tree and the interpreter never needs a CFG.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .types import Type
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A source position: line and column in the kernel's own file (or notebook cell)."""
+
+    line: int
+    col: int = 0
+
+    def __str__(self):
+        return f"{self.line}:{self.col}"
+
+
+class Value:
+    """An SSA value: an op result or a block argument."""
+
+    __slots__ = ("type", "hint", "owner", "index", "uses")
+
+    def __init__(self, type: Type, hint: str | None = None, owner=None, index: int = 0):
+        self.type, self.hint, self.owner, self.index = type, hint, owner, index
+        self.uses: list[Op] = []
+
+    @property
+    def defining_op(self) -> Op | None:
+        return self.owner if isinstance(self.owner, Op) else None
+
+    def replace_all_uses_with(self, new: Value):
+        """Point every use at `new`; `uses` holds one entry per operand slot."""
+        for op in {id(o): o for o in self.uses}.values():
+            op.operands = [new if v is self else v for v in op.operands]
+        new.uses.extend(self.uses)
+        self.uses = []
+
+    def __repr__(self):
+        return f"<Value {self.hint or ''}: {self.type}>"
+
+
+class Block:
+    """A straight-line list of ops with arguments (loop induction variables, iter args...)."""
+
+    def __init__(self, arg_types=(), arg_hints=None):
+        hints = arg_hints or [None] * len(arg_types)
+        self.args = [Value(t, h, self, i) for i, (t, h) in enumerate(zip(arg_types, hints))]
+        self.ops: list[Op] = []
+        self.parent: Op | None = None
+
+    def add_arg(self, type: Type, hint=None) -> Value:
+        v = Value(type, hint, self, len(self.args))
+        self.args.append(v)
+        return v
+
+    def append(self, op: Op) -> Op:
+        op.block = self
+        self.ops.append(op)
+        return op
+
+    def insert(self, index: int, op: Op) -> Op:
+        op.block = self
+        self.ops.insert(index, op)
+        return op
+
+    @property
+    def terminator(self) -> Op | None:
+        return self.ops[-1] if self.ops else None
+
+
+class Op:
+    """One operation: name, operands, results, attributes, regions and source location."""
+
+    def __init__(self, name: str, operands=(), result_types=(), attrs=None, regions=(), loc=None,
+                 result_hints=None):
+        self.name = name
+        self.operands: list[Value] = list(operands)
+        for v in self.operands:
+            v.uses.append(self)
+        hints = result_hints or [None] * len(result_types)
+        self.results = [Value(t, h, self, i) for i, (t, h) in enumerate(zip(result_types, hints))]
+        self.attrs: dict = dict(attrs or {})
+        self.regions: list[Block] = list(regions)
+        for r in self.regions:
+            r.parent = self
+        self.loc: Loc | None = loc
+        self.block: Block | None = None
+
+    @property
+    def result(self) -> Value:
+        assert len(self.results) == 1, f"{self.name} has {len(self.results)} results"
+        return self.results[0]
+
+    def set_operand(self, i: int, v: Value):
+        self.operands[i].uses.remove(self)
+        self.operands[i] = v
+        v.uses.append(self)
+
+    def erase(self):
+        """Remove from its block and drop the uses it holds (results must be dead)."""
+        for v in self.operands:
+            if self in v.uses:
+                v.uses.remove(self)
+        for r in self.regions:
+            for op in list(r.ops):
+                op.erase()
+        if self.block is not None:
+            self.block.ops.remove(self)
+            self.block = None
+
+    def walk(self):
+        """This op, then every op nested in its regions, in order."""
+        yield self
+        for r in self.regions:
+            for op in r.ops:
+                yield from op.walk()
+
+    def __repr__(self):
+        return f"<Op {self.name} at {self.loc}>"
+
+
+@dataclass
+class Function:
+    """A `@jit` function after the frontend: a body block whose arguments are the parameters."""
+
+    name: str
+    body: Block
+    result_types: list = field(default_factory=list)
+    arg_attrs: list = field(default_factory=list)  # one dict per argument (divisibility, ...)
+    source_file: str = "<unknown>"
+    first_line: int = 1
+
+    @property
+    def args(self):
+        return self.body.args
+
+    def walk(self):
+        for op in self.body.ops:
+            yield from op.walk()
+
+
+@dataclass
+class Module:
+    """A kernel plus the `@jit` functions it calls (until the inliner folds them in)."""
+
+    functions: list
+
+    @property
+    def kernel(self) -> Function:
+        return self.functions[0]
+
+    def lookup(self, name: str) -> Function:
+        for f in self.functions:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def __str__(self):
+        from .printer import print_module
+
+        return print_module(self)
+
+
+class Builder:
+    """Appends ops at an insertion point; the frontend's and the passes' only way to make ops."""
+
+    def __init__(self, block: Block | None = None):
+        self.block = block
+        self.index: int | None = None  # None = append at the end
+        self.loc: Loc | None = None
+
+    def set_insertion_point_to_end(self, block: Block):
+        self.block, self.index = block, None
+
+    def set_insertion_point_before(self, op: Op):
+        self.block, self.index = op.block, op.block.ops.index(op)
+
+    def create(self, name, operands=(), result_types=(), attrs=None, regions=(), loc=None, hints=None) -> Op:
+        op = Op(name, operands, result_types, attrs, regions, loc or self.loc, hints)
+        if self.index is None:
+            self.block.append(op)
+        else:
+            self.block.insert(self.index, op)
+            self.index += 1
+        return op

@@ -1,0 +1,129 @@
+"""MLIR-like text for the tile IR: what the lab shows and what the parser reads back.
+
+    %offs = arith.addi %0, %1 : tensor<1024xi32> loc(4:11)
+
+Values are named after the Python variable they came from where there is one.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+from .ir import Block, Function, Module, Op, Value
+
+
+def format_attr(v) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        r = repr(v)
+        return r if ("." in r or "e" in r) else r + ".0"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(format_attr(x) for x in v) + "]"
+    raise TypeError(f"unprintable attribute {v!r}")
+
+
+def format_attrs(attrs: dict) -> str:
+    if not attrs:
+        return ""
+    return "{" + ", ".join(f"{k} = {format_attr(attrs[k])}" for k in sorted(attrs)) + "}"
+
+
+class Namer:
+    """Gives each value a unique printable name, preferring its source-variable hint."""
+
+    def __init__(self):
+        self.names: dict[int, str] = {}
+        self.taken: set[str] = set()
+        self.counter = 0
+
+    def define(self, v: Value) -> str:
+        if v.hint and v.hint.isidentifier():
+            base, n, name = v.hint, 0, v.hint
+            while name in self.taken:
+                n += 1
+                name = f"{base}_{n}"
+        else:
+            while str(self.counter) in self.taken:
+                self.counter += 1
+            name = str(self.counter)
+            self.counter += 1
+        self.taken.add(name)
+        self.names[id(v)] = name
+        return "%" + name
+
+    def __getitem__(self, v: Value) -> str:
+        try:
+            return "%" + self.names[id(v)]
+        except KeyError:
+            return f"%<undefined {v.type}>"
+
+
+def print_op(op: Op, namer: Namer, indent: int, lines: list, with_locs: bool):
+    pad = "  " * indent
+    operands = ", ".join(namer[v] for v in op.operands)
+    results = ", ".join(namer.define(r) for r in op.results)
+    text = pad + (f"{results} = " if results else "") + op.name
+    if op.attrs.get("callee") is not None and op.name == "tt.call":
+        attrs = dict(op.attrs)
+        text += f" @{attrs.pop('callee')}"
+    else:
+        attrs = op.attrs
+    if operands:
+        text += " " + operands
+    if attrs:
+        text += " " + format_attrs(attrs)
+    if op.results:
+        text += " : " + ", ".join(str(r.type) for r in op.results)
+    if op.regions:
+        lines.append(text + " {")
+        for i, region in enumerate(op.regions):
+            if i:
+                lines.append(pad + "} {")
+            print_block(region, namer, indent + 1, lines, with_locs, show_args=True)
+        text = pad + "}"
+    if with_locs and op.loc is not None:
+        text += f" loc({op.loc})"
+    lines.append(text)
+
+
+def print_block(block: Block, namer: Namer, indent: int, lines: list, with_locs: bool, show_args: bool):
+    if show_args and block.args:
+        args = ", ".join(f"{namer.define(a)}: {a.type}" for a in block.args)
+        lines.append("  " * (indent - 1) + f"^bb({args}):")
+    for op in block.ops:
+        print_op(op, namer, indent, lines, with_locs)
+
+
+def print_function(fn: Function, with_locs: bool = True) -> str:
+    namer = Namer()
+    params = []
+    for i, a in enumerate(fn.args):
+        p = f"{namer.define(a)}: {a.type}"
+        attrs = fn.arg_attrs[i] if i < len(fn.arg_attrs) else {}
+        if attrs:
+            p += " " + format_attrs(attrs)
+        params.append(p)
+    head = f"tt.func @{fn.name}({', '.join(params)})"
+    if fn.result_types:
+        head += " -> " + ", ".join(map(str, fn.result_types))
+    if with_locs:
+        head += f" loc({json.dumps(fn.source_file)}:{fn.first_line})"
+    lines = [head + " {"]
+    print_block(fn.body, namer, 1, lines, with_locs, show_args=False)
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def print_module(module: Module, with_locs: bool = True) -> str:
+    return "\n\n".join(print_function(f, with_locs) for f in module.functions) + "\n"

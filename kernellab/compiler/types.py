@@ -1,0 +1,250 @@
+"""IR types. The scalar dtypes double as the language's `tl.float32`, `tl.int32`, ..."""
+from __future__ import annotations
+
+import numpy as np
+
+
+class Type:
+    """Base of every IR type; types are immutable and compared by value."""
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash((type(self).__name__, self._key()))
+
+    def _key(self):
+        raise NotImplementedError
+
+    # Shape helpers shared by every type: a scalar has shape ().
+    @property
+    def shape(self) -> tuple:
+        return ()
+
+    @property
+    def scalar(self) -> Type:
+        return self
+
+    def is_block(self) -> bool:
+        return False
+
+    def is_ptr(self) -> bool:
+        return False
+
+    def is_block_ptr(self) -> bool:
+        return False
+
+
+class DType(Type):
+    """A scalar element type: int1, int8..int64, uint8..uint64, float16, bfloat16, float32, float64."""
+
+    def __init__(self, name: str, kind: str, bits: int):
+        self.name, self.kind, self.bits = name, kind, bits
+
+    def _key(self):
+        return self.name
+
+    def __repr__(self):
+        return self.name
+
+    __str__ = __repr__
+
+    # Triton's predicate names, so ported kernels that inspect dtypes keep working.
+    def is_floating(self):
+        return self.kind == "float"
+
+    def is_int(self):
+        return self.kind in ("int", "uint", "bool")
+
+    def is_int_signed(self):
+        return self.kind == "int"
+
+    def is_int_unsigned(self):
+        return self.kind == "uint"
+
+    def is_bool(self):
+        return self.kind == "bool"
+
+    def is_fp16(self):
+        return self.name == "f16"
+
+    def is_bf16(self):
+        return self.name == "bf16"
+
+    def is_fp32(self):
+        return self.name == "f32"
+
+    def is_fp64(self):
+        return self.name == "f64"
+
+    @property
+    def primitive_bitwidth(self):
+        return self.bits
+
+    @property
+    def int_bitwidth(self):
+        return self.bits
+
+    @property
+    def itemsize(self):
+        return max(1, self.bits // 8)
+
+    @property
+    def kind_rank(self):
+        """bool < uint < int < float, the order Triton uses to decide if a Python scalar promotes."""
+        return {"bool": 0, "uint": 1, "int": 2, "float": 3}[self.kind]
+
+    @property
+    def np(self):
+        return NUMPY_OF[self.name]
+
+    def to(self, *a, **k):  # pragma: no cover - guard against misuse outside kernels
+        raise TypeError("dtype.to is not a thing; did you mean tensor.to(dtype)?")
+
+
+int1 = DType("i1", "bool", 1)
+int8 = DType("i8", "int", 8)
+int16 = DType("i16", "int", 16)
+int32 = DType("i32", "int", 32)
+int64 = DType("i64", "int", 64)
+uint8 = DType("u8", "uint", 8)
+uint16 = DType("u16", "uint", 16)
+uint32 = DType("u32", "uint", 32)
+uint64 = DType("u64", "uint", 64)
+float16 = DType("f16", "float", 16)
+bfloat16 = DType("bf16", "float", 16)
+float32 = DType("f32", "float", 32)
+float64 = DType("f64", "float", 64)
+
+DTYPES = {t.name: t for t in [int1, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
+                               float16, bfloat16, float32, float64]}
+
+# bfloat16 has no NumPy dtype: the interpreter carries it in float32, rounded after every op.
+NUMPY_OF = {
+    "i1": np.dtype(np.bool_), "i8": np.dtype(np.int8), "i16": np.dtype(np.int16),
+    "i32": np.dtype(np.int32), "i64": np.dtype(np.int64), "u8": np.dtype(np.uint8),
+    "u16": np.dtype(np.uint16), "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
+    "f16": np.dtype(np.float16), "bf16": np.dtype(np.float32), "f32": np.dtype(np.float32),
+    "f64": np.dtype(np.float64),
+}
+
+
+class PointerType(Type):
+    """A pointer into global memory (address space 1) to elements of `elem`."""
+
+    def __init__(self, elem: Type, addrspace: int = 1):
+        self.elem, self.addrspace = elem, addrspace
+
+    @property
+    def element_ty(self):
+        return self.elem
+
+    def _key(self):
+        return (self.elem._key(), self.addrspace)
+
+    def __repr__(self):
+        return f"!ptr<{self.elem}>"
+
+    def is_ptr(self):
+        return True
+
+    @property
+    def itemsize(self):
+        return 8
+
+    @property
+    def name(self):
+        return repr(self)
+
+
+class BlockPtrType(Type):
+    """A block pointer made by `tl.make_block_ptr`: a typed window onto a strided tensor."""
+
+    def __init__(self, elem: DType, block_shape: tuple):
+        self.elem, self.block_shape = elem, tuple(block_shape)
+
+    def _key(self):
+        return (self.elem._key(), self.block_shape)
+
+    def __repr__(self):
+        return f"!blockptr<{self.elem}, {'x'.join(map(str, self.block_shape))}>"
+
+    def is_block_ptr(self):
+        return True
+
+
+class TensorType(Type):
+    """A tile: a statically shaped block of scalars or pointers."""
+
+    def __init__(self, shape: tuple, elem: Type):
+        assert not isinstance(elem, TensorType)
+        self._shape, self.elem = tuple(int(s) for s in shape), elem
+
+    def _key(self):
+        return (self._shape, self.elem._key())
+
+    def __repr__(self):
+        dims = "".join(f"{s}x" for s in self._shape)
+        return f"tensor<{dims}{self.elem}>"
+
+    @property
+    def shape(self):
+        return self._shape
+
+    @property
+    def scalar(self):
+        return self.elem
+
+    @property
+    def numel(self):
+        n = 1
+        for s in self._shape:
+            n *= s
+        return n
+
+    def is_block(self):
+        return True
+
+    def is_ptr(self):
+        return self.elem.is_ptr()
+
+
+def block_of(shape: tuple, elem: Type) -> Type:
+    """The type of a value with `shape` and element `elem`; shape () means a scalar."""
+    return TensorType(shape, elem) if shape else elem
+
+
+class FunctionType(Type):
+    def __init__(self, inputs, outputs):
+        self.inputs, self.outputs = tuple(inputs), tuple(outputs)
+
+    def _key(self):
+        return (tuple(t._key() for t in self.inputs), tuple(t._key() for t in self.outputs))
+
+    def __repr__(self):
+        return f"({', '.join(map(str, self.inputs))}) -> ({', '.join(map(str, self.outputs))})"
+
+
+def parse_type(text: str) -> Type:
+    """Read back a type as the printer writes it."""
+    text = text.strip()
+    if text in DTYPES:
+        return DTYPES[text]
+    if text.startswith("!ptr<") and text.endswith(">"):
+        return PointerType(parse_type(text[5:-1]))
+    if text.startswith("!blockptr<") and text.endswith(">"):
+        inner = text[len("!blockptr<"):-1]
+        elem, shape = inner.split(",")
+        return BlockPtrType(DTYPES[elem.strip()], tuple(int(s) for s in shape.strip().split("x")))
+    if text.startswith("tensor<") and text.endswith(">"):
+        inner = text[len("tensor<"):-1]
+        dims = []
+        while True:
+            head, sep, rest = inner.partition("x")
+            if sep and head.isdigit():
+                dims.append(int(head))
+                inner = rest
+            else:
+                break
+        return TensorType(tuple(dims), parse_type(inner))
+    raise ValueError(f"cannot parse type {text!r}")

@@ -1,0 +1,33 @@
+"""Exceptions a user can cause. Each names the kernel, the source line and what to do."""
+from __future__ import annotations
+
+
+class KernelLabError(Exception):
+    """Base of every error kernellab raises on purpose."""
+
+
+class CompilationError(KernelLabError):
+    """The kernel's source cannot be compiled; points at the offending line with a caret."""
+
+    def __init__(self, kernel: str, reason: str, filename: str = "<unknown>", line: int | None = None,
+                 col: int = 0, source_line: str | None = None):
+        self.kernel, self.reason, self.filename = kernel, reason, filename
+        self.line, self.col, self.source_line = line, col, source_line
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = f"{self.filename}:{self.line}" if self.line else self.filename
+        text = f"in kernel '{self.kernel}' at {where}: {self.reason}"
+        if self.source_line is not None:
+            stripped = self.source_line.rstrip()
+            text += f"\n    {stripped}\n    {' ' * max(0, self.col)}^"
+        return text
+
+
+class InterpreterError(KernelLabError):
+    """A kernel did something illegal while running on the CPU interpreter (out-of-bounds access,
+    failed device_assert). Names the kernel, the source line and the program id."""
+
+
+class LaunchError(KernelLabError):
+    """Bad launch arguments: wrong count, wrong types, a bad grid."""
