@@ -1,0 +1,13 @@
+"""Tile-level passes. Each module has `NAME`, `DESCRIPTION` and `run(module) -> stats`, mutates the
+module in place and reports what it changed (all-zero stats: nothing changed).
+
+`TILE_PASSES` is the pipeline in order; canonicalize, CSE and DCE run a second time to clean up
+after constant folding and loop-invariant code motion.
+"""
+from __future__ import annotations
+
+from . import canonicalize, constant_fold, cse, dce, inline, licm
+
+TILE_PASSES = [inline, canonicalize, constant_fold, canonicalize, cse, dce, licm, cse, dce]
+
+__all__ = ["TILE_PASSES", "canonicalize", "constant_fold", "cse", "dce", "inline", "licm"]

@@ -1,0 +1,27 @@
+"""kernellab: a GPU kernel compiler for Triton's tile language, with a lab that shows every pass.
+
+    import kernellab as kl
+    import kernellab.language as tl
+
+`import kernellab as triton` works for the kernels of Triton's tutorials.
+"""
+from . import language  # noqa: F401
+from .errors import CompilationError, InterpreterError, KernelLabError, LaunchError  # noqa: F401
+from .runtime.jit import CompiledKernel, JITFunction, jit  # noqa: F401
+
+__version__ = "0.1.0"
+
+
+def cdiv(x, y):
+    """Ceiling division: the number of blocks of size y that cover x."""
+    return (x + y - 1) // y
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of 2 >= n (1 for n <= 1)."""
+    n = int(n)
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+from . import testing  # noqa: E402,F401
+from .runtime.autotuner import Config, autotune, heuristics  # noqa: E402,F401

@@ -1,0 +1,826 @@
+"""Python AST -> tile IR.
+
+Walks a `@jit` function's syntax tree with the argument types of one specialization, evaluating
+compile-time values (constexprs, Python numbers, dtypes, tuples) in Python and emitting IR for
+runtime values. Structured control flow becomes region ops; `return` inside `if` is handled by
+moving the statements after the `if` into the branch that falls through.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import re
+
+from ..errors import CompilationError
+from ..language import core as lcore
+from ..language.core import constexpr, tensor, unwrap
+from .ir import Block, Builder, Function, Loc, Module
+from .semantic import Semantic, SemanticError
+from .types import PointerType, Type, block_of, int1, int32, int64
+
+_PY_BUILTINS = {n: getattr(builtins, n) for n in [
+    "range", "len", "min", "max", "int", "float", "bool", "str", "tuple", "list", "zip", "enumerate",
+    "isinstance", "getattr", "hasattr", "abs", "print", "round", "sum", "any", "all", "reversed", "dict",
+    "ValueError", "TypeError", "AssertionError", "RuntimeError", "NotImplementedError", "type"]}
+
+
+class _Return(Exception):
+    """Unwinds statement visiting once a `return` has been generated."""
+
+
+def _assigned_names(stmts) -> list[str]:
+    names = []
+    for s in stmts:
+        for node in ast.walk(s):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id not in names:
+                names.append(node.id)
+    return names
+
+
+def _ends_in_return(stmts) -> bool:
+    if not stmts:
+        return False
+    last = stmts[-1]
+    if isinstance(last, ast.Return):
+        return True
+    if isinstance(last, ast.If):
+        return _ends_in_return(last.body) and _ends_in_return(last.orelse)
+    return False
+
+
+def _contains_return(stmts) -> bool:
+    return any(isinstance(n, ast.Return) for s in stmts for n in ast.walk(s))
+
+
+def mangle(name: str, parts) -> str:
+    text = "_".join(str(p) for p in parts)
+    return name + ("__" + re.sub(r"[^A-Za-z0-9_]", "", text.replace("!ptr<", "p").replace("x", "x"))
+                   if parts else "")
+
+
+class FunctionSource:
+    """What the frontend needs to know about a Python function: its parsed source and globals."""
+
+    def __init__(self, fn, source: str, filename: str, first_line: int):
+        self.fn, self.source, self.filename, self.first_line = fn, source, filename, first_line
+        self.name = fn.__name__
+        tree = ast.parse(source)
+        defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+        if not defs:
+            raise CompilationError(self.name, "could not find the function definition in its source", filename)
+        self.node: ast.FunctionDef = defs[0]
+        self.lines = source.splitlines()
+        self.signature = inspect.signature(fn)
+        self.constexpr_params = set()
+        for p in self.node.args.args:
+            ann = p.annotation
+            if ann is not None:
+                text = ast.unparse(ann)
+                if text.endswith("constexpr"):
+                    self.constexpr_params.add(p.arg)
+        for name, p in self.signature.parameters.items():
+            if p.annotation is constexpr or p.annotation is lcore.constexpr:
+                self.constexpr_params.add(name)
+
+    @property
+    def globals(self):
+        g = dict(self.fn.__globals__)
+        if self.fn.__closure__:
+            for name, cell in zip(self.fn.__code__.co_freevars, self.fn.__closure__):
+                try:
+                    g[name] = cell.cell_contents
+                except ValueError:
+                    pass
+        return g
+
+    def line_text(self, lineno_in_source: int) -> str | None:
+        if 1 <= lineno_in_source <= len(self.lines):
+            return self.lines[lineno_in_source - 1]
+        return None
+
+
+class CodeGenerator(ast.NodeVisitor):
+    def __init__(self, src: FunctionSource, module: Module, compiler, fn_name: str, is_kernel: bool):
+        self.src, self.module, self.compiler = src, module, compiler
+        self.fn_name, self.is_kernel = fn_name, is_kernel
+        self.builder = Builder()
+        self.sem = Semantic(self.builder)
+        self.sem.call_jit = self.call_jit
+        self.scope: dict = {}
+        self.undefined: dict[str, str] = {}
+        self.returned = None
+        self.node = None
+        self.globals = src.globals
+
+    # ------------------------------------------------------------------ errors and locations
+    def file_line(self, node) -> int:
+        return self.src.first_line + getattr(node, "lineno", 1) - 1
+
+    def error(self, node, reason: str) -> CompilationError:
+        line = getattr(node, "lineno", None)
+        return CompilationError(self.src.name, reason, self.src.filename,
+                                self.file_line(node) if line else None, getattr(node, "col_offset", 0),
+                                self.src.line_text(line) if line else None)
+
+    def visit(self, node):
+        prev_loc, prev_node = self.builder.loc, self.node
+        if hasattr(node, "lineno"):
+            self.builder.loc = Loc(self.file_line(node), node.col_offset + 1)
+            self.node = node
+        try:
+            return super().visit(node)
+        except (CompilationError, _Return):
+            raise
+        except lcore.CalledOutsideKernel as e:
+            raise self.error(node, str(e)) from None
+        except (SemanticError, TypeError, ValueError, AssertionError, IndexError, KeyError, AttributeError,
+                NotImplementedError, ZeroDivisionError, OverflowError) as e:
+            msg = str(e) if not isinstance(e, KeyError) else f"key {e} not found"
+            if isinstance(e, AssertionError) and not msg:
+                msg = "assertion failed"
+            raise self.error(node, msg) from None
+        finally:
+            self.builder.loc, self.node = prev_loc, prev_node
+
+    def generic_visit(self, node):
+        raise self.error(node, f"unsupported Python construct in a kernel: {type(node).__name__} "
+                               f"(`{ast.unparse(node).splitlines()[0] if isinstance(node, ast.AST) else node}`)")
+
+    # ------------------------------------------------------------------ function
+    def generate(self, bound_args: dict) -> Function:
+        """`bound_args` maps parameter name -> Type (runtime) or a Python value (compile-time)."""
+        node = self.src.node
+        params = [a.arg for a in node.args.args]
+        runtime = [(n, bound_args[n]) for n in params if isinstance(bound_args[n], _RuntimeArg)]
+        body = Block([r.type for _, r in runtime], [n for n, _ in runtime])
+        fn = Function(self.fn_name, body, [], [r.attrs for _, r in runtime], self.src.filename,
+                      self.src.first_line + node.lineno - 1)
+        self.builder.set_insertion_point_to_end(body)
+        self.builder.loc = Loc(fn.first_line, 1)
+        args = iter(body.args)
+        for n in params:
+            v = bound_args[n]
+            if isinstance(v, _RuntimeArg):
+                arg = next(args)
+                if v.equal_to_1:
+                    self.scope[n] = self.sem.const(1, v.type)
+                    self.scope[n].handle.hint = n
+                else:
+                    self.scope[n] = tensor(arg, arg.type)
+            else:
+                self.scope[n] = v
+        prev = tensor._sem
+        tensor._sem = self.sem
+        try:
+            try:
+                self.visit_stmts(node.body)
+            except _Return:
+                pass
+            ret = self.returned[1] if self.returned else []
+            ret_vals = [self.sem.to_tensor(v) for v in ret]
+            fn.result_types = [v.type for v in ret_vals]
+            self.builder.set_insertion_point_to_end(body)
+            self.builder.create("tt.return", [v.handle for v in ret_vals], [])
+        finally:
+            tensor._sem = prev
+        if self.is_kernel and fn.result_types:
+            raise self.error(node, "a kernel cannot return values; store results through a pointer")
+        return fn
+
+    # ------------------------------------------------------------------ statements
+    def visit_stmts(self, stmts):
+        stmts = list(stmts)
+        i = 0
+        while i < len(stmts):
+            s = stmts[i]
+            if isinstance(s, ast.If) and i + 1 < len(stmts):
+                then_ret, else_ret = _ends_in_return(s.body), _ends_in_return(s.orelse)
+                if then_ret != else_ret:  # early return: the rest belongs to the branch that falls through
+                    rest = stmts[i + 1:]
+                    s = ast.If(test=s.test, body=s.body + ([] if then_ret else rest),
+                               orelse=s.orelse + (rest if then_ret else []))
+                    ast.copy_location(s, stmts[i])
+                    stmts = stmts[:i] + [s]
+            self.visit(s)
+            if self.returned is not None:
+                raise _Return()
+            i += 1
+
+    def visit_Pass(self, node):
+        pass
+
+    def visit_Expr(self, node):
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return  # docstring
+        self.visit(node.value)
+
+    def assign(self, target, value, node):
+        if isinstance(target, ast.Name):
+            if isinstance(value, tensor) and value.handle.hint is None:
+                value.handle.hint = target.id
+            self.scope[target.id] = value
+            self.undefined.pop(target.id, None)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            value = unwrap(value)
+            if not isinstance(value, (tuple, list)):
+                raise self.error(node, f"cannot unpack a {type(value).__name__} into {len(target.elts)} names")
+            if len(value) != len(target.elts):
+                raise self.error(node, f"cannot unpack {len(value)} values into {len(target.elts)} names")
+            for t, v in zip(target.elts, value):
+                self.assign(t, v, node)
+        else:
+            raise self.error(node, f"cannot assign to `{ast.unparse(target)}`: kernels assign to names only "
+                                   "(store to memory with tl.store)")
+
+    def visit_Assign(self, node):
+        value = self.visit(node.value)
+        for t in node.targets:
+            self.assign(t, value, node)
+
+    def visit_AnnAssign(self, node):
+        if node.value is None:
+            return
+        value = self.visit(node.value)
+        ann = ast.unparse(node.annotation)
+        if ann.endswith("constexpr") and isinstance(value, tensor):
+            raise self.error(node, f"`{ast.unparse(node.target)}` is annotated constexpr but its value is "
+                                   "only known at run time")
+        self.assign(node.target, value, node)
+
+    def visit_AugAssign(self, node):
+        cur = self.visit(ast.Name(id=node.target.id, ctx=ast.Load(), lineno=node.lineno,
+                                  col_offset=node.col_offset)) if isinstance(node.target, ast.Name) else None
+        if cur is None:
+            raise self.error(node, "augmented assignment works on names only")
+        value = self.sem.binary(_BINOPS[type(node.op)], cur, self.visit(node.value))
+        self.assign(node.target, value, node)
+
+    def visit_Return(self, node):
+        if node.value is None:
+            vals = []
+        else:
+            v = self.visit(node.value)
+            vals = list(v) if isinstance(v, tuple) else [v]
+            if any(x is None for x in vals):
+                raise self.error(node, "cannot return None from a @jit function")
+        self.returned = ("ret", vals)
+
+    def visit_Assert(self, node):
+        cond = self.visit(node.test)
+        msg = unwrap(self.visit(node.msg)) if node.msg is not None else ast.unparse(node.test)
+        if isinstance(cond, tensor):
+            from ..language import builtins as B
+
+            B.device_assert(cond, str(msg), _sem=self.sem)
+        elif not cond:
+            raise self.error(node, f"assertion failed at compile time: {msg}")
+
+    def visit_If(self, node):
+        cond = unwrap(self.visit(node.test))
+        if not isinstance(cond, tensor):
+            self.visit_stmts(node.body if cond else node.orelse)
+            return
+        self.runtime_if(node, cond)
+
+    def _cond_scalar(self, node, cond):
+        if cond.shape:
+            raise self.error(node.test if hasattr(node, "test") else node,
+                             f"the condition is a tensor of shape {list(cond.shape)}; `if`/`while` need a "
+                             "scalar (use tl.where for elementwise choice)")
+        return self.sem.cast(cond, int1)
+
+    def _gen_region(self, block: Block, stmts, scope: dict):
+        """Generate `stmts` into `block` with `scope`; returns (scope after, returned)."""
+        saved = (self.builder.block, self.builder.index, self.scope, self.returned, dict(self.undefined))
+        self.builder.set_insertion_point_to_end(block)
+        self.scope, self.returned = scope, None
+        try:
+            try:
+                self.visit_stmts(stmts)
+            except _Return:
+                pass
+            return self.scope, self.returned
+        finally:
+            self.builder.block, self.builder.index, self.scope, self.returned, self.undefined = \
+                saved[0], saved[1], saved[2], saved[3], saved[4]
+
+    def runtime_if(self, node, cond):
+        cond = self._cond_scalar(node, cond)
+        outer = self.builder.block
+        before = self.scope
+        then_block, else_block = Block(), Block()
+        then_scope, then_ret = self._gen_region(then_block, node.body, dict(before))
+        else_scope, else_ret = self._gen_region(else_block, node.orelse, dict(before))
+        names, then_vals, else_vals = [], [], []
+        for name in list(dict.fromkeys(list(then_scope) + list(else_scope))):
+            in_then, in_else = name in then_scope, name in else_scope
+            tv, ev = then_scope.get(name), else_scope.get(name)
+            if in_then and in_else:
+                if tv is before.get(name, object()) and ev is before.get(name, object()):
+                    continue
+                if not isinstance(tv, tensor) and not isinstance(ev, tensor):
+                    if _same_py(tv, ev):
+                        self.scope[name] = tv
+                        continue
+                    if not (_is_num(tv) and _is_num(ev)):
+                        raise self.error(node, f"`{name}` gets different compile-time values on the two "
+                                               "branches of a runtime `if`")
+                names.append(name)
+                then_vals.append(tv)
+                else_vals.append(ev)
+            elif name not in before:
+                where = "then" if in_then else "else"
+                self.undefined[name] = (f"variable '{name}' is defined on only one branch of the `if` at line "
+                                        f"{self.file_line(node)} (the {where}-branch); define it before the "
+                                        "`if` or assign it on both branches")
+        returns = then_ret is not None and else_ret is not None
+        if (then_ret is None) != (else_ret is None):
+            raise self.error(node, "`return` inside this `if` is not supported here: return at the end of "
+                                   "both branches, or only at the end of the function")
+        n_ret = 0
+        if returns:
+            if len(then_ret[1]) != len(else_ret[1]):
+                raise self.error(node, "the two branches return different numbers of values")
+            n_ret = len(then_ret[1])
+            then_vals = list(then_ret[1]) + then_vals
+            else_vals = list(else_ret[1]) + else_vals
+        then_t = self._yield_values(then_block, then_vals)
+        else_t = self._yield_values(else_block, else_vals)
+        types = []
+        for i, (a, b) in enumerate(zip(then_t, else_t)):
+            if a.type != b.type:
+                a2, b2 = self._unify(a, b, then_block, else_block, then_t, else_t, i)
+                if a2 is None:
+                    label = f"return value {i}" if i < n_ret else f"`{names[i - n_ret]}`"
+                    raise self.error(node, f"{label} has type {a.type} on the then-branch but {b.type} on the "
+                                           "else-branch; make them match (e.g. with .to())")
+            types.append(then_t[i].type)
+        for blk, vals in ((then_block, then_t), (else_block, else_t)):
+            self.builder.set_insertion_point_to_end(blk)
+            self.builder.create("scf.yield", [v.handle for v in vals], [])
+        self.builder.set_insertion_point_to_end(outer)
+        op = self.builder.create("scf.if", [cond.handle], types, None, [then_block, else_block],
+                                 hints=[None] * n_ret + names)
+        results = [tensor(r, r.type) for r in op.results]
+        for name, r in zip(names, results[n_ret:]):
+            self.scope[name] = r
+        if returns:
+            self.returned = ("ret", results[:n_ret])
+
+    def _yield_values(self, block, vals):
+        saved = (self.builder.block, self.builder.index)
+        self.builder.set_insertion_point_to_end(block)
+        out = [self.sem.to_tensor(v) for v in vals]
+        self.builder.block, self.builder.index = saved
+        return out
+
+    def _unify(self, a, b, then_block, else_block, then_t, else_t, i):
+        """Make two branch values one type when a safe conversion exists (scalar literal vs tensor)."""
+        try:
+            shape = self.sem.broadcast_shapes(a.shape, b.shape)
+        except SemanticError:
+            return None, None
+        from .semantic import computation_type
+
+        try:
+            ct = computation_type(a.type.scalar, False, b.type.scalar, False, False) \
+                if not (a.type.scalar.is_ptr() or b.type.scalar.is_ptr()) else None
+        except SemanticError:
+            return None, None
+        if ct is None:
+            return None, None
+        saved = (self.builder.block, self.builder.index)
+        for blk, lst in ((then_block, then_t), (else_block, else_t)):
+            self.builder.set_insertion_point_to_end(blk)
+            lst[i] = self.sem.broadcast_to(self.sem.cast(lst[i], ct), shape)
+        self.builder.block, self.builder.index = saved
+        return then_t[i], else_t[i]
+
+    # ------------------------------------------------------------------ loops
+    def visit_For(self, node):
+        if node.orelse:
+            raise self.error(node, "`for ... else` is not supported in kernels")
+        it = node.iter
+        if isinstance(it, ast.Call):
+            fn = self.visit(it.func)
+            args = [self.visit(a) for a in it.args]
+            kwargs = {k.arg: self.visit(k.value) for k in it.keywords}
+            if fn is lcore.static_range:
+                r = lcore.static_range(*args, **kwargs)
+                return self.unrolled_for(node, builtins.range(unwrap(r.start), unwrap(r.end), unwrap(r.step)))
+            if fn is builtins.range or fn is lcore.range:
+                r = lcore.range(*args, **kwargs)
+                return self.runtime_for(node, r.start, r.end, r.step, r.num_stages)
+            iterable = fn(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
+        else:
+            iterable = self.visit(it)
+        iterable = unwrap(iterable)
+        if isinstance(iterable, tensor):
+            raise self.error(node, "cannot iterate over a tensor; use `for i in range(...)`")
+        return self.unrolled_for(node, list(iterable))
+
+    def unrolled_for(self, node, values):
+        if any(isinstance(n, (ast.Break, ast.Continue)) for s in node.body for n in ast.walk(s)):
+            raise self.error(node, "`break`/`continue` are not supported in kernels")
+        for v in values:
+            self.assign(node.target, v, node)
+            self.visit_stmts(node.body)
+
+    def _carried(self, node, stmts, extra=()):
+        names = [n for n in _assigned_names(stmts) if n in self.scope]
+        for n in extra:
+            if n in self.scope and n not in names:
+                names.append(n)
+        out = []
+        for n in names:
+            v = self.scope[n]
+            if isinstance(v, tensor) or _is_num(unwrap(v)):
+                out.append(n)
+            elif isinstance(v, (tuple, list)):
+                raise self.error(node, f"`{n}` is a tuple reassigned inside a loop; loop-carried values must be "
+                                       "tensors or scalars")
+        return out
+
+    def runtime_for(self, node, start, end, step, num_stages=None):
+        if any(isinstance(n, (ast.Break, ast.Continue)) for s in node.body for n in ast.walk(s)):
+            raise self.error(node, "`break`/`continue` are not supported in kernels; use a `while` loop "
+                                   "with a condition")
+        if _contains_return(node.body):
+            raise self.error(node, "`return` inside a loop is not supported")
+        if not isinstance(node.target, ast.Name):
+            raise self.error(node, "the loop variable must be a single name")
+        bounds = [unwrap(start), unwrap(end), unwrap(step)]
+        if isinstance(bounds[2], int) and bounds[2] == 0:
+            raise self.error(node, "range() step must not be zero")
+        for b in bounds:
+            if isinstance(b, tensor) and (b.shape or not b.dtype.is_int()):
+                raise self.error(node, f"loop bounds must be integer scalars, got {b.type}")
+            if not isinstance(b, tensor) and not isinstance(b, int):
+                raise self.error(node, f"loop bounds must be integers, got {b!r}")
+        iv_type = int64 if any(isinstance(b, tensor) and b.dtype.bits == 64 for b in bounds) else int32
+        if any(isinstance(b, int) and not -2**31 <= b < 2**31 for b in bounds):
+            iv_type = int64
+        carried = self._carried(node, node.body)
+        carried = [n for n in carried if n != node.target.id]
+        lb, ub, st = [self.sem.cast(self.sem.to_tensor(b), iv_type) for b in bounds]
+        inits = [self.sem.to_tensor(self.scope[n]) for n in carried]
+        outer = self.builder.block
+        for attempt in range(3):
+            body = Block([iv_type] + [v.type for v in inits], [node.target.id] + carried)
+            scope = dict(self.scope)
+            scope[node.target.id] = tensor(body.args[0], iv_type)
+            for n, a in zip(carried, body.args[1:]):
+                scope[n] = tensor(a, a.type)
+            new_scope, _ = self._gen_region(body, node.body, scope)
+            yields = self._yield_values(body, [new_scope[n] for n in carried])
+            mismatch = [i for i, (y, v) in enumerate(zip(yields, inits)) if y.type != v.type]
+            if not mismatch:
+                break
+            _discard(body)
+            if attempt == 2:
+                i = mismatch[0]
+                raise self.error(node, f"loop-carried variable `{carried[i]}` has type {inits[i].type} before the "
+                                       f"loop but {yields[i].type} inside it; initialise it with the loop's type "
+                                       f"(e.g. tl.zeros(..., dtype))")
+            for i in mismatch:
+                inits[i] = self._widen(node, carried[i], inits[i], yields[i])
+        self.builder.set_insertion_point_to_end(body)
+        self.builder.create("scf.yield", [y.handle for y in yields], [])
+        self.builder.set_insertion_point_to_end(outer)
+        attrs = {"num_stages": num_stages} if num_stages is not None else None
+        op = self.builder.create("scf.for", [lb.handle, ub.handle, st.handle] + [v.handle for v in inits],
+                                 [v.type for v in inits], attrs, [body], hints=carried)
+        for n, r in zip(carried, op.results):
+            self.scope[n] = tensor(r, r.type)
+        self._mark_loop_locals(node, node.body, carried + [node.target.id])
+
+    def _mark_loop_locals(self, node, stmts, carried):
+        for n in _assigned_names(stmts):
+            if n not in carried and n not in self.scope:
+                self.undefined[n] = (f"variable '{n}' is only defined inside the loop at line {self.file_line(node)}"
+                                     "; define it before the loop to use it afterwards")
+
+    def _widen(self, node, name, init, want):
+        """Convert a loop's initial value to the type the loop body gives it (e.g. 0 -> zeros tensor)."""
+        try:
+            shape = self.sem.broadcast_shapes(init.shape, want.shape)
+        except SemanticError:
+            shape = None
+        if shape != want.shape:
+            raise self.error(node, f"loop-carried variable `{name}` has shape {list(init.shape)} before the loop "
+                                   f"but {list(want.shape)} inside it")
+        return self.sem.broadcast_to(self.sem.cast(init, want.type.scalar), want.shape)
+
+    def visit_While(self, node):
+        if node.orelse:
+            raise self.error(node, "`while ... else` is not supported in kernels")
+        if any(isinstance(n, (ast.Break, ast.Continue)) for s in node.body for n in ast.walk(s)):
+            raise self.error(node, "`break`/`continue` are not supported in kernels; fold the exit into the "
+                                   "`while` condition")
+        if _contains_return(node.body):
+            raise self.error(node, "`return` inside a loop is not supported")
+        carried = self._carried(node, node.body)
+        inits = [self.sem.to_tensor(self.scope[n]) for n in carried]
+        outer = self.builder.block
+        for attempt in range(3):
+            before = Block([v.type for v in inits], carried)
+            scope = dict(self.scope)
+            for n, a in zip(carried, before.args):
+                scope[n] = tensor(a, a.type)
+            saved = (self.builder.block, self.builder.index, self.scope)
+            self.builder.set_insertion_point_to_end(before)
+            self.scope = scope
+            try:
+                cond = unwrap(self.visit(node.test))
+                if not isinstance(cond, tensor):
+                    cond = self.sem.to_tensor(bool(cond))
+                cond = self._cond_scalar(node, cond)
+                self.builder.create("scf.condition", [cond.handle] + list(before.args), [])
+            finally:
+                self.builder.block, self.builder.index, self.scope = saved
+            after = Block([v.type for v in inits], carried)
+            scope = dict(self.scope)
+            for n, a in zip(carried, after.args):
+                scope[n] = tensor(a, a.type)
+            new_scope, _ = self._gen_region(after, node.body, scope)
+            yields = self._yield_values(after, [new_scope[n] for n in carried])
+            mismatch = [i for i, (y, v) in enumerate(zip(yields, inits)) if y.type != v.type]
+            if not mismatch:
+                break
+            _discard(before)
+            _discard(after)
+            if attempt == 2:
+                i = mismatch[0]
+                raise self.error(node, f"loop-carried variable `{carried[i]}` has type {inits[i].type} before the "
+                                       f"loop but {yields[i].type} inside it")
+            for i in mismatch:
+                inits[i] = self._widen(node, carried[i], inits[i], yields[i])
+        self.builder.set_insertion_point_to_end(after)
+        self.builder.create("scf.yield", [y.handle for y in yields], [])
+        self.builder.set_insertion_point_to_end(outer)
+        op = self.builder.create("scf.while", [v.handle for v in inits], [v.type for v in inits], None,
+                                 [before, after], hints=carried)
+        for n, r in zip(carried, op.results):
+            self.scope[n] = tensor(r, r.type)
+        self._mark_loop_locals(node, node.body, carried)
+
+    def visit_Break(self, node):
+        raise self.error(node, "`break` is not supported in kernels")
+
+    visit_Continue = visit_Break
+
+    # ------------------------------------------------------------------ expressions
+    def visit_Constant(self, node):
+        return node.value
+
+    def visit_Name(self, node):
+        name = node.id
+        if name in self.scope:
+            return self.scope[name]
+        if name in self.undefined:
+            raise self.error(node, self.undefined[name])
+        if name in self.globals:
+            return unwrap(self.globals[name]) if isinstance(self.globals[name], constexpr) else self.globals[name]
+        if name in _PY_BUILTINS:
+            return _PY_BUILTINS[name]
+        raise self.error(node, f"name '{name}' is not defined")
+
+    def visit_Tuple(self, node):
+        return tuple(self.visit(e) for e in node.elts)
+
+    visit_List = visit_Tuple
+
+    def visit_Slice(self, node):
+        return slice(*(None if p is None else unwrap(self.visit(p)) for p in (node.lower, node.upper, node.step)))
+
+    def visit_Subscript(self, node):
+        value = self.visit(node.value)
+        index = self.visit(node.slice)
+        if isinstance(value, tensor):
+            return self.sem.subscript(value, index)
+        value = unwrap(value)
+        return value[unwrap(index)]
+
+    def visit_Attribute(self, node):
+        value = unwrap(self.visit(node.value))
+        return getattr(value, node.attr)
+
+    def visit_BinOp(self, node):
+        return self.sem.binary(_BINOPS[type(node.op)], self.visit(node.left), self.visit(node.right))
+
+    def visit_UnaryOp(self, node):
+        op = {ast.USub: "-", ast.UAdd: "+", ast.Invert: "~", ast.Not: "not"}[type(node.op)]
+        return self.sem.unary(op, self.visit(node.operand))
+
+    def visit_BoolOp(self, node):
+        op = "and" if isinstance(node.op, ast.And) else "or"
+        result = self.visit(node.values[0])
+        for v in node.values[1:]:
+            if not isinstance(unwrap(result), tensor):
+                r = unwrap(result)
+                if (op == "and" and not r) or (op == "or" and r):
+                    return r
+                result = self.visit(v)
+                continue
+            result = self.sem.logical(op, result, self.visit(v))
+        return result
+
+    def visit_Compare(self, node):
+        left = self.visit(node.left)
+        result = None
+        for op, right_node in zip(node.ops, node.comparators):
+            right = self.visit(right_node)
+            if isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)):
+                lv, rv = unwrap(left), unwrap(right)
+                r = {ast.Is: lambda: lv is rv, ast.IsNot: lambda: lv is not rv, ast.In: lambda: lv in rv,
+                     ast.NotIn: lambda: lv not in rv}[type(op)]()
+            else:
+                r = self.sem.binary(_CMPOPS[type(op)], left, right)
+            result = r if result is None else (self.sem.logical("and", result, r)
+                                               if isinstance(r, tensor) or isinstance(result, tensor)
+                                               else (result and r))
+            left = right
+        return result
+
+    def visit_IfExp(self, node):
+        cond = unwrap(self.visit(node.test))
+        if not isinstance(cond, tensor):
+            return self.visit(node.body if cond else node.orelse)
+        return self.sem.where(cond, self.visit(node.body), self.visit(node.orelse))
+
+    def visit_JoinedStr(self, node):
+        parts = []
+        for v in node.values:
+            if isinstance(v, ast.Constant):
+                parts.append(str(v.value))
+            else:
+                val = unwrap(self.visit(v.value))
+                if isinstance(val, tensor):
+                    raise self.error(node, "f-strings can only format compile-time values")
+                spec = unwrap(self.visit(v.format_spec)) if v.format_spec else ""
+                parts.append(format(val, spec))
+        return "".join(parts)
+
+    def visit_FormattedValue(self, node):
+        return unwrap(self.visit(node.value))
+
+    def visit_Call(self, node):
+        fn = self.visit(node.func)
+        args = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                args.extend(unwrap(self.visit(a.value)))
+            else:
+                args.append(self.visit(a))
+        kwargs = {}
+        for k in node.keywords:
+            if k.arg is None:
+                kwargs.update(unwrap(self.visit(k.value)))
+            else:
+                kwargs[k.arg] = self.visit(k.value)
+        if getattr(fn, "__kl_builtin__", False):
+            return fn(*args, _sem=self.sem, **kwargs)
+        if _is_jit(fn):
+            return self.call_jit(fn, args, kwargs, node)
+        if fn is lcore.static_range or fn is lcore.range:
+            raise self.error(node, f"{fn.__name__} can only be used as a `for` loop's iterable")
+        if isinstance(fn, type) and fn in (int, float, bool) and args and isinstance(args[0], tensor):
+            raise self.error(node, f"{fn.__name__}() of a runtime tensor is not possible; use .to(tl.int32) etc.")
+        if fn in (builtins.min, builtins.max) and any(isinstance(a, tensor) for a in args):
+            from ..language import builtins as B
+
+            f = B.minimum if fn is builtins.min else B.maximum
+            out = args[0]
+            for a in args[1:]:
+                out = f(out, a, _sem=self.sem)
+            return out
+        if fn is builtins.print:
+            from ..language import builtins as B
+
+            return B.static_print(*args, _sem=self.sem)
+        if callable(fn):
+            # Plain Python helpers (kl.cdiv, constexpr functions, ...) run directly; operators on
+            # tensors inside them go through the Semantic.
+            return fn(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
+        raise self.error(node, f"`{ast.unparse(node.func)}` is not callable")
+
+    def call_jit(self, jitfn, args, kwargs, node=None):
+        node = node or self.node
+        return self.compiler.call(self, jitfn, list(args), dict(kwargs), node)
+
+    def visit_Lambda(self, node):
+        raise self.error(node, "lambdas are not supported inside kernels; define a @jit function instead")
+
+    def visit_ListComp(self, node):
+        raise self.error(node, "list comprehensions are not supported inside kernels; use tl.static_range")
+
+
+_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+           ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
+_CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+
+
+def _is_num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, tensor)
+
+
+def _same_py(a, b):
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:
+        return a is b
+
+
+def _is_jit(fn):
+    return hasattr(fn, "_kl_source")
+
+
+def _discard(block: Block):
+    for op in list(block.ops):
+        op.erase()
+
+
+class _RuntimeArg:
+    """A parameter that stays a function argument: its IR type and specialization attributes."""
+
+    def __init__(self, type: Type, attrs: dict | None = None, equal_to_1: bool = False):
+        self.type, self.attrs, self.equal_to_1 = type, attrs or {}, equal_to_1
+
+    def key(self):
+        return (str(self.type), tuple(sorted(self.attrs.items())), self.equal_to_1)
+
+
+RuntimeArg = _RuntimeArg
+
+
+class ModuleCompiler:
+    """Builds a Module: the kernel plus every specialization of the @jit functions it calls."""
+
+    def __init__(self):
+        self.module = Module([])
+        self.cache: dict = {}
+        self.stack: list[str] = []
+
+    def compile_kernel(self, jitfn, bound: dict) -> Module:
+        src = jitfn._kl_source()
+        gen = CodeGenerator(src, self.module, self, src.name, is_kernel=True)
+        fn = gen.generate(bound)
+        self.module.functions.insert(0, fn)
+        return self.module
+
+    def call(self, caller: CodeGenerator, jitfn, args, kwargs, node):
+        src = jitfn._kl_source()
+        try:
+            ba = src.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise caller.error(node, f"bad call to {src.name}(): {e}") from None
+        ba.apply_defaults()
+        bound, key_parts, call_args = {}, [], []
+        for name, value in ba.arguments.items():
+            value = unwrap(value)
+            if isinstance(value, tensor):
+                if name in src.constexpr_params:
+                    raise caller.error(node, f"argument '{name}' of {src.name}() is constexpr but got a runtime value")
+                bound[name] = _RuntimeArg(value.type)
+                call_args.append(value)
+                key_parts.append(str(value.type))
+            else:
+                bound[name] = value
+                key_parts.append(repr(value) if not callable(value) else getattr(value, "__name__", "fn"))
+        key = (id(jitfn), tuple(key_parts))
+        if key not in self.cache:
+            if src.name in self.stack:
+                raise caller.error(node, f"recursive call to {src.name}() is not supported")
+            name = mangle(src.name, key_parts)
+            i = 0
+            while any(f.name == name for f in self.module.functions):
+                i += 1
+                name = f"{mangle(src.name, key_parts)}_{i}"
+            self.stack.append(src.name)
+            gen = CodeGenerator(src, self.module, self, name, is_kernel=False)
+            prev = tensor._sem
+            try:
+                fn = gen.generate(bound)
+            finally:
+                tensor._sem = prev
+                self.stack.pop()
+            self.module.functions.append(fn)
+            self.cache[key] = fn
+        fn = self.cache[key]
+        op = caller.builder.create("tt.call", [a.handle for a in call_args], list(fn.result_types),
+                                   {"callee": fn.name})
+        results = [tensor(r, r.type) for r in op.results]
+        if not results:
+            return None
+        return results[0] if len(results) == 1 else tuple(results)
+
+
+def scalar_type_of(value) -> Type:
+    """The IR type of a launch argument (used by the runtime's specialization)."""
+    from .semantic import literal_dtype
+
+    return literal_dtype(value)
+
+
+__all__ = ["CodeGenerator", "FunctionSource", "ModuleCompiler", "RuntimeArg", "PointerType", "block_of"]

@@ -1,0 +1,76 @@
+"""The ordered pass list, and the CompileTrace that records what each pass did.
+
+The trace is the seam between the compiler and everything that shows it (widgets, CLI, tests):
+for every stage it keeps the IR text after it, the time it took and what it changed.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .ir import Module
+from .printer import print_module
+from .verifier import verify
+
+
+@dataclass
+class PassRecord:
+    name: str
+    description: str
+    ir: str
+    seconds: float
+    changed: bool
+    stats: dict = field(default_factory=dict)
+
+
+@dataclass
+class CompileTrace:
+    """Everything the compiler did for one specialization of one kernel."""
+
+    kernel: str
+    passes: list = field(default_factory=list)
+    key: str = ""
+    signature: str = ""
+    notes: list = field(default_factory=list)
+
+    def record(self, name, description, ir, seconds, changed, stats=None):
+        self.passes.append(PassRecord(name, description, ir, seconds, changed, dict(stats or {})))
+
+    def ir_after(self, name: str) -> str:
+        for p in reversed(self.passes):
+            if p.name == name:
+                return p.ir
+        raise KeyError(f"no pass named {name!r} in the trace of {self.kernel}")
+
+    @property
+    def final_ir(self) -> str:
+        return self.passes[-1].ir
+
+    def summary(self) -> str:
+        """A table of the passes: name, changed or not, time, what it found."""
+        rows = [f"{'pass':<18} {'changed':<8} {'ms':>8}  details"]
+        for p in self.passes:
+            details = ", ".join(f"{k}={v}" for k, v in p.stats.items() if v)
+            rows.append(f"{p.name:<18} {'yes' if p.changed else 'no':<8} {p.seconds * 1e3:8.2f}  {details}")
+        return "\n".join(rows)
+
+
+def tile_passes():
+    from .passes import TILE_PASSES
+
+    return list(TILE_PASSES)
+
+
+def run_tile_pipeline(module: Module, trace: CompileTrace, passes=None, check=True) -> Module:
+    """Run the tile-level passes in order, verifying and recording after each."""
+    before = print_module(module)
+    for p in (tile_passes() if passes is None else passes):
+        t0 = time.perf_counter()
+        stats = p.run(module) or {}
+        dt = time.perf_counter() - t0
+        if check:
+            verify(module, after=p.NAME)
+        text = print_module(module)
+        trace.record(p.NAME, p.DESCRIPTION, text, dt, text != before, stats)
+        before = text
+    return module

@@ -1,0 +1,732 @@
+"""Typing rules and op construction: what `a + b`, `tl.load(...)` or `x.to(tl.float16)` means.
+
+Follows Triton's semantics: NumPy-like broadcasting, C-style integer `//` and `%`, and Triton's
+promotion (Python scalars are "weak": they don't widen a tensor of the same or a higher kind).
+Every method returns a `tensor` (or a Python value for compile-time constants) and emits ops
+through the builder at the current source location.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+from ..language.core import tensor, unwrap
+from .ir import Block, Builder
+from .types import (
+    BlockPtrType,
+    DType,
+    PointerType,
+    TensorType,
+    bfloat16,
+    block_of,
+    float16,
+    float32,
+    float64,
+    int1,
+    int32,
+    int64,
+    uint32,
+    uint64,
+)
+
+
+class SemanticError(Exception):
+    """A user error found while typing; the frontend adds the kernel name and source line."""
+
+
+def _is_py_number(x):
+    return isinstance(x, numbers.Number) and not isinstance(x, tensor)
+
+
+def literal_dtype(v) -> DType:
+    """The type Triton gives a Python literal."""
+    if isinstance(v, bool):
+        return int1
+    if isinstance(v, numbers.Integral):
+        if -2**31 <= v < 2**31:
+            return int32
+        if 2**31 <= v < 2**32:
+            return uint32
+        if -2**63 <= v < 2**63:
+            return int64
+        if 2**63 <= v < 2**64:
+            return uint64
+        raise SemanticError(f"integer literal {v} does not fit in 64 bits")
+    if isinstance(v, numbers.Real):
+        return float32 if (math.isinf(v) or math.isnan(v) or abs(v) <= 3.4028234663852886e38) else float64
+    raise SemanticError(f"{v!r} is not a number")
+
+
+def integer_promote(a: DType, b: DType) -> DType:
+    if a.kind == "bool" and b.kind == "bool":
+        return int1
+    sa = "int" if a.kind in ("int", "bool") else a.kind
+    sb = "int" if b.kind in ("int", "bool") else b.kind
+    if sa == sb:
+        return a if a.bits > b.bits else b
+    if sa == "uint":
+        return a if a.bits >= b.bits else b
+    return b if b.bits >= a.bits else a
+
+
+def computation_type(a: DType, a_scalar: bool, b: DType, b_scalar: bool, div_or_mod: bool) -> DType:
+    """The dtype two operands are converted to before an arithmetic op (Triton's rules)."""
+    if a_scalar != b_scalar:
+        s, t = (a, b) if a_scalar else (b, a)
+        if s.kind_rank <= t.kind_rank:
+            if div_or_mod and t in (float16, bfloat16):
+                return float32
+            return t
+    if a == float64 or b == float64:
+        return float64
+    if a == float32 or b == float32:
+        return float32
+    if a == float16 or b == float16:
+        return float32 if div_or_mod else float16
+    if a == bfloat16 or b == bfloat16:
+        if div_or_mod or a != b:
+            return float32
+        return bfloat16
+    if div_or_mod and a.kind != b.kind and "bool" not in (a.kind, b.kind):
+        raise SemanticError(f"cannot use /, // or % with {a} and {b}: they have different signedness; "
+                            "cast one operand first")
+    return integer_promote(a, b)
+
+
+_CMP_INT = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
+_CMP_FLOAT = {"<": "olt", "<=": "ole", ">": "ogt", ">=": "oge", "==": "oeq", "!=": "une"}
+
+
+class Semantic:
+    def __init__(self, builder: Builder):
+        self.b = builder
+        self.call_jit = None  # set by the frontend: (JITFunction, args, kwargs) -> results
+
+    # ---------------------------------------------------------------- helpers
+    def emit(self, name, operands, result_type, attrs=None, regions=()):
+        ops = [x.handle for x in operands]
+        rtypes = [] if result_type is None else [result_type]
+        op = self.b.create(name, ops, rtypes, attrs, regions)
+        return tensor(op.result, result_type) if result_type is not None else op
+
+    def const(self, value, ty) -> tensor:
+        el = ty.scalar
+        if el.is_floating():
+            value = float(value)
+        elif el == int1:
+            value = bool(value)
+        else:
+            value = int(value)
+        return self.emit("arith.constant", [], ty, {"value": value})
+
+    def to_tensor(self, x, dtype: DType | None = None) -> tensor:
+        x = unwrap(x)
+        if isinstance(x, tensor):
+            return x
+        if _is_py_number(x):
+            return self.const(x, dtype or literal_dtype(x))
+        if x is None:
+            raise SemanticError("None cannot be used as a value here")
+        raise SemanticError(f"{type(x).__name__} value {x!r} cannot be used as a tensor")
+
+    # ---------------------------------------------------------------- shapes
+    def splat(self, x: tensor, shape) -> tensor:
+        if tuple(shape) == x.shape:
+            return x
+        if x.shape:
+            return self.broadcast_to(x, shape)
+        return self.emit("tt.splat", [x], TensorType(shape, x.type))
+
+    def broadcast_to(self, x, shape) -> tensor:
+        x = self.to_tensor(x)
+        shape = tuple(unwrap(s) for s in shape)
+        if x.shape == shape:
+            return x
+        if not x.shape:
+            return self.splat(x, shape)
+        if len(x.shape) > len(shape):
+            raise SemanticError(f"cannot broadcast shape {list(x.shape)} to {list(shape)}")
+        while len(x.shape) < len(shape):
+            x = self.expand_dims(x, 0)
+        for have, want in zip(x.shape, shape):
+            if have != want and have != 1:
+                raise SemanticError(f"cannot broadcast shape {list(x.shape)} to {list(shape)}")
+        return self.emit("tt.broadcast", [x], TensorType(shape, x.type.scalar))
+
+    def broadcast_shapes(self, *shapes):
+        rank = max(len(s) for s in shapes)
+        out = []
+        for i in range(rank):
+            dims = {s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0}
+            dims.discard(1)
+            if len(dims) > 1:
+                raise SemanticError("shapes are incompatible for broadcasting: "
+                                    + " vs ".join(str(list(s)) for s in shapes))
+            out.append(dims.pop() if dims else 1)
+        return tuple(out)
+
+    def broadcast_pair(self, a: tensor, b: tensor):
+        if a.shape == b.shape:
+            return a, b
+        shape = self.broadcast_shapes(a.shape, b.shape)
+        return self.broadcast_to(a, shape), self.broadcast_to(b, shape)
+
+    def expand_dims(self, x, axis) -> tensor:
+        x = self.to_tensor(x)
+        axes = [unwrap(a) for a in axis] if isinstance(unwrap(axis), (list, tuple)) else [unwrap(axis)]
+        for ax in axes:
+            rank = len(x.shape) + 1
+            if not -rank <= ax < rank:
+                raise SemanticError(f"expand_dims axis {ax} is out of range for a result of rank {rank}")
+            ax = ax % rank
+            shape = list(x.shape)
+            shape.insert(ax, 1)
+            x = self.emit("tt.expand_dims", [x], TensorType(shape, x.type.scalar), {"axis": ax})
+        return x
+
+    def reshape(self, x, shape, can_reorder=False) -> tensor:
+        x = self.to_tensor(x)
+        shape = tuple(unwrap(s) for s in (shape if isinstance(shape, (list, tuple)) else [shape]))
+        n = 1
+        for s in shape:
+            n *= s
+        if n != (x.numel if x.shape else 1):
+            raise SemanticError(f"cannot reshape {list(x.shape)} ({x.numel} elements) to {list(shape)}")
+        if shape == x.shape:
+            return x
+        if not x.shape:
+            return self.splat(x, shape)
+        return self.emit("tt.reshape", [x], block_of(shape, x.type.scalar))
+
+    def permute(self, x, order) -> tensor:
+        x = self.to_tensor(x)
+        rank = len(x.shape)
+        order = list(reversed(_pyrange(rank))) if order is None else [unwrap(o) for o in order]
+        if sorted(order) != list(_pyrange(rank)):
+            raise SemanticError(f"permute order {order} is not a permutation of {list(_pyrange(rank))}")
+        if order == list(_pyrange(rank)):
+            return x
+        shape = [x.shape[o] for o in order]
+        return self.emit("tt.trans", [x], TensorType(shape, x.type.scalar), {"order": order})
+
+    def join(self, a, b) -> tensor:
+        a, b = self.broadcast_pair(self.to_tensor(a), self.to_tensor(b))
+        if a.type != b.type:
+            raise SemanticError(f"join needs two tensors of one type, got {a.type} and {b.type}")
+        return self.emit("tt.join", [a, b], TensorType(a.shape + (2,), a.type.scalar))
+
+    def split(self, x):
+        x = self.to_tensor(x)
+        if not x.shape or x.shape[-1] != 2:
+            raise SemanticError(f"split needs a last dimension of size 2, got shape {list(x.shape)}")
+        ty = block_of(x.shape[:-1], x.type.scalar)
+        op = self.b.create("tt.split", [x.handle], [ty, ty])
+        return tensor(op.results[0], ty), tensor(op.results[1], ty)
+
+    def cat(self, a, b) -> tensor:
+        a, b = self.to_tensor(a), self.to_tensor(b)
+        if a.type.scalar != b.type.scalar or a.shape[1:] != b.shape[1:] or not a.shape:
+            raise SemanticError(f"cat needs tensors that differ only in dimension 0: {a.type} and {b.type}")
+        shape = (a.shape[0] + b.shape[0],) + a.shape[1:]
+        return self.emit("tt.cat", [a, b], TensorType(shape, a.type.scalar))
+
+    def subscript(self, x, index) -> tensor:
+        x = self.to_tensor(x)
+        index = index if isinstance(index, tuple) else (index,)
+        dim, out = 0, x
+        for item in index:
+            item = unwrap(item)
+            if item is None:
+                out = self.expand_dims(out, dim)
+                dim += 1
+            elif isinstance(item, slice) and item == slice(None):
+                dim += 1
+            else:
+                raise SemanticError("tensors can only be indexed with None and ':' (e.g. x[:, None])")
+        if dim - sum(1 for i in index if unwrap(i) is None) > len(x.shape):
+            raise SemanticError(f"too many ':' indices for a tensor of rank {len(x.shape)}")
+        return out
+
+    # ---------------------------------------------------------------- casts
+    def cast(self, x, dst, bitcast=False) -> tensor:
+        x = self.to_tensor(x)
+        dst = unwrap(dst)
+        if not isinstance(dst, (DType, PointerType)):
+            raise SemanticError(f"cannot cast to {dst!r}: not a dtype")
+        src = x.type.scalar
+        if src == dst:
+            return x
+        rty = block_of(x.shape, dst)
+        if bitcast:
+            sbits = 64 if src.is_ptr() else src.bits
+            dbits = 64 if dst.is_ptr() else dst.bits
+            if sbits != dbits:
+                raise SemanticError(f"bitcast needs equal bit widths: {src} has {sbits}, {dst} has {dbits}")
+            if src.is_ptr() and not dst.is_ptr():
+                return self.emit("tt.ptr_to_int", [x], rty)
+            if dst.is_ptr() and not src.is_ptr():
+                return self.emit("tt.int_to_ptr", [x], rty)
+            return self.emit("arith.bitcast", [x], rty)
+        if src.is_ptr() or dst.is_ptr():
+            if src.is_ptr() and dst.is_ptr():
+                return self.emit("arith.bitcast", [x], rty)
+            if src.is_ptr() and dst.kind in ("int", "uint") and dst.bits == 64:
+                return self.emit("tt.ptr_to_int", [x], rty)
+            if dst.is_ptr() and src.kind in ("int", "uint") and src.bits == 64:
+                return self.emit("tt.int_to_ptr", [x], rty)
+            if src.is_ptr() and dst == int1:
+                z = self.const(0, block_of(x.shape, int64))
+                return self.emit("arith.cmpi", [self.emit("tt.ptr_to_int", [x], block_of(x.shape, int64)), z],
+                                 block_of(x.shape, int1), {"predicate": "ne"})
+            raise SemanticError(f"cannot cast {src} to {dst}")
+        if dst == int1:
+            zero = self.const(0, x.type)
+            if src.is_floating():
+                return self.emit("arith.cmpf", [x, zero], rty, {"predicate": "une"})
+            return self.emit("arith.cmpi", [x, zero], rty, {"predicate": "ne"})
+        if src.is_floating() and dst.is_floating():
+            if src.bits == dst.bits:  # f16 <-> bf16 goes through f32
+                return self.cast(self.cast(x, float32), dst)
+            return self.emit("arith.extf" if dst.bits > src.bits else "arith.truncf", [x], rty)
+        if src.is_int() and dst.is_floating():
+            return self.emit("arith.sitofp" if src.kind == "int" else "arith.uitofp", [x], rty)
+        if src.is_floating() and dst.is_int():
+            return self.emit("arith.fptosi" if dst.kind == "int" else "arith.fptoui", [x], rty)
+        # int -> int
+        if dst.bits > src.bits:
+            return self.emit("arith.extsi" if src.kind == "int" else "arith.extui", [x], rty)
+        if dst.bits < src.bits:
+            return self.emit("arith.trunci", [x], rty)
+        return self.emit("arith.bitcast", [x], rty)
+
+    # ---------------------------------------------------------------- arithmetic
+    def binary(self, op: str, a, b):
+        a, b = unwrap(a), unwrap(b)
+        if not isinstance(a, tensor) and not isinstance(b, tensor):
+            return _python_binary(op, a, b)
+        a_scalar, b_scalar = _is_py_number(a), _is_py_number(b)
+        a_raw, b_raw = a, b
+        a, b = self.to_tensor(a), self.to_tensor(b)
+        if op in ("+", "-") and (a.type.scalar.is_ptr() or b.type.scalar.is_ptr()):
+            return self.pointer_arith(op, a, b)
+        if a.type.scalar.is_ptr() or b.type.scalar.is_ptr():
+            if op in _CMP_INT and a.type.scalar.is_ptr() and b.type.scalar.is_ptr():
+                a, b = self.cast(a, int64, bitcast=True), self.cast(b, int64, bitcast=True)
+                return self.compare(op, a, b, int64)
+            raise SemanticError(f"operator {op} is not defined for pointers ({a.type} and {b.type})")
+        if a.type.is_block_ptr() or b.type.is_block_ptr():
+            raise SemanticError("block pointers support no arithmetic; use tl.advance")
+        div_or_mod = op in ("/", "//", "%")
+        ta, tb = a.type.scalar, b.type.scalar
+        if op in ("&", "|", "^", "<<", ">>"):
+            if not (ta.is_int() and tb.is_int()):
+                raise SemanticError(f"operator {op} needs integer operands, got {ta} and {tb}")
+        ct = computation_type(ta, a_scalar, tb, b_scalar, div_or_mod)
+        if op == "/":
+            if ct.is_int():
+                ct = float32
+        elif op == "//" and not ct.is_int():
+            raise SemanticError(f"// is only defined for integers (got {ta} and {tb}); use / and tl.floor")
+        # A Python literal becomes a constant of the computation type directly (no cast op).
+        if a_scalar and (ct.is_floating() or not isinstance(a_raw, float)):
+            a.handle.owner.erase()
+            a = self.const(a_raw, ct)
+        if b_scalar and (ct.is_floating() or not isinstance(b_raw, float)):
+            b.handle.owner.erase()
+            b = self.const(b_raw, ct)
+        if op in _CMP_INT:
+            a, b = self.broadcast_pair(self.cast(a, ct), self.cast(b, ct))
+            return self.compare(op, a, b, ct)
+        if op in ("&", "|", "^", "<<", ">>"):
+            if op in ("<<", ">>") and ct == int1:
+                ct = int32 if not (a_scalar or b_scalar) else ct
+        a, b = self.broadcast_pair(self.cast(a, ct), self.cast(b, ct))
+        f = ct.is_floating()
+        name = {
+            "+": "addf" if f else "addi", "-": "subf" if f else "subi", "*": "mulf" if f else "muli",
+            "/": "divf", "//": "divsi" if ct.kind == "int" else "divui",
+            "%": "remf" if f else ("remsi" if ct.kind == "int" else "remui"),
+            "&": "andi", "|": "ori", "^": "xori", "<<": "shli",
+            ">>": "shrsi" if ct.kind == "int" else "shrui",
+        }.get(op)
+        if name is None:
+            raise SemanticError(f"unsupported operator {op}")
+        return self.emit("arith." + name, [a, b], a.type)
+
+    def compare(self, op, a, b, ct) -> tensor:
+        if ct.is_floating():
+            pred = _CMP_FLOAT[op]
+            name = "arith.cmpf"
+        else:
+            p = _CMP_INT[op]
+            pred = p if p in ("eq", "ne") else ("s" if ct.kind == "int" else "u") + p
+            name = "arith.cmpi"
+        return self.emit(name, [a, b], block_of(a.shape, int1), {"predicate": pred})
+
+    def pointer_arith(self, op, a, b):
+        if a.type.scalar.is_ptr() and b.type.scalar.is_ptr():
+            raise SemanticError("cannot add or subtract two pointers; cast them to int64 first")
+        if not a.type.scalar.is_ptr():
+            if op == "-":
+                raise SemanticError("cannot subtract a pointer from an integer")
+            a, b = b, a
+        if not b.type.scalar.is_int():
+            raise SemanticError(f"pointer offsets must be integers, got {b.type.scalar}")
+        if b.type.scalar == int1:
+            b = self.cast(b, int32)
+        if op == "-":
+            b = self.unary("-", b)
+        a, b = self.broadcast_pair(a, b)
+        return self.emit("tt.addptr", [a, b], a.type)
+
+    def unary(self, op, x):
+        x = unwrap(x)
+        if not isinstance(x, tensor):
+            return {"-": lambda v: -v, "+": lambda v: +v, "~": lambda v: ~v, "not": lambda v: not v}[op](x)
+        t = x.type.scalar
+        if op == "+":
+            return x
+        if op == "-":
+            if t.is_ptr():
+                raise SemanticError("cannot negate a pointer")
+            if t.is_floating():
+                return self.emit("arith.negf", [x], x.type)
+            return self.binary("-", self.const(0, x.type), x)
+        if op == "~":
+            if not t.is_int():
+                raise SemanticError(f"~ needs an integer, got {t}")
+            return self.emit("arith.xori", [x, self.const(1 if t == int1 else -1 if t.kind == "int" else
+                                                          (1 << t.bits) - 1, x.type)], x.type)
+        if op == "not":
+            return self.compare("==", self.cast(x, int1), self.const(False, block_of(x.shape, int1)), int1)
+        raise SemanticError(f"unsupported unary operator {op}")
+
+    def logical(self, op, a, b):
+        """`and` / `or` on runtime values: elementwise on booleans."""
+        a, b = self.cast(self.to_tensor(a), int1), self.cast(self.to_tensor(b), int1)
+        a, b = self.broadcast_pair(a, b)
+        return self.emit("arith.andi" if op == "and" else "arith.ori", [a, b], a.type)
+
+    def where(self, cond, x, y):
+        cond = self.cast(self.to_tensor(cond), int1)
+        xs, ys = _is_py_number(unwrap(x)), _is_py_number(unwrap(y))
+        x, y = self.to_tensor(unwrap(x)), self.to_tensor(unwrap(y))
+        if x.type.scalar.is_ptr() or y.type.scalar.is_ptr():
+            ct = x.type.scalar if x.type.scalar.is_ptr() else y.type.scalar
+        else:
+            ct = computation_type(x.type.scalar, xs, y.type.scalar, ys, False)
+        x, y = self.cast(x, ct), self.cast(y, ct)
+        shape = self.broadcast_shapes(cond.shape, x.shape, y.shape)
+        cond, x, y = self.broadcast_to(cond, shape), self.broadcast_to(x, shape), self.broadcast_to(y, shape)
+        return self.emit("arith.select", [cond, x, y], x.type)
+
+    def minmax(self, which, x, y, propagate_nan=0):
+        xs, ys = _is_py_number(unwrap(x)), _is_py_number(unwrap(y))
+        x, y = self.to_tensor(unwrap(x)), self.to_tensor(unwrap(y))
+        ct = computation_type(x.type.scalar, xs, y.type.scalar, ys, False)
+        x, y = self.broadcast_pair(self.cast(x, ct), self.cast(y, ct))
+        if ct.is_floating():
+            name = ("maximumf" if which == "max" else "minimumf") if propagate_nan else \
+                ("maxnumf" if which == "max" else "minnumf")
+        else:
+            name = which + ("si" if ct.kind == "int" else "ui")
+        return self.emit("arith." + name, [x, y], x.type)
+
+    def math(self, fn, x, *more):
+        x = self.to_tensor(x)
+        t = x.type.scalar
+        if fn == "abs":
+            if t.is_floating():
+                return self.emit("math.absf", [x], x.type)
+            if t.kind == "int":
+                return self.emit("math.absi", [x], x.type)
+            return x
+        if fn in ("floor", "ceil") and t.is_int():
+            return x
+        if not t.is_floating():
+            raise SemanticError(f"tl.{fn} needs a floating-point input, got {t}; convert with .to(tl.float32)")
+        if fn == "fma":
+            ys, zs = more
+            shape = self.broadcast_shapes(x.shape, self.to_tensor(ys).shape, self.to_tensor(zs).shape)
+            ct = t
+            for o in more:
+                if not _is_py_number(unwrap(o)):
+                    ct = computation_type(ct, False, self.to_tensor(o).type.scalar, False, False)
+            ops = [self.broadcast_to(self.cast(self.to_tensor(v, ct if _is_py_number(unwrap(v)) else None), ct), shape)
+                   for v in (x, ys, zs)]
+            return self.emit("math.fma", ops, ops[0].type)
+        names = {"sqrt_rn": "tt.precise_sqrt"}
+        return self.emit(names.get(fn, "math." + fn), [x], x.type)
+
+    # ---------------------------------------------------------------- memory
+    def load(self, ptr, mask=None, other=None, boundary_check=(), padding_option="", cache="", evict="",
+             volatile=False):
+        ptr = self.to_tensor(ptr)
+        mask, other = unwrap(mask), unwrap(other)
+        if ptr.type.is_block_ptr():
+            if mask is not None or other is not None:
+                raise SemanticError("block-pointer loads take boundary_check and padding_option, not mask/other")
+            checks = self._boundary_check(ptr, boundary_check)
+            attrs = {"boundary_check": checks}
+            if padding_option:
+                if padding_option not in ("zero", "nan"):
+                    raise SemanticError(f"padding_option must be 'zero' or 'nan', got {padding_option!r}")
+                attrs["padding"] = padding_option
+            bt = ptr.type
+            return self.emit("tt.load", [ptr], TensorType(bt.block_shape, bt.elem), attrs)
+        if not ptr.type.scalar.is_ptr():
+            raise SemanticError(f"tl.load needs a pointer, got a value of type {ptr.type}")
+        if other is not None and mask is None:
+            raise SemanticError("tl.load got `other` without `mask`: `other` only fills masked-off lanes, "
+                                "so pass mask= too")
+        elem = ptr.type.scalar.elem
+        operands = [ptr]
+        if mask is not None:
+            mask = self.cast(self.to_tensor(mask), int1)
+            if mask.shape and not ptr.shape:
+                raise SemanticError(f"mask has shape {list(mask.shape)} but the pointer is a scalar")
+            try:
+                shape = self.broadcast_shapes(ptr.shape, mask.shape)
+            except SemanticError:
+                raise SemanticError(f"mask shape {list(mask.shape)} does not match pointer shape "
+                                    f"{list(ptr.shape)}") from None
+            ptr, mask = self.broadcast_to(ptr, shape), self.broadcast_to(mask, shape)
+            operands = [ptr, mask]
+            if other is not None:
+                operands.append(self.broadcast_to(self.cast(self.to_tensor(other, elem if _is_py_number(other)
+                                                                         and elem.is_floating() else None),
+                                                            elem), shape))
+        attrs = {}
+        if cache:
+            attrs["cache"] = cache
+        if evict:
+            attrs["evict"] = evict
+        if volatile:
+            attrs["volatile"] = True
+        return self.emit("tt.load", operands, block_of(ptr.shape, elem), attrs)
+
+    def _boundary_check(self, ptr, boundary_check):
+        checks = [unwrap(c) for c in (unwrap(boundary_check) or ())]
+        rank = len(ptr.type.block_shape)
+        for c in checks:
+            if not 0 <= c < rank:
+                raise SemanticError(f"boundary_check dimension {c} is out of range for a rank-{rank} block")
+        return sorted(set(checks))
+
+    def store(self, ptr, value, mask=None, boundary_check=(), cache="", evict=""):
+        ptr = self.to_tensor(ptr)
+        mask = unwrap(mask)
+        if ptr.type.is_block_ptr():
+            bt = ptr.type
+            value = self.broadcast_to(self.cast(self.to_tensor(value), bt.elem), bt.block_shape)
+            self.emit("tt.store", [ptr, value], None, {"boundary_check": self._boundary_check(ptr, boundary_check)})
+            return None
+        if not ptr.type.scalar.is_ptr():
+            raise SemanticError(f"tl.store needs a pointer as its first argument, got a value of type {ptr.type}")
+        elem = ptr.type.scalar.elem
+        value = self.to_tensor(value)
+        if value.shape and not ptr.shape:
+            raise SemanticError(f"cannot store a tensor of shape {list(value.shape)} through a scalar pointer")
+        value = self.cast(value, elem)
+        shape = ptr.shape
+        if mask is not None:
+            mask = self.cast(self.to_tensor(mask), int1)
+            try:
+                shape = self.broadcast_shapes(ptr.shape, mask.shape, value.shape)
+            except SemanticError:
+                raise SemanticError(f"mask shape {list(mask.shape)} does not match pointer shape "
+                                    f"{list(ptr.shape)}") from None
+        else:
+            shape = self.broadcast_shapes(ptr.shape, value.shape)
+        ops = [self.broadcast_to(ptr, shape), self.broadcast_to(value, shape)]
+        if mask is not None:
+            ops.append(self.broadcast_to(mask, shape))
+        self.emit("tt.store", ops, None, {})
+        return None
+
+    def make_block_ptr(self, base, shape, strides, offsets, block_shape, order):
+        base = self.to_tensor(base)
+        if not base.type.is_ptr() or base.shape:
+            raise SemanticError("make_block_ptr needs a scalar pointer as base")
+        block_shape = [unwrap(s) for s in unwrap(block_shape)]
+        n = len(block_shape)
+        for name, lst in (("shape", shape), ("strides", strides), ("offsets", offsets), ("order", order)):
+            if len(unwrap(lst)) != n:
+                raise SemanticError(f"make_block_ptr: {name} has {len(unwrap(lst))} entries, block_shape has {n}")
+        ops = [base]
+        ops += [self.cast(self.to_tensor(s, int64), int64) for s in shape]
+        ops += [self.cast(self.to_tensor(s, int64), int64) for s in strides]
+        ops += [self.cast(self.to_tensor(o, int32), int32) for o in offsets]
+        ty = BlockPtrType(base.type.elem, block_shape)
+        return self.emit("tt.make_block_ptr", ops, ty, {"block_shape": block_shape,
+                                                          "order": [unwrap(o) for o in order]})
+
+    def advance(self, bp, offsets):
+        bp = self.to_tensor(bp)
+        if not bp.type.is_block_ptr():
+            raise SemanticError("tl.advance needs a block pointer made by tl.make_block_ptr")
+        if len(offsets) != len(bp.type.block_shape):
+            raise SemanticError(f"tl.advance got {len(offsets)} offsets for a rank-{len(bp.type.block_shape)} block")
+        return self.emit("tt.advance", [bp] + [self.cast(self.to_tensor(o, int32), int32) for o in offsets], bp.type)
+
+    def atomic(self, kind, ptr, val, mask=None, sem=None, scope=None):
+        ptr = self.to_tensor(ptr)
+        if not ptr.type.scalar.is_ptr():
+            raise SemanticError(f"atomic_{kind} needs a pointer, got {ptr.type}")
+        elem = ptr.type.scalar.elem
+        val = self.cast(self.to_tensor(val), elem)
+        shapes = [ptr.shape, val.shape] + ([self.to_tensor(unwrap(mask)).shape] if unwrap(mask) is not None else [])
+        shape = self.broadcast_shapes(*shapes)
+        ops = [self.broadcast_to(ptr, shape), self.broadcast_to(val, shape)]
+        if unwrap(mask) is not None:
+            ops.append(self.broadcast_to(self.cast(self.to_tensor(unwrap(mask)), int1), shape))
+        k = kind
+        if kind == "add" and elem.is_floating():
+            k = "fadd"
+        elif kind in ("max", "min") and elem.kind == "uint":
+            k = "u" + kind
+        elif kind in ("and", "or", "xor") and not elem.is_int():
+            raise SemanticError(f"atomic_{kind} needs an integer pointer, got {elem}")
+        attrs = {"kind": k, "sem": unwrap(sem) or "acq_rel", "scope": unwrap(scope) or "gpu"}
+        return self.emit("tt.atomic_rmw", ops, block_of(shape, elem), attrs)
+
+    def atomic_cas(self, ptr, cmp, val, sem=None, scope=None):
+        ptr = self.to_tensor(ptr)
+        if not ptr.type.scalar.is_ptr():
+            raise SemanticError(f"atomic_cas needs a pointer, got {ptr.type}")
+        elem = ptr.type.scalar.elem
+        cmp, val = self.cast(self.to_tensor(cmp), elem), self.cast(self.to_tensor(val), elem)
+        shape = self.broadcast_shapes(ptr.shape, cmp.shape, val.shape)
+        ops = [self.broadcast_to(v, shape) for v in (ptr, cmp, val)]
+        return self.emit("tt.atomic_cas", ops, block_of(shape, elem),
+                         {"sem": unwrap(sem) or "acq_rel", "scope": unwrap(scope) or "gpu"})
+
+    # ---------------------------------------------------------------- compute
+    def dot(self, a, b, acc=None, input_precision=None, out_dtype=float32):
+        a, b = self.to_tensor(a), self.to_tensor(b)
+        if len(a.shape) != 2 or len(b.shape) != 2:
+            raise SemanticError(f"tl.dot needs 2-D tensors, got shapes {list(a.shape)} and {list(b.shape)}")
+        if a.shape[1] != b.shape[0]:
+            raise SemanticError(f"tl.dot inner dimensions differ: a is {list(a.shape)}, b is {list(b.shape)} "
+                                f"({a.shape[1]} != {b.shape[0]})")
+        ta, tb = a.type.scalar, b.type.scalar
+        if ta != tb:
+            if ta.is_floating() and tb.is_floating():
+                ct = computation_type(ta, False, tb, False, False)
+                a, b = self.cast(a, ct), self.cast(b, ct)
+                ta = ct
+            else:
+                raise SemanticError(f"tl.dot operands must have one dtype, got {ta} and {tb}")
+        if ta.is_int():
+            if ta.bits != 8:
+                raise SemanticError(f"tl.dot supports int8 integers (int32 accumulation), got {ta}")
+            rt = int32
+        elif ta == float64:
+            rt = float64
+        else:
+            rt = unwrap(out_dtype) or float32
+        shape = (a.shape[0], b.shape[1])
+        if unwrap(acc) is None:
+            acc = self.const(0, TensorType(shape, rt))
+        else:
+            acc = self.to_tensor(unwrap(acc))
+            if acc.shape != shape:
+                raise SemanticError(f"tl.dot acc has shape {list(acc.shape)}, expected {list(shape)}")
+            rt = acc.type.scalar
+        prec = unwrap(input_precision) or ("tf32" if ta == float32 else "ieee")
+        if prec not in ("tf32", "tf32x3", "ieee"):
+            raise SemanticError(f"input_precision must be 'tf32', 'tf32x3' or 'ieee', got {prec!r}")
+        return self.emit("tt.dot", [a, b, acc], TensorType(shape, rt), {"input_precision": prec})
+
+    def _region(self, arg_types):
+        region = Block(arg_types)
+        return region, [tensor(v, v.type) for v in region.args]
+
+    def reduction(self, inputs, axis, combine, keep_dims=False, scan=False, reverse=False):
+        """Reduce (or scan) `inputs` along `axis`; `combine(a_list, b_list) -> list` builds the region."""
+        inputs = [self.to_tensor(x) for x in inputs]
+        axis = unwrap(axis)
+        if axis is None and not scan:
+            inputs = [self.reshape(x, (x.numel,)) if len(x.shape) != 1 else x for x in inputs]
+            if not inputs[0].shape:
+                return inputs if len(inputs) > 1 else inputs[0]
+            out = self.reduction(inputs, 0, combine, keep_dims=False)
+            if keep_dims:
+                return out  # rank-0 either way
+            return out
+        shape = inputs[0].shape
+        rank = len(shape)
+        if rank == 0:
+            raise SemanticError("cannot reduce or scan a scalar")
+        if not -rank <= axis < rank:
+            raise SemanticError(f"axis {axis} is out of range for a tensor of rank {rank} "
+                                f"(shape {list(shape)})")
+        axis %= rank
+        scalars = [x.type.scalar for x in inputs]
+        region, args = self._region(scalars + scalars)
+        saved = (self.b.block, self.b.index)
+        self.b.set_insertion_point_to_end(region)
+        results = combine(args[:len(inputs)], args[len(inputs):])
+        results = results if isinstance(results, (list, tuple)) else [results]
+        results = [self.cast(self.to_tensor(r), s) for r, s in zip(results, scalars)]
+        self.b.create("tt.reduce.return", [r.handle for r in results], [])
+        self.b.block, self.b.index = saved
+        if scan:
+            rtypes = [x.type for x in inputs]
+            op = self.b.create("tt.scan", [x.handle for x in inputs], rtypes,
+                               {"axis": axis, "reverse": bool(reverse)}, [region])
+        else:
+            rshape = shape[:axis] + shape[axis + 1:]
+            rtypes = [block_of(rshape, s) for s in scalars]
+            op = self.b.create("tt.reduce", [x.handle for x in inputs], rtypes, {"axis": axis}, [region])
+        outs = [tensor(r, r.type) for r in op.results]
+        if keep_dims and not scan:
+            outs = [self.expand_dims(o, axis) for o in outs]
+        return outs if len(outs) > 1 else outs[0]
+
+    # ---------------------------------------------------------------- misc
+    def program_id(self, axis, num=False):
+        axis = unwrap(axis)
+        if axis not in (0, 1, 2):
+            raise SemanticError(f"program_id axis must be 0, 1 or 2, got {axis!r}")
+        return self.emit("tt.get_num_programs" if num else "tt.get_program_id", [], int32, {"axis": axis})
+
+    def arange(self, start, end):
+        start, end = unwrap(start), unwrap(end)
+        if not isinstance(start, int) or not isinstance(end, int) or isinstance(start, bool):
+            raise SemanticError("tl.arange needs constexpr (compile-time integer) bounds; "
+                                "mark the parameter `: tl.constexpr`")
+        n = end - start
+        if n <= 0 or n & (n - 1):
+            raise SemanticError(f"tl.arange({start}, {end}) has {n} elements; the range must be a power of 2")
+        return self.emit("tt.make_range", [], TensorType((n,), int32), {"start": start, "end": end})
+
+    def full(self, shape, value, dtype):
+        shape = [unwrap(s) for s in (unwrap(shape) if isinstance(unwrap(shape), (list, tuple)) else [unwrap(shape)])]
+        dtype = unwrap(dtype)
+        for s in shape:
+            if not isinstance(s, int) or s <= 0 or s & (s - 1):
+                raise SemanticError(f"tensor shapes must be constexpr powers of 2, got {shape}")
+        value = unwrap(value)
+        if isinstance(value, tensor):
+            return self.splat(self.cast(value, dtype), shape)
+        return self.const(value, block_of(tuple(shape), dtype))
+
+
+def _pyrange(n):
+    import builtins
+
+    return builtins.range(n)
+
+
+def _python_binary(op, a, b):
+    """Constexpr arithmetic: plain Python semantics, like Triton's constexpr."""
+    import operator as o
+
+    table = {"+": o.add, "-": o.sub, "*": o.mul, "/": o.truediv, "//": o.floordiv, "%": o.mod, "&": o.and_,
+             "|": o.or_, "^": o.xor, "<<": o.lshift, ">>": o.rshift, "<": o.lt, "<=": o.le, ">": o.gt, ">=": o.ge,
+             "==": o.eq, "!=": o.ne}
+    try:
+        return table[op](a, b)
+    except Exception as e:  # e.g. None + 1
+        raise SemanticError(f"cannot compute {a!r} {op} {b!r}: {e}") from None

@@ -1,0 +1,491 @@
+"""The `tl.*` functions. Each is a thin layer over the compiler's `Semantic` (`_sem`)."""
+from __future__ import annotations
+
+import builtins as _py
+
+from .core import PropagateNan, builtin, float32, int1, int32, tensor, uint32, unwrap
+
+# --------------------------------------------------------------------------- programs and creation
+
+
+@builtin
+def program_id(axis, _sem=None):
+    return _sem.program_id(axis)
+
+
+@builtin
+def num_programs(axis, _sem=None):
+    return _sem.program_id(axis, num=True)
+
+
+@builtin
+def arange(start, end, _sem=None):
+    return _sem.arange(start, end)
+
+
+@builtin
+def full(shape, value, dtype, _sem=None):
+    return _sem.full(shape, value, dtype)
+
+
+@builtin
+def zeros(shape, dtype, _sem=None):
+    return _sem.full(shape, 0, dtype)
+
+
+@builtin
+def zeros_like(input, _sem=None):
+    input = _sem.to_tensor(input)
+    return _sem.full(input.shape, 0, input.dtype) if input.shape else _sem.const(0, input.dtype)
+
+
+@builtin
+def full_like(input, value, _sem=None):
+    input = _sem.to_tensor(input)
+    return _sem.full(input.shape, value, input.dtype) if input.shape else _sem.const(value, input.dtype)
+
+
+def cdiv(x, div, _sem=None):
+    """Ceiling division; works on Python ints (host side) and on tensors (in kernels)."""
+    x, div = unwrap(x), unwrap(div)
+    return (x + div - 1) // div
+
+
+cdiv.__kl_builtin__ = False  # plain Python: the frontend traces it like a @jit helper
+
+
+# --------------------------------------------------------------------------- memory
+
+
+@builtin
+def load(pointer, mask=None, other=None, boundary_check=(), padding_option="", cache_modifier="",
+         eviction_policy="", volatile=False, _sem=None):
+    return _sem.load(pointer, mask, other, boundary_check, unwrap(padding_option), unwrap(cache_modifier),
+                     unwrap(eviction_policy), unwrap(volatile))
+
+
+@builtin
+def store(pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy="", _sem=None):
+    return _sem.store(pointer, value, mask, boundary_check, unwrap(cache_modifier), unwrap(eviction_policy))
+
+
+@builtin
+def make_block_ptr(base, shape, strides, offsets, block_shape, order, _sem=None):
+    return _sem.make_block_ptr(base, shape, strides, offsets, block_shape, order)
+
+
+@builtin
+def advance(base, offsets, _sem=None):
+    return _sem.advance(base, offsets)
+
+
+def _atomic(kind):
+    def f(pointer, val, mask=None, sem=None, scope=None, _sem=None):
+        return _sem.atomic(kind, pointer, val, mask, sem, scope)
+
+    f.__name__ = f"atomic_{kind}"
+    return builtin(f)
+
+
+atomic_add = _atomic("add")
+atomic_max = _atomic("max")
+atomic_min = _atomic("min")
+atomic_xchg = _atomic("xchg")
+atomic_and = _atomic("and")
+atomic_or = _atomic("or")
+atomic_xor = _atomic("xor")
+
+
+@builtin
+def atomic_cas(pointer, cmp, val, sem=None, scope=None, _sem=None):
+    return _sem.atomic_cas(pointer, cmp, val, sem, scope)
+
+
+# --------------------------------------------------------------------------- elementwise
+
+
+@builtin
+def where(condition, x, y, _sem=None):
+    return _sem.where(condition, x, y)
+
+
+@builtin
+def minimum(x, y, propagate_nan=PropagateNan.NONE, _sem=None):
+    return _sem.minmax("min", x, y, unwrap(propagate_nan))
+
+
+@builtin
+def maximum(x, y, propagate_nan=PropagateNan.NONE, _sem=None):
+    return _sem.minmax("max", x, y, unwrap(propagate_nan))
+
+
+@builtin
+def clamp(x, min, max, propagate_nan=PropagateNan.NONE, _sem=None):
+    return _sem.minmax("min", _sem.minmax("max", x, min, unwrap(propagate_nan)), max, unwrap(propagate_nan))
+
+
+def _math(name):
+    def f(x, _sem=None):
+        return _sem.math(name, x)
+
+    f.__name__ = name
+    return builtin(f)
+
+
+abs = _math("abs")
+exp = _math("exp")
+exp2 = _math("exp2")
+log = _math("log")
+log2 = _math("log2")
+sqrt = _math("sqrt")
+sqrt_rn = _math("sqrt_rn")
+rsqrt = _math("rsqrt")
+sin = _math("sin")
+cos = _math("cos")
+erf = _math("erf")
+floor = _math("floor")
+ceil = _math("ceil")
+
+
+@builtin
+def fma(x, y, z, _sem=None):
+    return _sem.math("fma", x, y, z)
+
+
+@builtin
+def sigmoid(x, _sem=None):
+    x = _sem.to_tensor(x)
+    return 1.0 / (1.0 + exp(-x, _sem=_sem))
+
+
+@builtin
+def umulhi(x, y, _sem=None):
+    x, y = _sem.to_tensor(x), _sem.to_tensor(y)
+    if not (x.dtype.is_int() and y.dtype.is_int()):
+        raise TypeError(f"tl.umulhi needs integers, got {x.dtype} and {y.dtype}")
+    ct = x.dtype if x.dtype.bits >= y.dtype.bits else y.dtype
+    x, y = _sem.broadcast_pair(_sem.cast(x, ct), _sem.cast(y, ct))
+    return _sem.emit("tt.umulhi", [x, y], x.type)
+
+
+@builtin
+def fdiv(x, y, ieee_rounding=False, _sem=None):
+    if unwrap(ieee_rounding):
+        return div_rn(x, y, _sem=_sem)
+    return _sem.binary("/", x, y)
+
+
+@builtin
+def div_rn(x, y, _sem=None):
+    q = _sem.binary("/", x, y)  # types and broadcasting as for `/`
+    op = q.handle.owner
+    op.name = "tt.precise_divf"
+    return q
+
+
+@builtin
+def cast(input, dtype, fp_downcast_rounding=None, bitcast=False, _sem=None):
+    return _sem.cast(input, unwrap(dtype), bitcast=unwrap(bitcast))
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+@builtin
+def trans(input, *dims, _sem=None):
+    dims = [unwrap(d) for d in dims]
+    if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+        dims = list(dims[0])
+    return _sem.permute(input, dims or None)
+
+
+@builtin
+def permute(input, *dims, _sem=None):
+    dims = [unwrap(d) for d in dims]
+    if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+        dims = list(dims[0])
+    return _sem.permute(input, dims)
+
+
+@builtin
+def reshape(input, *shape, can_reorder=False, _sem=None):
+    shape = [unwrap(s) for s in shape]
+    if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+        shape = list(shape[0])
+    return _sem.reshape(input, shape, unwrap(can_reorder))
+
+
+@builtin
+def view(input, *shape, _sem=None):
+    return reshape(input, *shape, _sem=_sem)
+
+
+@builtin
+def ravel(x, can_reorder=False, _sem=None):
+    x = _sem.to_tensor(x)
+    return _sem.reshape(x, (x.numel,))
+
+
+@builtin
+def expand_dims(input, axis, _sem=None):
+    return _sem.expand_dims(input, axis)
+
+
+@builtin
+def broadcast_to(input, *shape, _sem=None):
+    shape = [unwrap(s) for s in shape]
+    if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+        shape = list(shape[0])
+    return _sem.broadcast_to(input, shape)
+
+
+@builtin
+def broadcast(input, other, _sem=None):
+    return _sem.broadcast_pair(_sem.to_tensor(input), _sem.to_tensor(other))
+
+
+@builtin
+def join(a, b, _sem=None):
+    return _sem.join(a, b)
+
+
+@builtin
+def split(a, _sem=None):
+    return _sem.split(a)
+
+
+@builtin
+def cat(input, other, can_reorder=False, dim=0, _sem=None):
+    if unwrap(dim) != 0:
+        raise ValueError("tl.cat concatenates along dimension 0 only")
+    return _sem.cat(input, other)
+
+
+# --------------------------------------------------------------------------- dot
+
+
+@builtin
+def dot(input, other, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise_acc=None,
+        out_dtype=float32, _sem=None):
+    prec = unwrap(input_precision)
+    if prec is None and unwrap(allow_tf32) is not None:
+        prec = "tf32" if unwrap(allow_tf32) else "ieee"
+    return _sem.dot(input, other, acc, prec, unwrap(out_dtype))
+
+
+# --------------------------------------------------------------------------- reductions and scans
+
+
+def _combine_op(sem, kind, a, b):
+    if kind == "sum":
+        return a + b
+    if kind == "prod":
+        return a * b
+    if kind == "max":
+        return sem.minmax("max", a, b)
+    if kind == "min":
+        return sem.minmax("min", a, b)
+    if kind == "xor":
+        return a ^ b
+    raise AssertionError(kind)
+
+
+def _pick_sum_dtype(dt):
+    if dt.is_int() and dt.bits < 32:
+        return uint32 if dt.kind == "uint" else int32
+    return dt
+
+
+def _simple_reduce(kind, input, axis, keep_dims, sem, dtype=None, scan=False, reverse=False):
+    input = sem.to_tensor(input)
+    if dtype is not None:
+        input = sem.cast(input, unwrap(dtype))
+    elif kind in ("sum", "prod"):
+        input = sem.cast(input, _pick_sum_dtype(input.dtype))
+    if kind == "xor" and not input.dtype.is_int():
+        raise TypeError(f"xor_sum needs integers, got {input.dtype}")
+    if input.dtype == int1 and kind in ("max", "min"):
+        input = sem.cast(input, int32)
+    return sem.reduction([input], axis, lambda a, b: _combine_op(sem, kind, a[0], b[0]), unwrap(keep_dims),
+                         scan=scan, reverse=unwrap(reverse))
+
+
+@builtin
+def sum(input, axis=None, keep_dims=False, dtype=None, _sem=None):
+    return _simple_reduce("sum", input, axis, keep_dims, _sem, dtype)
+
+
+@builtin
+def xor_sum(input, axis=None, keep_dims=False, _sem=None):
+    return _simple_reduce("xor", input, axis, keep_dims, _sem)
+
+
+def _arg_combine(sem, which, tie_break_left):
+    def combine(a, b):
+        av, ai = a
+        bv, bi = b
+        better = av > bv if which == "max" else av < bv
+        if av.dtype.is_floating():  # a NaN wins, like torch.argmax
+            better = better | ((av != av) & (bv == bv))
+        tie = av == bv
+        take_a = better | (tie & (ai < bi)) if unwrap(tie_break_left) else better | (tie & (ai > bi))
+        return [sem.where(take_a, av, bv), sem.where(take_a, ai, bi)]
+
+    return combine
+
+
+def _minmax_reduce(which, input, axis, return_indices, tie_break_left, keep_dims, sem):
+    input = sem.to_tensor(input)
+    if not unwrap(return_indices):
+        return _simple_reduce(which, input, axis, keep_dims, sem)
+    return _arg_reduce(which, input, axis, tie_break_left, keep_dims, sem)
+
+
+def _arg_reduce(which, input, axis, tie_break_left, keep_dims, sem):
+    input = sem.to_tensor(input)
+    if input.dtype == int1:
+        input = sem.cast(input, int32)
+    axis = unwrap(axis)
+    if axis is None:
+        input = sem.reshape(input, (input.numel,))
+        axis = 0
+    rank = len(input.shape)
+    if rank == 0 or not -rank <= axis < rank:
+        raise ValueError(f"axis {axis} is out of range for a tensor of rank {rank}")
+    ax = axis % rank
+    idx = sem.arange(0, input.shape[ax])
+    for _ in _py.range(ax):
+        idx = sem.expand_dims(idx, 0)
+    for _ in _py.range(rank - ax - 1):
+        idx = sem.expand_dims(idx, len(idx.shape))
+    idx = sem.broadcast_to(idx, input.shape)
+    v, i = sem.reduction([input, idx], ax, _arg_combine(sem, which, tie_break_left), unwrap(keep_dims))
+    return v, i
+
+
+@builtin
+def max(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False, _sem=None):
+    return _minmax_reduce("max", input, axis, return_indices, return_indices_tie_break_left, keep_dims, _sem)
+
+
+@builtin
+def min(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False, _sem=None):
+    return _minmax_reduce("min", input, axis, return_indices, return_indices_tie_break_left, keep_dims, _sem)
+
+
+@builtin
+def argmax(input, axis, tie_break_left=True, keep_dims=False, _sem=None):
+    return _arg_reduce("max", input, axis, tie_break_left, keep_dims, _sem)[1]
+
+
+@builtin
+def argmin(input, axis, tie_break_left=True, keep_dims=False, _sem=None):
+    return _arg_reduce("min", input, axis, tie_break_left, keep_dims, _sem)[1]
+
+
+def _user_combine(sem, combine_fn, n):
+    def combine(a, b):
+        out = sem.call_jit(combine_fn, list(a) + list(b), {})
+        return list(out) if isinstance(out, (list, tuple)) else [out]
+
+    return combine
+
+
+@builtin
+def reduce(input, axis, combine_fn, keep_dims=False, _sem=None):
+    inputs = list(input) if isinstance(input, (list, tuple)) else [input]
+    out = _sem.reduction(inputs, axis, _user_combine(_sem, combine_fn, len(inputs)), unwrap(keep_dims))
+    return out
+
+
+@builtin
+def associative_scan(input, axis, combine_fn, reverse=False, _sem=None):
+    inputs = list(input) if isinstance(input, (list, tuple)) else [input]
+    return _sem.reduction(inputs, axis, _user_combine(_sem, combine_fn, len(inputs)), scan=True,
+                          reverse=unwrap(reverse))
+
+
+@builtin
+def cumsum(input, axis=0, reverse=False, dtype=None, _sem=None):
+    return _simple_reduce("sum", input, axis, False, _sem, dtype, scan=True, reverse=reverse)
+
+
+@builtin
+def cumprod(input, axis=0, reverse=False, _sem=None):
+    return _simple_reduce("prod", input, axis, False, _sem, scan=True, reverse=reverse)
+
+
+@builtin
+def softmax(x, dim=None, keep_dims=False, ieee_rounding=False, _sem=None):
+    d = 0 if unwrap(dim) is None else unwrap(dim)
+    z = x - max(x, d, keep_dims=True, _sem=_sem)
+    num = exp(z, _sem=_sem)
+    den = sum(num, d, keep_dims=True, _sem=_sem)
+    return fdiv(num, den, ieee_rounding, _sem=_sem)
+
+
+# --------------------------------------------------------------------------- compile-time and debugging
+
+
+@builtin
+def static_assert(cond, msg="", _sem=None):
+    cond = unwrap(cond)
+    if isinstance(cond, tensor):
+        raise TypeError("static_assert needs a compile-time condition; use tl.device_assert for runtime values")
+    if not cond:
+        raise AssertionError(f"static_assert failed: {unwrap(msg)}" if unwrap(msg) else "static_assert failed")
+
+
+@builtin
+def static_print(*values, sep=" ", end="\n", file=None, flush=False, _sem=None):
+    print(*[unwrap(v) for v in values], sep=sep, end=end, flush=flush)
+
+
+@builtin
+def device_print(prefix, *args, hex=False, _sem=None):
+    vals = [_sem.to_tensor(a) for a in args]
+    _sem.emit("tt.print", vals, None, {"prefix": str(unwrap(prefix)), "hex": bool(unwrap(hex))})
+
+
+@builtin
+def device_assert(cond, msg="", mask=None, _sem=None):
+    cond = _sem.cast(_sem.to_tensor(cond), int1)
+    if unwrap(mask) is not None:
+        cond = _sem.logical("or", cond, _sem.unary("not", _sem.to_tensor(unwrap(mask))))
+    _sem.emit("tt.assert", [cond], None, {"message": str(unwrap(msg))})
+
+
+def _hint(kind):
+    def f(input, values, _sem=None):
+        values = unwrap(values)
+        values = [unwrap(v) for v in values] if isinstance(values, (list, tuple)) else [values]
+        x = _sem.to_tensor(input)
+        return _sem.emit("tt.hint", [x], x.type, {kind: values})
+
+    f.__name__ = kind
+    return builtin(f)
+
+
+multiple_of = _hint("multiple_of")
+max_contiguous = _hint("max_contiguous")
+max_constancy = _hint("max_constancy")
+
+
+@builtin
+def debug_barrier(_sem=None):
+    _sem.emit("tt.debug_barrier", [], None)
+
+
+@builtin
+def assume(cond, _sem=None):
+    return None
+
+
+def constexpr_function(fn):  # compatibility: helpers evaluated at compile time
+    fn.__kl_constexpr_fn__ = True
+    return fn
+
+
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "builtin", "constexpr",
+                                                                      "tensor", "unwrap", "float32", "int1",
+                                                                      "int32", "uint32", "PropagateNan")]

@@ -1,0 +1,195 @@
+"""The language's objects: `constexpr`, `tensor`, dtypes, and the `@builtin` marker.
+
+Builtins are ordinary Python functions that receive the compiler's `Semantic` object as `_sem`;
+the frontend supplies it. Called outside a kernel they explain themselves instead of failing oddly.
+"""
+from __future__ import annotations
+
+import functools
+
+from ..compiler.types import (  # noqa: F401 - re-exported as tl.*
+    BlockPtrType,
+    DType,
+    PointerType,
+    TensorType,
+    Type,
+    bfloat16,
+    float16,
+    float32,
+    float64,
+    int1,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+
+dtype = DType
+pointer_type = PointerType
+block_type = TensorType
+
+
+class constexpr:
+    """Marks a parameter whose value is known at compile time (`BLOCK: tl.constexpr`)."""
+
+    def __init__(self, value):
+        self.value = value.value if isinstance(value, constexpr) else value
+
+    def __repr__(self):
+        return f"constexpr[{self.value!r}]"
+
+    def __index__(self):
+        return self.value
+
+    def __bool__(self):
+        return bool(self.value)
+
+    def __eq__(self, other):
+        return self.value == (other.value if isinstance(other, constexpr) else other)
+
+    def __hash__(self):
+        return hash(self.value)
+
+
+def unwrap(v):
+    """A constexpr's Python value; anything else unchanged."""
+    return v.value if isinstance(v, constexpr) else v
+
+
+class tensor:
+    """A value inside a kernel: a handle to an SSA value plus its type.
+
+    Python operators on tensors go through the active `Semantic`, so helpers written as plain
+    Python (sigmoid, softmax, the philox rounds) type-check exactly like kernel code.
+    """
+
+    _sem = None  # the Semantic of the kernel being compiled; set by the frontend
+
+    def __init__(self, handle, type):
+        self.handle, self.type = handle, type
+
+    @property
+    def dtype(self):
+        return self.type.scalar
+
+    @property
+    def shape(self):
+        return tuple(self.type.shape) if not self.type.is_block_ptr() else tuple(self.type.block_shape)
+
+    @property
+    def numel(self):
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __repr__(self):
+        return f"tensor<{self.type}>"
+
+    def __bool__(self):
+        raise TypeError("a runtime tensor has no Python truth value here; use it in `if` / `while` "
+                        "directly or use tl.where")
+
+    # Operators: delegated to the Semantic.
+    def _bin(op, reflected=False):
+        def f(self, other):
+            s = tensor._sem
+            return s.binary(op, other, self) if reflected else s.binary(op, self, other)
+        return f
+
+    __add__, __radd__ = _bin("+"), _bin("+", True)
+    __sub__, __rsub__ = _bin("-"), _bin("-", True)
+    __mul__, __rmul__ = _bin("*"), _bin("*", True)
+    __truediv__, __rtruediv__ = _bin("/"), _bin("/", True)
+    __floordiv__, __rfloordiv__ = _bin("//"), _bin("//", True)
+    __mod__, __rmod__ = _bin("%"), _bin("%", True)
+    __and__, __rand__ = _bin("&"), _bin("&", True)
+    __or__, __ror__ = _bin("|"), _bin("|", True)
+    __xor__, __rxor__ = _bin("^"), _bin("^", True)
+    __lshift__, __rlshift__ = _bin("<<"), _bin("<<", True)
+    __rshift__, __rrshift__ = _bin(">>"), _bin(">>", True)
+    __lt__, __le__ = _bin("<"), _bin("<=")
+    __gt__, __ge__ = _bin(">"), _bin(">=")
+    __eq__, __ne__ = _bin("=="), _bin("!=")
+    __hash__ = object.__hash__
+    del _bin
+
+    def __neg__(self):
+        return tensor._sem.unary("-", self)
+
+    def __pos__(self):
+        return self
+
+    def __invert__(self):
+        return tensor._sem.unary("~", self)
+
+    def __getitem__(self, index):
+        return tensor._sem.subscript(self, index)
+
+    # Methods: the builtins that take the tensor first.
+    def to(self, dtype, fp_downcast_rounding=None, bitcast=False):
+        return tensor._sem.cast(self, unwrap(dtype), bitcast=unwrap(bitcast))
+
+    @property
+    def T(self):
+        return tensor._sem.permute(self, None)
+
+    def __getattr__(self, name):
+        from . import _TENSOR_METHODS
+
+        if name in _TENSOR_METHODS:
+            fn = _TENSOR_METHODS[name]
+            return functools.partial(fn, self, _sem=tensor._sem)
+        raise AttributeError(f"tensor has no attribute '{name}'")
+
+
+class CalledOutsideKernel(RuntimeError):
+    pass
+
+
+def builtin(fn):
+    """Marks a language function; the frontend calls it with `_sem=`."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, _sem=None, **kwargs):
+        if _sem is None:
+            _sem = tensor._sem
+        if _sem is None:
+            raise CalledOutsideKernel(f"tl.{fn.__name__} can only be called inside a @kernellab.jit function")
+        return fn(*args, _sem=_sem, **kwargs)
+
+    wrapper.__kl_builtin__ = True
+    return wrapper
+
+
+class static_range:
+    """A `for` loop the frontend unrolls: every iteration sees a constexpr index."""
+
+    def __init__(self, arg1, arg2=None, step=None):
+        if arg2 is None:
+            self.start, self.end = 0, unwrap(arg1)
+        else:
+            self.start, self.end = unwrap(arg1), unwrap(arg2)
+        self.step = 1 if step is None else unwrap(step)
+
+
+class range:
+    """`tl.range`: a runtime loop with pipelining hints (`num_stages`, `loop_unroll_factor`)."""
+
+    def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None,
+                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False):
+        if arg2 is None:
+            self.start, self.end = 0, arg1
+        else:
+            self.start, self.end = arg1, arg2
+        self.step = 1 if step is None else step
+        self.num_stages = unwrap(num_stages)
+
+
+class PropagateNan:
+    NONE = 0
+    ALL = 0xFFFF

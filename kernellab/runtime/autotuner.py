@@ -1,0 +1,137 @@
+"""`kl.autotune`, `kl.Config`, `kl.heuristics`: Triton's tuning surface.
+
+The autotuner times each config on the first launch for a new value of `key` and keeps the fastest.
+On the CPU interpreter timings say little about a GPU, so there it simply keeps the first config
+that runs (and says so in `best_config_reason`).
+"""
+from __future__ import annotations
+
+import time
+
+from ..errors import LaunchError
+
+
+class Config:
+    """A set of constexpr values plus launch options to try."""
+
+    def __init__(self, kwargs, num_warps=4, num_stages=3, num_ctas=1, maxnreg=None, pre_hook=None, **_):
+        self.kwargs, self.num_warps, self.num_stages = dict(kwargs), num_warps, num_stages
+        self.num_ctas, self.maxnreg, self.pre_hook = num_ctas, maxnreg, pre_hook
+
+    def all_kwargs(self):
+        out = dict(self.kwargs)
+        out.update(num_warps=self.num_warps, num_stages=self.num_stages)
+        return out
+
+    def __repr__(self):
+        kv = ", ".join(f"{k}: {v}" for k, v in self.kwargs.items())
+        return f"Config({kv}, num_warps: {self.num_warps}, num_stages: {self.num_stages})"
+
+
+class Autotuner:
+    def __init__(self, fn, configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None,
+                 warmup=None, rep=None, do_bench=None):
+        self.fn, self.configs, self.key = fn, list(configs) or [Config({})], list(key)
+        self.prune_configs_by = prune_configs_by or {}
+        self.reset_to_zero, self.restore_value = list(reset_to_zero or []), list(restore_value or [])
+        self.cache: dict = {}
+        self.best_config = None
+        self.best_config_reason = ""
+        self.do_bench = do_bench
+        self.__name__ = getattr(fn, "__name__", "kernel")
+        self.arg_names = fn.arg_names
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+
+    def _named(self, args, kwargs):
+        named = dict(zip(self.arg_names, args))
+        named.update(kwargs)
+        return named
+
+    def _prune(self, named):
+        configs = self.configs
+        early = self.prune_configs_by.get("early_config_prune")
+        if early:
+            configs = early(configs, named) or configs
+        return configs
+
+    def run(self, *args, grid, **kwargs):
+        named = self._named(args, kwargs)
+        key = tuple(str(getattr(named.get(k), "dtype", "")) + repr(named.get(k)) if not hasattr(named.get(k),
+                    "data_ptr") else str(named[k].dtype) + str(tuple(named[k].shape)) for k in self.key)
+        if key not in self.cache:
+            configs = self._prune(named)
+            self.cache[key] = self._choose(configs, args, kwargs, grid)
+        cfg = self.cache[key]
+        self.best_config = cfg
+        if cfg.pre_hook:
+            cfg.pre_hook({**named, **cfg.all_kwargs()})
+        return self.fn.run(*args, grid=grid, **{**kwargs, **cfg.all_kwargs()})
+
+    def _choose(self, configs, args, kwargs, grid):
+        on_gpu = any(getattr(a, "is_cuda", False) for a in args)
+        if len(configs) == 1 or not on_gpu:
+            self.best_config_reason = ("only one config" if len(configs) == 1 else
+                                       "CPU interpreter: timings do not predict a GPU, first config kept")
+            return configs[0]
+        named = self._named(args, kwargs)
+        timings = {}
+        for cfg in configs:
+            saved = {n: named[n].clone() for n in self.restore_value}
+            try:
+                timings[cfg] = self._bench(cfg, args, kwargs, grid, named)
+            except LaunchError:
+                timings[cfg] = float("inf")
+            for n, t in saved.items():
+                named[n].copy_(t)
+        best = min(timings, key=timings.get)
+        self.best_config_reason = f"fastest of {len(configs)} configs ({timings[best] * 1e3:.3f} ms)"
+        return best
+
+    def _bench(self, cfg, args, kwargs, grid, named):
+        from ..testing import do_bench
+
+        def call():
+            for n in self.reset_to_zero:
+                named[n].zero_()
+            self.fn.run(*args, grid=grid, **{**kwargs, **cfg.all_kwargs()})
+
+        return do_bench(call) / 1e3
+
+
+def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, warmup=None, rep=None,
+             do_bench=None, **_):
+    def deco(fn):
+        return Autotuner(fn, configs, key, prune_configs_by, reset_to_zero, restore_value, warmup, rep, do_bench)
+
+    return deco
+
+
+class Heuristics:
+    def __init__(self, fn, values: dict):
+        self.fn, self.values = fn, values
+        self.__name__ = getattr(fn, "__name__", "kernel")
+        self.arg_names = fn.arg_names
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+
+    def run(self, *args, grid, **kwargs):
+        named = dict(zip(self.arg_names, args))
+        named.update(kwargs)
+        for k, f in self.values.items():
+            kwargs[k] = f(named)
+            named[k] = kwargs[k]
+        return self.fn.run(*args, grid=grid, **kwargs)
+
+    def warmup(self, *args, **kwargs):
+        named = dict(zip(self.arg_names, args))
+        named.update(kwargs)
+        for k, f in self.values.items():
+            kwargs[k] = f(named)
+        return self.fn.warmup(*args, **kwargs)
+
+
+def heuristics(values: dict):
+    return lambda fn: Heuristics(fn, values)

@@ -1,0 +1,274 @@
+"""`@kl.jit`: specialization, compilation with a recorded trace, caching and launching.
+
+On a machine without a GPU (or with CPU tensors) a launch runs the compiled tile IR on the CPU
+interpreter, so every kernel and notebook works on a laptop.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+
+from ..compiler.frontend import FunctionSource, ModuleCompiler, RuntimeArg
+from ..compiler.pipeline import CompileTrace, run_tile_pipeline
+from ..compiler.printer import print_module
+from ..compiler.semantic import literal_dtype
+from ..compiler.types import DTYPES, DType, PointerType
+from ..compiler.verifier import verify
+from ..errors import CompilationError, LaunchError
+from ..language.core import constexpr, unwrap
+from .source import get_source
+
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug",
+                  "launch_cooperative_grid", "stream", "warmup")
+
+_TORCH_DTYPES = {
+    "torch.bool": "i1", "torch.int8": "i8", "torch.int16": "i16", "torch.int32": "i32", "torch.int64": "i64",
+    "torch.uint8": "u8", "torch.uint16": "u16", "torch.uint32": "u32", "torch.uint64": "u64",
+    "torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32", "torch.float64": "f64",
+}
+
+
+def dtype_of_array(a) -> DType | None:
+    """The element dtype of a torch tensor or NumPy array; None for anything else."""
+    if hasattr(a, "data_ptr") and hasattr(a, "dtype"):
+        name = _TORCH_DTYPES.get(str(a.dtype))
+        if name is None:
+            raise LaunchError(f"tensors of dtype {a.dtype} are not supported")
+        return DTYPES[name]
+    if hasattr(a, "__array_interface__") and hasattr(a, "dtype") and hasattr(a, "ndim"):
+        import numpy as np
+
+        for name, d in DTYPES.items():
+            if name != "bf16" and d.np == np.dtype(a.dtype):
+                return d
+        raise LaunchError(f"arrays of dtype {a.dtype} are not supported")
+    return None
+
+
+def data_ptr(a) -> int:
+    if hasattr(a, "data_ptr"):
+        return a.data_ptr()
+    return a.__array_interface__["data"][0]
+
+
+def is_cuda(a) -> bool:
+    return getattr(a, "is_cuda", False)
+
+
+@dataclass
+class CompiledKernel:
+    """One specialization: IR of every stage, the trace, and how to run it."""
+
+    name: str
+    module: object
+    trace: CompileTrace
+    arg_names: list
+    source_lines: list
+    options: dict = field(default_factory=dict)
+    asm: dict = field(default_factory=dict)
+    _interpreter: object = None
+
+    @property
+    def signature(self):
+        return self.trace.signature
+
+    def interpreter(self):
+        if self._interpreter is None:
+            from .interpreter import Interpreter
+
+            self._interpreter = Interpreter(self.module, self.name, self.source_lines, arg_names=self.arg_names)
+        return self._interpreter
+
+    def run(self, grid, args):
+        self.interpreter().run(grid, args)
+
+    def __getitem__(self, grid):
+        return lambda *args: self.run(_normalize_grid(self.name, grid), list(args))
+
+
+def _normalize_grid(name, grid):
+    if isinstance(grid, int):
+        grid = (grid,)
+    grid = tuple(unwrap(g) for g in grid)
+    if not 1 <= len(grid) <= 3:
+        raise LaunchError(f"kernel '{name}': the grid must have 1 to 3 dimensions, got {grid}")
+    for g in grid:
+        if not isinstance(g, int) or isinstance(g, bool) or g < 0:
+            raise LaunchError(f"kernel '{name}': grid dimensions must be non-negative integers, got {grid}")
+    return grid + (1,) * (3 - len(grid))
+
+
+class JITFunction:
+    """A kernel or device function written in the language; call it as `kernel[grid](*args)`."""
+
+    def __init__(self, fn, do_not_specialize=(), debug=None, noinline=None, repr=None, launch_metadata=None):
+        self.fn = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.__module__ = fn.__module__
+        self.__wrapped__ = fn
+        self.do_not_specialize = set(do_not_specialize or ())
+        self.cache: dict = {}
+        self._source = None
+        found = get_source(fn)  # now, while the defining frames (exec) are still alive
+        self._found = found
+        self.arg_names = list(__import__("inspect").signature(fn).parameters)
+        self.do_not_specialize = {self.arg_names[i] if isinstance(i, int) else i for i in self.do_not_specialize}
+
+    def __repr__(self):
+        return f"JITFunction({self.fn.__module__}:{self.fn.__qualname__})"
+
+    def _kl_source(self) -> FunctionSource:
+        if self._source is None:
+            if self._found is None:
+                raise CompilationError(self.__name__, "cannot find the source code of this function; define it "
+                                       "in a file, a notebook cell, or a string passed to exec()",
+                                       self.fn.__code__.co_filename, self.fn.__code__.co_firstlineno)
+            text, filename, first = self._found
+            self._source = FunctionSource(self.fn, text, filename, first)
+        return self._source
+
+    @property
+    def src(self) -> str:
+        return self._kl_source().source
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"{self.__name__} is a @kernellab.jit function: launch it as {self.__name__}[grid](...) "
+                           "or call it from another @jit function")
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+
+    # ------------------------------------------------------------------ binding and specialization
+    def bind(self, args, kwargs):
+        src = self._kl_source()
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in LAUNCH_OPTIONS}
+        try:
+            ba = src.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            params = ", ".join(self.arg_names)
+            raise CompilationError(self.__name__, f"wrong arguments for {self.__name__}({params}): {e}",
+                                   src.filename, src.first_line + src.node.lineno - 1,
+                                   src.node.col_offset, src.line_text(src.node.lineno)) from None
+        ba.apply_defaults()
+        missing = [n for n in src.constexpr_params if n in ba.arguments and ba.arguments[n] is
+                   __import__("inspect").Parameter.empty]
+        if missing:
+            raise CompilationError(self.__name__, f"missing constexpr argument(s): {', '.join(missing)}",
+                                   src.filename, src.first_line + src.node.lineno - 1)
+        return dict(ba.arguments), options
+
+    def specialize(self, bound: dict):
+        """Per argument: a RuntimeArg (stays a kernel parameter) or a Python value (compiled in)."""
+        src = self._kl_source()
+        spec, key, runtime_values, runtime_names = {}, [], [], []
+        for name, value in bound.items():
+            value = unwrap(value) if isinstance(value, constexpr) else value
+            if name in src.constexpr_params or value is None or isinstance(value, (DType, PointerType, str)) \
+                    or callable(value) and not hasattr(value, "data_ptr"):
+                if isinstance(value, (DType, PointerType)) or value is None or isinstance(value, (int, float, bool,
+                                                                                                   str, tuple)):
+                    spec[name] = value
+                    key.append((name, "c", repr(value)))
+                    continue
+                spec[name] = value
+                key.append((name, "c", getattr(value, "__name__", repr(value))))
+                continue
+            dt = dtype_of_array(value)
+            if dt is not None:
+                ptr = data_ptr(value)
+                attrs = {"tt.divisibility": 16} if ptr % 16 == 0 and name not in self.do_not_specialize else {}
+                arg = RuntimeArg(PointerType(dt), attrs)
+            elif isinstance(value, bool):
+                arg = RuntimeArg(DTYPES["i1"])
+            elif isinstance(value, int):
+                try:
+                    t = literal_dtype(value)
+                except Exception as e:
+                    raise LaunchError(f"kernel '{self.__name__}': argument '{name}' = {value}: {e}") from None
+                attrs, one = {}, False
+                if name not in self.do_not_specialize:
+                    if value == 1:
+                        one = True
+                    elif value % 16 == 0:
+                        attrs = {"tt.divisibility": 16}
+                arg = RuntimeArg(t, attrs, one)
+            elif isinstance(value, float):
+                arg = RuntimeArg(DTYPES["f32"])
+            else:
+                raise LaunchError(f"kernel '{self.__name__}': argument '{name}' has unsupported type "
+                                  f"{type(value).__name__}; pass tensors, numbers or constexprs")
+            spec[name] = arg
+            key.append((name, "r") + arg.key())
+            runtime_values.append(value)
+            runtime_names.append(name)
+        return spec, tuple(key), runtime_values, runtime_names
+
+    # ------------------------------------------------------------------ compile
+    def compile(self, spec: dict, key, runtime_names, options) -> CompiledKernel:
+        t0 = time.perf_counter()
+        src = self._kl_source()
+        trace = CompileTrace(self.__name__)
+        compiler = ModuleCompiler()
+        module = compiler.compile_kernel(self, spec)
+        verify(module, after="frontend")
+        text = print_module(module)
+        trace.record("frontend", "Python AST -> tile IR (types, shapes, structured control flow)", text,
+                     time.perf_counter() - t0, True, {"functions": len(module.functions)})
+        run_tile_pipeline(module, trace)
+        trace.key = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+        trace.signature = ", ".join(f"{n}: {a.type}" for n, a in spec.items() if isinstance(a, RuntimeArg))
+        full_lines = _file_lines(src)
+        ck = CompiledKernel(self.__name__, module, trace, runtime_names, full_lines, dict(options))
+        ck.asm["tile"] = trace.final_ir
+        ck.asm["ttir"] = ck.asm["tile"]
+        return ck
+
+    def _get_compiled(self, args, kwargs):
+        bound, options = self.bind(args, kwargs)
+        spec, key, runtime_values, runtime_names = self.specialize(bound)
+        okey = (key, options.get("num_warps", 4), options.get("num_stages", 3))
+        ck = self.cache.get(okey)
+        if ck is None:
+            ck = self.compile(spec, key, runtime_names, options)
+            self.cache[okey] = ck
+        return ck, bound, options, runtime_values
+
+    def warmup(self, *args, grid=None, **kwargs) -> CompiledKernel:
+        """Compile for these arguments without running; returns the compiled kernel and its trace."""
+        kwargs.pop("warmup", None)
+        ck, _, _, _ = self._get_compiled(args, kwargs)
+        return ck
+
+    def run(self, *args, grid, **kwargs):
+        ck, bound, options, runtime_values = self._get_compiled(args, dict(kwargs))
+        if callable(grid):
+            meta = {k: unwrap(v) for k, v in bound.items()}
+            meta.update({"num_warps": options.get("num_warps", 4), "num_stages": options.get("num_stages", 3)})
+            grid = grid(meta)
+        grid = _normalize_grid(self.__name__, grid)
+        if 0 in grid:
+            return ck
+        if any(is_cuda(v) for v in runtime_values):
+            devices = {str(v.device) for v in runtime_values if hasattr(v, "device")}
+            if len(devices) > 1:
+                raise LaunchError(f"kernel '{self.__name__}': tensors are on different devices {sorted(devices)}; "
+                                  "move them to one device")
+            raise LaunchError(f"kernel '{self.__name__}': CUDA tensors need the GPU backend, which is not "
+                              "available yet; pass CPU tensors to run on the interpreter")
+        ck.run(grid, runtime_values)
+        return ck
+
+
+def _file_lines(src: FunctionSource) -> list:
+    """Lines of the kernel's file indexed by file line number (padding before the function)."""
+    return [""] * (src.first_line - 1) + src.lines
+
+
+def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=None, repr=None, launch_metadata=None, **_):
+    """Decorator: `@kl.jit` or `@kl.jit(do_not_specialize=["n"])`."""
+    def wrap(f):
+        return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline)
+
+    return wrap(fn) if fn is not None else wrap
