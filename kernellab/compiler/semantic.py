@@ -115,8 +115,10 @@ class Semantic:
             value = float(value)
         elif el == int1:
             value = bool(value)
-        else:
-            value = int(value)
+        else:  # wrap to the type's range, as a cast of the literal would
+            value = int(value) & ((1 << el.bits) - 1)
+            if el.kind == "int" and value >= 1 << (el.bits - 1):
+                value -= 1 << el.bits
         return self.emit("arith.constant", [], ty, {"value": value})
 
     def to_tensor(self, x, dtype: DType | None = None) -> tensor:

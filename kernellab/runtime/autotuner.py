@@ -6,8 +6,6 @@ that runs (and says so in `best_config_reason`).
 """
 from __future__ import annotations
 
-import time
-
 from ..errors import LaunchError
 
 
