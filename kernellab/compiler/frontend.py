@@ -53,6 +53,17 @@ def _contains_return(stmts) -> bool:
     return any(isinstance(n, ast.Return) for s in stmts for n in ast.walk(s))
 
 
+def _first_node(stmts, types):
+    """The first node of one of `types` inside `stmts` (source order), or None."""
+    found = [n for s in stmts for n in ast.walk(s) if isinstance(n, types)]
+    return min(found, key=lambda n: (n.lineno, n.col_offset)) if found else None
+
+
+def _jump_reason(node, hint: str) -> str:
+    word = "break" if isinstance(node, ast.Break) else "continue"
+    return f"`{word}` is not supported in kernels{hint}"
+
+
 def mangle(name: str, parts) -> str:
     text = "_".join(str(p) for p in parts)
     return name + ("__" + re.sub(r"[^A-Za-z0-9_]", "", text.replace("!ptr<", "p").replace("x", "x"))
@@ -421,8 +432,9 @@ class CodeGenerator(ast.NodeVisitor):
         return self.unrolled_for(node, list(iterable))
 
     def unrolled_for(self, node, values):
-        if any(isinstance(n, (ast.Break, ast.Continue)) for s in node.body for n in ast.walk(s)):
-            raise self.error(node, "`break`/`continue` are not supported in kernels")
+        jump = _first_node(node.body, (ast.Break, ast.Continue))
+        if jump is not None:
+            raise self.error(jump, _jump_reason(jump, ""))
         for v in values:
             self.assign(node.target, v, node)
             self.visit_stmts(node.body)
@@ -443,11 +455,11 @@ class CodeGenerator(ast.NodeVisitor):
         return out
 
     def runtime_for(self, node, start, end, step, num_stages=None):
-        if any(isinstance(n, (ast.Break, ast.Continue)) for s in node.body for n in ast.walk(s)):
-            raise self.error(node, "`break`/`continue` are not supported in kernels; use a `while` loop "
-                                   "with a condition")
+        jump = _first_node(node.body, (ast.Break, ast.Continue))
+        if jump is not None:
+            raise self.error(jump, _jump_reason(jump, "; use a `while` loop with a condition"))
         if _contains_return(node.body):
-            raise self.error(node, "`return` inside a loop is not supported")
+            raise self.error(_first_node(node.body, ast.Return), "`return` inside a loop is not supported")
         if not isinstance(node.target, ast.Name):
             raise self.error(node, "the loop variable must be a single name")
         bounds = [unwrap(start), unwrap(end), unwrap(step)]
@@ -515,11 +527,11 @@ class CodeGenerator(ast.NodeVisitor):
     def visit_While(self, node):
         if node.orelse:
             raise self.error(node, "`while ... else` is not supported in kernels")
-        if any(isinstance(n, (ast.Break, ast.Continue)) for s in node.body for n in ast.walk(s)):
-            raise self.error(node, "`break`/`continue` are not supported in kernels; fold the exit into the "
-                                   "`while` condition")
+        jump = _first_node(node.body, (ast.Break, ast.Continue))
+        if jump is not None:
+            raise self.error(jump, _jump_reason(jump, "; fold the exit into the `while` condition"))
         if _contains_return(node.body):
-            raise self.error(node, "`return` inside a loop is not supported")
+            raise self.error(_first_node(node.body, ast.Return), "`return` inside a loop is not supported")
         carried = self._carried(node, node.body)
         inits = [self.sem.to_tensor(self.scope[n]) for n in carried]
         outer = self.builder.block
@@ -607,6 +619,10 @@ class CodeGenerator(ast.NodeVisitor):
         return getattr(value, node.attr)
 
     def visit_BinOp(self, node):
+        if type(node.op) not in _BINOPS:
+            raise self.error(node, f"operator {_OP_TEXT.get(type(node.op), type(node.op).__name__)} is not "
+                                   "supported in kernels" + ("; use tl.dot" if isinstance(node.op, ast.MatMult)
+                                                             else ""))
         return self.sem.binary(_BINOPS[type(node.op)], self.visit(node.left), self.visit(node.right))
 
     def visit_UnaryOp(self, node):
@@ -718,6 +734,7 @@ class CodeGenerator(ast.NodeVisitor):
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
            ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
+_OP_TEXT = {ast.MatMult: "@", ast.Pow: "**"}
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 
 

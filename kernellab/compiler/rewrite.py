@@ -5,6 +5,8 @@ on `not value.uses` meaning "dead".
 """
 from __future__ import annotations
 
+import math
+
 from .ir import Block, Function, Op, Value
 from .ops import info
 from .types import DType
@@ -186,6 +188,45 @@ def inline_block_before(block: Block, anchor: Op, arg_values) -> list[Value]:
 # ---------------------------------------------------------------------------------------------
 # Constants
 
+# (significand bits incl. the implicit one, minimum normal exponent, maximum exponent)
+FLOAT_FORMATS = {"f16": (11, -14, 15), "bf16": (8, -126, 127), "f32": (24, -126, 127), "f64": (53, -1022, 1023)}
+_INF = float("inf")
+
+
+def _max_finite(p: int, emax: int) -> float:
+    return math.ldexp((1 << p) - 1, emax - p + 1)
+
+
+def round_float(x: float, t: DType) -> float:
+    """The value of float type `t` nearest to the double `x` (ties to even), overflowing to infinity."""
+    if t.name == "f64" or x != x or x in (_INF, -_INF) or x == 0:
+        return x
+    p, emin, emax = FLOAT_FORMATS[t.name]
+    _, e = math.frexp(x)  # |x| = m * 2**e with 0.5 <= m < 1
+    q = max(e - p, emin - p + 1)  # exponent of one unit in the last place
+    y = math.ldexp(round(math.ldexp(x, -q)), q)  # exact scaling; round() is half-to-even
+    if abs(y) > _max_finite(p, emax):
+        return math.copysign(_INF, x)
+    return math.copysign(y, x) if y == 0 else y
+
+
+def int_to_float(n: int, t: DType) -> float:
+    """The value of float type `t` nearest to the integer `n` (ties to even), overflowing to infinity."""
+    if n == 0:
+        return 0.0
+    p, _, emax = FLOAT_FORMATS[t.name]
+    m = abs(n)
+    shift = m.bit_length() - p
+    if shift > 0:
+        q, r = divmod(m, 1 << shift)
+        half = 1 << (shift - 1)
+        if r > half or (r == half and q & 1):
+            q += 1
+        m = q << shift
+    if m > _max_finite(p, emax):
+        return math.copysign(_INF, n)
+    return math.copysign(float(m), n)
+
 
 def const_attr(v: Value):
     """The `value` attribute of `v`'s defining `arith.constant`, or None."""
@@ -223,12 +264,12 @@ def int_const(v: Value) -> int | None:
 
 
 def float_const(v: Value) -> float | None:
-    """`v`'s value if it is a floating-point constant."""
+    """`v`'s value if it is a floating-point constant, rounded to its type."""
     a = const_attr(v)
     t = v.type.scalar
     if a is None or not isinstance(t, DType) or not t.is_floating() or isinstance(a, bool):
         return None
-    return float(a)
+    return round_float(float(a), t)
 
 
 def attr_for(value, dtype: DType):

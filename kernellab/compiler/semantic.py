@@ -534,12 +534,15 @@ class Semantic:
         if mask is not None:
             mask = self.cast(self.to_tensor(mask), int1)
             try:
-                shape = self.broadcast_shapes(ptr.shape, mask.shape, value.shape)
+                self.broadcast_shapes(ptr.shape, mask.shape)
             except SemanticError:
                 raise SemanticError(f"mask shape {list(mask.shape)} does not match pointer shape "
                                     f"{list(ptr.shape)}") from None
-        else:
-            shape = self.broadcast_shapes(ptr.shape, value.shape)
+        try:
+            shape = self.broadcast_shapes(ptr.shape, value.shape, *([mask.shape] if mask is not None else []))
+        except SemanticError:
+            raise SemanticError(f"tl.store value shape {list(value.shape)} does not match pointer shape "
+                                f"{list(ptr.shape)}") from None
         ops = [self.broadcast_to(ptr, shape), self.broadcast_to(value, shape)]
         if mask is not None:
             ops.append(self.broadcast_to(mask, shape))
@@ -660,6 +663,8 @@ class Semantic:
         rank = len(shape)
         if rank == 0:
             raise SemanticError("cannot reduce or scan a scalar")
+        if not isinstance(axis, int) or isinstance(axis, bool):
+            raise SemanticError(f"the reduction axis must be a constexpr integer, got {axis!r}")
         if not -rank <= axis < rank:
             raise SemanticError(f"axis {axis} is out of range for a tensor of rank {rank} "
                                 f"(shape {list(shape)})")

@@ -18,6 +18,8 @@ from ..compiler.types import DType, PointerType
 
 _REGION_SHIFT = 40
 _U64 = np.dtype(np.uint64)
+_umax = np.maximum.reduce
+_bor = np.bitwise_or.reduce
 
 
 class Fault(Exception):
@@ -105,7 +107,7 @@ class Region:
 
     def __init__(self, rid: int, name: str, buf: np.ndarray, byte_offset: int, real_ptr: int,
                  numel: int, elem_size: int, desc: str, owner):
-        self.rid, self.name, self.buf = rid, name, buf
+        self.rid, self.name, self.buf, self.byte_offset = rid, name, buf, byte_offset
         self.nbytes = int(buf.shape[0])
         self.base_addr = (rid << _REGION_SHIFT) + (real_ptr % 256)  # the argument's pointer value
         self.origin = self.base_addr - byte_offset  # address of storage byte 0
@@ -175,26 +177,29 @@ def region_for(rid: int, name: str, obj) -> Region:
 # The memory of one launch
 
 class Memory:
-    def __init__(self, regions: list):
+    def __init__(self, regions: list, check_align: bool = True):
         self.regions = [None] + list(regions)  # index = region id
+        # False when every pointer provably stays aligned (no int->ptr / pointer casts / loaded
+        # pointers in the module, and every argument's base aligned for its element type).
+        self.check_align = check_align
 
     # -- address resolution ------------------------------------------------------------------
     def _fast(self, addr: np.ndarray, mask, mk: MemKind):
         """(region, element index array) when every active lane is aligned inside the region of
         lane 0; masked-off lanes get index 0. None when the general path is needed."""
-        rid = int(addr.flat[0]) >> _REGION_SHIFT
+        rid = addr.item(0) >> _REGION_SHIFT
         regs = self.regions
         if rid <= 0 or rid >= len(regs):
             return None
         reg = regs[rid]
-        pos = addr - reg.origin
+        pos = np.subtract(addr, reg.origin)
         if mask is not None:
             pos = np.where(mask, pos, 0)
         lim = reg.nbytes - mk.isz
-        if lim < 0 or int(pos.view(_U64).max()) > lim:
+        if lim < 0 or _umax(pos.view(_U64), axis=None) > lim:
             return None
         if mk.isz > 1:
-            if int(np.bitwise_or.reduce(pos, axis=None)) & (mk.isz - 1):
+            if self.check_align and _bor(pos, axis=None) & (mk.isz - 1):
                 return None
             pos >>= mk.shift
         return reg, pos

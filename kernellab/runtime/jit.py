@@ -143,11 +143,20 @@ class JITFunction:
     # ------------------------------------------------------------------ binding and specialization
     def bind(self, args, kwargs):
         src = self._kl_source()
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in LAUNCH_OPTIONS}
+        options = {k: kwargs[k] for k in list(kwargs) if k in LAUNCH_OPTIONS}
+        for k in options:  # a kernel parameter named like an option (num_stages) gets the value too
+            if k not in self.arg_names:
+                del kwargs[k]
         try:
             ba = src.signature.bind(*args, **kwargs)
         except TypeError as e:
             params = ", ".join(self.arg_names)
+            given = set(self.arg_names[:len(args)]) | set(kwargs)
+            missing = [n for n, p in src.signature.parameters.items() if n in src.constexpr_params
+                       and n not in given and p.default is p.empty]
+            if missing and "missing" in str(e):
+                raise self._param_error(src, missing[0], f"missing constexpr argument(s) {', '.join(missing)} for "
+                                        f"{self.__name__}({params}); pass e.g. {missing[0]}=... at launch") from None
             raise CompilationError(self.__name__, f"wrong arguments for {self.__name__}({params}): {e}",
                                    src.filename, src.first_line + src.node.lineno - 1,
                                    src.node.col_offset, src.line_text(src.node.lineno)) from None
@@ -155,9 +164,15 @@ class JITFunction:
         missing = [n for n in src.constexpr_params if n in ba.arguments and ba.arguments[n] is
                    __import__("inspect").Parameter.empty]
         if missing:
-            raise CompilationError(self.__name__, f"missing constexpr argument(s): {', '.join(missing)}",
-                                   src.filename, src.first_line + src.node.lineno - 1)
+            raise self._param_error(src, missing[0], f"missing constexpr argument(s): {', '.join(missing)}")
         return dict(ba.arguments), options
+
+    def _param_error(self, src, name: str, reason: str) -> CompilationError:
+        """A CompilationError pointing at parameter `name` in the def (the def line if not found)."""
+        a = src.node.args
+        node = next((p for p in a.posonlyargs + a.args + a.kwonlyargs if p.arg == name), src.node)
+        return CompilationError(self.__name__, reason, src.filename, src.first_line + node.lineno - 1,
+                                node.col_offset, src.line_text(node.lineno))
 
     def specialize(self, bound: dict):
         """Per argument: a RuntimeArg (stays a kernel parameter) or a Python value (compiled in)."""

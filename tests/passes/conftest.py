@@ -5,6 +5,7 @@ import pytest
 
 from kernellab.compiler.parser import parse_module
 from kernellab.compiler.printer import print_module
+from kernellab.compiler.verifier import verify
 
 
 def normalize(text: str) -> str:
@@ -40,6 +41,7 @@ def run_check(pass_module, text_in: str, text_expected: str) -> dict:
     m = parse_module(text_in)
     stats = pass_module.run(m)
     check_uses(m)
+    verify(m, after=pass_module.NAME)
     got = print_module(m, with_locs=False)
     assert normalize(got) == normalize(text_expected), "\n--- got ---\n" + got
     # The output is valid IR text: it parses and prints back identically.
@@ -49,4 +51,10 @@ def run_check(pass_module, text_in: str, text_expected: str) -> dict:
 
 @pytest.fixture
 def check():
+    """`check(pass_module, text_in, text_expected) -> stats`"""
     return run_check
+
+
+@pytest.fixture(name="check_uses")
+def check_uses_fixture():
+    return check_uses

@@ -232,6 +232,7 @@ tt.func @k(%p: !ptr<f32>, %x: f32) {
     tt.store %p, %x
     scf.yield
   } {
+    scf.yield
   }
   tt.store %p, %a
   tt.store %p, %b

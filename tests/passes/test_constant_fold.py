@@ -345,3 +345,26 @@ def test_int_to_float_is_correctly_rounded():
     assert int_to_float(2**64 - 1, float64) == 2.0**64
     assert int_to_float(-(2**62 + 2**38 + 1), float32) == -(2.0**62 + 2**39)  # no double rounding
     assert round_float(1e-45, bfloat16) == 0.0 and round_float(-1e-45, bfloat16) == -0.0
+
+
+def test_float_operands_are_rounded_to_their_type_first(check):
+    # 0.1 and 0.10000000149011612 are different doubles but the same f32.
+    check(constant_fold, """
+tt.func @k() {
+  %a = arith.constant {value = 0.1} : f32
+  %b = arith.constant {value = 0.10000000149011612} : f32
+  %eq = arith.cmpf %a, %b {predicate = "oeq"} : i1
+  %d = arith.subf %a, %b : f32
+  tt.print %eq, %d
+  tt.return
+}
+""", """
+tt.func @k() {
+  %a = arith.constant {value = 0.1} : f32
+  %b = arith.constant {value = 0.10000000149011612} : f32
+  %eq = arith.constant {value = true} : i1
+  %d = arith.constant {value = 0.0} : f32
+  tt.print %eq, %d
+  tt.return
+}
+""")

@@ -198,3 +198,36 @@ tt.func @k(%p: !ptr<f32>) {
   tt.return
 }
 """)
+
+
+def test_reduce_combine_region_is_isolated(check):
+    check(cse, """
+tt.func @k(%t: tensor<8xf32>) {
+  %one = arith.constant {value = 1.0} : f32
+  %a = tt.reduce %t {axis = 0} : f32 {
+  ^bb(%x: f32, %y: f32):
+    %c = arith.constant {value = 1.0} : f32
+    %c2 = arith.constant {value = 1.0} : f32
+    %s = arith.addf %x, %y : f32
+    %s1 = arith.mulf %s, %c : f32
+    %s2 = arith.mulf %s1, %c2 : f32
+    tt.reduce.return %s2
+  }
+  tt.print %a, %one
+  tt.return
+}
+""", """
+tt.func @k(%t: tensor<8xf32>) {
+  %one = arith.constant {value = 1.0} : f32
+  %a = tt.reduce %t {axis = 0} : f32 {
+  ^bb(%x: f32, %y: f32):
+    %c = arith.constant {value = 1.0} : f32
+    %s = arith.addf %x, %y : f32
+    %s1 = arith.mulf %s, %c : f32
+    %s2 = arith.mulf %s1, %c : f32
+    tt.reduce.return %s2
+  }
+  tt.print %a, %one
+  tt.return
+}
+""")

@@ -60,6 +60,7 @@ tt.func @k(%p: !ptr<f32>, %n: i32, %c: i1, %x: f32) {
     tt.store %p, %x
     scf.yield
   } {
+    scf.yield
   }
   tt.return
 }
@@ -76,6 +77,7 @@ tt.func @k(%p: !ptr<f32>, %n: i32, %c: i1, %x: f32) {
     tt.store %p, %x
     scf.yield
   } {
+    scf.yield
   }
   tt.return
 }

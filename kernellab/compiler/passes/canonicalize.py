@@ -322,24 +322,19 @@ def _scf_for(op: Op) -> bool:
     y = body.terminator
     if y is None or y.name != "scf.yield" or len(y.operands) != len(inits):
         return False
-    changed = False
     passthrough = []
     for i, init in enumerate(inits):
         arg, res, yv = body.args[i + 1], op.results[i], y.operands[i]
         if yv is not arg and yv is not init:
             continue
         # The carried value never changes: it is the init on every iteration and after the loop.
-        if res.uses or any(u is not y for u in arg.uses):
-            res.replace_all_uses_with(init)
-            arg.replace_all_uses_with(init)
-            changed = True
-        if yv is arg:
-            y.set_operand(i, init)
+        res.replace_all_uses_with(init)
+        arg.replace_all_uses_with(init)
         passthrough.append(i)
-    if passthrough:
-        drop_for_iter_args(op, passthrough)
-        changed = True
-    return changed
+    if not passthrough:
+        return False
+    drop_for_iter_args(op, passthrough)
+    return True
 
 
 _PATTERNS = {

@@ -16,14 +16,20 @@ import math
 import struct
 
 from ..ir import Module, Op
-from ..rewrite import float_const, int_const, is_attached, make_constant, replace_op, wrap_int
+from ..rewrite import (
+    float_const,
+    int_const,
+    int_to_float,
+    is_attached,
+    make_constant,
+    replace_op,
+    round_float,
+    wrap_int,
+)
 from ..types import DType, float32
 
 NAME = "constant_fold"
 DESCRIPTION = "evaluate ops whose operands are all constants (wrapping ints, IEEE floats)"
-
-# (significand bits incl. the implicit one, minimum normal exponent, maximum exponent)
-_FLOAT_FORMATS = {"f16": (11, -14, 15), "bf16": (8, -126, 127), "f32": (24, -126, 127), "f64": (53, -1022, 1023)}
 
 _INF = float("inf")
 
@@ -34,41 +40,6 @@ class _NoFold(Exception):
 
 # ---------------------------------------------------------------------------------------------
 # Numeric helpers
-
-
-def _max_finite(p: int, emax: int) -> float:
-    return math.ldexp((1 << p) - 1, emax - p + 1)
-
-
-def round_float(x: float, t: DType) -> float:
-    """The value of `t` nearest to the double `x` (ties to even), overflowing to infinity."""
-    if t.name == "f64" or x != x or x in (_INF, -_INF) or x == 0:
-        return x
-    p, emin, emax = _FLOAT_FORMATS[t.name]
-    _, e = math.frexp(x)  # |x| = m * 2**e with 0.5 <= m < 1
-    q = max(e - p, emin - p + 1)  # exponent of one unit in the last place
-    y = math.ldexp(round(math.ldexp(x, -q)), q)  # exact scaling, round() is half-to-even
-    if abs(y) > _max_finite(p, emax):
-        return math.copysign(_INF, x)
-    return math.copysign(y, x) if y == 0 else y
-
-
-def int_to_float(n: int, t: DType) -> float:
-    """The value of `t` nearest to the integer `n` (ties to even), overflowing to infinity."""
-    if n == 0:
-        return 0.0
-    p, _, emax = _FLOAT_FORMATS[t.name]
-    m = abs(n)
-    shift = m.bit_length() - p
-    if shift > 0:
-        q, r = divmod(m, 1 << shift)
-        half = 1 << (shift - 1)
-        if r > half or (r == half and q & 1):
-            q += 1
-        m = q << shift
-    if m > _max_finite(p, emax):
-        return math.copysign(_INF, n)
-    return math.copysign(float(m), n)
 
 
 def _signed(x: int, bits: int) -> int:

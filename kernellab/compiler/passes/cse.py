@@ -6,7 +6,8 @@ comes before it in the same block, or in an enclosing block before the region op
 (values flow into nested regions, never out of them, and never between sibling regions).
 Commutative ops also match with their two operands swapped. Attribute values are compared with
 their types, so `0`, `0.0`, `-0.0` and `false` stay distinct. Side-effecting ops (loads, atomics,
-prints, ...) and ops with regions are never merged.
+prints, ...) and ops with regions are never merged. The combine regions of `tt.reduce` /
+`tt.scan` are treated as isolated: ops in them are merged among themselves only.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from ..ops import info, is_pure
 
 NAME = "cse"
 DESCRIPTION = "merge identical pure ops that dominate one another"
+
+_ISOLATED = ("tt.reduce", "tt.scan")
 
 
 def _freeze(v):
@@ -52,8 +55,11 @@ class _Scope:
 def _cse_block(block: Block, scope: _Scope, stats: dict):
     for op in list(block.ops):
         if op.regions:
+            # Combine regions of reduce/scan are applied element by element by the backends; keep
+            # them self-contained instead of pointing them at values from outside.
+            outer = None if op.name in _ISOLATED else scope
             for r in op.regions:
-                _cse_block(r, _Scope(scope), stats)
+                _cse_block(r, _Scope(outer), stats)
             continue
         if not op.results or not is_pure(op):
             continue

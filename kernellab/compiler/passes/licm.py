@@ -10,7 +10,7 @@ Loads, stores, atomics and prints never move, nor do ops nested inside an `scf.i
 from __future__ import annotations
 
 from ..ir import Block, Module, Op
-from ..ops import is_pure
+from ..ops import info, is_pure
 from ..rewrite import int_const, is_defined_inside, move_before
 
 NAME = "licm"
@@ -21,7 +21,7 @@ _INT_DIV = {"arith.divsi", "arith.divui", "arith.remsi", "arith.remui"}
 
 
 def _speculatable(op: Op) -> bool:
-    if op.regions or not is_pure(op):
+    if op.regions or not is_pure(op) or info(op.name).terminator:
         return False
     if op.name in _INT_DIV:
         d = int_const(op.operands[1])
