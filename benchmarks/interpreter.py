@@ -7,7 +7,9 @@ Both interpreters run the same kernel texts (tests/corpus.py `make_kernels`), ea
 subprocess (Triton's needs TRITON_INTERPRET=1 before `import triton`, and neither should see the
 other's imports, caches or monkey-patching). The two subprocesses run one after the other, never at
 the same time. In each, per case: one warm-up run (compiles; its results are checked against the
-float64 torch reference with `corpus.check`), then `--reps` timed runs, each also checked.
+float64 torch reference with `corpus.check`), then timed runs, each also checked: at least `--reps`
+(5), and more (up to `--max-reps`) until `--min-time` seconds of launches were timed, so that the
+fast cases get enough samples for a stable median on a busy machine.
 
 What is timed: only the kernel launches. The kernels handed to `Case.run` are wrapped so that
 `kernel[grid](*args)` is timed with `time.perf_counter` (grid function, argument binding, the
@@ -43,7 +45,9 @@ TARGET_SPEEDUP = 2.0
 # Triton's interpreter, the slower reference). A dict instead of a preset name runs the case's runner
 # with those sizes (same kernel, larger problem), for cases whose "large" preset is too quick to time.
 SIZES = {
-    "loop_carried": {"steps": 2000},
+    "layer_norm": {"rows": 128, "cols": 1024},  # "large" (256 rows) takes ~2.7 s a launch in Triton's
+    "loop_carried": {"steps": 2000},  # "large" (200 steps) takes ~30 ms in Triton's
+    "dropout_rand": {"n": 1 << 17},  # "large" (1 << 18) takes ~2-3 s (two launches) in Triton's
 }
 DEFAULT_SIZE = "large"
 
@@ -114,13 +118,13 @@ def _error_text(e: BaseException, limit=600) -> str:
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
-def _bench_case(case, size, kernels, reps):
+def _bench_case(case, size, kernels, reps, max_reps, min_time):
     from tests.corpus import check
 
     runnable, preset = _case_for(case, size)
     clock = _Clock()
     timed = {name: _TimedKernel(k, clock) for name, k in kernels.items()}
-    res = {"ok": None, "error": None, "seconds": None, "runs": [], "whole_run_seconds": None,
+    res = {"ok": None, "error": None, "seconds": None, "min_seconds": None, "runs": [], "whole_run_seconds": None,
            "warmup_seconds": None, "launches_per_run": None}
 
     def one(seed):
@@ -144,7 +148,9 @@ def _bench_case(case, size, kernels, reps):
         failures.append(f"seed 0: {_error_text(e)}")
 
     launch_times, whole_times = [], []
-    for rep in range(reps):
+    for rep in range(max(reps, max_reps)):
+        if rep >= reps and sum(launch_times) >= min_time:
+            break
         gc.collect()
         try:
             outs, refs, tol, launch_s, whole_s, _ = one(rep + 1)
@@ -162,11 +168,12 @@ def _bench_case(case, size, kernels, reps):
     if launch_times:
         res["seconds"] = statistics.median(launch_times)
         res["whole_run_seconds"] = statistics.median(whole_times)
+        res["min_seconds"] = min(launch_times)
         res["runs"] = launch_times
     return res
 
 
-def worker(impl, out_path, reps, only):
+def worker(impl, out_path, reps, max_reps, min_time, only):
     sys.path.insert(0, str(ROOT))
     try:
         jit, tl, versions = _load_impl(impl)
@@ -186,9 +193,9 @@ def worker(impl, out_path, reps, only):
             continue
         size = SIZES.get(case.name, DEFAULT_SIZE)
         t0 = time.perf_counter()
-        results[case.name] = r = _bench_case(case, size, kernels, reps)
+        results[case.name] = r = _bench_case(case, size, kernels, reps, max_reps, min_time)
         status = "ok" if r["ok"] else f"FAILED ({r['error']})"
-        secs = f"{r['seconds'] * 1e3:9.1f} ms" if r["seconds"] is not None else "        -   "
+        secs = f"{r['seconds'] * 1e3:9.1f} ms x{len(r['runs']):<3d}" if r["seconds"] is not None else " " * 16
         print(f"  [{impl:9s}] {case.name:18s} {secs}  {status}  ({time.perf_counter() - t0:.1f} s total)",
               file=sys.stderr, flush=True)
     info = {"versions": versions, "torch_threads": torch.get_num_threads(), "results": results}
@@ -247,7 +254,7 @@ def profile_worker(names, top):
 # Driver side
 
 
-def _run_worker(impl, reps, only, timeout):
+def _run_worker(impl, args, reps):
     env = dict(os.environ)
     env.pop("TRITON_INTERPRET", None)
     if impl == "triton":
@@ -256,10 +263,10 @@ def _run_worker(impl, reps, only, timeout):
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / f"{impl}.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", impl, "--worker-out", str(out),
-               "--reps", str(reps)]
-        if only:
-            cmd += ["--cases", *only]
-        proc = subprocess.run(cmd, env=env, cwd=ROOT, timeout=timeout)
+               "--reps", str(reps), "--max-reps", str(args.max_reps), "--min-time", str(args.min_time)]
+        if args.cases:
+            cmd += ["--cases", *args.cases]
+        proc = subprocess.run(cmd, env=env, cwd=ROOT, timeout=args.timeout)
         if proc.returncode != 0 or not out.exists():
             return {"crashed": f"{impl} worker exited with status {proc.returncode}"}
         return json.loads(out.read_text())
@@ -287,6 +294,13 @@ def _git_commit():
         return None, None
 
 
+def _loadavg():
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def _cpu_model():
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -309,7 +323,10 @@ def _ok_str(r):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=int, default=5, help="timed runs per case (median reported; at least 5)")
+    ap.add_argument("--reps", type=int, default=5, help="least timed runs per case (median reported; at least 5)")
+    ap.add_argument("--max-reps", type=int, default=30, help="most timed runs per case")
+    ap.add_argument("--min-time", type=float, default=1.0,
+                    help="keep timing a case (up to --max-reps runs) until this many seconds of launches")
     ap.add_argument("--cases", nargs="*", default=None, help="only these corpus cases")
     ap.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/<date>-...)")
     ap.add_argument("--profile", action="store_true",
@@ -324,7 +341,7 @@ def main(argv=None):
     reps = max(5, args.reps)
 
     if args.worker:
-        return worker(args.worker, args.worker_out, reps, args.cases)
+        return worker(args.worker, args.worker_out, reps, args.max_reps, args.min_time, args.cases)
     if args.profile_worker:
         return profile_worker(args.profile_worker, args.profile_top)
 
@@ -340,7 +357,9 @@ def main(argv=None):
     names = [c.name for c in CASES if not args.cases or c.name in args.cases]
     print(f"benchmarking {len(names)} corpus cases, {reps} timed runs each (kernel launches only)",
           file=sys.stderr, flush=True)
-    runs = {impl: _run_worker(impl, reps, args.cases, args.timeout) for impl in IMPLS}
+    load_before = _loadavg()
+    runs = {impl: _run_worker(impl, args, reps) for impl in IMPLS}
+    load_after = _loadavg()
     for impl, info in runs.items():
         if "crashed" in info:
             print(f"error: {info['crashed']}", file=sys.stderr)
@@ -380,14 +399,16 @@ def main(argv=None):
         "timestamp": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "machine": platform.machine(), "cpu": _cpu_model(),
                     "cpu_count": os.cpu_count(),
-                    "torch_threads": runs["kernellab"].get("torch_threads")},
+                    "torch_threads": runs["kernellab"].get("torch_threads"),
+                    "loadavg_before": load_before, "loadavg_after": load_after},
         "versions": versions,
         "git": {"commit": commit, "dirty": dirty},
         "method": {
             "timed": "kernel launches only: wall clock (time.perf_counter) around kernel[grid](*args) inside the "
                      "corpus runner; input creation and the float64 reference are excluded "
                      "(whole_run_seconds times all of case.run, for reference)",
-            "statistic": f"median of {reps} runs after 1 warm-up run (compile), fresh inputs (seed) per run",
+            "statistic": f"median (and min) of >= {reps} runs (more, up to {args.max_reps}, until "
+                         f"{args.min_time:g} s of launches) after 1 warm-up run (compile); fresh inputs per run",
             "isolation": "each interpreter in its own subprocess, run one after the other",
             "correctness": "corpus.check against the float64 torch reference on the warm-up and every timed run",
             "target_speedup": TARGET_SPEEDUP,

@@ -592,3 +592,191 @@ def test_casts_saturate_and_shift():
     np.testing.assert_array_equal(i.numpy(), expect_i)
     np.testing.assert_array_equal(u, expect_i.astype(np.int32).view(np.uint32) >> 4)
     assert torch.equal(h[3:], x[3:].half())
+
+
+SELECT_PTR_IR = """
+tt.func @k(%a: !ptr<f32>, %b: !ptr<f32>, %o: !ptr<f32>, %ob: !ptr<i32>) loc("k.py":1) {
+  %r = tt.make_range {end = 8, start = 0} : tensor<8xi32> loc(2:4)
+  %c4 = arith.constant {value = 4} : tensor<8xi32> loc(2:4)
+  %lt = arith.cmpi %r, %c4 {predicate = "slt"} : tensor<8xi1> loc(2:4)
+  %ap = tt.splat %a : tensor<8x!ptr<f32>> loc(2:4)
+  %bp = tt.splat %b : tensor<8x!ptr<f32>> loc(2:4)
+  %aa = tt.addptr %ap, %r : tensor<8x!ptr<f32>> loc(2:4)
+  %ba = tt.addptr %bp, %r : tensor<8x!ptr<f32>> loc(2:4)
+  %p = arith.select %lt, %aa, %ba : tensor<8x!ptr<f32>> loc(3:4)
+  %v = tt.load %p : tensor<8xf32> loc(3:4)
+  %op = tt.splat %o : tensor<8x!ptr<f32>> loc(4:4)
+  %oa = tt.addptr %op, %r : tensor<8x!ptr<f32>> loc(4:4)
+  tt.store %oa, %v loc(4:4)
+  %ai = tt.ptr_to_int %a : i64 loc(5:4)
+  %one = arith.constant {value = 1} : i64 loc(5:4)
+  %ai1 = arith.addi %ai, %one : i64 loc(5:4)
+  %mp = tt.int_to_ptr %ai1 : !ptr<i32> loc(5:4)
+  %mps = tt.splat %mp : tensor<8x!ptr<i32>> loc(5:4)
+  %ma = tt.addptr %mps, %r : tensor<8x!ptr<i32>> loc(5:4)
+  %mv = tt.load %ma, %lt : tensor<8xi32> loc(5:4)
+  %obp = tt.splat %ob : tensor<8x!ptr<i32>> loc(6:4)
+  %oba = tt.addptr %obp, %r : tensor<8x!ptr<i32>> loc(6:4)
+  tt.store %oba, %mv loc(6:4)
+  tt.return loc(7:4)
+}
+"""
+
+
+def test_pointers_into_two_arguments_and_misaligned_bytes():
+    g = gen(20)
+    a, b = torch.randn(8, generator=g), torch.randn(8, generator=g)
+    o, ob = torch.zeros(8), torch.full((8,), 9, dtype=torch.int32)
+    run(SELECT_PTR_IR, (1,), [a, b, o, ob])
+    assert torch.equal(o, torch.cat([a[:4], b[4:]]))
+    expect = np.frombuffer(a.numpy().view(np.uint8)[1:17].tobytes(), np.int32)
+    np.testing.assert_array_equal(ob.numpy()[:4], expect)
+    assert ob[4:].tolist() == [0] * 4
+
+
+GENERIC_2D_IR = """
+tt.func @k(%x: !ptr<f32>, %o1: !ptr<f32>, %o2: !ptr<f32>) loc("k.py":1) {
+  %r4 = tt.make_range {end = 4, start = 0} : tensor<4xi32> loc(2:4)
+  %r8 = tt.make_range {end = 8, start = 0} : tensor<8xi32> loc(2:4)
+  %row = tt.expand_dims %r4 {axis = 1} : tensor<4x1xi32> loc(2:4)
+  %c8 = arith.constant {value = 8} : tensor<4x1xi32> loc(2:4)
+  %rowo = arith.muli %row, %c8 : tensor<4x1xi32> loc(2:4)
+  %col = tt.expand_dims %r8 {axis = 0} : tensor<1x8xi32> loc(2:4)
+  %rb = tt.broadcast %rowo : tensor<4x8xi32> loc(2:4)
+  %cb = tt.broadcast %col : tensor<4x8xi32> loc(2:4)
+  %off = arith.addi %rb, %cb : tensor<4x8xi32> loc(2:4)
+  %xp = tt.splat %x : tensor<4x8x!ptr<f32>> loc(2:4)
+  %xa = tt.addptr %xp, %off : tensor<4x8x!ptr<f32>> loc(2:4)
+  %v = tt.load %xa : tensor<4x8xf32> loc(2:4)
+  %s = tt.reduce %v {axis = 1} : tensor<4xf32> {
+  ^bb(%a: f32, %b: f32):
+    %m = arith.mulf %a, %b : f32 loc(3:4)
+    %t = arith.addf %m, %a : f32 loc(3:4)
+    %u = arith.subf %t, %m : f32 loc(3:4)
+    %w = arith.addf %u, %b : f32 loc(3:4)
+    tt.reduce.return %w
+  } loc(3:4)
+  %o1p = tt.splat %o1 : tensor<4x!ptr<f32>> loc(4:4)
+  %o1a = tt.addptr %o1p, %r4 : tensor<4x!ptr<f32>> loc(4:4)
+  tt.store %o1a, %s loc(4:4)
+  %sc = tt.scan %v {axis = 0, reverse = true} : tensor<4x8xf32> {
+  ^bb(%a: f32, %b: f32):
+    %t = arith.addf %a, %b : f32 loc(5:4)
+    %t2 = arith.addf %t, %t : f32 loc(5:4)
+    %h = arith.constant {value = 0.5} : f32 loc(5:4)
+    %t3 = arith.mulf %t2, %h : f32 loc(5:4)
+    tt.reduce.return %t3
+  } loc(5:4)
+  %vt = tt.trans %sc {order = [1, 0]} : tensor<8x4xf32> loc(6:4)
+  %j = tt.join %vt, %vt : tensor<8x4x2xf32> loc(6:4)
+  %j1, %j2 = tt.split %j : tensor<8x4xf32>, tensor<8x4xf32> loc(6:4)
+  %cc = tt.cat %j1, %j2 : tensor<16x4xf32> loc(6:4)
+  %rs = tt.reshape %cc : tensor<64xf32> loc(6:4)
+  %r64 = tt.make_range {end = 64, start = 0} : tensor<64xi32> loc(7:4)
+  %o2p = tt.splat %o2 : tensor<64x!ptr<f32>> loc(7:4)
+  %o2a = tt.addptr %o2p, %r64 : tensor<64x!ptr<f32>> loc(7:4)
+  tt.store %o2a, %rs loc(7:4)
+  tt.return loc(8:4)
+}
+"""
+
+
+def test_generic_reduce_scan_2d_and_shape_ops():
+    x = torch.randn(4, 8, generator=gen(21))
+    o1, o2 = torch.full((4,), float("nan")), torch.full((64,), float("nan"))
+    run(GENERIC_2D_IR, (1,), [x, o1, o2])
+    torch.testing.assert_close(o1, x.sum(1))
+    sc = x.flip(0).cumsum(0).flip(0)
+    torch.testing.assert_close(o2, torch.cat([sc.T, sc.T], 0).reshape(-1))
+
+
+RETURN_IR = """
+tt.func @k(%x: !ptr<i32>, %o: !ptr<i32>, %n: i32) loc("k.py":1) {
+  %pid = tt.get_program_id {axis = 0} : i32 loc(2:4)
+  %lt = arith.cmpi %pid, %n {predicate = "slt"} : i1 loc(3:4)
+  %p = tt.addptr %x, %pid : !ptr<i32> loc(3:4)
+  %m1 = arith.constant {value = -1} : i32 loc(3:4)
+  %v = tt.load %p, %lt, %m1 : i32 loc(3:4)
+  %c2 = arith.constant {value = 2} : i32 loc(4:4)
+  %ge = arith.cmpi %pid, %c2 {predicate = "sge"} : i1 loc(4:4)
+  scf.if %ge {
+    tt.return loc(5:4)
+  } loc(4:4)
+  tt.print %v {hex = true, prefix = "v="} loc(6:4)
+  %q = tt.addptr %o, %pid : !ptr<i32> loc(7:4)
+  tt.store %q, %v loc(7:4)
+  tt.return loc(8:4)
+}
+"""
+
+
+def test_early_return_scalar_masked_load_and_hex_print(capsys):
+    x = torch.randint(-100, 100, (2,), generator=gen(22), dtype=torch.int32)
+    o = torch.full((4,), 7, dtype=torch.int32)
+    run(RETURN_IR, (4,), [x, o, 1])
+    assert o.tolist() == [x[0].item(), -1, 7, 7]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"pid (0, 0, 0) v= {hex(x[0].item() & 0xFFFFFFFF)}", "pid (1, 0, 0) v= 0xffffffff"]
+
+
+XCHG_CAS_IR = """
+tt.func @k(%p: !ptr<i32>, %v: !ptr<i32>, %o: !ptr<i32>, %o2: !ptr<i32>) loc("k.py":1) {
+  %r = tt.make_range {end = 8, start = 0} : tensor<8xi32> loc(2:4)
+  %z = arith.constant {value = 0} : tensor<8xi32> loc(2:4)
+  %pp = tt.splat %p : tensor<8x!ptr<i32>> loc(2:4)
+  %pa = tt.addptr %pp, %z : tensor<8x!ptr<i32>> loc(2:4)
+  %vp = tt.splat %v : tensor<8x!ptr<i32>> loc(2:4)
+  %va = tt.addptr %vp, %r : tensor<8x!ptr<i32>> loc(2:4)
+  %vals = tt.load %va : tensor<8xi32> loc(2:4)
+  %old = tt.atomic_rmw %pa, %vals {kind = "xchg", scope = "gpu", sem = "acq_rel"} : tensor<8xi32> loc(3:4)
+  %op = tt.splat %o : tensor<8x!ptr<i32>> loc(2:4)
+  %oa = tt.addptr %op, %r : tensor<8x!ptr<i32>> loc(2:4)
+  tt.store %oa, %old loc(3:4)
+  %c1 = arith.constant {value = 1} : tensor<8xi32> loc(2:4)
+  %pa2 = tt.addptr %pp, %c1 : tensor<8x!ptr<i32>> loc(2:4)
+  %cas = tt.atomic_cas %pa2, %vals, %r {scope = "gpu", sem = "acq_rel"} : tensor<8xi32> loc(4:4)
+  %op2 = tt.splat %o2 : tensor<8x!ptr<i32>> loc(2:4)
+  %oa2 = tt.addptr %op2, %r : tensor<8x!ptr<i32>> loc(2:4)
+  tt.store %oa2, %cas loc(3:4)
+  tt.return loc(5:4)
+}
+"""
+
+
+def test_xchg_and_cas_on_one_address_act_in_lane_order():
+    p = torch.tensor([100, 30], dtype=torch.int32)
+    v = torch.tensor([7, 30, 2, 3, 1, 5, 6, 1], dtype=torch.int32)
+    o, o2 = torch.zeros(8, dtype=torch.int32), torch.zeros(8, dtype=torch.int32)
+    run(XCHG_CAS_IR, (1,), [p, v, o, o2])
+    assert o.tolist() == [100, 7, 30, 2, 3, 1, 5, 6] and p[0].item() == 1
+    # p[1] = 30: lane 1 (cmp 30) swaps in 1, lane 4 (cmp 1) swaps in 4
+    assert o2.tolist() == [30, 30, 1, 1, 1, 4, 4, 4] and p[1].item() == 4
+
+
+def test_module_rewritten_in_place_is_recompiled():
+    m = parse_module(vec_binop_ir())
+    g = gen(23)
+    x, y = torch.randn(256, generator=g), torch.randn(256, generator=g)
+    out = torch.zeros(256)
+    Interpreter(m).run((2,), [x, y, out, 256])
+    assert torch.equal(out, x + y)
+    op = next(o for o in m.kernel.walk() if o.name == "arith.addf")
+    op.name = "arith.mulf"
+    Interpreter(m).run((2,), [x, y, out, 256])
+    assert torch.equal(out, x * y)
+
+
+def test_bf16_dot_and_int8_dot():
+    ir = DOT_IR.replace("f16", "bf16")
+    g = gen(24)
+    a = torch.randn(32, 16, generator=g).to(torch.bfloat16)
+    b = torch.randn(16, 64, generator=g).to(torch.bfloat16)
+    c = torch.full((32, 64), float("nan"))
+    run(ir, (1,), [a, b, c])
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-5, atol=1e-5)
+    ir8 = DOT_IR.replace("f16", "i8").replace("f32", "i32").replace("value = 0.0", "value = 0")
+    a8 = torch.randint(-128, 128, (32, 16), generator=g, dtype=torch.int8)
+    b8 = torch.randint(-128, 128, (16, 64), generator=g, dtype=torch.int8)
+    c32 = torch.zeros(32, 64, dtype=torch.int32)
+    run(ir8, (1,), [a8, b8, c32])
+    assert torch.equal(c32, a8.int() @ b8.int())

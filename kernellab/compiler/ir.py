@@ -36,6 +36,8 @@ class Value:
 
     def replace_all_uses_with(self, new: Value):
         """Point every use at `new`; `uses` holds one entry per operand slot."""
+        if new is self:
+            return
         for op in {id(o): o for o in self.uses}.values():
             op.operands = [new if v is self else v for v in op.operands]
         new.uses.extend(self.uses)

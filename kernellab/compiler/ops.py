@@ -2,7 +2,8 @@
 
 `pure` ops have no side effects and depend only on their operands, so CSE may merge them, DCE may
 drop them when unused and LICM may hoist them. Everything else (memory, atomics, printing,
-control flow holding such ops) is left where the user wrote it.
+control flow holding such ops) is left where the user wrote it. Terminators are not pure: they
+must never be moved or dropped.
 """
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ _def("tt.atomic_cas", "atomic compare-and-swap: returns the old value", pure=Fal
 _def("tt.dot", "matrix product a @ b + acc (fp32 or int32 accumulation)")
 _def("tt.reduce", "reduce along {axis} with the combine region")
 _def("tt.scan", "inclusive scan along {axis} with the combine region")
-_def("tt.reduce.return", "yield the combined value of a reduce or scan region", terminator=True)
+_def("tt.reduce.return", "yield the combined value of a reduce or scan region", terminator=True, pure=False)
 
 # Debugging and synchronization.
 _def("tt.print", "print values from each program {prefix}", pure=False)
@@ -94,8 +95,8 @@ _def("tt.debug_barrier", "synchronize all threads of the program", pure=False)
 _def("scf.for", "loop from lb to ub by step, carrying iter args", pure=False)
 _def("scf.if", "run the then- or else-region, yielding results", pure=False)
 _def("scf.while", "repeat: the before-region decides (scf.condition), the after-region loops", pure=False)
-_def("scf.yield", "end a region, passing values out", terminator=True)
-_def("scf.condition", "end a while's before-region: continue flag and values", terminator=True)
+_def("scf.yield", "end a region, passing values out", terminator=True, pure=False)
+_def("scf.condition", "end a while's before-region: continue flag and values", terminator=True, pure=False)
 _def("tt.call", "call another @jit function {callee}", pure=False)
 _def("tt.return", "return from the function", terminator=True, pure=False)
 

@@ -69,11 +69,16 @@ def integer_promote(a: DType, b: DType) -> DType:
     return b if b.bits >= a.bits else a
 
 
+# Triton's kinds for scalar promotion: bool < integral (signed and unsigned alike) < floating point,
+# so `uint8_tensor + 3` stays uint8 (Triton's docs: `(uint8, int) -> uint8`).
+_PROMOTION_KIND = {"bool": 0, "int": 1, "uint": 1, "float": 2}
+
+
 def computation_type(a: DType, a_scalar: bool, b: DType, b_scalar: bool, div_or_mod: bool) -> DType:
     """The dtype two operands are converted to before an arithmetic op (Triton's rules)."""
     if a_scalar != b_scalar:
         s, t = (a, b) if a_scalar else (b, a)
-        if s.kind_rank <= t.kind_rank:
+        if _PROMOTION_KIND[s.kind] <= _PROMOTION_KIND[t.kind]:
             if div_or_mod and t in (float16, bfloat16):
                 return float32
             return t
@@ -324,6 +329,15 @@ class Semantic:
             if not (ta.is_int() and tb.is_int()):
                 raise SemanticError(f"operator {op} needs integer operands, got {ta} and {tb}")
         ct = computation_type(ta, a_scalar, tb, b_scalar, div_or_mod)
+        if ct.kind in ("int", "uint"):  # like Triton: a Python int must fit the computation type
+            lo, hi = (0, (1 << ct.bits) - 1) if ct.kind == "uint" else (-(1 << ct.bits - 1), (1 << ct.bits - 1) - 1)
+            for is_scalar, raw in ((a_scalar, a_raw), (b_scalar, b_raw)):
+                if is_scalar and not lo <= raw <= hi:
+                    if raw < 0 and ct.kind == "uint":
+                        raise SemanticError(f"cannot use the negative scalar {raw} with an unsigned {ct} operand; "
+                                            "cast one of them explicitly")
+                    raise SemanticError(f"scalar {raw} is out of range for {ct}, the type of this operation; "
+                                        "cast the tensor operand to a wider type first")
         if op == "/":
             if ct.is_int():
                 ct = float32

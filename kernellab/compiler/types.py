@@ -91,8 +91,9 @@ class DType(Type):
 
     @property
     def kind_rank(self):
-        """bool < uint < int < float, the order Triton uses to decide if a Python scalar promotes."""
-        return {"bool": 0, "uint": 1, "int": 2, "float": 3}[self.kind]
+        """bool < integer (signed or not) < float: Triton's kinds, which decide whether a Python
+        scalar promotes a tensor (a scalar of the same or a lower kind does not)."""
+        return {"bool": 0, "uint": 1, "int": 1, "float": 2}[self.kind]
 
     @property
     def np(self):

@@ -190,7 +190,11 @@ class Memory:
         rid = addr.item(0) >> _REGION_SHIFT
         regs = self.regions
         if rid <= 0 or rid >= len(regs):
-            return None
+            if mask is None or not mask.any():
+                return None
+            rid = addr.item(int(np.argmax(mask))) >> _REGION_SHIFT  # lane 0 is masked off
+            if rid <= 0 or rid >= len(regs):
+                return None
         reg = regs[rid]
         pos = np.subtract(addr, reg.origin)
         if mask is not None:

@@ -73,7 +73,8 @@ def _typed_scalar(value, elem):
 
 
 def _const(value, ty):
-    s = _typed_scalar(value, ty.scalar)
+    with np.errstate(all="ignore"):
+        s = _typed_scalar(value, ty.scalar)
     if ty.shape == ():
         return s
     arr = np.full(ty.shape, s, dtype=_np_of(ty))
@@ -367,6 +368,7 @@ class _Units:
 
     def __init__(self, module: Module):
         self.module = module
+        self.key = None
         self.codes: dict = {}
         self.ptr_casts = any(_makes_raw_pointer(op) for fn in module.functions for op in fn.walk())
 
@@ -401,10 +403,24 @@ def _makes_raw_pointer(op) -> bool:
     return False
 
 
+def _fingerprint(module: Module) -> int:
+    """Changes when a pass rewrites the module in place, so a stale compilation is never reused."""
+    parts = []
+    for fn in module.functions:
+        parts.append((fn.name, id(fn.body), tuple(map(id, fn.args))))
+        for op in fn.walk():
+            parts.append((op.name, id(op), tuple(map(id, op.operands)), tuple(map(id, op.results)),
+                          repr(op.attrs) if op.attrs else None, tuple(id(r) for r in op.regions)))
+    return hash(tuple(parts))
+
+
 def _units(module: Module) -> _Units:
+    """The compiled code of `module`, cached on the module object itself."""
+    key = _fingerprint(module)
     u = module.__dict__.get("_kernellab_interp_units")
-    if u is None:
+    if u is None or u.key != key:
         u = _Units(module)
+        u.key = key
         module.__dict__["_kernellab_interp_units"] = u
     return u
 

@@ -9,6 +9,7 @@ import pytest
 from kernellab.compiler import passes
 from kernellab.compiler.parser import parse_module
 from kernellab.compiler.printer import print_module
+from kernellab.compiler.verifier import verify
 
 
 class Trap(Exception):
@@ -185,6 +186,7 @@ def test_passes_preserve_semantics(seed):
         m = parse_module(text)
         for p in pipeline:
             p.run(m)
+            verify(m, after=p.NAME)
         got = [_outcome(m, a) for a in ARGS]
         for w, g, a in zip(want, got, ARGS):
             # Removing a dead trapping op is allowed; introducing a trap or a difference is not.

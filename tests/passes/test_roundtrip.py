@@ -3,6 +3,7 @@ pipeline leaves valid IR behind."""
 from kernellab.compiler import passes
 from kernellab.compiler.parser import parse_module
 from kernellab.compiler.printer import print_module
+from kernellab.compiler.verifier import verify
 
 SAMPLE = """
 tt.func @kernel(%x: !ptr<f32> {tt.divisibility = 16}, %out: !ptr<f32> {tt.divisibility = 16}, %n: i32) loc("k.py":3) {
@@ -83,6 +84,7 @@ def test_tile_pipeline_leaves_valid_ir(check_uses):
     m = parse_module(SAMPLE)
     for p in passes.TILE_PASSES:
         stats = p.run(m)
+        verify(m, after=p.NAME)
         assert isinstance(stats, dict) and all(isinstance(v, int) for v in stats.values())
         check_uses(m)
     text = print_module(m, with_locs=False)
