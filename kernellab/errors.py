@@ -31,3 +31,13 @@ class InterpreterError(KernelLabError):
 
 class LaunchError(KernelLabError):
     """Bad launch arguments: wrong count, wrong types, a bad grid."""
+
+
+class ToolchainError(KernelLabError):
+    """A piece of the GPU toolchain is missing or failed: libdevice or ptxas not found, LLVM left an unresolved
+    call in the PTX, ptxas rejected the PTX. Names the kernel (when there is one) and what to install or check."""
+
+
+class KernelCrashError(KernelLabError):
+    """A kernel faulted on the GPU (illegal address, trap, failed assert ...). The CUDA context is unusable
+    afterwards: the Python process / notebook kernel must be restarted."""

@@ -269,7 +269,7 @@ def test_scan(kind, reverse):
     if kind == "fast":
         region = "%t = arith.addf %a, %b : f32 loc(5:8)"
         ref = torch.cumsum(x.flip(1), 1).flip(1) if reverse == "true" else torch.cumsum(x, 1)
-    else:  # a * 0.5 + b: associative? no -- use a non-single-op but associative combine: max(a, b) via cmp+select
+    else:  # a combine region of two ops (max via cmpf + select): the generic Hillis-Steele path
         region = ("%g = arith.cmpf %a, %b {predicate = \"ogt\"} : i1 loc(5:8)\n"
                   "    %t = arith.select %g, %a, %b : f32 loc(5:8)")
         ref = torch.cummax(x.flip(1), 1).values.flip(1) if reverse == "true" else torch.cummax(x, 1).values

@@ -699,6 +699,23 @@ def test_bitcast_matches_numpy_view(pair, n, seed):
     assert torch.equal(out.view(torch.uint8), x.view(torch.uint8)), f"{src} -> {dst} bitcast changed bits"
 
 
+# signaling NaNs with payloads (quiet bit clear): an arithmetic op may quiet them, a bitcast may not
+SIGNALING_NANS = {"float16": (0x7C01, 0xFD55), "bfloat16": (0x7F98, 0xFF81), "float32": (0x7F800001, 0xFFA00000)}
+
+
+@pytest.mark.parametrize("src,dst", [("float16", "int16"), ("bfloat16", "int16"), ("float32", "int32"),
+                                     ("int16", "float16"), ("int16", "bfloat16"), ("int32", "float32")])
+def test_bitcast_keeps_signaling_nan_bits(src, dst):
+    fl = src if is_float(src) else dst
+    ib = {16: np.uint16, 32: np.uint32}[bits_of(fl)]
+    pats = np.array(list(SIGNALING_NANS[fl]) * 8, dtype=ib)
+    x = torch.from_numpy(pats.view(NUMPY["int16" if bits_of(fl) == 16 else "int32"]).copy())
+    if is_float(src):
+        x = x.view(TORCH[src])
+    out = _run_cast(x, dst, bitcast=True)
+    assert out.view(torch.uint8).tolist() == x.view(torch.uint8).tolist(), f"{src} -> {dst} bitcast changed bits"
+
+
 @pytest.mark.parametrize("src,dst", [("float32", "int16"), ("int64", "float32"), ("float16", "int32")])
 def test_bitcast_of_different_widths_is_refused(src, dst):
     with pytest.raises(kl.CompilationError, match="bitcast"):

@@ -109,6 +109,14 @@ class _Cursor:
 
 class Parser:
     def __init__(self, text: str):
+        aliases = {}
+        for ln in text.splitlines():
+            m = re.match(r"\s*(#L[0-9]+) = (#.*)$", ln)
+            if m:
+                aliases[m.group(1)] = m.group(2).strip()
+        if aliases:
+            text = "\n".join(ln for ln in text.splitlines() if not re.match(r"\s*#L[0-9]+ = ", ln))
+            text = re.sub(r"#L[0-9]+\b", lambda m: aliases[m.group(0)], text)
         self.lines = [(n + 1, ln.strip()) for n, ln in enumerate(text.splitlines())]
         self.lines = [(n, ln) for n, ln in self.lines if ln and not ln.startswith("//")]
         self.pos = 0

@@ -126,4 +126,43 @@ def print_function(fn: Function, with_locs: bool = True) -> str:
 
 
 def print_module(module: Module, with_locs: bool = True) -> str:
-    return "\n\n".join(print_function(f, with_locs) for f in module.functions) + "\n"
+    return alias_layouts("\n\n".join(print_function(f, with_locs) for f in module.functions) + "\n")
+
+
+def _layout_spans(text: str):
+    """(start, end) of every outermost `#blocked<...>` / `#slice<...>` in `text`."""
+    i, spans = 0, []
+    while True:
+        starts = [j for j in (text.find("#blocked<", i), text.find("#slice<", i)) if j >= 0]
+        if not starts:
+            return spans
+        j = min(starts)
+        k, depth = text.index("<", j), 0
+        while True:
+            if text[k] == "<":
+                depth += 1
+            elif text[k] == ">":
+                depth -= 1
+                if depth == 0:
+                    break
+            k += 1
+        spans.append((j, k + 1))
+        i = k + 1
+
+
+def alias_layouts(text: str) -> str:
+    """Name each distinct layout once at the top (`#L0 = #blocked<...>`) and use the alias below."""
+    spans = _layout_spans(text)
+    if not spans:
+        return text
+    names: dict[str, str] = {}
+    out, prev = [], 0
+    for a, b in spans:
+        lay = text[a:b]
+        names.setdefault(lay, f"#L{len(names)}")
+        out.append(text[prev:a])
+        out.append(names[lay])
+        prev = b
+    out.append(text[prev:])
+    header = "".join(f"{alias} = {lay}\n" for lay, alias in names.items())
+    return header + "\n" + "".join(out)

@@ -177,16 +177,21 @@ class BlockPtrType(Type):
 class TensorType(Type):
     """A tile: a statically shaped block of scalars or pointers."""
 
-    def __init__(self, shape: tuple, elem: Type):
+    def __init__(self, shape: tuple, elem: Type, layout=None):
         assert not isinstance(elem, TensorType)
         self._shape, self.elem = tuple(int(s) for s in shape), elem
+        self.layout = layout  # a gpu.layouts.Layout once the GPU passes have assigned one
 
     def _key(self):
-        return (self._shape, self.elem._key())
+        return (self._shape, self.elem._key(), str(self.layout) if self.layout is not None else None)
+
+    def with_layout(self, layout) -> TensorType:
+        return TensorType(self._shape, self.elem, layout)
 
     def __repr__(self):
         dims = "".join(f"{s}x" for s in self._shape)
-        return f"tensor<{dims}{self.elem}>"
+        lay = f", {self.layout}" if self.layout is not None else ""
+        return f"tensor<{dims}{self.elem}{lay}>"
 
     @property
     def shape(self):
@@ -239,6 +244,12 @@ def parse_type(text: str) -> Type:
         return BlockPtrType(DTYPES[elem.strip()], tuple(int(s) for s in shape.strip().split("x")))
     if text.startswith("tensor<") and text.endswith(">"):
         inner = text[len("tensor<"):-1]
+        layout = None
+        if ", #" in inner:
+            from .gpu.layouts import parse_layout
+
+            inner, _, lay = inner.partition(", #")
+            layout = parse_layout("#" + lay)
         dims = []
         while True:
             head, sep, rest = inner.partition("x")
@@ -247,5 +258,5 @@ def parse_type(text: str) -> Type:
                 inner = rest
             else:
                 break
-        return TensorType(tuple(dims), parse_type(inner))
+        return TensorType(tuple(dims), parse_type(inner), layout)
     raise ValueError(f"cannot parse type {text!r}")

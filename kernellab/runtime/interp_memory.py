@@ -34,13 +34,17 @@ class Fault(Exception):
 # bf16 helpers (bf16 values are float32 arrays whose low 16 bits are zero)
 
 def bf16_bits(x):
-    """float32 (scalar or array) -> uint16 bf16 bits, rounding to nearest even; NaN stays NaN."""
+    """float32 (scalar or array) -> uint16 bf16 bits, rounding to nearest even. NaNs keep their top
+    16 bits (so a loaded NaN's payload survives a store or bitcast), made quiet only if truncation
+    would turn them into an infinity."""
     a = np.asarray(x, np.float32)
     u = a.view(np.uint32)
     r = ((u + ((u >> 16) & 1) + np.uint32(0x7FFF)) >> 16).astype(np.uint16)
     nan = a != a
     if nan.any():
-        r = np.where(nan, ((u >> 16) | np.uint32(0x40)).astype(np.uint16), r)
+        hi = (u >> 16).astype(np.uint16)
+        hi = np.where(hi & np.uint16(0x7F), hi, hi | np.uint16(0x40))
+        r = np.where(nan, hi, r)
     return r
 
 
@@ -56,7 +60,7 @@ def round_bf16(x):
     r = (u + ((u >> 16) & 1) + np.uint32(0x7FFF)) & np.uint32(0xFFFF0000)
     nan = a != a
     if nan.any():
-        r = np.where(nan, u | np.uint32(0x00400000), r)
+        r = np.where(nan, (u | np.uint32(0x00400000)) & np.uint32(0xFFFF0000), r)
     r = r.view(np.float32)
     return r[()] if r.ndim == 0 else r
 
@@ -160,7 +164,7 @@ def region_for(rid: int, name: str, obj) -> Region:
         ptr = obj.__array_interface__["data"][0]
         buf = _raw_bytes(lo, hi - lo, bool(obj.flags.writeable))
         return Region(rid, name, buf, ptr - lo, ptr, int(obj.size), obj.dtype.itemsize,
-                      f"array {obj.dtype}", obj)
+                      f"{obj.dtype} array", obj)
     if type(obj).__module__.startswith("torch") and hasattr(obj, "untyped_storage"):
         if obj.device.type != "cpu":
             raise TypeError(f"argument '{name}' is a {obj.device.type} tensor; the CPU interpreter needs CPU tensors")
@@ -169,7 +173,7 @@ def region_for(rid: int, name: str, obj) -> Region:
         ptr = obj.data_ptr()
         buf = _raw_bytes(lo, n, True)
         return Region(rid, name, buf, ptr - lo, ptr, obj.numel(), obj.element_size(),
-                      f"tensor {str(obj.dtype).replace('torch.', '')}", obj)
+                      f"{str(obj.dtype).replace('torch.', '')} tensor", obj)
     raise TypeError(f"argument '{name}' must be a torch CPU tensor or a NumPy array, got {type(obj).__name__}")
 
 
@@ -237,8 +241,8 @@ class Memory:
                 what = "a null pointer"
             else:
                 what = f"address {bad_addr:#x}, which is not inside any argument's buffer"
-            idx = list(np.unravel_index(lane, addr.shape)) if addr.ndim else []
-            at = f" at tile index {idx}" if addr.ndim else ""
+            idx = [int(i) for i in np.unravel_index(lane, addr.shape)] if addr.ndim else []
+            at = f" at tile index {idx}" if addr.size > 1 else ""
             nbad = int(bad.sum())
             more = f" ({nbad} of {n} lanes bad)" if nbad > 1 else ""
             raise Fault(f"{verb} out of bounds: {what}{at}{more}; mask the access or fix the offsets")

@@ -410,7 +410,8 @@ def _fingerprint(module: Module) -> int:
         parts.append((fn.name, id(fn.body), tuple(map(id, fn.args))))
         for op in fn.walk():
             parts.append((op.name, id(op), tuple(map(id, op.operands)), tuple(map(id, op.results)),
-                          repr(op.attrs) if op.attrs else None, tuple(id(r) for r in op.regions)))
+                          tuple(r.type for r in op.results), repr(op.attrs) if op.attrs else None,
+                          tuple((id(r), tuple(map(id, r.args))) for r in op.regions)))
     return hash(tuple(parts))
 
 
@@ -462,9 +463,7 @@ class _Compiler:
         if self.hoist:
             invariant = set(code.arg_slots)
             for op in ops:
-                n0 = len(code.template)
                 f = self.op(op)
-                new_slots = set(range(n0, len(code.template)))
                 if f is None:
                     # constants and aliases: invariant when their inputs are
                     if all(self.s(v) in invariant for v in op.operands) and not op.regions:
@@ -477,7 +476,6 @@ class _Compiler:
                     invariant.update(self.s(r) for r in op.results)
                 else:
                     code.ops.append(f)
-                del new_slots
         else:
             code.ops = self.block_ops(ops)
         if term is not None:

@@ -1,0 +1,1 @@
+"""GPU IR: distributed layouts, the analyses that choose them, and their text form."""

@@ -1,0 +1,242 @@
+"""Axis analysis: for every integer or pointer value, per dimension,
+
+- contiguity: length of runs of consecutive values (x, x+1, x+2, ...) along the dimension,
+- divisibility: a power of two dividing the first value of each run (bytes, for pointers),
+- constancy: length of runs of equal values.
+
+Fed by argument specialization (`tt.divisibility`) and `tl.multiple_of` / `tl.max_contiguous`; used
+to choose vectorized, coalesced global accesses (a 16-byte load needs 4 contiguous, 16-byte-aligned
+floats whose mask is constant across the 4).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..ir import Function, Op, Value
+
+MAX_DIV = 1 << 30
+
+
+def _pow2_div(v: int) -> int:
+    if v == 0:
+        return MAX_DIV
+    v = abs(int(v))
+    return min(v & -v, MAX_DIV)
+
+
+@dataclass(frozen=True)
+class AxisInfo:
+    contig: tuple
+    div: tuple
+    const: tuple
+    value: int | None = None  # a known constant value (scalars and splat constants)
+
+    @property
+    def rank(self):
+        return len(self.contig)
+
+    def elem_div(self, d):
+        """A divisor of every element along d (not only of each run's first)."""
+        return self.div[d] if self.contig[d] == 1 else 1
+
+
+def unknown(shape) -> AxisInfo:
+    n = max(1, len(shape))
+    return AxisInfo((1,) * n, (1,) * n, (1,) * n)
+
+
+def _shape(v: Value):
+    return tuple(v.type.shape) if v.type.shape else (1,)
+
+
+def _min_all(tuples):
+    return tuple(min(xs) for xs in zip(*tuples))
+
+
+def meet(a: AxisInfo, b: AxisInfo) -> AxisInfo:
+    return AxisInfo(tuple(map(min, a.contig, b.contig)), tuple(map(math.gcd, a.div, b.div)),
+                    tuple(map(min, a.const, b.const)), a.value if a.value == b.value else None)
+
+
+class AxisAnalysis:
+    def __init__(self, fn: Function):
+        self.info: dict[int, AxisInfo] = {}
+        for i, arg in enumerate(fn.args):
+            attrs = fn.arg_attrs[i] if i < len(fn.arg_attrs) else {}
+            d = int(attrs.get("tt.divisibility", 1))
+            self.info[id(arg)] = AxisInfo((1,), (d,), (1,))
+        self.block(fn.body)
+
+    def __getitem__(self, v: Value) -> AxisInfo:
+        return self.info.get(id(v)) or unknown(_shape(v))
+
+    def set(self, v: Value, ai: AxisInfo):
+        shape = _shape(v)
+        ai = AxisInfo(tuple(min(c, s) for c, s in zip(ai.contig, shape)), ai.div,
+                      tuple(min(c, s) for c, s in zip(ai.const, shape)), ai.value)
+        self.info[id(v)] = ai
+
+    def block(self, block):
+        for op in block.ops:
+            self.op(op)
+
+    def op(self, op: Op):
+        name = op.name
+        if name == "scf.for":
+            self._loop(op, op.regions[0], op.operands[3:], 1)
+            return
+        if name == "scf.while":
+            inits = op.operands
+            for _ in range(3):
+                for a, v in zip(op.regions[0].args, inits):
+                    self.info.setdefault(id(a), self[v])
+                self.block(op.regions[0])
+                cond = op.regions[0].ops[-1]
+                for a, v in zip(op.regions[1].args, cond.operands[1:]):
+                    self.info[id(a)] = self[v]
+                self.block(op.regions[1])
+                changed = False
+                for a, y in zip(op.regions[0].args, op.regions[1].ops[-1].operands):
+                    m = meet(self[a], self[y])
+                    if m != self[a]:
+                        self.info[id(a)] = m
+                        changed = True
+                if not changed:
+                    break
+            for r, v in zip(op.results, op.regions[0].ops[-1].operands[1:]):
+                self.set(r, self[v])
+            return
+        if name == "scf.if":
+            for r in op.regions:
+                self.block(r)
+            for i, res in enumerate(op.results):
+                self.set(res, meet(self[op.regions[0].ops[-1].operands[i]], self[op.regions[1].ops[-1].operands[i]]))
+            return
+        for r in op.regions:
+            self.block(r)
+        for res in op.results:
+            self.set(res, self.rule(op, res))
+
+    def _loop(self, op, body, inits, skip):
+        iv = body.args[0]
+        lb, step = self[op.operands[0]], self[op.operands[2]]
+        self.info[id(iv)] = AxisInfo((1,), (math.gcd(lb.div[0], step.div[0]),), (1,))
+        for a, v in zip(body.args[skip:], inits):
+            self.info[id(a)] = self[v]
+        for _ in range(4):
+            self.block(body)
+            changed = False
+            for a, y in zip(body.args[skip:], body.ops[-1].operands):
+                m = meet(self[a], self[y])
+                if m != self[a]:
+                    self.info[id(a)] = m
+                    changed = True
+            if not changed:
+                break
+        for r, a in zip(op.results, body.args[skip:]):
+            self.set(r, self[a])
+
+    def rule(self, op: Op, res: Value) -> AxisInfo:
+        name, shape = op.name, _shape(res)
+        rank = len(shape)
+        ops = [self[v] for v in op.operands]
+        if name == "arith.constant":
+            v = op.attrs["value"]
+            if isinstance(v, bool) or not isinstance(v, int):
+                return AxisInfo((1,) * rank, (1,) * rank, shape)
+            return AxisInfo((1,) * rank, (_pow2_div(v),) * rank, shape, v)
+        if name == "tt.make_range":
+            return AxisInfo((shape[0],), (_pow2_div(op.attrs["start"]),), (1,))
+        if name == "tt.splat":
+            s = ops[0]
+            return AxisInfo((1,) * rank, (s.div[0],) * rank, shape, s.value)
+        if name == "tt.broadcast":
+            src = _shape(op.operands[0])
+            a = ops[0]
+            return AxisInfo(tuple(1 if src[d] == 1 else a.contig[d] for d in range(rank)),
+                            tuple(a.div[d] for d in range(rank)),
+                            tuple(shape[d] if src[d] == 1 else a.const[d] for d in range(rank)), a.value)
+        if name == "tt.expand_dims":
+            a, ax = ops[0], op.attrs["axis"]
+            if not op.operands[0].type.shape:
+                return AxisInfo((1,) * rank, (a.div[0],) * rank, (1,) * rank, a.value)
+            new_div = min(a.elem_div(d) for d in range(a.rank))
+            c, dv, k = list(a.contig), list(a.div), list(a.const)
+            c.insert(ax, 1)
+            dv.insert(ax, new_div)
+            k.insert(ax, 1)
+            return AxisInfo(tuple(c), tuple(dv), tuple(k), a.value)
+        if name == "tt.hint":
+            a = ops[0]
+            div = tuple(op.attrs.get("multiple_of", a.div)) if "multiple_of" in op.attrs else a.div
+            con = tuple(op.attrs.get("max_contiguous", a.contig)) if "max_contiguous" in op.attrs else a.contig
+            if len(div) != rank:
+                div = (div[0],) * rank
+            if len(con) != rank:
+                con = (con[0],) * rank
+            return AxisInfo(con, div, a.const, a.value)
+        if name in ("arith.addi", "tt.addptr"):
+            a, b = ops
+            scale = getattr(op.operands[0].type.scalar.elem, "itemsize", 8) if name == "tt.addptr" else 1
+            contig = tuple(max(min(a.contig[d], b.const[d]), min(b.contig[d], a.const[d])) for d in range(rank))
+            div = tuple(math.gcd(a.div[d], min(MAX_DIV, b.div[d] * scale)) for d in range(rank))
+            val = a.value + b.value * scale if a.value is not None and b.value is not None else None
+            return AxisInfo(contig, div, tuple(map(min, a.const, b.const)), val)
+        if name == "arith.subi":
+            a, b = ops
+            contig = tuple(min(a.contig[d], b.const[d]) for d in range(rank))
+            div = tuple(map(math.gcd, a.div, b.div))
+            val = a.value - b.value if a.value is not None and b.value is not None else None
+            return AxisInfo(contig, div, tuple(map(min, a.const, b.const)), val)
+        if name == "arith.muli":
+            a, b = ops
+            contig = tuple(a.contig[d] if b.value == 1 else b.contig[d] if a.value == 1 else 1 for d in range(rank))
+            div = tuple(min(MAX_DIV, a.elem_div(d) * b.elem_div(d)) if not (b.value == 1 or a.value == 1) else
+                        (a.div[d] if b.value == 1 else b.div[d]) for d in range(rank))
+            val = a.value * b.value if a.value is not None and b.value is not None else None
+            return AxisInfo(contig, div, tuple(map(min, a.const, b.const)), val)
+        if name == "arith.shli" and ops[1].value is not None:
+            a, k = ops[0], ops[1].value
+            div = tuple(min(MAX_DIV, a.elem_div(d) << k) for d in range(rank))
+            return AxisInfo((1,) * rank, div, a.const)
+        if name in ("arith.remsi", "arith.remui"):
+            a, b = ops
+            contig = tuple(min(a.contig[d], math.gcd(a.div[d], b.div[d])) if b.const[d] >= shape[d] or
+                           b.value is not None else 1 for d in range(rank))
+            return AxisInfo(contig, tuple(map(math.gcd, a.div, b.div)), tuple(map(min, a.const, b.const)))
+        if name in ("arith.divsi", "arith.divui"):
+            a, b = ops
+            if b.value is not None and b.value > 0:
+                c = b.value
+                const = tuple(max(a.const[d], min(a.contig[d], math.gcd(a.div[d], _pow2_div(c)))
+                                  if c & (c - 1) == 0 else a.const[d]) for d in range(rank))
+                div = tuple(a.elem_div(d) // c if a.elem_div(d) % c == 0 else 1 for d in range(rank))
+                return AxisInfo((1,) * rank, tuple(max(1, x) for x in div), const)
+            return AxisInfo((1,) * rank, (1,) * rank, tuple(map(min, a.const, b.const)))
+        if name in ("arith.cmpi",):
+            a, b = ops
+            pred = op.attrs.get("predicate", "")
+            const = []
+            for d in range(rank):
+                k = min(a.const[d], b.const[d])
+                if pred not in ("eq", "ne"):
+                    if b.const[d] >= shape[d] or b.value is not None:
+                        k = max(k, min(a.contig[d], math.gcd(a.div[d], b.div[d])))
+                    if a.const[d] >= shape[d] or a.value is not None:
+                        k = max(k, min(b.contig[d], math.gcd(a.div[d], b.div[d])))
+                const.append(k)
+            return AxisInfo((1,) * rank, (1,) * rank, tuple(const))
+        if name == "arith.select":
+            c, a, b = ops
+            contig = tuple(min(a.contig[d], b.contig[d], c.const[d]) for d in range(rank))
+            return AxisInfo(contig, tuple(map(math.gcd, a.div, b.div)), tuple(map(min, a.const, b.const, c.const)))
+        if name in ("arith.andi", "arith.ori", "arith.xori", "arith.cmpf"):
+            return AxisInfo((1,) * rank, (1,) * rank, _min_all([o.const for o in ops]))
+        if name in ("arith.extsi", "arith.extui", "arith.trunci", "arith.bitcast", "tt.int_to_ptr", "tt.ptr_to_int"):
+            return ops[0]
+        if name == "tt.load":
+            return AxisInfo((1,) * rank, (1,) * rank, _min_all([o.const for o in ops]))
+        if ops and all(o.rank == rank for o in ops) and name.startswith(("arith.", "math.")):
+            return AxisInfo((1,) * rank, (1,) * rank, _min_all([o.const for o in ops]))
+        return unknown(shape)

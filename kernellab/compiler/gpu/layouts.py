@@ -1,0 +1,202 @@
+"""Distributed layouts: which thread and register of a program holds each element of a tile.
+
+A `Blocked` layout splits each dimension d into
+    sizePerThread[d] consecutive elements in one thread's registers,
+    threadsPerWarp[d] lanes, and warpsPerCTA[d] warps,
+with `order` listing the dimensions from the fastest-varying (contiguous) one. When a tile is larger
+than one such "CTA tile" the pattern repeats in more registers; when it is smaller, several threads
+hold copies of the same element (replication), and only the first copy is "representative".
+
+A `Slice(dim, parent)` layout is what remains of `parent` after a reduction along `dim`: every thread
+keeps the elements of its other dimensions; threads that differed only along `dim` hold copies.
+
+For codegen every layout answers, per dimension of a shape: the thread part of the element index
+(a function of lane and warp) and the list of register offsets; element index = (thread part +
+register offset) mod size.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+WARP_SIZE = 32
+
+
+class Layout:
+    rank: int
+
+    def dims_info(self, shape):
+        """Per dimension of `shape`: a DimInfo (thread-part recipe + register offsets)."""
+        raise NotImplementedError
+
+    def registers(self, shape) -> list[tuple]:
+        """Register enumeration: each register's per-dimension offset, fastest dim innermost."""
+        import itertools
+
+        infos = self.dims_info(shape)
+        slow_to_fast = list(reversed(self.reg_order()))
+        regs = []
+        for combo in itertools.product(*[infos[d].offsets for d in slow_to_fast]):
+            off = [0] * len(shape)
+            for d, o in zip(slow_to_fast, combo):
+                off[d] = o
+            regs.append(tuple(off))
+        return regs
+
+    def reg_order(self):
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class DimInfo:
+    """How one dimension of a shape is distributed.
+
+    lane_div/lane_mod: lane component = (lane // lane_div) % lane_mod; the same for warps.
+    thread part = (warp_component * lanes + lane_component) * spt.
+    `sliced` dims (from a Slice) are not part of the shape; they only matter for representativeness.
+    """
+
+    size: int
+    spt: int
+    lanes: int
+    lane_div: int
+    warps: int
+    warp_div: int
+    offsets: tuple
+
+    @property
+    def cta_extent(self):
+        return self.spt * self.lanes * self.warps
+
+    @property
+    def replicated(self):
+        return self.cta_extent > self.size or self.spt > self.size
+
+
+@dataclass(frozen=True)
+class Blocked(Layout):
+    spt: tuple
+    tpw: tuple
+    wpc: tuple
+    order: tuple
+
+    @property
+    def rank(self):
+        return len(self.spt)
+
+    @property
+    def num_warps(self):
+        n = 1
+        for w in self.wpc:
+            n *= w
+        return n
+
+    def reg_order(self):
+        return list(self.order)
+
+    def _divs(self, per_dim):
+        divs, acc = [0] * self.rank, 1
+        for d in self.order:
+            divs[d] = acc
+            acc *= per_dim[d]
+        return divs
+
+    def dims_info(self, shape):
+        assert len(shape) == self.rank, (shape, self)
+        lane_div, warp_div = self._divs(self.tpw), self._divs(self.wpc)
+        out = []
+        for d, size in enumerate(shape):
+            extent = self.spt[d] * self.tpw[d] * self.wpc[d]
+            reps = max(1, size // extent)
+            offs = tuple(r * extent + e for r in range(reps) for e in range(self.spt[d]))
+            out.append(DimInfo(size, self.spt[d], self.tpw[d], lane_div[d], self.wpc[d], warp_div[d], offs))
+        return out
+
+    def __str__(self):
+        def f(x):
+            return "[" + ", ".join(map(str, x)) + "]"
+
+        return f"#blocked<{f(self.spt)}, {f(self.tpw)}, {f(self.wpc)}, {f(self.order)}>"
+
+
+@dataclass(frozen=True)
+class Slice(Layout):
+    dim: int
+    parent: Layout
+
+    @property
+    def rank(self):
+        return self.parent.rank - 1
+
+    @property
+    def num_warps(self):
+        return self.parent.num_warps
+
+    def parent_shape(self, shape):
+        s = list(shape)
+        s.insert(self.dim, 1)
+        return tuple(s)
+
+    def dims_info(self, shape):
+        infos = self.parent.dims_info(self.parent_shape(shape))
+        return [i for d, i in enumerate(infos) if d != self.dim]
+
+    def sliced_infos(self, shape):
+        """DimInfos of the dims removed by this slice (and by parents' slices)."""
+        infos = self.parent.dims_info(self.parent_shape(shape))
+        mine = [infos[self.dim]]
+        if isinstance(self.parent, Slice):
+            mine += self.parent.sliced_infos(self.parent_shape(shape))
+        return mine
+
+    def reg_order(self):
+        po = self.parent.reg_order()
+        return [d if d < self.dim else d - 1 for d in po if d != self.dim]
+
+    def __str__(self):
+        return f"#slice<{self.dim}, {self.parent}>"
+
+
+def sliced_infos(layout, shape):
+    return layout.sliced_infos(shape) if isinstance(layout, Slice) else []
+
+
+def default_blocked(shape, num_warps: int, order=None, spt_fast: int = 1) -> Blocked:
+    """A blocked layout that spreads lanes, then warps, over `shape` from the fastest dimension."""
+    rank = len(shape)
+    order = tuple(order) if order is not None else tuple(reversed(range(rank)))
+    spt = [1] * rank
+    fast = order[0]
+    spt[fast] = max(1, min(spt_fast, shape[fast]))
+    tpw, wpc = [1] * rank, [1] * rank
+    lanes_left, warps_left = WARP_SIZE, num_warps
+    remaining = [max(1, shape[d] // spt[d]) for d in range(rank)]
+    for d in order:
+        take = min(lanes_left, remaining[d])
+        tpw[d] = take
+        lanes_left //= take
+        remaining[d] = max(1, remaining[d] // take)
+    tpw[order[-1]] *= lanes_left  # leftover lanes replicate along the slowest dim
+    for d in reversed(order):  # warps go to the slowest dims first (rows of a 2-D tile)
+        take = min(warps_left, remaining[d])
+        wpc[d] = take
+        warps_left //= take
+        remaining[d] = max(1, remaining[d] // take)
+    wpc[order[0]] *= warps_left
+    return Blocked(tuple(spt), tuple(tpw), tuple(wpc), order)
+
+
+_BLOCKED = re.compile(r"#blocked<\[([0-9, ]*)\], \[([0-9, ]*)\], \[([0-9, ]*)\], \[([0-9, ]*)\]>")
+
+
+def parse_layout(text: str) -> Layout:
+    text = text.strip()
+    m = _BLOCKED.fullmatch(text)
+    if m:
+        vals = [tuple(int(x) for x in g.split(",") if x.strip()) for g in m.groups()]
+        return Blocked(*vals)
+    if text.startswith("#slice<") and text.endswith(">"):
+        inner = text[len("#slice<"):-1]
+        dim, _, parent = inner.partition(",")
+        return Slice(int(dim), parse_layout(parent))
+    raise ValueError(f"cannot parse layout {text!r}")
