@@ -91,6 +91,11 @@ _def("tt.print", "print values from each program {prefix}", pure=False)
 _def("tt.assert", "abort with {message} where the condition is false", pure=False)
 _def("tt.debug_barrier", "synchronize all threads of the program", pure=False)
 
+# GPU IR (after layouts are assigned).
+_def("ttg.convert_layout", "the same tensor in another distributed layout (through shared memory)")
+_def("ttg.barrier", "bar.sync: every thread of the program waits here (orders shared-memory accesses)",
+     pure=False)
+
 # Control flow.
 _def("scf.for", "loop from lb to ub by step, carrying iter args", pure=False)
 _def("scf.if", "run the then- or else-region, yielding results", pure=False)

@@ -74,3 +74,24 @@ def run_tile_pipeline(module: Module, trace: CompileTrace, passes=None, check=Tr
         trace.record(p.NAME, p.DESCRIPTION, text, dt, text != before, stats)
         before = text
     return module
+
+
+def gpu_passes():
+    from .passes import allocate_shared, assign_layouts, insert_barriers, remove_layout_conversions
+
+    return [assign_layouts, remove_layout_conversions, allocate_shared, insert_barriers]
+
+
+def run_gpu_pipeline(module: Module, trace: CompileTrace, options) -> Module:
+    """Tile IR -> GPU IR: layouts, conversions, shared-memory plan, barriers (recorded per pass)."""
+    before = print_module(module)
+    for p in gpu_passes():
+        t0 = time.perf_counter()
+        stats = p.run(module, options) or {}
+        dt = time.perf_counter() - t0
+        verify(module, after=p.NAME)
+        text = print_module(module)
+        trace.record(p.NAME, p.DESCRIPTION, text, dt, text != before, stats)
+        before = text
+    trace.shared_plan = getattr(module, "shared_plan", [])
+    return module

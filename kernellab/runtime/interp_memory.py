@@ -307,6 +307,17 @@ class Memory:
     # -- atomics -----------------------------------------------------------------------------
     def _atomic_lanes(self, addr, mask, mk):
         """[(region, active lane indices (flat, in lane order), element indices)]."""
+        if mask is not None and np.shape(mask) != addr.shape:
+            mask = np.broadcast_to(mask, addr.shape)
+        fast = self._fast(addr, mask, mk)
+        if fast is not None:  # (aligned: _fast checks alignment whenever it is not guaranteed)
+            reg, idx = fast
+            self._writable(reg)
+            idx = idx.reshape(-1)
+            if mask is None:
+                return [(reg, np.arange(idx.shape[0]), idx)]
+            lanes = np.flatnonzero(mask)
+            return [(reg, lanes, idx[lanes])]
         groups = self._groups(addr, mask, mk, "atomically accesses")
         out = []
         for reg, lanes, pos in groups:
@@ -316,27 +327,39 @@ class Memory:
             out.append((reg, lanes, pos >> mk.shift))
         return out
 
-    def atomic_rmw(self, kind: str, addr: np.ndarray, val, mask, mk: MemKind, combine):
-        """Apply `combine(old, val)` lane by lane (lanes act in order); return the old values."""
+    def atomic_rmw(self, kind: str, addr: np.ndarray, val, mask, mk: MemKind, combine, need_old=True, at=None):
+        """Apply `combine(old, val)` lane by lane (lanes act in order); return the old values.
+
+        `at`: (ufunc, dtype) such that `ufunc.at(memory.view(dtype), idx, val)` does the same update
+        on the memory directly; used when the old values are not needed."""
         val = np.broadcast_to(np.asarray(val, mk.carrier), addr.shape).reshape(-1)
-        old = np.zeros(addr.size, mk.carrier)
+        old = np.zeros(addr.size, mk.carrier) if need_old else None
         for reg, lanes, idx in self._atomic_lanes(addr, mask, mk):
             tv = reg.view(mk)
-            cur = tv[idx]
-            cur = cur if mk.to_carrier is None else mk.to_carrier(cur)
             v = val[lanes]
             n = idx.shape[0]
-            if n <= 1 or np.unique(idx).shape[0] == n:
-                old[lanes] = cur
+            if n == 0:
+                continue
+            if not need_old and at is not None:
+                uf, dt = at
+                uf.at(tv if dt is None else tv.view(dt), idx, v if dt is None else v.view(dt))
+                continue
+            order = np.argsort(idx, kind="stable")
+            si = idx[order]
+            dup = np.empty(n, bool)
+            dup[0] = False
+            np.equal(si[1:], si[:-1], out=dup[1:])
+            cur = tv[idx]
+            cur = cur if mk.to_carrier is None else mk.to_carrier(cur)
+            if not dup.any():
+                if need_old:
+                    old[lanes] = cur
                 new = combine(cur, v)
                 tv[idx] = new if mk.to_mem is None else mk.to_mem(new)
                 continue
-            # Several lanes hit one address: segmented inclusive scan over the lanes of each address.
-            order = np.argsort(idx, kind="stable")
-            si, sv, init = idx[order], v[order], cur[order]
-            start = np.empty(n, bool)
-            start[0] = True
-            np.not_equal(si[1:], si[:-1], out=start[1:])
+            # Several lanes hit one address: a segmented scan over the lanes of each address, in order.
+            sv, init = v[order], cur[order]
+            start = ~dup
             end = np.empty(n, bool)
             end[-1] = True
             end[:-1] = start[1:]
@@ -346,6 +369,12 @@ class Memory:
                 prev[0] = sv[0]
                 old_sorted = np.where(start, init, prev)
                 final = sv
+            elif kind == "add" and sv.dtype.kind in "iu":
+                csum = np.cumsum(sv, dtype=sv.dtype)  # wraps, so the differences below are exact
+                excl = csum - sv
+                base = excl[np.flatnonzero(start)][np.cumsum(start) - 1]
+                old_sorted = init + (excl - base)
+                final = init + (csum - base)
             else:
                 inc = sv
                 d = 1
@@ -361,12 +390,13 @@ class Memory:
                 prev[0] = inc[0]
                 old_sorted = np.where(start, init, combine(init, prev))
                 final = combine(init, inc)
-            o = np.empty_like(old_sorted)
-            o[order] = old_sorted
-            old[lanes] = o
+            if need_old:
+                o = np.empty_like(old_sorted)
+                o[order] = old_sorted
+                old[lanes] = o
             fv = final[end]
             tv[si[end]] = fv if mk.to_mem is None else mk.to_mem(fv)
-        return old.reshape(addr.shape)
+        return None if old is None else old.reshape(addr.shape)
 
     def atomic_cas(self, addr: np.ndarray, cmp, val, mk: MemKind):
         cmp = np.broadcast_to(np.asarray(cmp, mk.carrier), addr.shape).reshape(-1)

@@ -431,6 +431,8 @@ class _Compiler:
         self.units, self.fn, self.batched, self.hoist = units, fn, batched, hoist
         self.code = _FnCode(fn.name)
         self.slots: dict = {}
+        # values some op reads (an atomic whose old values nobody reads can skip computing them)
+        self.used = {id(v) for op in fn.walk() for v in op.operands}
 
     # -- slots -------------------------------------------------------------------------------
     def s(self, v) -> int:
@@ -875,25 +877,30 @@ class _Compiler:
         elem = ptr_t.scalar.elem
         mk = mem_kind(elem)
         dt = mk.carrier
+        at = None  # (ufunc, view dtype) updating memory in place when the old values are unused
+        plain = mk.to_mem is None
         if kind in ("add", "fadd"):
             comb = np.logical_xor if dt == np.bool_ else np.add
+            at = (np.add, None) if plain else None
             if isinstance(elem, DType) and elem.name == "bf16":
                 comb = lambda x, y: round_bf16(np.add(x, y))  # noqa: E731
         elif kind in ("max", "min", "umax", "umin"):
             base = np.maximum if kind.endswith("max") else np.minimum
-            comb = base if dt.kind not in "iu" else _wrap_view(base, _int_view(dt, "u" if kind[0] == "u" else "s"), dt)
+            vt = _int_view(dt, "u" if kind[0] == "u" else "s") if dt.kind in "iu" else None
+            comb = _wrap_view(base, vt, dt)
+            at = (base, vt) if plain else None
         elif kind == "xchg":
             comb = lambda x, y: y  # noqa: E731
         elif kind in ("and", "or", "xor"):
             comb = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[kind]
+            at = (comb, None) if plain else None
         else:
             raise InterpreterError(f"unsupported atomic kind {kind!r}")
         slots = [self.s(v) for v in op.operands]
         p, v = slots[0], slots[1]
         m = slots[2] if len(slots) > 2 else None
-        o = self.d(op.result) if op.results else len(self.code.template)
-        if not op.results:
-            self.code.template.append(None)
+        need_old = bool(op.results) and id(op.results[0]) in self.used
+        o = self.d(op.result) if op.results else None
         scalar = ptr_t.shape == ()
 
         def f(env):
@@ -902,9 +909,9 @@ class _Compiler:
             if scalar:
                 ptr = np.array([ptr], np.int64)
                 mask = None if mask is None else np.array([mask], bool)
-                env[o] = env[0].mem.atomic_rmw(kind, ptr, env[v], mask, mk, comb)[0]
-            else:
-                env[o] = env[0].mem.atomic_rmw(kind, ptr, env[v], mask, mk, comb)
+            old = env[0].mem.atomic_rmw(kind, ptr, env[v], mask, mk, comb, need_old, at)
+            if o is not None:
+                env[o] = old[0] if (scalar and old is not None) else old
         return f
 
     def op_atomic_cas(self, op):

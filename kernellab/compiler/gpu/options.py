@@ -1,0 +1,15 @@
+"""Options the GPU passes and codegen share: warps per program, target architecture."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuOptions:
+    num_warps: int = 4
+    num_stages: int = 3
+    arch: int = 90
+
+    @property
+    def num_threads(self):
+        return self.num_warps * 32

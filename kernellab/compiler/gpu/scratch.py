@@ -1,0 +1,55 @@
+"""How many bytes of shared-memory scratch an op needs in its layout, and why."""
+from __future__ import annotations
+
+from ..types import TensorType
+from .layouts import Blocked, Slice
+
+
+def mem_bytes(t) -> int:
+    """Bytes one element occupies in memory (i1 is stored as a byte, pointers as 8 bytes)."""
+    s = t.scalar
+    if s.is_ptr():
+        return 8
+    return max(1, s.bits // 8)
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def warps_along(layout, axis: int) -> int:
+    if isinstance(layout, Blocked):
+        return layout.wpc[axis]
+    if isinstance(layout, Slice):
+        return warps_along(layout.parent, axis if axis < layout.dim else axis + 1)
+    return 1
+
+
+def scratch_bytes(op) -> tuple[int, str]:
+    """(bytes, reason); (0, '') when the op needs no shared memory."""
+    name = op.name
+    if name == "ttg.convert_layout":
+        t = op.operands[0].type
+        return _numel(t.shape) * mem_bytes(t), "layout conversion"
+    if name == "tt.reduce":
+        t = op.operands[0].type
+        w = warps_along(t.layout, op.attrs["axis"]) if isinstance(t, TensorType) else 1
+        if w <= 1:
+            return 0, ""
+        out = _numel(op.results[0].type.shape)
+        return w * out * sum(mem_bytes(v.type) for v in op.operands), f"cross-warp reduction over {w} warps"
+    if name == "tt.scan":
+        t = op.operands[0].type
+        return _numel(t.shape) * sum(mem_bytes(v.type) for v in op.operands), "scan through shared memory"
+    if name == "tt.dot":
+        a, b = op.operands[0].type, op.operands[1].type
+        return _numel(a.shape) * mem_bytes(a) + _numel(b.shape) * mem_bytes(b), "dot operand staging"
+    if name in ("tt.reshape", "tt.join", "tt.split", "tt.cat"):
+        n = sum(_numel(v.type.shape) * mem_bytes(v.type) for v in op.operands)
+        return n, f"{name[3:]} through shared memory"
+    if name in ("tt.atomic_rmw", "tt.atomic_cas") and not op.results[0].type.shape:
+        return 8, "broadcast of a scalar atomic's old value"
+    return 0, ""

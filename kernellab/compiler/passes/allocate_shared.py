@@ -1,0 +1,47 @@
+"""Allocate shared memory by liveness.
+
+Every buffer kernellab uses today is scratch: written and read inside one op (a layout
+conversion, a cross-warp reduction, dot operand staging). When the plan is small, buffers get
+separate addresses (so no op waits for another); otherwise buffers whose live ranges don't
+overlap share addresses; the plan (offset, size, live range, reason) is recorded on the module for the trace
+and the lab, and the total becomes the kernel's dynamic shared memory.
+"""
+from __future__ import annotations
+
+from ..gpu.scratch import scratch_bytes
+from ..ir import Module
+
+NAME = "allocate_shared"
+DESCRIPTION = "place shared-memory buffers by liveness; record offsets, sizes and live ranges"
+ALIGN = 16
+DISJOINT_LIMIT = 32 * 1024
+
+
+def run(module: Module, options=None) -> dict:
+    fn = module.kernel
+    buffers = []
+    for index, op in enumerate(fn.walk()):
+        size, why = scratch_bytes(op)
+        if size:
+            size = (size + ALIGN - 1) // ALIGN * ALIGN
+            buffers.append({"op": op.name, "line": op.loc.line if op.loc else None, "size": size,
+                            "live": [index, index], "reason": why, "_op": op})
+    # Small plans keep every buffer apart, so consecutive ops never wait for each other (fewer
+    # barriers); larger ones reuse addresses by liveness: a buffer goes at the lowest offset not
+    # used by any buffer live at the same time.
+    disjoint = sum(b["size"] for b in buffers) <= DISJOINT_LIMIT
+    placed = []
+    for b in buffers:
+        offset = 0
+        for other in sorted(placed, key=lambda o: o["offset"]):
+            overlap = disjoint or not (other["live"][1] < b["live"][0] or b["live"][1] < other["live"][0])
+            if overlap and offset + b["size"] > other["offset"] and offset < other["offset"] + other["size"]:
+                offset = other["offset"] + other["size"]
+        b["offset"] = offset
+        b["_op"].attrs["smem_offset"] = offset
+        b["_op"].attrs["smem_bytes"] = b["size"]
+        placed.append(b)
+    total = max((b["offset"] + b["size"] for b in placed), default=0)
+    module.shared_plan = [{k: v for k, v in b.items() if k != "_op"} for b in placed]
+    module.shared_bytes = total
+    return {"buffers": len(placed), "bytes": total}

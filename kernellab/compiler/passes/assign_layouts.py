@@ -1,0 +1,274 @@
+"""Give every tensor a distributed layout, choosing coalesced, vectorized global accesses.
+
+Each load/store gets its own layout from the axis analysis (order = most contiguous dimension
+first; as many consecutive elements per thread as 16-byte accesses allow). Other values inherit
+their operands' layouts; fresh values (ranges, splats, constants) take the layout of the kernel's
+largest memory access of their rank. Where an operand's layout differs from what its user needs,
+a `ttg.convert_layout` is inserted (the next pass removes the ones it can).
+"""
+from __future__ import annotations
+
+from ..gpu.axis_info import AxisAnalysis
+from ..gpu.layouts import Blocked, Slice, default_blocked
+from ..ir import Block, Module, Op
+from ..types import TensorType
+
+NAME = "assign_layouts"
+DESCRIPTION = "give every tensor a distributed layout; coalesced, vectorized loads and stores"
+
+MEMORY_OPS = ("tt.load", "tt.store", "tt.atomic_rmw", "tt.atomic_cas")
+ELEMENTWISE_PREFIX = ("arith.", "math.")
+ELEMENTWISE = {"tt.addptr", "tt.hint", "tt.int_to_ptr", "tt.ptr_to_int", "tt.umulhi", "tt.precise_divf",
+               "tt.precise_sqrt", "tt.splat", "tt.broadcast"}
+
+
+def _elem_bytes(t):
+    return getattr(t, "itemsize", 8)
+
+
+def coalesced_layout(op: Op, axis: AxisAnalysis, num_warps: int) -> tuple[Blocked, int]:
+    """The layout a memory op wants, and its vector width in elements."""
+    ptr = op.operands[0]
+    shape = ptr.type.shape
+    rank = len(shape)
+    info = axis[ptr]
+    order = sorted(range(rank), key=lambda d: (-info.contig[d], -d))
+    fast = order[0]
+    elem = ptr.type.scalar.elem
+    ebytes = _elem_bytes(elem)
+    vec = max(1, min(info.contig[fast], 16 // ebytes))
+    align = info.div[fast] // ebytes if info.div[fast] >= ebytes else 1
+    vec = min(vec, max(1, align))
+    mask_index = {"tt.load": 1, "tt.store": 2, "tt.atomic_rmw": 2}.get(op.name)
+    if mask_index is not None and len(op.operands) > mask_index:
+        vec = min(vec, axis[op.operands[mask_index]].const[fast])
+    if op.name in ("tt.atomic_rmw", "tt.atomic_cas"):
+        vec = 1
+    vec = 1 << (max(1, vec).bit_length() - 1)
+    numel = 1
+    for s in shape:
+        numel *= s
+    per_thread = max(1, numel // (32 * num_warps))
+    spt = max(1, min(vec, per_thread))
+    return default_blocked(shape, num_warps, order=order, spt_fast=spt), min(vec, spt)
+
+
+def _numel(t):
+    n = 1
+    for s in t.shape:
+        n *= s
+    return n
+
+
+class LayoutAssigner:
+    def __init__(self, module: Module, num_warps: int):
+        self.fn = module.kernel
+        self.num_warps = num_warps
+        self.axis = AxisAnalysis(self.fn)
+        self.anchors: dict[int, tuple] = {}
+        self.dominant: dict[int, Blocked] = {}
+        self.converts = 0
+        best: dict[int, tuple] = {}
+        for op in self.fn.walk():
+            if op.name in MEMORY_OPS and op.operands[0].type.is_block():
+                layout, vec = coalesced_layout(op, self.axis, num_warps)
+                self.anchors[id(op)] = (layout, vec)
+                rank = len(op.operands[0].type.shape)
+                size = _numel(op.operands[0].type)
+                if rank not in best or size > best[rank][0]:
+                    best[rank] = (size, layout)
+        for rank, (_, layout) in best.items():
+            self.dominant[rank] = layout
+
+    def default(self, shape) -> Blocked:
+        lay = self.dominant.get(len(shape))
+        return lay if lay is not None else default_blocked(shape, self.num_warps)
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def layout_of(v):
+        return v.type.layout if isinstance(v.type, TensorType) else None
+
+    def set_layout(self, v, layout):
+        if isinstance(v.type, TensorType):
+            v.type = v.type.with_layout(layout)
+
+    def want(self, op: Op, i: int, layout):
+        """Make operand i of op have `layout`, inserting a convert before op if needed."""
+        v = op.operands[i]
+        if not isinstance(v.type, TensorType) or layout is None or v.type.layout == layout:
+            return
+        conv = Op("ttg.convert_layout", [v], [v.type.with_layout(layout)], loc=op.loc)
+        block = op.block
+        block.insert(block.ops.index(op), conv)
+        op.set_operand(i, conv.result)
+        self.converts += 1
+
+    def first_layout(self, op: Op):
+        for v in op.operands:
+            lay = self.layout_of(v)
+            if lay is not None:
+                return lay
+        return None
+
+    def preferred(self, v, depth=0):
+        """The layout a value's users would like: the anchor of the memory op it flows into."""
+        if depth > 12 or not isinstance(v.type, TensorType):
+            return None
+        for user in v.uses:
+            if user.name in MEMORY_OPS and id(user) in self.anchors:
+                return self.anchors[id(user)][0]
+        for user in v.uses:
+            name = user.name
+            if name == "tt.expand_dims":
+                p = self.preferred(user.result, depth + 1)
+                if p is not None:
+                    return Slice(user.attrs["axis"], p)
+            elif (name.startswith(ELEMENTWISE_PREFIX) or name in ELEMENTWISE) and user.results and \
+                    isinstance(user.result.type, TensorType) and len(user.result.type.shape) == len(v.type.shape):
+                p = self.preferred(user.result, depth + 1)
+                if p is not None:
+                    return p
+        return None
+
+    # ------------------------------------------------------------------ walk
+    def run(self):
+        self.block(self.fn.body)
+
+    def block(self, block: Block):
+        for op in list(block.ops):
+            self.op(op)
+
+    def op(self, op: Op):
+        name = op.name
+        res_tensors = [r for r in op.results if isinstance(r.type, TensorType)]
+        if name in MEMORY_OPS and id(op) in self.anchors:
+            layout, vec = self.anchors[id(op)]
+            op.attrs["vec"] = vec
+            for i, v in enumerate(op.operands):
+                if isinstance(v.type, TensorType):
+                    self.want(op, i, layout)
+            for r in res_tensors:
+                self.set_layout(r, layout)
+            return
+        if name == "tt.load" and op.operands[0].type.is_block_ptr():
+            bt = op.operands[0].type
+            order = None
+            mbp = op.operands[0].defining_op
+            while mbp is not None and mbp.name == "tt.advance":
+                mbp = mbp.operands[0].defining_op
+            if mbp is not None and mbp.name == "tt.make_block_ptr":
+                order = mbp.attrs.get("order")
+            self.set_layout(op.result, default_blocked(bt.block_shape, self.num_warps, order=order))
+            return
+        if name == "tt.store" and op.operands[0].type.is_block_ptr():
+            return
+        if name == "scf.for":
+            body = op.regions[0]
+            for i, (arg, init) in enumerate(zip(body.args[1:], op.operands[3:])):
+                pref = self.preferred(arg)
+                if pref is not None and pref.rank == len(arg.type.shape):
+                    self.want(op, 3 + i, pref)
+                self._carry(arg, op.operands[3 + i])
+            self.block(body)
+            self._yield_to(body.ops[-1], body.args[1:])
+            for r, a in zip(op.results, body.args[1:]):
+                self.set_layout(r, self.layout_of(a))
+            return
+        if name == "scf.if":
+            self.block(op.regions[0])
+            self.block(op.regions[1])
+            then_y, else_y = op.regions[0].ops[-1], op.regions[1].ops[-1]
+            for i, r in enumerate(op.results):
+                lay = self.layout_of(then_y.operands[i])
+                if lay is not None:
+                    self.want(else_y, i, lay)
+                    self.set_layout(r, lay)
+            return
+        if name == "scf.while":
+            before, after = op.regions
+            for arg, init in zip(before.args, op.operands):
+                self._carry(arg, init)
+            self.block(before)
+            cond = before.ops[-1]
+            for i, (a, v) in enumerate(zip(after.args, cond.operands[1:])):
+                self.set_layout(a, self.layout_of(v))
+            for r, v in zip(op.results, cond.operands[1:]):
+                self.set_layout(r, self.layout_of(v))
+            self.block(after)
+            self._yield_to(after.ops[-1], before.args)
+            return
+        if name in ("tt.reduce", "tt.scan"):
+            lay = self.first_layout(op)
+            for i in range(len(op.operands)):
+                self.want(op, i, lay)
+            for r in res_tensors:
+                self.set_layout(r, lay if name == "tt.scan" else Slice(op.attrs["axis"], lay))
+            return
+        if name == "tt.expand_dims":
+            src = op.operands[0]
+            axis = op.attrs["axis"]
+            lay = self.layout_of(src)
+            if isinstance(lay, Slice) and lay.dim == axis:
+                self.set_layout(op.result, lay.parent)
+            else:
+                target = self.default(op.result.type.shape)
+                if isinstance(src.type, TensorType):
+                    self.want(op, 0, Slice(axis, target))
+                self.set_layout(op.result, target)
+            return
+        if name == "tt.trans":
+            lay = self.layout_of(op.operands[0])
+            if not isinstance(lay, Blocked):
+                lay = self.default(op.operands[0].type.shape)
+                self.want(op, 0, lay)
+            order = op.attrs["order"]
+            inv = {o: i for i, o in enumerate(order)}
+            self.set_layout(op.result, Blocked(tuple(lay.spt[o] for o in order), tuple(lay.tpw[o] for o in order),
+                                               tuple(lay.wpc[o] for o in order), tuple(inv[o] for o in lay.order)))
+            return
+        if name == "tt.dot":
+            acc_lay = self.layout_of(op.operands[2]) or self.default(op.result.type.shape)
+            self.want(op, 2, acc_lay)
+            self.set_layout(op.result, acc_lay)
+            return
+        if name in ("tt.reshape", "tt.join", "tt.split", "tt.cat"):
+            for r in res_tensors:
+                self.set_layout(r, default_blocked(r.type.shape, self.num_warps))
+            return
+        if name in ("tt.make_range", "arith.constant") or (name == "tt.splat"):
+            for r in res_tensors:
+                pref = self.preferred(r)
+                self.set_layout(r, pref if pref is not None and pref.rank == len(r.type.shape)
+                                else self.default(r.type.shape))
+            return
+        if name in ("tt.print", "tt.assert", "scf.yield", "tt.return", "tt.reduce.return", "scf.condition"):
+            return
+        # Elementwise and everything else that keeps its operands' layout.
+        lay = self.first_layout(op)
+        if lay is None:
+            for r in res_tensors:
+                self.set_layout(r, self.default(r.type.shape))
+            return
+        for i, v in enumerate(op.operands):
+            if isinstance(v.type, TensorType) and len(v.type.shape) == lay.rank:
+                self.want(op, i, lay)
+        for r in res_tensors:
+            self.set_layout(r, lay)
+
+    def _carry(self, arg, init):
+        lay = self.layout_of(init)
+        if lay is not None:
+            self.set_layout(arg, lay)
+
+    def _yield_to(self, yield_op, args):
+        for i, a in enumerate(args):
+            lay = self.layout_of(a)
+            if lay is not None:
+                self.want(yield_op, i + (1 if yield_op.name == "scf.condition" else 0), lay)
+
+
+def run(module: Module, options) -> dict:
+    a = LayoutAssigner(module, options.num_warps)
+    a.run()
+    return {"anchors": len(a.anchors), "converts_inserted": a.converts}
