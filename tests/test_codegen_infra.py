@@ -188,6 +188,34 @@ def test_find_ptxas_search_order(tmp_path, monkeypatch):
     assert "nvidia-cuda-nvcc" in str(info.value)
 
 
+def test_nvjitlink_fallback():
+    """PTX -> cubin in process when there is no ptxas (skipped where libnvJitLink is missing)."""
+    ptx = llvm_to_ptx(vadd_ir(), Target(90), "vadd")
+    try:
+        cubin, report = ptx_mod.ptx_to_cubin_nvjitlink(ptx, Target(90), "vadd")
+    except ToolchainError as e:
+        pytest.skip(f"nvJitLink unusable here: {e}")
+    assert cubin[:4] == b"\x7fELF"
+    assert report["compiler"] == "nvjitlink"
+    print("nvJitLink report:", {k: v for k, v in report.items() if k != "log"}, "log:", report["log"][:500])
+    with pytest.raises(ToolchainError, match="nvJitLink"):
+        ptx_mod.ptx_to_cubin_nvjitlink(ptx.replace("ret;", "bogus.op;"), Target(90), "vadd")
+
+
+def test_ptx_to_cubin_falls_back_to_nvjitlink(monkeypatch):
+    monkeypatch.delenv("KERNELLAB_PTXAS", raising=False)
+    monkeypatch.setattr(ptx_mod, "find_ptxas", lambda: (_ for _ in ()).throw(ToolchainError("no ptxas here")))
+    seen = {}
+
+    def fake_nvjitlink(ptx, target, kernel_name, options=()):
+        seen.update(kernel=kernel_name, options=list(options))
+        return b"CUBIN", {"compiler": "nvjitlink"}
+
+    monkeypatch.setattr(ptx_mod, "ptx_to_cubin_nvjitlink", fake_nvjitlink)
+    assert ptx_to_cubin("ptx", Target(80), "k", ["--maxrregcount=64"]) == (b"CUBIN", {"compiler": "nvjitlink"})
+    assert seen == {"kernel": "k", "options": ["-Xptxas=--maxrregcount=64"]}
+
+
 # ---------------------------------------------------------------------------------------------------------
 # (b), (c) libdevice linking and unresolved calls
 
@@ -536,6 +564,36 @@ def test_launch_rejects_before_launching():
     assert calls[-1][7] == 100_000
 
 
+def test_launches_from_several_threads_do_not_share_argument_storage():
+    import ctypes
+
+    seen_wrong = []
+
+    def fake_launch(*a):
+        params = ctypes.cast(a[9], ctypes.POINTER(ctypes.c_void_p))
+        first = ctypes.cast(params[0], ctypes.POINTER(ctypes.c_uint64))[0]
+        second = ctypes.cast(params[1], ctypes.POINTER(ctypes.c_int32))[0]
+        if first != second:  # each thread launches with (v, v): a mix means another thread overwrote the slots
+            seen_wrong.append((first, second))
+        return (0,)
+
+    k = LoadedKernel("t", "F", ["ptr", "i32"], device_index=0, props=PROPS, attributes={}, launch_fn=fake_launch)
+    barrier = threading.Barrier(4)
+
+    def work(v):
+        barrier.wait()
+        for _ in range(3000):
+            k.launch((1,), 1, 0, 0, [v, v])
+
+    threads = [threading.Thread(target=work, args=(v,)) for v in (11, 22, 33, 44)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not seen_wrong
+    assert len(k._thread_packers) == 3  # the first launching thread uses k.packer
+
+
 def test_packing_cost_is_small():
     """The Python work of a launch (checks + packing) with a no-op driver call, for 3 pointers and an int."""
     import time
@@ -701,3 +759,70 @@ def test_illegal_address_raises_kernel_crash_error_in_subprocess(tmp_path):
     assert "CRASH:" in out and "vadd" in out
     assert "restart the Python process" in out and "CUDA_ERROR_ILLEGAL_ADDRESS" in out
     assert KernelCrashError.__doc__  # the class users catch
+
+
+@gpu
+def test_launch_overhead_on_gpu():
+    """Python-side cost of LoadedKernel.launch (checks + packing + cuLaunchKernel) with torch tensors."""
+    import time
+
+    import torch
+
+    from kernellab.runtime.driver import load_kernel
+
+    cubin, _ = _gpu_cubin(vadd_ir(), "vadd")
+    kernel = load_kernel(cubin, "vadd", 0, ["ptr", "ptr", "ptr", "i32"])
+    x, y, out = (torch.zeros(1024, device="cuda") for _ in range(3))
+    s = torch.cuda.current_stream().cuda_stream
+    args = [x, y, out, 1024]
+    for _ in range(200):
+        kernel.launch((8,), 4, 0, s, args)
+    torch.cuda.synchronize()
+    n = 5000
+    best_launch = best_pack = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            kernel.launch((8,), 4, 0, s, args)
+        best_launch = min(best_launch, (time.perf_counter() - t0) / n)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            kernel._pack(args)
+        best_pack = min(best_pack, (time.perf_counter() - t0) / n)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        torch.add(x, y, out=out)
+    torch_add = (time.perf_counter() - t0) / n
+    torch.cuda.synchronize()
+    print(f"per launch: {best_launch * 1e6:.2f} us (packing {best_pack * 1e6:.2f} us); "
+          f"torch.add(out=) {torch_add * 1e6:.2f} us")
+    assert best_launch < 50e-6
+
+
+@gpu
+def test_launch_from_a_fresh_thread():
+    """A thread torch never used has no current CUDA context: the launch makes the primary context current."""
+    import torch
+
+    from kernellab.runtime.driver import load_kernel
+
+    cubin, _ = _gpu_cubin(vadd_ir(), "vadd")
+    kernel = load_kernel(cubin, "vadd", 0, ["ptr", "ptr", "ptr", "i32"])
+    x = torch.arange(256, device="cuda", dtype=torch.float32)
+    out = torch.full_like(x, float("nan"))
+    torch.cuda.synchronize()
+    errors = []
+
+    def work():
+        try:
+            kernel.launch((2,), 4, 0, 0, [x, x, out, 256])
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert not errors, errors
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, 2 * x)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import struct
 import threading
+from _thread import get_ident as _get_ident
 from functools import lru_cache
 from typing import Any, Callable, Sequence
 
@@ -175,8 +176,15 @@ def get_device_props(device_index: int = 0) -> dict:
     return props
 
 
+_contexts: dict[int, Any] = {}
+
+
 def _primary_context(device_index: int):
-    """Make sure the device's primary context exists (torch's context when torch is in use) and return it."""
+    """Make sure the device's primary context exists (torch's context when torch is in use) and return it
+    (retained once per device and process, never released: torch keeps using it)."""
+    ctx = _contexts.get(device_index)
+    if ctx is not None:
+        return ctx
     drv = _driver()
     try:  # let torch create and own the primary context, so both sides agree on it
         import torch
@@ -188,7 +196,10 @@ def _primary_context(device_index: int):
     except ImportError:
         pass
     dev = _check(drv.cuDeviceGet(device_index), f"cuDeviceGet({device_index})")
-    return _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    with _init_lock:
+        if device_index not in _contexts:
+            _contexts[device_index] = _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    return _contexts[device_index]
 
 
 def _current_device_index() -> int:
@@ -252,16 +263,23 @@ class _NotOnGPU(Exception):
 
 
 def _ptr(a) -> int:
-    """A device address from a pointer argument: an int, None (null), or a tensor-like with data_ptr()."""
+    """A device address from a pointer argument: an int, None (null), or a tensor-like with data_ptr()
+    (one with ``is_cuda == False`` is refused: its host address would crash the kernel and the context)."""
     if a.__class__ is int:
         return a
-    data_ptr = getattr(a, "data_ptr", None)
-    if data_ptr is not None:
-        if getattr(a, "is_cuda", True) is False:
-            raise _NotOnGPU
-        return data_ptr()
+    try:
+        on_gpu = a.is_cuda
+    except AttributeError:
+        on_gpu = None
+    if on_gpu:
+        return a.data_ptr()
+    if on_gpu is False:
+        raise _NotOnGPU
     if a is None:
         return 0
+    data_ptr = getattr(a, "data_ptr", None)
+    if data_ptr is not None:
+        return data_ptr()
     return int(a)  # NumPy integers, cuda-bindings CUdeviceptr
 
 
@@ -345,7 +363,13 @@ _FUNC_ATTRS = {
 
 
 class LoadedKernel:
-    """A kernel function loaded on one device, ready to launch with a fixed argument signature."""
+    """A kernel function loaded on one device, ready to launch with a fixed argument signature.
+
+    ``attributes`` holds what the driver reports for the function (n_regs, local_bytes, static_shared_bytes,
+    const_bytes, max_threads_per_block, ptx_version, binary_version). Launching from several threads is safe:
+    each thread packs into storage of its own. Built by :func:`load_kernel`; tests build one directly with a
+    fake ``launch_fn`` (same signature as ``cuLaunchKernel``, returning a tuple whose first item is 0 on success).
+    """
 
     def __init__(self, name: str, function, signature: Sequence[str], *, device_index: int, props: dict,
                  attributes: dict, module=None, launch_fn: Callable | None = None, dynamic_shared_limit: int = 0):
@@ -357,6 +381,11 @@ class LoadedKernel:
         self.packer = ArgPacker(signature)
         self.signature = self.packer.signature
         self._params_address = self.packer.params_address
+        # The packed slots are shared state between pack and cuLaunchKernel (the driver copies them at the
+        # call): the first thread to launch owns self.packer, other threads get packers of their own.
+        self._owner_thread: int | None = None
+        self._thread_packers: dict[int, ArgPacker] = {}
+        self._lock = threading.Lock()
         self._pack = self.packer.pack
         self._launch_fn = launch_fn
         self._max_grid = tuple(props["max_grid_dims"])
@@ -392,21 +421,36 @@ class LoadedKernel:
             raise self._warps_error(num_warps)
         if shared > self._dynamic_shared_limit:
             self._opt_in_shared(shared)
+        if _get_ident() == self._owner_thread:
+            pack, params = self._pack, self._params_address
+        else:
+            packer = self._packer_for_thread()
+            pack, params = packer.pack, packer.params_address
         try:
-            self._pack(args)
+            pack(args)
         except Exception:
             raise self.packer.explain(args, self.name) from None
         _last_launched = self.name
         try:
-            err = self._launch_fn(self.function, gx, gy, gz, 32 * num_warps, 1, 1, shared, stream,
-                                  self._params_address, 0)[0]
+            err = self._launch_fn(self.function, gx, gy, gz, 32 * num_warps, 1, 1, shared, stream, params, 0)[0]
         except (TypeError, OverflowError, ValueError) as e:
             raise LaunchError(f"kernel '{self.name}': bad launch parameters grid={tuple(grid)}, "
                               f"num_warps={num_warps!r}, shared={shared!r}, stream={stream!r}: {e}") from None
         if err:
-            self._launch_failed(err, (gx, gy, gz, num_warps, shared, stream))
+            self._launch_failed(err, (gx, gy, gz, num_warps, shared, stream, params))
 
     # -- slow paths ------------------------------------------------------------------------------------------
+
+    def _packer_for_thread(self) -> ArgPacker:
+        tid = _get_ident()
+        with self._lock:
+            if self._owner_thread is None:
+                self._owner_thread = tid
+                return self.packer
+            packer = self._thread_packers.get(tid)
+            if packer is None:
+                packer = self._thread_packers[tid] = ArgPacker(self.signature)
+            return packer
 
     def _launch_failed(self, err, launch: tuple) -> None:
         drv = _driver()
@@ -416,16 +460,16 @@ class LoadedKernel:
             # a push/pop of ours, leaving the caller's current device alone. Either way, retry once.
             ctx = _primary_context(self.device_index)
             current = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent", self.name)
-            gx, gy, gz, num_warps, shared, stream = launch
+            gx, gy, gz, num_warps, shared, stream, params = launch
             if not int(current):
                 _check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent", self.name)
                 err = self._launch_fn(self.function, gx, gy, gz, 32 * num_warps, 1, 1, shared, stream,
-                                      self._params_address, 0)[0]
+                                      params, 0)[0]
             else:
                 _check(drv.cuCtxPushCurrent(ctx), "cuCtxPushCurrent", self.name)
                 try:
                     err = self._launch_fn(self.function, gx, gy, gz, 32 * num_warps, 1, 1, shared, stream,
-                                          self._params_address, 0)[0]
+                                          params, 0)[0]
                 finally:
                     drv.cuCtxPopCurrent()
             if not err:

@@ -127,9 +127,6 @@ class Region:
             v = self.views[mk.mem] = self.buf[:n].view(mk.mem)
         return v
 
-    def limit(self, isz: int) -> int:
-        return self.nbytes - isz
-
     def describe_offset(self, addr: int) -> str:
         off = addr - self.base_addr
         if off % self.elem_size == 0:
@@ -250,6 +247,8 @@ class Memory:
 
     # -- loads and stores --------------------------------------------------------------------
     def load(self, addr: np.ndarray, mask, other, mk: MemKind):
+        if mask is not None and mask.all():
+            mask = None
         fast = self._fast(addr, mask, mk)
         if fast is not None:
             reg, idx = fast
@@ -276,16 +275,17 @@ class Memory:
         raw = np.asarray(raw, mk.mem)
         if raw.shape != addr.shape:
             raw = np.broadcast_to(raw, addr.shape)
-        if mask is not None and np.shape(mask) != addr.shape:
-            mask = np.broadcast_to(mask, addr.shape)
+        if mask is not None:
+            if mask.all():
+                mask = None
+            elif np.shape(mask) != addr.shape:
+                mask = np.broadcast_to(mask, addr.shape)
         fast = self._fast(addr, mask, mk)
         if fast is not None:
             reg, idx = fast
             self._writable(reg)
             tv = reg.view(mk)
             if mask is None:
-                tv[idx] = raw
-            elif mask.all():
                 tv[idx] = raw
             else:
                 tv[idx[mask]] = raw[mask]

@@ -68,6 +68,10 @@ class CompiledKernel:
     options: dict = field(default_factory=dict)
     asm: dict = field(default_factory=dict)
     _interpreter: object = None
+    _loaded: object = None
+    shared: int = 0
+    n_regs: int | None = None
+    n_spills: int = 0
 
     @property
     def signature(self):
@@ -83,8 +87,38 @@ class CompiledKernel:
     def run(self, grid, args):
         self.interpreter().run(grid, args)
 
+    # ------------------------------------------------------------------ GPU
+    def gpu(self, target):
+        """Compile (once) for `target` through our own backend, and load the cubin."""
+        if self._loaded is None:
+            from ..compiler.backend import compile_to_cubin
+            from ..compiler.gpu.options import GpuOptions
+            from ..compiler.parser import parse_module
+            from .driver import load_kernel
+
+            module = parse_module(self.asm["tile"])
+            opts = GpuOptions(num_warps=self.options.get("num_warps", 4),
+                              num_stages=self.options.get("num_stages", 3), arch=target.arch)
+            out = compile_to_cubin(module, self.trace, opts, target)
+            for k in ("gpu", "llir", "ptx", "cubin"):
+                self.asm[k] = out[k]
+            self.shared = out["shared"]
+            self.shared_plan = out["shared_plan"]
+            self.report = out["report"]
+            self.n_regs = out["report"].get("n_regs")
+            self.n_spills = out["report"].get("n_spills", 0)
+            self.num_warps = opts.num_warps
+            self._loaded = load_kernel(out["cubin"], self.name, self.shared, out["arg_kinds"])
+        return self._loaded
+
+    def launch_gpu(self, grid, args, stream):
+        self._loaded.launch(grid, self.num_warps, self.shared, stream, args)
+
     def __getitem__(self, grid):
         return lambda *args: self.run(_normalize_grid(self.name, grid), list(args))
+
+
+_TARGETS: dict = {}
 
 
 def _normalize_grid(name, grid):
@@ -269,10 +303,21 @@ class JITFunction:
             devices = {str(v.device) for v in runtime_values if hasattr(v, "device")}
             if len(devices) > 1:
                 raise LaunchError(f"kernel '{self.__name__}': tensors are on different devices {sorted(devices)}; "
-                                  "move them to one device")
-            raise LaunchError(f"kernel '{self.__name__}': CUDA tensors need the GPU backend, which is not "
-                              "available yet; pass CPU tensors to run on the interpreter")
+                                  "move them all to one device (a kernel runs on one GPU)")
+            return self._run_gpu(ck, grid, runtime_values)
         ck.run(grid, runtime_values)
+        return ck
+
+    def _run_gpu(self, ck, grid, runtime_values):
+        import torch
+
+        from ..compiler.codegen.target import detect_target
+
+        target = _TARGETS.get(torch.cuda.current_device())
+        if target is None:
+            target = _TARGETS[torch.cuda.current_device()] = detect_target()
+        ck.gpu(target)
+        ck.launch_gpu(grid, runtime_values, torch.cuda.current_stream().cuda_stream)
         return ck
 
 

@@ -1,0 +1,489 @@
+"""GPU IR -> LLVM IR (llvmlite), one kernel function.
+
+A tensor value becomes, in each thread, a Python list of LLVM values: one per register of its
+layout (see gpu/layouts.py for which element each register holds). Elementwise ops work register
+by register; loads and stores move `vec` consecutive registers with one 4/8/16-byte access; layout
+conversions, cross-warp reductions and dot operands go through the shared-memory scratch the
+allocator placed (`smem_offset` on the op). Control flow becomes basic blocks with one phi per
+register of every carried value.
+"""
+from __future__ import annotations
+
+import math
+import struct
+
+import llvmlite.ir as ir
+
+from ..gpu.layouts import Blocked, Slice, sliced_infos
+from ..gpu.scratch import mem_bytes
+from ..ir import Block, Function, Module, Op, Value
+from ..types import DType, PointerType, TensorType
+
+I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
+GPTR, SPTR = ir.PointerType(addrspace=1), ir.PointerType(addrspace=3)
+VOID = ir.VoidType()
+
+
+def _bf16_bits(x: float) -> int:
+    (b,) = struct.unpack("<I", struct.pack("<f", x))
+    if (b & 0x7F800000) == 0x7F800000 and b & 0x7FFFFF:
+        return 0x7FC0
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
+
+
+class BFloat16Type(ir.types._BaseFloatType):
+    """llvmlite has no bfloat; LLVM IR spells its constants 0xR followed by 4 hex digits."""
+
+    null = "0xR0000"
+    intrinsic_name = "bf16"
+
+    def __str__(self):
+        return "bfloat"
+
+    def format_constant(self, value):
+        return f"0xR{_bf16_bits(float(value)):04X}"
+
+
+BFloat16Type._create_instance()
+BF16 = BFloat16Type()
+
+
+class LoweringError(Exception):
+    """The GPU backend cannot lower this op yet (the message says which and where)."""
+
+
+def llty(t) -> ir.Type:
+    """LLVM type of a scalar IR type, as held in registers."""
+    if isinstance(t, PointerType):
+        return GPTR
+    name = t.name
+    if name == "i1":
+        return I1
+    if name in ("f16",):
+        return F16
+    if name == "bf16":
+        return BF16
+    if name == "f32":
+        return F32
+    if name == "f64":
+        return F64
+    return ir.IntType(t.bits)
+
+
+def memty(t) -> ir.Type:
+    """LLVM type of a scalar as stored in memory (i1 is a byte)."""
+    if not isinstance(t, PointerType) and t.name == "i1":
+        return I8
+    return llty(t)
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _log2(n: int) -> int:
+    assert n > 0 and n & (n - 1) == 0, n
+    return n.bit_length() - 1
+
+
+def _is_float(t):
+    return isinstance(t, DType) and t.is_floating()
+
+
+def _cint(v, ty=I32):
+    return ir.Constant(ty, v)
+
+
+class KernelLowering:
+    def __init__(self, module: Module, options, arch: int = 90):
+        self.ir_fn: Function = module.kernel
+        self.opts = options
+        self.arch = arch
+        self.mod = ir.Module(name=self.ir_fn.name)
+        self.mod.triple = "nvptx64-nvidia-cuda"
+        self.mod.data_layout = "e-p3:32:32-p4:32:32-p5:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+        self.vals: dict[int, object] = {}
+        self.decls: dict[str, ir.Function] = {}
+        self.idx_cache: dict = {}
+        self.strings: dict[str, ir.GlobalVariable] = {}
+        self.arg_kinds: list[str] = []
+        self._make_function()
+
+    # ------------------------------------------------------------------ setup
+    def _make_function(self):
+        params = []
+        for a in self.ir_fn.args:
+            t = a.type
+            if isinstance(t, PointerType):
+                params.append(GPTR)
+                self.arg_kinds.append("ptr")
+            elif t.name == "i1":
+                params.append(I32)
+                self.arg_kinds.append("i32")
+            elif t.is_floating():
+                params.append(llty(t))
+                self.arg_kinds.append({"f32": "f32", "f64": "f64", "f16": "f16", "bf16": "bf16"}[t.name])
+            else:
+                params.append(ir.IntType(t.bits))
+                self.arg_kinds.append(("u" if t.kind == "uint" else "i") + str(t.bits))
+        self.fn = ir.Function(self.mod, ir.FunctionType(VOID, params), name=self.ir_fn.name)
+        self.fn.calling_convention = "ptx_kernel"
+        entry = self.fn.append_basic_block("entry")
+        body = self.fn.append_basic_block("body")
+        self.eb = ir.IRBuilder(entry)  # index math lives in the entry block: it dominates everything
+        self.eb.position_at_end(entry)
+        self._entry_term = self.eb.branch(body)
+        self.eb.position_before(self._entry_term)
+        self.b = ir.IRBuilder(body)
+        for a, p in zip(self.ir_fn.args, self.fn.args):
+            p.name = a.hint or "arg"
+            v = p
+            if not isinstance(a.type, PointerType) and a.type.name == "i1":
+                v = self.eb.trunc(p, I1)
+            self.vals[id(a)] = v
+        tid = self.eb.call(self.intrinsic("llvm.nvvm.read.ptx.sreg.tid.x", I32, []), [])
+        self.tid = tid
+        self.lane = self.eb.and_(tid, _cint(31), name="lane")
+        self.warp = self.eb.lshr(tid, _cint(5), name="warp")
+        smem = ir.GlobalVariable(self.mod, ir.ArrayType(I8, 0), "global_smem", addrspace=3)
+        smem.linkage = "external"
+        smem.align = 16
+        smem.type = SPTR  # use it as an opaque pointer (see toolchain notes)
+        self.smem = smem
+        md = self.mod.add_metadata([self.fn, ir.MetaDataString(self.mod, "maxntidx"),
+                                    _cint(self.opts.num_warps * 32)])
+        md2 = self.mod.add_metadata([self.fn, ir.MetaDataString(self.mod, "kernel"), _cint(1)])
+        self.mod.add_named_metadata("nvvm.annotations", md)
+        self.mod.add_named_metadata("nvvm.annotations", md2)
+
+    def intrinsic(self, name, ret, args, var_arg=False) -> ir.Function:
+        if name not in self.decls:
+            self.decls[name] = ir.Function(self.mod, ir.FunctionType(ret, args, var_arg=var_arg), name=name)
+        return self.decls[name]
+
+    # ------------------------------------------------------------------ values
+    def get(self, v: Value):
+        try:
+            return self.vals[id(v)]
+        except KeyError:
+            raise LoweringError(f"value {v} used before it was lowered") from None
+
+    def put(self, v: Value, x):
+        self.vals[id(v)] = x
+
+    @staticmethod
+    def is_tensor(v: Value):
+        return isinstance(v.type, TensorType)
+
+    def regs(self, v: Value) -> list:
+        x = self.get(v)
+        return x if isinstance(x, list) else [x]
+
+    # ------------------------------------------------------------------ layout index math
+    def thread_parts(self, layout, shape):
+        key = ("tp", str(layout), tuple(shape))
+        if key not in self.idx_cache:
+            infos = layout.dims_info(shape) + sliced_infos(layout, shape)
+            parts = []
+            for info in infos:
+                lane_c = self.eb.and_(self.eb.lshr(self.lane, _cint(_log2(info.lane_div))), _cint(info.lanes - 1))
+                warp_c = self.eb.and_(self.eb.lshr(self.warp, _cint(_log2(info.warp_div))), _cint(info.warps - 1))
+                t = self.eb.add(self.eb.mul(warp_c, _cint(info.lanes)), lane_c)
+                parts.append(self.eb.mul(t, _cint(info.spt)))
+            self.idx_cache[key] = parts
+        return self.idx_cache[key]
+
+    def reg_indices(self, layout, shape):
+        """Per register, per dimension: the element index it holds (LLVM i32)."""
+        key = ("ix", str(layout), tuple(shape))
+        if key not in self.idx_cache:
+            infos = layout.dims_info(shape)
+            parts = self.thread_parts(layout, shape)
+            out = []
+            for offs in layout.registers(shape):
+                idx = []
+                for d, info in enumerate(infos):
+                    x = self.eb.add(parts[d], _cint(offs[d]))
+                    if info.replicated:
+                        x = self.eb.and_(x, _cint(info.size - 1))
+                    idx.append(x)
+                out.append(idx)
+            self.idx_cache[key] = out
+        return self.idx_cache[key]
+
+    def reg_valid(self, layout, shape):
+        """Per register: i1 'this copy is the representative one', or None when every copy is."""
+        key = ("ok", str(layout), tuple(shape))
+        if key not in self.idx_cache:
+            infos = layout.dims_info(shape)
+            extra = sliced_infos(layout, shape)
+            parts = self.thread_parts(layout, shape)
+            if not any(i.replicated for i in infos) and not extra:
+                self.idx_cache[key] = None
+            else:
+                out = []
+                for offs in layout.registers(shape):
+                    ok = ir.Constant(I1, 1)
+                    for d, info in enumerate(infos):
+                        if info.replicated:
+                            c = self.eb.icmp_unsigned("<", self.eb.add(parts[d], _cint(offs[d])), _cint(info.size))
+                            ok = self.eb.and_(ok, c)
+                    for j, _ in enumerate(extra):
+                        c = self.eb.icmp_unsigned("==", parts[len(infos) + j], _cint(0))
+                        ok = self.eb.and_(ok, c)
+                    out.append(ok)
+                self.idx_cache[key] = out
+        return self.idx_cache[key]
+
+    def linear_index(self, idx, shape):
+        """Row-major linear index of an element from its per-dim indices."""
+        lin, stride = None, 1
+        for d in reversed(range(len(shape))):
+            term = idx[d] if stride == 1 else self.b.mul(idx[d], _cint(stride))
+            lin = term if lin is None else self.b.add(lin, term)
+            stride *= shape[d]
+        return lin if lin is not None else _cint(0)
+
+    def smem_ptr(self, op: Op, byte_offset, extra=0):
+        base = op.attrs.get("smem_offset", 0) + extra
+        off = self.b.add(byte_offset, _cint(base)) if not isinstance(byte_offset, int) else _cint(byte_offset + base)
+        return self.b.gep(self.smem, [off], source_etype=I8)
+
+    def barrier(self):
+        self.b.call(self.intrinsic("llvm.nvvm.barrier0", VOID, []), [])
+
+    # ------------------------------------------------------------------ driver
+    def lower(self) -> ir.Module:
+        self.block(self.ir_fn.body)
+        return self.mod
+
+    def block(self, block: Block):
+        for op in block.ops:
+            self.op(op)
+
+    def op(self, op: Op):
+        handler = _HANDLERS.get(op.name)
+        if handler is None:
+            if op.name.startswith(("arith.", "math.")) or op.name in _ELEMENTWISE_TT:
+                return self.elementwise(op)
+            raise LoweringError(f"the GPU backend cannot lower {op.name} yet (line {op.loc})")
+        return handler(self, op)
+
+    # ------------------------------------------------------------------ elementwise
+    def elementwise(self, op: Op):
+        res = op.results[0]
+        operands = [self.get(v) for v in op.operands]
+        if isinstance(res.type, TensorType):
+            n = len(res.type.layout.registers(res.type.shape))
+            cols = [x if isinstance(x, list) else [x] * n for x in operands]
+            out = [self.scalar_op(op, [c[i] for c in cols]) for i in range(n)]
+            self.put(res, out)
+        else:
+            self.put(res, self.scalar_op(op, operands))
+
+    def scalar_op(self, op: Op, xs: list):
+        b = self.b
+        name = op.name
+        rt = op.results[0].type.scalar
+        st = op.operands[0].type.scalar if op.operands else rt
+        if name == "arith.addi":
+            return b.add(*xs)
+        if name == "arith.subi":
+            return b.sub(*xs)
+        if name == "arith.muli":
+            return b.mul(*xs)
+        if name in ("arith.divsi", "arith.divui", "arith.remsi", "arith.remui"):
+            fns = {"arith.divsi": b.sdiv, "arith.divui": b.udiv, "arith.remsi": b.srem, "arith.remui": b.urem}
+            return fns[name](*xs)
+        if name in ("arith.andi", "arith.ori", "arith.xori"):
+            return {"arith.andi": b.and_, "arith.ori": b.or_, "arith.xori": b.xor}[name](*xs)
+        if name in ("arith.shli", "arith.shrsi", "arith.shrui"):
+            bits = rt.bits
+            ty = llty(rt)
+            amount = xs[1]
+            too_big = b.icmp_unsigned(">=", amount, ir.Constant(ty, bits))
+            safe = b.select(too_big, ir.Constant(ty, 0), amount)
+            if name == "arith.shli":
+                return b.select(too_big, ir.Constant(ty, 0), b.shl(xs[0], safe))
+            if name == "arith.shrui":
+                return b.select(too_big, ir.Constant(ty, 0), b.lshr(xs[0], safe))
+            return b.ashr(xs[0], b.select(too_big, ir.Constant(ty, bits - 1), amount))
+        if name in ("arith.maxsi", "arith.minsi", "arith.maxui", "arith.minui"):
+            signed = name.endswith("si")
+            cmp = b.icmp_signed if signed else b.icmp_unsigned
+            c = cmp(">" if "max" in name else "<", xs[0], xs[1])
+            return b.select(c, xs[0], xs[1])
+        if name in ("arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.remf", "tt.precise_divf"):
+            f = {"arith.addf": b.fadd, "arith.subf": b.fsub, "arith.mulf": b.fmul, "arith.divf": b.fdiv,
+                 "arith.remf": b.frem, "tt.precise_divf": b.fdiv}[name]
+            return self.float_binop(rt, f, xs)
+        if name == "arith.negf":
+            return b.fneg(xs[0])
+        if name in ("arith.maxnumf", "arith.minnumf", "arith.maximumf", "arith.minimumf"):
+            intr = {"arith.maxnumf": "maxnum", "arith.minnumf": "minnum", "arith.maximumf": "maximum",
+                    "arith.minimumf": "minimum"}[name]
+            return self.float_intrinsic(rt, intr, xs)
+        if name == "arith.cmpi":
+            pred = op.attrs["predicate"]
+            ops_ = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+            if pred in ("eq", "ne"):
+                return b.icmp_unsigned(ops_[pred], *self._int_operands(xs))
+            fn = b.icmp_signed if pred[0] == "s" else b.icmp_unsigned
+            return fn(ops_[pred[1:]], *self._int_operands(xs))
+        if name == "arith.cmpf":
+            pred = op.attrs["predicate"]
+            ops_ = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+            if pred[0] == "o":
+                return b.fcmp_ordered(ops_[pred[1:]], *xs)
+            return b.fcmp_unordered(ops_[pred[1:]], *xs)
+        if name == "arith.select":
+            return b.select(*xs)
+        if name in ("arith.extsi", "arith.extui", "arith.trunci", "arith.sitofp", "arith.uitofp", "arith.fptosi",
+                    "arith.fptoui", "arith.extf", "arith.truncf", "arith.bitcast", "tt.int_to_ptr", "tt.ptr_to_int"):
+            return self.cast(name, st, rt, xs[0])
+        if name == "tt.addptr":
+            off = xs[1]
+            off_t = op.operands[1].type.scalar
+            if off.type.width < 64:
+                off = b.sext(off, I64) if off_t.kind in ("int", "bool") else b.zext(off, I64)
+            return b.gep(xs[0], [off], source_etype=memty(rt.elem))
+        if name == "tt.hint":
+            return xs[0]
+        if name == "tt.umulhi":
+            wide = ir.IntType(rt.bits * 2)
+            ext = b.zext if rt.kind == "uint" else b.sext
+            p = b.mul(ext(xs[0], wide), ext(xs[1], wide))
+            return b.trunc(b.lshr(p, ir.Constant(wide, rt.bits)), llty(rt))
+        if name.startswith("math.") or name == "tt.precise_sqrt":
+            return self.math(name, rt, xs)
+        if name == "tt.splat":
+            return xs[0]
+        raise LoweringError(f"the GPU backend cannot lower {name} yet (line {op.loc})")
+
+    def _int_operands(self, xs):
+        if isinstance(xs[0].type, ir.PointerType):
+            return [self.b.ptrtoint(x, I64) for x in xs]
+        return xs
+
+    def float_binop(self, t, f, xs):
+        if t.name == "bf16":  # compute in f32, round once
+            a, c = (self.b.fpext(x, F32) for x in xs)
+            return self.b.fptrunc(f(a, c), BF16)
+        return f(*xs)
+
+    def float_intrinsic(self, t, name, xs):
+        ty = llty(t)
+        if t.name == "bf16":
+            r = self.float_intrinsic_f(F32, name, [self.b.fpext(x, F32) for x in xs])
+            return self.b.fptrunc(r, BF16)
+        return self.float_intrinsic_f(ty, name, xs)
+
+    def float_intrinsic_f(self, ty, name, xs):
+        suffix = {F16: "f16", F32: "f32", F64: "f64"}[ty]
+        fn = self.intrinsic(f"llvm.{name}.{suffix}", ty, [ty] * len(xs))
+        return self.b.call(fn, xs)
+
+    _LIBDEVICE = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sin": "sin", "cos": "cos",
+                  "erf": "erf", "rsqrt": "rsqrt", "sqrt": "sqrt"}
+
+    def math(self, name, t, xs):
+        b = self.b
+        short = name.split(".", 1)[1]
+        if short == "absi":
+            neg = b.icmp_signed("<", xs[0], ir.Constant(xs[0].type, 0))
+            return b.select(neg, b.neg(xs[0]), xs[0])
+        ty = llty(t)
+        if t.name in ("f16", "bf16"):  # compute in f32 and round back
+            r = self.math(name, DType("f32", "float", 32), [b.fpext(x, F32) for x in xs])
+            return b.fptrunc(r, ty)
+        if short == "absf":
+            return self.float_intrinsic_f(ty, "fabs", xs)
+        if short in ("floor", "ceil"):
+            return self.float_intrinsic_f(ty, short, xs)
+        if short == "fma":
+            return self.float_intrinsic_f(ty, "fma", xs)
+        if short == "precise_sqrt":
+            return self.float_intrinsic_f(ty, "sqrt", xs)
+        base = self._LIBDEVICE.get(short)
+        if base is None:
+            raise LoweringError(f"no lowering for {name}")
+        fname = f"__nv_{base}f" if ty == F32 else f"__nv_{base}"
+        return b.call(self.intrinsic(fname, ty, [ty]), xs)
+
+    def cast(self, name, st, rt, x):
+        b = self.b
+        to = llty(rt)
+        if name == "arith.extsi":
+            return b.sext(x, to)
+        if name == "arith.extui":
+            return b.zext(x, to)
+        if name == "arith.trunci":
+            return b.trunc(x, to)
+        if name == "arith.sitofp":
+            return b.sitofp(x, to) if st.name != "i1" else b.uitofp(x, to)
+        if name == "arith.uitofp":
+            return b.uitofp(x, to)
+        if name in ("arith.fptosi", "arith.fptoui"):
+            src = x
+            if st.name in ("f16", "bf16"):
+                src = b.fpext(x, F32)
+            return (b.fptosi if name == "arith.fptosi" else b.fptoui)(src, to)
+        if name == "arith.extf":
+            return b.fpext(x, to)
+        if name == "arith.truncf":
+            return b.fptrunc(x, to)
+        if name == "tt.int_to_ptr":
+            return b.inttoptr(x, GPTR)
+        if name == "tt.ptr_to_int":
+            return b.ptrtoint(x, to)
+        if name == "arith.bitcast":
+            if x.type == to:
+                return x
+            if isinstance(x.type, ir.PointerType) and isinstance(to, ir.PointerType):
+                return x
+            return b.bitcast(x, to)
+        raise LoweringError(name)
+
+
+_ELEMENTWISE_TT = {"tt.addptr", "tt.hint", "tt.umulhi", "tt.precise_divf", "tt.precise_sqrt", "tt.int_to_ptr",
+                   "tt.ptr_to_int"}
+_HANDLERS: dict = {}
+
+
+def handles(*names):
+    def deco(f):
+        for n in names:
+            _HANDLERS[n] = f
+        return f
+
+    return deco
+
+
+def const_value(t, v):
+    ty = llty(t)
+    if isinstance(ty, ir.IntType):
+        if ty.width == 1:
+            return ir.Constant(ty, int(bool(v)))
+        return ir.Constant(ty, int(v) & ((1 << ty.width) - 1))
+    if ty == GPTR:
+        return ir.Constant(GPTR, None)
+    return ir.Constant(ty, float(v))
+
+
+def lower_kernel(module: Module, options, arch: int = 90) -> tuple[str, list]:
+    """(LLVM IR text, argument kinds) for the module's kernel."""
+    from . import lower_control, lower_memory, lower_reduce, lower_shape  # noqa: F401 - register handlers
+
+    lw = KernelLowering(module, options, arch)
+    lw.lower()
+    lw.b.ret_void()
+    return str(lw.mod), lw.arg_kinds
+
+
+__all__ = ["KernelLowering", "LoweringError", "lower_kernel", "handles", "const_value", "llty", "memty", "math",
+           "Blocked", "Slice", "_numel", "_log2", "_is_float", "_cint", "I1", "I8", "I16", "I32", "I64", "F16",
+           "F32", "F64", "BF16", "GPTR", "SPTR", "VOID", "mem_bytes"]

@@ -1,0 +1,437 @@
+"""Global memory: vectorized (predicated) loads and stores, block pointers, atomics, and the
+debugging ops that write to the host (device_print, device_assert)."""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from ..types import PointerType, TensorType
+from .lower import GPTR, I1, I8, I16, I32, I64, VOID, KernelLowering, _cint, const_value, handles, llty, memty
+from .lower_shape import _size_of
+
+
+def _word_plan(nbytes):
+    """How to move `nbytes` (1..16) in one instruction: (llvm word type, constraint, ptx type, count)."""
+    if nbytes >= 4:
+        return I32, "r", "b32", nbytes // 4
+    if nbytes == 2:
+        return I16, "h", "b16", 1
+    return I16, "h", "u8", 1
+
+
+def _vec_suffix(n):
+    return "" if n == 1 else f".v{n}"
+
+
+def _pack(lw, vals, elem):
+    """Element values -> list of words for an asm store."""
+    b = lw.b
+    mt = memty(elem)
+    vals = [b.zext(v, I8) if v.type == I1 else v for v in vals]
+    if isinstance(mt, ir.PointerType):
+        vals = [b.ptrtoint(v, I64) for v in vals]
+        mt = I64
+    nbytes = _size_of(mt) * len(vals)
+    wty, _, _, nwords = _word_plan(nbytes)
+    if nbytes < 4:
+        v = vals[0]
+        if nbytes == 1:
+            return [b.zext(v, I16)]
+        return [b.bitcast(v, I16) if v.type != I16 else v]
+    vec = ir.VectorType(mt, len(vals))
+    acc = ir.Constant(vec, None)
+    for i, v in enumerate(vals):
+        acc = b.insert_element(acc, v, _cint(i))
+    words = b.bitcast(acc, ir.VectorType(wty, nwords))
+    return [b.extract_element(words, _cint(i)) for i in range(nwords)]
+
+
+def _unpack(lw, words, elem, n):
+    b = lw.b
+    mt = memty(elem)
+    is_ptr = isinstance(mt, ir.PointerType)
+    if is_ptr:
+        mt = I64
+    size = _size_of(mt)
+    if size * n < 4:
+        w = words[0]
+        v = b.trunc(w, I8) if size == 1 else (b.bitcast(w, mt) if w.type != mt else w)
+        out = [v]
+    else:
+        wty = words[0].type
+        vec = ir.Constant(ir.VectorType(wty, len(words)), None)
+        for i, w in enumerate(words):
+            vec = b.insert_element(vec, w, _cint(i))
+        ev = b.bitcast(vec, ir.VectorType(mt, n))
+        out = [b.extract_element(ev, _cint(i)) for i in range(n)]
+    if is_ptr:
+        out = [b.inttoptr(v, GPTR) for v in out]
+    if not elem.is_ptr() and elem.name == "i1":
+        out = [b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) for v in out]
+    return out
+
+
+def emit_load(lw: KernelLowering, ptr, mask, elem, n, volatile=False):
+    """Load `n` consecutive elements starting at `ptr` (a register value), predicated on `mask`."""
+    b = lw.b
+    mt = memty(elem)
+    size = 8 if isinstance(mt, ir.PointerType) else _size_of(mt)
+    if mask is None and not volatile:
+        if n == 1:
+            v = b.load(ptr, typ=mt, align=size)
+            out = [v]
+        else:
+            vt = ir.VectorType(I64 if isinstance(mt, ir.PointerType) else mt, n)
+            v = b.load(ptr, typ=vt, align=size * n)
+            out = [b.extract_element(v, _cint(i)) for i in range(n)]
+            if isinstance(mt, ir.PointerType):
+                out = [b.inttoptr(x, GPTR) for x in out]
+        if not elem.is_ptr() and elem.name == "i1":
+            out = [b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) for v in out]
+        return out
+    wty, con, ptx, nwords = _word_plan(size * n)
+    outs = ", ".join(f"${i}" for i in range(nwords))
+    init = " ".join(f"mov.{'u32' if con == 'r' else 'u16'} ${i}, 0x0;" for i in range(nwords))
+    dst = outs if nwords == 1 else "{ " + outs + " }"
+    vol = ".volatile" if volatile else ""
+    pred = f"@${nwords + 1} " if mask is not None else ""
+    asm = f"{init} {pred}ld{vol}.global{_vec_suffix(nwords)}.{ptx} {dst}, [ ${nwords} + 0 ];"
+    constraint = ",".join([f"={con}"] * nwords + ["l"] + (["b"] if mask is not None else []))
+    ret = wty if nwords == 1 else ir.LiteralStructType([wty] * nwords)
+    args = [b.ptrtoint(ptr, I64)] + ([mask] if mask is not None else [])
+    fty = ir.FunctionType(ret, [a.type for a in args])
+    res = b.asm(fty, asm, constraint, args, side_effect=True)
+    words = [res] if nwords == 1 else [b.extract_value(res, i) for i in range(nwords)]
+    return _unpack(lw, words, elem, n)
+
+
+def emit_store(lw: KernelLowering, ptr, vals, mask, elem):
+    b = lw.b
+    mt = memty(elem)
+    n = len(vals)
+    size = 8 if isinstance(mt, ir.PointerType) else _size_of(mt)
+    if mask is None:
+        if n == 1:
+            v = vals[0]
+            if v.type == I1:
+                v = b.zext(v, I8)
+            b.store(v, ptr, align=size)
+            return
+        words = _pack(lw, vals, elem)
+        wvec = ir.Constant(ir.VectorType(words[0].type, len(words)), None)
+        for i, w in enumerate(words):
+            wvec = b.insert_element(wvec, w, _cint(i))
+        b.store(wvec, ptr, align=size * n)
+        return
+    words = _pack(lw, vals, elem)
+    wty, con, ptx, nwords = _word_plan(size * n)
+    src = ", ".join(f"${i}" for i in range(nwords))
+    src = src if nwords == 1 else "{ " + src + " }"
+    asm = f"@${nwords + 1} st.global{_vec_suffix(nwords)}.{ptx} [ ${nwords} + 0 ], {src};"
+    constraint = ",".join([con] * nwords + ["l", "b"])
+    args = words + [b.ptrtoint(ptr, I64), mask]
+    b.asm(ir.FunctionType(VOID, [a.type for a in args]), asm, constraint, args, side_effect=True)
+
+
+def _groups(op, v_type):
+    """Register groups moved by one instruction: runs of `vec` registers along the fastest dim."""
+    vec = op.attrs.get("vec", 1)
+    n = len(v_type.layout.registers(v_type.shape))
+    return [list(range(i, min(n, i + vec))) for i in range(0, n, vec)]
+
+
+@handles("tt.load")
+def _load(lw: KernelLowering, op):
+    ptr_v = op.operands[0]
+    res = op.results[0]
+    elem = res.type.scalar
+    volatile = bool(op.attrs.get("volatile"))
+    if ptr_v.type.is_block_ptr():
+        return _load_block_ptr(lw, op)
+    if not isinstance(res.type, TensorType):
+        mask = lw.get(op.operands[1]) if len(op.operands) > 1 else None
+        v = emit_load(lw, lw.get(ptr_v), mask, elem, 1, volatile)[0]
+        if len(op.operands) > 2:
+            v = lw.b.select(mask, v, lw.get(op.operands[2]))
+        lw.put(res, v)
+        return
+    ptrs = lw.regs(ptr_v)
+    masks = lw.regs(op.operands[1]) if len(op.operands) > 1 else None
+    others = lw.regs(op.operands[2]) if len(op.operands) > 2 else None
+    out = [None] * len(ptrs)
+    for g in _groups(op, res.type):
+        vals = emit_load(lw, ptrs[g[0]], masks[g[0]] if masks else None, elem, len(g), volatile)
+        for i, v in zip(g, vals):
+            out[i] = lw.b.select(masks[i], v, others[i]) if others is not None else v
+    lw.put(res, out)
+
+
+@handles("tt.store")
+def _store(lw: KernelLowering, op):
+    ptr_v, val_v = op.operands[0], op.operands[1]
+    if ptr_v.type.is_block_ptr():
+        return _store_block_ptr(lw, op)
+    elem = val_v.type.scalar
+    if not isinstance(ptr_v.type, TensorType):
+        mask = lw.get(op.operands[2]) if len(op.operands) > 2 else None
+        emit_store(lw, lw.get(ptr_v), [lw.get(val_v)], mask, elem)
+        return
+    ptrs, vals = lw.regs(ptr_v), lw.regs(val_v)
+    masks = lw.regs(op.operands[2]) if len(op.operands) > 2 else None
+    valid = lw.reg_valid(ptr_v.type.layout, ptr_v.type.shape)
+    for g in _groups(op, ptr_v.type):
+        m = masks[g[0]] if masks else None
+        if valid is not None:  # replicated copies don't store twice
+            m = valid[g[0]] if m is None else lw.b.and_(m, valid[g[0]])
+        emit_store(lw, ptrs[g[0]], [vals[i] for i in g], m, elem)
+
+
+@handles("tt.make_block_ptr")
+def _make_block_ptr(lw: KernelLowering, op):
+    n = len(op.attrs["block_shape"])
+    xs = [lw.get(v) for v in op.operands]
+    lw.put(op.results[0], ("blockptr", xs[0], xs[1:1 + n], xs[1 + n:1 + 2 * n], xs[1 + 2 * n:1 + 3 * n]))
+
+
+@handles("tt.advance")
+def _advance(lw: KernelLowering, op):
+    tag, base, shape, strides, offs = lw.get(op.operands[0])
+    deltas = [lw.get(v) for v in op.operands[1:]]
+    lw.put(op.results[0], (tag, base, shape, strides, [lw.b.add(o, d) for o, d in zip(offs, deltas)]))
+
+
+def _block_ptr_addresses(lw, op, bp_value, layout, shape, checks):
+    _, base, bshape, strides, offs = bp_value
+    b = lw.b
+    ptrs, masks = [], []
+    for ix in lw.reg_indices(layout, shape):
+        total = None
+        m = None
+        for d, i in enumerate(ix):
+            pos = b.add(offs[d], i)
+            pos64 = b.sext(pos, I64)
+            term = b.mul(pos64, strides[d])
+            total = term if total is None else b.add(total, term)
+            if d in checks:
+                ok = b.and_(b.icmp_signed(">=", pos64, ir.Constant(I64, 0)), b.icmp_signed("<", pos64, bshape[d]))
+                m = ok if m is None else b.and_(m, ok)
+        elem = op.operands[0].type.elem
+        ptrs.append(b.gep(base, [total], source_etype=memty(elem)))
+        masks.append(m)
+    return ptrs, masks
+
+
+def _load_block_ptr(lw, op):
+    res = op.results[0]
+    elem = res.type.scalar
+    checks = set(op.attrs.get("boundary_check", []))
+    ptrs, masks = _block_ptr_addresses(lw, op, lw.get(op.operands[0]), res.type.layout, res.type.shape, checks)
+    pad = float("nan") if op.attrs.get("padding") == "nan" else 0
+    out = []
+    for p, m in zip(ptrs, masks):
+        v = emit_load(lw, p, m, elem, 1)[0]
+        if m is not None:
+            v = lw.b.select(m, v, const_value(elem, pad))
+        out.append(v)
+    lw.put(res, out)
+
+
+def _store_block_ptr(lw, op):
+    val = op.operands[1]
+    elem = val.type.scalar
+    checks = set(op.attrs.get("boundary_check", []))
+    ptrs, masks = _block_ptr_addresses(lw, op, lw.get(op.operands[0]), val.type.layout, val.type.shape, checks)
+    valid = lw.reg_valid(val.type.layout, val.type.shape)
+    for i, (p, m, v) in enumerate(zip(ptrs, masks, lw.regs(val))):
+        if valid is not None:
+            m = valid[i] if m is None else lw.b.and_(m, valid[i])
+        emit_store(lw, p, [v], m, elem)
+
+
+_ATOM_OP = {"add": "add", "fadd": "add", "max": "max", "umax": "max", "min": "min", "umin": "min", "xchg": "exch",
+            "and": "and", "or": "or", "xor": "xor"}
+
+
+def _atom_type(kind, elem):
+    bits = 64 if elem.is_ptr() else elem.bits
+    if kind == "fadd":
+        return {"f32": "f32", "f64": "f64", "f16": "noftz.f16", "bf16": "noftz.bf16"}[elem.name]
+    if kind in ("max", "min"):
+        return f"s{bits}"
+    if kind in ("umax", "umin", "add"):
+        return f"u{bits}"
+    return f"b{bits}"
+
+
+def _emit_atomic(lw, kind, ptr, val, cmp, mask, elem, sem, scope):
+    b = lw.b
+    ty = llty(elem)
+    is_float = elem.is_floating() if not elem.is_ptr() else False
+    if is_float and kind in ("max", "min"):
+        # Float max/min through integer atomics: for x >= 0 the int order matches, for x < 0 it reverses.
+        ity = ir.IntType(elem.bits)
+        bits = b.bitcast(val, ity)
+        neg = b.icmp_signed("<", bits, ir.Constant(ity, 0))
+        pos_kind, neg_kind = ("max", "umin") if kind == "max" else ("min", "umax")
+        m_pos = b.and_(mask, b.not_(neg)) if mask is not None else b.not_(neg)
+        m_neg = b.and_(mask, neg) if mask is not None else neg
+        idt = {16: "i16", 32: "i32", 64: "i64"}[elem.bits]
+        from ..types import DTYPES
+
+        it = DTYPES[idt]
+        o1 = _emit_atomic(lw, pos_kind, ptr, bits, None, m_pos, it, sem, scope)
+        o2 = _emit_atomic(lw, neg_kind, ptr, bits, None, m_neg, it, sem, scope)
+        return b.bitcast(b.select(neg, o2, o1), ty)
+    if elem.bits == 16 and kind != "fadd":
+        raise NotImplementedError("16-bit integer atomics")
+    con = "l" if (elem.is_ptr() or elem.bits == 64) else ("h" if elem.bits == 16 else ("f" if elem.name == "f32"
+                                                                                          else "r"))
+    if elem.name == "f64":
+        con = "d"
+    sem_q = {"acq_rel": ".acq_rel", "acquire": ".acquire", "release": ".release", "relaxed": ".relaxed"}.get(sem, "")
+    scope_q = {"gpu": ".gpu", "cta": ".cta", "sys": ".sys"}.get(scope, ".gpu")
+    args = [b.ptrtoint(ptr, I64)]
+    if kind == "cas":
+        body = f"atom{sem_q}{scope_q}.global.cas.b{elem.bits} $0, [$1], $2, $3;"
+        args += [cmp, val]
+        cons = [f"={con}", "l", con, con]
+    else:
+        body = f"atom{sem_q}{scope_q}.global.{_ATOM_OP[kind]}.{_atom_type(kind, elem)} $0, [$1], $2;"
+        args += [val]
+        cons = [f"={con}", "l", con]
+    if mask is not None:
+        k = len(args) + 1
+        zero = "mov.b32 $0, 0;" if con in ("r", "f") else ("mov.b64 $0, 0;" if con in ("l", "d") else "mov.b16 $0, 0;")
+        body = f"{zero} @${k} {body}"
+        args.append(mask)
+        cons.append("b")
+    fty = ir.FunctionType(ty, [a.type for a in args])
+    return b.asm(fty, body, ",".join(cons), args, side_effect=True)
+
+
+@handles("tt.atomic_rmw", "tt.atomic_cas")
+def _atomic(lw: KernelLowering, op):
+    res = op.results[0]
+    elem = res.type.scalar
+    sem, scope = op.attrs.get("sem", "acq_rel"), op.attrs.get("scope", "gpu")
+    is_cas = op.name == "tt.atomic_cas"
+    kind = "cas" if is_cas else op.attrs["kind"]
+    if not isinstance(res.type, TensorType):
+        ptr = lw.get(op.operands[0])
+        if is_cas:
+            cmp, val, mask = lw.get(op.operands[1]), lw.get(op.operands[2]), None
+        else:
+            cmp, val = None, lw.get(op.operands[1])
+            mask = lw.get(op.operands[2]) if len(op.operands) > 2 else None
+        first = lw.b.icmp_unsigned("==", lw.tid, _cint(0))
+        mask = first if mask is None else lw.b.and_(mask, first)
+        old = _emit_atomic(lw, kind, ptr, val, cmp, mask, elem, sem, scope)
+        # broadcast thread 0's old value to every thread through shared memory
+        p = lw.smem_ptr(op, 0)
+        store_v = lw.b.zext(old, I8) if old.type == I1 else old
+        with lw.b.if_then(first):
+            lw.b.store(store_v, p)
+        lw.barrier()
+        lw.put(res, lw.b.load(p, typ=store_v.type) if old.type != I1 else
+               lw.b.icmp_unsigned("!=", lw.b.load(p, typ=I8), ir.Constant(I8, 0)))
+        return
+    layout, shape = res.type.layout, res.type.shape
+    valid = lw.reg_valid(layout, shape)
+    ptrs = lw.regs(op.operands[0])
+    if is_cas:
+        cmps, vals, masks = lw.regs(op.operands[1]), lw.regs(op.operands[2]), None
+    else:
+        cmps, vals = None, lw.regs(op.operands[1])
+        masks = lw.regs(op.operands[2]) if len(op.operands) > 2 else None
+    out = []
+    for i in range(len(ptrs)):
+        m = masks[i] if masks else None
+        if valid is not None:
+            m = valid[i] if m is None else lw.b.and_(m, valid[i])
+        out.append(_emit_atomic(lw, kind, ptrs[i], vals[i], cmps[i] if cmps else None, m, elem, sem, scope))
+    lw.put(res, out)
+
+
+def _cstring(lw: KernelLowering, text: str):
+    if text not in lw.strings:
+        data = bytearray(text.encode() + b"\0")
+        g = ir.GlobalVariable(lw.mod, ir.ArrayType(I8, len(data)), f"str{len(lw.strings)}", addrspace=1)
+        g.initializer = ir.Constant(ir.ArrayType(I8, len(data)), data)
+        g.global_constant = True
+        g.linkage = "internal"
+        g.type = GPTR
+        lw.strings[text] = g
+    return lw.b.addrspacecast(lw.strings[text], ir.PointerType())
+
+
+def _fmt(elem, hex_):
+    if elem.is_ptr():
+        return "%p"
+    if elem.is_floating():
+        return "%f"
+    if hex_:
+        return "0x%llx" if elem.bits == 64 else "0x%x"
+    if elem.kind == "uint":
+        return "%llu" if elem.bits == 64 else "%u"
+    return "%lld" if elem.bits == 64 else "%d"
+
+
+def _printf_arg(lw, v, elem):
+    b = lw.b
+    if elem.is_ptr():
+        return b.addrspacecast(v, ir.PointerType())
+    if elem.is_floating():
+        return b.fpext(v, ir.DoubleType()) if v.type != ir.DoubleType() else v
+    if elem.bits < 32:
+        return b.sext(v, I32) if elem.kind == "int" else b.zext(v, I32)
+    return v
+
+
+@handles("tt.print")
+def _print(lw: KernelLowering, op):
+    b = lw.b
+    vprintf = lw.intrinsic("vprintf", I32, [ir.PointerType(), ir.PointerType()])
+    pids = [lw.eb.call(lw.intrinsic(f"llvm.nvvm.read.ptx.sreg.ctaid.{a}", I32, []), []) for a in "xyz"]
+    prefix = op.attrs.get("prefix", "")
+    hex_ = op.attrs.get("hex", False)
+    for v in op.operands:
+        elem = v.type.scalar
+        if isinstance(v.type, TensorType):
+            layout, shape = v.type.layout, v.type.shape
+            idxs = lw.reg_indices(layout, shape)
+            valid = lw.reg_valid(layout, shape)
+            regs = lw.regs(v)
+        else:
+            idxs, valid, regs, shape = [[]], None, [lw.get(v)], ()
+        for i, (x, ix) in enumerate(zip(regs, idxs)):
+            idx_fmt = ", ".join("%d" for _ in ix)
+            fmt = f"pid ({'%d, %d, %d'}) idx ({idx_fmt}) {prefix}{_fmt(elem, hex_)}\n"
+            args = pids + list(ix) + [_printf_arg(lw, x, elem)]
+            st = ir.LiteralStructType([a.type for a in args])
+            buf = lw.eb.alloca(st)
+            for k, a in enumerate(args):
+                b.store(a, b.gep(buf, [_cint(0), _cint(k)], source_etype=st))
+            cond = valid[i] if valid is not None else None
+            if cond is not None:
+                with b.if_then(cond):
+                    b.call(vprintf, [_cstring(lw, fmt), buf])
+            else:
+                b.call(vprintf, [_cstring(lw, fmt), buf])
+
+
+@handles("tt.assert")
+def _assert(lw: KernelLowering, op):
+    b = lw.b
+    fail = lw.intrinsic("__assertfail", VOID, [ir.PointerType(), ir.PointerType(), I32, ir.PointerType(), I64])
+    v = op.operands[0]
+    regs = lw.regs(v)
+    ok = regs[0]
+    for r in regs[1:]:
+        ok = b.and_(ok, r)
+    line = op.loc.line if op.loc else 0
+    with b.if_then(b.not_(ok), likely=False):
+        b.call(fail, [_cstring(lw, op.attrs.get("message", "") or "device_assert failed"),
+                      _cstring(lw, lw.ir_fn.source_file), _cint(line), _cstring(lw, lw.ir_fn.name),
+                      ir.Constant(I64, 1)])
+
+
+__all__ = ["emit_load", "emit_store", "PointerType", "I16"]

@@ -1,0 +1,311 @@
+"""Reductions, scans and dot on CUDA cores.
+
+reduce: combine a thread's registers, then butterfly shuffles across the lanes that share the
+axis, then (if the axis spans warps) one value per warp through shared memory. Where a layout
+holds copies of an element (tiles smaller than the thread grid), only representative copies count.
+scan: through shared memory, each thread walking the prefix of its elements (simple, correct).
+dot: both operands staged in shared memory; each thread accumulates its own output elements with FMAs.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from ..gpu.layouts import Slice
+from ..types import TensorType
+from .lower import F32, F64, I1, I8, I32, I64, KernelLowering, _cint, _log2, handles, llty, memty
+from .lower_shape import _from_mem, _size_of, _to_mem
+
+
+def _combine(lw: KernelLowering, op, a: list, b: list) -> list:
+    """Evaluate the reduce/scan region on scalars a (accumulated) and b (incoming)."""
+    region = op.regions[0]
+    for arg, v in zip(region.args, a + b):
+        lw.put(arg, v)
+    lw.block_without_terminator(region)
+    return [lw.get(v) for v in region.ops[-1].operands]
+
+
+def _shfl_bfly(lw: KernelLowering, v, lanemask: int):
+    b = lw.b
+    fn = lw.intrinsic("llvm.nvvm.shfl.sync.bfly.i32", I32, [I32, I32, I32, I32])
+
+    def sh32(x):
+        return b.call(fn, [_cint(-1), x, _cint(lanemask), _cint(31)])
+
+    t = v.type
+    if t == I32:
+        return sh32(v)
+    if t == F32:
+        return b.bitcast(sh32(b.bitcast(v, I32)), F32)
+    if isinstance(t, ir.IntType) and t.width < 32:
+        return b.trunc(sh32(b.zext(v, I32)), t)
+    if str(t) in ("half", "bfloat"):
+        return b.bitcast(b.trunc(sh32(b.zext(b.bitcast(v, ir.IntType(16)), I32)), ir.IntType(16)), t)
+    if t in (I64, F64) or isinstance(t, ir.PointerType):
+        x = b.ptrtoint(v, I64) if isinstance(t, ir.PointerType) else (b.bitcast(v, I64) if t == F64 else v)
+        lo = sh32(b.trunc(x, I32))
+        hi = sh32(b.trunc(b.lshr(x, ir.Constant(I64, 32)), I32))
+        y = b.or_(b.zext(lo, I64), b.shl(b.zext(hi, I64), ir.Constant(I64, 32)))
+        if isinstance(t, ir.PointerType):
+            return b.inttoptr(y, t)
+        return b.bitcast(y, F64) if t == F64 else y
+    raise NotImplementedError(f"shuffle of {t}")
+
+
+def _merge(lw, op, acc, acc_ok, x, x_ok):
+    """Combine with validity flags: invalid inputs are skipped."""
+    b = lw.b
+    if acc_ok is None and x_ok is None:
+        return _combine(lw, op, acc, x), None
+    new = _combine(lw, op, acc, x)
+    out = []
+    for a_, n_, x_ in zip(acc, new, x):
+        take_new = b.select(acc_ok, n_, x_)
+        out.append(b.select(x_ok, take_new, a_))
+    return out, b.or_(acc_ok, x_ok)
+
+
+@handles("tt.reduce")
+def _reduce(lw: KernelLowering, op):
+    b = lw.b
+    axis = op.attrs["axis"]
+    src = op.operands[0]
+    layout, shape = src.type.layout, src.type.shape
+    infos = layout.dims_info(shape)
+    info = infos[axis]
+    inputs = [lw.regs(v) for v in op.operands]
+    offsets = layout.registers(shape)
+    parts = lw.thread_parts(layout, shape)
+    replicated = info.replicated
+    groups: dict = {}
+    for i, offs in enumerate(offsets):
+        key = tuple(o for d, o in enumerate(offs) if d != axis)
+        groups.setdefault(key, []).append(i)
+    results = {}
+    for key, regs in groups.items():
+        acc = [inp[regs[0]] for inp in inputs]
+        ok = None
+        if replicated:
+            ok = b.icmp_unsigned("<", b.add(parts[axis], _cint(offsets[regs[0]][axis])), _cint(info.size))
+        for r in regs[1:]:
+            x = [inp[r] for inp in inputs]
+            x_ok = None
+            if replicated:
+                x_ok = b.icmp_unsigned("<", b.add(parts[axis], _cint(offsets[r][axis])), _cint(info.size))
+            acc, ok = _merge(lw, op, acc, ok, x, x_ok)
+        # across lanes
+        k = info.lanes // 2
+        while k >= 1:
+            mask = k * info.lane_div
+            other = [_shfl_bfly(lw, v, mask) for v in acc]
+            other_ok = None
+            if ok is not None:
+                other_ok = b.trunc(_shfl_bfly(lw, b.zext(ok, I32), mask), I1)
+            acc, ok = _merge(lw, op, acc, ok, other, other_ok)
+            k //= 2
+        results[key] = acc
+    out_shape = tuple(s for d, s in enumerate(shape) if d != axis)
+    if info.warps > 1:
+        # one partial per warp along the axis goes through shared memory
+        out_numel = 1
+        for s in out_shape:
+            out_numel *= s
+        elems = [v.type.scalar for v in op.operands]
+        sizes = [_size_of(memty(e)) for e in elems]
+        warp_c = b.and_(b.lshr(lw.warp, _cint(_log2(info.warp_div))), _cint(info.warps - 1))
+        out_layout = Slice(axis, layout)
+        out_idx = lw.reg_indices(out_layout, out_shape) if out_shape else None
+        key_order = list(results)
+        lin_of = {}
+        base = 0
+        bases = []
+        for s in sizes:
+            bases.append(base)
+            base += info.warps * out_numel * s
+        for n, key in enumerate(key_order):
+            lin = lw.linear_index(out_idx[_key_index(out_layout, out_shape, key)], out_shape) if out_shape \
+                else _cint(0)
+            lin_of[key] = lin
+            slot = b.add(b.mul(warp_c, _cint(out_numel)), lin)
+            store_ok = ok if ok is not None else None
+            for j, (v, e) in enumerate(zip(results[key], elems)):
+                p = lw.smem_ptr(op, b.mul(slot, _cint(sizes[j])), bases[j])
+                if store_ok is not None:
+                    with b.if_then(store_ok):
+                        b.store(_to_mem(lw, v, e), p)
+                else:
+                    b.store(_to_mem(lw, v, e), p)
+        lw.barrier()
+        valid_warps = [w for w in range(info.warps) if w * info.lanes * info.spt < info.size]
+        for key in key_order:
+            acc = None
+            for w in valid_warps:
+                slot = b.add(_cint(w * out_numel), lin_of[key])
+                vals = []
+                for j, e in enumerate(elems):
+                    p = lw.smem_ptr(op, b.mul(slot, _cint(sizes[j])), bases[j])
+                    vals.append(_from_mem(lw, b.load(p, typ=memty(e)), e))
+                acc = vals if acc is None else _combine(lw, op, acc, vals)
+            results[key] = acc
+    # results in the order of the output layout's registers
+    for j, r in enumerate(op.results):
+        if isinstance(r.type, TensorType):
+            keys = r.type.layout.registers(r.type.shape)
+            lw.put(r, [results[k][j] for k in keys])
+        else:
+            lw.put(r, results[()][j])
+
+
+def _key_index(layout, shape, key):
+    return layout.registers(shape).index(key)
+
+
+@handles("tt.scan")
+def _scan(lw: KernelLowering, op):
+    b = lw.b
+    axis = op.attrs["axis"]
+    reverse = op.attrs.get("reverse", False)
+    src = op.operands[0]
+    layout, shape = src.type.layout, src.type.shape
+    elems = [v.type.scalar for v in op.operands]
+    sizes = [_size_of(memty(e)) for e in elems]
+    numel = 1
+    for s in shape:
+        numel *= s
+    bases, base = [], 0
+    for s in sizes:
+        bases.append(base)
+        base += numel * s
+    idx = lw.reg_indices(layout, shape)
+    for j, v in enumerate(op.operands):
+        for x, ix in zip(lw.regs(v), idx):
+            p = lw.smem_ptr(op, b.mul(lw.linear_index(ix, shape), _cint(sizes[j])), bases[j])
+            b.store(_to_mem(lw, x, elems[j]), p)
+    lw.barrier()
+    stride = 1
+    for s in shape[axis + 1:]:
+        stride *= s
+    n = shape[axis]
+    # base index of each register's line (axis index 0)
+    line_base = []
+    for ix in idx:
+        zero_ix = list(ix)
+        zero_ix[axis] = _cint(0)
+        line_base.append(lw.linear_index(zero_ix, shape))
+
+    def load_at(r, k):
+        lin = b.add(line_base[r], b.mul(k, _cint(stride)))
+        return [_from_mem(lw, b.load(lw.smem_ptr(op, b.mul(lin, _cint(sizes[j])), bases[j]), typ=memty(e)), e)
+                for j, e in enumerate(elems)]
+
+    start = n - 1 if reverse else 0
+    accs = [load_at(r, _cint(start)) for r in range(len(idx))]
+    pre = b.block
+    header = lw.fn.append_basic_block("scan.header")
+    body = lw.fn.append_basic_block("scan.body")
+    exit_ = lw.fn.append_basic_block("scan.exit")
+    b.branch(header)
+    b.position_at_end(header)
+    k = b.phi(I32)
+    k.add_incoming(_cint(start - 1 if reverse else start + 1), pre)
+    phis = [[None] * len(elems) for _ in accs]
+    for r, acc in enumerate(accs):
+        for j, v in enumerate(acc):
+            p = b.phi(v.type)
+            p.add_incoming(v, pre)
+            phis[r][j] = p
+    cond = b.icmp_signed(">=", k, _cint(0)) if reverse else b.icmp_signed("<", k, _cint(n))
+    b.cbranch(cond, body, exit_)
+    b.position_at_end(body)
+    new_accs = []
+    for r in range(len(idx)):
+        x = load_at(r, k)
+        comb = _combine(lw, op, list(phis[r]), x)
+        inside = b.icmp_signed(">=", k, idx[r][axis]) if reverse else b.icmp_signed("<=", k, idx[r][axis])
+        new_accs.append([b.select(inside, c, p) for c, p in zip(comb, phis[r])])
+    nk = b.sub(k, _cint(1)) if reverse else b.add(k, _cint(1))
+    end = b.block
+    k.add_incoming(nk, end)
+    for r in range(len(idx)):
+        for j in range(len(elems)):
+            phis[r][j].add_incoming(new_accs[r][j], end)
+    b.branch(header)
+    b.position_at_end(exit_)
+    for j, res in enumerate(op.results):
+        lw.put(res, [phis[r][j] for r in range(len(idx))])
+
+
+@handles("tt.dot")
+def _dot(lw: KernelLowering, op):
+    b = lw.b
+    a_v, b_v, c_v = op.operands
+    res = op.results[0]
+    M, K = a_v.type.shape
+    N = b_v.type.shape[1]
+    ea, eb_ = a_v.type.scalar, b_v.type.scalar
+    sa, sb = _size_of(memty(ea)), _size_of(memty(eb_))
+    # stage A (MxK) and B (KxN) row-major in shared memory
+    for v, e, s, base, shp in ((a_v, ea, sa, 0, (M, K)), (b_v, eb_, sb, M * K * sa, (K, N))):
+        for x, ix in zip(lw.regs(v), lw.reg_indices(v.type.layout, shp)):
+            p = lw.smem_ptr(op, b.mul(lw.linear_index(ix, shp), _cint(s)), base)
+            b.store(x, p)
+    lw.barrier()
+    acc_t = res.type.scalar
+    acc_ll = llty(acc_t)
+    layout = res.type.layout
+    idx = lw.reg_indices(layout, (M, N))
+    offsets = layout.registers((M, N))
+    rows = {}
+    cols = {}
+    for i, offs in enumerate(offsets):
+        rows.setdefault(offs[0], idx[i][0])
+        cols.setdefault(offs[1], idx[i][1])
+    init = lw.regs(c_v)
+    pre = b.block
+    header = lw.fn.append_basic_block("dot.header")
+    body = lw.fn.append_basic_block("dot.body")
+    exit_ = lw.fn.append_basic_block("dot.exit")
+    b.branch(header)
+    b.position_at_end(header)
+    k = b.phi(I32)
+    k.add_incoming(_cint(0), pre)
+    phis = []
+    for v in init:
+        p = b.phi(acc_ll)
+        p.add_incoming(v, pre)
+        phis.append(p)
+    b.cbranch(b.icmp_signed("<", k, _cint(K)), body, exit_)
+    b.position_at_end(body)
+
+    def widen(x, e):
+        if acc_t.is_floating():
+            return b.fpext(x, acc_ll) if x.type != acc_ll else x
+        return b.sext(x, acc_ll) if x.type != acc_ll else x
+
+    a_vals = {}
+    for o, m in rows.items():
+        p = lw.smem_ptr(op, b.mul(b.add(b.mul(m, _cint(K)), k), _cint(sa)), 0)
+        a_vals[o] = widen(b.load(p, typ=memty(ea)), ea)
+    b_vals = {}
+    for o, n in cols.items():
+        p = lw.smem_ptr(op, b.mul(b.add(b.mul(k, _cint(N)), n), _cint(sb)), M * K * sa)
+        b_vals[o] = widen(b.load(p, typ=memty(eb_)), eb_)
+    new = []
+    for i, offs in enumerate(offsets):
+        x, y = a_vals[offs[0]], b_vals[offs[1]]
+        if acc_t.is_floating():
+            suffix = "f32" if acc_ll == F32 else "f64"
+            fma = lw.intrinsic(f"llvm.fma.{suffix}", acc_ll, [acc_ll] * 3)
+            new.append(b.call(fma, [x, y, phis[i]]))
+        else:
+            new.append(b.add(phis[i], b.mul(x, y)))
+    end = b.block
+    k.add_incoming(b.add(k, _cint(1)), end)
+    for p, v in zip(phis, new):
+        p.add_incoming(v, end)
+    b.branch(header)
+    b.position_at_end(exit_)
+    lw.put(res, list(phis))
+
+
+__all__ = ["I8"]

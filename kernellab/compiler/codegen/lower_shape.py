@@ -1,0 +1,196 @@
+"""Lowering of values that only rearrange registers: constants, ranges, splat, broadcast,
+expand_dims, transposes (free: a permuted layout), and conversions through shared memory."""
+from __future__ import annotations
+
+from ..types import TensorType
+from .lower import I32, KernelLowering, _cint, const_value, handles, memty
+
+
+@handles("arith.constant")
+def _constant(lw: KernelLowering, op):
+    r = op.results[0]
+    c = const_value(r.type.scalar, op.attrs["value"])
+    if isinstance(r.type, TensorType):
+        lw.put(r, [c] * len(r.type.layout.registers(r.type.shape)))
+    else:
+        lw.put(r, c)
+
+
+@handles("tt.get_program_id", "tt.get_num_programs")
+def _program_id(lw: KernelLowering, op):
+    axis = "xyz"[op.attrs["axis"]]
+    reg = "ctaid" if op.name == "tt.get_program_id" else "nctaid"
+    fn = lw.intrinsic(f"llvm.nvvm.read.ptx.sreg.{reg}.{axis}", I32, [])
+    lw.put(op.results[0], lw.eb.call(fn, []))
+
+
+@handles("tt.make_range")
+def _make_range(lw: KernelLowering, op):
+    r = op.results[0]
+    idx = lw.reg_indices(r.type.layout, r.type.shape)
+    start = op.attrs["start"]
+    lw.put(r, [i[0] if start == 0 else lw.b.add(i[0], _cint(start)) for i in idx])
+
+
+@handles("tt.splat")
+def _splat(lw: KernelLowering, op):
+    r = op.results[0]
+    lw.put(r, [lw.get(op.operands[0])] * len(r.type.layout.registers(r.type.shape)))
+
+
+def _reg_table(layout, shape):
+    return {offs: i for i, offs in enumerate(layout.registers(shape))}
+
+
+@handles("tt.broadcast")
+def _broadcast(lw: KernelLowering, op):
+    src, res = op.operands[0], op.results[0]
+    s_shape, d_shape = src.type.shape, res.type.shape
+    if src.type.layout != res.type.layout:
+        raise AssertionError("broadcast operand and result must share a layout")
+    vals = lw.regs(src)
+    table = _reg_table(src.type.layout, s_shape)
+    first = [info.offsets[0] for info in src.type.layout.dims_info(s_shape)]
+    out = []
+    for offs in res.type.layout.registers(d_shape):
+        key = tuple(o if s_shape[d] == d_shape[d] else first[d] for d, o in enumerate(offs))
+        out.append(vals[table[key]])
+    lw.put(res, out)
+
+
+@handles("tt.expand_dims")
+def _expand_dims(lw: KernelLowering, op):
+    src, res = op.operands[0], op.results[0]
+    axis = op.attrs["axis"]
+    if not isinstance(src.type, TensorType):
+        lw.put(res, [lw.get(src)] * len(res.type.layout.registers(res.type.shape)))
+        return
+    vals = lw.regs(src)
+    table = _reg_table(src.type.layout, src.type.shape)
+    out = []
+    for offs in res.type.layout.registers(res.type.shape):
+        key = tuple(o for d, o in enumerate(offs) if d != axis)
+        out.append(vals[table[key]])
+    lw.put(res, out)
+
+
+@handles("tt.trans")
+def _trans(lw: KernelLowering, op):
+    src, res = op.operands[0], op.results[0]
+    order = op.attrs["order"]
+    vals = lw.regs(src)
+    table = _reg_table(src.type.layout, src.type.shape)
+    out = []
+    for offs in res.type.layout.registers(res.type.shape):
+        key = [0] * len(offs)
+        for i, o in enumerate(order):
+            key[o] = offs[i]
+        out.append(vals[table[tuple(key)]])
+    lw.put(res, out)
+
+
+def store_linear(lw: KernelLowering, op, vals, layout, shape, elem, base_bytes=0, scale=1, plus=0):
+    """Write every register of a tensor to scratch at its row-major index (* scale + plus)."""
+    size = _size_of(memty(elem))
+    idx = lw.reg_indices(layout, shape)
+    for v, ix in zip(vals, idx):
+        lin = lw.linear_index(ix, shape)
+        if scale != 1:
+            lin = lw.b.mul(lin, _cint(scale))
+        if plus:
+            lin = lw.b.add(lin, _cint(plus))
+        p = lw.smem_ptr(op, lw.b.mul(lin, _cint(size)), base_bytes)
+        lw.b.store(_to_mem(lw, v, elem), p)
+    return size
+
+
+def load_linear(lw: KernelLowering, op, layout, shape, elem, base_bytes=0, scale=1, plus=0, index_fn=None):
+    ty = memty(elem)
+    size = _size_of(ty)
+    out = []
+    for ix in lw.reg_indices(layout, shape):
+        lin = index_fn(ix) if index_fn else lw.linear_index(ix, shape)
+        if scale != 1:
+            lin = lw.b.mul(lin, _cint(scale))
+        if plus:
+            lin = lw.b.add(lin, _cint(plus))
+        p = lw.smem_ptr(op, lw.b.mul(lin, _cint(size)), base_bytes)
+        out.append(_from_mem(lw, lw.b.load(p, typ=ty), elem))
+    return out
+
+
+def _size_of(ty):
+    s = str(ty)
+    if s.startswith("ptr"):
+        return 8
+    if s in ("half", "bfloat"):
+        return 2
+    if s == "float":
+        return 4
+    if s == "double":
+        return 8
+    return max(1, ty.width // 8)
+
+
+def _to_mem(lw, v, elem):
+    if not elem.is_ptr() and elem.name == "i1":
+        return lw.b.zext(v, memty(elem))
+    return v
+
+
+def _from_mem(lw, v, elem):
+    if not elem.is_ptr() and elem.name == "i1":
+        return lw.b.icmp_unsigned("!=", v, v.type(0))
+    return v
+
+
+@handles("ttg.convert_layout", "tt.reshape")
+def _convert(lw: KernelLowering, op):
+    src, res = op.operands[0], op.results[0]
+    elem = src.type.scalar
+    store_linear(lw, op, lw.regs(src), src.type.layout, src.type.shape, elem)
+    lw.barrier()
+    lw.put(res, load_linear(lw, op, res.type.layout, res.type.shape, elem))
+
+
+@handles("tt.join")
+def _join(lw: KernelLowering, op):
+    a, b, res = op.operands[0], op.operands[1], op.results[0]
+    elem = a.type.scalar
+    store_linear(lw, op, lw.regs(a), a.type.layout, a.type.shape, elem, scale=2, plus=0)
+    store_linear(lw, op, lw.regs(b), b.type.layout, b.type.shape, elem, scale=2, plus=1)
+    lw.barrier()
+    lw.put(res, load_linear(lw, op, res.type.layout, res.type.shape, elem))
+
+
+@handles("tt.split")
+def _split(lw: KernelLowering, op):
+    src = op.operands[0]
+    elem = src.type.scalar
+    store_linear(lw, op, lw.regs(src), src.type.layout, src.type.shape, elem)
+    lw.barrier()
+    for k, r in enumerate(op.results):
+        if isinstance(r.type, TensorType):
+            lw.put(r, load_linear(lw, op, r.type.layout, r.type.shape, elem, scale=2, plus=k))
+        else:
+            size = _size_of(memty(elem))
+            p = lw.smem_ptr(op, k * size)
+            lw.put(r, _from_mem(lw, lw.b.load(p, typ=memty(elem)), elem))
+
+
+@handles("tt.cat")
+def _cat(lw: KernelLowering, op):
+    a, b, res = op.operands[0], op.operands[1], op.results[0]
+    elem = a.type.scalar
+    n_a = 1
+    for s in a.type.shape:
+        n_a *= s
+    store_linear(lw, op, lw.regs(a), a.type.layout, a.type.shape, elem)
+    store_linear(lw, op, lw.regs(b), b.type.layout, b.type.shape, elem, plus=n_a)
+    lw.barrier()
+    lw.put(res, load_linear(lw, op, res.type.layout, res.type.shape, elem))
+
+
+@handles("ttg.barrier", "tt.debug_barrier")
+def _barrier(lw: KernelLowering, op):
+    lw.barrier()
