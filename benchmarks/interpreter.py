@@ -294,6 +294,16 @@ def _git_commit():
         return None, None
 
 
+def _source_digest():
+    """sha256 of kernellab's sources: identifies the interpreter measured when the tree is dirty."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted((ROOT / "kernellab").rglob("*.py")):
+        h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def _loadavg():
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -357,7 +367,7 @@ def main(argv=None):
     names = [c.name for c in CASES if not args.cases or c.name in args.cases]
     print(f"benchmarking {len(names)} corpus cases, >= {reps} timed runs each (kernel launches only)",
           file=sys.stderr, flush=True)
-    load_before = _loadavg()
+    load_before, digest = _loadavg(), _source_digest()
     runs = {impl: _run_worker(impl, args, reps) for impl in IMPLS}
     load_after = _loadavg()
     for impl, info in runs.items():
@@ -404,7 +414,8 @@ def main(argv=None):
                     "torch_threads": runs["kernellab"].get("torch_threads"),
                     "loadavg_before": load_before, "loadavg_after": load_after},
         "versions": versions,
-        "git": {"commit": commit, "dirty": dirty},
+        "git": {"commit": commit, "dirty": dirty, "kernellab_sources_sha256": digest,
+                "kernellab_sources_changed_during_run": digest != _source_digest()},
         "method": {
             "timed": "kernel launches only: wall clock (time.perf_counter) around kernel[grid](*args) inside the "
                      "corpus runner; input creation and the float64 reference are excluded "

@@ -68,10 +68,8 @@ class DiskCache:
         """The files stored under ``key``, or None on a miss (a corrupt entry is removed and counts as one)."""
         entry = self.path_for(key)
         try:
-            manifest = json.loads((entry / MANIFEST).read_text())
+            manifest = self._read_manifest(entry)
         except FileNotFoundError:
-            if entry.exists():  # a directory without a manifest: not ours to trust
-                self._discard(entry)
             return None
         except (OSError, ValueError):
             self._discard(entry)
@@ -89,6 +87,23 @@ class DiskCache:
             self._discard(entry)
             return None
         return files
+
+    @staticmethod
+    def _read_manifest(entry: Path) -> dict:
+        """The entry's manifest; FileNotFoundError when there is no entry, ValueError when it is damaged."""
+        try:
+            return json.loads((entry / MANIFEST).read_text())
+        except FileNotFoundError:
+            if not entry.exists():
+                raise
+        # The directory exists but had no manifest a moment ago: either a writer's rename landed in between
+        # (then the manifest is there now) or the entry is damaged.
+        try:
+            return json.loads((entry / MANIFEST).read_text())
+        except FileNotFoundError:
+            if not entry.exists():
+                raise
+            raise ValueError("entry without a manifest") from None
 
     def put(self, key: str, files: dict[str, bytes]) -> None:
         """Store ``files`` (name -> bytes) under ``key``. Names are plain file names (no directories, not

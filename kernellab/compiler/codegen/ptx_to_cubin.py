@@ -147,7 +147,7 @@ def parse_ptxas_report(log: str, kernel_name: str) -> dict:
 
 def _failure(kernel_name: str, tool: str, log: str) -> ToolchainError:
     return ToolchainError(f"kernel '{kernel_name}': {tool} failed to compile the PTX (a kernellab codegen bug, "
-                          f"or a PTX version/architecture the installed toolkit does not know).\n{tool} log:\n"
+                          f"or a PTX version/architecture the installed toolkit does not know). Its log:\n"
                           f"{log.strip()}\nLook at the PTX in compiled.asm['ptx'].")
 
 
@@ -165,7 +165,7 @@ def ptx_to_cubin_ptxas(ptx: str, target: Target, kernel_name: str, ptxas: str,
         proc = subprocess.run(cmd, capture_output=True, text=True)
         log = (proc.stdout + proc.stderr).replace(str(src), f"{kernel_name}.ptx")
         if proc.returncode != 0 or not out.is_file():
-            raise _failure(kernel_name, f"ptxas ({' '.join(cmd[:1] + cmd[1:6])})", log)
+            raise _failure(kernel_name, f"ptxas ({ptxas} --gpu-name {target.cpu})", log)
         cubin = out.read_bytes()
     report = parse_ptxas_report(log, kernel_name)
     report["compiler"] = "ptxas"
