@@ -317,6 +317,9 @@ class KernelLowering:
             cmp = b.icmp_signed if signed else b.icmp_unsigned
             c = cmp(">" if "max" in name else "<", xs[0], xs[1])
             return b.select(c, xs[0], xs[1])
+        if name == "arith.divf" and rt.name == "f32":
+            # `/` on f32: div.full.f32 (2 ulp, no slow path), as Triton does; tl.div_rn is the IEEE one
+            return b.asm(ir.FunctionType(F32, [F32, F32]), "div.full.f32 $0, $1, $2;", "=f,f,f", xs, False)
         if name in ("arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.remf", "tt.precise_divf"):
             f = {"arith.addf": b.fadd, "arith.subf": b.fsub, "arith.mulf": b.fmul, "arith.divf": b.fdiv,
                  "arith.remf": b.frem, "tt.precise_divf": b.fdiv}[name]
@@ -408,6 +411,10 @@ class KernelLowering:
             return self.float_intrinsic_f(ty, "fma", xs)
         if short == "precise_sqrt":
             return self.float_intrinsic_f(ty, "sqrt", xs)
+        if short in ("exp", "exp2") and ty == F32:
+            # ex2.approx (2 ulp) on the special-function unit; exp(x) = 2^(x * log2(e))
+            x = xs[0] if short == "exp2" else b.fmul(xs[0], ir.Constant(F32, 1.4426950408889634))
+            return b.asm(ir.FunctionType(F32, [F32]), "ex2.approx.f32 $0, $1;", "=f,f", [x], False)
         base = self._LIBDEVICE.get(short)
         if base is None:
             raise LoweringError(f"no lowering for {name}")
