@@ -33,15 +33,17 @@ def kernels(jit, tl):
         tl.store(z_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
     @jit
-    def softmax_kernel(out_ptr, in_ptr, in_stride, out_stride, n_cols, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
+    def softmax_kernel(out_ptr, in_ptr, in_stride, out_stride, n_rows, n_cols, ROWS: tl.constexpr,
+                       BLOCK: tl.constexpr):
+        # ROWS rows per program: short rows share a program so each one still moves enough bytes
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
         cols = tl.arange(0, BLOCK)
-        mask = cols < n_cols
-        x = tl.load(in_ptr + row * in_stride + cols, mask=mask, other=-float("inf"))
-        z = x - tl.max(x, axis=0)
+        mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+        x = tl.load(in_ptr + rows[:, None] * in_stride + cols[None, :], mask=mask, other=-float("inf"))
+        z = x - tl.max(x, axis=1)[:, None]
         num = tl.exp(z)
-        den = tl.sum(num, axis=0)
-        tl.store(out_ptr + row * out_stride + cols, num / den, mask=mask)
+        den = tl.sum(num, axis=1)[:, None]
+        tl.store(out_ptr + rows[:, None] * out_stride + cols[None, :], num / den, mask=mask)
 
     @jit
     def layer_norm_kernel(X, Y, W, B, stride, N, eps, BLOCK: tl.constexpr):
@@ -106,6 +108,10 @@ def run_rows(kl_k, tr_k):
                 err = check(impl, fn)
                 t = bench(fn)
                 row[impl] = {"seconds": t, "gbps": nbytes / t / 1e9, "max_err": err}
+                compiled = fn() if impl != "torch" else None
+                if compiled is not None and getattr(compiled, "n_regs", None) is not None:
+                    row[impl]["n_regs"] = compiled.n_regs
+                    row[impl]["n_spills"] = getattr(compiled, "n_spills", None)
             except Exception as e:  # a failing implementation is recorded, not fatal
                 row[impl] = {"error": f"{type(e).__name__}: {e}"[:300]}
         rows.append(row)
@@ -129,10 +135,13 @@ def run_rows(kl_k, tr_k):
         outs = {k: torch.full_like(x, float("nan")) for k in ("kernellab", "triton", "torch")}
         ref = torch.softmax(x.double(), dim=1).float()
         block = npow2(N)
+        rows_per = max(1, min(16, 4096 // block))
         nw = 4 if block <= 1024 else (8 if block <= 4096 else 16)
-        fns = {"kernellab": lambda: kl_k[1][(M,)](outs["kernellab"], x, x.stride(0), N, N, BLOCK=block, num_warps=nw),
-               "triton": (lambda: tr_k[1][(M,)](outs["triton"], x, x.stride(0), N, N, BLOCK=block, num_warps=nw))
-               if tr_k else None,
+        grid = (cdiv(M, rows_per),)
+        fns = {"kernellab": lambda: kl_k[1][grid](outs["kernellab"], x, x.stride(0), N, M, N, ROWS=rows_per,
+                                                  BLOCK=block, num_warps=nw),
+               "triton": (lambda: tr_k[1][grid](outs["triton"], x, x.stride(0), N, M, N, ROWS=rows_per, BLOCK=block,
+                                                num_warps=nw)) if tr_k else None,
                "torch": lambda: torch.softmax(x, dim=1)}
         record(f"softmax fp32 M={M} N={N}", 2 * M * N * 4, fns,
                lambda impl, fn: (fn(), (outs[impl] - ref).abs().max().item() if impl != "torch" else
@@ -192,7 +201,7 @@ k = kernels(jitmod.jit, tl)[1]
 x = torch.randn(1024, 1024, device="cuda"); y = torch.empty_like(x)
 torch.cuda.synchronize()
 t1 = time.perf_counter()
-k[(1024,)](y, x, x.stride(0), y.stride(0), 1024, BLOCK=1024, num_warps=4)
+k[(1024,)](y, x, x.stride(0), y.stride(0), 1024, 1024, ROWS=1, BLOCK=1024, num_warps=4)
 torch.cuda.synchronize()
 t2 = time.perf_counter()
 print("COLD", t2 - t1)

@@ -70,8 +70,35 @@ def _unpack(lw, words, elem, n):
     return out
 
 
-def emit_load(lw: KernelLowering, ptr, mask, elem, n, volatile=False):
-    """Load `n` consecutive elements starting at `ptr` (a register value), predicated on `mask`."""
+def _const_words(elem, value, n):
+    """The 32/16-bit words of `n` copies of a constant, as masked-off lanes of a load see them."""
+    import struct
+
+    if elem.is_ptr():
+        return None
+    name = elem.name
+    if name == "bf16":
+        from .lower import _bf16_bits
+
+        raw = struct.pack("<H", _bf16_bits(float(value)))
+    elif name == "f16":
+        raw = struct.pack("<e", float(value))
+    elif name == "f32":
+        raw = struct.pack("<f", float(value))
+    elif name == "f64":
+        raw = struct.pack("<d", float(value))
+    else:
+        nbytes = max(1, elem.bits // 8)
+        raw = (int(value) & ((1 << (8 * nbytes)) - 1)).to_bytes(nbytes, "little")
+    data = raw * n
+    if len(data) >= 4:
+        return [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]
+    return [int.from_bytes(data, "little")]
+
+
+def emit_load(lw: KernelLowering, ptr, mask, elem, n, volatile=False, other_const=None):
+    """Load `n` consecutive elements starting at `ptr` (a register value), predicated on `mask`.
+    Masked-off lanes read `other_const` (a Python number) when given, else 0."""
     b = lw.b
     mt = memty(elem)
     size = 8 if isinstance(mt, ir.PointerType) else _size_of(mt)
@@ -90,7 +117,10 @@ def emit_load(lw: KernelLowering, ptr, mask, elem, n, volatile=False):
         return out
     wty, con, ptx, nwords = _word_plan(size * n)
     outs = ", ".join(f"${i}" for i in range(nwords))
-    init = " ".join(f"mov.{'u32' if con == 'r' else 'u16'} ${i}, 0x0;" for i in range(nwords))
+    fill = _const_words(elem, other_const, n) if other_const is not None else None
+    if fill is None or len(fill) != nwords:
+        fill = [0] * nwords
+    init = " ".join(f"mov.{'u32' if con == 'r' else 'u16'} ${i}, {hex(w)};" for i, w in enumerate(fill))
     dst = outs if nwords == 1 else "{ " + outs + " }"
     vol = ".volatile" if volatile else ""
     pred = f"@${nwords + 1} " if mask is not None else ""
@@ -157,11 +187,17 @@ def _load(lw: KernelLowering, op):
     ptrs = lw.regs(ptr_v)
     masks = lw.regs(op.operands[1]) if len(op.operands) > 1 else None
     others = lw.regs(op.operands[2]) if len(op.operands) > 2 else None
+    other_const = None
+    if others is not None:
+        producer = op.operands[2].defining_op
+        if producer is not None and producer.name == "arith.constant":
+            other_const = producer.attrs["value"]
     out = [None] * len(ptrs)
     for g in _groups(op, res.type):
-        vals = emit_load(lw, ptrs[g[0]], masks[g[0]] if masks else None, elem, len(g), volatile)
+        vals = emit_load(lw, ptrs[g[0]], masks[g[0]] if masks else None, elem, len(g), volatile, other_const)
         for i, v in zip(g, vals):
-            out[i] = lw.b.select(masks[i], v, others[i]) if others is not None else v
+            # the mask is uniform across a group, so a constant `other` is already in the masked-off words
+            out[i] = lw.b.select(masks[i], v, others[i]) if others is not None and other_const is None else v
     lw.put(res, out)
 
 
