@@ -96,10 +96,15 @@ class CompiledKernel:
             from ..compiler.parser import parse_module
             from .driver import load_kernel
 
-            module = parse_module(self.asm["tile"])
             opts = GpuOptions(num_warps=self.options.get("num_warps", 4),
                               num_stages=self.options.get("num_stages", 3), arch=target.arch)
-            out = compile_to_cubin(module, self.trace, opts, target)
+            key = _gpu_cache_key(self.asm["tile"], opts, target)
+            out = _load_cached(key, self.trace)
+            if out is None:
+                module = parse_module(self.asm["tile"])
+                start = len(self.trace.passes)
+                out = compile_to_cubin(module, self.trace, opts, target)
+                _store_cached(key, out, self.trace.passes[start:])
             for k in ("gpu", "llir", "ptx", "cubin"):
                 self.asm[k] = out[k]
             self.shared = out["shared"]
@@ -119,6 +124,99 @@ class CompiledKernel:
 
 
 _TARGETS: dict = {}
+_NOTICE = []
+
+
+def _notice_interpreter():
+    """Say once per process that launches run on the CPU interpreter because no GPU can be used."""
+    if _NOTICE:
+        return
+    _NOTICE.append(True)
+    try:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    except Exception:
+        gpu = False
+    if not gpu:
+        import warnings
+
+        warnings.warn("kernellab: no CUDA GPU or driver is available, so kernels run on the CPU interpreter "
+                      "(correct results, CPU speed). On a GPU machine, pass CUDA tensors to run compiled code.",
+                      InterpreterNotice, stacklevel=3)
+
+
+class InterpreterNotice(UserWarning):
+    """The one-time notice that launches run on the CPU interpreter."""
+_VERSIONS: list = []
+
+
+def _toolchain_versions() -> str:
+    """Everything besides the IR that decides the cubin: our version, LLVM's, ptxas'."""
+    if not _VERSIONS:
+        import llvmlite
+
+        from .. import __version__
+
+        try:
+            from ..compiler.codegen.ptx_to_cubin import find_ptxas, ptxas_version
+
+            ptxas = ptxas_version(find_ptxas())
+        except Exception:  # nvJitLink fallback or no toolchain: the compile itself will say
+            ptxas = "no-ptxas"
+        _VERSIONS.append(f"kernellab {__version__}; llvmlite {llvmlite.__version__}; {ptxas}")
+    return _VERSIONS[0]
+
+
+def _gpu_cache_key(tile_ir: str, opts, target) -> str:
+    """The disk-cache key of a GPU compile. The tile IR already encodes the source, the constexprs and
+    the argument specialization (like Triton's key); options, target and toolchain versions complete it."""
+    from .cache import cache_key
+
+    return cache_key("gpu", tile_ir, opts.num_warps, opts.num_stages, target.cpu, target.ptx_version,
+                     _toolchain_versions())
+
+
+def _load_cached(key, trace):
+    import json
+
+    from ..compiler.pipeline import PassRecord
+    from .cache import DiskCache
+
+    try:
+        files = DiskCache().get(key)
+    except OSError:
+        return None
+    if not files:
+        return None
+    try:
+        meta = json.loads(files["meta.json"])
+        for rec in meta["passes"]:
+            trace.passes.append(PassRecord(rec["name"], rec["description"], rec["ir"], rec["seconds"],
+                                           rec["changed"], rec["stats"]))
+        trace.notes.append("GPU stages loaded from the disk cache (times are from the original compile)")
+        trace.shared_plan = meta["shared_plan"]
+        return {"gpu": files["gpu"].decode(), "llir": files["llir"].decode(), "ptx": files["ptx"].decode(),
+                "cubin": files["cubin"], "arg_kinds": meta["arg_kinds"], "shared": meta["shared"],
+                "shared_plan": meta["shared_plan"], "report": meta["report"]}
+    except (KeyError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _store_cached(key, out, records):
+    import json
+
+    from .cache import DiskCache
+
+    meta = {"arg_kinds": out["arg_kinds"], "shared": out["shared"], "shared_plan": out["shared_plan"],
+            "report": out["report"],
+            "passes": [{"name": r.name, "description": r.description, "ir": r.ir, "seconds": r.seconds,
+                        "changed": r.changed, "stats": r.stats} for r in records]}
+    try:
+        DiskCache().put(key, {"gpu": out["gpu"].encode(), "llir": out["llir"].encode(), "ptx": out["ptx"].encode(),
+                              "cubin": out["cubin"], "meta.json": json.dumps(meta, default=str).encode()})
+    except OSError:
+        pass  # a read-only or full disk only costs the next process a recompile
 
 
 def _normalize_grid(name, grid):
@@ -316,6 +414,7 @@ class JITFunction:
             self._run_gpu(ck, grid, runtime_values)
             self._remember_fast(args, kwargs, ck, runtime_values)
             return ck
+        _notice_interpreter()
         ck.run(grid, runtime_values)
         return ck
 
