@@ -6,7 +6,14 @@
 `import kernellab as triton` works for the kernels of Triton's tutorials.
 """
 from . import language  # noqa: F401
-from .errors import CompilationError, InterpreterError, KernelLabError, LaunchError  # noqa: F401
+from .errors import (  # noqa: F401
+    CompilationError,
+    InterpreterError,
+    KernelCrashError,
+    KernelLabError,
+    LaunchError,
+    ToolchainError,
+)
 from .runtime.jit import CompiledKernel, JITFunction, jit  # noqa: F401
 
 __version__ = "0.1.0"
@@ -15,6 +22,13 @@ __version__ = "0.1.0"
 def cdiv(x, y):
     """Ceiling division: the number of blocks of size y that cover x."""
     return (x + y - 1) // y
+
+
+def synchronize():
+    """Wait for every launched kernel; a kernel that crashed raises KernelCrashError here, naming it."""
+    from .runtime.driver import synchronize as _sync
+
+    _sync()
 
 
 def next_power_of_2(n: int) -> int:
