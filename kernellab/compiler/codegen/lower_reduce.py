@@ -26,11 +26,17 @@ def _combine(lw: KernelLowering, op, a: list, b: list) -> list:
 
 
 def _shfl_bfly(lw: KernelLowering, v, lanemask: int):
+    return _shfl(lw, v, lanemask, "bfly")
+
+
+def _shfl(lw: KernelLowering, v, amount: int, mode: str):
+    """Exchange a value between lanes: bfly (xor lane id), up (from lane - amount), down (lane + amount)."""
     b = lw.b
-    fn = lw.intrinsic("llvm.nvvm.shfl.sync.bfly.i32", I32, [I32, I32, I32, I32])
+    fn = lw.intrinsic(f"llvm.nvvm.shfl.sync.{mode}.i32", I32, [I32, I32, I32, I32])
+    clamp = 0 if mode == "up" else 31
 
     def sh32(x):
-        return b.call(fn, [_cint(-1), x, _cint(lanemask), _cint(31)])
+        return b.call(fn, [_cint(-1), x, _cint(amount), _cint(clamp)])
 
     t = v.type
     if t == I32:
@@ -160,8 +166,192 @@ def _key_index(layout, shape, key):
     return layout.registers(shape).index(key)
 
 
+def _guarded(lw, op, flag, prefix, x):
+    """combine(prefix, x) where `flag` (i1) says a prefix exists, else x."""
+    comb = _combine(lw, op, prefix, x)
+    return [lw.b.select(flag, c, v) for c, v in zip(comb, x)]
+
+
 @handles("tt.scan")
 def _scan(lw: KernelLowering, op):
+    from ..gpu.scratch import scan_plan
+
+    src = op.operands[0]
+    if scan_plan(src.type.layout, src.type.shape, op.attrs["axis"]) is None:
+        return _scan_via_smem(lw, op)
+    return _scan_hierarchical(lw, op)
+
+
+def _scan_hierarchical(lw: KernelLowering, op):
+    """Inclusive scan: in each thread, then across the lanes of the axis (shfl.up / shfl.down), then
+    across warps through one running total per warp in shared memory; repetitions of the layout
+    along the axis are chained with a carried total."""
+    b = lw.b
+    axis = op.attrs["axis"]
+    reverse = bool(op.attrs.get("reverse", False))
+    src = op.operands[0]
+    layout, shape = src.type.layout, src.type.shape
+    info = layout.dims_info(shape)[axis]
+    inputs = [lw.regs(v) for v in op.operands]
+    elems = [v.type.scalar for v in op.operands]
+    sizes = [_size_of(memty(e)) for e in elems]
+    offsets = layout.registers(shape)
+    n_ops = len(inputs)
+    lanes, warps, spt = info.lanes, info.warps, info.spt
+    reps = len(info.offsets) // spt
+    lines = 1
+    for d, s_ in enumerate(shape):
+        if d != axis:
+            lines *= s_
+    lane_c = b.and_(b.lshr(lw.lane, _cint(_log2(info.lane_div))), _cint(lanes - 1))
+    warp_c = b.and_(b.lshr(lw.warp, _cint(_log2(info.warp_div))), _cint(warps - 1))
+    idx = lw.reg_indices(layout, shape)
+    # registers of each line, by repetition, in scan order
+    line_regs: dict = {}
+    for i, offs in enumerate(offsets):
+        key = tuple(o for d, o in enumerate(offs) if d != axis)
+        line_regs.setdefault(key, []).append(i)
+    line_index = {}
+    for key, regs in line_regs.items():
+        regs.sort(key=lambda r: offsets[r][axis])
+        ix = list(idx[regs[0]])
+        ix[axis] = _cint(0)
+        line_index[key] = _compact_line(lw, ix, shape, axis)
+    out = [[None] * len(offsets) for _ in range(n_ops)]
+    carry = {key: None for key in line_regs}
+    rep_order = list(range(reps))[::-1] if reverse else list(range(reps))
+    bases, base = [], 0
+    for s_ in sizes:
+        bases.append(base)
+        base += reps * warps * lines * s_
+    for rep in rep_order:
+        partial = {}
+        for key, regs in line_regs.items():
+            chunk = regs[rep * spt:(rep + 1) * spt]
+            if reverse:
+                chunk = chunk[::-1]
+            # 1. within the thread
+            acc = None
+            local = []
+            for r in chunk:
+                x = [inp[r] for inp in inputs]
+                acc = x if acc is None else _combine(lw, op, acc, x)
+                local.append((r, acc))
+            total = acc
+            # 2. across the lanes along the axis: inclusive scan of thread totals
+            incl = total
+            d = 1
+            while d < lanes:
+                mode = "down" if reverse else "up"
+                other = [_shfl(lw, v, d * info.lane_div, mode) for v in incl]
+                has = b.icmp_unsigned("<", lane_c, _cint(lanes - d)) if reverse else \
+                    b.icmp_unsigned(">=", lane_c, _cint(d))
+                incl = _guarded(lw, op, has, other, incl)
+                d *= 2
+            mode = "down" if reverse else "up"
+            excl = [_shfl(lw, v, info.lane_div, mode) for v in incl]
+            has_excl = b.icmp_unsigned("<", lane_c, _cint(lanes - 1)) if reverse else \
+                b.icmp_unsigned(">", lane_c, _cint(0))
+            # the warp's total along the axis: the last lane's inclusive value
+            src_lane = 0 if reverse else lanes - 1
+            warp_total = [_shfl_idx(lw, v, src_lane, info.lane_div, lane_c) for v in incl]
+            partial[key] = (local, excl, has_excl, warp_total)
+        if warps > 1:
+            for key in line_regs:
+                wt = partial[key][3]
+                slot = b.add(b.mul(b.add(_cint(rep * warps), warp_c), _cint(lines)), line_index[key])
+                for j, v in enumerate(wt):
+                    b.store(_to_mem(lw, v, elems[j]), lw.smem_ptr(op, b.mul(slot, _cint(sizes[j])), bases[j]))
+            lw.barrier()
+        for key in line_regs:
+            local, excl, has_excl, wt = partial[key]
+            # 3. totals of the warps before this one (after, for a reverse scan), and of the whole rep
+            warp_prefix, has_wp, rep_total = None, None, wt
+            if warps > 1:
+                loaded = []
+                for w in range(warps):
+                    slot = b.add(_cint((rep * warps + w) * lines), line_index[key])
+                    loaded.append([_from_mem(lw, b.load(lw.smem_ptr(op, b.mul(slot, _cint(sizes[j])), bases[j]),
+                                                       typ=memty(e)), e) for j, e in enumerate(elems)])
+                order = list(range(warps))[::-1] if reverse else list(range(warps))
+                rep_total = None
+                for w in order:
+                    rep_total = loaded[w] if rep_total is None else _combine(lw, op, rep_total, loaded[w])
+                # prefix over warps strictly before warp_c in scan order, built with selects
+                for w in order:
+                    before = b.icmp_unsigned(">", warp_c, _cint(w)) if not reverse else \
+                        b.icmp_unsigned("<", warp_c, _cint(w))
+                    if warp_prefix is None:
+                        warp_prefix, has_wp = loaded[w], before
+                    else:
+                        comb = _combine(lw, op, warp_prefix, loaded[w])
+                        warp_prefix = [b.select(before, b.select(has_wp, c, n), p)
+                                       for c, n, p in zip(comb, loaded[w], warp_prefix)]
+                        has_wp = b.or_(has_wp, before)
+            # 4. each element: carry, earlier warps, earlier lanes, then its own in-thread prefix
+            prefix, has = carry[key], None
+            if warp_prefix is not None:
+                if prefix is None:
+                    prefix, has = warp_prefix, has_wp
+                else:
+                    comb = _combine(lw, op, prefix, warp_prefix)
+                    prefix = [b.select(has_wp, c, p) for c, p in zip(comb, prefix)]
+                    has = ir.Constant(I1, 1)
+            if prefix is None:
+                prefix, has = excl, has_excl
+            else:
+                comb = _combine(lw, op, prefix, excl)
+                if has is None:
+                    has = ir.Constant(I1, 1)
+                new_prefix = [b.select(has_excl, c, p) for c, p in zip(comb, prefix)]
+                has = b.or_(has, has_excl)
+                prefix = new_prefix
+            for r, v in local:
+                res = _guarded(lw, op, has, prefix, v) if has is not None else v
+                for j in range(n_ops):
+                    out[j][r] = res[j]
+            # 5. carry the whole repetition's total into the next one
+            carry[key] = rep_total if carry[key] is None else _combine(lw, op, carry[key], rep_total)
+    for j, res in enumerate(op.results):
+        lw.put(res, out[j])
+
+
+def _shfl_idx(lw, v, src_lane_c, lane_div, lane_c):
+    """Broadcast the value of the lane whose axis component is `src_lane_c` (same other components)."""
+    b = lw.b
+    delta_lane = b.sub(lw.lane, b.mul(lane_c, _cint(lane_div)))
+    src = b.add(delta_lane, _cint(src_lane_c * lane_div))
+    fn = lw.intrinsic("llvm.nvvm.shfl.sync.idx.i32", I32, [I32, I32, I32, I32])
+    t = v.type
+
+    def sh32(x):
+        return b.call(fn, [_cint(-1), x, src, _cint(31)])
+
+    if t == I32:
+        return sh32(v)
+    if t == F32:
+        return b.bitcast(sh32(b.bitcast(v, I32)), F32)
+    if isinstance(t, ir.IntType) and t.width < 32:
+        return b.trunc(sh32(b.zext(v, I32)), t)
+    if str(t) in ("half", "bfloat"):
+        return b.bitcast(b.trunc(sh32(b.zext(b.bitcast(v, ir.IntType(16)), I32)), ir.IntType(16)), t)
+    x = b.ptrtoint(v, I64) if isinstance(t, ir.PointerType) else (b.bitcast(v, I64) if t == F64 else v)
+    lo = sh32(b.trunc(x, I32))
+    hi = sh32(b.trunc(b.lshr(x, ir.Constant(I64, 32)), I32))
+    y = b.or_(b.zext(lo, I64), b.shl(b.zext(hi, I64), ir.Constant(I64, 32)))
+    if isinstance(t, ir.PointerType):
+        return b.inttoptr(y, t)
+    return b.bitcast(y, F64) if t == F64 else y
+
+
+def _compact_line(lw, ix, shape, axis):
+    """Row-major index of an element over the shape without `axis`."""
+    other = [i for d, i in enumerate(ix) if d != axis]
+    oshape = [s for d, s in enumerate(shape) if d != axis]
+    return lw.linear_index(other, oshape)
+
+
+def _scan_via_smem(lw: KernelLowering, op):
     b = lw.b
     axis = op.attrs["axis"]
     reverse = op.attrs.get("reverse", False)

@@ -43,7 +43,19 @@ def scratch_bytes(op) -> tuple[int, str]:
         return w * out * sum(mem_bytes(v.type) for v in op.operands), f"cross-warp reduction over {w} warps"
     if name == "tt.scan":
         t = op.operands[0].type
-        return _numel(t.shape) * sum(mem_bytes(v.type) for v in op.operands), "scan through shared memory"
+        plan = scan_plan(t.layout, t.shape, op.attrs["axis"]) if isinstance(t, TensorType) else None
+        per = sum(mem_bytes(v.type) for v in op.operands)
+        if plan is None:
+            return _numel(t.shape) * per, "scan through shared memory"
+        reps, warps, lines = plan
+        if warps == 1:
+            return 0, ""
+        return reps * warps * lines * per, f"scan: one running total per warp ({warps} warps) and repetition"
+    return _other_ops(op)
+
+
+def _other_ops(op):
+    name = op.name
     if name == "tt.dot":
         a, b = op.operands[0].type, op.operands[1].type
         return _numel(a.shape) * mem_bytes(a) + _numel(b.shape) * mem_bytes(b), "dot operand staging"
@@ -53,3 +65,15 @@ def scratch_bytes(op) -> tuple[int, str]:
     if name in ("tt.atomic_rmw", "tt.atomic_cas") and not op.results[0].type.shape:
         return 8, "broadcast of a scalar atomic's old value"
     return 0, ""
+
+
+def scan_plan(layout, shape, axis):
+    """(repetitions, warps, lines) of a hierarchical scan along `axis`, or None when the layout
+    needs the simple shared-memory scan (copies of elements along the axis, or a sliced layout)."""
+    if not isinstance(layout, Blocked):
+        return None
+    info = layout.dims_info(shape)[axis]
+    if info.replicated:
+        return None
+    reps = len(info.offsets) // info.spt
+    return reps, info.warps, _numel(shape) // shape[axis]
