@@ -164,8 +164,22 @@ def _toolchain_versions() -> str:
             ptxas = ptxas_version(find_ptxas())
         except Exception:  # nvJitLink fallback or no toolchain: the compile itself will say
             ptxas = "no-ptxas"
-        _VERSIONS.append(f"kernellab {__version__}; llvmlite {llvmlite.__version__}; {ptxas}")
+        _VERSIONS.append(f"kernellab {__version__} ({_compiler_source_hash()}); llvmlite {llvmlite.__version__}; "
+                         f"{ptxas}")
     return _VERSIONS[0]
+
+
+def _compiler_source_hash() -> str:
+    """A hash of the compiler's own code, so a fixed or changed compiler never reuses old cubins."""
+    import hashlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "compiler"
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _gpu_cache_key(tile_ir: str, opts, target) -> str:

@@ -75,7 +75,7 @@ def test_blocked_1d_register_offsets():
     assert lay.registers((1024,)) == [(o,) for o in info.offsets]
 
 
-@pytest.mark.parametrize("shape, num_warps", [((16,), 4), ((32,), 4), ((64,), 2), ((8,), 1), ((256,), 8)])
+@pytest.mark.parametrize("shape, num_warps", [((16,), 4), ((32,), 4), ((32,), 2), ((8,), 1), ((128,), 8)])
 def test_blocked_1d_replicated(shape, num_warps):
     """A tile smaller than the thread grid: copies wrap around, exactly one is representative."""
     lay = default_blocked(shape, num_warps)
@@ -219,11 +219,10 @@ tt.func @k(%x: tensor<64x32xf32, #L0>) {
     (red,) = [op for op in m.kernel.walk() if op.name == "tt.reduce"]
     assert red.result.type.layout == Slice(1, Blocked((1, 4), (4, 8), (4, 1), (1, 0)))
     out = print_module(m, with_locs=False)
-    assert out.splitlines()[:2] == [
-        "#L0 = #blocked<[1, 4], [4, 8], [4, 1], [1, 0]>",
-        "#L1 = #slice<1, #L0>",
-    ] or out.splitlines()[:2] == [
+    assert out.splitlines()[:3] == [
         "#L0 = #blocked<[1, 4], [4, 8], [4, 1], [1, 0]>",
         "#L1 = #slice<1, #blocked<[1, 4], [4, 8], [4, 1], [1, 0]>>",
+        "",
     ]
+    assert "tensor<64xf32, #L1>" in out and "%x: tensor<64x32xf32, #L0>" in out
     assert print_module(parse_module(out), with_locs=False) == out

@@ -300,12 +300,8 @@ def _scan_hierarchical(lw: KernelLowering, op):
             if prefix is None:
                 prefix, has = excl, has_excl
             else:
-                comb = _combine(lw, op, prefix, excl)
-                if has is None:
-                    has = ir.Constant(I1, 1)
-                new_prefix = [b.select(has_excl, c, p) for c, p in zip(comb, prefix)]
-                has = b.or_(has, has_excl)
-                prefix = new_prefix
+                prefix, has = _merge(lw, op, prefix, has if has is not None else ir.Constant(I1, 1), excl,
+                                     has_excl)
             for r, v in local:
                 res = _guarded(lw, op, has, prefix, v) if has is not None else v
                 for j in range(n_ops):

@@ -220,9 +220,13 @@ class AxisAnalysis:
             const = []
             for d in range(rank):
                 k = min(a.const[d], b.const[d])
-                if pred not in ("eq", "ne"):
+                # A run x, x+1, ... starting at a multiple of D compares the same against a multiple
+                # of D only when the boundary falls at a run start: x < c and x >= c (c <= x, c > x),
+                # not x <= c or x > c (true at x == c, false at x == c + 1).
+                if pred in ("slt", "ult", "sge", "uge"):
                     if b.const[d] >= shape[d] or b.value is not None:
                         k = max(k, min(a.contig[d], math.gcd(a.div[d], b.div[d])))
+                if pred in ("sgt", "ugt", "sle", "ule"):
                     if a.const[d] >= shape[d] or a.value is not None:
                         k = max(k, min(b.contig[d], math.gcd(a.div[d], b.div[d])))
                 const.append(k)

@@ -49,10 +49,11 @@ def _walk(block: Block, pending: frozenset, st: _State, dry: bool) -> frozenset:
                 if state <= entry:
                     break
                 entry = entry | state
-            state = entry
+            state = exits = entry
             for reg in op.regions:
                 state = _walk(reg, state, st, dry)
-            pending = entry | state
+                exits = exits | state  # scf.while leaves from the end of its first ("before") region
+            pending = exits
         elif op.name == "scf.if":
             outs = [_walk(reg, pending, st, dry) for reg in op.regions]
             pending = frozenset().union(*outs)

@@ -1,0 +1,346 @@
+"""assign_layouts: coalesced, vectorized layouts for memory ops; everything else inherits them."""
+from __future__ import annotations
+
+import pytest
+
+from kernellab.compiler.gpu.layouts import Blocked, Slice
+from kernellab.compiler.passes import assign_layouts
+from kernellab.compiler.types import TensorType
+
+
+def tensor_values(module):
+    fn = module.kernel
+    vals = [a for a in fn.args]
+    for op in fn.walk():
+        vals += op.results
+        for reg in op.regions:
+            vals += reg.args
+    return [v for v in vals if isinstance(v.type, TensorType)]
+
+
+def assert_all_laid_out(module, num_warps=4):
+    for v in tensor_values(module):
+        lay = v.type.layout
+        assert lay is not None, f"{v} has no layout"
+        assert lay.rank == len(v.type.shape), v
+        assert lay.num_warps == num_warps, v
+
+
+def vecadd(elem="f32", ptr_attr=" {tt.divisibility = 16}", n_attr=" {tt.divisibility = 16}", size=1024, lay="",
+           pred="slt"):
+    """The tile IR of z = x + x over BLOCK = size with a mask; with `lay`, every tensor has that layout
+    (printed through the alias #L0)."""
+    t = ", #L0>" if lay else ">"
+    return f"""{f"#L0 = {lay}" if lay else ""}
+tt.func @add(%x_ptr: !ptr<{elem}>{ptr_attr}, %z_ptr: !ptr<{elem}>{ptr_attr}, %n: i32{n_attr}) {{
+  %pid = tt.get_program_id {{axis = 0}} : i32
+  %c = arith.constant {{value = {size}}} : i32
+  %start = arith.muli %pid, %c : i32
+  %range = tt.make_range {{end = {size}, start = 0}} : tensor<{size}xi32{t}
+  %base = tt.splat %start : tensor<{size}xi32{t}
+  %offs = arith.addi %base, %range : tensor<{size}xi32{t}
+  %ns = tt.splat %n : tensor<{size}xi32{t}
+  %mask = arith.cmpi %offs, %ns {{predicate = "{pred}"}} : tensor<{size}xi1{t}
+  %xs = tt.splat %x_ptr : tensor<{size}x!ptr<{elem}>{t}
+  %xp = tt.addptr %xs, %offs : tensor<{size}x!ptr<{elem}>{t}
+  %x = tt.load %xp, %mask{{VEC}} : tensor<{size}x{elem}{t}
+  %y = arith.addf %x, %x : tensor<{size}x{elem}{t}
+  %zs = tt.splat %z_ptr : tensor<{size}x!ptr<{elem}>{t}
+  %zp = tt.addptr %zs, %offs : tensor<{size}x!ptr<{elem}>{t}
+  tt.store %zp, %y, %mask{{VEC}}
+  tt.return
+}}
+"""
+
+
+def test_vector_add_f32(check):
+    src = vecadd().replace("{VEC}", "")
+    m, stats = check(assign_layouts, src, """
+#L0 = #blocked<[4], [32], [4], [0]>
+
+tt.func @add(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %z_ptr: !ptr<f32> {tt.divisibility = 16}, %n: i32 {tt.divisibility = 16}) {
+  %pid = tt.get_program_id {axis = 0} : i32
+  %c = arith.constant {value = 1024} : i32
+  %start = arith.muli %pid, %c : i32
+  %range = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>
+  %base = tt.splat %start : tensor<1024xi32, #L0>
+  %offs = arith.addi %base, %range : tensor<1024xi32, #L0>
+  %ns = tt.splat %n : tensor<1024xi32, #L0>
+  %mask = arith.cmpi %offs, %ns {predicate = "slt"} : tensor<1024xi1, #L0>
+  %xs = tt.splat %x_ptr : tensor<1024x!ptr<f32>, #L0>
+  %xp = tt.addptr %xs, %offs : tensor<1024x!ptr<f32>, #L0>
+  %x = tt.load %xp, %mask {vec = 4} : tensor<1024xf32, #L0>
+  %y = arith.addf %x, %x : tensor<1024xf32, #L0>
+  %zs = tt.splat %z_ptr : tensor<1024x!ptr<f32>, #L0>
+  %zp = tt.addptr %zs, %offs : tensor<1024x!ptr<f32>, #L0>
+  tt.store %zp, %y, %mask {vec = 4}
+  tt.return
+}
+""")
+    assert stats == {"anchors": 2, "converts_inserted": 0}
+    assert_all_laid_out(m)
+
+
+@pytest.mark.parametrize("kw, layout, vec", [
+    ({"elem": "f16"}, "#blocked<[8], [32], [4], [0]>", 8),                        # 16 bytes = 8 halves
+    ({"n_attr": ""}, "#blocked<[1], [32], [4], [0]>", 1),                         # mask may flip anywhere
+    ({"n_attr": " {tt.divisibility = 2}"}, "#blocked<[2], [32], [4], [0]>", 2),   # mask constant in pairs
+    ({"ptr_attr": ""}, "#blocked<[1], [32], [4], [0]>", 1),                       # unaligned base pointer
+    ({"size": 256}, "#blocked<[2], [32], [4], [0]>", 2),                          # 2 elements per thread
+    ({"size": 16}, "#blocked<[1], [32], [4], [0]>", 1),                           # replicated tile
+    ({"pred": "sle"}, "#blocked<[1], [32], [4], [0]>", 1),                        # offs <= n flips at n + 1
+    ({"pred": "sge"}, "#blocked<[4], [32], [4], [0]>", 4),                        # offs >= n flips at n
+])
+def test_vector_add_variants(check, kw, layout, vec):
+    src = vecadd(**kw).replace("{VEC}", "")
+    expected = vecadd(**kw, lay=layout).replace("{VEC}", f" {{vec = {vec}}}")
+    m, _ = check(assign_layouts, src, expected)
+    assert_all_laid_out(m)
+
+
+def test_vector_add_eight_warps(check):
+    src = vecadd(size=2048).replace("{VEC}", "")
+    expected = vecadd(size=2048, lay="#blocked<[4], [32], [8], [0]>").replace("{VEC}", " {vec = 4}")
+    from kernellab.compiler.gpu.options import GpuOptions
+
+    m, _ = check(assign_layouts, src, expected, GpuOptions(num_warps=8))
+    assert_all_laid_out(m, num_warps=8)
+
+
+TRANSPOSE = """
+tt.func @trans_kernel(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %y_ptr: !ptr<f32> {tt.divisibility = 16}) {
+  %rm = tt.make_range {end = 32, start = 0} : tensor<32xi32>
+  %rn = tt.make_range {end = 64, start = 0} : tensor<64xi32>
+  %0 = tt.expand_dims %rm {axis = 1} : tensor<32x1xi32>
+  %1 = arith.constant {value = 64} : tensor<32x1xi32>
+  %2 = arith.muli %0, %1 : tensor<32x1xi32>
+  %3 = tt.splat %x_ptr : tensor<32x1x!ptr<f32>>
+  %4 = tt.addptr %3, %2 : tensor<32x1x!ptr<f32>>
+  %5 = tt.expand_dims %rn {axis = 0} : tensor<1x64xi32>
+  %6 = tt.broadcast %4 : tensor<32x64x!ptr<f32>>
+  %7 = tt.broadcast %5 : tensor<32x64xi32>
+  %8 = tt.addptr %6, %7 : tensor<32x64x!ptr<f32>>
+  %x = tt.load %8 : tensor<32x64xf32>
+  %9 = tt.splat %y_ptr : tensor<32x1x!ptr<f32>>
+  %10 = tt.addptr %9, %0 : tensor<32x1x!ptr<f32>>
+  %11 = arith.constant {value = 32} : tensor<1x64xi32>
+  %12 = arith.muli %5, %11 : tensor<1x64xi32>
+  %13 = tt.broadcast %10 : tensor<32x64x!ptr<f32>>
+  %14 = tt.broadcast %12 : tensor<32x64xi32>
+  %15 = tt.addptr %13, %14 : tensor<32x64x!ptr<f32>>
+  tt.store %15, %x
+  tt.return
+}
+"""
+
+
+def test_transposed_store_gets_its_own_order(check):
+    """y[n, m] = x[m, n]: the load is contiguous along dim 1, the store along dim 0, so the loaded
+    value (and the index math shared with the load) is converted into the store's layout."""
+    m, stats = check(assign_layouts, TRANSPOSE, """
+#L0 = #slice<1, #blocked<[1, 4], [2, 16], [4, 1], [1, 0]>>
+#L1 = #slice<0, #blocked<[1, 4], [2, 16], [4, 1], [1, 0]>>
+#L2 = #blocked<[1, 4], [2, 16], [4, 1], [1, 0]>
+#L3 = #blocked<[4, 1], [8, 4], [1, 4], [0, 1]>
+
+tt.func @trans_kernel(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %y_ptr: !ptr<f32> {tt.divisibility = 16}) {
+  %rm = tt.make_range {end = 32, start = 0} : tensor<32xi32, #L0>
+  %rn = tt.make_range {end = 64, start = 0} : tensor<64xi32, #L1>
+  %0 = tt.expand_dims %rm {axis = 1} : tensor<32x1xi32, #L2>
+  %1 = arith.constant {value = 64} : tensor<32x1xi32, #L2>
+  %2 = arith.muli %0, %1 : tensor<32x1xi32, #L2>
+  %3 = tt.splat %x_ptr : tensor<32x1x!ptr<f32>, #L2>
+  %4 = tt.addptr %3, %2 : tensor<32x1x!ptr<f32>, #L2>
+  %5 = tt.expand_dims %rn {axis = 0} : tensor<1x64xi32, #L2>
+  %6 = tt.broadcast %4 : tensor<32x64x!ptr<f32>, #L2>
+  %7 = tt.broadcast %5 : tensor<32x64xi32, #L2>
+  %8 = tt.addptr %6, %7 : tensor<32x64x!ptr<f32>, #L2>
+  %x = tt.load %8 {vec = 4} : tensor<32x64xf32, #L2>
+  %9 = tt.splat %y_ptr : tensor<32x1x!ptr<f32>, #L3>
+  %10 = ttg.convert_layout %0 : tensor<32x1xi32, #L3>
+  %11 = tt.addptr %9, %10 : tensor<32x1x!ptr<f32>, #L3>
+  %12 = arith.constant {value = 32} : tensor<1x64xi32, #L3>
+  %13 = ttg.convert_layout %12 : tensor<1x64xi32, #L2>
+  %14 = arith.muli %5, %13 : tensor<1x64xi32, #L2>
+  %15 = tt.broadcast %11 : tensor<32x64x!ptr<f32>, #L3>
+  %16 = tt.broadcast %14 : tensor<32x64xi32, #L2>
+  %17 = ttg.convert_layout %16 : tensor<32x64xi32, #L3>
+  %18 = tt.addptr %15, %17 : tensor<32x64x!ptr<f32>, #L3>
+  %19 = ttg.convert_layout %x : tensor<32x64xf32, #L3>
+  tt.store %18, %19 {vec = 4}
+  tt.return
+}
+""")
+    assert stats == {"anchors": 2, "converts_inserted": 4}
+    assert_all_laid_out(m)
+    load = next(op for op in m.kernel.walk() if op.name == "tt.load")
+    store = next(op for op in m.kernel.walk() if op.name == "tt.store")
+    assert load.result.type.layout.order == (1, 0)
+    assert store.operands[1].type.layout.order == (0, 1)
+    assert store.operands[1].defining_op.name == "ttg.convert_layout"
+
+
+def test_reduction_result_gets_slice_layout(check):
+    m, stats = check(assign_layouts, """
+tt.func @rowsum(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %y_ptr: !ptr<f32> {tt.divisibility = 16}) {
+  %rm = tt.make_range {end = 32, start = 0} : tensor<32xi32>
+  %rn = tt.make_range {end = 64, start = 0} : tensor<64xi32>
+  %0 = tt.expand_dims %rm {axis = 1} : tensor<32x1xi32>
+  %1 = arith.constant {value = 64} : tensor<32x1xi32>
+  %2 = arith.muli %0, %1 : tensor<32x1xi32>
+  %3 = tt.splat %x_ptr : tensor<32x1x!ptr<f32>>
+  %4 = tt.addptr %3, %2 : tensor<32x1x!ptr<f32>>
+  %5 = tt.expand_dims %rn {axis = 0} : tensor<1x64xi32>
+  %6 = tt.broadcast %4 : tensor<32x64x!ptr<f32>>
+  %7 = tt.broadcast %5 : tensor<32x64xi32>
+  %8 = tt.addptr %6, %7 : tensor<32x64x!ptr<f32>>
+  %x = tt.load %8 : tensor<32x64xf32>
+  %s = tt.reduce %x {axis = 1} : tensor<32xf32> {
+  ^bb(%a: f32, %b: f32):
+    %c = arith.addf %a, %b : f32
+    tt.reduce.return %c
+  }
+  %ys = tt.splat %y_ptr : tensor<32x!ptr<f32>>
+  %yp = tt.addptr %ys, %rm : tensor<32x!ptr<f32>>
+  tt.store %yp, %s
+  tt.return
+}
+""", """
+#L0 = #slice<1, #blocked<[1, 4], [2, 16], [4, 1], [1, 0]>>
+#L1 = #slice<0, #blocked<[1, 4], [2, 16], [4, 1], [1, 0]>>
+#L2 = #blocked<[1, 4], [2, 16], [4, 1], [1, 0]>
+#L3 = #blocked<[1], [32], [4], [0]>
+
+tt.func @rowsum(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %y_ptr: !ptr<f32> {tt.divisibility = 16}) {
+  %rm = tt.make_range {end = 32, start = 0} : tensor<32xi32, #L0>
+  %rn = tt.make_range {end = 64, start = 0} : tensor<64xi32, #L1>
+  %0 = tt.expand_dims %rm {axis = 1} : tensor<32x1xi32, #L2>
+  %1 = arith.constant {value = 64} : tensor<32x1xi32, #L2>
+  %2 = arith.muli %0, %1 : tensor<32x1xi32, #L2>
+  %3 = tt.splat %x_ptr : tensor<32x1x!ptr<f32>, #L2>
+  %4 = tt.addptr %3, %2 : tensor<32x1x!ptr<f32>, #L2>
+  %5 = tt.expand_dims %rn {axis = 0} : tensor<1x64xi32, #L2>
+  %6 = tt.broadcast %4 : tensor<32x64x!ptr<f32>, #L2>
+  %7 = tt.broadcast %5 : tensor<32x64xi32, #L2>
+  %8 = tt.addptr %6, %7 : tensor<32x64x!ptr<f32>, #L2>
+  %x = tt.load %8 {vec = 4} : tensor<32x64xf32, #L2>
+  %s = tt.reduce %x {axis = 1} : tensor<32xf32, #L0> {
+  ^bb(%a: f32, %b: f32):
+    %c = arith.addf %a, %b : f32
+    tt.reduce.return %c
+  }
+  %ys = tt.splat %y_ptr : tensor<32x!ptr<f32>, #L3>
+  %9 = ttg.convert_layout %rm : tensor<32xi32, #L3>
+  %yp = tt.addptr %ys, %9 : tensor<32x!ptr<f32>, #L3>
+  %10 = ttg.convert_layout %s : tensor<32xf32, #L3>
+  tt.store %yp, %10 {vec = 1}
+  tt.return
+}
+""")
+    assert stats["converts_inserted"] == 2
+    red = next(op for op in m.kernel.walk() if op.name == "tt.reduce")
+    assert red.result.type.layout == Slice(1, red.operands[0].type.layout)
+    assert_all_laid_out(m)
+
+
+def test_expand_dims_sources_take_slice_of_the_access_layout(check):
+    """A 2-D copy with a runtime row stride: the 1-D ranges are created directly in the #slice
+    layouts that expand_dims turns into the access layout, so no conversion is needed."""
+    m, stats = check(assign_layouts, """
+tt.func @copy2d(%x: !ptr<f16> {tt.divisibility = 16}, %y: !ptr<f16> {tt.divisibility = 16}, %stride: i32 {tt.divisibility = 16}) {
+  %rm = tt.make_range {end = 16, start = 0} : tensor<16xi32>
+  %rn = tt.make_range {end = 128, start = 0} : tensor<128xi32>
+  %r2 = tt.expand_dims %rm {axis = 1} : tensor<16x1xi32>
+  %ss = tt.splat %stride : tensor<16x1xi32>
+  %ro = arith.muli %r2, %ss : tensor<16x1xi32>
+  %c2 = tt.expand_dims %rn {axis = 0} : tensor<1x128xi32>
+  %rb = tt.broadcast %ro : tensor<16x128xi32>
+  %cb = tt.broadcast %c2 : tensor<16x128xi32>
+  %off = arith.addi %rb, %cb : tensor<16x128xi32>
+  %xs = tt.splat %x : tensor<16x128x!ptr<f16>>
+  %xp = tt.addptr %xs, %off : tensor<16x128x!ptr<f16>>
+  %v = tt.load %xp : tensor<16x128xf16>
+  %ys = tt.splat %y : tensor<16x128x!ptr<f16>>
+  %yp = tt.addptr %ys, %off : tensor<16x128x!ptr<f16>>
+  tt.store %yp, %v
+  tt.return
+}
+""", """
+#L0 = #slice<1, #blocked<[1, 8], [2, 16], [4, 1], [1, 0]>>
+#L1 = #slice<0, #blocked<[1, 8], [2, 16], [4, 1], [1, 0]>>
+#L2 = #blocked<[1, 8], [2, 16], [4, 1], [1, 0]>
+
+tt.func @copy2d(%x: !ptr<f16> {tt.divisibility = 16}, %y: !ptr<f16> {tt.divisibility = 16}, %stride: i32 {tt.divisibility = 16}) {
+  %rm = tt.make_range {end = 16, start = 0} : tensor<16xi32, #L0>
+  %rn = tt.make_range {end = 128, start = 0} : tensor<128xi32, #L1>
+  %r2 = tt.expand_dims %rm {axis = 1} : tensor<16x1xi32, #L2>
+  %ss = tt.splat %stride : tensor<16x1xi32, #L2>
+  %ro = arith.muli %r2, %ss : tensor<16x1xi32, #L2>
+  %c2 = tt.expand_dims %rn {axis = 0} : tensor<1x128xi32, #L2>
+  %rb = tt.broadcast %ro : tensor<16x128xi32, #L2>
+  %cb = tt.broadcast %c2 : tensor<16x128xi32, #L2>
+  %off = arith.addi %rb, %cb : tensor<16x128xi32, #L2>
+  %xs = tt.splat %x : tensor<16x128x!ptr<f16>, #L2>
+  %xp = tt.addptr %xs, %off : tensor<16x128x!ptr<f16>, #L2>
+  %v = tt.load %xp {vec = 8} : tensor<16x128xf16, #L2>
+  %ys = tt.splat %y : tensor<16x128x!ptr<f16>, #L2>
+  %yp = tt.addptr %ys, %off : tensor<16x128x!ptr<f16>, #L2>
+  tt.store %yp, %v {vec = 8}
+  tt.return
+}
+""")
+    assert stats == {"anchors": 2, "converts_inserted": 0}
+    lay = Blocked((1, 8), (2, 16), (4, 1), (1, 0))
+    rm = m.kernel.body.ops[0].result
+    assert rm.type.layout == Slice(1, lay)
+    assert_all_laid_out(m)
+
+
+def test_loop_carried_pointer_tensor(check):
+    m, stats = check(assign_layouts, """
+tt.func @loop(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %y_ptr: !ptr<f32> {tt.divisibility = 16}, %n: i32) {
+  %offs = tt.make_range {end = 512, start = 0} : tensor<512xi32>
+  %0 = tt.splat %x_ptr : tensor<512x!ptr<f32>>
+  %p = tt.addptr %0, %offs : tensor<512x!ptr<f32>>
+  %acc = arith.constant {value = 0.0} : tensor<512xf32>
+  %1 = arith.constant {value = 0} : i32
+  %2 = arith.constant {value = 1} : i32
+  %3 = arith.constant {value = 512} : tensor<512xi32>
+  %acc_1, %p_1 = scf.for %1, %n, %2, %acc, %p : tensor<512xf32>, tensor<512x!ptr<f32>> {
+  ^bb(%i: i32, %acc_2: tensor<512xf32>, %p_2: tensor<512x!ptr<f32>>):
+    %4 = tt.load %p_2 : tensor<512xf32>
+    %acc_3 = arith.addf %acc_2, %4 : tensor<512xf32>
+    %p_3 = tt.addptr %p_2, %3 : tensor<512x!ptr<f32>>
+    scf.yield %acc_3, %p_3
+  }
+  %5 = tt.splat %y_ptr : tensor<512x!ptr<f32>>
+  %6 = tt.addptr %5, %offs : tensor<512x!ptr<f32>>
+  tt.store %6, %acc_1
+  tt.return
+}
+""", """
+#L0 = #blocked<[4], [32], [4], [0]>
+
+tt.func @loop(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %y_ptr: !ptr<f32> {tt.divisibility = 16}, %n: i32) {
+  %offs = tt.make_range {end = 512, start = 0} : tensor<512xi32, #L0>
+  %0 = tt.splat %x_ptr : tensor<512x!ptr<f32>, #L0>
+  %p = tt.addptr %0, %offs : tensor<512x!ptr<f32>, #L0>
+  %acc = arith.constant {value = 0.0} : tensor<512xf32, #L0>
+  %1 = arith.constant {value = 0} : i32
+  %2 = arith.constant {value = 1} : i32
+  %3 = arith.constant {value = 512} : tensor<512xi32, #L0>
+  %acc_1, %p_1 = scf.for %1, %n, %2, %acc, %p : tensor<512xf32, #L0>, tensor<512x!ptr<f32>, #L0> {
+  ^bb(%i: i32, %acc_2: tensor<512xf32, #L0>, %p_2: tensor<512x!ptr<f32>, #L0>):
+    %4 = tt.load %p_2 {vec = 4} : tensor<512xf32, #L0>
+    %acc_3 = arith.addf %acc_2, %4 : tensor<512xf32, #L0>
+    %p_3 = tt.addptr %p_2, %3 : tensor<512x!ptr<f32>, #L0>
+    scf.yield %acc_3, %p_3
+  }
+  %5 = tt.splat %y_ptr : tensor<512x!ptr<f32>, #L0>
+  %6 = tt.addptr %5, %offs : tensor<512x!ptr<f32>, #L0>
+  tt.store %6, %acc_1 {vec = 4}
+  tt.return
+}
+""")
+    assert stats == {"anchors": 2, "converts_inserted": 0}
+    assert_all_laid_out(m)

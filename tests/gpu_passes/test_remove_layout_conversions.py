@@ -1,0 +1,297 @@
+"""remove_layout_conversions: cheap index math is recomputed in the wanted layout; conversions of
+real data stay; chains of conversions collapse; identity conversions vanish."""
+from __future__ import annotations
+
+from kernellab.compiler.passes import remove_layout_conversions as rlc
+
+
+def converts(module):
+    return [op for op in module.kernel.walk() if op.name == "ttg.convert_layout"]
+
+
+def test_transposed_index_math_is_rematerialized(check):
+    """The output of assign_layouts for y[n, m] = x[m, n]: the store's pointer math is recomputed
+    from the ranges in the store's layout; only the loaded tile still goes through shared memory."""
+    m, stats = check(rlc, """
+#L0 = #slice<1, #blocked<[1, 4], [2, 16], [4, 1], [1, 0]>>
+#L1 = #slice<0, #blocked<[1, 4], [2, 16], [4, 1], [1, 0]>>
+#L2 = #blocked<[1, 4], [2, 16], [4, 1], [1, 0]>
+#L3 = #blocked<[4, 1], [8, 4], [1, 4], [0, 1]>
+
+tt.func @trans_kernel(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %y_ptr: !ptr<f32> {tt.divisibility = 16}) {
+  %rm = tt.make_range {end = 32, start = 0} : tensor<32xi32, #L0>
+  %rn = tt.make_range {end = 64, start = 0} : tensor<64xi32, #L1>
+  %0 = tt.expand_dims %rm {axis = 1} : tensor<32x1xi32, #L2>
+  %1 = arith.constant {value = 64} : tensor<32x1xi32, #L2>
+  %2 = arith.muli %0, %1 : tensor<32x1xi32, #L2>
+  %3 = tt.splat %x_ptr : tensor<32x1x!ptr<f32>, #L2>
+  %4 = tt.addptr %3, %2 : tensor<32x1x!ptr<f32>, #L2>
+  %5 = tt.expand_dims %rn {axis = 0} : tensor<1x64xi32, #L2>
+  %6 = tt.broadcast %4 : tensor<32x64x!ptr<f32>, #L2>
+  %7 = tt.broadcast %5 : tensor<32x64xi32, #L2>
+  %8 = tt.addptr %6, %7 : tensor<32x64x!ptr<f32>, #L2>
+  %x = tt.load %8 {vec = 4} : tensor<32x64xf32, #L2>
+  %9 = tt.splat %y_ptr : tensor<32x1x!ptr<f32>, #L3>
+  %10 = ttg.convert_layout %0 : tensor<32x1xi32, #L3>
+  %11 = tt.addptr %9, %10 : tensor<32x1x!ptr<f32>, #L3>
+  %12 = arith.constant {value = 32} : tensor<1x64xi32, #L3>
+  %13 = ttg.convert_layout %12 : tensor<1x64xi32, #L2>
+  %14 = arith.muli %5, %13 : tensor<1x64xi32, #L2>
+  %15 = tt.broadcast %11 : tensor<32x64x!ptr<f32>, #L3>
+  %16 = tt.broadcast %14 : tensor<32x64xi32, #L2>
+  %17 = ttg.convert_layout %16 : tensor<32x64xi32, #L3>
+  %18 = tt.addptr %15, %17 : tensor<32x64x!ptr<f32>, #L3>
+  %19 = ttg.convert_layout %x : tensor<32x64xf32, #L3>
+  tt.store %18, %19 {vec = 4}
+  tt.return
+}
+""", """
+#L0 = #slice<1, #blocked<[1, 4], [2, 16], [4, 1], [1, 0]>>
+#L1 = #slice<0, #blocked<[1, 4], [2, 16], [4, 1], [1, 0]>>
+#L2 = #blocked<[1, 4], [2, 16], [4, 1], [1, 0]>
+#L3 = #blocked<[4, 1], [8, 4], [1, 4], [0, 1]>
+#L4 = #slice<1, #blocked<[4, 1], [8, 4], [1, 4], [0, 1]>>
+#L5 = #slice<0, #blocked<[4, 1], [8, 4], [1, 4], [0, 1]>>
+
+tt.func @trans_kernel(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %y_ptr: !ptr<f32> {tt.divisibility = 16}) {
+  %rm = tt.make_range {end = 32, start = 0} : tensor<32xi32, #L0>
+  %rn = tt.make_range {end = 64, start = 0} : tensor<64xi32, #L1>
+  %0 = tt.expand_dims %rm {axis = 1} : tensor<32x1xi32, #L2>
+  %1 = arith.constant {value = 64} : tensor<32x1xi32, #L2>
+  %2 = arith.muli %0, %1 : tensor<32x1xi32, #L2>
+  %3 = tt.splat %x_ptr : tensor<32x1x!ptr<f32>, #L2>
+  %4 = tt.addptr %3, %2 : tensor<32x1x!ptr<f32>, #L2>
+  %5 = tt.expand_dims %rn {axis = 0} : tensor<1x64xi32, #L2>
+  %6 = tt.broadcast %4 : tensor<32x64x!ptr<f32>, #L2>
+  %7 = tt.broadcast %5 : tensor<32x64xi32, #L2>
+  %8 = tt.addptr %6, %7 : tensor<32x64x!ptr<f32>, #L2>
+  %x = tt.load %8 {vec = 4} : tensor<32x64xf32, #L2>
+  %9 = tt.splat %y_ptr : tensor<32x1x!ptr<f32>, #L3>
+  %rm_1 = tt.make_range {end = 32, start = 0} : tensor<32xi32, #L4>
+  %10 = tt.expand_dims %rm_1 {axis = 1} : tensor<32x1xi32, #L3>
+  %11 = tt.addptr %9, %10 : tensor<32x1x!ptr<f32>, #L3>
+  %12 = tt.broadcast %11 : tensor<32x64x!ptr<f32>, #L3>
+  %rn_1 = tt.make_range {end = 64, start = 0} : tensor<64xi32, #L5>
+  %13 = tt.expand_dims %rn_1 {axis = 0} : tensor<1x64xi32, #L3>
+  %14 = arith.constant {value = 32} : tensor<1x64xi32, #L3>
+  %15 = arith.muli %13, %14 : tensor<1x64xi32, #L3>
+  %16 = tt.broadcast %15 : tensor<32x64xi32, #L3>
+  %17 = tt.addptr %12, %16 : tensor<32x64x!ptr<f32>, #L3>
+  %18 = ttg.convert_layout %x : tensor<32x64xf32, #L3>
+  tt.store %17, %18 {vec = 4}
+  tt.return
+}
+""")
+    assert stats == {"removed": 0, "rematerialized": 3, "remaining": 1}
+    (left,) = converts(m)
+    assert left.operands[0].defining_op.name == "tt.load"
+
+
+def test_splat_constant_and_range_chain(check):
+    """offs = pid * 1024 + range and a splat constant, converted for a store: recomputed, no convert."""
+    m, stats = check(rlc, """
+#L0 = #blocked<[4], [32], [4], [0]>
+#L1 = #blocked<[1], [32], [4], [0]>
+
+tt.func @k(%p: !ptr<i32> {tt.divisibility = 16}) {
+  %pid = tt.get_program_id {axis = 0} : i32
+  %c = arith.constant {value = 1024} : i32
+  %start = arith.muli %pid, %c : i32
+  %range = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>
+  %base = tt.splat %start : tensor<1024xi32, #L0>
+  %offs = arith.addi %base, %range : tensor<1024xi32, #L0>
+  %seven = arith.constant {value = 7} : tensor<1024xi32, #L0>
+  %val = arith.remsi %offs, %seven : tensor<1024xi32, #L0>
+  %ps = tt.splat %p : tensor<1024x!ptr<i32>, #L1>
+  %o1 = ttg.convert_layout %offs : tensor<1024xi32, #L1>
+  %pp = tt.addptr %ps, %o1 : tensor<1024x!ptr<i32>, #L1>
+  %v1 = ttg.convert_layout %val : tensor<1024xi32, #L1>
+  tt.store %pp, %v1 {vec = 1}
+  tt.return
+}
+""", """
+#L0 = #blocked<[1], [32], [4], [0]>
+
+tt.func @k(%p: !ptr<i32> {tt.divisibility = 16}) {
+  %pid = tt.get_program_id {axis = 0} : i32
+  %c = arith.constant {value = 1024} : i32
+  %start = arith.muli %pid, %c : i32
+  %ps = tt.splat %p : tensor<1024x!ptr<i32>, #L0>
+  %base = tt.splat %start : tensor<1024xi32, #L0>
+  %range = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>
+  %offs = arith.addi %base, %range : tensor<1024xi32, #L0>
+  %pp = tt.addptr %ps, %offs : tensor<1024x!ptr<i32>, #L0>
+  %base_1 = tt.splat %start : tensor<1024xi32, #L0>
+  %range_1 = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>
+  %offs_1 = arith.addi %base_1, %range_1 : tensor<1024xi32, #L0>
+  %seven = arith.constant {value = 7} : tensor<1024xi32, #L0>
+  %val = arith.remsi %offs_1, %seven : tensor<1024xi32, #L0>
+  tt.store %pp, %val {vec = 1}
+  tt.return
+}
+""")
+    assert stats == {"removed": 0, "rematerialized": 2, "remaining": 0}
+
+
+def test_rematerialized_chain_keeps_the_original_for_other_users(check):
+    check(rlc, """
+#L0 = #blocked<[4], [32], [4], [0]>
+#L1 = #blocked<[1], [32], [4], [0]>
+
+tt.func @k(%p: !ptr<i32> {tt.divisibility = 16}, %q: !ptr<i32> {tt.divisibility = 16}) {
+  %range = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>
+  %ps = tt.splat %p : tensor<1024x!ptr<i32>, #L0>
+  %pp = tt.addptr %ps, %range : tensor<1024x!ptr<i32>, #L0>
+  tt.store %pp, %range {vec = 4}
+  %qs = tt.splat %q : tensor<1024x!ptr<i32>, #L1>
+  %r1 = ttg.convert_layout %range : tensor<1024xi32, #L1>
+  %qp = tt.addptr %qs, %r1 : tensor<1024x!ptr<i32>, #L1>
+  tt.store %qp, %r1 {vec = 1}
+  tt.return
+}
+""", """
+#L0 = #blocked<[4], [32], [4], [0]>
+#L1 = #blocked<[1], [32], [4], [0]>
+
+tt.func @k(%p: !ptr<i32> {tt.divisibility = 16}, %q: !ptr<i32> {tt.divisibility = 16}) {
+  %range = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>
+  %ps = tt.splat %p : tensor<1024x!ptr<i32>, #L0>
+  %pp = tt.addptr %ps, %range : tensor<1024x!ptr<i32>, #L0>
+  tt.store %pp, %range {vec = 4}
+  %qs = tt.splat %q : tensor<1024x!ptr<i32>, #L1>
+  %range_1 = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L1>
+  %qp = tt.addptr %qs, %range_1 : tensor<1024x!ptr<i32>, #L1>
+  tt.store %qp, %range_1 {vec = 1}
+  tt.return
+}
+""")
+
+
+def test_convert_of_loaded_values_stays(check):
+    """A loaded tile, and index math that depends on a load (a gather), are real data: they stay."""
+    text = """
+#L0 = #blocked<[4], [32], [4], [0]>
+#L1 = #blocked<[1], [32], [4], [0]>
+
+tt.func @k(%idx: !ptr<i32> {tt.divisibility = 16}, %p: !ptr<f32> {tt.divisibility = 16}) {
+  %range = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>
+  %is = tt.splat %idx : tensor<1024x!ptr<i32>, #L0>
+  %ip = tt.addptr %is, %range : tensor<1024x!ptr<i32>, #L0>
+  %i = tt.load %ip {vec = 4} : tensor<1024xi32, #L0>
+  %one = arith.constant {value = 1} : tensor<1024xi32, #L0>
+  %j = arith.addi %i, %one : tensor<1024xi32, #L0>
+  %ps = tt.splat %p : tensor<1024x!ptr<f32>, #L1>
+  %j1 = ttg.convert_layout %j : tensor<1024xi32, #L1>
+  %pp = tt.addptr %ps, %j1 : tensor<1024x!ptr<f32>, #L1>
+  %v = tt.load %pp {vec = 1} : tensor<1024xf32, #L1>
+  %v0 = ttg.convert_layout %v : tensor<1024xf32, #L0>
+  %op = tt.splat %p : tensor<1024x!ptr<f32>, #L0>
+  %opp = tt.addptr %op, %range : tensor<1024x!ptr<f32>, #L0>
+  tt.store %opp, %v0 {vec = 4}
+  tt.return
+}
+"""
+    m, stats = check(rlc, text, text)
+    assert stats == {"removed": 0, "rematerialized": 0, "remaining": 2}
+
+
+def test_convert_of_convert_collapses(check):
+    m, stats = check(rlc, """
+#L0 = #blocked<[4], [32], [4], [0]>
+#L1 = #blocked<[1], [32], [4], [0]>
+#L2 = #blocked<[2], [32], [4], [0]>
+
+tt.func @k(%p: !ptr<f32> {tt.divisibility = 16}) {
+  %r = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>
+  %ps = tt.splat %p : tensor<1024x!ptr<f32>, #L0>
+  %pp = tt.addptr %ps, %r : tensor<1024x!ptr<f32>, #L0>
+  %v = tt.load %pp {vec = 4} : tensor<1024xf32, #L0>
+  %a = ttg.convert_layout %v : tensor<1024xf32, #L1>
+  %b = ttg.convert_layout %a : tensor<1024xf32, #L2>
+  %c = ttg.convert_layout %v : tensor<1024xf32, #L1>
+  %d = ttg.convert_layout %c : tensor<1024xf32, #L0>
+  %s = arith.addf %b, %b : tensor<1024xf32, #L2>
+  %t = arith.addf %d, %v : tensor<1024xf32, #L0>
+  tt.print %s, %t
+  tt.return
+}
+""", """
+#L0 = #blocked<[4], [32], [4], [0]>
+#L1 = #blocked<[2], [32], [4], [0]>
+
+tt.func @k(%p: !ptr<f32> {tt.divisibility = 16}) {
+  %r = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>
+  %ps = tt.splat %p : tensor<1024x!ptr<f32>, #L0>
+  %pp = tt.addptr %ps, %r : tensor<1024x!ptr<f32>, #L0>
+  %v = tt.load %pp {vec = 4} : tensor<1024xf32, #L0>
+  %b = ttg.convert_layout %v : tensor<1024xf32, #L1>
+  %s = arith.addf %b, %b : tensor<1024xf32, #L1>
+  %t = arith.addf %v, %v : tensor<1024xf32, #L0>
+  tt.print %s, %t
+  tt.return
+}
+""")
+    # L0 -> L1 -> L2 became one L0 -> L2 conversion; L0 -> L1 -> L0 became nothing
+    assert stats["remaining"] == 1
+
+
+def test_convert_to_the_same_layout_disappears(check):
+    m, stats = check(rlc, """
+#L0 = #blocked<[4], [32], [4], [0]>
+
+tt.func @k(%p: !ptr<f32> {tt.divisibility = 16}) {
+  %r = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>
+  %ps = tt.splat %p : tensor<1024x!ptr<f32>, #L0>
+  %pp = tt.addptr %ps, %r : tensor<1024x!ptr<f32>, #L0>
+  %v = tt.load %pp {vec = 4} : tensor<1024xf32, #L0>
+  %same = ttg.convert_layout %v : tensor<1024xf32, #L0>
+  tt.store %pp, %same {vec = 4}
+  tt.return
+}
+""", """
+#L0 = #blocked<[4], [32], [4], [0]>
+
+tt.func @k(%p: !ptr<f32> {tt.divisibility = 16}) {
+  %r = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>
+  %ps = tt.splat %p : tensor<1024x!ptr<f32>, #L0>
+  %pp = tt.addptr %ps, %r : tensor<1024x!ptr<f32>, #L0>
+  %v = tt.load %pp {vec = 4} : tensor<1024xf32, #L0>
+  tt.store %pp, %v {vec = 4}
+  tt.return
+}
+""")
+    assert stats == {"removed": 1, "rematerialized": 0, "remaining": 0}
+
+
+def test_rematerialization_inside_a_loop_body(run_pass):
+    """Index math using the induction variable: recomputed next to the conversion, inside the body."""
+    m, stats = run_pass(rlc, """
+#L0 = #blocked<[4], [32], [4], [0]>
+#L1 = #blocked<[1], [32], [4], [0]>
+
+tt.func @k(%p: !ptr<f32> {tt.divisibility = 16}, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %r = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>
+  %ps = tt.splat %p : tensor<1024x!ptr<f32>, #L0>
+  %pp = tt.addptr %ps, %r : tensor<1024x!ptr<f32>, #L0>
+  scf.for %c0, %n, %c1 {
+  ^bb(%i: i32):
+    %is = tt.splat %i : tensor<1024xi32, #L0>
+    %o = arith.addi %r, %is : tensor<1024xi32, #L0>
+    %q = tt.addptr %pp, %o : tensor<1024x!ptr<f32>, #L0>
+    %q1 = ttg.convert_layout %q : tensor<1024x!ptr<f32>, #L1>
+    %v = tt.load %q1 {vec = 1} : tensor<1024xf32, #L1>
+    tt.store %q1, %v {vec = 1}
+    scf.yield
+  }
+  tt.return
+}
+""")
+    assert stats == {"removed": 0, "rematerialized": 1, "remaining": 0}
+    assert not converts(m)
+    loop = next(op for op in m.kernel.body.ops if op.name == "scf.for")
+    body = loop.regions[0]
+    load = next(op for op in body.ops if op.name == "tt.load")
+    assert str(load.operands[0].type.layout) == "#blocked<[1], [32], [4], [0]>"
+    assert load.operands[0].defining_op.block is body
