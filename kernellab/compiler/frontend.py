@@ -205,14 +205,13 @@ class CodeGenerator(ast.NodeVisitor):
         i = 0
         while i < len(stmts):
             s = stmts[i]
-            if isinstance(s, ast.If) and i + 1 < len(stmts):
-                then_ret, else_ret = _ends_in_return(s.body), _ends_in_return(s.orelse)
-                if then_ret != else_ret:  # early return: the rest belongs to the branch that falls through
-                    rest = stmts[i + 1:]
-                    s = ast.If(test=s.test, body=s.body + ([] if then_ret else rest),
-                               orelse=s.orelse + (rest if then_ret else []))
-                    ast.copy_location(s, stmts[i])
-                    stmts = stmts[:i] + [s]
+            if isinstance(s, ast.If) and i + 1 < len(stmts) and _contains_return(s.body + s.orelse):
+                # An early return: what follows the `if` runs only on paths that did not return, so it
+                # moves into both branches (dead after a `return`), and the `if` ends the list.
+                rest = stmts[i + 1:]
+                s = ast.If(test=s.test, body=s.body + rest, orelse=s.orelse + rest)
+                ast.copy_location(s, stmts[i])
+                stmts = stmts[:i] + [s]
             self.visit(s)
             if self.returned is not None:
                 raise _Return()
@@ -345,10 +344,13 @@ class CodeGenerator(ast.NodeVisitor):
                 self.undefined[name] = (f"variable '{name}' is defined on only one branch of the `if` at line "
                                         f"{self.file_line(node)} (the {where}-branch); define it before the "
                                         "`if` or assign it on both branches")
+        if (then_ret is None) != (else_ret is None) and self.returns_void(then_ret or else_ret):
+            # after the early-return rewrite nothing follows this `if`: falling off a branch returns
+            then_ret, else_ret = then_ret or ("ret", []), else_ret or ("ret", [])
         returns = then_ret is not None and else_ret is not None
         if (then_ret is None) != (else_ret is None):
-            raise self.error(node, "`return` inside this `if` is not supported here: return at the end of "
-                                   "both branches, or only at the end of the function")
+            raise self.error(node, "one branch of this `if` returns a value and the other does not; return "
+                                   "from both branches (or only at the end of the function)")
         n_ret = 0
         if returns:
             if len(then_ret[1]) != len(else_ret[1]):
@@ -378,6 +380,9 @@ class CodeGenerator(ast.NodeVisitor):
             self.scope[name] = r
         if returns:
             self.returned = ("ret", results[:n_ret])
+
+    def returns_void(self, ret) -> bool:
+        return ret is not None and not ret[1]
 
     def _yield_values(self, block, vals):
         saved = (self.builder.block, self.builder.index)

@@ -438,7 +438,11 @@ class KernelLowering:
             src = x
             if st.name in ("f16", "bf16"):
                 src = b.fpext(x, F32)
-            return (b.fptosi if name == "arith.fptosi" else b.fptoui)(src, to)
+            # saturating (NaN -> 0), like PTX's cvt and the interpreter; plain fptosi is undefined out of range
+            kind = "fptosi" if name == "arith.fptosi" else "fptoui"
+            fty = {F32: "f32", F64: "f64"}[src.type]
+            fn = self.intrinsic(f"llvm.{kind}.sat.i{to.width}.{fty}", to, [src.type])
+            return b.call(fn, [src])
         if name == "arith.extf":
             return b.fpext(x, to)
         if name == "arith.truncf":

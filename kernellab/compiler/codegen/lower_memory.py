@@ -33,9 +33,12 @@ def _pack(lw, vals, elem):
     nbytes = _size_of(mt) * len(vals)
     wty, _, _, nwords = _word_plan(nbytes)
     if nbytes < 4:
-        v = vals[0]
         if nbytes == 1:
-            return [b.zext(v, I16)]
+            return [b.zext(vals[0], I16)]
+        if len(vals) == 2:  # two bytes in one 16-bit word, the first in the low byte
+            lo, hi = (b.zext(v, I16) for v in vals)
+            return [b.or_(lo, b.shl(hi, ir.Constant(I16, 8)))]
+        v = vals[0]
         return [b.bitcast(v, I16) if v.type != I16 else v]
     vec = ir.VectorType(mt, len(vals))
     acc = ir.Constant(vec, None)
@@ -54,8 +57,10 @@ def _unpack(lw, words, elem, n):
     size = _size_of(mt)
     if size * n < 4:
         w = words[0]
-        v = b.trunc(w, I8) if size == 1 else (b.bitcast(w, mt) if w.type != mt else w)
-        out = [v]
+        if size == 1:
+            out = [b.trunc(w, I8)] if n == 1 else [b.trunc(w, I8), b.trunc(b.lshr(w, ir.Constant(I16, 8)), I8)]
+        else:
+            out = [b.bitcast(w, mt) if w.type != mt else w]
     else:
         wty = words[0].type
         vec = ir.Constant(ir.VectorType(wty, len(words)), None)
@@ -444,6 +449,7 @@ def _print(lw: KernelLowering, op):
             args = pids + list(ix) + [_printf_arg(lw, x, elem)]
             st = ir.LiteralStructType([a.type for a in args])
             buf = lw.eb.alloca(st)
+            buf.type = ir.PointerType()  # opaque, so the GEP below is typed by source_etype
             for k, a in enumerate(args):
                 b.store(a, b.gep(buf, [_cint(0), _cint(k)], source_etype=st))
             cond = valid[i] if valid is not None else None

@@ -127,7 +127,7 @@ def _reduce(lw: KernelLowering, op):
         bases = []
         for s in sizes:
             bases.append(base)
-            base += info.warps * out_numel * s
+            base += _align16(info.warps * out_numel * s)
         for n, key in enumerate(key_order):
             lin = lw.linear_index(out_idx[_key_index(out_layout, out_shape, key)], out_shape) if out_shape \
                 else _cint(0)
@@ -160,6 +160,10 @@ def _reduce(lw: KernelLowering, op):
             lw.put(r, [results[k][j] for k in keys])
         else:
             lw.put(r, results[()][j])
+
+
+def _align16(n: int) -> int:
+    return (n + 15) // 16 * 16
 
 
 def _key_index(layout, shape, key):
@@ -223,7 +227,7 @@ def _scan_hierarchical(lw: KernelLowering, op):
     bases, base = [], 0
     for s_ in sizes:
         bases.append(base)
-        base += reps * warps * lines * s_
+        base += _align16(reps * warps * lines * s_)
     for rep in rep_order:
         partial = {}
         for key, regs in line_regs.items():
@@ -361,7 +365,7 @@ def _scan_via_smem(lw: KernelLowering, op):
     bases, base = [], 0
     for s in sizes:
         bases.append(base)
-        base += numel * s
+        base += _align16(numel * s)
     idx = lw.reg_indices(layout, shape)
     for j, v in enumerate(op.operands):
         for x, ix in zip(lw.regs(v), idx):
@@ -431,7 +435,7 @@ def _dot(lw: KernelLowering, op):
     ea, eb_ = a_v.type.scalar, b_v.type.scalar
     sa, sb = _size_of(memty(ea)), _size_of(memty(eb_))
     # stage A (MxK) and B (KxN) row-major in shared memory
-    for v, e, s, base, shp in ((a_v, ea, sa, 0, (M, K)), (b_v, eb_, sb, M * K * sa, (K, N))):
+    for v, e, s, base, shp in ((a_v, ea, sa, 0, (M, K)), (b_v, eb_, sb, _align16(M * K * sa), (K, N))):
         for x, ix in zip(lw.regs(v), lw.reg_indices(v.type.layout, shp)):
             p = lw.smem_ptr(op, b.mul(lw.linear_index(ix, shp), _cint(s)), base)
             b.store(x, p)
@@ -474,7 +478,7 @@ def _dot(lw: KernelLowering, op):
         a_vals[o] = widen(b.load(p, typ=memty(ea)), ea)
     b_vals = {}
     for o, n in cols.items():
-        p = lw.smem_ptr(op, b.mul(b.add(b.mul(k, _cint(N)), n), _cint(sb)), M * K * sa)
+        p = lw.smem_ptr(op, b.mul(b.add(b.mul(k, _cint(N)), n), _cint(sb)), _align16(M * K * sa))
         b_vals[o] = widen(b.load(p, typ=memty(eb_)), eb_)
     new = []
     for i, offs in enumerate(offsets):

@@ -20,6 +20,10 @@ def _numel(shape):
     return n
 
 
+def _align16(n: int) -> int:
+    return (n + 15) // 16 * 16
+
+
 def warps_along(layout, axis: int) -> int:
     if isinstance(layout, Blocked):
         return layout.wpc[axis]
@@ -40,17 +44,18 @@ def scratch_bytes(op) -> tuple[int, str]:
         if w <= 1:
             return 0, ""
         out = _numel(op.results[0].type.shape)
-        return w * out * sum(mem_bytes(v.type) for v in op.operands), f"cross-warp reduction over {w} warps"
+        return sum(_align16(w * out * mem_bytes(v.type)) for v in op.operands), f"cross-warp reduction over {w} warps"
     if name == "tt.scan":
         t = op.operands[0].type
         plan = scan_plan(t.layout, t.shape, op.attrs["axis"]) if isinstance(t, TensorType) else None
-        per = sum(mem_bytes(v.type) for v in op.operands)
         if plan is None:
-            return _numel(t.shape) * per, "scan through shared memory"
+            return sum(_align16(_numel(t.shape) * mem_bytes(v.type)) for v in op.operands), \
+                "scan through shared memory"
         reps, warps, lines = plan
         if warps == 1:
             return 0, ""
-        return reps * warps * lines * per, f"scan: one running total per warp ({warps} warps) and repetition"
+        return sum(_align16(reps * warps * lines * mem_bytes(v.type)) for v in op.operands), \
+            f"scan: one running total per warp ({warps} warps) and repetition"
     return _other_ops(op)
 
 
@@ -58,7 +63,7 @@ def _other_ops(op):
     name = op.name
     if name == "tt.dot":
         a, b = op.operands[0].type, op.operands[1].type
-        return _numel(a.shape) * mem_bytes(a) + _numel(b.shape) * mem_bytes(b), "dot operand staging"
+        return _align16(_numel(a.shape) * mem_bytes(a)) + _numel(b.shape) * mem_bytes(b), "dot operand staging"
     if name in ("tt.reshape", "tt.join", "tt.split", "tt.cat"):
         n = sum(_numel(v.type.shape) * mem_bytes(v.type) for v in op.operands)
         return n, f"{name[3:]} through shared memory"
