@@ -72,7 +72,7 @@ def test_too_much_shared_memory():
 
 @pytest.mark.gpu
 @gpu
-def test_illegal_address_names_kernel_and_says_restart():
+def test_illegal_address_names_kernel_and_says_restart(tmp_path):
     src = textwrap.dedent('''
         import torch, kernellab as kl, kernellab.language as tl
         @kl.jit
@@ -86,6 +86,8 @@ def test_illegal_address_names_kernel_and_says_restart():
         except Exception as e:
             print(type(e).__name__, e)
     ''')
-    out = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, timeout=300)
+    script = tmp_path / "crash.py"
+    script.write_text(src)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     text = out.stdout + out.stderr
     assert "KernelCrashError" in text and "bad" in text and "restart" in text.lower(), text[-2000:]
