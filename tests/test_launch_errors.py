@@ -77,8 +77,8 @@ def test_illegal_address_names_kernel_and_says_restart(tmp_path):
         import torch, kernellab as kl, kernellab.language as tl
         @kl.jit
         def bad(x_ptr, BLOCK: tl.constexpr):
-            offs = tl.arange(0, BLOCK) + (1 << 40)
-            tl.store(x_ptr + offs.to(tl.int64) * 1024, 1.0)
+            offs = tl.arange(0, BLOCK).to(tl.int64) + (1 << 40)
+            tl.store(x_ptr + offs * 1024, 1.0)
         x = torch.zeros(16, device="cuda")
         try:
             bad[(1,)](x, BLOCK=16)
