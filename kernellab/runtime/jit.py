@@ -72,6 +72,11 @@ class CompiledKernel:
     shared: int = 0
     n_regs: int | None = None
     n_spills: int = 0
+    shared_plan: list = field(default_factory=list)
+    report: dict = field(default_factory=dict)
+    num_warps: int = 4
+    arg_kinds: list = field(default_factory=list)
+    _built_for: str | None = None
 
     @property
     def signature(self):
@@ -88,32 +93,46 @@ class CompiledKernel:
         self.interpreter().run(grid, args)
 
     # ------------------------------------------------------------------ GPU
+    def build_gpu(self, target=None):
+        """Run the GPU stages (layouts, shared memory, LLVM, PTX, cubin) for `target` without loading
+        anything: works on a machine with no GPU, so the lab can show layouts and PTX anywhere.
+        `target` defaults to sm_90 (the H200). Returns self; the stages land in `asm` and the trace."""
+        if "cubin" in self.asm and self._built_for == getattr(target, "cpu", None):
+            return self
+        from ..compiler.backend import compile_to_cubin
+        from ..compiler.codegen.target import Target
+        from ..compiler.gpu.options import GpuOptions
+        from ..compiler.parser import parse_module
+
+        target = target or Target(90)
+        opts = GpuOptions(num_warps=self.options.get("num_warps", 4),
+                          num_stages=self.options.get("num_stages", 3), arch=target.arch)
+        key = _gpu_cache_key(self.asm["tile"], opts, target)
+        out = _load_cached(key, self.trace)
+        if out is None:
+            module = parse_module(self.asm["tile"])
+            start = len(self.trace.passes)
+            out = compile_to_cubin(module, self.trace, opts, target)
+            _store_cached(key, out, self.trace.passes[start:])
+        for k in ("gpu", "llir", "ptx", "cubin"):
+            self.asm[k] = out[k]
+        self.shared = out["shared"]
+        self.shared_plan = out["shared_plan"]
+        self.report = out["report"]
+        self.n_regs = out["report"].get("n_regs")
+        self.n_spills = out["report"].get("n_spills", 0)
+        self.num_warps = opts.num_warps
+        self.arg_kinds = out["arg_kinds"]
+        self._built_for = target.cpu
+        return self
+
     def gpu(self, target):
         """Compile (once) for `target` through our own backend, and load the cubin."""
         if self._loaded is None:
-            from ..compiler.backend import compile_to_cubin
-            from ..compiler.gpu.options import GpuOptions
-            from ..compiler.parser import parse_module
             from .driver import load_kernel
 
-            opts = GpuOptions(num_warps=self.options.get("num_warps", 4),
-                              num_stages=self.options.get("num_stages", 3), arch=target.arch)
-            key = _gpu_cache_key(self.asm["tile"], opts, target)
-            out = _load_cached(key, self.trace)
-            if out is None:
-                module = parse_module(self.asm["tile"])
-                start = len(self.trace.passes)
-                out = compile_to_cubin(module, self.trace, opts, target)
-                _store_cached(key, out, self.trace.passes[start:])
-            for k in ("gpu", "llir", "ptx", "cubin"):
-                self.asm[k] = out[k]
-            self.shared = out["shared"]
-            self.shared_plan = out["shared_plan"]
-            self.report = out["report"]
-            self.n_regs = out["report"].get("n_regs")
-            self.n_spills = out["report"].get("n_spills", 0)
-            self.num_warps = opts.num_warps
-            self._loaded = load_kernel(out["cubin"], self.name, self.shared, out["arg_kinds"])
+            self.build_gpu(target)
+            self._loaded = load_kernel(self.asm["cubin"], self.name, self.shared, self.arg_kinds)
         return self._loaded
 
     def launch_gpu(self, grid, args, stream):
