@@ -39,3 +39,10 @@ def next_power_of_2(n: int) -> int:
 
 from . import testing  # noqa: E402,F401
 from .runtime.autotuner import Config, autotune, heuristics  # noqa: E402,F401
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext kernellab` registers the `%%kernel` cell magic."""
+    from .viz import load_ipython_extension as _load
+
+    _load(ipython)
