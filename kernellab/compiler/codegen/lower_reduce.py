@@ -31,13 +31,14 @@ def _shfl_bfly(lw: KernelLowering, v, lanemask: int):
 
 def _shfl(lw: KernelLowering, v, amount: int, mode: str):
     """Exchange a value between lanes: bfly (xor lane id), up (from lane - amount), down (lane + amount)."""
-    b = lw.b
     fn = lw.intrinsic(f"llvm.nvvm.shfl.sync.{mode}.i32", I32, [I32, I32, I32, I32])
     clamp = 0 if mode == "up" else 31
+    return _through_i32(lw, v, lambda x: lw.b.call(fn, [_cint(-1), x, _cint(amount), _cint(clamp)]))
 
-    def sh32(x):
-        return b.call(fn, [_cint(-1), x, _cint(amount), _cint(clamp)])
 
+def _through_i32(lw: KernelLowering, v, sh32):
+    """Apply a 32-bit lane exchange `sh32` to a value of any type (narrow types widen, 64-bit split in two)."""
+    b = lw.b
     t = v.type
     if t == I32:
         return sh32(v)
@@ -319,29 +320,9 @@ def _scan_hierarchical(lw: KernelLowering, op):
 def _shfl_idx(lw, v, src_lane_c, lane_div, lane_c):
     """Broadcast the value of the lane whose axis component is `src_lane_c` (same other components)."""
     b = lw.b
-    delta_lane = b.sub(lw.lane, b.mul(lane_c, _cint(lane_div)))
-    src = b.add(delta_lane, _cint(src_lane_c * lane_div))
+    src = b.add(b.sub(lw.lane, b.mul(lane_c, _cint(lane_div))), _cint(src_lane_c * lane_div))
     fn = lw.intrinsic("llvm.nvvm.shfl.sync.idx.i32", I32, [I32, I32, I32, I32])
-    t = v.type
-
-    def sh32(x):
-        return b.call(fn, [_cint(-1), x, src, _cint(31)])
-
-    if t == I32:
-        return sh32(v)
-    if t == F32:
-        return b.bitcast(sh32(b.bitcast(v, I32)), F32)
-    if isinstance(t, ir.IntType) and t.width < 32:
-        return b.trunc(sh32(b.zext(v, I32)), t)
-    if str(t) in ("half", "bfloat"):
-        return b.bitcast(b.trunc(sh32(b.zext(b.bitcast(v, ir.IntType(16)), I32)), ir.IntType(16)), t)
-    x = b.ptrtoint(v, I64) if isinstance(t, ir.PointerType) else (b.bitcast(v, I64) if t == F64 else v)
-    lo = sh32(b.trunc(x, I32))
-    hi = sh32(b.trunc(b.lshr(x, ir.Constant(I64, 32)), I32))
-    y = b.or_(b.zext(lo, I64), b.shl(b.zext(hi, I64), ir.Constant(I64, 32)))
-    if isinstance(t, ir.PointerType):
-        return b.inttoptr(y, t)
-    return b.bitcast(y, F64) if t == F64 else y
+    return _through_i32(lw, v, lambda x: b.call(fn, [_cint(-1), x, src, _cint(31)]))
 
 
 def _compact_line(lw, ix, shape, axis):

@@ -41,7 +41,7 @@ class Remat:
             return False
         if op.name == "tt.expand_dims":
             return self.can(op.operands[0], Slice(op.attrs["axis"], layout))
-        if op.name == "tt.convert_layout":
+        if op.name == "ttg.convert_layout":
             return False
         return all(self.can(o, layout) for o in op.operands)
 
