@@ -1,4 +1,28 @@
-"""The lab's views: they read a CompiledKernel's CompileTrace and never reach into the compiler."""
+"""The lab's views: they read a CompiledKernel's CompileTrace and never reach into the compiler.
+
+    import kernellab.viz as kv
+    kv.show(compiled)                      # a Tab of every view
+    kv.PassesView(compiled)                # or one view: LayoutView, SharedMemoryView, CodeView, GraphView
+
+Pure data in `kernellab.viz.data`, static HTML/SVG in `kernellab.viz.html`. The widget classes need
+ipywidgets; they are imported on first use, so the data and HTML parts work without it.
+"""
+
+_WIDGETS = ("show", "PassesView", "LayoutView", "SharedMemoryView", "CodeView", "GraphView")
+
+__all__ = list(_WIDGETS) + ["PerformanceView", "load_ipython_extension"]
+
+
+def __getattr__(name):
+    if name in _WIDGETS:
+        from . import widgets
+
+        return getattr(widgets, name)
+    if name == "PerformanceView":  # matplotlib, imported on first use
+        from .roofline import PerformanceView
+
+        return PerformanceView
+    raise AttributeError(f"module 'kernellab.viz' has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython):

@@ -1,0 +1,587 @@
+"""Static HTML/SVG renderings of the lab's views: self-contained (inline CSS and SVG, no scripts, no
+network), readable in light and dark themes (transparent backgrounds, `currentColor`, JupyterLab CSS
+variables with fallbacks). Saved notebooks and nbconvert show these; the live widgets reuse them."""
+from __future__ import annotations
+
+import html as _html
+import itertools
+import re
+
+from . import data as D
+
+_IDS = itertools.count()
+
+CSS = """
+.kl-lab{font-family:var(--jp-ui-font-family,system-ui,-apple-system,sans-serif);font-size:13px;color:inherit;
+ background:transparent;line-height:1.4}
+.kl-lab h4{margin:.6em 0 .3em;font-size:14px}
+.kl-lab table.kl-t{border-collapse:collapse;margin:.3em 0}
+.kl-lab table.kl-t th,.kl-lab table.kl-t td{border-bottom:1px solid rgba(127,127,127,.3);padding:2px 8px;
+ text-align:left;vertical-align:top}
+.kl-lab table.kl-t td.kl-r{text-align:right;font-variant-numeric:tabular-nums}
+.kl-lab .kl-code{font-family:var(--jp-code-font-family,ui-monospace,SFMono-Regular,Menlo,Consolas,monospace);
+ font-size:12px;white-space:pre;overflow:auto;max-height:36em;border:1px solid rgba(127,127,127,.3);
+ border-radius:3px;padding:4px 0;background:transparent;margin:.3em 0}
+.kl-lab .kl-l{display:block;padding:0 8px 0 0;min-height:1.35em}
+.kl-lab .kl-n{display:inline-block;min-width:3.2em;padding-right:.8em;text-align:right;opacity:.45;
+ user-select:none}
+.kl-lab .kl-g{display:inline-block;width:1.2em;opacity:.7;user-select:none}
+.kl-lab .ko{color:var(--jp-mirror-editor-keyword-color,#3b7fd0);font-weight:600}
+.kl-lab .kv{color:var(--jp-mirror-editor-variable-2-color,#9b5fd0)}
+.kl-lab .kt{color:var(--jp-mirror-editor-builtin-color,#14957a)}
+.kl-lab .kL{color:var(--jp-mirror-editor-attribute-color,#c77614)}
+.kl-lab .kn{color:var(--jp-mirror-editor-number-color,#d2603a)}
+.kl-lab .ks{color:var(--jp-mirror-editor-string-color,#c0642b)}
+.kl-lab .ky{color:var(--jp-mirror-editor-def-color,#2f8fd6)}
+.kl-lab .kc{opacity:.5}
+.kl-lab .kl-changed{background:rgba(255,190,0,.14);box-shadow:inset 3px 0 rgba(255,170,0,.8)}
+.kl-lab .kl-add{background:rgba(46,160,67,.18)}
+.kl-lab .kl-del{background:rgba(248,81,73,.18)}
+.kl-lab .kl-hit{background:rgba(70,150,255,.22)}
+.kl-lab .kl-sel{background:rgba(255,140,0,.28);box-shadow:inset 3px 0 rgba(255,120,0,.9)}
+.kl-lab .kl-dim{opacity:.6}
+.kl-lab .kl-badge{display:inline-block;padding:0 6px;border-radius:8px;font-size:11px;
+ border:1px solid rgba(127,127,127,.45)}
+.kl-lab .kl-yes{background:rgba(255,190,0,.22)}
+.kl-lab .kl-warn{color:var(--jp-warn-color0,#d9822b)}
+.kl-lab .kl-bad{color:var(--jp-error-color0,#e5534b)}
+.kl-lab .kl-ok{color:var(--jp-success-color0,#3fa65a)}
+.kl-lab details>summary{cursor:pointer;padding:2px 0}
+.kl-lab svg text{font-family:var(--jp-code-font-family,ui-monospace,Menlo,monospace)}
+"""
+
+# Tableau-10: mid tones that read on white and on near-black at half opacity
+PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+           "#bab0ac")
+
+
+def esc(s) -> str:
+    """Escape for attributes and text."""
+    return _html.escape(str(s), quote=True)
+
+
+def esc_text(s) -> str:
+    """Escape for element text (quotes stay as they are: shorter IR markup)."""
+    return _html.escape(str(s), quote=False)
+
+
+def page(body: str) -> str:
+    """Wrap a fragment with the lab's stylesheet in a `.kl-lab` container."""
+    return f'<div class="kl-lab"><style>{CSS}</style>{body}</div>'
+
+
+# --------------------------------------------------------------------------- syntax highlighting
+
+_NEST = r"<(?:[^<>]|<(?:[^<>]|<[^<>]*>)*>)*>"
+_TOKENS = re.compile("|".join([
+    r'(?P<loc>\bloc\((?:"(?:[^"\\]|\\.)*":)?\d+(?::\d+)?\))',
+    r'(?P<cm>//.*$|^\s*;.*$)',
+    r'(?P<str>"(?:[^"\\]|\\.)*")',
+    r'(?P<lay>#[A-Za-z_]\w*(?:' + _NEST + r')?)',
+    r'(?P<ty>\btensor' + _NEST + r'|!ptr<[^<>]*>|\b(?:i1|i8|i16|i32|i64|u8|u16|u32|u64|f16|bf16|f32|f64)\b)',
+    r'(?P<val>%"[^"]*"|%[\w.$]+)',
+    r'(?P<sym>@"[^"]*"|@[\w.$]+)',
+    r'(?P<op>\b[a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)+\b)',
+    r'(?P<num>\b0x[0-9a-fA-F]+\b|(?<![\w.])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?\b)',
+]))
+_CLASS = {"loc": "kc", "cm": "kc", "str": "ks", "lay": "kL", "ty": "kt", "val": "kv",
+          "sym": "ky", "op": "ko", "num": "kn"}
+
+
+def highlight(line: str) -> str:
+    """One line of IR / LLVM IR / PTX / SASS as HTML with token spans (escaped)."""
+    out, pos = [], 0
+    for m in _TOKENS.finditer(line):
+        out.append(esc_text(line[pos:m.start()]))
+        kind = m.lastgroup
+        text = esc_text(m.group())
+        if kind == "ty":
+            text = re.sub(r"#L\d+", lambda x: f'<span class="kL">{x.group()}</span>', text)
+        out.append(f'<span class="{_CLASS[kind]}">{text}</span>')
+        pos = m.end()
+    out.append(esc_text(line[pos:]))
+    return "".join(out)
+
+
+def code_block(lines, classes=None, numbers=None, gutters=None, plain=False, max_lines=None) -> str:
+    """A scrollable code box: `lines` (strings), optional per-line CSS classes, line numbers (None -> 1..n,
+    False -> none) and gutter marks (+/-); `max_lines` truncates with a note."""
+    lines = list(lines)
+    n = len(lines)
+    if numbers is None:
+        numbers = range(1, n + 1)
+    rows = []
+    for i, line in enumerate(lines):
+        if max_lines is not None and i >= max_lines:
+            rows.append(f'<span class="kl-l kl-dim">… {n - max_lines} more lines</span>')
+            break
+        cls = ("kl-l " + classes[i]) if classes and classes[i] else "kl-l"
+        num = f'<span class="kl-n">{numbers[i]}</span>' if numbers is not False else ""
+        gut = f'<span class="kl-g">{esc(gutters[i])}</span>' if gutters else ""
+        body = esc_text(line) if plain else highlight(line)
+        rows.append(f'<span class="{cls}">{num}{gut}{body}</span>')
+    return '<div class="kl-code">' + "".join(rows) + "</div>"
+
+
+# --------------------------------------------------------------------------- passes
+
+
+def _trace(obj):
+    return getattr(obj, "trace", obj)
+
+
+def changed_lines(before: str | None, after: str) -> set[int]:
+    """Indices of `after`'s lines that are new relative to `before` (all, if there is no before)."""
+    if before is None:
+        return set()
+    out, j = set(), 0
+    for tag, _ in D.ir_diff(before, after):
+        if tag == "del":
+            continue
+        if tag == "add":
+            out.add(j)
+        j += 1
+    return out
+
+
+def ir_html(ir: str, changed=(), hits=(), selected=(), max_lines=None) -> str:
+    """IR text as a highlighted code box with changed / search-hit / selected lines marked."""
+    lines = ir.splitlines()
+    changed, hits, selected = set(changed), set(hits), set(selected)
+    classes = [" ".join(c for c, s in (("kl-changed", changed), ("kl-hit", hits), ("kl-sel", selected)) if i in s)
+               for i in range(len(lines))]
+    return code_block(lines, classes, max_lines=max_lines)
+
+
+def pass_table(trace, current: int | None = None) -> str:
+    rows = ["<tr><th>#</th><th>pass</th><th>changed</th><th>ms</th><th>what it found</th></tr>"]
+    for r in D.pass_rows(trace):
+        style = ' class="kl-sel"' if r["index"] == current else ""
+        ch = '<span class="kl-badge kl-yes">changed</span>' if r["changed"] else '<span class="kl-dim">—</span>'
+        rows.append(f'<tr{style}><td class="kl-r">{r["index"]}</td><td title="{esc(r["description"])}">'
+                    f'<b>{esc(r["name"])}</b><br><span class="kl-dim">{esc(r["description"])}</span></td>'
+                    f'<td>{ch}</td><td class="kl-r">{r["ms"]:.2f}</td><td>{esc(r["summary"])}</td></tr>')
+    return '<table class="kl-t">' + "".join(rows) + "</table>"
+
+
+def passes_html(compiled, max_lines: int = 3000) -> str:
+    """Table of the passes, then each pass's IR (changed lines marked) in a collapsible section."""
+    trace = _trace(compiled)
+    parts = [f"<h4>{esc(trace.kernel)}: {len(trace.passes)} passes</h4>", pass_table(trace)]
+    prev = None
+    for i, p in enumerate(trace.passes):
+        head = (f'<b>{i}. {esc(p.name)}</b> — {esc(p.description)}'
+                f' <span class="kl-dim">({p.seconds * 1e3:.2f} ms)</span>')
+        if prev is not None and p.ir == prev:  # saved notebooks stay small: say so instead of repeating
+            parts.append(f'<p style="margin:2px 0 2px 1.1em">{head} <span class="kl-dim">— IR unchanged</span></p>')
+            continue
+        changed = changed_lines(prev, p.ir) if p.changed else set()
+        mark = f' <span class="kl-badge kl-yes">{len(changed)} lines changed</span>' if changed else ""
+        parts.append(f'<details><summary>{head}{mark}</summary>{ir_html(p.ir, changed, max_lines=max_lines)}'
+                     '</details>')
+        prev = p.ir
+    return page("".join(parts))
+
+
+def diff_block(before: str, after: str, context: int | None = None, hits=None) -> str:
+    """The +/- code box of `ir_diff` (optionally only `context` lines around changes)."""
+    diff = D.ir_diff(before, after)
+    keep = range(len(diff))
+    if context is not None:
+        near = set()
+        for i, (tag, _) in enumerate(diff):
+            if tag != "same":
+                near.update(range(max(0, i - context), min(len(diff), i + context + 1)))
+        keep = sorted(near)
+    lines, classes, gutters, numbers = [], [], [], []
+    a = b = 0
+    last = -1
+    counters = []
+    for tag, _ in diff:
+        counters.append((a, b))
+        a += tag != "add"
+        b += tag != "del"
+    for i in keep:
+        if last >= 0 and i != last + 1:
+            lines.append(f"⋯ {i - last - 1} unchanged lines")
+            classes.append("kl-dim")
+            gutters.append(" ")
+            numbers.append("")
+        tag, line = diff[i]
+        lines.append(line)
+        cls = {"add": "kl-add", "del": "kl-del", "same": ""}[tag]
+        if hits is not None and hits(line):
+            cls += " kl-hit"
+        classes.append(cls.strip())
+        gutters.append({"add": "+", "del": "-", "same": " "}[tag])
+        numbers.append(counters[i][1] + 1 if tag != "del" else "")
+        last = i
+    if not any(t != "same" for t, _ in diff):
+        return '<p class="kl-dim">no changes</p>' + code_block([l for _, l in diff])
+    return code_block(lines, classes, numbers=numbers, gutters=gutters)
+
+
+def ir_diff_html(before: str, after: str, context: int | None = None) -> str:
+    """Static diff of two IR texts: deleted lines red with '-', added lines green with '+'."""
+    diff = D.ir_diff(before, after)
+    n_add = sum(t == "add" for t, _ in diff)
+    n_del = sum(t == "del" for t, _ in diff)
+    head = f'<p><span class="kl-ok">+{n_add}</span> <span class="kl-bad">-{n_del}</span> lines</p>'
+    return page(head + diff_block(before, after, context))
+
+
+def source_html(source_lines, first: int, last: int, selected=()) -> str:
+    """Kernel source lines first..last (1-based file line numbers), `selected` ones highlighted."""
+    nums = list(range(first, last + 1))
+    lines = [source_lines[n - 1] if 0 < n <= len(source_lines) else "" for n in nums]
+    sel = set(selected)
+    return code_block(lines, ["kl-sel" if n in sel else "" for n in nums], numbers=nums, plain=True)
+
+
+# --------------------------------------------------------------------------- layouts
+
+
+def warp_color(w: int) -> str:
+    return PALETTE[w % len(PALETTE)]
+
+
+def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_bytes: int = 4,
+               max_labels: int = 2048, max_cells: int = 4096, title: str | None = None) -> str:
+    """SVG grid of a tile: each element colored by the warp of its representative copy and labeled
+    `t<lane>` / `r<register>`; elements with copies in other threads hatched (hover lists them all);
+    with `vec`, each thread's vectorized access outlined. A legend follows the grid. Tiles of more than
+    `max_cells` elements are drawn in part (the first rows), with a note."""
+    g = D.layout_grid(layout_text, shape, num_warps, vec=vec, elem_bytes=elem_bytes)
+    shape = tuple(shape)
+    uid = next(_IDS)
+    if len(shape) == 1:
+        n = shape[0]
+        cols = n if n <= 32 else 32
+        rows = -(-n // cols)
+
+        def pos(idx):
+            return divmod(idx[0], cols)
+    elif len(shape) == 2:
+        rows, cols = shape
+
+        def pos(idx):
+            return idx[0], idx[1]
+    else:
+        return f'<p class="kl-dim">layout view supports 1-D and 2-D tiles (got shape {shape})</p>'
+    all_rows = rows
+    rows = max(1, min(rows, max_cells // max(cols, 1)))
+    total = rows * cols
+    labels = total <= max_labels
+    cw, ch = (30, 22) if labels else (12, 10)
+    left, top = 40, 18
+    width, height = left + cols * cw + 4, top + rows * ch + 4
+    sc = f"klg{uid}"
+    warp_css = "".join(f".{sc} .w{w}{{fill:{warp_color(w)}}}" for w in range(num_warps))
+    out = [f'<svg class="{sc}" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+           f'style="max-width:100%;height:auto" role="img" font-size="8">',
+           f'<style>.{sc} rect.c{{fill-opacity:.55;stroke:currentColor;stroke-opacity:.2}}'
+           f'.{sc} text{{fill:currentColor;text-anchor:middle}}.{sc} text.r{{fill-opacity:.7}}'
+           f'.{sc} text.a{{fill-opacity:.6}}{warp_css}</style>',
+           f'<defs><pattern id="klh{uid}" width="5" height="5" patternUnits="userSpaceOnUse" '
+           f'patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="5" stroke="currentColor" '
+           f'stroke-opacity=".45" stroke-width="1.5"/></pattern></defs>']
+    if title:
+        out.append(f"<title>{esc(title)}</title>")
+    step = 8 if cols > 16 else 1
+    for c in range(0, cols, step):
+        col_label = c if len(shape) == 2 else c
+        out.append(f'<text class="a" x="{left + c * cw + cw / 2}" y="{top - 5}">{col_label}</text>')
+    rstep = 1 if rows <= 40 else 8
+    for r in range(0, rows, rstep):
+        lab = r if len(shape) == 2 else r * cols
+        out.append(f'<text class="a" x="{left - 4}" y="{top + r * ch + ch / 2 + 3}" style="text-anchor:end">'
+                   f'{lab}</text>')
+    for idx, (w, lane, reg) in sorted(g["elements"].items()):
+        r, c = pos(idx)
+        if r >= rows:
+            continue
+        x, y = left + c * cw, top + r * ch
+        holders = g["copies"][idx]
+        tip = f"[{','.join(map(str, idx))}] warp {w} lane {lane} reg {reg}"
+        if len(holders) > 1:
+            tip += f"; {len(holders)} copies: " + " ".join(f"w{a}/t{b}/r{c_}" for a, b, c_, _ in holders[:16])
+            tip += " …" if len(holders) > 16 else ""
+        tip = f"<title>{esc(tip)}</title>" if labels else ""  # big tiles: no per-cell tooltips (size)
+        out.append(f'<g>{tip}<rect class="c w{w}" x="{x}" y="{y}" width="{cw}" height="{ch}"/>')
+        if len(holders) > 1:
+            out.append(f'<rect x="{x}" y="{y}" width="{cw}" height="{ch}" fill="url(#klh{uid})"/>')
+        if labels:
+            out.append(f'<text x="{x + cw / 2}" y="{y + 9}">t{lane}</text>'
+                       f'<text class="r" x="{x + cw / 2}" y="{y + 18}">r{reg}</text>')
+        out.append("</g>")
+    acc = g["access"]
+    if acc and acc["vec"] > 1:
+        v = acc["vec"]
+        regs_of = {}
+        for idx, w, lane, reg, rep in g["holders"]:
+            if rep:
+                regs_of.setdefault((w, lane, reg // v), []).append(pos(idx))
+        for cells in regs_of.values():
+            rs = [p[0] for p in cells]
+            cs = [p[1] for p in cells]
+            if (max(rs) - min(rs) + 1) * (max(cs) - min(cs) + 1) != len(cells) or max(rs) >= rows:
+                continue  # wrapped around a row of the drawing, or not drawn
+            out.append(f'<rect x="{left + min(cs) * cw + 1}" y="{top + min(rs) * ch + 1}" '
+                       f'width="{(max(cs) - min(cs) + 1) * cw - 2}" height="{(max(rs) - min(rs) + 1) * ch - 2}" '
+                       f'fill="none" stroke="currentColor" stroke-width="1.4" rx="2"/>')
+    out.append("</svg>")
+    more = ""
+    if rows < all_rows:
+        more = (f'<p class="kl-dim">showing the first {rows} of {all_rows} rows '
+                f'({rows * cols} of {all_rows * cols} elements)</p>')
+    return "".join(out) + more + _layout_legend(g, uid, num_warps, vec)
+
+
+def _layout_legend(g, uid, num_warps, vec) -> str:
+    items = []
+    for w in range(num_warps):
+        items.append(f'<span style="display:inline-block;margin-right:10px"><svg width="14" height="12">'
+                     f'<rect width="14" height="12" fill="{warp_color(w)}" fill-opacity=".55"/></svg> warp {w}</span>')
+    if g["replication"] > 1:
+        items.append(f'<span style="display:inline-block;margin-right:10px"><svg width="14" height="12"><defs>'
+                     f'<pattern id="klhl{uid}" width="5" height="5" patternUnits="userSpaceOnUse" '
+                     f'patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="5" stroke="currentColor" '
+                     f'stroke-opacity=".45" stroke-width="1.5"/></pattern></defs><rect width="14" height="12" '
+                     f'fill="url(#klhl{uid})" stroke="currentColor" stroke-opacity=".3"/></svg> '
+                     f'replicated: up to {g["replication"]} threads hold a copy (color = representative)</span>')
+    acc = g["access"]
+    if acc and acc["vec"] > 1:
+        items.append(f'<span style="display:inline-block;margin-right:10px"><svg width="14" height="12">'
+                     f'<rect x="1" y="1" width="12" height="10" fill="none" stroke="currentColor" '
+                     f'stroke-width="1.4" rx="2"/></svg> one {acc["bytes_per_access"]}-byte access '
+                     f'({acc["vec"]} elements)</span>')
+    items.append('<span class="kl-dim">labels: t = lane, r = register</span>')
+    return '<div style="margin:.3em 0">' + "".join(items) + "</div>"
+
+
+def layout_info_html(value: dict, num_warps: int, access: dict | None = None) -> str:
+    """A table explaining a layout: sizes per thread / lanes / warps / order, registers, replication,
+    and for a load/store its vector width and coalescing."""
+    from ..compiler.gpu.layouts import Blocked, Slice, parse_layout
+
+    lay = parse_layout(value["layout"])
+    g = D.layout_grid(lay, value["shape"], num_warps)
+    rows = [("value", f'{value["name"]} = {value["op"]}'), ("type", value["type"]), ("layout", value["layout"])]
+    base = lay
+    while isinstance(base, Slice):
+        base = base.parent
+    if isinstance(base, Blocked):
+        rows += [("sizePerThread", list(base.spt)), ("threadsPerWarp", list(base.tpw)),
+                 ("warpsPerCTA", list(base.wpc)), ("order (fastest first)", list(base.order))]
+    if isinstance(lay, Slice):
+        rows.append(("slice", f"dimension {lay.dim} of the parent removed (reduced)"))
+    rows += [("registers per thread", g["registers"]),
+             ("copies per element", g["replication"]),
+             ("source line", value.get("line"))]
+    if access:
+        c = access["coalescing"]
+        verdict = ('<span class="kl-ok">coalesced</span>' if c["coalesced"]
+                   else f'<span class="kl-warn">{c["efficiency"]:.0%} of fetched bytes used</span>')
+        rows += [(f"{access['op']} vector width", f'{c["vec"]} × {c["elem_bytes"]} B = {c["bytes_per_access"]} B'),
+                 ("lanes along the fastest dim", c["lanes_along_fast"]),
+                 ("sectors per warp access", f'{c["sectors"]:.1f} (ideal {c["ideal_sectors"]:.1f})'),
+                 ("consecutive lanes → consecutive addresses", "yes" if c["consecutive_lanes"] else "no")]
+        body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+        body += f"<tr><th>coalescing</th><td>{verdict}</td></tr>"
+    else:
+        body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    return f'<table class="kl-t">{body}</table>'
+
+
+def layout_html(compiled, value: str | None = None) -> str:
+    """Static layout view of one tensor value of the GPU IR (default: the first load's result)."""
+    gpu = (getattr(compiled, "asm", {}) or {}).get("gpu")
+    if not gpu:
+        return page('<p class="kl-dim">no GPU IR: call compiled.build_gpu() (works without a GPU)</p>')
+    values = D.tensor_values(gpu)
+    if not values:
+        return page('<p class="kl-dim">no tensor values with layouts</p>')
+    nw = getattr(compiled, "num_warps", None) or D.guess_num_warps(gpu)
+    v = pick_value(values, value)
+    acc = next((a for a in D.accesses(gpu, nw) if a["name"] == v["name"]), None)
+    svg = layout_svg(v["layout"], v["shape"], nw, vec=acc["vec"] if acc else None,
+                     elem_bytes=D.elem_bytes(v["elem"]), title=f'{v["name"]}: {v["type"]}')
+    return page(f'<h4>{esc(v["name"])} : {esc(v["type"])}</h4>' + layout_info_html(v, nw, acc) + svg)
+
+
+def pick_value(values: list, value: str | None):
+    if value is not None:
+        want = value if value.startswith("%") else "%" + value
+        for v in values:
+            if v["name"] == want:
+                return v
+        raise KeyError(f"no tensor value {want} in the GPU IR; known: {', '.join(v['name'] for v in values)}")
+    return next((v for v in values if v["op"] == "tt.load"), values[0])
+
+
+# --------------------------------------------------------------------------- shared memory
+
+
+def _fmt_bytes(n: int) -> str:
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n // 1024} KiB"
+    if n >= 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n} B"
+
+
+def smem_svg(plan, total: int, limit: int, barriers=(), points: int | None = None, highlight=None) -> str:
+    """Memory map: program points across, byte offsets down; one rectangle per buffer over its live
+    range; barriers as dashed vertical lines; a bar comparing the total with the device limit."""
+    plan = list(plan)
+    barriers = list(barriers)
+    pts = [b["live"][1] for b in plan] + [b.get("point", b) if isinstance(b, dict) else b for b in barriers]
+    n = max([points or 0] + [p + 1 for p in pts]) or 1
+    W, H, left, top = 640, 220, 64, 14
+    plot_w, plot_h = W - left - 12, H - top - 56
+    span = max(total, 1)
+
+    def xp(p):
+        return left + plot_w * p / n
+
+    def yp(off):
+        return top + plot_h * off / span
+
+    out = [f'<svg viewBox="0 0 {W} {H}" width="{W}" height="{H}" style="max-width:100%;height:auto" '
+           f'font-size="10" role="img">',
+           f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="currentColor" '
+           f'stroke-opacity=".35"/>']
+    for off in sorted({0, total}):
+        out.append(f'<text x="{left - 4}" y="{yp(off) + 3}" text-anchor="end" fill="currentColor" '
+                   f'fill-opacity=".7">{_fmt_bytes(off)}</text>')
+    for p in sorted({0, n - 1}):
+        out.append(f'<text x="{xp(p + 0.5)}" y="{top + plot_h + 12}" text-anchor="middle" fill="currentColor" '
+                   f'fill-opacity=".7">{p}</text>')
+    out.append(f'<text x="{left + plot_w / 2}" y="{top + plot_h + 24}" text-anchor="middle" fill="currentColor" '
+               f'fill-opacity=".7">program point (op number)</text>')
+    for k, b in enumerate(plan):
+        x0, x1 = xp(b["live"][0]), xp(b["live"][1] + 1)
+        w = max(x1 - x0, 6)
+        y0, h = yp(b["offset"]), max(yp(b["offset"] + b["size"]) - yp(b["offset"]), 2)
+        strong = highlight == k
+        tip = (f'{b["op"]} (source line {b.get("line")}): {b["size"]} B at offset {b["offset"]}, live '
+               f'{b["live"][0]}..{b["live"][1]}; {b.get("reason", "")}')
+        out.append(f'<g><title>{esc(tip)}</title><rect x="{x0}" y="{y0}" width="{w}" height="{h}" '
+                   f'fill="{PALETTE[k % len(PALETTE)]}" fill-opacity="{".8" if strong else ".55"}" '
+                   f'stroke="currentColor" stroke-width="{2 if strong else 0.6}"/></g>')
+        if h >= 11:
+            out.append(f'<text x="{x0 + w + 3}" y="{y0 + min(h, 24) / 2 + 4}" fill="currentColor">'
+                       f'{esc(b["op"])} {_fmt_bytes(b["size"])}</text>')
+    for b in barriers:
+        p = b["point"] if isinstance(b, dict) else b
+        x = xp(p)
+        reason = b.get("reason", "barrier") if isinstance(b, dict) else "barrier"
+        out.append(f'<g><title>bar.sync before op {p}: {esc(reason)}</title><line x1="{x}" y1="{top - 4}" x2="{x}" '
+                   f'y2="{top + plot_h}" stroke="currentColor" stroke-dasharray="3,2" stroke-width="1.2"/>'
+                   f'<text x="{x}" y="{top - 5}" text-anchor="middle" fill="currentColor">bar</text></g>')
+    # usage bar: total vs device limit
+    by = H - 22
+    frac = min(total / limit, 1.0) if limit else 0
+    color = PALETTE[3] if total > limit else PALETTE[2]
+    out.append(f'<rect x="{left}" y="{by}" width="{plot_w}" height="8" fill="none" stroke="currentColor" '
+               f'stroke-opacity=".4"/><rect x="{left}" y="{by}" width="{max(plot_w * frac, 1 if total else 0)}" '
+               f'height="8" fill="{color}"/><text x="{left - 4}" y="{by + 8}" text-anchor="end" '
+               f'fill="currentColor">used</text><text x="{left}" y="{by + 20}" fill="currentColor">'
+               f'{_fmt_bytes(total)} of {_fmt_bytes(limit)} ({total / limit:.1%})'
+               f'{" — over the limit!" if total > limit else ""}</text>' if limit else "")
+    if not plan:
+        out.append(f'<text x="{left + plot_w / 2}" y="{top + plot_h / 2}" text-anchor="middle" '
+                   f'fill="currentColor" fill-opacity=".7">no shared memory</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def smem_table(m: dict) -> str:
+    rows = ["<tr><th>#</th><th>op</th><th>line</th><th>offset</th><th>size</th><th>live</th><th>reason</th>"
+            "<th>bank conflicts</th></tr>"]
+    for k, b in enumerate(m["buffers"]):
+        bank = b.get("bank") or {}
+        if bank.get("ways"):
+            cls = "kl-ok" if bank["ways"] == 1 else "kl-warn"
+            detail = "; ".join(f'{ph}: {v["ways"]}-way' for ph, v in bank["phases"].items())
+            bk = f'<span class="{cls}">{bank["ways"]}-way</span> <span class="kl-dim">({esc(detail)})</span>'
+        else:
+            bk = f'<span class="kl-dim">{esc(bank.get("note", "—"))}</span>'
+        rows.append(f'<tr><td class="kl-r">{k}</td><td>{esc(b["op"])}</td><td class="kl-r">{esc(b.get("line"))}</td>'
+                    f'<td class="kl-r">{b["offset"]}</td><td class="kl-r">{b["size"]}</td>'
+                    f'<td>{b["live"][0]}..{b["live"][1]}</td><td>{esc(b.get("reason", ""))}</td><td>{bk}</td></tr>')
+    out = ('<table class="kl-t">' + "".join(rows) + "</table>" if m["buffers"]
+           else '<p class="kl-dim">this kernel uses no shared memory</p>')
+    if m["barriers"]:
+        out += "<h4>barriers</h4><ul>" + "".join(
+            f'<li>before op {b["point"]} (IR line {b["ir_line"] + 1}, source line {esc(b["line"])}): '
+            f'{esc(b["reason"])}</li>' for b in m["barriers"]) + "</ul>"
+    else:
+        out += '<p class="kl-dim">no barriers inserted between shared-memory ops</p>'
+    return out
+
+
+def smem_html(compiled, limit: int = D.SMEM_LIMIT_SM90, highlight=None) -> str:
+    m = D.smem_map(_trace(compiled), limit=limit, num_warps=getattr(compiled, "num_warps", None))
+    if not m["available"]:
+        return page(f'<p class="kl-dim">{esc(m["note"])}</p>')
+    head = (f'<h4>shared memory: {_fmt_bytes(m["total"])} in {len(m["buffers"])} buffer(s), '
+            f'{len(m["barriers"])} barrier(s)</h4>')
+    return page(head + smem_svg(m["buffers"], m["total"], m["limit"], m["barriers"], m["points"], highlight)
+                + smem_table(m) + '<p class="kl-dim">Bank model: 32 banks × 4 B, one register per warp access, '
+                'elements at their row-major index; N-way = N shared-memory wavefronts.</p>')
+
+
+# --------------------------------------------------------------------------- code
+
+
+def report_html(summary: dict) -> str:
+    occ = summary["occupancy"]
+    spills = summary["spills"] or 0
+    rows = [("registers / thread", summary["regs"]),
+            ("spills (bytes)", f'<span class="{"kl-bad" if spills else "kl-ok"}">{spills}</span>'),
+            ("shared memory / block", _fmt_bytes(summary["shared"] or 0)),
+            ("local memory", summary["local"]), ("warps / block", summary["num_warps"]),
+            ("PTX lines", summary["ptx_lines"]), ("LLVM IR lines", summary["llir_lines"]),
+            ("occupancy (estimate)", f'{occ["warps_per_sm"]} warps/SM = {occ["occupancy"]:.0%} '
+                                     f'({occ["blocks_per_sm"]} blocks; limited by {", ".join(occ["limiter"])})'),
+            ("blocks/SM by resource", ", ".join(f"{k}: {v}" for k, v in occ["limits"].items()))]
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{v if isinstance(v, str) and v.startswith('<') else esc(v)}</td></tr>"
+                   for k, v in rows)
+    note = ('<p class="kl-dim">Occupancy model (sm_90): 65536 registers/SM allocated per warp in units of 256, '
+            '228 KiB shared/SM with 1 KiB reserved per block, at most 64 warps and 32 blocks per SM.</p>')
+    log = summary.get("log") or ""
+    return (f'<table class="kl-t">{body}</table>{note}'
+            + (f'<details><summary>{esc(summary.get("compiler") or "ptxas")} log</summary>'
+               f'{code_block(log.splitlines(), plain=True)}</details>' if log else ""))
+
+
+def code_html(compiled, summary: dict | None = None, max_lines: int = 4000) -> str:
+    """Resource report and occupancy, then PTX, SASS and LLVM IR in collapsible sections."""
+    s = summary or D.code_summary(compiled)
+    asm = getattr(compiled, "asm", {}) or {}
+    if not s["built"]:
+        return page('<p class="kl-dim">no GPU code yet: call compiled.build_gpu() (works without a GPU)</p>')
+    parts = [f"<h4>{esc(s['kernel'])}: generated code</h4>", report_html(s)]
+    for name, text, why in (("PTX", asm.get("ptx"), "no PTX"), ("SASS", s["sass"], s["sass_reason"]),
+                            ("LLVM IR", asm.get("llir"), "no LLVM IR")):
+        if text:
+            parts.append(f"<details><summary>{name} ({len(text.splitlines())} lines)</summary>"
+                         f"{code_block(text.splitlines(), max_lines=max_lines)}</details>")
+        else:
+            parts.append(f'<p><b>{name}</b>: <span class="kl-dim">{esc(why)}</span></p>')
+    return page("".join(parts))
+
+
+# --------------------------------------------------------------------------- graph
+
+
+def graph_html(compiled) -> str:
+    from .graph import INSTALL_HINT, render_dot
+
+    tile = (getattr(compiled, "asm", {}) or {}).get("tile") or _trace(compiled).final_ir
+    dot = D.dataflow_dot(tile)
+    svg = render_dot(dot)
+    if svg is not None:
+        return page(f"<h4>dataflow of the tile IR</h4>{svg}")
+    return page(f'<p class="kl-warn">{esc(INSTALL_HINT)}</p>' + code_block(dot.splitlines(), plain=True))

@@ -1,0 +1,633 @@
+"""The ``%%kernel`` cell magic: write kernels in a cell, compile them, see every pass, run, check, time.
+
+    %load_ext kernellab
+
+    %%kernel --args "x, y, z, n" -c BLOCK=1024 --grid "(cdiv(n, BLOCK),)" --run --check "torch.allclose(z, x + y)"
+    def add_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
+        ...
+
+The cell is compiled under a unique file name registered in ``linecache`` (line 1 is the ``%%kernel``
+line, so line numbers are the ones the notebook shows): kernellab finds each kernel's source there and
+its errors point at cell lines. Whatever goes wrong — a bad option, a compile error, a failed check, a
+benchmark on a machine with no GPU — becomes a message in the cell's output; the magic never raises
+and returns None. The last compiled kernel is left in the user namespace as ``_kl_last``.
+"""
+from __future__ import annotations
+
+import ast
+import html
+import itertools
+import linecache
+import re
+import shlex
+import time
+import traceback
+import types
+import warnings
+
+from IPython.core import magic_arguments
+from IPython.core.magic import Magics, cell_magic, magics_class, no_var_expand
+from IPython.display import display
+
+VIEWS = ("passes", "layout", "smem", "code", "graph", "perf")
+DEFAULT_VIEWS = "passes,layout,smem,code"
+_ALIASES = {"shared": "smem", "shared_memory": "smem", "roofline": "perf", "ptx": "code", "ir": "code",
+            "pass": "passes", "layouts": "layout"}
+_GPU_VIEWS = {"layout", "smem", "code", "graph"}
+_COUNTER = itertools.count(1)
+_STYLES = {"error": ("#c62828", "#fdecea"), "warning": ("#ef6c00", "#fff4e5"), "ok": ("#2e7d32", "#edf7ed"),
+           "info": ("#1565c0", "#e8f1fb")}
+
+
+class Message:
+    """A block of text in the cell's output: HTML in a notebook, plain text in a terminal."""
+
+    def __init__(self, kind: str, title: str, text: str = ""):
+        self.kind, self.title, self.text = kind, title, text
+
+    def __repr__(self):
+        return self.title + (f"\n{self.text}" if self.text else "")
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        border, bg = _STYLES.get(self.kind, _STYLES["info"])
+        body = (f'<pre style="margin:4px 0 0 0;white-space:pre-wrap;font-size:12px">{html.escape(self.text)}</pre>'
+                if self.text else "")
+        return {"text/plain": repr(self),
+                "text/html": f'<div class="kl-msg kl-{self.kind}" style="border-left:4px solid {border};'
+                             f'background:{bg};padding:6px 10px;margin:4px 0"><b>{html.escape(self.title)}</b>'
+                             f'{body}</div>'}
+
+
+class _Stop(Exception):
+    """Raised inside the magic once a message explains why it stops; caught by the magic itself."""
+
+    def __init__(self, message: Message):
+        super().__init__(message.title)
+        self.message = message
+
+
+def _stop(kind, title, text=""):
+    return _Stop(Message(kind, title, text))
+
+
+# --------------------------------------------------------------------------------------------- the magic
+@magics_class
+class KernelMagics(Magics):
+    """The ``%%kernel`` cell magic (``%load_ext kernellab``)."""
+
+    @no_var_expand
+    @magic_arguments.magic_arguments(name="%kernel")
+    @magic_arguments.argument("--args", metavar="EXPR", default=None,
+                              help='the example arguments: a Python argument list evaluated in the notebook, e.g. '
+                                   '"x, y, z, x.numel()" (keywords allowed: "x, y, n=n"). Without it the cell only '
+                                   'defines its kernels.')
+    @magic_arguments.argument("--grid", metavar="EXPR", default=None,
+                              help='the launch grid: a tuple, e.g. "(cdiv(n, BLOCK),)", or a lambda of meta, e.g. '
+                                   '"lambda meta: (cdiv(n, meta[\'BLOCK\']),)". Evaluated with the notebook\'s names, '
+                                   'cdiv, next_power_of_2, the constexprs and the kernel\'s parameters bound to --args')
+    @magic_arguments.argument("-c", "--const", metavar="NAME=VALUE", action="append", default=[],
+                              help="a constexpr (or any keyword argument) of the kernel, VALUE a Python expression; "
+                                   "repeat for several: -c BLOCK=1024 -c DTYPE=tl.float16")
+    @magic_arguments.argument("--num-warps", type=int, default=None, help="warps per program (default 4)")
+    @magic_arguments.argument("--num-stages", type=int, default=None, help="software-pipelining stages (default 3)")
+    @magic_arguments.argument("--kernel", metavar="NAME", default=None,
+                              help="which kernel to compile when the cell defines several (default: the last one)")
+    @magic_arguments.argument("--run", action="store_true",
+                              help="launch the kernel on --args (CPU tensors: the CPU interpreter; CUDA tensors: the "
+                                   "GPU). --check and --bench imply it")
+    @magic_arguments.argument("--check", metavar="EXPR", default=None,
+                              help='evaluated after the run: true (or None, e.g. from an assert_close) passes, e.g. '
+                                   '"torch.allclose(z, x + y)". With --out, EXPR is a reference the output must match')
+    @magic_arguments.argument("--out", metavar="NAME", default=None,
+                              help="the output tensor (an expression) that --check's reference is compared with, "
+                                   "through torch.testing.assert_close")
+    @magic_arguments.argument("--atol", type=float, default=None, help="absolute tolerance for --check with --out")
+    @magic_arguments.argument("--rtol", type=float, default=None, help="relative tolerance for --check with --out")
+    @magic_arguments.argument("--bench", metavar="TORCH_EXPR", default=None,
+                              help='time the kernel against this PyTorch expression with kl.testing.do_bench, e.g. '
+                                   '"x + y" (GPU only: without a GPU the cell says so and shows recorded H200 results)')
+    @magic_arguments.argument("--sizes", metavar="NAME=EXPR", default=None,
+                              help='sweep --bench over sizes, e.g. "n=[2**k for k in range(10, 24)]"; needs --setup')
+    @magic_arguments.argument("--setup", metavar="CODE", default=None,
+                              help="Python statements run for each size of the sweep with NAME set, building what "
+                                   "--args, --grid and --bench use, e.g. \"x = torch.rand(n, device='cuda'); "
+                                   "y = torch.rand_like(x); z = torch.empty_like(x)\"")
+    @magic_arguments.argument("--bytes", metavar="EXPR", default=None,
+                              help="bytes the kernel moves, per size (default: the sum of the tensor arguments' sizes)")
+    @magic_arguments.argument("--flops", metavar="EXPR", default=None,
+                              help='FLOPs the kernel does, per size, e.g. "n" for a vector add: places the runs on a '
+                                   "roofline")
+    @magic_arguments.argument("--views", metavar="LIST", default=DEFAULT_VIEWS,
+                              help=f"comma-separated views among {', '.join(VIEWS)}; 'all' or 'none' "
+                                   f"(default {DEFAULT_VIEWS})")
+    @magic_arguments.argument("--target", metavar="SM", default=None,
+                              help="the GPU the GPU stages are built for, without needing that GPU: sm_90a (H100/H200 "
+                                   "with Hopper-only instructions), sm_90, sm_80, ... (default: this machine's GPU, "
+                                   "else sm_90a)")
+    @magic_arguments.argument("-q", "--quiet", action="store_true",
+                              help="no views and no progress notes: only errors, --check and --bench results")
+    @cell_magic
+    def kernel(self, line, cell):
+        """Compile the kernels written in this cell with kernellab and show what every pass did.
+
+        The cell holds one or more kernels written in the tile language (``kl``/``tl`` are
+        ``kernellab``/``kernellab.language``; they are added to the namespace when missing). ``@kl.jit``
+        is optional: a plain ``def`` is wrapped with ``kernellab.jit``. The kernels are defined in the
+        notebook's namespace. With ``--args``, the chosen kernel is compiled for those arguments and the
+        views show its passes, layouts, shared memory and code; ``_kl_last`` holds the compiled kernel.
+
+        Example::
+
+            %%kernel --args "x, y, z, n" -c BLOCK=1024 --grid "(cdiv(n, BLOCK),)" --run --check "z.eq(x + y).all()"
+            def add_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
+                offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+                m = offs < n
+                tl.store(z_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+        Errors (bad options, compile errors with the cell line and a caret, failed checks, no GPU for
+        --bench) are shown in the cell; the magic never raises and returns None.
+        """
+        try:
+            try:
+                # POSIX splitting: quotes group an expression and are removed (IPython's own arg_split keeps them)
+                opts = self.kernel.parser.parse_args(shlex.split(line))
+            except Exception as e:  # UsageError, or ValueError from unbalanced quotes
+                raise _stop("error", "%%kernel: bad options", f"{e}\n\nSee %%kernel? for the options.") from None
+            _KernelCell(self.shell, opts, line, cell).run()
+        except _Stop as s:
+            display(s.message)
+        except Exception as e:  # a bug of ours or of a view: say so, keep the notebook's kernel alive
+            display(Message("error", f"%%kernel: internal error ({type(e).__name__})",
+                            "".join(traceback.format_exception(type(e), e, e.__traceback__))))
+        return None
+
+
+def register(ipython) -> None:
+    """Register the ``%%kernel`` cell magic with an IPython shell (what ``%load_ext kernellab`` does)."""
+    ipython.register_magics(KernelMagics)
+
+
+# --------------------------------------------------------------------------------------------- one cell
+class _KernelCell:
+    def __init__(self, shell, opts, line, cell):
+        self.shell, self.opts, self.line, self.cell = shell, opts, line, cell
+        self.ns = shell.user_ns
+        self.filename = f"<kernel-cell-{next(_COUNTER)}>"
+        self.compiled = None
+
+    def say(self, kind, title, text=""):
+        if kind in ("error", "warning") or not self.opts.quiet:
+            display(Message(kind, title, text))
+
+    # ------------------------------------------------------------------ steps
+    def run(self):
+        o = self.opts
+        views = parse_views(o.views)
+        target = parse_target(o.target) if o.target else None
+        consts = self.parse_consts()
+        if o.sizes and not o.bench:
+            raise _stop("error", "%%kernel: --sizes needs --bench", "--sizes sweeps the --bench timing over sizes.")
+        if o.sizes and not o.setup:
+            raise _stop("error", "%%kernel: --sizes needs --setup",
+                        "--setup CODE builds the arguments for each size (it runs with the size's name set), e.g.\n"
+                        "--sizes \"n=[2**k for k in range(10, 24)]\" --setup \"x = torch.rand(n, device='cuda'); "
+                        "y = torch.rand_like(x); z = torch.empty_like(x)\"")
+        if o.out and not o.check:
+            raise _stop("error", "%%kernel: --out needs --check",
+                        "--check gives the reference that --out is compared with")
+        kernels = self.define()
+        names = ", ".join(kernels)
+        kernel = self.choose(kernels)
+        wants_run = o.run or o.check is not None or o.bench is not None
+        if o.args is None:
+            if wants_run:
+                raise _stop("error", "%%kernel: --run, --check and --bench need --args",
+                            f"Give the example arguments of {kernel.__name__}, e.g. --args \"x, y, z, n\".")
+            self.say("info", f"defined {names}", f"Give --args (and -c for constexprs) to compile "
+                     f"{kernel.__name__} and see its passes.")
+            return
+        args, kwargs = self.eval_args(o.args, self.scope())
+        kwargs.update(consts)
+        launch = {k: v for k, v in (("num_warps", o.num_warps), ("num_stages", o.num_stages)) if v is not None}
+        self.compiled = self.compile(kernel, args, {**kwargs, **launch})
+        if wants_run:
+            grid = self.eval_grid(kernel, args, kwargs)
+            self.compiled = self.launch(kernel, grid, args, {**kwargs, **launch}) or self.compiled
+        self.ns["_kl_last"] = self.compiled
+        if o.check is not None:
+            self.check()
+        bench = self.bench(kernel, args, kwargs, launch) if o.bench is not None else None
+        if o.quiet:
+            return
+        gpu_views = [v for v in views if v in _GPU_VIEWS]
+        if gpu_views or target is not None:
+            self.build_gpu(target)
+        shown = [v for v in views if v != "perf"]
+        if shown:
+            show_views(self.compiled, shown)
+        if "perf" in views and bench is None:
+            self.show_recorded("the perf view shows --bench results; this cell ran no benchmark, so here are "
+                               "the recorded ones")
+
+    def scope(self, extra=None) -> dict:
+        """The notebook's names plus kl, tl, cdiv and next_power_of_2 (a copy: evaluating never leaks)."""
+        import kernellab
+        import kernellab.language
+
+        g = dict(self.ns)
+        g.setdefault("kl", kernellab)
+        g.setdefault("tl", kernellab.language)
+        g.setdefault("cdiv", kernellab.cdiv)
+        g.setdefault("next_power_of_2", kernellab.next_power_of_2)
+        if extra:
+            g.update(extra)
+        return g
+
+    def parse_consts(self) -> dict:
+        out = {}
+        for item in self.opts.const:
+            name, eq, value = item.partition("=")
+            name = name.strip()
+            if not eq or not name.isidentifier():
+                raise _stop("error", f"%%kernel: bad -c/--const {item!r}", "Write -c NAME=VALUE, e.g. -c BLOCK=1024.")
+            out[name] = self.evaluate(value.strip(), self.scope(), f"-c {name}")
+        return out
+
+    def evaluate(self, expr: str, scope: dict, what: str):
+        try:
+            return eval(compile(expr, f"<{what}>", "eval"), scope)
+        except SyntaxError as e:
+            raise _stop("error", f"%%kernel: {what} is not a Python expression", _syntax_text(e, expr)) from None
+        except Exception as e:
+            raise _stop("error", f"%%kernel: evaluating {what} failed", f"{what} = {expr}\n"
+                        f"{type(e).__name__}: {e}") from None
+
+    def eval_args(self, expr: str, scope: dict):
+        scope["__kl_args__"] = lambda *a, **k: (a, k)
+        return self.evaluate(f"__kl_args__({expr})", scope, "--args")
+
+    def define(self) -> dict:
+        """Run the cell in the notebook's namespace; wrap plain defs with kl.jit; the kernels by name."""
+        import kernellab
+        import kernellab.language
+
+        text = f"#%%kernel {self.line}\n{self.cell}"
+        linecache.cache[self.filename] = (len(text), None, text.splitlines(keepends=True), self.filename)
+        try:
+            code = compile(text, self.filename, "exec")
+            tree = ast.parse(text, self.filename)
+        except SyntaxError as e:
+            raise _stop("error", f"SyntaxError in the cell at cell line {e.lineno}", _syntax_text(e)) from None
+        self.ns.setdefault("kl", kernellab)
+        self.ns.setdefault("tl", kernellab.language)
+        try:
+            exec(code, self.ns)
+        except Exception as e:
+            line = _cell_line(e.__traceback__, self.filename)
+            where = f" at cell line {line}" if line else ""
+            src = linecache.getline(self.filename, line).rstrip() if line else ""
+            raise _stop("error", f"{type(e).__name__} while running the cell{where}",
+                        (f"    {src.strip()}\n" if src else "") + f"{type(e).__name__}: {e}") from None
+        kernels = {}
+        for node in tree.body:
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            obj = self.ns.get(node.name)
+            if isinstance(obj, types.FunctionType) and not node.decorator_list \
+                    and obj.__code__.co_filename == self.filename:
+                obj = self.ns[node.name] = kernellab.jit(obj)
+            if _is_kernel(obj):
+                kernels[node.name] = obj
+        if not kernels:
+            raise _stop("error", "%%kernel: the cell defines no kernel",
+                        "Write one or more `def` kernels in the cell (with or without @kl.jit).")
+        return kernels
+
+    def choose(self, kernels: dict):
+        name = self.opts.kernel
+        if name is None:
+            return list(kernels.values())[-1]
+        if name in kernels:
+            return kernels[name]
+        if _is_kernel(self.ns.get(name)):
+            return self.ns[name]
+        raise _stop("error", f"%%kernel: no kernel named {name!r}", f"The cell defines: {', '.join(kernels)}")
+
+    def compile(self, kernel, args, kwargs):
+        from ..errors import KernelLabError
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if hasattr(kernel, "warmup"):
+                    return kernel.warmup(*args, **kwargs)
+                cfg = getattr(kernel, "best_config", None) or kernel.configs[0]  # an autotuner
+                return kernel.fn.warmup(*args, **{**kwargs, **cfg.all_kwargs()})
+        except KernelLabError as e:
+            raise _Stop(self.error_message(e)) from None
+
+    def error_message(self, e) -> Message:
+        from ..errors import CompilationError
+
+        if isinstance(e, CompilationError):
+            where = f"cell line {e.line}" if e.filename == self.filename else f"{e.filename}:{e.line}"
+            src = e.source_line if e.source_line is not None else (
+                linecache.getline(e.filename, e.line) if e.line else "")
+            text = ""
+            if src:
+                stripped = src.rstrip()
+                text = f"    {stripped}\n    {' ' * max(0, e.col or 0)}^\n"
+            return Message("error", f"CompilationError in kernel '{e.kernel}' at {where}", text + e.reason)
+        return Message("error", f"{type(e).__name__}", str(e))
+
+    def eval_grid(self, kernel, args, kwargs, scope=None):
+        if self.opts.grid is None:
+            raise _stop("error", "%%kernel: --run needs --grid", 'e.g. --grid "(cdiv(n, BLOCK),)" or '
+                        '--grid "lambda meta: (cdiv(n, meta[\'BLOCK\']),)"')
+        bound = dict(zip(getattr(kernel, "arg_names", []), args))
+        bound.update(kwargs)
+        scope = dict(scope) if scope is not None else self.scope()
+        for k, v in bound.items():
+            scope.setdefault(k, v)
+        return self.evaluate(self.opts.grid, scope, "--grid")
+
+    def launch(self, kernel, grid, args, kwargs):
+        from ..errors import KernelCrashError, KernelLabError
+        from ..runtime.jit import InterpreterNotice
+
+        on_gpu = any(getattr(a, "is_cuda", False) for a in list(args) + list(kwargs.values()))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", InterpreterNotice)
+                t0 = time.perf_counter()
+                ck = kernel[grid](*args, **kwargs)
+                if on_gpu:
+                    import kernellab
+
+                    kernellab.synchronize()
+                dt = time.perf_counter() - t0
+        except KernelCrashError as e:
+            raise _stop("error", "the kernel crashed on the GPU", f"{e}\nRestart the notebook's kernel: the CUDA "
+                        "context is unusable after a fault.") from None
+        except KernelLabError as e:
+            raise _Stop(self.error_message(e)) from None
+        except Exception as e:
+            raise _stop("error", f"launching {kernel.__name__} failed ({type(e).__name__})", str(e)) from None
+        where = "on the GPU" if on_gpu else "on the CPU interpreter"
+        shape = grid if not callable(grid) else "lambda meta"
+        self.say("info", f"ran {kernel.__name__}[{shape}] {where} in {dt * 1e3:.1f} ms"
+                 + (" (first launch: includes compile and load)" if on_gpu else ""))
+        return ck if hasattr(ck, "trace") else None
+
+    def check(self):
+        o = self.opts
+        scope = self.scope()
+        value = self.evaluate(o.check, scope, "--check")
+        if o.out:
+            out = self.evaluate(o.out, scope, "--out")
+            try:
+                import torch
+
+                ref = torch.as_tensor(value).to(device=out.device, dtype=out.dtype)
+                tol = {} if o.atol is None and o.rtol is None else {"atol": o.atol or 0.0, "rtol": o.rtol or 0.0}
+                torch.testing.assert_close(out, ref, **tol)
+            except AssertionError as e:
+                raise _stop("error", f"check failed: {o.out} does not match {o.check}", str(e)) from None
+            except Exception as e:
+                raise _stop("error", f"check could not compare {o.out} with {o.check}",
+                            f"{type(e).__name__}: {e}") from None
+            err = (out.double() - ref.double()).abs().max().item() if out.numel() else 0.0
+            display(Message("ok", f"check passed: {o.out} matches {o.check}", f"max |error| = {err:.3g}"))
+            return
+        passed = _truthy(value)
+        if passed is None:
+            raise _stop("error", f"check: cannot tell whether {o.check} passed",
+                        f"It evaluated to {type(value).__name__}; write an expression that is True when the "
+                        "output is right, or pass --out NAME to compare NAME with a reference.")
+        if not passed:
+            raise _stop("error", f"check failed: {o.check}", f"evaluated to {_short(value)}")
+        display(Message("ok", f"check passed: {o.check}"))
+
+    def build_gpu(self, target):
+        from ..compiler.codegen.target import Target, detect_target
+        from ..errors import KernelLabError
+
+        target = target or detect_target() or Target(90)
+        try:
+            self.compiled.build_gpu(target)
+        except KernelLabError as e:
+            self.say("warning", f"GPU stages for {target.cpu} could not be built; showing the tile-level stages",
+                     str(e))
+
+    # ------------------------------------------------------------------ benchmarks
+    def bench(self, kernel, args, kwargs, launch):
+        from ..testing import do_bench
+
+        o = self.opts
+        if not _has_gpu():
+            self.say("warning", "--bench needs a CUDA GPU, and this machine has none",
+                     "kernellab runs kernels on the CPU interpreter here: correct results, but CPU timings say "
+                     "nothing about a GPU. Run this cell on a GPU machine to time the kernel against "
+                     f"`{o.bench}`. Below: results recorded on a GPU (benchmarks/results).")
+            self.show_recorded(None)
+            return None
+        sweep = [(None, None)]
+        if o.sizes:
+            name, eq, expr = o.sizes.partition("=")
+            name = name.strip()
+            if not eq or not name.isidentifier():
+                raise _stop("error", f"%%kernel: bad --sizes {o.sizes!r}", 'Write NAME=EXPR, e.g. '
+                            '"n=[2**k for k in range(10, 24)]".')
+            values = self.evaluate(expr.strip(), self.scope(), "--sizes")
+            try:
+                sweep = [(name, v) for v in values]
+            except TypeError:
+                raise _stop("error", "%%kernel: --sizes must give a list of sizes", f"got {_short(values)}") from None
+        try:
+            torch_code = compile(o.bench, "<--bench>", "eval")
+        except SyntaxError as e:
+            raise _stop("error", "%%kernel: --bench is not a Python expression", _syntax_text(e, o.bench)) from None
+        from ..errors import KernelLabError
+
+        rows = []
+        for name, value in sweep:
+            scope = self.scope({name: value} if name else None)
+            if o.setup:
+                try:
+                    exec(compile(o.setup, "<--setup>", "exec"), scope)
+                except Exception as e:
+                    raise _stop("error", f"--setup failed{f' for {name}={value}' if name else ''}",
+                                f"{type(e).__name__}: {e}") from None
+            if name:
+                a, kw = self.eval_args(o.args, dict(scope))
+                kw.update(self.consts_in(scope))
+            else:
+                a, kw = args, dict(kwargs)
+            if not all(getattr(t, "is_cuda", True) for t in list(a) + list(kw.values()) if hasattr(t, "data_ptr")):
+                raise _stop("error", "--bench needs CUDA tensors", "Make the --args tensors with device='cuda' "
+                            "(in --setup for a sweep); CPU tensors run on the interpreter.")
+            grid = self.eval_grid(kernel, a, kw, scope)
+            call = kernel[grid]
+            try:
+                t_kernel = do_bench(lambda: call(*a, **kw, **launch)) / 1e3
+                t_torch = do_bench(lambda: eval(torch_code, scope)) / 1e3
+            except KernelLabError as e:
+                raise _Stop(self.error_message(e)) from None
+            except Exception as e:
+                raise _stop("error", f"--bench failed ({type(e).__name__})", str(e)) from None
+            nbytes = self.evaluate(o.bytes, scope, "--bytes") if o.bytes else _tensor_bytes(list(a) + list(kw.values()))
+            flops = self.evaluate(o.flops, scope, "--flops") if o.flops else None
+            row = {"case": f"{kernel.__name__}" + (f" {name}={value}" if name else ""), "bytes": nbytes,
+                   "flops": flops, "kernellab": {"seconds": t_kernel}, "torch": {"seconds": t_torch}}
+            if name:
+                row["size"] = {name: value}
+            for impl in ("kernellab", "torch"):
+                if nbytes:
+                    row[impl]["gbps"] = nbytes / row[impl]["seconds"] / 1e9
+            rows.append(row)
+        import datetime
+
+        from .roofline import PerformanceView, gpu_name
+
+        result = {"gpu": gpu_name(), "date": datetime.date.today().isoformat(), "rows": rows, "recorded": False,
+                  "source": "this notebook"}
+        lines = [f"{'case':<40}{'kernellab µs':>14}{'torch µs':>12}{'kl GB/s':>10}{'torch GB/s':>12}{'speedup':>9}"]
+        for r in rows:
+            k, t = r["kernellab"], r["torch"]
+            lines.append(f"{r['case'][:40]:<40}{k['seconds'] * 1e6:14.2f}{t['seconds'] * 1e6:12.2f}"
+                         f"{k.get('gbps', 0):10.0f}{t.get('gbps', 0):12.0f}{t['seconds'] / k['seconds']:9.2f}")
+        display(Message("info", f"benchmark on {result['gpu']}: {kernel.__name__} vs `{o.bench}`", "\n".join(lines)))
+        display(PerformanceView(result, title=f"{kernel.__name__} vs {o.bench}"))
+        return result
+
+    def consts_in(self, scope):
+        out = {}
+        for item in self.opts.const:
+            name, _, value = item.partition("=")
+            out[name.strip()] = self.evaluate(value.strip(), dict(scope), f"-c {name.strip()}")
+        return out
+
+    def show_recorded(self, note):
+        from .roofline import PerformanceView, recorded_results
+
+        results = recorded_results()
+        if not results:
+            self.say("info", "no recorded GPU results found (benchmarks/results/*.json in the repository)")
+            return
+        if note:
+            self.say("info", note)
+        display(PerformanceView(results[0]))
+
+
+# --------------------------------------------------------------------------------------------- helpers
+def parse_views(text: str) -> list[str]:
+    """"passes,layout" -> ["passes", "layout"]; 'all', 'none'; unknown names stop the magic with a message."""
+    text = (text or "").strip().lower()
+    if text in ("", "none"):
+        return []
+    if text == "all":
+        return list(VIEWS)
+    out = []
+    for part in re.split(r"[,\s]+", text):
+        if not part:
+            continue
+        name = _ALIASES.get(part, part)
+        if name not in VIEWS:
+            raise _stop("error", f"%%kernel: unknown view {part!r}",
+                        f"--views takes a comma-separated list of: {', '.join(VIEWS)} (or 'all', 'none')")
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def parse_target(text: str):
+    """"sm_90a" / "sm_90" / "90" / "sm_80" -> Target; a bad name stops the magic with a message."""
+    from ..compiler.codegen.target import Target
+
+    m = re.fullmatch(r"\s*(?:sm_?)?(\d{2,3})(a?)\s*", text or "", re.IGNORECASE)
+    if not m:
+        raise _stop("error", f"%%kernel: bad --target {text!r}", "Write sm_90a (H100/H200), sm_90, sm_80, sm_89, ...")
+    try:
+        return Target(int(m.group(1)), arch_specific=bool(m.group(2)))
+    except ValueError as e:
+        raise _stop("error", f"%%kernel: bad --target {text!r}", str(e)) from None
+
+
+def find_show():
+    """``kernellab.viz.show``, looked up when needed; None while it does not exist or cannot be imported
+    (ipywidgets missing): the magic then shows the pass summary."""
+    import importlib
+
+    try:
+        return getattr(importlib.import_module("kernellab.viz"), "show", None)
+    except Exception:
+        return None
+
+
+def show_views(compiled, names) -> None:
+    """Show `names` through ``kernellab.viz.show``; without it (or if it fails), the pass summary."""
+    show = find_show()
+    if show is not None:
+        try:
+            out = show(compiled, views=tuple(names))
+            if out is not None:
+                display(out)
+            return
+        except Exception as e:
+            display(Message("warning", f"the views failed ({type(e).__name__}: {e}); the pass summary instead"))
+    display(Message("info", f"{compiled.name}: passes", compiled.trace.summary()))
+
+
+def _is_kernel(obj) -> bool:
+    from ..runtime.jit import JITFunction
+
+    if isinstance(obj, JITFunction):
+        return True
+    return hasattr(obj, "arg_names") and hasattr(obj, "run") and _is_kernel(getattr(obj, "fn", None))
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def _tensor_bytes(values) -> int:
+    return sum(v.numel() * v.element_size() for v in values if hasattr(v, "element_size") and hasattr(v, "numel"))
+
+
+def _truthy(value):
+    """True / False for bools, numbers and tensors (all elements); None (an assert_close) passes;
+    None for anything else."""
+    if value is None:
+        return True
+    if isinstance(value, (bool, int, float)):
+        return bool(value)
+    if hasattr(value, "all") and hasattr(value, "numel"):
+        return bool(value.all())
+    if hasattr(value, "all") and hasattr(value, "shape"):  # numpy
+        return bool(value.all())
+    return None
+
+
+def _short(value, limit=200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _syntax_text(e: SyntaxError, expr: str | None = None) -> str:
+    src = (e.text or expr or "").rstrip("\n")
+    caret = " " * max(0, (e.offset or 1) - 1) + "^"
+    return f"    {src}\n    {caret}\n{e.msg}"
+
+
+def _cell_line(tb, filename):
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line

@@ -1,0 +1,434 @@
+"""Live ipywidgets views of a CompiledKernel (no extra server, no port, no custom JavaScript).
+
+Each view is an ipywidgets box; its `_repr_mimebundle_` also carries the static HTML of `html.py`,
+so a saved notebook or nbconvert still shows the view without a running kernel.
+
+    import kernellab.viz as kv
+    kv.show(compiled)                       # Tab: passes, layout, smem, code, graph
+    kv.PassesView(compiled)                 # one view
+"""
+from __future__ import annotations
+
+import ipywidgets as W
+
+from . import data as D
+from . import html as H
+
+MONO = "var(--jp-code-font-family, ui-monospace, Menlo, monospace)"
+
+
+def _no_gpu_note(compiled) -> str | None:
+    if "gpu" not in (getattr(compiled, "asm", {}) or {}):
+        return "no GPU stages yet: call compiled.build_gpu() (works without a GPU)"
+    return None
+
+
+class _View(W.VBox):
+    """A view: a VBox of widgets plus a static HTML fallback for saved notebooks."""
+
+    title = "view"
+
+    def __init__(self, compiled, **kwargs):
+        super().__init__(**kwargs)
+        self.compiled = compiled
+
+    def static_html(self) -> str:
+        raise NotImplementedError
+
+    def _repr_mimebundle_(self, **kwargs):
+        data = dict(super()._repr_mimebundle_(**kwargs) or {})
+        data["text/html"] = self.static_html()
+        data.setdefault("text/plain", f"{type(self).__name__}({getattr(self.compiled, 'name', '')})")
+        return data
+
+
+def _html_pane(value="", height=None):
+    layout = W.Layout(width="100%", overflow="auto")
+    if height:
+        layout.max_height = height
+    return W.HTML(value=value, layout=layout)
+
+
+def _trunc(s: str, n: int = 110) -> str:
+    return s if len(s) <= n else s[:n - 1] + "…"
+
+
+# --------------------------------------------------------------------------- passes
+
+
+class PassesView(_View):
+    """Passes list (changed / unchanged, ms) -> the IR after the selected pass, or its diff against
+    the previous pass; a search box highlights (or filters to) matching lines; picking an IR line
+    with a `loc(L:C)` highlights source line L, and picking a source line highlights its IR lines."""
+
+    title = "passes"
+
+    def __init__(self, compiled, **kwargs):
+        super().__init__(compiled, **kwargs)
+        self.trace = compiled.trace
+        self.rows = D.pass_rows(self.trace)
+        self.source_lines = list(getattr(compiled, "source_lines", []) or [])
+        rng = D.kernel_source_range(self.trace.passes[0].ir) if self.trace.passes else None
+        self.src_range = rng or (1, len(self.source_lines))
+        self.selected_src: int | None = None   # source line picked (-> IR lines highlighted)
+        self.selected_ir: int | None = None    # IR line picked (-> source line highlighted)
+        self._busy = False
+
+        opts = [(f"{'●' if r['changed'] else '○'} {r['index']:>2} {r['name']:<26} {r['ms']:7.2f} ms", r["index"])
+                for r in self.rows]
+        # start on the last pass whose IR still carries source locations (the final GPU IR)
+        start = next((r["index"] for r in reversed(self.rows) if "loc(" in self.trace.passes[r["index"]].ir),
+                     len(self.rows) - 1) if self.rows else None
+        self.pass_select = W.Select(options=opts, value=start, rows=min(20, len(opts) or 1),
+                                    layout=W.Layout(width="330px", flex="0 0 auto"))
+        self.diff_toggle = W.ToggleButton(value=False, description="diff vs previous", icon="exchange",
+                                          tooltip="show the change this pass made")
+        self.search = W.Text(value="", placeholder="search IR (regex or text)", continuous_update=True,
+                             layout=W.Layout(width="260px"))
+        self.only_matches = W.Checkbox(value=False, description="only matching lines", indent=False)
+        self.header = _html_pane()
+        self.ir_pane = _html_pane(height="520px")
+        self.source_pane = _html_pane(height="520px")
+        self.status = W.HTML()
+        self.ir_select = W.Select(options=[], rows=8, layout=W.Layout(width="100%"))
+        self.src_select = W.Select(options=[], rows=8, layout=W.Layout(width="100%"))
+        self._fill_source_select()
+
+        self.pass_select.observe(self._on_pass, names="value")
+        self.diff_toggle.observe(lambda _: self.refresh(), names="value")
+        self.search.observe(lambda _: self.refresh(), names="value")
+        self.only_matches.observe(lambda _: self.refresh(), names="value")
+        self.ir_select.observe(self._on_ir_line, names="value")
+        self.src_select.observe(self._on_src_line, names="value")
+
+        def col(children, grow):
+            return W.VBox(children, layout=W.Layout(flex=f"{grow} 1 0%", min_width="0"))
+
+        controls = W.HBox([self.diff_toggle, self.search, self.only_matches])
+        panes = W.HBox([col([self.ir_pane], 3), col([self.source_pane], 2)], layout=W.Layout(width="100%"))
+        right = W.VBox([self.header, controls, panes], layout=W.Layout(flex="1 1 0%", min_width="0"))
+        pickers = W.HBox([col([W.HTML("<b>IR line</b> (pick one to see its source line)"), self.ir_select], 3),
+                          col([W.HTML("<b>kernel source</b> (pick a line to see the IR it became)"),
+                               self.src_select], 2)], layout=W.Layout(width="100%"))
+        style = W.HTML(f"<style>{H.CSS} .kl-passes select{{font-family:{MONO};font-size:12px}}</style>")
+        self.children = [style, W.HBox([self.pass_select, right], layout=W.Layout(width="100%")), pickers,
+                         self.status]
+        self.add_class("kl-passes")
+        self.refresh()
+
+    # -- state
+    @property
+    def index(self) -> int:
+        return self.pass_select.value if self.pass_select.value is not None else 0
+
+    @property
+    def ir(self) -> str:
+        return self.trace.passes[self.index].ir if self.trace.passes else ""
+
+    def select_pass(self, i: int):
+        self.pass_select.value = i if i >= 0 else len(self.rows) + i
+
+    def select_ir_line(self, k: int):
+        self.ir_select.value = k
+
+    def select_source_line(self, line: int):
+        self.src_select.value = line
+
+    def _fill_source_select(self):
+        first, last = self.src_range
+        opts = [("—", None)]
+        for n in range(first, last + 1):
+            text = self.source_lines[n - 1] if 0 < n <= len(self.source_lines) else ""
+            opts.append((f"{n:>4}  {_trunc(text.rstrip())}", n))
+        self.src_select.options = opts
+
+    def _matcher(self):
+        q = self.search.value
+        if not q:
+            return None
+        import re
+
+        try:
+            rx = re.compile(q, re.I)
+            return lambda s: rx.search(s) is not None
+        except re.error:
+            ql = q.lower()
+            return lambda s: ql in s.lower()
+
+    # -- events
+    def _on_pass(self, _):
+        self.selected_ir = None
+        self.refresh()
+
+    def _on_ir_line(self, change):
+        if self._busy:
+            return
+        self.selected_ir = change["new"]
+        fwd, _ = D.op_source_map(self.ir)
+        loc = fwd.get(self.selected_ir) if self.selected_ir is not None else None
+        self._busy = True
+        try:
+            self.selected_src = loc
+            if loc is not None and any(v == loc for _, v in self.src_select.options):
+                self.src_select.value = loc
+        finally:
+            self._busy = False
+        self.refresh(keep_selects=True)
+
+    def _on_src_line(self, change):
+        if self._busy:
+            return
+        self.selected_src = change["new"]
+        self.selected_ir = None
+        self.refresh(keep_selects=True)
+
+    # -- rendering
+    def ir_lines_for_source(self, line: int | None) -> list[int]:
+        if line is None:
+            return []
+        return D.op_source_map(self.ir)[1].get(line, [])
+
+    def refresh(self, keep_selects: bool = False):
+        if not self.rows:
+            self.ir_pane.value = H.page('<p class="kl-dim">empty trace</p>')
+            return
+        i = self.index
+        p = self.trace.passes[i]
+        r = self.rows[i]
+        lines = p.ir.splitlines()
+        match = self._matcher()
+        hits = [k for k, s in enumerate(lines) if match and match(s)]
+        linked = self.ir_lines_for_source(self.selected_src)
+        selected = set(linked) | ({self.selected_ir} if self.selected_ir is not None else set())
+        found = r["summary"]
+        badge = '<span class="kl-badge kl-yes">changed</span>' if p.changed else '<span class="kl-dim">unchanged</span>'
+        self.header.value = H.page(
+            f'<b>{i}. {H.esc(p.name)}</b> — {H.esc(p.description)} '
+            f'<span class="kl-dim">({r["ms"]:.2f} ms{"; " + H.esc(found) if found else ""})</span> {badge}')
+        if self.diff_toggle.value:
+            before = self.trace.passes[i - 1].ir if i > 0 else ""
+            body = H.diff_block(before, p.ir, context=None if not self.only_matches.value else 3, hits=match)
+        elif match and self.only_matches.value:
+            keep = [k for k in range(len(lines)) if k in set(hits) or k in selected]
+            body = H.code_block([lines[k] for k in keep],
+                                ["kl-hit" if k in hits else "kl-sel" for k in keep], numbers=[k + 1 for k in keep])
+        else:
+            prev = self.trace.passes[i - 1].ir if i > 0 else None
+            body = H.ir_html(p.ir, H.changed_lines(prev, p.ir) if p.changed else (), hits, selected)
+        self.ir_pane.value = H.page(body)
+        src_sel = [self.selected_src] if self.selected_src is not None else []
+        first, last = self.src_range
+        self.source_pane.value = H.page("<b>kernel source</b>" + H.source_html(self.source_lines, first, last,
+                                                                                 src_sel))
+        if not keep_selects:
+            self._busy = True
+            try:
+                locs = D.ir_lines_with_locs(p.ir)
+                shown = [k for k in range(len(lines)) if not (match and self.only_matches.value) or k in hits]
+                self.ir_select.options = [(f"{k + 1:>4}  {_trunc(locs[k][0].strip(), 90)}"
+                                           + (f"   [line {locs[k][1]}]" if locs[k][1] else ""), k) for k in shown]
+                self.ir_select.value = None
+            finally:
+                self._busy = False
+        msg = []
+        if match:
+            msg.append(f"{len(hits)} line(s) match “{H.esc(self.search.value)}”")
+        if self.selected_ir is not None:
+            loc = D.op_source_map(p.ir)[0].get(self.selected_ir)
+            msg.append(f"IR line {self.selected_ir + 1} → source line {loc}" if loc
+                       else f"IR line {self.selected_ir + 1} has no source location")
+        elif self.selected_src is not None:
+            msg.append(f"source line {self.selected_src} → IR lines "
+                       + (", ".join(str(k + 1) for k in linked) if linked else "none in this pass"))
+        self.status.value = H.page('<span class="kl-dim">' + " · ".join(msg) + "</span>") if msg else ""
+
+    def static_html(self) -> str:
+        return H.passes_html(self.compiled)
+
+
+# --------------------------------------------------------------------------- layouts
+
+
+class LayoutView(_View):
+    """Dropdown of the GPU IR's tensor values (and stores) -> the layout grid SVG and what it means."""
+
+    title = "layout"
+
+    def __init__(self, compiled, value: str | None = None, **kwargs):
+        super().__init__(compiled, **kwargs)
+        self.pane = _html_pane()
+        note = _no_gpu_note(compiled)
+        if note:
+            self.values, self.dropdown = [], W.Dropdown(options=[], disabled=True)
+            self.pane.value = H.page(f'<p class="kl-dim">{H.esc(note)}</p>')
+            self.children = [self.dropdown, self.pane]
+            return
+        gpu = compiled.asm["gpu"]
+        self.num_warps = getattr(compiled, "num_warps", None) or D.guess_num_warps(gpu)
+        self.values = D.tensor_values(gpu)
+        self.accesses = D.accesses(gpu, self.num_warps)
+        self.entries = []  # (label, value dict, access dict or None)
+        for v in self.values:
+            acc = next((a for a in self.accesses if a["op"] == "tt.load" and a["name"] == v["name"]), None)
+            self.entries.append((f"{v['name']} = {v['op']} : {v['type']}  (line {v['line']})", v, acc))
+        for a in self.accesses:
+            if a["op"] == "tt.store":
+                v = {k: a[k] for k in ("name", "type", "shape", "elem", "alias", "layout", "line", "ir_line")}
+                v["op"] = "stored by tt.store"
+                self.entries.append((f"tt.store of {a['name']} : {a['type']}  (line {a['line']})", v, a))
+        start = 0
+        if value is not None:
+            v = H.pick_value(self.values, value)
+            start = next(k for k, e in enumerate(self.entries) if e[1] is v)
+        elif any(e[2] for e in self.entries):
+            start = next(k for k, e in enumerate(self.entries) if e[2])
+        self.dropdown = W.Dropdown(options=[(e[0], k) for k, e in enumerate(self.entries)], value=start,
+                                   description="value", layout=W.Layout(width="95%"))
+        self.dropdown.observe(lambda _: self.refresh(), names="value")
+        self.children = [self.dropdown, self.pane]
+        self.refresh()
+
+    @property
+    def current(self) -> dict | None:
+        return self.entries[self.dropdown.value][1] if self.values else None
+
+    def select(self, name: str):
+        want = name if name.startswith("%") else "%" + name
+        self.dropdown.value = next(k for k, e in enumerate(self.entries) if e[1]["name"] == want)
+
+    def refresh(self):
+        label, v, acc = self.entries[self.dropdown.value]
+        svg = H.layout_svg(v["layout"], v["shape"], self.num_warps, vec=acc["vec"] if acc else None,
+                           elem_bytes=D.elem_bytes(v["elem"]), title=label)
+        self.pane.value = H.page(H.layout_info_html(v, self.num_warps, acc) + svg)
+
+    def static_html(self) -> str:
+        if not self.values:
+            return H.page(f'<p class="kl-dim">{H.esc(_no_gpu_note(self.compiled) or "no tensor values")}</p>')
+        return H.page(self.pane.value)
+
+
+# --------------------------------------------------------------------------- shared memory
+
+
+class SharedMemoryView(_View):
+    """Memory map of the shared-memory plan (offsets x program points, barriers), the buffer table
+    with bank-conflict estimates; picking a buffer highlights it and shows its IR and source line."""
+
+    title = "shared memory"
+
+    def __init__(self, compiled, limit: int = D.SMEM_LIMIT_SM90, **kwargs):
+        super().__init__(compiled, **kwargs)
+        self.limit = limit
+        self.map = D.smem_map(compiled.trace, limit=limit, num_warps=getattr(compiled, "num_warps", None))
+        self.pane = _html_pane()
+        self.detail = _html_pane()
+        opts = [("all buffers", None)] + [(f"{k}: {b['op']} @ {b['offset']} ({b['size']} B, line {b.get('line')})", k)
+                                          for k, b in enumerate(self.map["buffers"])]
+        self.buffer_select = W.Dropdown(options=opts, value=None, description="buffer",
+                                        layout=W.Layout(width="60%"))
+        self.buffer_select.observe(lambda _: self.refresh(), names="value")
+        self.children = [self.buffer_select, self.pane, self.detail]
+        self.refresh()
+
+    def refresh(self):
+        self.pane.value = H.smem_html(self.compiled, self.limit, highlight=self.buffer_select.value)
+        k = self.buffer_select.value
+        if k is None:
+            self.detail.value = ""
+            return
+        b = self.map["buffers"][k]
+        src = self.compiled.source_lines
+        line = b.get("line")
+        text = src[line - 1].strip() if line and 0 < line <= len(src) else ""
+        self.detail.value = H.page(
+            f'<b>{H.esc(b["op"])}</b>: {H.esc(b.get("reason", ""))}<br>'
+            f'IR: {H.code_block([b["ir_text"]], numbers=[(b["ir_line"] or 0) + 1])}'
+            f'source line {line}: {H.code_block([text], numbers=[line], plain=True)}')
+
+    def static_html(self) -> str:
+        return H.smem_html(self.compiled, self.limit)
+
+
+# --------------------------------------------------------------------------- code
+
+
+class CodeView(_View):
+    """Tabs: PTX, SASS, LLVM IR and the resource report (registers, spills, shared, occupancy)."""
+
+    title = "code"
+
+    def __init__(self, compiled, **kwargs):
+        super().__init__(compiled, **kwargs)
+        note = _no_gpu_note(compiled)
+        if note:
+            self.summary = None
+            self.tabs = W.Tab(children=[W.HTML(H.page(f'<p class="kl-dim">{H.esc(note)}</p>'))])
+            self.tabs.titles = ("report",)
+            self.children = [self.tabs]
+            return
+        self.summary = D.code_summary(compiled)
+        asm = compiled.asm
+
+        def pane(text, why):
+            if not text:
+                return _html_pane(H.page(f'<p class="kl-dim">{H.esc(why)}</p>'))
+            return _html_pane(H.page(H.code_block(text.splitlines())))
+
+        self.tabs = W.Tab(children=[pane(asm.get("ptx"), "no PTX"),
+                                    pane(self.summary["sass"], self.summary["sass_reason"]),
+                                    pane(asm.get("llir"), "no LLVM IR"),
+                                    _html_pane(H.page(H.report_html(self.summary)))])
+        self.tabs.titles = ("PTX", "SASS", "LLVM IR", "report")
+        self.children = [self.tabs]
+
+    def static_html(self) -> str:
+        if self.summary is None:
+            return H.page(f'<p class="kl-dim">{H.esc(_no_gpu_note(self.compiled))}</p>')
+        return H.code_html(self.compiled, self.summary)
+
+
+# --------------------------------------------------------------------------- graph
+
+
+class GraphView(_View):
+    """The tile IR's dataflow graph, drawn by graphviz `dot` when installed (else how to install it)."""
+
+    title = "graph"
+
+    def __init__(self, compiled, **kwargs):
+        super().__init__(compiled, **kwargs)
+        self._html = H.graph_html(compiled)
+        self.pane = _html_pane(self._html, height="700px")
+        self.children = [self.pane]
+
+    def static_html(self) -> str:
+        return self._html
+
+
+VIEWS = {"passes": PassesView, "layout": LayoutView, "smem": SharedMemoryView, "code": CodeView,
+         "graph": GraphView}
+
+
+class LabTab(W.Tab):
+    """The lab's tab of views; its static fallback concatenates each view's HTML."""
+
+    def _repr_mimebundle_(self, **kwargs):
+        data = dict(super()._repr_mimebundle_(**kwargs) or {})
+        parts = []
+        for title, child in zip(self.titles, self.children):
+            if hasattr(child, "static_html"):
+                parts.append(f"<h3>{H.esc(title)}</h3>" + child.static_html())
+        data["text/html"] = "".join(parts)
+        return data
+
+
+def show(compiled, views=("passes", "layout", "smem", "code", "graph")) -> W.Tab:
+    """A Tab with one live view per name in `views` (passes, layout, smem, code, graph)."""
+    unknown = [v for v in views if v not in VIEWS]
+    if unknown:
+        raise ValueError(f"unknown view(s) {unknown}; choose from {list(VIEWS)}")
+    children = [VIEWS[v](compiled) for v in views]
+    tab = LabTab(children=children)
+    tab.titles = tuple(c.title for c in children)
+    return tab

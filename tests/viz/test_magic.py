@@ -1,0 +1,348 @@
+"""The `%%kernel` cell magic, driven through a real IPython shell with its display output captured.
+
+Results of runs are checked against torch (the independent reference), not against the magic's own
+messages; the messages are checked for what a user must be told (cell line, caret, pass/fail, no GPU).
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("IPython")
+
+from IPython.testing.globalipapp import start_ipython  # noqa: E402
+from IPython.utils.capture import capture_output  # noqa: E402
+
+import kernellab  # noqa: E402
+import kernellab.viz  # noqa: E402
+from kernellab.runtime.jit import CompiledKernel, JITFunction  # noqa: E402
+
+ADD = '''def add_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(z_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+'''
+RUN = '--args "x, y, z, n" -c BLOCK=256 --grid "(cdiv(n, BLOCK),)"'
+HAS_GPU = torch.cuda.is_available()
+pytestmark = pytest.mark.filterwarnings("ignore::kernellab.runtime.jit.InterpreterNotice")
+
+
+class Cell:
+    """What one cell did: the shell's result and the text (plain) of everything it displayed."""
+
+    def __init__(self, result, cap):
+        self.result, self.cap = result, cap
+        self.texts = [o.data.get("text/plain", "") for o in cap.outputs]
+        self.htmls = [o.data.get("text/html", "") for o in cap.outputs]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.texts) + self.cap.stdout
+
+    def has(self, pattern: str) -> bool:
+        return re.search(pattern, self.text) is not None
+
+
+@pytest.fixture(scope="module")
+def ip():
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "kernellab")
+    return shell
+
+
+@pytest.fixture()
+def run(ip):
+    def go(src: str) -> Cell:
+        with capture_output() as cap:
+            result = ip.run_cell(src)
+        cell = Cell(result, cap)
+        # the magic never raises out of the cell: the notebook's kernel survives everything below
+        assert result.error_in_exec is None, cell.text
+        assert result.error_before_exec is None, cell.text
+        return cell
+
+    return go
+
+
+@pytest.fixture()
+def data(ip):
+    g = torch.Generator().manual_seed(0)
+    n = 1000
+    ip.user_ns.update(x=torch.rand(n, generator=g), y=torch.rand(n, generator=g), z=torch.full((n,), float("nan")),
+                      n=n, torch=torch)
+    ip.user_ns.pop("_kl_last", None)
+    return ip.user_ns
+
+
+@pytest.fixture()
+def views(monkeypatch):
+    """Record what the magic asks kernellab.viz.show to draw (whether or not show exists yet)."""
+    calls = []
+
+    def fake_show(compiled, views=()):
+        calls.append((compiled, tuple(views)))
+
+    # through the module's dict: kernellab.viz makes `show` lazily, and without ipywidgets looking it up raises
+    monkeypatch.setitem(vars(kernellab.viz), "show", fake_show)
+    return calls
+
+
+# ------------------------------------------------------------------ defining kernels
+def test_defines_plain_and_decorated_kernels(run, ip):
+    cell = run('''%%kernel
+@kl.jit
+def decorated(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), tl.arange(0, BLOCK))
+
+def plain(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), tl.arange(0, BLOCK) * 2)
+''')
+    assert isinstance(ip.user_ns["decorated"], JITFunction)
+    assert isinstance(ip.user_ns["plain"], JITFunction)  # wrapped with kernellab.jit
+    assert cell.has(r"defined decorated, plain") and cell.has("--args")
+    # their source is findable (linecache), so they compile and run like kernels from a file
+    assert "def plain" in ip.user_ns["plain"].src
+    buf = torch.zeros(8, dtype=torch.int32)
+    ip.user_ns["plain"][(1,)](buf, BLOCK=8)
+    assert buf.tolist() == [2 * i for i in range(8)]
+
+
+def test_returns_none_and_stores_last_compiled(run, ip, data, views):
+    cell = run(f"%%kernel {RUN}\n{ADD}")
+    assert cell.result.result is None
+    ck = ip.user_ns["_kl_last"]
+    assert isinstance(ck, CompiledKernel) and ck.trace.kernel == "add_kernel"
+    assert "tensor<256x" in ck.asm["tile"]  # -c BLOCK=256 reached the compile
+    assert torch.isnan(data["z"]).all()  # compiled only: no --run, nothing launched
+
+
+def test_helper_device_function_in_the_same_cell(run, ip, data, views):
+    run(f'''%%kernel {RUN} --run
+def add2(a, b):
+    return a + b
+
+def add_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(z_ptr + offs, add2(tl.load(x_ptr + offs, mask=m), tl.load(y_ptr + offs, mask=m)), mask=m)
+''')
+    torch.testing.assert_close(data["z"], data["x"] + data["y"])
+
+
+def test_kernel_option_picks_one_of_several(run, ip, data, views):
+    two = ADD + '''
+def sub_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(z_ptr + offs, tl.load(x_ptr + offs, mask=m) - tl.load(y_ptr + offs, mask=m), mask=m)
+'''
+    run(f"%%kernel {RUN} --run\n{two}")  # default: the last kernel of the cell
+    assert ip.user_ns["_kl_last"].trace.kernel == "sub_kernel"
+    torch.testing.assert_close(data["z"], data["x"] - data["y"])
+    run(f"%%kernel {RUN} --run --kernel add_kernel\n{two}")
+    assert ip.user_ns["_kl_last"].trace.kernel == "add_kernel"
+    torch.testing.assert_close(data["z"], data["x"] + data["y"])
+    cell = run(f"%%kernel {RUN} --kernel nope\n{two}")
+    assert cell.has("no kernel named 'nope'") and cell.has("add_kernel, sub_kernel")
+
+
+# ------------------------------------------------------------------ running and checking
+def test_run_on_cpu_tensors_and_check_passes(run, ip, data, views):
+    cell = run(f'%%kernel {RUN} --run --check "torch.allclose(z, x + y)"\n{ADD}')
+    torch.testing.assert_close(data["z"], data["x"] + data["y"], rtol=0, atol=0)
+    assert cell.has(r"ran add_kernel\[\(4,\)\] on the CPU interpreter")
+    assert cell.has(r"check passed: torch\.allclose\(z, x \+ y\)")
+    assert not cell.has("check failed")
+
+
+def test_check_fails_with_a_message(run, data, views):
+    cell = run(f'%%kernel {RUN} --check "torch.allclose(z, x - y)"\n{ADD}')  # --check implies --run
+    assert cell.has(r"check failed: torch\.allclose\(z, x - y\)")
+    assert cell.has("evaluated to False")
+
+
+def test_check_against_a_reference_with_out(run, data, views):
+    ok = run(f'%%kernel {RUN} --out z --check "x.double() + y.double()"\n{ADD}')
+    assert ok.has(r"check passed: z matches x\.double\(\) \+ y\.double\(\)") and ok.has(r"max \|error\|")
+    bad = run(f'%%kernel {RUN} --out z --check "x + 2 * y" --atol 1e-6 --rtol 0\n{ADD}')
+    assert bad.has(r"check failed: z does not match x \+ 2 \* y") and bad.has("Mismatched elements")
+
+
+def test_check_with_assert_close_returning_none_passes(run, data, views):
+    cell = run(f'%%kernel {RUN} --check "torch.testing.assert_close(z, x + y)"\n{ADD}')
+    assert cell.has("check passed")
+    cell = run(f'%%kernel {RUN} --check "torch.testing.assert_close(z, x * y)"\n{ADD}')
+    assert cell.has("check failed")
+
+
+def test_grid_lambda_keywords_and_launch_options(run, ip, data, views):
+    run('%%kernel --args "x, y, z, n=n" -c BLOCK=128 --num-warps 8 --num-stages 2 --target sm_80 '
+        '--grid "lambda meta: (cdiv(meta[\'n\'], meta[\'BLOCK\']),)" --run\n' + ADD)
+    torch.testing.assert_close(data["z"], data["x"] + data["y"])
+    ck = ip.user_ns["_kl_last"]
+    assert ck.options["num_warps"] == 8 and ck.options["num_stages"] == 2
+    assert ck._built_for == "sm_80" and "cubin" in ck.asm  # GPU stages built without a GPU
+    assert ".target sm_80" in ck.asm["ptx"] and ck.num_warps == 8
+
+
+def test_default_target_builds_gpu_stages_for_the_views(run, ip, data, views):
+    run(f"%%kernel {RUN}\n{ADD}")
+    ck = ip.user_ns["_kl_last"]
+    assert "ptx" in ck.asm and ck._built_for is not None
+    assert views[-1][0] is ck and views[-1][1] == ("passes", "layout", "smem", "code")
+
+
+def test_views_option(run, data, views):
+    run(f"%%kernel {RUN} --views passes,graph\n{ADD}")
+    assert views[-1][1] == ("passes", "graph")
+    run(f"%%kernel {RUN} --views none\n{ADD}")
+    run(f"%%kernel {RUN} --views all\n{ADD}")
+    assert views[-1][1] == ("passes", "layout", "smem", "code", "graph")  # perf is drawn by the magic itself
+    assert len(views) == 2  # 'none' showed nothing
+
+
+def test_quiet_shows_only_results(run, ip, data, views):
+    cell = run(f'%%kernel {RUN} -q --check "torch.allclose(z, x + y)"\n{ADD}')
+    assert not views and not cell.has("ran add_kernel")
+    assert cell.texts == ["check passed: torch.allclose(z, x + y)"]
+    assert isinstance(ip.user_ns["_kl_last"], CompiledKernel)
+
+
+def test_views_fall_back_to_the_pass_summary(run, data, monkeypatch):
+    from kernellab.viz import magic
+
+    monkeypatch.setattr(magic, "find_show", lambda: None)  # before the views land, or without ipywidgets
+    cell = run(f"%%kernel {RUN} --views passes\n{ADD}")
+    assert cell.has("add_kernel: passes") and cell.has(r"frontend\s+yes")
+
+
+def test_views_that_fail_fall_back_too(run, data, monkeypatch):
+    def broken(compiled, views=()):
+        raise RuntimeError("view bug")
+
+    monkeypatch.setitem(vars(kernellab.viz), "show", broken)
+    cell = run(f"%%kernel {RUN} --views passes\n{ADD}")
+    assert cell.has("view bug") and cell.has(r"frontend\s+yes")
+
+
+# ------------------------------------------------------------------ errors become messages
+def test_compile_error_shows_cell_line_and_caret_and_the_shell_survives(run, ip, data, views):
+    cell = run(f'''%%kernel {RUN}
+def bad_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    q = tl.no_such_builtin(offs)
+''')
+    # line 1 is the %%kernel line, as the notebook numbers the cell
+    assert cell.has(r"CompilationError in kernel 'bad_kernel' at cell line 4")
+    lines = cell.texts[0].splitlines()
+    src = next(i for i, ln in enumerate(lines) if "q = tl.no_such_builtin(offs)" in ln)
+    caret = lines[src + 1]
+    assert caret.strip() == "^"
+    assert lines[src][caret.index("^"):].startswith("tl.no_such_builtin")
+    assert "no_such_builtin" in cell.texts[0].splitlines()[-1]
+    assert "_kl_last" not in ip.user_ns
+    assert not views
+    after = run("40 + 2")
+    assert after.result.result == 42
+
+
+def test_syntax_error_in_the_cell(run):
+    cell = run("%%kernel\ndef k(x_ptr):\n    tl.store(x_ptr, )))\n")
+    assert cell.has("SyntaxError in the cell at cell line 3") and cell.has(r"\^")
+
+
+def test_python_error_while_defining(run):
+    cell = run("%%kernel\nimport math\nvalue = 1 / 0\ndef k(x_ptr):\n    pass\n")
+    assert cell.has("ZeroDivisionError while running the cell at cell line 3") and cell.has("value = 1 / 0")
+
+
+def test_interpreter_error_is_a_message(run, data, views):
+    cell = run(f'''%%kernel {RUN} --run
+def oob_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(z_ptr + offs, tl.load(x_ptr + offs))
+''')
+    assert cell.has("InterpreterError") and cell.has("out of bounds")
+
+
+@pytest.mark.parametrize("line, expect", [
+    ("--bogus", "bad options.*unrecognized arguments: --bogus"),
+    ("--num-warps four", "bad options.*invalid int value"),
+    ('--args "x, y', "bad options.*(closing quotation|No closing)"),
+    (f"{RUN} --views passes,flames", "unknown view 'flames'.*passes, layout, smem, code, graph, perf"),
+    (f"{RUN} --target gfx90a", "bad --target 'gfx90a'"),
+    (f"{RUN} --target sm_20", "bad --target"),
+    (f"{RUN} -c BLOCK", r"bad -c/--const 'BLOCK'"),
+    (f"{RUN} -c BLOCK=undefined_name", "evaluating -c BLOCK failed.*NameError"),
+    ('--args "x,, y"', "--args is not a Python expression"),
+    ('--args "x, y, z, nope"', "evaluating --args failed.*NameError.*nope"),
+    ('--args "x, y, z, n" -c BLOCK=256 --run', "--run needs --grid"),
+    (f'{RUN} --grid "(cdiv(n, BLOK),)" --run', "evaluating --grid failed.*BLOK"),
+    ("--run", "need --args"),
+    (f'{RUN} --out z', "--out needs --check"),
+    (f'{RUN} --sizes "n=[1, 2]"', "--sizes needs --bench"),
+    (f'{RUN} --bench "x + y" --sizes "n=[1, 2]"', "--sizes needs --setup"),
+    (f'{RUN} --check "torch.allclose(z,"', "--check is not a Python expression"),
+    (f'{RUN} --check "object()"', "cannot tell whether object\\(\\) passed"),
+    ('--args "x, y, z" -c BLOCK=256', "CompilationError.*missing a required argument: 'n'"),
+    ('--args "x, y, z, n"', "CompilationError.*missing constexpr argument.*BLOCK"),
+])
+def test_bad_input_is_a_message_not_an_exception(run, ip, data, views, line, expect):
+    cell = run(f"%%kernel {line}\n{ADD}")
+    assert re.search(expect, cell.text, re.S), cell.text
+    assert "Traceback" not in cell.text and "internal error" not in cell.text
+    assert run("1 + 1").result.result == 2
+
+
+def test_error_messages_render_as_html(run, data):
+    cell = run("%%kernel --bogus\n" + ADD)
+    assert cell.htmls and "kl-error" in cell.htmls[0] and "--bogus" in cell.htmls[0]
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the message on a machine without a GPU")
+def test_bench_without_gpu_says_so_and_shows_recorded_results(run, data, views):
+    cell = run(f'%%kernel {RUN} --bench "x + y" -q\n{ADD}')
+    assert cell.has("--bench needs a CUDA GPU, and this machine has none")
+    assert cell.has("recorded on NVIDIA H200, 2026-11-21")  # the recorded view, labeled as such
+    assert any("image/png" in o.data for o in cell.cap.outputs)
+    torch.testing.assert_close(data["z"], data["x"] + data["y"])  # it still ran on the interpreter
+
+
+def test_perf_view_without_bench_shows_recorded_results(run, data, views):
+    cell = run(f"%%kernel {RUN} --views perf\n{ADD}")
+    assert cell.has("recorded on NVIDIA H200")
+
+
+def test_the_real_views_render_or_fall_back(run, ip, data):
+    """With kernellab.viz.show as it is (ipywidgets or not), the cell shows something and never raises."""
+    cell = run(f"%%kernel {RUN} --run\n{ADD}")
+    assert len(cell.cap.outputs) >= 2 and "internal error" not in cell.text
+
+
+# ------------------------------------------------------------------ documentation
+def test_help_lists_every_option(run, ip):
+    doc = ip.find_cell_magic("kernel").__doc__
+    options = ["--args", "--grid", "-c", "--const", "--num-warps", "--num-stages", "--kernel", "--run", "--check",
+               "--out", "--atol", "--rtol", "--bench", "--sizes", "--setup", "--bytes", "--flops", "--views",
+               "--target", "--quiet"]
+    for opt in options:
+        assert re.search(rf"(^|\s|\[){re.escape(opt)}\b", doc), opt
+    assert "%%kernel" in doc
+    cell = run("%%kernel?")
+    for opt in options:
+        assert opt in cell.text, opt
+
+
+@pytest.mark.gpu
+def test_run_check_and_bench_on_the_gpu(run, ip, views):
+    ip.user_ns.update(x=torch.rand(4096, device="cuda"), y=torch.rand(4096, device="cuda"),
+                      z=torch.empty(4096, device="cuda"), n=4096)
+    cell = run(f'%%kernel {RUN} --check "torch.allclose(z, x + y)" --bench "x + y" '
+               '--sizes "n=[2**12, 2**16]" --flops n '
+               '--setup "x = torch.rand(n, device=\'cuda\'); y = torch.rand_like(x); z = torch.empty_like(x)"\n'
+               + ADD)
+    assert cell.has("on the GPU") and cell.has("check passed")
+    assert cell.has("benchmark on") and cell.has("add_kernel n=65536")
+    assert any("image/png" in o.data for o in cell.cap.outputs)
