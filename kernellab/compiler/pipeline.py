@@ -77,9 +77,15 @@ def run_tile_pipeline(module: Module, trace: CompileTrace, passes=None, check=Tr
 
 
 def gpu_passes():
-    from .passes import allocate_shared, assign_layouts, insert_barriers, remove_layout_conversions
+    from .passes import (
+        accelerate_matmul,
+        allocate_shared,
+        assign_layouts,
+        insert_barriers,
+        remove_layout_conversions,
+    )
 
-    return [assign_layouts, remove_layout_conversions, allocate_shared, insert_barriers]
+    return [accelerate_matmul, assign_layouts, remove_layout_conversions, allocate_shared, insert_barriers]
 
 
 def run_gpu_pipeline(module: Module, trace: CompileTrace, options) -> Module:

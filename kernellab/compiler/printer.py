@@ -133,7 +133,7 @@ def _layout_spans(text: str):
     """(start, end) of every outermost `#blocked<...>` / `#slice<...>` in `text`."""
     i, spans = 0, []
     while True:
-        starts = [j for j in (text.find("#blocked<", i), text.find("#slice<", i)) if j >= 0]
+        starts = [j for j in (text.find("#blocked<", i), text.find("#slice<", i), text.find("#mma<", i)) if j >= 0]
         if not starts:
             return spans
         j = min(starts)

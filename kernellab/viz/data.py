@@ -350,7 +350,8 @@ def _as_layout(layout) -> Layout:
 
 
 def _thread_part(info, lane: int, warp: int) -> int:
-    return (((warp // info.warp_div) % info.warps) * info.lanes + (lane // info.lane_div) % info.lanes) * info.spt
+    return (((warp // info.warp_div) % info.warps) * info.warp_stride
+            + ((lane // info.lane_div) % info.lanes) * info.lane_stride)
 
 
 def layout_grid(layout, shape, num_warps: int, vec: int | None = None, elem_bytes: int = 4) -> dict:

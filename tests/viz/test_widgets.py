@@ -167,7 +167,8 @@ def test_layout_view_dropdown_switches_values(cks):
 def test_shared_memory_view_select_buffer(cks):
     ck = cks["matmul"]
     v = kv.SharedMemoryView(ck)
-    assert [o[1] for o in v.buffer_select.options] == [None, 0]
+    n_buffers = len(ck.trace.shared_plan)
+    assert [o[1] for o in v.buffer_select.options] == [None] + list(range(n_buffers))
     assert "4 KiB" in v.pane.value and "bar.sync before op" in v.pane.value
     v.buffer_select.value = 0
     assert "tt.dot" in v.detail.value and "tl.dot" in html.unescape(v.detail.value)

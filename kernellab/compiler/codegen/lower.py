@@ -192,8 +192,8 @@ class KernelLowering:
             for info in infos:
                 lane_c = self.eb.and_(self.eb.lshr(self.lane, _cint(_log2(info.lane_div))), _cint(info.lanes - 1))
                 warp_c = self.eb.and_(self.eb.lshr(self.warp, _cint(_log2(info.warp_div))), _cint(info.warps - 1))
-                t = self.eb.add(self.eb.mul(warp_c, _cint(info.lanes)), lane_c)
-                parts.append(self.eb.mul(t, _cint(info.spt)))
+                parts.append(self.eb.add(self.eb.mul(warp_c, _cint(info.warp_stride)),
+                                         self.eb.mul(lane_c, _cint(info.lane_stride))))
             self.idx_cache[key] = parts
         return self.idx_cache[key]
 

@@ -143,7 +143,7 @@ def _reduce(lw: KernelLowering, op):
                 else:
                     b.store(_to_mem(lw, v, e), p)
         lw.barrier()
-        valid_warps = [w for w in range(info.warps) if w * info.lanes * info.spt < info.size]
+        valid_warps = [w for w in range(info.warps) if w * info.warp_stride < info.size]
         for key in key_order:
             acc = None
             for w in valid_warps:
@@ -408,6 +408,74 @@ def _scan_via_smem(lw: KernelLowering, op):
 
 @handles("tt.dot")
 def _dot(lw: KernelLowering, op):
+    if "mma" in op.attrs:
+        return _dot_mma(lw, op)
+    return _dot_fma(lw, op)
+
+
+def _dot_mma(lw: KernelLowering, op):
+    """Tensor cores: A staged row-major [M][K] and B transposed [N][K] in shared memory, so every
+    fragment register is one aligned 32-bit load of two consecutive k; then mma.sync m16n8k16 per
+    16x8 tile of each warp's block, accumulating in fp32 registers of the #mma layout."""
+    b = lw.b
+    a_v, b_v, c_v = op.operands
+    res = op.results[0]
+    M, K = a_v.type.shape
+    N = b_v.type.shape[1]
+    elem = a_v.type.scalar
+    wm, wn = op.attrs["mma"]
+    tm, tn = M // wm, N // wn
+    b_base = _align16(M * K * 2)
+    for x, ix in zip(lw.regs(a_v), lw.reg_indices(a_v.type.layout, (M, K))):
+        lin = b.add(b.mul(ix[0], _cint(K)), ix[1])
+        b.store(x, lw.smem_ptr(op, b.mul(lin, _cint(2)), 0))
+    for x, ix in zip(lw.regs(b_v), lw.reg_indices(b_v.type.layout, (K, N))):
+        lin = b.add(b.mul(ix[1], _cint(K)), ix[0])  # transposed: [n][k]
+        b.store(x, lw.smem_ptr(op, b.mul(lin, _cint(2)), b_base))
+    lw.barrier()
+    layout = res.type.layout
+    info_m, info_n = layout.dims_info((M, N))
+    g = b.lshr(lw.lane, _cint(2))
+    t = b.and_(lw.lane, _cint(3))
+    warp_m = b.and_(b.lshr(lw.warp, _cint(_log2(info_m.warp_div))), _cint(wm - 1))
+    warp_n = b.and_(b.lshr(lw.warp, _cint(_log2(info_n.warp_div))), _cint(wn - 1))
+    row0 = b.add(b.mul(warp_m, _cint(tm)), g)
+    col0 = b.add(b.mul(warp_n, _cint(tn)), g)
+    two_t = b.mul(t, _cint(2))
+
+    def word(base, row, k):
+        lin = b.add(b.mul(row, _cint(K)), k)
+        return b.load(lw.smem_ptr(op, b.mul(lin, _cint(2)), base), typ=I32)
+
+    acc = list(lw.regs(c_v))
+    ty = "bf16" if elem.name == "bf16" else "f16"
+    asm = (f"mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 "
+           "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
+    fty = ir.FunctionType(ir.LiteralStructType([F32] * 4), [I32] * 6 + [F32] * 4)
+    n_mt, n_nt = tm // 16, tn // 8
+    for k0 in range(0, K, 16):
+        ka = b.add(two_t, _cint(k0))
+        kb = b.add(two_t, _cint(k0 + 8))
+        a_frags = []
+        for i in range(n_mt):
+            r = b.add(row0, _cint(i * 16))
+            r8 = b.add(r, _cint(8))
+            a_frags.append([word(0, r, ka), word(0, r8, ka), word(0, r, kb), word(0, r8, kb)])
+        b_frags = []
+        for j in range(n_nt):
+            c = b.add(col0, _cint(j * 8))
+            b_frags.append([word(b_base, c, ka), word(b_base, c, kb)])
+        for i in range(n_mt):
+            for j in range(n_nt):
+                base = (i * n_nt + j) * 4
+                out = b.asm(fty, asm, "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3",
+                            a_frags[i] + b_frags[j] + acc[base:base + 4], side_effect=False)
+                for q in range(4):
+                    acc[base + q] = b.extract_value(out, q)
+    lw.put(res, acc)
+
+
+def _dot_fma(lw: KernelLowering, op):
     b = lw.b
     a_v, b_v, c_v = op.operands
     res = op.results[0]

@@ -63,10 +63,20 @@ class DimInfo:
     warps: int
     warp_div: int
     offsets: tuple
+    lane_step: int = 0  # element distance between neighbouring lanes (blocked: spt)
+    warp_step: int = 0  # element distance between neighbouring warps (blocked: spt * lanes)
+
+    @property
+    def lane_stride(self):
+        return self.lane_step or self.spt
+
+    @property
+    def warp_stride(self):
+        return self.warp_step or self.spt * self.lanes
 
     @property
     def cta_extent(self):
-        return self.spt * self.lanes * self.warps
+        return self.warp_stride * self.warps
 
     @property
     def replicated(self):
@@ -157,6 +167,45 @@ class Slice(Layout):
         return f"#slice<{self.dim}, {self.parent}>"
 
 
+@dataclass(frozen=True)
+class Mma(Layout):
+    """The accumulator of mma.sync m16n8k16 (sm_80+), warps tiled `warps` = (along M, along N).
+
+    In an m16n8 tile, lane l holds rows l/4 and l/4 + 8, columns 2*(l%4) and 2*(l%4) + 1 (the
+    instruction's fixed fragment); a warp covers a (M/wm) x (N/wn) block of such tiles.
+    """
+
+    warps: tuple
+
+    rank = 2
+
+    @property
+    def num_warps(self):
+        return self.warps[0] * self.warps[1]
+
+    def reg_order(self):
+        return [1, 0]
+
+    def dims_info(self, shape):
+        m, n = shape
+        wm, wn = self.warps
+        tm, tn = max(16, m // wm), max(8, n // wn)
+        rows = tuple(i * 16 + h for i in range(max(1, tm // 16)) for h in (0, 8))
+        cols = tuple(j * 8 + c for j in range(max(1, tn // 8)) for c in (0, 1))
+        return [DimInfo(m, 1, 8, 4, wm, 1, rows, 1, tm), DimInfo(n, 2, 4, 1, wn, wm, cols, 2, tn)]
+
+    def registers(self, shape):
+        """Fragment order: per (m-tile, n-tile): (row, col), (row, col+1), (row+8, col), (row+8, col+1)."""
+        m, n = shape
+        wm, wn = self.warps
+        tm, tn = max(16, m // wm), max(8, n // wn)
+        return [(i * 16 + h, j * 8 + c) for i in range(max(1, tm // 16)) for j in range(max(1, tn // 8))
+                for h in (0, 8) for c in (0, 1)]
+
+    def __str__(self):
+        return f"#mma<[{self.warps[0]}, {self.warps[1]}]>"
+
+
 def sliced_infos(layout, shape):
     return layout.sliced_infos(shape) if isinstance(layout, Slice) else []
 
@@ -195,6 +244,9 @@ def parse_layout(text: str) -> Layout:
     if m:
         vals = [tuple(int(x) for x in g.split(",") if x.strip()) for g in m.groups()]
         return Blocked(*vals)
+    m = re.fullmatch(r"#mma<\[([0-9]+), ([0-9]+)\]>", text)
+    if m:
+        return Mma((int(m.group(1)), int(m.group(2))))
     if text.startswith("#slice<") and text.endswith(">"):
         inner = text[len("#slice<"):-1]
         dim, _, parent = inner.partition(",")

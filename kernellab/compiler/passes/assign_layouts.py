@@ -9,7 +9,7 @@ a `ttg.convert_layout` is inserted (the next pass removes the ones it can).
 from __future__ import annotations
 
 from ..gpu.axis_info import AxisAnalysis
-from ..gpu.layouts import Blocked, Slice, default_blocked
+from ..gpu.layouts import Blocked, Mma, Slice, default_blocked
 from ..ir import Block, Module, Op
 from ..types import TensorType
 
@@ -118,6 +118,8 @@ class LayoutAssigner:
         for user in v.uses:
             if user.name in MEMORY_OPS and id(user) in self.anchors:
                 return self.anchors[id(user)][0]
+            if user.name == "tt.dot" and "mma" in user.attrs and user.operands[2] is v:
+                return Mma(tuple(user.attrs["mma"]))
         for user in v.uses:
             name = user.name
             if name == "tt.expand_dims":
@@ -228,7 +230,10 @@ class LayoutAssigner:
                                                tuple(lay.wpc[o] for o in order), tuple(inv[o] for o in lay.order)))
             return
         if name == "tt.dot":
-            acc_lay = self.layout_of(op.operands[2]) or self.default(op.result.type.shape)
+            if "mma" in op.attrs:
+                acc_lay = Mma(tuple(op.attrs["mma"]))
+            else:
+                acc_lay = self.layout_of(op.operands[2]) or self.default(op.result.type.shape)
             self.want(op, 2, acc_lay)
             self.set_layout(op.result, acc_lay)
             return

@@ -1,0 +1,143 @@
+"""Matmul on the GPU: kernellab vs torch (cuBLAS) vs Triton compiling the same kernel text.
+
+fp16 and bf16, M = N = K in {1024, 2048, 4096, 8192}, plus 8192x8192x1024 and 16x4096x4096. Writes
+benchmarks/results/<date>-<gpu>-matmul.json and prints TFLOP/s and ratios.
+
+    python benchmarks/matmul.py          # needs a CUDA GPU, torch and (for the comparison) triton
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.memory_bound import bench, cdiv  # noqa: E402
+
+CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=8)
+NUM_WARPS = 8
+
+
+def matmul_kernel_for(jit, tl):
+    """The tutorial-style matmul, written once for kernellab's or Triton's `jit`."""
+
+    @jit
+    def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                      stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      GROUP_M: tl.constexpr):
+        pid = tl.program_id(axis=0)
+        num_pid_m = tl.cdiv(M, BLOCK_M)
+        num_pid_n = tl.cdiv(N, BLOCK_N)
+        num_pid_in_group = GROUP_M * num_pid_n
+        group_id = pid // num_pid_in_group
+        first_pid_m = group_id * GROUP_M
+        group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+        pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+        pid_n = (pid % num_pid_in_group) // group_size_m
+        offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+        offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+        offs_k = tl.arange(0, BLOCK_K)
+        a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
+        b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
+            acc = tl.dot(a, b, acc)
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
+        c = acc.to(c_ptr.dtype.element_ty)
+        offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
+        tl.store(c_ptrs, c, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+
+    return matmul_kernel
+
+
+def launch(kernel, a, b, c):
+    M, K = a.shape
+    N = b.shape[1]
+    grid = (cdiv(M, CONFIG["BLOCK_M"]) * cdiv(N, CONFIG["BLOCK_N"]),)
+    return kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                        c.stride(1), num_warps=NUM_WARPS, **CONFIG)
+
+
+def main():
+    import torch
+
+    import kernellab
+    import kernellab.language as kltl
+
+    impls = {"kernellab": matmul_kernel_for(kernellab.jit, kltl)}
+    try:
+        import triton
+        import triton.language as trtl
+
+        impls["triton"] = matmul_kernel_for(triton.jit, trtl)
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    shapes = [(s, s, s) for s in (1024, 2048, 4096, 8192)] + [(8192, 8192, 1024), (16, 4096, 4096)]
+    rows = []
+    print(f"{'case':<28} {'kl TF/s':>8} {'triton':>8} {'cuBLAS':>8}  kl/cuBLAS kl/triton", flush=True)
+    for dtype in (torch.float16, torch.bfloat16):
+        for M, N, K in shapes:
+            g = torch.Generator(device="cuda").manual_seed(M + N + K)
+            a = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+            b = torch.randn(K, N, device="cuda", generator=g).to(dtype)
+            ref = a.float() @ b.float()
+            flops = 2 * M * N * K
+            row = {"case": f"{str(dtype)[6:]} {M}x{N}x{K}", "flops": flops}
+            for name, k in impls.items():
+                c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+                try:
+                    compiled = launch(k, a, b, c)
+                    torch.cuda.synchronize()
+                    err = ((c.float() - ref).norm() / ref.norm()).item()
+                    t = bench(lambda: launch(k, a, b, c))
+                    row[name] = {"seconds": t, "tflops": flops / t / 1e12, "rel_err": err,
+                                 "n_regs": getattr(compiled, "n_regs", None)}
+                except Exception as e:
+                    row[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
+            t = bench(lambda: torch.matmul(a, b))
+            row["torch"] = {"seconds": t, "tflops": flops / t / 1e12}
+            rows.append(row)
+            print(_fmt(row), flush=True)
+    gpu = torch.cuda.get_device_name()
+    result = {"date": datetime.date.today().isoformat(), "gpu": gpu, "config": CONFIG, "num_warps": NUM_WARPS,
+              "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                           "triton": triton_version, "kernellab": kernellab.__version__, "cuda": torch.version.cuda},
+              "rows": rows}
+    out_dir = Path(os.environ.get("KERNELLAB_RESULTS_DIR", ROOT / "benchmarks" / "results"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{result['date']}-{gpu.replace(' ', '_')}-matmul.json"
+    path.write_text(json.dumps(result, indent=2))
+    print(f"\nwrote {path}")
+    print(f"{'case':<28} {'kl TF/s':>8} {'triton':>8} {'cuBLAS':>8}  kl/cuBLAS kl/triton")
+    for row in rows:
+        print(_fmt(row))
+
+
+def _fmt(row):
+    def tf(name):
+        r = row.get(name)
+        return "       -" if not r else ("     ERR" if "error" in r else f"{r['tflops']:8.1f}")
+
+    def ratio(a, b):
+        ra, rb = row.get(a), row.get(b)
+        if ra and rb and "tflops" in ra and "tflops" in rb:
+            return f"{ra['tflops'] / rb['tflops']:8.2f}"
+        return "       -"
+
+    return f"{row['case']:<28} {tf('kernellab')} {tf('triton')} {tf('torch')}  {ratio('kernellab', 'torch')} " \
+           f"{ratio('kernellab', 'triton')}"
+
+
+if __name__ == "__main__":
+    main()
