@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..gpu.layouts import Slice
+from ..gpu.layouts import Blocked, Slice
 from ..types import TensorType
 from .lower import F32, F64, I1, I8, I32, I64, KernelLowering, _cint, _log2, handles, llty, memty
 from .lower_shape import _from_mem, _size_of, _to_mem
@@ -413,10 +413,50 @@ def _dot(lw: KernelLowering, op):
     return _dot_fma(lw, op)
 
 
+def _stage_rows(lw: KernelLowering, op, v, shape, row_stride: int, base: int):
+    """Write a 2-D fp16/bf16 tile row-major (rows `row_stride` elements apart) into scratch, with one
+    vector store per run of consecutive registers along the rows when the layout allows."""
+    b = lw.b
+    layout = v.type.layout
+    regs, idx = lw.regs(v), lw.reg_indices(layout, shape)
+    run = 1
+    if isinstance(layout, Blocked) and layout.order[0] == 1:
+        run = min(layout.spt[1], 8, shape[1])
+    offsets = layout.registers(shape)
+    i = 0
+    while i < len(regs):
+        n = run if (i + run <= len(regs) and offsets[i][1] % run == 0 and
+                    all(offsets[i + q] == (offsets[i][0], offsets[i][1] + q) for q in range(run))) else 1
+        lin = b.add(b.mul(idx[i][0], _cint(row_stride)), idx[i][1])
+        ptr = lw.smem_ptr(op, b.mul(lin, _cint(2)), base)
+        if n == 1:
+            b.store(regs[i], ptr)
+        else:
+            vec = ir.Constant(ir.VectorType(regs[i].type, n), None)
+            for q in range(n):
+                vec = b.insert_element(vec, regs[i + q], _cint(q))
+            b.store(vec, ptr, align=2 * n)
+        i += n
+
+
+def _ldmatrix(lw: KernelLowering, op, byte_offset, count: int, trans: bool):
+    """ldmatrix m8n8 .x{count}: each lane gives one 16-byte row address; returns `count` b32 fragments."""
+    b = lw.b
+    ptr = lw.smem_ptr(op, byte_offset)
+    addr = b.ptrtoint(ptr, I32)
+    outs = ", ".join(f"${i}" for i in range(count))
+    asm = f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 {{{outs}}}, [${count}];"
+    ret = ir.LiteralStructType([I32] * count) if count > 1 else I32
+    res = b.asm(ir.FunctionType(ret, [I32]), asm, ",".join(["=r"] * count + ["r"]), [addr], side_effect=True)
+    return [b.extract_value(res, i) for i in range(count)] if count > 1 else [res]
+
+
 def _dot_mma(lw: KernelLowering, op):
-    """Tensor cores: A staged row-major [M][K] and B transposed [N][K] in shared memory, so every
-    fragment register is one aligned 32-bit load of two consecutive k; then mma.sync m16n8k16 per
-    16x8 tile of each warp's block, accumulating in fp32 registers of the #mma layout."""
+    """Tensor cores: A and B staged row-major in shared memory (rows padded by 16 bytes so ldmatrix
+    hits 8 different bank groups), fragments loaded with ldmatrix (B with .trans), then one
+    mma.sync m16n8k16 per 16x8 tile of each warp's block, accumulating in the #mma layout."""
+    from ..gpu.scratch import MMA_PAD, mma_staging
+
     b = lw.b
     a_v, b_v, c_v = op.operands
     res = op.results[0]
@@ -425,28 +465,24 @@ def _dot_mma(lw: KernelLowering, op):
     elem = a_v.type.scalar
     wm, wn = op.attrs["mma"]
     tm, tn = M // wm, N // wn
-    b_base = _align16(M * K * 2)
-    for x, ix in zip(lw.regs(a_v), lw.reg_indices(a_v.type.layout, (M, K))):
-        lin = b.add(b.mul(ix[0], _cint(K)), ix[1])
-        b.store(x, lw.smem_ptr(op, b.mul(lin, _cint(2)), 0))
-    for x, ix in zip(lw.regs(b_v), lw.reg_indices(b_v.type.layout, (K, N))):
-        lin = b.add(b.mul(ix[1], _cint(K)), ix[0])  # transposed: [n][k]
-        b.store(x, lw.smem_ptr(op, b.mul(lin, _cint(2)), b_base))
+    sa, sb = K + MMA_PAD, N + MMA_PAD
+    b_base = mma_staging(M, N, K)[0]
+    _stage_rows(lw, op, a_v, (M, K), sa, 0)
+    _stage_rows(lw, op, b_v, (K, N), sb, b_base)
     lw.barrier()
     layout = res.type.layout
     info_m, info_n = layout.dims_info((M, N))
-    g = b.lshr(lw.lane, _cint(2))
-    t = b.and_(lw.lane, _cint(3))
     warp_m = b.and_(b.lshr(lw.warp, _cint(_log2(info_m.warp_div))), _cint(wm - 1))
     warp_n = b.and_(b.lshr(lw.warp, _cint(_log2(info_n.warp_div))), _cint(wn - 1))
-    row0 = b.add(b.mul(warp_m, _cint(tm)), g)
-    col0 = b.add(b.mul(warp_n, _cint(tn)), g)
-    two_t = b.mul(t, _cint(2))
-
-    def word(base, row, k):
-        lin = b.add(b.mul(row, _cint(K)), k)
-        return b.load(lw.smem_ptr(op, b.mul(lin, _cint(2)), base), typ=I32)
-
+    lane = lw.lane
+    mat = b.lshr(lane, _cint(3))          # which 8x8 matrix this lane addresses
+    row8 = b.and_(lane, _cint(7))         # which row of it
+    # A (x4): matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
+    a_row = b.add(b.add(b.mul(warp_m, _cint(tm)), b.mul(b.and_(mat, _cint(1)), _cint(8))), row8)
+    a_col = b.mul(b.lshr(mat, _cint(1)), _cint(8))
+    # B (x4 .trans over two n-tiles): matrices (k 0-7, n), (k 8-15, n), (k 0-7, n+8), (k 8-15, n+8)
+    b_row = b.add(b.mul(b.and_(mat, _cint(1)), _cint(8)), row8)
+    b_col = b.add(b.mul(warp_n, _cint(tn)), b.mul(b.lshr(mat, _cint(1)), _cint(8)))
     acc = list(lw.regs(c_v))
     ty = "bf16" if elem.name == "bf16" else "f16"
     asm = (f"mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 "
@@ -454,17 +490,19 @@ def _dot_mma(lw: KernelLowering, op):
     fty = ir.FunctionType(ir.LiteralStructType([F32] * 4), [I32] * 6 + [F32] * 4)
     n_mt, n_nt = tm // 16, tn // 8
     for k0 in range(0, K, 16):
-        ka = b.add(two_t, _cint(k0))
-        kb = b.add(two_t, _cint(k0 + 8))
         a_frags = []
         for i in range(n_mt):
-            r = b.add(row0, _cint(i * 16))
-            r8 = b.add(r, _cint(8))
-            a_frags.append([word(0, r, ka), word(0, r8, ka), word(0, r, kb), word(0, r8, kb)])
+            lin = b.add(b.mul(b.add(a_row, _cint(i * 16)), _cint(sa)), b.add(a_col, _cint(k0)))
+            a_frags.append(_ldmatrix(lw, op, b.mul(lin, _cint(2)), 4, trans=False))
         b_frags = []
-        for j in range(n_nt):
-            c = b.add(col0, _cint(j * 8))
-            b_frags.append([word(b_base, c, ka), word(b_base, c, kb)])
+        for j in range(0, n_nt, 2):
+            lin = b.add(b.mul(b.add(b_row, _cint(k0)), _cint(sb)), b.add(b_col, _cint(j * 8)))
+            if j + 1 < n_nt:
+                w = _ldmatrix(lw, op, b.add(b.mul(lin, _cint(2)), _cint(b_base)), 4, trans=True)
+                b_frags += [w[0:2], w[2:4]]
+            else:
+                w = _ldmatrix(lw, op, b.add(b.mul(lin, _cint(2)), _cint(b_base)), 2, trans=True)
+                b_frags.append(w)
         for i in range(n_mt):
             for j in range(n_nt):
                 base = (i * n_nt + j) * 4

@@ -61,6 +61,10 @@ def scratch_bytes(op) -> tuple[int, str]:
 
 def _other_ops(op):
     name = op.name
+    if name == "tt.dot" and "mma" in op.attrs:
+        (m, k), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
+        a_bytes, b_bytes = mma_staging(m, n, k)
+        return a_bytes + b_bytes, "dot operands staged for ldmatrix (rows padded by 16 bytes: no bank conflicts)"
     if name == "tt.dot":
         a, b = op.operands[0].type, op.operands[1].type
         return _align16(_numel(a.shape) * mem_bytes(a)) + _numel(b.shape) * mem_bytes(b), "dot operand staging"
@@ -82,3 +86,11 @@ def scan_plan(layout, shape, axis):
         return None
     reps = len(info.offsets) // info.spt
     return reps, info.warps, _numel(shape) // shape[axis]
+
+
+MMA_PAD = 8  # halves added to each staged row: 16 bytes shift consecutive rows across the 32 banks
+
+
+def mma_staging(m: int, n: int, k: int) -> tuple[int, int]:
+    """Bytes of the staged A ([M][K + pad]) and B ([K][N + pad]) tiles, both fp16/bf16."""
+    return _align16(m * (k + MMA_PAD) * 2), _align16(k * (n + MMA_PAD) * 2)
