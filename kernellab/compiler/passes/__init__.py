@@ -6,8 +6,8 @@ after constant folding and loop-invariant code motion.
 """
 from __future__ import annotations
 
-from . import canonicalize, constant_fold, cse, dce, inline, licm
+from . import canonicalize, constant_fold, cse, dce, inline, licm, pipeline_loads
 
-TILE_PASSES = [inline, canonicalize, constant_fold, canonicalize, cse, dce, licm, cse, dce]
+TILE_PASSES = [inline, canonicalize, constant_fold, canonicalize, cse, dce, licm, pipeline_loads, cse, dce]
 
-__all__ = ["TILE_PASSES", "canonicalize", "constant_fold", "cse", "dce", "inline", "licm"]
+__all__ = ["TILE_PASSES", "canonicalize", "constant_fold", "cse", "dce", "inline", "licm", "pipeline_loads"]

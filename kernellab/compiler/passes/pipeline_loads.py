@@ -1,0 +1,128 @@
+"""Software-pipeline the global loads of loops that feed `tl.dot`: issue iteration i+1's loads
+before iteration i's dot, so memory latency overlaps the math (`num_stages` >= 2).
+
+For each load at the top level of such a loop body whose address depends only on the induction
+variable, the loop-carried values and loop invariants (through pure ops), the pass:
+- clones the address computation and the load before the loop for the first iteration (prologue),
+- clones it at the end of the body for the next iteration, from the values the body yields,
+- carries the loaded tile in a new loop-carried value that replaces the original load.
+Prefetching loads are masked off when the iteration they serve does not run, so they never touch
+memory the original program would not have.
+"""
+from __future__ import annotations
+
+from ..ir import Module, Op
+from ..ops import is_pure
+from ..rewrite import clone_op, insert_before, int_const, rebuild_op
+from ..types import TensorType, int1
+
+NAME = "pipeline_loads"
+DESCRIPTION = "prefetch the next iteration's loads in loops that feed tl.dot (register double-buffering)"
+
+
+def _slice(load: Op, body) -> list | None:
+    """The pure ops of `body` (top level) that `load`'s operands depend on, in body order; None when
+    the address needs something that cannot be recomputed (a load, a region op...)."""
+    needed, stack = set(), list(load.operands)
+    while stack:
+        v = stack.pop()
+        op = v.defining_op
+        if op is None or op.block is not body or id(op) in needed:
+            continue
+        if op.regions or not is_pure(op):
+            return None
+        needed.add(id(op))
+        stack.extend(op.operands)
+    return [op for op in body.ops if id(op) in needed]
+
+
+def _guarded(mask_op_anchor: Op, mask, cond, shape, loc):
+    """mask & cond (cond an i1 scalar), as new ops before `mask_op_anchor`."""
+    if shape:
+        cond = Op("tt.splat", [cond], [TensorType(shape, int1)], {}, (), loc)
+        insert_before(mask_op_anchor, cond)
+        cond = cond.result
+    if mask is None:
+        return cond
+    both = Op("arith.andi", [mask, cond], [mask.type], {}, (), loc)
+    insert_before(mask_op_anchor, both)
+    return both.result
+
+
+def _emit_load(anchor: Op, load: Op, slice_ops, mapping, cond):
+    """Clone `slice_ops` + `load` before `anchor` under `mapping`, masking the load with `cond`."""
+    for op in slice_ops:
+        insert_before(anchor, clone_op(op, mapping))
+    ptr = mapping.get(id(load.operands[0]), load.operands[0])
+    mask = mapping.get(id(load.operands[1]), load.operands[1]) if len(load.operands) > 1 else None
+    other = mapping.get(id(load.operands[2]), load.operands[2]) if len(load.operands) > 2 else None
+    mask = _guarded(anchor, mask, cond, tuple(ptr.type.shape), load.loc)
+    operands = [ptr, mask] + ([other] if other is not None else [])
+    new = Op("tt.load", operands, [load.result.type], dict(load.attrs), (), load.loc, [load.result.hint])
+    insert_before(anchor, new)
+    return new.result
+
+
+def _pipeline(for_op: Op) -> int:
+    body = for_op.regions[0]
+    step = int_const(for_op.operands[2])
+    if step is None or step <= 0 or for_op.attrs.get("num_stages", 3) < 2:
+        return 0
+    if not any(op.name == "tt.dot" for op in body.ops):
+        return 0
+    loads = [op for op in body.ops if op.name == "tt.load" and not op.operands[0].type.is_block_ptr()]
+    plans = [(ld, _slice(ld, body)) for ld in loads]
+    plans = [(ld, s) for ld, s in plans if s is not None]
+    if not plans:
+        return 0
+    lb, ub = for_op.operands[0], for_op.operands[1]
+    iv, iter_args = body.args[0], body.args[1:]
+    yield_op = body.terminator
+    loc = for_op.loc
+    # prologue: the first iteration's loads, masked off when the loop does not run at all
+    runs = Op("arith.cmpi", [lb, ub], [int1], {"predicate": "slt"}, (), loc)
+    insert_before(for_op, runs)
+    first = []
+    for ld, sl in plans:
+        mapping = {id(iv): lb}
+        mapping.update({id(a): init for a, init in zip(iter_args, for_op.operands[3:])})
+        first.append(_emit_load(for_op, ld, sl, mapping, runs.result))
+    # in the body: the next iteration's loads, from the values this iteration yields
+    nxt = Op("arith.addi", [iv, for_op.operands[2]], [iv.type], {}, (), loc)
+    insert_before(yield_op, nxt)
+    more = Op("arith.cmpi", [nxt.result, ub], [int1], {"predicate": "slt"}, (), loc)
+    insert_before(yield_op, more)
+    prefetched = []
+    for ld, sl in plans:
+        mapping = {id(iv): nxt.result}
+        mapping.update({id(a): y for a, y in zip(iter_args, yield_op.operands)})
+        prefetched.append(_emit_load(yield_op, ld, sl, mapping, more.result))
+    # carry the tiles: new block arguments replace the original loads
+    for (ld, _), val in zip(plans, prefetched):
+        arg = body.add_arg(ld.result.type, ld.result.hint)
+        ld.result.replace_all_uses_with(arg)
+        yield_op.operands.append(val)
+        val.uses.append(yield_op)
+        ld.erase()
+    operands = list(for_op.operands) + first
+    new = Op("scf.for", operands, [r.type for r in for_op.results] + [v.type for v in first], dict(for_op.attrs),
+             [], for_op.loc, [r.hint for r in for_op.results] + [None] * len(first))
+    new.regions = [body]
+    body.parent = new
+    for_op.regions = []
+    insert_before(for_op, new)
+    for old, res in zip(for_op.results, new.results):
+        old.replace_all_uses_with(res)
+    for_op.erase()
+    return len(plans)
+
+
+def run(module: Module, options=None) -> dict:
+    count = 0
+    for op in list(module.kernel.walk()):
+        if op.name == "scf.for" and op.block is not None:
+            count += _pipeline(op)
+    return {"prefetched_loads": count}
+
+
+__all__ = ["run", "rebuild_op"]
