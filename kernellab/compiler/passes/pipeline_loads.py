@@ -4,7 +4,7 @@ before iteration i's dot, so memory latency overlaps the math (`num_stages` >= 2
 For each load at the top level of such a loop body whose address depends only on the induction
 variable, the loop-carried values and loop invariants (through pure ops), the pass:
 - clones the address computation and the load before the loop for the first iteration (prologue),
-- clones it at the end of the body for the next iteration, from the values the body yields,
+- clones it right before the dot for the next iteration, from the values the body will yield,
 - carries the loaded tile in a new loop-carried value that replaces the original load.
 Prefetching loads are masked off when the iteration they serve does not run, so they never touch
 memory the original program would not have.
@@ -63,6 +63,32 @@ def _emit_load(anchor: Op, load: Op, slice_ops, mapping, cond):
     return new.result
 
 
+def _value_before(v, anchor: Op, body):
+    """`v` if it is available at `anchor`, else a copy of its (pure) computation inserted before it."""
+    order = {id(op): i for i, op in enumerate(body.ops)}
+    op = v.defining_op
+    if op is None or op.block is not body or order[id(op)] < order[id(anchor)]:
+        return v
+    mapping: dict = {}
+    for dep in _slice(op, body) + [op]:
+        if order.get(id(dep), -1) >= order[id(anchor)] and id(dep) not in mapping:
+            insert_before(anchor, clone_op(dep, mapping))
+    return mapping.get(id(v), v)
+
+
+def _yields_recomputable(for_op: Op, plans, anchor) -> bool:
+    body = for_op.regions[0]
+    order = {id(op): i for i, op in enumerate(body.ops)}
+    for a, y in zip(body.args[1:], body.terminator.operands):
+        op = y.defining_op
+        if op is None or op.block is not body or order[id(op)] < order[id(anchor)]:
+            continue
+        used = any(a in op2.operands for ld, sl in plans for op2 in sl + [ld])
+        if used and (op.regions or not is_pure(op) or _slice(op, body) is None):
+            return False
+    return True
+
+
 def _pipeline(for_op: Op) -> int:
     body = for_op.regions[0]
     step = int_const(for_op.operands[2])
@@ -73,7 +99,7 @@ def _pipeline(for_op: Op) -> int:
     loads = [op for op in body.ops if op.name == "tt.load" and not op.operands[0].type.is_block_ptr()]
     plans = [(ld, _slice(ld, body)) for ld in loads]
     plans = [(ld, s) for ld, s in plans if s is not None]
-    if not plans:
+    if not plans or not _yields_recomputable(for_op, plans, next(op for op in body.ops if op.name == "tt.dot")):
         return 0
     lb, ub = for_op.operands[0], for_op.operands[1]
     iv, iter_args = body.args[0], body.args[1:]
@@ -87,16 +113,22 @@ def _pipeline(for_op: Op) -> int:
         mapping = {id(iv): lb}
         mapping.update({id(a): init for a, init in zip(iter_args, for_op.operands[3:])})
         first.append(_emit_load(for_op, ld, sl, mapping, runs.result))
-    # in the body: the next iteration's loads, from the values this iteration yields
+    # in the body, right before the dot: the next iteration's loads, from the values this iteration
+    # will yield (their pure computation is repeated here), so they are in flight during the math
+    anchor = next(op for op in body.ops if op.name == "tt.dot")
     nxt = Op("arith.addi", [iv, for_op.operands[2]], [iv.type], {}, (), loc)
-    insert_before(yield_op, nxt)
+    insert_before(anchor, nxt)
     more = Op("arith.cmpi", [nxt.result, ub], [int1], {"predicate": "slt"}, (), loc)
-    insert_before(yield_op, more)
+    insert_before(anchor, more)
+    next_args = {}
+    for a, y in zip(iter_args, yield_op.operands):
+        if any(a in [o for o in op.operands] for ld, sl in plans for op in sl + [ld]):
+            next_args[id(a)] = _value_before(y, anchor, body)
     prefetched = []
     for ld, sl in plans:
         mapping = {id(iv): nxt.result}
-        mapping.update({id(a): y for a, y in zip(iter_args, yield_op.operands)})
-        prefetched.append(_emit_load(yield_op, ld, sl, mapping, more.result))
+        mapping.update(next_args)
+        prefetched.append(_emit_load(anchor, ld, sl, mapping, more.result))
     # carry the tiles: new block arguments replace the original loads
     for (ld, _), val in zip(plans, prefetched):
         arg = body.add_arg(ld.result.type, ld.result.hint)
