@@ -12,7 +12,7 @@ tt.func @k(%a: !ptr<f32>, %c: !ptr<f32>, %n: i32) {
   %one = arith.constant {value = 1} : i32
   %r = tt.make_range {end = 16, start = 0} : tensor<16xi32>
   %acc0 = arith.constant {value = 0.0} : tensor<16x16xf32>
-  %acc = scf.for %lb, %n, %one, %acc0 : tensor<16x16xf32> {
+  %acc = scf.for %lb, %n, %one, %acc0 {num_stages = 2} : tensor<16x16xf32> {
   ^bb(%i: i32, %x: tensor<16x16xf32>):
     %s = arith.muli %i, %n : i32
     %p0 = tt.addptr %a, %s : !ptr<f32>
@@ -59,7 +59,9 @@ def test_prefetch_structure():
     prologue, loop = text[:body_start], text[body_start:]
     assert "tt.load" in prologue and 'predicate = "slt"' in prologue  # first iteration, guarded by lb < ub
     assert loop.count("tt.load") == 1 and "arith.andi" not in prologue
-    assert "scf.yield %d, " in loop  # the prefetched tile is carried to the next iteration
+    assert "scf.yield %d, " in loop
+    unstaged = parse_module(LOOP.replace(" {num_stages = 2}", ""))
+    assert pipeline_loads.run(unstaged) == {"prefetched_loads": 0}  # opt-in per loop  # the prefetched tile is carried to the next iteration
     # the prefetch is masked with i + 1 < n and issued before the dot, so it overlaps the math
     assert loop.index("arith.addi %i, %one") < loop.index("tt.load") < loop.index("tt.dot")
 

@@ -1,5 +1,6 @@
 """Software-pipeline the global loads of loops that feed `tl.dot`: issue iteration i+1's loads
-before iteration i's dot, so memory latency overlaps the math (`num_stages` >= 2).
+before iteration i's dot, so memory latency overlaps the math. Applies to loops written with
+`tl.range(..., num_stages=2 or more)`.
 
 For each load at the top level of such a loop body whose address depends only on the induction
 variable, the loop-carried values and loop invariants (through pure ops), the pass:
@@ -92,7 +93,9 @@ def _yields_recomputable(for_op: Op, plans, anchor) -> bool:
 def _pipeline(for_op: Op) -> int:
     body = for_op.regions[0]
     step = int_const(for_op.operands[2])
-    if step is None or step <= 0 or for_op.attrs.get("num_stages", 3) < 2:
+    # Opt-in per loop (`tl.range(..., num_stages=2)`): holding the next tiles costs registers, and on
+    # the H200 a second resident program hid latency as well for large matmuls (see benchmarks/NOTES.md).
+    if step is None or step <= 0 or for_op.attrs.get("num_stages", 1) < 2:
         return 0
     if not any(op.name == "tt.dot" for op in body.ops):
         return 0
