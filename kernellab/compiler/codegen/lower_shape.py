@@ -93,14 +93,21 @@ def store_linear(lw: KernelLowering, op, vals, layout, shape, elem, base_bytes=0
     """Write every register of a tensor to scratch at its row-major index (* scale + plus)."""
     size = _size_of(memty(elem))
     idx = lw.reg_indices(layout, shape)
-    for v, ix in zip(vals, idx):
+    # Where a layout holds copies of an element, only the representative copy writes: copies are
+    # equal except after an atomic, whose old value only the representative lane received.
+    valid = lw.reg_valid(layout, shape)
+    for r, (v, ix) in enumerate(zip(vals, idx)):
         lin = lw.linear_index(ix, shape)
         if scale != 1:
             lin = lw.b.mul(lin, _cint(scale))
         if plus:
             lin = lw.b.add(lin, _cint(plus))
         p = lw.smem_ptr(op, lw.b.mul(lin, _cint(size)), base_bytes)
-        lw.b.store(_to_mem(lw, v, elem), p)
+        if valid is None:
+            lw.b.store(_to_mem(lw, v, elem), p)
+        else:
+            with lw.b.if_then(valid[r]):
+                lw.b.store(_to_mem(lw, v, elem), p)
     return size
 
 

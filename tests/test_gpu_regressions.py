@@ -1,0 +1,29 @@
+"""GPU regressions found while building the backend, each with the smallest kernel that showed it."""
+import pytest
+import torch
+
+import kernellab as kl
+import kernellab.language as tl
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+@kl.jit
+def atomic_old_values(x_ptr, old_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    old = tl.atomic_add(x_ptr + offs, 5)
+    tl.store(old_ptr + offs, old)
+
+
+@pytest.mark.parametrize("block, num_warps", [(16, 4), (32, 4), (64, 8)])
+def test_atomic_old_values_survive_a_layout_conversion(block, num_warps):
+    # a tile smaller than the program's threads holds copies of each element; only the representative
+    # lane performs the atomic, so only it may write the old value when the tile changes layout
+    g = torch.Generator().manual_seed(block)
+    x0 = torch.randint(1, 1000, (block,), generator=g, dtype=torch.int32)
+    x = x0.cuda()
+    old = torch.full((block,), -1, dtype=torch.int32, device="cuda")
+    atomic_old_values[(1,)](x, old, BLOCK=block, num_warps=num_warps)
+    torch.cuda.synchronize()
+    assert torch.equal(old.cpu(), x0)
+    assert torch.equal(x.cpu(), x0 + 5)
