@@ -106,7 +106,8 @@ class CompiledKernel:
         if "ptx" in self.asm and self._built_for == target.cpu:
             return self
         opts = GpuOptions(num_warps=self.options.get("num_warps", 4),
-                          num_stages=self.options.get("num_stages", 3), arch=target.arch)
+                          num_stages=self.options.get("num_stages", 3), arch=target.arch,
+                          fp_fusion=bool(self.options.get("enable_fp_fusion", True)))
         key = _gpu_cache_key(self.asm["tile"], opts, target)
         out = _load_cached(key, self.trace)
         if out is None:
@@ -228,7 +229,7 @@ def _gpu_cache_key(tile_ir: str, opts, target) -> str:
     the argument specialization (like Triton's key); options, target and toolchain versions complete it."""
     from .cache import cache_key
 
-    return cache_key("gpu", tile_ir, opts.num_warps, opts.num_stages, target.cpu, target.ptx_version,
+    return cache_key("gpu", tile_ir, opts.num_warps, opts.num_stages, opts.fp_fusion, target.cpu, target.ptx_version,
                      _toolchain_versions())
 
 

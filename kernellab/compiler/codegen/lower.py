@@ -376,6 +376,8 @@ class KernelLowering:
         if t.name == "bf16":  # compute in f32, round once
             a, c = (self.b.fpext(x, F32) for x in xs)
             return self.b.fptrunc(f(a, c), BF16)
+        if getattr(self.opts, "fp_fusion", True) and f.__name__ in ("fadd", "fsub", "fmul"):
+            return f(*xs, flags=("contract",))  # ptxas may fuse a*b+c into one fma, as Triton allows
         return f(*xs)
 
     def float_intrinsic(self, t, name, xs):

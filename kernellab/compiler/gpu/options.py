@@ -9,6 +9,7 @@ class GpuOptions:
     num_warps: int = 4
     num_stages: int = 3
     arch: int = 90
+    fp_fusion: bool = True  # let a*b+c become one fma (Triton's enable_fp_fusion); False keeps IEEE mul+add
 
     @property
     def num_threads(self):
