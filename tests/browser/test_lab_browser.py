@@ -177,18 +177,37 @@ def _run_all(page, lab):
         return !s || !s.getAttribute('data-status') || s.getAttribute('data-status') === 'idle';
     }""", timeout=60_000)
     page.keyboard.press("Control+b")  # hide the file browser: more room for the notebook in the screenshots
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
     n_code = page.locator(".jp-NotebookPanel .jp-CodeCell").count()
-    # done: cells run in order, so the last code cell has an execution count, nothing is queued or running
-    # ([*]), and the kernel is idle (cells with a collapsed input, the solutions, show no prompt)
-    page.wait_for_function("""() => {
+    done = """() => {
         const prompts = [...document.querySelectorAll('.jp-NotebookPanel .jp-CodeCell .jp-InputPrompt')];
         const ind = document.querySelector('.jp-Notebook-ExecutionIndicator');
+        const errors = document.querySelectorAll('.jp-NotebookPanel [data-mime-type="application/vnd.jupyter.error"]');
+        if (errors.length) return 'error';
         return prompts.length > 0 && /\\[\\d+\\]/.test(prompts[prompts.length - 1].textContent)
             && !prompts.some(p => p.textContent.includes('*'))
             && (!ind || ind.getAttribute('data-status') === 'idle');
-    }""", timeout=RUN_TIMEOUT_S * 1000)
+    }"""
+    started = """() => [...document.querySelectorAll('.jp-NotebookPanel .jp-CodeCell .jp-InputPrompt')]
+                   .some(p => /\\[(\\d+|\\*)\\]/.test(p.textContent))"""
+    for attempt in range(2):  # a click that lands while the page is still settling is retried once
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        try:
+            page.wait_for_function(started, timeout=30_000)
+            break
+        except Exception:
+            page.keyboard.press("Escape")
+    # done: cells run in order, so the last code cell has an execution count, nothing is queued or running
+    # ([*]), and the kernel is idle (cells with a collapsed input, the solutions, show no prompt)
+    try:
+        result = page.wait_for_function(done, timeout=RUN_TIMEOUT_S * 1000).json_value()
+    except Exception:
+        page.screenshot(path=str(SHOTS / "01_run_all_timeout.png"), full_page=True)
+        raise
+    if result == "error":
+        page.screenshot(path=str(SHOTS / "01_cell_error.png"), full_page=True)
+        text = page.locator('.jp-NotebookPanel [data-mime-type="application/vnd.jupyter.error"]').first.inner_text()
+        pytest.fail(f"a notebook cell raised in the browser run:\n{text[:3000]}")
     return n_code
 
 
