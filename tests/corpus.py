@@ -89,7 +89,7 @@ def make_kernels(kl, tl):
             accumulator = tl.dot(a, b, accumulator)
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
-        c = accumulator.to(tl.float16)
+        c = accumulator.to(c_ptr.dtype.element_ty)
         offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]

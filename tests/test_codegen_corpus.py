@@ -34,7 +34,7 @@ def test_corpus_assembles(case, arch, monkeypatch):
     for ck, out in compiled:
         assert out["cubin"][:4] == b"\x7fELF"
         assert out["report"]["n_regs"] > 0
-        assert ".entry" in out["ptx"] and "llvm.nvvm" not in out["ptx"].split(".entry")[1].split("\n")[0]
+        assert ".entry" in out["ptx"] and "llvm.nvvm" not in out["ptx"]  # no unresolved intrinsic calls
         names = [p.name for p in ck.trace.passes]
         for stage in ("assign_layouts", "remove_layout_conversions", "allocate_shared", "insert_barriers",
                       "to_llvm", "to_ptx", "to_cubin"):

@@ -27,3 +27,17 @@ def test_atomic_old_values_survive_a_layout_conversion(block, num_warps):
     torch.cuda.synchronize()
     assert torch.equal(old.cpu(), x0)
     assert torch.equal(x.cpu(), x0 + 5)
+
+
+@kl.jit
+def store_int(out_ptr, n):
+    tl.store(out_ptr, n.to(tl.int64))
+
+
+def test_warm_launch_respecializes_integers_by_width():
+    # the warm-launch fast path must not reuse an i32 kernel for a value that needs u32 or i64
+    out = torch.zeros(1, dtype=torch.int64, device="cuda")
+    for n in (5, 2**31 + 5, 2**40 + 3, -7, 5):
+        store_int[(1,)](out, n)
+        torch.cuda.synchronize()
+        assert out.item() == n

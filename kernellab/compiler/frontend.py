@@ -17,7 +17,7 @@ from ..language import core as lcore
 from ..language.core import constexpr, tensor, unwrap
 from .ir import Block, Builder, Function, Loc, Module
 from .semantic import Semantic, SemanticError
-from .types import PointerType, Type, block_of, int1, int32, int64
+from .types import Type, int1, int32, int64
 
 _PY_BUILTINS = {n: getattr(builtins, n) for n in [
     "range", "len", "min", "max", "int", "float", "bool", "str", "tuple", "list", "zip", "enumerate",
@@ -66,7 +66,7 @@ def _jump_reason(node, hint: str) -> str:
 
 def mangle(name: str, parts) -> str:
     text = "_".join(str(p) for p in parts)
-    return name + ("__" + re.sub(r"[^A-Za-z0-9_]", "", text.replace("!ptr<", "p").replace("x", "x"))
+    return name + ("__" + re.sub(r"[^A-Za-z0-9_]", "", text.replace("!ptr<", "p"))
                    if parts else "")
 
 
@@ -363,8 +363,7 @@ class CodeGenerator(ast.NodeVisitor):
         types = []
         for i, (a, b) in enumerate(zip(then_t, else_t)):
             if a.type != b.type:
-                a2, b2 = self._unify(a, b, then_block, else_block, then_t, else_t, i)
-                if a2 is None:
+                if self._unify(a, b, then_block, else_block, then_t, else_t, i)[0] is None:
                     label = f"return value {i}" if i < n_ret else f"`{names[i - n_ret]}`"
                     raise self.error(node, f"{label} has type {a.type} on the then-branch but {b.type} on the "
                                            "else-branch; make them match (e.g. with .to())")
@@ -838,11 +837,4 @@ class ModuleCompiler:
         return results[0] if len(results) == 1 else tuple(results)
 
 
-def scalar_type_of(value) -> Type:
-    """The IR type of a launch argument (used by the runtime's specialization)."""
-    from .semantic import literal_dtype
-
-    return literal_dtype(value)
-
-
-__all__ = ["CodeGenerator", "FunctionSource", "ModuleCompiler", "RuntimeArg", "PointerType", "block_of"]
+__all__ = ["CodeGenerator", "FunctionSource", "ModuleCompiler", "RuntimeArg"]

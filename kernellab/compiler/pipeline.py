@@ -61,12 +61,13 @@ def tile_passes():
     return list(TILE_PASSES)
 
 
-def run_tile_pipeline(module: Module, trace: CompileTrace, passes=None, check=True) -> Module:
-    """Run the tile-level passes in order, verifying and recording after each."""
+def run_passes(module: Module, trace: CompileTrace, passes, options=None, check=True) -> Module:
+    """Run `passes` in order, verifying and recording the IR after each. Tile passes take the module
+    alone; GPU passes also take the options (warps, architecture)."""
     before = print_module(module)
-    for p in (tile_passes() if passes is None else passes):
+    for p in passes:
         t0 = time.perf_counter()
-        stats = p.run(module) or {}
+        stats = (p.run(module) if options is None else p.run(module, options)) or {}
         dt = time.perf_counter() - t0
         if check:
             verify(module, after=p.NAME)
@@ -74,6 +75,11 @@ def run_tile_pipeline(module: Module, trace: CompileTrace, passes=None, check=Tr
         trace.record(p.NAME, p.DESCRIPTION, text, dt, text != before, stats)
         before = text
     return module
+
+
+def run_tile_pipeline(module: Module, trace: CompileTrace, passes=None, check=True) -> Module:
+    """The tile-level passes (inlining ... DCE)."""
+    return run_passes(module, trace, tile_passes() if passes is None else passes, check=check)
 
 
 def gpu_passes():
@@ -90,14 +96,6 @@ def gpu_passes():
 
 def run_gpu_pipeline(module: Module, trace: CompileTrace, options) -> Module:
     """Tile IR -> GPU IR: layouts, conversions, shared-memory plan, barriers (recorded per pass)."""
-    before = print_module(module)
-    for p in gpu_passes():
-        t0 = time.perf_counter()
-        stats = p.run(module, options) or {}
-        dt = time.perf_counter() - t0
-        verify(module, after=p.NAME)
-        text = print_module(module)
-        trace.record(p.NAME, p.DESCRIPTION, text, dt, text != before, stats)
-        before = text
+    run_passes(module, trace, gpu_passes(), options)
     trace.shared_plan = getattr(module, "shared_plan", [])
     return module

@@ -208,10 +208,10 @@ class Semantic:
     def permute(self, x, order) -> tensor:
         x = self.to_tensor(x)
         rank = len(x.shape)
-        order = list(reversed(_pyrange(rank))) if order is None else [unwrap(o) for o in order]
-        if sorted(order) != list(_pyrange(rank)):
-            raise SemanticError(f"permute order {order} is not a permutation of {list(_pyrange(rank))}")
-        if order == list(_pyrange(rank)):
+        order = list(reversed(range(rank))) if order is None else [unwrap(o) for o in order]
+        if sorted(order) != list(range(rank)):
+            raise SemanticError(f"permute order {order} is not a permutation of {list(range(rank))}")
+        if order == list(range(rank)):
             return x
         shape = [x.shape[o] for o in order]
         return self.emit("tt.trans", [x], TensorType(shape, x.type.scalar), {"order": order})
@@ -732,12 +732,6 @@ class Semantic:
         if isinstance(value, tensor):
             return self.splat(self.cast(value, dtype), shape)
         return self.const(value, block_of(tuple(shape), dtype))
-
-
-def _pyrange(n):
-    import builtins
-
-    return builtins.range(n)
 
 
 def _python_binary(op, a, b):

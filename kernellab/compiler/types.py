@@ -90,12 +90,6 @@ class DType(Type):
         return max(1, self.bits // 8)
 
     @property
-    def kind_rank(self):
-        """bool < integer (signed or not) < float: Triton's kinds, which decide whether a Python
-        scalar promotes a tensor (a scalar of the same or a lower kind does not)."""
-        return {"bool": 0, "uint": 1, "int": 1, "float": 2}[self.kind]
-
-    @property
     def np(self):
         return NUMPY_OF[self.name]
 

@@ -373,13 +373,9 @@ class JITFunction:
             value = unwrap(value) if isinstance(value, constexpr) else value
             if name in src.constexpr_params or value is None or isinstance(value, (DType, PointerType, str)) \
                     or callable(value) and not hasattr(value, "data_ptr"):
-                if isinstance(value, (DType, PointerType)) or value is None or isinstance(value, (int, float, bool,
-                                                                                                   str, tuple)):
-                    spec[name] = value
-                    key.append((name, "c", repr(value)))
-                    continue
-                spec[name] = value
-                key.append((name, "c", getattr(value, "__name__", repr(value))))
+                spec[name] = value  # compiled in; functions are keyed by name, everything else by value
+                simple = value is None or isinstance(value, (DType, PointerType, int, float, bool, str, tuple))
+                key.append((name, "c", repr(value) if simple else getattr(value, "__name__", repr(value))))
                 continue
             dt = dtype_of_array(value)
             if dt is not None:
@@ -500,10 +496,10 @@ class JITFunction:
             if kind == "c":
                 sig.append(a if t in _HASHABLE else id(a))
             elif t is int:
-                if kind == "n":
-                    sig.append(("i", -2**31 <= a < 2**31))
-                else:
-                    sig.append(("i", a == 1, a % 16 == 0, -2**31 <= a < 2**31))
+                # the integer's type class (i32 / u32 / i64 / u64, as literal_dtype decides), plus the
+                # ==1 and %16 specializations unless the parameter is do_not_specialize
+                width = (-2**31 <= a < 2**31) + 2 * (0 <= a < 2**32) + 4 * (-2**63 <= a < 2**63)
+                sig.append(("i", width) if kind == "n" else ("i", width, a == 1, a % 16 == 0))
             elif t is float:
                 sig.append("f")
             else:

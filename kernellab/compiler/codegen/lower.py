@@ -9,13 +9,11 @@ register of every carried value.
 """
 from __future__ import annotations
 
-import math
 import struct
 
 import llvmlite.ir as ir
 
-from ..gpu.layouts import Blocked, Slice, sliced_infos
-from ..gpu.scratch import mem_bytes
+from ..gpu.layouts import sliced_infos
 from ..ir import Block, Function, Module, Op, Value
 from ..types import DType, PointerType, TensorType
 
@@ -175,10 +173,6 @@ class KernelLowering:
     def put(self, v: Value, x):
         self.vals[id(v)] = x
 
-    @staticmethod
-    def is_tensor(v: Value):
-        return isinstance(v.type, TensorType)
-
     def regs(self, v: Value) -> list:
         x = self.get(v)
         return x if isinstance(x, list) else [x]
@@ -264,6 +258,12 @@ class KernelLowering:
     def block(self, block: Block):
         for op in block.ops:
             self.op(op)
+
+    def block_without_terminator(self, block: Block):
+        """Lower a region's ops; the caller reads its terminator's operands (yields become phis)."""
+        for op in block.ops:
+            if op.name not in ("scf.yield", "scf.condition", "tt.reduce.return"):
+                self.op(op)
 
     def op(self, op: Op):
         handler = _HANDLERS.get(op.name)
@@ -496,7 +496,3 @@ def lower_kernel(module: Module, options, arch: int = 90) -> tuple[str, list]:
     lw.b.ret_void()
     return str(lw.mod), lw.arg_kinds
 
-
-__all__ = ["KernelLowering", "LoweringError", "lower_kernel", "handles", "const_value", "llty", "memty", "math",
-           "Blocked", "Slice", "_numel", "_log2", "_is_float", "_cint", "I1", "I8", "I16", "I32", "I64", "F16",
-           "F32", "F64", "BF16", "GPTR", "SPTR", "VOID", "mem_bytes"]

@@ -146,13 +146,3 @@ def _while(lw: KernelLowering, op):
 @handles("tt.return", "scf.yield", "scf.condition", "tt.reduce.return")
 def _terminator(lw: KernelLowering, op):
     pass
-
-
-def block_without_terminator(self, block):
-    for op in block.ops:
-        if op.name in ("scf.yield", "scf.condition", "tt.reduce.return"):
-            continue
-        self.op(op)
-
-
-KernelLowering.block_without_terminator = block_without_terminator

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..types import PointerType, TensorType
+from ..gpu.scratch import mem_bytes
+from ..types import TensorType
 from .lower import GPTR, I1, I8, I16, I32, I64, VOID, KernelLowering, _cint, const_value, handles, llty, memty
-from .lower_shape import _size_of
 
 
 def _word_plan(nbytes):
@@ -30,7 +30,7 @@ def _pack(lw, vals, elem):
     if isinstance(mt, ir.PointerType):
         vals = [b.ptrtoint(v, I64) for v in vals]
         mt = I64
-    nbytes = _size_of(mt) * len(vals)
+    nbytes = mem_bytes(elem) * len(vals)
     wty, _, _, nwords = _word_plan(nbytes)
     if nbytes < 4:
         if nbytes == 1:
@@ -54,7 +54,7 @@ def _unpack(lw, words, elem, n):
     is_ptr = isinstance(mt, ir.PointerType)
     if is_ptr:
         mt = I64
-    size = _size_of(mt)
+    size = mem_bytes(elem)
     if size * n < 4:
         w = words[0]
         if size == 1:
@@ -106,7 +106,7 @@ def emit_load(lw: KernelLowering, ptr, mask, elem, n, volatile=False, other_cons
     Masked-off lanes read `other_const` (a Python number) when given, else 0."""
     b = lw.b
     mt = memty(elem)
-    size = 8 if isinstance(mt, ir.PointerType) else _size_of(mt)
+    size = mem_bytes(elem)
     if mask is None and not volatile:
         if n == 1:
             v = b.load(ptr, typ=mt, align=size)
@@ -141,9 +141,8 @@ def emit_load(lw: KernelLowering, ptr, mask, elem, n, volatile=False, other_cons
 
 def emit_store(lw: KernelLowering, ptr, vals, mask, elem):
     b = lw.b
-    mt = memty(elem)
     n = len(vals)
-    size = 8 if isinstance(mt, ir.PointerType) else _size_of(mt)
+    size = mem_bytes(elem)
     if mask is None:
         if n == 1:
             v = vals[0]
@@ -475,5 +474,3 @@ def _assert(lw: KernelLowering, op):
                       _cstring(lw, lw.ir_fn.source_file), _cint(line), _cstring(lw, lw.ir_fn.name),
                       ir.Constant(I64, 1)])
 
-
-__all__ = ["emit_load", "emit_store", "PointerType", "I16"]

@@ -11,9 +11,10 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..gpu.layouts import Blocked, Slice
+from ..gpu.scratch import mem_bytes
 from ..types import TensorType
-from .lower import F32, F64, I1, I8, I32, I64, KernelLowering, _cint, _log2, handles, llty, memty
-from .lower_shape import _from_mem, _size_of, _to_mem
+from .lower import F32, F64, I1, I32, I64, KernelLowering, _cint, _log2, handles, llty, memty
+from .lower_shape import _from_mem, _to_mem
 
 
 def _combine(lw: KernelLowering, op, a: list, b: list) -> list:
@@ -118,10 +119,11 @@ def _reduce(lw: KernelLowering, op):
         for s in out_shape:
             out_numel *= s
         elems = [v.type.scalar for v in op.operands]
-        sizes = [_size_of(memty(e)) for e in elems]
+        sizes = [mem_bytes(e) for e in elems]
         warp_c = b.and_(b.lshr(lw.warp, _cint(_log2(info.warp_div))), _cint(info.warps - 1))
         out_layout = Slice(axis, layout)
         out_idx = lw.reg_indices(out_layout, out_shape) if out_shape else None
+        reg_of_key = {k: i for i, k in enumerate(out_layout.registers(out_shape))} if out_shape else {}
         key_order = list(results)
         lin_of = {}
         base = 0
@@ -129,9 +131,8 @@ def _reduce(lw: KernelLowering, op):
         for s in sizes:
             bases.append(base)
             base += _align16(info.warps * out_numel * s)
-        for n, key in enumerate(key_order):
-            lin = lw.linear_index(out_idx[_key_index(out_layout, out_shape, key)], out_shape) if out_shape \
-                else _cint(0)
+        for key in key_order:
+            lin = lw.linear_index(out_idx[reg_of_key[key]], out_shape) if out_shape else _cint(0)
             lin_of[key] = lin
             slot = b.add(b.mul(warp_c, _cint(out_numel)), lin)
             store_ok = ok if ok is not None else None
@@ -167,10 +168,6 @@ def _align16(n: int) -> int:
     return (n + 15) // 16 * 16
 
 
-def _key_index(layout, shape, key):
-    return layout.registers(shape).index(key)
-
-
 def _guarded(lw, op, flag, prefix, x):
     """combine(prefix, x) where `flag` (i1) says a prefix exists, else x."""
     comb = _combine(lw, op, prefix, x)
@@ -199,7 +196,7 @@ def _scan_hierarchical(lw: KernelLowering, op):
     info = layout.dims_info(shape)[axis]
     inputs = [lw.regs(v) for v in op.operands]
     elems = [v.type.scalar for v in op.operands]
-    sizes = [_size_of(memty(e)) for e in elems]
+    sizes = [mem_bytes(e) for e in elems]
     offsets = layout.registers(shape)
     n_ops = len(inputs)
     lanes, warps, spt = info.lanes, info.warps, info.spt
@@ -339,7 +336,7 @@ def _scan_via_smem(lw: KernelLowering, op):
     src = op.operands[0]
     layout, shape = src.type.layout, src.type.shape
     elems = [v.type.scalar for v in op.operands]
-    sizes = [_size_of(memty(e)) for e in elems]
+    sizes = [mem_bytes(e) for e in elems]
     numel = 1
     for s in shape:
         numel *= s
@@ -520,7 +517,7 @@ def _dot_fma(lw: KernelLowering, op):
     M, K = a_v.type.shape
     N = b_v.type.shape[1]
     ea, eb_ = a_v.type.scalar, b_v.type.scalar
-    sa, sb = _size_of(memty(ea)), _size_of(memty(eb_))
+    sa, sb = mem_bytes(ea), mem_bytes(eb_)
     # stage A (MxK) and B (KxN) row-major in shared memory
     for v, e, s, base, shp in ((a_v, ea, sa, 0, (M, K)), (b_v, eb_, sb, _align16(M * K * sa), (K, N))):
         for x, ix in zip(lw.regs(v), lw.reg_indices(v.type.layout, shp)):
@@ -584,5 +581,3 @@ def _dot_fma(lw: KernelLowering, op):
     b.position_at_end(exit_)
     lw.put(res, list(phis))
 
-
-__all__ = ["I8"]

@@ -2,6 +2,7 @@
 expand_dims, transposes (free: a permuted layout), and conversions through shared memory."""
 from __future__ import annotations
 
+from ..gpu.scratch import mem_bytes
 from ..types import TensorType
 from .lower import I32, KernelLowering, _cint, const_value, handles, memty
 
@@ -91,7 +92,7 @@ def _trans(lw: KernelLowering, op):
 
 def store_linear(lw: KernelLowering, op, vals, layout, shape, elem, base_bytes=0, scale=1, plus=0):
     """Write every register of a tensor to scratch at its row-major index (* scale + plus)."""
-    size = _size_of(memty(elem))
+    size = mem_bytes(elem)
     idx = lw.reg_indices(layout, shape)
     # Where a layout holds copies of an element, only the representative copy writes: copies are
     # equal except after an atomic, whose old value only the representative lane received.
@@ -113,7 +114,7 @@ def store_linear(lw: KernelLowering, op, vals, layout, shape, elem, base_bytes=0
 
 def load_linear(lw: KernelLowering, op, layout, shape, elem, base_bytes=0, scale=1, plus=0, index_fn=None):
     ty = memty(elem)
-    size = _size_of(ty)
+    size = mem_bytes(elem)
     out = []
     for ix in lw.reg_indices(layout, shape):
         lin = index_fn(ix) if index_fn else lw.linear_index(ix, shape)
@@ -124,19 +125,6 @@ def load_linear(lw: KernelLowering, op, layout, shape, elem, base_bytes=0, scale
         p = lw.smem_ptr(op, lw.b.mul(lin, _cint(size)), base_bytes)
         out.append(_from_mem(lw, lw.b.load(p, typ=ty), elem))
     return out
-
-
-def _size_of(ty):
-    s = str(ty)
-    if s.startswith("ptr"):
-        return 8
-    if s in ("half", "bfloat"):
-        return 2
-    if s == "float":
-        return 4
-    if s == "double":
-        return 8
-    return max(1, ty.width // 8)
 
 
 def _to_mem(lw, v, elem):
@@ -180,7 +168,7 @@ def _split(lw: KernelLowering, op):
         if isinstance(r.type, TensorType):
             lw.put(r, load_linear(lw, op, r.type.layout, r.type.shape, elem, scale=2, plus=k))
         else:
-            size = _size_of(memty(elem))
+            size = mem_bytes(elem)
             p = lw.smem_ptr(op, k * size)
             lw.put(r, _from_mem(lw, lw.b.load(p, typ=memty(elem)), elem))
 

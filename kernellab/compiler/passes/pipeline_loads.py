@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..ir import Module, Op
 from ..ops import is_pure
-from ..rewrite import clone_op, insert_before, int_const, rebuild_op
+from ..rewrite import clone_op, insert_before, int_const
 from ..types import TensorType, int1
 
 NAME = "pipeline_loads"
@@ -159,5 +159,3 @@ def run(module: Module, options=None) -> dict:
             count += _pipeline(op)
     return {"prefetched_loads": count}
 
-
-__all__ = ["run", "rebuild_op"]
