@@ -177,6 +177,11 @@ def _run_all(page, lab):
         return !s || !s.getAttribute('data-status') || s.getAttribute('data-status') === 'idle';
     }""", timeout=60_000)
     page.keyboard.press("Control+b")  # hide the file browser: more room for the notebook in the screenshots
+    # the lab renders cells progressively: wait until every code cell of the file is in the DOM
+    cells = json.loads((lab["root"] / NOTEBOOK).read_text())["cells"]
+    n_expected = sum(c["cell_type"] == "code" for c in cells)
+    page.wait_for_function(f"""() => document.querySelectorAll('.jp-NotebookPanel .jp-CodeCell').length >= {n_expected}""",
+                           timeout=60_000)
     n_code = page.locator(".jp-NotebookPanel .jp-CodeCell").count()
     done = """() => {
         const prompts = [...document.querySelectorAll('.jp-NotebookPanel .jp-CodeCell .jp-InputPrompt')];
@@ -213,7 +218,8 @@ def _run_all(page, lab):
 
 def test_notebook_01_runs_and_the_views_render(page, lab):
     n_code = _run_all(page, lab)
-    assert n_code >= 10
+    n_expected = sum(c["cell_type"] == "code" for c in json.loads((lab["root"] / NOTEBOOK).read_text())["cells"])
+    assert n_code == n_expected >= 10
     page.screenshot(path=str(SHOTS / "01_after_run_all.png"))
 
     outputs = page.locator(".jp-NotebookPanel .jp-OutputArea-output")
