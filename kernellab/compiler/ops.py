@@ -95,6 +95,13 @@ _def("tt.debug_barrier", "synchronize all threads of the program", pure=False)
 _def("ttg.convert_layout", "the same tensor in another distributed layout (through shared memory)")
 _def("ttg.barrier", "bar.sync: every thread of the program waits here (orders shared-memory accesses)",
      pure=False)
+_def("ttg.local_alloc", "a multi-stage shared-memory buffer for the tiles a loop's dot reads", pure=False)
+_def("ttg.memdesc_index", "stage (slot) of a multi-stage shared-memory buffer: a view, no code")
+_def("ttg.async_copy", "start copying a tile from global into shared memory (cp.async): "
+     "(ptrs, view, pred [, mask]); masked-off elements become zero", pure=False)
+_def("ttg.async_commit", "close the group of copies started since the last commit (cp.async.commit_group)",
+     pure=False)
+_def("ttg.async_wait", "wait until at most {pending} copy groups are in flight, then bar.sync", pure=False)
 
 # Control flow.
 _def("scf.for", "loop from lb to ub by step, carrying iter args", pure=False)

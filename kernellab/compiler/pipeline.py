@@ -88,10 +88,12 @@ def gpu_passes():
         allocate_shared,
         assign_layouts,
         insert_barriers,
+        pipeline_dot_operands,
         remove_layout_conversions,
     )
 
-    return [accelerate_matmul, assign_layouts, remove_layout_conversions, allocate_shared, insert_barriers]
+    return [accelerate_matmul, assign_layouts, remove_layout_conversions, pipeline_dot_operands, allocate_shared,
+            insert_barriers]
 
 
 def run_gpu_pipeline(module: Module, trace: CompileTrace, options) -> Module:

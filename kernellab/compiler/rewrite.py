@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from .ir import Block, Function, Op, Value
-from .ops import info
+from .ops import info, is_pure
 from .types import DType
 
 # ---------------------------------------------------------------------------------------------
@@ -317,3 +317,19 @@ def drop_if_results(if_op: Op, indices) -> Op:
                 remove_operand(y, i)
     keep = [i for i in range(len(if_op.results)) if i not in indices]
     return rebuild_op(if_op, list(if_op.operands), keep)
+
+
+def pure_slice(op: Op, body: Block) -> list | None:
+    """The pure ops of `body` (top level) that `op`'s operands depend on, in body order; None when they
+    need something that cannot be recomputed (a load, a region op...)."""
+    needed, stack = set(), list(op.operands)
+    while stack:
+        v = stack.pop()
+        d = v.defining_op
+        if d is None or d.block is not body or id(d) in needed:
+            continue
+        if d.regions or not is_pure(d):
+            return None
+        needed.add(id(d))
+        stack.extend(d.operands)
+    return [d for d in body.ops if id(d) in needed]

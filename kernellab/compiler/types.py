@@ -31,6 +31,9 @@ class Type:
     def is_ptr(self) -> bool:
         return False
 
+    def is_memdesc(self) -> bool:
+        return False
+
     def is_block_ptr(self) -> bool:
         return False
 
@@ -209,6 +212,49 @@ class TensorType(Type):
         return self.elem.is_ptr()
 
 
+class MemDescType(Type):
+    """A tile in shared memory (GPU IR): `shape` may lead with a stage count, `order` lists the dims from
+    fastest-varying in memory, and each row of the fastest dim is followed by `pad` unused elements (the
+    padding that keeps ldmatrix free of bank conflicts)."""
+
+    layout = None  # not a distributed (register) layout: no thread owns an element
+
+    def __init__(self, shape: tuple, elem: DType, order: tuple = (1, 0), pad: int = 0):
+        self._shape, self.elem = tuple(int(s) for s in shape), elem
+        self.order, self.pad = tuple(order), int(pad)
+
+    def _key(self):
+        return ("memdesc", self._shape, self.elem._key(), self.order, self.pad)
+
+    def __repr__(self):
+        dims = "x".join(map(str, self._shape))
+        return f"!memdesc<{dims}x{self.elem}, order={','.join(map(str, self.order))}, pad={self.pad}>"
+
+    @property
+    def shape(self):
+        return self._shape
+
+    @property
+    def scalar(self):
+        return self.elem
+
+    def is_memdesc(self):
+        return True
+
+    def tile(self) -> MemDescType:
+        """One stage of a multi-stage buffer."""
+        return MemDescType(self._shape[1:], self.elem, self.order, self.pad)
+
+    @property
+    def tile_bytes(self) -> int:
+        """Bytes of one stage, each row padded, rounded up to 16 bytes."""
+        rows, cols = self._shape[-2:]
+        if self.order[0] == 0:
+            rows, cols = cols, rows
+        n = rows * (cols + self.pad) * (self.elem.bits // 8)
+        return (n + 15) // 16 * 16
+
+
 def block_of(shape: tuple, elem: Type) -> Type:
     """The type of a value with `shape` and element `elem`; shape () means a scalar."""
     return TensorType(shape, elem) if shape else elem
@@ -236,6 +282,14 @@ def parse_type(text: str) -> Type:
         inner = text[len("!blockptr<"):-1]
         elem, shape = inner.split(",")
         return BlockPtrType(DTYPES[elem.strip()], tuple(int(s) for s in shape.strip().split("x")))
+    if text.startswith("!memdesc<") and text.endswith(">"):
+        import re
+
+        m = re.fullmatch(r"!memdesc<((?:\d+x)+)(\w+), order=([\d,]+), pad=(\d+)>", text)
+        if not m:
+            raise ValueError(f"cannot parse type {text!r}")
+        dims = tuple(int(d) for d in m.group(1).rstrip("x").split("x"))
+        return MemDescType(dims, DTYPES[m.group(2)], tuple(int(o) for o in m.group(3).split(",")), int(m.group(4)))
     if text.startswith("tensor<") and text.endswith(">"):
         inner = text[len("tensor<"):-1]
         layout = None

@@ -134,6 +134,7 @@ _ALIAS = re.compile(r"^(#L\d+) = (#.*)$")
 _RESULTS = re.compile(r"^\s*(%[\w.]+(?:, %[\w.]+)*) = ([a-z_][\w]*(?:\.[\w]+)+)(.*)$")
 _OPNAME = re.compile(r"^\s*(?:(%[\w.]+(?:, %[\w.]+)*) = )?([a-z_][\w]*(?:\.[\w]+)+)\b(.*)$")
 _TENSOR = re.compile(r"^tensor<(.*)>$")
+_MEMDESC = re.compile(r"^!memdesc<((?:\d+x)+)(\w+),.*>$")
 _VALUE = re.compile(r"%[\w.]+")
 ELEM_BYTES = {"i1": 1, "i8": 1, "u8": 1, "i16": 2, "u16": 2, "f16": 2, "bf16": 2, "i32": 4, "u32": 4, "f32": 4,
               "i64": 8, "u64": 8, "f64": 8}
@@ -184,6 +185,11 @@ def elem_bytes(elem: str) -> int:
 def parse_type(text: str, aliases: dict) -> dict:
     """{type, shape, elem, alias, layout} of a type's text; shape is () and layout None for scalars."""
     text = text.strip()
+    md = _MEMDESC.match(text)
+    if md:  # a tile in shared memory: no thread owns its elements, so no layout to draw
+        dims = md.group(1).rstrip("x").split("x")
+        return {"type": text, "shape": tuple(int(d) for d in dims), "elem": md.group(2), "alias": None,
+                "layout": None, "shared": True}
     m = _TENSOR.match(text)
     if not m:
         return {"type": text, "shape": (), "elem": text, "alias": None, "layout": None}
@@ -516,6 +522,11 @@ def smem_map(trace, limit: int = SMEM_LIMIT_SM90, num_warps: int | None = None) 
             barriers.append({"point": len(non_barrier), "ir_line": i, "line": glocs[i],
                              "reason": m.group(1) if m else ""})
         else:
+            if f[1] == "ttg.async_wait":  # a program point of its own, and a bar.sync
+                m = re.search(r"pending = (\d+)", glines[i])
+                barriers.append({"point": len(non_barrier), "ir_line": i, "line": glocs[i],
+                                 "reason": f"cp.async.wait_group {m.group(1) if m else '?'}, then bar.sync: "
+                                           "the stage read next has landed and every warp is past the last read"})
             non_barrier.append(i)
     points = len(_program_points(alloc_ir.splitlines()))
     buffers = []

@@ -469,9 +469,14 @@ def smem_svg(plan, total: int, limit: int, barriers=(), points: int | None = Non
         out.append(f'<g><title>{esc(tip)}</title><rect x="{x0}" y="{y0}" width="{w}" height="{h}" '
                    f'fill="{PALETTE[k % len(PALETTE)]}" fill-opacity="{".8" if strong else ".55"}" '
                    f'stroke="currentColor" stroke-width="{2 if strong else 0.6}"/></g>')
+        for s in range(1, b.get("stages") or 0):  # a pipelined buffer: one band per stage
+            ys = yp(b["offset"] + s * b.get("stage_bytes", 0))
+            out.append(f'<line x1="{x0}" y1="{ys}" x2="{x0 + w}" y2="{ys}" stroke="currentColor" '
+                       f'stroke-opacity=".6" stroke-dasharray="2,2"/>')
         if h >= 11:
+            stages = f' · {b["stages"]} stages' if b.get("stages") else ""
             out.append(f'<text x="{x0 + w + 3}" y="{y0 + min(h, 24) / 2 + 4}" fill="currentColor">'
-                       f'{esc(b["op"])} {_fmt_bytes(b["size"])}</text>')
+                       f'{esc(b["op"])} {_fmt_bytes(b["size"])}{stages}</text>')
     for b in barriers:
         p = b["point"] if isinstance(b, dict) else b
         x = xp(p)
@@ -496,9 +501,13 @@ def smem_svg(plan, total: int, limit: int, barriers=(), points: int | None = Non
     return "".join(out)
 
 
+def _stages(b: dict) -> str:
+    return f'{b["stages"]} × {b.get("stage_bytes", 0)} B' if b.get("stages") else "—"
+
+
 def smem_table(m: dict) -> str:
-    rows = ["<tr><th>#</th><th>op</th><th>line</th><th>offset</th><th>size</th><th>live</th><th>reason</th>"
-            "<th>bank conflicts</th></tr>"]
+    rows = ["<tr><th>#</th><th>op</th><th>line</th><th>offset</th><th>size</th><th>stages</th><th>live</th>"
+            "<th>reason</th><th>swizzle</th><th>bank conflicts</th></tr>"]
     for k, b in enumerate(m["buffers"]):
         bank = b.get("bank") or {}
         if bank.get("ways"):
@@ -509,7 +518,9 @@ def smem_table(m: dict) -> str:
             bk = f'<span class="kl-dim">{esc(bank.get("note", "—"))}</span>'
         rows.append(f'<tr><td class="kl-r">{k}</td><td>{esc(b["op"])}</td><td class="kl-r">{esc(b.get("line"))}</td>'
                     f'<td class="kl-r">{b["offset"]}</td><td class="kl-r">{b["size"]}</td>'
-                    f'<td>{b["live"][0]}..{b["live"][1]}</td><td>{esc(b.get("reason", ""))}</td><td>{bk}</td></tr>')
+                    f'<td class="kl-r">{esc(_stages(b))}</td>'
+                    f'<td>{b["live"][0]}..{b["live"][1]}</td><td>{esc(b.get("reason", ""))}</td>'
+                    f'<td>{esc(b.get("swizzle", "—"))}</td><td>{bk}</td></tr>')
     out = ('<table class="kl-t">' + "".join(rows) + "</table>" if m["buffers"]
            else '<p class="kl-dim">this kernel uses no shared memory</p>')
     if m["barriers"]:

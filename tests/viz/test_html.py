@@ -205,8 +205,17 @@ def test_smem_svg_and_html(cks, name):
         assert "no shared memory" in out
     if name == "transpose":
         assert "8-way" in out
-    if name == "matmul":
-        assert "write-after-read" in out
+    if name == "matmul":  # the pipelined loop: stage buffers and the waits that order them
+        assert "cp.async.wait_group" in out and "3 × " in out and "rows padded by 16 bytes" in out
+
+
+def test_smem_html_of_an_unpipelined_loop_shows_the_write_after_read_barrier():
+    h = torch.randn(64, 64).half()
+    ck = K["matmul_kernel"].warmup(h, h, h, 64, 64, 64, 64, 1, 64, 1, 64, 1, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32,
+                                   GROUP_M=4, num_stages=1).build_gpu()
+    out = H.smem_html(ck)
+    well_formed(out)
+    assert "write-after-read" in out and "cp.async" not in out
 
 
 def test_smem_svg_over_the_limit():

@@ -170,8 +170,8 @@ def test_shared_memory_view_select_buffer(cks):
     n_buffers = len(ck.trace.shared_plan)
     assert [o[1] for o in v.buffer_select.options] == [None] + list(range(n_buffers))
     assert "KiB" in v.pane.value and "bar.sync before op" in v.pane.value
-    v.buffer_select.value = 0
-    assert "tt.dot" in v.detail.value and "tl.dot" in html.unescape(v.detail.value)
+    v.buffer_select.value = 0  # the pipelined A tile: allocated for the tl.load that fills it
+    assert "ttg.local_alloc" in v.detail.value and "tl.load" in html.unescape(v.detail.value)
     assert 'stroke-width="2"' in v.pane.value  # the picked buffer is drawn highlighted
 
 

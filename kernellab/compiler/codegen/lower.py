@@ -489,7 +489,14 @@ def const_value(t, v):
 
 def lower_kernel(module: Module, options, arch: int = 90) -> tuple[str, list]:
     """(LLVM IR text, argument kinds) for the module's kernel."""
-    from . import lower_control, lower_memory, lower_reduce, lower_shape  # noqa: F401 - register handlers
+    from . import (  # noqa: F401 - register handlers
+        lower_async,
+        lower_control,
+        lower_dot,
+        lower_memory,
+        lower_reduce,
+        lower_shape,
+    )
 
     lw = KernelLowering(module, options, arch)
     lw.lower()

@@ -1,19 +1,18 @@
-"""Reductions, scans and dot on CUDA cores.
+"""Reductions and scans.
 
 reduce: combine a thread's registers, then butterfly shuffles across the lanes that share the
 axis, then (if the axis spans warps) one value per warp through shared memory. Where a layout
 holds copies of an element (tiles smaller than the thread grid), only representative copies count.
 scan: through shared memory, each thread walking the prefix of its elements (simple, correct).
-dot: both operands staged in shared memory; each thread accumulates its own output elements with FMAs.
 """
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..gpu.layouts import Blocked, Slice
+from ..gpu.layouts import Slice
 from ..gpu.scratch import mem_bytes
 from ..types import TensorType
-from .lower import F32, F64, I1, I32, I64, KernelLowering, _cint, _log2, handles, llty, memty
+from .lower import F32, F64, I1, I32, I64, KernelLowering, _cint, _log2, handles, memty
 from .lower_shape import _from_mem, _to_mem
 
 
@@ -401,183 +400,3 @@ def _scan_via_smem(lw: KernelLowering, op):
     b.position_at_end(exit_)
     for j, res in enumerate(op.results):
         lw.put(res, [phis[r][j] for r in range(len(idx))])
-
-
-@handles("tt.dot")
-def _dot(lw: KernelLowering, op):
-    if "mma" in op.attrs:
-        return _dot_mma(lw, op)
-    return _dot_fma(lw, op)
-
-
-def _stage_rows(lw: KernelLowering, op, v, shape, row_stride: int, base: int):
-    """Write a 2-D fp16/bf16 tile row-major (rows `row_stride` elements apart) into scratch, with one
-    vector store per run of consecutive registers along the rows when the layout allows."""
-    b = lw.b
-    layout = v.type.layout
-    regs, idx = lw.regs(v), lw.reg_indices(layout, shape)
-    run = 1
-    if isinstance(layout, Blocked) and layout.order[0] == 1:
-        run = min(layout.spt[1], 8, shape[1])
-    offsets = layout.registers(shape)
-    i = 0
-    while i < len(regs):
-        n = run if (i + run <= len(regs) and offsets[i][1] % run == 0 and
-                    all(offsets[i + q] == (offsets[i][0], offsets[i][1] + q) for q in range(run))) else 1
-        lin = b.add(b.mul(idx[i][0], _cint(row_stride)), idx[i][1])
-        ptr = lw.smem_ptr(op, b.mul(lin, _cint(2)), base)
-        if n == 1:
-            b.store(regs[i], ptr)
-        else:
-            vec = ir.Constant(ir.VectorType(regs[i].type, n), None)
-            for q in range(n):
-                vec = b.insert_element(vec, regs[i + q], _cint(q))
-            b.store(vec, ptr, align=2 * n)
-        i += n
-
-
-def _ldmatrix(lw: KernelLowering, op, byte_offset, count: int, trans: bool):
-    """ldmatrix m8n8 .x{count}: each lane gives one 16-byte row address; returns `count` b32 fragments."""
-    b = lw.b
-    ptr = lw.smem_ptr(op, byte_offset)
-    addr = b.ptrtoint(ptr, I32)
-    outs = ", ".join(f"${i}" for i in range(count))
-    asm = f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 {{{outs}}}, [${count}];"
-    ret = ir.LiteralStructType([I32] * count) if count > 1 else I32
-    res = b.asm(ir.FunctionType(ret, [I32]), asm, ",".join(["=r"] * count + ["r"]), [addr], side_effect=True)
-    return [b.extract_value(res, i) for i in range(count)] if count > 1 else [res]
-
-
-def _dot_mma(lw: KernelLowering, op):
-    """Tensor cores: A and B staged row-major in shared memory (rows padded by 16 bytes so ldmatrix
-    hits 8 different bank groups), fragments loaded with ldmatrix (B with .trans), then one
-    mma.sync m16n8k16 per 16x8 tile of each warp's block, accumulating in the #mma layout."""
-    from ..gpu.scratch import MMA_PAD, mma_staging
-
-    b = lw.b
-    a_v, b_v, c_v = op.operands
-    res = op.results[0]
-    M, K = a_v.type.shape
-    N = b_v.type.shape[1]
-    elem = a_v.type.scalar
-    wm, wn = op.attrs["mma"]
-    tm, tn = M // wm, N // wn
-    sa, sb = K + MMA_PAD, N + MMA_PAD
-    b_base = mma_staging(M, N, K)[0]
-    _stage_rows(lw, op, a_v, (M, K), sa, 0)
-    _stage_rows(lw, op, b_v, (K, N), sb, b_base)
-    lw.barrier()
-    layout = res.type.layout
-    info_m, info_n = layout.dims_info((M, N))
-    warp_m = b.and_(b.lshr(lw.warp, _cint(_log2(info_m.warp_div))), _cint(wm - 1))
-    warp_n = b.and_(b.lshr(lw.warp, _cint(_log2(info_n.warp_div))), _cint(wn - 1))
-    lane = lw.lane
-    mat = b.lshr(lane, _cint(3))          # which 8x8 matrix this lane addresses
-    row8 = b.and_(lane, _cint(7))         # which row of it
-    # A (x4): matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
-    a_row = b.add(b.add(b.mul(warp_m, _cint(tm)), b.mul(b.and_(mat, _cint(1)), _cint(8))), row8)
-    a_col = b.mul(b.lshr(mat, _cint(1)), _cint(8))
-    # B (x4 .trans over two n-tiles): matrices (k 0-7, n), (k 8-15, n), (k 0-7, n+8), (k 8-15, n+8)
-    b_row = b.add(b.mul(b.and_(mat, _cint(1)), _cint(8)), row8)
-    b_col = b.add(b.mul(warp_n, _cint(tn)), b.mul(b.lshr(mat, _cint(1)), _cint(8)))
-    acc = list(lw.regs(c_v))
-    ty = "bf16" if elem.name == "bf16" else "f16"
-    asm = (f"mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 "
-           "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
-    fty = ir.FunctionType(ir.LiteralStructType([F32] * 4), [I32] * 6 + [F32] * 4)
-    n_mt, n_nt = tm // 16, tn // 8
-    for k0 in range(0, K, 16):
-        a_frags = []
-        for i in range(n_mt):
-            lin = b.add(b.mul(b.add(a_row, _cint(i * 16)), _cint(sa)), b.add(a_col, _cint(k0)))
-            a_frags.append(_ldmatrix(lw, op, b.mul(lin, _cint(2)), 4, trans=False))
-        b_frags = []
-        for j in range(0, n_nt, 2):
-            lin = b.add(b.mul(b.add(b_row, _cint(k0)), _cint(sb)), b.add(b_col, _cint(j * 8)))
-            if j + 1 < n_nt:
-                w = _ldmatrix(lw, op, b.add(b.mul(lin, _cint(2)), _cint(b_base)), 4, trans=True)
-                b_frags += [w[0:2], w[2:4]]
-            else:
-                w = _ldmatrix(lw, op, b.add(b.mul(lin, _cint(2)), _cint(b_base)), 2, trans=True)
-                b_frags.append(w)
-        for i in range(n_mt):
-            for j in range(n_nt):
-                base = (i * n_nt + j) * 4
-                out = b.asm(fty, asm, "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3",
-                            a_frags[i] + b_frags[j] + acc[base:base + 4], side_effect=False)
-                for q in range(4):
-                    acc[base + q] = b.extract_value(out, q)
-    lw.put(res, acc)
-
-
-def _dot_fma(lw: KernelLowering, op):
-    b = lw.b
-    a_v, b_v, c_v = op.operands
-    res = op.results[0]
-    M, K = a_v.type.shape
-    N = b_v.type.shape[1]
-    ea, eb_ = a_v.type.scalar, b_v.type.scalar
-    sa, sb = mem_bytes(ea), mem_bytes(eb_)
-    # stage A (MxK) and B (KxN) row-major in shared memory
-    for v, e, s, base, shp in ((a_v, ea, sa, 0, (M, K)), (b_v, eb_, sb, _align16(M * K * sa), (K, N))):
-        for x, ix in zip(lw.regs(v), lw.reg_indices(v.type.layout, shp)):
-            p = lw.smem_ptr(op, b.mul(lw.linear_index(ix, shp), _cint(s)), base)
-            b.store(x, p)
-    lw.barrier()
-    acc_t = res.type.scalar
-    acc_ll = llty(acc_t)
-    layout = res.type.layout
-    idx = lw.reg_indices(layout, (M, N))
-    offsets = layout.registers((M, N))
-    rows = {}
-    cols = {}
-    for i, offs in enumerate(offsets):
-        rows.setdefault(offs[0], idx[i][0])
-        cols.setdefault(offs[1], idx[i][1])
-    init = lw.regs(c_v)
-    pre = b.block
-    header = lw.fn.append_basic_block("dot.header")
-    body = lw.fn.append_basic_block("dot.body")
-    exit_ = lw.fn.append_basic_block("dot.exit")
-    b.branch(header)
-    b.position_at_end(header)
-    k = b.phi(I32)
-    k.add_incoming(_cint(0), pre)
-    phis = []
-    for v in init:
-        p = b.phi(acc_ll)
-        p.add_incoming(v, pre)
-        phis.append(p)
-    b.cbranch(b.icmp_signed("<", k, _cint(K)), body, exit_)
-    b.position_at_end(body)
-
-    def widen(x, e):
-        if acc_t.is_floating():
-            return b.fpext(x, acc_ll) if x.type != acc_ll else x
-        return b.sext(x, acc_ll) if x.type != acc_ll else x
-
-    a_vals = {}
-    for o, m in rows.items():
-        p = lw.smem_ptr(op, b.mul(b.add(b.mul(m, _cint(K)), k), _cint(sa)), 0)
-        a_vals[o] = widen(b.load(p, typ=memty(ea)), ea)
-    b_vals = {}
-    for o, n in cols.items():
-        p = lw.smem_ptr(op, b.mul(b.add(b.mul(k, _cint(N)), n), _cint(sb)), _align16(M * K * sa))
-        b_vals[o] = widen(b.load(p, typ=memty(eb_)), eb_)
-    new = []
-    for i, offs in enumerate(offsets):
-        x, y = a_vals[offs[0]], b_vals[offs[1]]
-        if acc_t.is_floating():
-            suffix = "f32" if acc_ll == F32 else "f64"
-            fma = lw.intrinsic(f"llvm.fma.{suffix}", acc_ll, [acc_ll] * 3)
-            new.append(b.call(fma, [x, y, phis[i]]))
-        else:
-            new.append(b.add(phis[i], b.mul(x, y)))
-    end = b.block
-    k.add_incoming(b.add(k, _cint(1)), end)
-    for p, v in zip(phis, new):
-        p.add_incoming(v, end)
-    b.branch(header)
-    b.position_at_end(exit_)
-    lw.put(res, list(phis))
-

@@ -64,7 +64,11 @@ def _other_ops(op):
     if name == "tt.dot" and "mma" in op.attrs:
         (m, k), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
         a_bytes, b_bytes = mma_staging(m, n, k)
-        return a_bytes + b_bytes, "dot operands staged for ldmatrix (rows padded by 16 bytes: no bank conflicts)"
+        staged = [x for x, v in zip((a_bytes, b_bytes), op.operands[:2]) if not v.type.is_memdesc()]
+        if not staged:
+            return 0, ""
+        which = "dot operands" if len(staged) == 2 else "a dot operand"
+        return sum(staged), f"{which} staged for ldmatrix (rows padded by 16 bytes: no bank conflicts)"
     if name == "tt.dot":
         a, b = op.operands[0].type, op.operands[1].type
         return _align16(_numel(a.shape) * mem_bytes(a)) + _numel(b.shape) * mem_bytes(b), "dot operand staging"

@@ -27,13 +27,35 @@ def plan(op, num_warps: int, arch: int):
         return None, f"{acc.scalar.name} accumulator: mma.sync here accumulates in fp32"
     if m % 16 or n % 8 or k % 16:
         return None, f"{m}x{n}x{k} is not a multiple of the 16x8x16 instruction"
+    splits = []
     wm = num_warps
     while wm >= 1:
         wn = num_warps // wm
         if m % (16 * wm) == 0 and n % (8 * wn) == 0:
-            return [wm, wn], None
+            splits.append([wm, wn])
         wm //= 2
-    return None, f"{m}x{n} cannot be split over {num_warps} warps in 16x8 tiles"
+    if not splits:
+        return None, f"{m}x{n} cannot be split over {num_warps} warps in 16x8 tiles"
+    if _feeds_row_math(op):
+        return splits[0], None  # warps along M only: row reductions and the next dot stay inside a warp
+    # otherwise the squarest warp tile: each warp reads m/wm rows of A and n/wn columns of B per k-step
+    return min(splits, key=lambda s: (m // s[0] + n // s[1], -s[0])), None
+
+
+def _feeds_row_math(op, depth: int = 24) -> bool:
+    """Whether the dot's result flows (within the same block) into a reduction or another dot, as
+    attention's scores do."""
+    seen, work = set(), [(op.results[0], 0)]
+    while work:
+        v, d = work.pop()
+        for user in v.uses:
+            if id(user) in seen or d > depth or user.block is not op.block:
+                continue
+            seen.add(id(user))
+            if user.name in ("tt.reduce", "tt.dot") and user is not op:
+                return True
+            work.extend((r, d + 1) for r in user.results)
+    return False
 
 
 def run(module: Module, options=None) -> dict:

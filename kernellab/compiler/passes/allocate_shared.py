@@ -1,14 +1,15 @@
 """Allocate shared memory by liveness.
 
-Every buffer kernellab uses today is scratch: written and read inside one op (a layout
-conversion, a cross-warp reduction, dot operand staging). When the plan is small, buffers get
+Most buffers are scratch: written and read inside one op (a layout conversion, a cross-warp
+reduction, dot operand staging). The multi-stage buffers of a pipelined loop (`ttg.local_alloc`)
+live from their allocation to their last reader, the wait after the loop. When the plan is small, buffers get
 separate addresses (so no op waits for another); otherwise buffers whose live ranges don't
 overlap share addresses; the plan (offset, size, live range, reason) is recorded on the module for the trace
 and the lab, and the total becomes the kernel's dynamic shared memory.
 """
 from __future__ import annotations
 
-from ..gpu.scratch import scratch_bytes
+from ..gpu.scratch import mem_bytes, scratch_bytes
 from ..ir import Module
 
 NAME = "allocate_shared"
@@ -17,10 +18,40 @@ ALIGN = 16
 DISJOINT_LIMIT = 32 * 1024
 
 
+def _last_use(op, index_of) -> int:
+    """Program point of the last op reading a buffer, through the stage views made of it."""
+    last, work = index_of[id(op)], list(op.results)
+    while work:
+        v = work.pop()
+        for u in v.uses:
+            last = max(last, index_of.get(id(u), last))
+            if u.name == "ttg.memdesc_index":
+                work.extend(u.results)
+    return last
+
+
+def _stage_buffer(op, index: int, index_of) -> dict:
+    t = op.result.type
+    stages = t.shape[0]
+    size = stages * t.tile_bytes
+    layout = "row-major" if t.order[0] == len(t.shape) - 2 else "column-major"
+    return {"op": op.name, "line": op.loc.line if op.loc else None, "size": size,
+            "live": [index, _last_use(op, index_of)], "stages": stages, "stage_bytes": t.tile_bytes,
+            "swizzle": f"none: rows padded by {t.pad * mem_bytes(t)} bytes",
+            "reason": f"dot operand {op.attrs.get('operand', '?')}: {stages} stages of a "
+                      f"{'x'.join(map(str, t.shape[1:]))} {t.scalar} tile ({layout}) filled by cp.async",
+            "_op": op}
+
+
 def run(module: Module, options=None) -> dict:
     fn = module.kernel
     buffers = []
-    for index, op in enumerate(fn.walk()):
+    ops = list(fn.walk())
+    index_of = {id(op): i for i, op in enumerate(ops)}
+    for index, op in enumerate(ops):
+        if op.name == "ttg.local_alloc":
+            buffers.append(_stage_buffer(op, index, index_of))
+            continue
         size, why = scratch_bytes(op)
         if size:
             size = (size + ALIGN - 1) // ALIGN * ALIGN

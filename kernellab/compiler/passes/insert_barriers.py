@@ -21,6 +21,8 @@ class _State:
 
 
 def _range(op: Op):
+    if op.name == "ttg.local_alloc":  # pipelined buffers order themselves (ttg.async_wait's bar.sync)
+        return None
     n = op.attrs.get("smem_bytes", 0)
     return (op.attrs.get("smem_offset", 0), n) if n else None
 
@@ -32,7 +34,7 @@ def _overlaps(r, pending) -> bool:
 def _walk(block: Block, pending: frozenset, st: _State, dry: bool) -> frozenset:
     for op in list(block.ops):
         r = _range(op)
-        if op.name in ("ttg.barrier", "tt.debug_barrier"):
+        if op.name in ("ttg.barrier", "tt.debug_barrier", "ttg.async_wait"):
             pending = frozenset()
         elif r is not None:
             if _overlaps(r, pending) and not dry:

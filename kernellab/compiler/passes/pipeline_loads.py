@@ -14,27 +14,11 @@ from __future__ import annotations
 
 from ..ir import Module, Op
 from ..ops import is_pure
-from ..rewrite import clone_op, insert_before, int_const
+from ..rewrite import clone_op, insert_before, int_const, pure_slice
 from ..types import TensorType, int1
 
 NAME = "pipeline_loads"
 DESCRIPTION = "prefetch the next iteration's loads in loops that feed tl.dot (register double-buffering)"
-
-
-def _slice(load: Op, body) -> list | None:
-    """The pure ops of `body` (top level) that `load`'s operands depend on, in body order; None when
-    the address needs something that cannot be recomputed (a load, a region op...)."""
-    needed, stack = set(), list(load.operands)
-    while stack:
-        v = stack.pop()
-        op = v.defining_op
-        if op is None or op.block is not body or id(op) in needed:
-            continue
-        if op.regions or not is_pure(op):
-            return None
-        needed.add(id(op))
-        stack.extend(op.operands)
-    return [op for op in body.ops if id(op) in needed]
 
 
 def _guarded(mask_op_anchor: Op, mask, cond, shape, loc):
@@ -71,7 +55,7 @@ def _value_before(v, anchor: Op, body):
     if op is None or op.block is not body or order[id(op)] < order[id(anchor)]:
         return v
     mapping: dict = {}
-    for dep in _slice(op, body) + [op]:
+    for dep in pure_slice(op, body) + [op]:
         if order.get(id(dep), -1) >= order[id(anchor)] and id(dep) not in mapping:
             insert_before(anchor, clone_op(dep, mapping))
     return mapping.get(id(v), v)
@@ -85,7 +69,7 @@ def _yields_recomputable(for_op: Op, plans, anchor) -> bool:
         if op is None or op.block is not body or order[id(op)] < order[id(anchor)]:
             continue
         used = any(a in op2.operands for ld, sl in plans for op2 in sl + [ld])
-        if used and (op.regions or not is_pure(op) or _slice(op, body) is None):
+        if used and (op.regions or not is_pure(op) or pure_slice(op, body) is None):
             return False
     return True
 
@@ -97,10 +81,13 @@ def _pipeline(for_op: Op) -> int:
     # the H200 a second resident program hid latency as well for large matmuls (see benchmarks/NOTES.md).
     if step is None or step <= 0 or for_op.attrs.get("num_stages", 1) < 2:
         return 0
-    if not any(op.name == "tt.dot" for op in body.ops):
+    dots = [op for op in body.ops if op.name == "tt.dot"]
+    if not dots:
         return 0
+    if any(d.operands[0].type.scalar.name in ("f16", "bf16") for d in dots):
+        return 0  # tensor-core operands are multi-buffered in shared memory by pipeline_dot_operands
     loads = [op for op in body.ops if op.name == "tt.load" and not op.operands[0].type.is_block_ptr()]
-    plans = [(ld, _slice(ld, body)) for ld in loads]
+    plans = [(ld, pure_slice(ld, body)) for ld in loads]
     plans = [(ld, s) for ld, s in plans if s is not None]
     if not plans or not _yields_recomputable(for_op, plans, next(op for op in body.ops if op.name == "tt.dot")):
         return 0

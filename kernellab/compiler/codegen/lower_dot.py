@@ -1,0 +1,228 @@
+"""`tl.dot`: on tensor cores (mma.sync m16n8k16, operands through ldmatrix) where accelerate_matmul
+chose them, else on CUDA cores (both operands staged in shared memory, each thread accumulating its own
+output elements with FMAs)."""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from ..gpu.layouts import Blocked
+from ..gpu.scratch import MMA_PAD, mem_bytes, mma_staging
+from .lower import F32, I8, I32, KernelLowering, _cint, _log2, handles, llty, memty
+
+
+def _align16(n: int) -> int:
+    return (n + 15) // 16 * 16
+
+
+@handles("tt.dot")
+def _dot(lw: KernelLowering, op):
+    if "mma" in op.attrs:
+        return _dot_mma(lw, op)
+    return _dot_fma(lw, op)
+
+
+def _stage_rows(lw: KernelLowering, op, v, shape, row_stride: int, base: int):
+    """Write a 2-D fp16/bf16 tile row-major (rows `row_stride` elements apart) into scratch, with one
+    vector store per run of consecutive registers along the rows when the layout allows."""
+    b = lw.b
+    layout = v.type.layout
+    regs, idx = lw.regs(v), lw.reg_indices(layout, shape)
+    run = 1
+    if isinstance(layout, Blocked) and layout.order[0] == 1:
+        run = min(layout.spt[1], 8, shape[1])
+    offsets = layout.registers(shape)
+    i = 0
+    while i < len(regs):
+        n = run if (i + run <= len(regs) and offsets[i][1] % run == 0 and
+                    all(offsets[i + q] == (offsets[i][0], offsets[i][1] + q) for q in range(run))) else 1
+        lin = b.add(b.mul(idx[i][0], _cint(row_stride)), idx[i][1])
+        ptr = lw.smem_ptr(op, b.mul(lin, _cint(2)), base)
+        if n == 1:
+            b.store(regs[i], ptr)
+        else:
+            vec = ir.Constant(ir.VectorType(regs[i].type, n), None)
+            for q in range(n):
+                vec = b.insert_element(vec, regs[i + q], _cint(q))
+            b.store(vec, ptr, align=2 * n)
+        i += n
+
+
+def _ldmatrix(lw: KernelLowering, byte_offset, count: int, trans: bool):
+    """ldmatrix m8n8 .x{count}: each lane gives one 16-byte row address (absolute shared-memory byte
+    offset); returns `count` b32 fragments."""
+    b = lw.b
+    ptr = b.gep(lw.smem, [byte_offset], source_etype=I8)
+    addr = b.ptrtoint(ptr, I32)
+    outs = ", ".join(f"${i}" for i in range(count))
+    asm = f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 {{{outs}}}, [${count}];"
+    ret = ir.LiteralStructType([I32] * count) if count > 1 else I32
+    res = b.asm(ir.FunctionType(ret, [I32]), asm, ",".join(["=r"] * count + ["r"]), [addr], side_effect=True)
+    return [b.extract_value(res, i) for i in range(count)] if count > 1 else [res]
+
+
+def _operand_in_smem(lw: KernelLowering, op, index: int, base: int):
+    """Where dot operand `index` sits in shared memory: (absolute byte offset (i32), row stride in
+    elements, stored k-contiguous). A multi-stage view (`!memdesc`) is already there; a register tile is
+    staged row-major now into the dot's scratch at `base`. Returns None for the staged case until
+    `_stage_register_operands` has run."""
+    v = op.operands[index]
+    t = v.type
+    rows, cols = t.shape
+    if t.is_memdesc():
+        col_major = t.order[0] == 0
+        stride = (rows if col_major else cols) + t.pad
+        k_contiguous = (index == 0) != col_major  # A row-major or B column-major: rows run along k
+        return lw.get(v), stride, k_contiguous
+    return _cint(op.attrs.get("smem_offset", 0) + base), cols + MMA_PAD, index == 0
+
+
+def _dot_mma(lw: KernelLowering, op):
+    """Tensor cores: each operand in shared memory (a pipelined stage, or staged row-major from
+    registers now, rows padded by 16 bytes so ldmatrix hits 8 different bank groups), fragments loaded
+    with ldmatrix (.trans where the tile runs along M or N), then one mma.sync m16n8k16 per 16x8 tile
+    of each warp's block, accumulating in the #mma layout."""
+    b = lw.b
+    a_v, b_v, c_v = op.operands
+    res = op.results[0]
+    M, K = a_v.type.shape
+    N = b_v.type.shape[1]
+    elem = a_v.type.scalar
+    wm, wn = op.attrs["mma"]
+    tm, tn = M // wm, N // wn
+    b_base = 0 if a_v.type.is_memdesc() else mma_staging(M, N, K)[0]
+    staged = False
+    if not a_v.type.is_memdesc():
+        _stage_rows(lw, op, a_v, (M, K), K + MMA_PAD, 0)
+        staged = True
+    if not b_v.type.is_memdesc():
+        _stage_rows(lw, op, b_v, (K, N), N + MMA_PAD, b_base)
+        staged = True
+    if staged:
+        lw.barrier()
+    a_off, sa, a_kc = _operand_in_smem(lw, op, 0, 0)
+    b_off, sb, b_kc = _operand_in_smem(lw, op, 1, b_base)
+    layout = res.type.layout
+    info_m, info_n = layout.dims_info((M, N))
+    warp_m = b.and_(b.lshr(lw.warp, _cint(_log2(info_m.warp_div))), _cint(wm - 1))
+    warp_n = b.and_(b.lshr(lw.warp, _cint(_log2(info_n.warp_div))), _cint(wn - 1))
+    lane = lw.lane
+    mat = b.lshr(lane, _cint(3))          # which 8x8 matrix this lane addresses
+    row8 = b.and_(lane, _cint(7))         # which row of it
+    half_mn = b.mul(b.and_(mat, _cint(1)), _cint(8))   # A: matrices 1, 3 are rows 8-15
+    half_k = b.mul(b.lshr(mat, _cint(1)), _cint(8))    # A: matrices 2, 3 are k 8-15
+    # A (x4): matrices (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
+    a_m = b.add(b.mul(warp_m, _cint(tm)), half_mn)
+    # B (x4 over two n-tiles): matrices (k 0-7, n), (k 8-15, n), (k 0-7, n+8), (k 8-15, n+8)
+    b_k, b_n = half_mn, b.add(b.mul(warp_n, _cint(tn)), half_k)
+
+    def addr(off, stride, r, c):
+        return b.add(off, b.mul(b.add(b.mul(r, _cint(stride)), c), _cint(2)))
+
+    acc = list(lw.regs(c_v))
+    ty = "bf16" if elem.name == "bf16" else "f16"
+    asm = (f"mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 "
+           "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
+    fty = ir.FunctionType(ir.LiteralStructType([F32] * 4), [I32] * 6 + [F32] * 4)
+    n_mt, n_nt = tm // 16, tn // 8
+    for k0 in range(0, K, 16):
+        a_frags = []
+        for i in range(n_mt):
+            m = b.add(a_m, _cint(i * 16))
+            if a_kc:   # stored [M][K]: lane rows are m
+                p = addr(a_off, sa, b.add(m, row8), b.add(half_k, _cint(k0)))
+            else:      # stored [K][M]: lane rows are k, transposed on load
+                p = addr(a_off, sa, b.add(b.add(half_k, _cint(k0)), row8), m)
+            a_frags.append(_ldmatrix(lw, p, 4, trans=not a_kc))
+        b_frags = []
+        for j in range(0, n_nt, 2):
+            n = b.add(b_n, _cint(j * 8))
+            if b_kc:   # stored [N][K]: lane rows are n
+                p = addr(b_off, sb, b.add(n, row8), b.add(b_k, _cint(k0)))
+            else:      # stored [K][N]: lane rows are k, transposed on load
+                p = addr(b_off, sb, b.add(b.add(b_k, _cint(k0)), row8), n)
+            if j + 1 < n_nt:
+                w = _ldmatrix(lw, p, 4, trans=not b_kc)
+                b_frags += [w[0:2], w[2:4]]
+            else:
+                b_frags.append(_ldmatrix(lw, p, 2, trans=not b_kc))
+        for i in range(n_mt):
+            for j in range(n_nt):
+                base = (i * n_nt + j) * 4
+                out = b.asm(fty, asm, "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3",
+                            a_frags[i] + b_frags[j] + acc[base:base + 4], side_effect=False)
+                for q in range(4):
+                    acc[base + q] = b.extract_value(out, q)
+    lw.put(res, acc)
+
+
+def _dot_fma(lw: KernelLowering, op):
+    b = lw.b
+    a_v, b_v, c_v = op.operands
+    res = op.results[0]
+    M, K = a_v.type.shape
+    N = b_v.type.shape[1]
+    ea, eb_ = a_v.type.scalar, b_v.type.scalar
+    sa, sb = mem_bytes(ea), mem_bytes(eb_)
+    # stage A (MxK) and B (KxN) row-major in shared memory
+    for v, e, s, base, shp in ((a_v, ea, sa, 0, (M, K)), (b_v, eb_, sb, _align16(M * K * sa), (K, N))):
+        for x, ix in zip(lw.regs(v), lw.reg_indices(v.type.layout, shp)):
+            p = lw.smem_ptr(op, b.mul(lw.linear_index(ix, shp), _cint(s)), base)
+            b.store(x, p)
+    lw.barrier()
+    acc_t = res.type.scalar
+    acc_ll = llty(acc_t)
+    layout = res.type.layout
+    idx = lw.reg_indices(layout, (M, N))
+    offsets = layout.registers((M, N))
+    rows = {}
+    cols = {}
+    for i, offs in enumerate(offsets):
+        rows.setdefault(offs[0], idx[i][0])
+        cols.setdefault(offs[1], idx[i][1])
+    init = lw.regs(c_v)
+    pre = b.block
+    header = lw.fn.append_basic_block("dot.header")
+    body = lw.fn.append_basic_block("dot.body")
+    exit_ = lw.fn.append_basic_block("dot.exit")
+    b.branch(header)
+    b.position_at_end(header)
+    k = b.phi(I32)
+    k.add_incoming(_cint(0), pre)
+    phis = []
+    for v in init:
+        p = b.phi(acc_ll)
+        p.add_incoming(v, pre)
+        phis.append(p)
+    b.cbranch(b.icmp_signed("<", k, _cint(K)), body, exit_)
+    b.position_at_end(body)
+
+    def widen(x, e):
+        if acc_t.is_floating():
+            return b.fpext(x, acc_ll) if x.type != acc_ll else x
+        return b.sext(x, acc_ll) if x.type != acc_ll else x
+
+    a_vals = {}
+    for o, m in rows.items():
+        p = lw.smem_ptr(op, b.mul(b.add(b.mul(m, _cint(K)), k), _cint(sa)), 0)
+        a_vals[o] = widen(b.load(p, typ=memty(ea)), ea)
+    b_vals = {}
+    for o, n in cols.items():
+        p = lw.smem_ptr(op, b.mul(b.add(b.mul(k, _cint(N)), n), _cint(sb)), _align16(M * K * sa))
+        b_vals[o] = widen(b.load(p, typ=memty(eb_)), eb_)
+    new = []
+    for i, offs in enumerate(offsets):
+        x, y = a_vals[offs[0]], b_vals[offs[1]]
+        if acc_t.is_floating():
+            suffix = "f32" if acc_ll == F32 else "f64"
+            fma = lw.intrinsic(f"llvm.fma.{suffix}", acc_ll, [acc_ll] * 3)
+            new.append(b.call(fma, [x, y, phis[i]]))
+        else:
+            new.append(b.add(phis[i], b.mul(x, y)))
+    end = b.block
+    k.add_incoming(b.add(k, _cint(1)), end)
+    for p, v in zip(phis, new):
+        p.add_incoming(v, end)
+    b.branch(header)
+    b.position_at_end(exit_)
+    lw.put(res, list(phis))
+

@@ -1,0 +1,281 @@
+"""Software-pipeline the tiles a loop's tensor-core `dot` reads: copy them from global memory
+straight into multi-buffered shared memory with cp.async, `num_stages - 1` iterations ahead.
+
+Without this pass every iteration loads its tiles into registers, waits for them, writes them to
+shared memory and only then runs the mma: the tensor cores idle for a full memory latency per
+iteration. Here, for a loop `for i in range(lb, ub, step)` with S = num_stages stages:
+
+    prologue:  for s in 0 .. S-2: async_copy(tiles of iteration s -> stage s); async_commit
+    body i:    async_wait(pending = S-2) + bar.sync     # iteration i's tiles have landed
+               async_copy(tiles of iteration i+S-1 -> stage (i+S-1) % S); async_commit
+               dot(stage i % S, ...)                     # the math overlaps S-1 copies in flight
+    after:     async_wait(pending = 0)                   # nothing writes the buffers any more
+
+The stage written at iteration i is the one the dot read at iteration i-1; the bar.sync of the wait
+proves every warp has finished that dot. Copies for iterations past the end are predicated off
+(cp.async with a source size of 0 writes zeros and reads nothing).
+
+An operand qualifies when it is a `tt.load` in the loop body used only by the dot, with fp16/bf16
+elements, a zero or absent `other`, accesses of 4 to 16 bytes, and an address that only depends on
+the induction variable, loop invariants and loop-carried values whose updates are themselves
+recomputable. The copies use the load's own (coalesced) layout; the tile is stored in shared memory
+contiguous along the same dimension as in global memory, each row padded by 16 bytes so ldmatrix
+reads are free of bank conflicts. Loops that do not qualify keep the register path and the reason is
+recorded in the pass's stats.
+"""
+from __future__ import annotations
+
+from ..gpu.layouts import Blocked
+from ..gpu.scratch import MMA_PAD
+from ..ir import Module, Op
+from ..rewrite import clone_op, insert_before, int_const, pure_slice
+from ..types import DTYPES, MemDescType, int1
+from . import dce
+
+NAME = "pipeline_dot_operands"
+DESCRIPTION = "multi-buffer the tiles a tensor-core dot reads: cp.async copies num_stages-1 iterations ahead"
+
+I32 = DTYPES["i32"]
+
+
+def _operand_load(dot: Op, index: int, body):
+    """(load op, [ops to erase]) feeding dot operand `index` directly, or (None, reason)."""
+    v = dot.operands[index]
+    chain = []
+    op = v.defining_op
+    if op is not None and op.name == "ttg.convert_layout" and op.block is body:
+        if len(op.result.uses) != 1:
+            return None, "the converted tile has other users"
+        chain.append(op)
+        v = op.operands[0]
+        op = v.defining_op
+    if op is None or op.name != "tt.load" or op.block is not body:
+        return None, "not loaded in the loop body"
+    if op.operands[0].type.is_block_ptr():
+        return None, "block-pointer load (not yet pipelined)"
+    if len(op.result.uses) != 1:
+        return None, "the loaded tile has other users"
+    if op.attrs.get("volatile"):
+        return None, "volatile load"
+    t = op.result.type
+    if t.scalar.name not in ("f16", "bf16"):
+        return None, f"{t.scalar.name} elements"
+    if not isinstance(t.layout, Blocked):
+        return None, "the load has no blocked layout"
+    vec = op.attrs.get("vec", 1)
+    if vec * 2 not in (4, 8, 16):
+        return None, f"{vec * 2}-byte accesses (cp.async moves 4, 8 or 16 bytes)"
+    if len(op.operands) > 2:
+        other = op.operands[2].defining_op
+        if other is None or other.name != "arith.constant" or other.attrs.get("value") not in (0, 0.0):
+            return None, "a non-zero `other` (cp.async fills masked-off elements with zeros)"
+    return op, chain
+
+
+def _carried_closure(for_op: Op, slices) -> set | None:
+    """Indices of the iter args the address slices need, closed under their own updates; None when an
+    update cannot be recomputed from pure ops."""
+    body = for_op.regions[0]
+    iter_args = body.args[1:]
+    yield_op = body.terminator
+    pos = {id(a): i for i, a in enumerate(iter_args)}
+    need, work = set(), []
+
+    def scan(ops):
+        for op in ops:
+            for v in op.operands:
+                if id(v) in pos and pos[id(v)] not in need:
+                    need.add(pos[id(v)])
+                    work.append(pos[id(v)])
+
+    for ld, sl in slices:
+        scan(sl + [ld])
+    while work:
+        i = work.pop()
+        y = yield_op.operands[i]
+        d = y.defining_op
+        if d is None or d.block is not body:
+            continue
+        sl = pure_slice(d, body)
+        if sl is None or d.regions or not _pure(d):
+            return None
+        scan(sl + [d])
+    return need
+
+
+def _pure(op):
+    from ..ops import is_pure
+
+    return is_pure(op)
+
+
+class _Builder:
+    """Create ops before an anchor, with the loop's location."""
+
+    def __init__(self, anchor: Op, loc):
+        self.anchor, self.loc = anchor, loc
+
+    def op(self, name, operands, types, attrs=None, hints=None, loc=None):
+        o = Op(name, operands, types, attrs or {}, (), loc or self.loc, hints)
+        insert_before(self.anchor, o)
+        return o
+
+    def const(self, value, t=I32):
+        return self.op("arith.constant", [], [t], {"value": value}).result
+
+    def add(self, a, b):
+        return self.op("arith.addi", [a, b], [a.type]).result
+
+    def lt(self, a, b):
+        return self.op("arith.cmpi", [a, b], [int1], {"predicate": "slt"}).result
+
+
+def _issue(bld: _Builder, plans, bufs, slot, mapping, pred):
+    """Clone each operand's address computation under `mapping` and start its copy into `slot`."""
+    for (ld, sl), buf in zip(plans, bufs):
+        for op in sl:
+            if id(op.results[0]) not in mapping:
+                insert_before(bld.anchor, clone_op(op, mapping))
+        ptrs = mapping.get(id(ld.operands[0]), ld.operands[0])
+        view = bld.op("ttg.memdesc_index", [buf, slot], [buf.type.tile()], loc=ld.loc).result
+        operands = [ptrs, view, pred]
+        if len(ld.operands) > 1:
+            operands.append(mapping.get(id(ld.operands[1]), ld.operands[1]))
+        bld.op("ttg.async_copy", operands, [], {"vec": ld.attrs.get("vec", 1)}, loc=ld.loc)
+    bld.op("ttg.async_commit", [], [])
+
+
+def _advance(bld: _Builder, for_op: Op, carried, mapping) -> dict:
+    """The carried values one iteration later: each update's computation cloned under `mapping`."""
+    body = for_op.regions[0]
+    iter_args, yield_op = body.args[1:], body.terminator
+    inner = dict(mapping)
+    nxt = {}
+    for i in sorted(carried):
+        y = yield_op.operands[i]
+        d = y.defining_op
+        if d is not None and d.block is body:
+            for op in pure_slice(d, body) + [d]:
+                if id(op.results[0]) not in inner:
+                    insert_before(bld.anchor, clone_op(op, inner))
+        nxt[id(iter_args[i])] = inner.get(id(y), mapping.get(id(y), y))
+    return nxt
+
+
+def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
+    body = for_op.regions[0]
+    dots = [op for op in body.ops if op.name == "tt.dot" and "mma" in op.attrs]
+    if not dots:
+        return
+    dot = dots[0]
+    why = []
+    step = int_const(for_op.operands[2])
+    if stages < 2:
+        why.append("num_stages < 2")
+    if step is None or step <= 0:
+        why.append("the loop step is not a positive constant")
+    plans, chains, indices = [], [], []
+    for index in (0, 1):
+        ld, chain = _operand_load(dot, index, body)
+        if ld is None:
+            why.append(f"operand {'ab'[index]}: {chain}")
+            continue
+        sl = pure_slice(ld, body)
+        if sl is None:
+            why.append(f"operand {'ab'[index]}: its address needs a value the loop cannot recompute")
+            continue
+        plans.append((ld, sl))
+        chains.append(chain)
+        indices.append(index)
+    carried = _carried_closure(for_op, plans) if plans else None
+    if plans and carried is None:
+        why.append("a loop-carried address update cannot be recomputed")
+    if stages < 2 or step is None or step <= 0 or not plans or carried is None:
+        stats["skipped"].append("; ".join(why))
+        return
+    stats["skipped"].extend(why)
+
+    loc = for_op.loc
+    lb, ub = for_op.operands[0], for_op.operands[1]
+    iv, iter_args = body.args[0], body.args[1:]
+    yield_op = body.terminator
+    pre = _Builder(for_op, loc)
+    bufs = []
+    for (ld, _), index in zip(plans, indices):
+        t = ld.result.type
+        order = tuple(t.layout.order)
+        buf_t = MemDescType((stages,) + tuple(t.shape), t.scalar, order, MMA_PAD)
+        bufs.append(pre.op("ttg.local_alloc", [], [buf_t], {"stages": stages, "operand": "ab"[index]},
+                           [f"{'ab'[index]}_stages"], loc=ld.loc).result)
+    # prologue: stages 0 .. S-2 hold iterations 0 .. S-2
+    state = {id(a): init for a, init in zip(iter_args, for_op.operands[3:])}
+    for s in range(stages - 1):
+        iv_s = lb if s == 0 else pre.add(lb, pre.const(s * step, lb.type))
+        mapping = dict(state)
+        mapping[id(iv)] = iv_s
+        _issue(pre, plans, bufs, pre.const(s), mapping, pre.lt(iv_s, ub))
+        state.update(_advance(pre, for_op, carried, mapping))
+    # the loop carries: the address state S-1 iterations ahead, the stage to read and the stage to write
+    ahead_args = {}
+    for i in sorted(carried):
+        a = iter_args[i]
+        ahead_args[i] = body.add_arg(a.type, (a.hint or "v") + "_ahead")
+    read_slot = body.add_arg(I32, "read_stage")
+    write_slot = body.add_arg(I32, "write_stage")
+    inits = [state[id(iter_args[i])] for i in sorted(carried)] + [pre.const(0), pre.const(stages - 1)]
+
+    first = body.ops[0]
+    top = _Builder(first, loc)
+    top.op("ttg.async_wait", list(bufs), [], {"pending": stages - 2})
+    iv_ahead = top.add(iv, top.const((stages - 1) * step, iv.type))
+    mapping = {id(iter_args[i]): ahead_args[i] for i in carried}
+    mapping[id(iv)] = iv_ahead
+    _issue(top, plans, bufs, write_slot, mapping, top.lt(iv_ahead, ub))
+    nxt = _advance(top, for_op, carried, mapping)
+    at_dot = _Builder(dot, loc)
+    for buf, (ld, _), chain, index in zip(bufs, plans, chains, indices):
+        view = at_dot.op("ttg.memdesc_index", [buf, read_slot], [buf.type.tile()], loc=dot.loc).result
+        dot.set_operand(index, view)
+        for op in chain:
+            op.erase()
+        ld.erase()
+    end = _Builder(yield_op, loc)
+    one, last = end.const(1), end.const(stages - 1)
+    new_slots = []
+    for slot in (read_slot, write_slot):
+        at_end = end.op("arith.cmpi", [slot, last], [int1], {"predicate": "eq"}).result
+        new_slots.append(end.op("arith.select", [at_end, end.const(0), end.add(slot, one)], [I32]).result)
+    for v in [nxt[id(iter_args[i])] for i in sorted(carried)] + new_slots:
+        yield_op.operands.append(v)
+        v.uses.append(yield_op)
+
+    new = Op("scf.for", list(for_op.operands) + inits, [r.type for r in for_op.results] + [v.type for v in inits],
+             dict(for_op.attrs), [], loc, [r.hint for r in for_op.results] + [None] * len(inits))
+    new.attrs["pipelined_stages"] = stages
+    new.regions = [body]
+    body.parent = new
+    for_op.regions = []
+    insert_before(for_op, new)
+    for old, res in zip(for_op.results, new.results):
+        old.replace_all_uses_with(res)
+    for_op.erase()
+    # after the loop: drain the copies still in flight (predicated-off ones included) before the
+    # buffers' addresses can be reused
+    after = new.block.ops[new.block.ops.index(new) + 1]
+    _Builder(after, loc).op("ttg.async_wait", list(bufs), [], {"pending": 0})
+    stats["pipelined"] += 1
+    stats["buffers"] += len(bufs)
+
+
+def run(module: Module, options=None) -> dict:
+    arch = getattr(options, "arch", 90)
+    default_stages = getattr(options, "num_stages", 3)
+    stats = {"pipelined": 0, "buffers": 0, "skipped": []}
+    if arch < 80:
+        return {"pipelined": 0, "buffers": 0, "skipped": [f"sm_{arch} has no cp.async"]}
+    for op in list(module.kernel.walk()):
+        if op.name == "scf.for" and op.block is not None:
+            _pipeline(op, int(op.attrs.get("num_stages", default_stages)), stats)
+    if stats["pipelined"]:
+        dce.run(module)  # the register path's address arithmetic is dead now
+    return stats

@@ -1,0 +1,177 @@
+"""pipeline_dot_operands: a loop feeding a tensor-core dot gets multi-stage shared-memory buffers filled by
+cp.async num_stages-1 iterations ahead (prologue, steady state, drain); loops it cannot pipeline keep the
+register path and say why."""
+from __future__ import annotations
+
+import pytest
+
+from kernellab.compiler.gpu.options import GpuOptions
+from kernellab.compiler.passes import allocate_shared, insert_barriers, pipeline_dot_operands
+
+LOOP = """
+#L0 = #blocked<[1, 8], [8, 4], [4, 1], [1, 0]>
+#L1 = #mma<[2, 2]>
+tt.func @k(%a_ptrs: tensor<32x32x!ptr<f16>, #L0>, %b_ptrs: tensor<32x32x!ptr<f16>, #L0>, %c_ptrs: tensor<32x32x!ptr<f32>, #L1>, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %step = arith.constant {value = 32} : tensor<32x32xi32, #L0>
+  %zero = arith.constant {value = 0.0} : tensor<32x32xf32, #L1>
+  %acc, %pa, %pb = scf.for %c0, %n, %c1, %zero, %a_ptrs, %b_ptrs : tensor<32x32xf32, #L1>, tensor<32x32x!ptr<f16>, #L0>, tensor<32x32x!ptr<f16>, #L0> {
+  ^bb(%i: i32, %acc0: tensor<32x32xf32, #L1>, %pa0: tensor<32x32x!ptr<f16>, #L0>, %pb0: tensor<32x32x!ptr<f16>, #L0>):
+    %a = tt.load %pa0 {vec = 8} : tensor<32x32xf16, #L0>
+    %b = tt.load %pb0 {vec = 8} : tensor<32x32xf16, #L0>
+    %d = tt.dot %a, %b, %acc0 {input_precision = "ieee", mma = [2, 2]} : tensor<32x32xf32, #L1>
+    %pa1 = tt.addptr %pa0, %step : tensor<32x32x!ptr<f16>, #L0>
+    %pb1 = tt.addptr %pb0, %step : tensor<32x32x!ptr<f16>, #L0>
+    scf.yield %d, %pa1, %pb1
+  }
+  tt.store %c_ptrs, %acc
+  tt.return
+}
+"""
+
+PIPELINED_3 = """
+#L0 = #blocked<[1, 8], [8, 4], [4, 1], [1, 0]>
+#L1 = #mma<[2, 2]>
+
+tt.func @k(%a_ptrs: tensor<32x32x!ptr<f16>, #L0>, %b_ptrs: tensor<32x32x!ptr<f16>, #L0>, %c_ptrs: tensor<32x32x!ptr<f32>, #L1>, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %step = arith.constant {value = 32} : tensor<32x32xi32, #L0>
+  %zero = arith.constant {value = 0.0} : tensor<32x32xf32, #L1>
+  %a_stages = ttg.local_alloc {operand = "a", stages = 3} : !memdesc<3x32x32xf16, order=1,0, pad=8>
+  %b_stages = ttg.local_alloc {operand = "b", stages = 3} : !memdesc<3x32x32xf16, order=1,0, pad=8>
+  %0 = arith.constant {value = 0} : i32
+  %1 = arith.cmpi %c0, %n {predicate = "slt"} : i1
+  %2 = ttg.memdesc_index %a_stages, %0 : !memdesc<32x32xf16, order=1,0, pad=8>
+  ttg.async_copy %a_ptrs, %2, %1 {vec = 8}
+  %3 = ttg.memdesc_index %b_stages, %0 : !memdesc<32x32xf16, order=1,0, pad=8>
+  ttg.async_copy %b_ptrs, %3, %1 {vec = 8}
+  ttg.async_commit
+  %pa1 = tt.addptr %a_ptrs, %step : tensor<32x32x!ptr<f16>, #L0>
+  %pb1 = tt.addptr %b_ptrs, %step : tensor<32x32x!ptr<f16>, #L0>
+  %4 = arith.constant {value = 1} : i32
+  %5 = arith.addi %c0, %4 : i32
+  %6 = arith.constant {value = 1} : i32
+  %7 = arith.cmpi %5, %n {predicate = "slt"} : i1
+  %8 = ttg.memdesc_index %a_stages, %6 : !memdesc<32x32xf16, order=1,0, pad=8>
+  ttg.async_copy %pa1, %8, %7 {vec = 8}
+  %9 = ttg.memdesc_index %b_stages, %6 : !memdesc<32x32xf16, order=1,0, pad=8>
+  ttg.async_copy %pb1, %9, %7 {vec = 8}
+  ttg.async_commit
+  %pa1_1 = tt.addptr %pa1, %step : tensor<32x32x!ptr<f16>, #L0>
+  %pb1_1 = tt.addptr %pb1, %step : tensor<32x32x!ptr<f16>, #L0>
+  %10 = arith.constant {value = 0} : i32
+  %11 = arith.constant {value = 2} : i32
+  %acc, %12, %13, %14, %15 = scf.for %c0, %n, %c1, %zero, %pa1_1, %pb1_1, %10, %11 {pipelined_stages = 3} : tensor<32x32xf32, #L1>, tensor<32x32x!ptr<f16>, #L0>, tensor<32x32x!ptr<f16>, #L0>, i32, i32 {
+  ^bb(%i: i32, %acc0: tensor<32x32xf32, #L1>, %pa0_ahead: tensor<32x32x!ptr<f16>, #L0>, %pb0_ahead: tensor<32x32x!ptr<f16>, #L0>, %read_stage: i32, %write_stage: i32):
+    ttg.async_wait %a_stages, %b_stages {pending = 1}
+    %16 = arith.constant {value = 2} : i32
+    %17 = arith.addi %i, %16 : i32
+    %18 = arith.cmpi %17, %n {predicate = "slt"} : i1
+    %19 = ttg.memdesc_index %a_stages, %write_stage : !memdesc<32x32xf16, order=1,0, pad=8>
+    ttg.async_copy %pa0_ahead, %19, %18 {vec = 8}
+    %20 = ttg.memdesc_index %b_stages, %write_stage : !memdesc<32x32xf16, order=1,0, pad=8>
+    ttg.async_copy %pb0_ahead, %20, %18 {vec = 8}
+    ttg.async_commit
+    %pa1_2 = tt.addptr %pa0_ahead, %step : tensor<32x32x!ptr<f16>, #L0>
+    %pb1_2 = tt.addptr %pb0_ahead, %step : tensor<32x32x!ptr<f16>, #L0>
+    %21 = ttg.memdesc_index %a_stages, %read_stage : !memdesc<32x32xf16, order=1,0, pad=8>
+    %22 = ttg.memdesc_index %b_stages, %read_stage : !memdesc<32x32xf16, order=1,0, pad=8>
+    %d = tt.dot %21, %22, %acc0 {input_precision = "ieee", mma = [2, 2]} : tensor<32x32xf32, #L1>
+    %23 = arith.constant {value = 1} : i32
+    %24 = arith.constant {value = 2} : i32
+    %25 = arith.cmpi %read_stage, %24 {predicate = "eq"} : i1
+    %26 = arith.constant {value = 0} : i32
+    %27 = arith.addi %read_stage, %23 : i32
+    %28 = arith.select %25, %26, %27 : i32
+    %29 = arith.cmpi %write_stage, %24 {predicate = "eq"} : i1
+    %30 = arith.constant {value = 0} : i32
+    %31 = arith.addi %write_stage, %23 : i32
+    %32 = arith.select %29, %30, %31 : i32
+    scf.yield %d, %pa1_2, %pb1_2, %28, %32
+  }
+  ttg.async_wait %a_stages, %b_stages {pending = 0}
+  tt.store %c_ptrs, %acc
+  tt.return
+}
+"""
+
+
+def test_three_stages_prologue_steady_state_and_drain(check):
+    _, stats = check(pipeline_dot_operands, LOOP, PIPELINED_3, GpuOptions(num_warps=4, num_stages=3))
+    assert stats == {"pipelined": 1, "buffers": 2, "skipped": []}
+
+
+def _ops(module):
+    return [op.name for op in module.kernel.walk()]
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4, 5])
+def test_stage_count_shapes_the_pipeline(run_pass, stages):
+    m, _ = run_pass(pipeline_dot_operands, LOOP, GpuOptions(num_warps=4, num_stages=stages))
+    top = [op.name for op in m.kernel.body.ops]
+    loop = next(op for op in m.kernel.body.ops if op.name == "scf.for")
+    body = [op.name for op in loop.regions[0].ops]
+    # prologue: one commit per stage filled ahead; body: wait first, one new group, the dot last before the slots
+    assert top[:top.index("scf.for")].count("ttg.async_commit") == stages - 1
+    assert body[0] == "ttg.async_wait" and loop.regions[0].ops[0].attrs["pending"] == stages - 2
+    assert body.count("ttg.async_copy") == 2 and body.count("ttg.async_commit") == 1
+    assert body.index("ttg.async_commit") < body.index("tt.dot")
+    # after the loop: drain every group before anything else may reuse the addresses
+    after = m.kernel.body.ops[top.index("scf.for") + 1]
+    assert after.name == "ttg.async_wait" and after.attrs["pending"] == 0
+    allocs = [op for op in m.kernel.walk() if op.name == "ttg.local_alloc"]
+    assert [a.result.type.shape for a in allocs] == [(stages, 32, 32)] * 2
+    assert loop.attrs["pipelined_stages"] == stages
+
+
+def test_one_stage_keeps_the_register_path(run_pass):
+    m, stats = run_pass(pipeline_dot_operands, LOOP, GpuOptions(num_warps=4, num_stages=1))
+    assert stats["pipelined"] == 0 and "num_stages < 2" in stats["skipped"][0]
+    assert "ttg.async_copy" not in _ops(m) and _ops(m).count("tt.load") == 2
+
+
+def test_per_loop_num_stages_overrides_the_kernel_option(run_pass):
+    text = LOOP.replace("%a_ptrs, %b_ptrs : tensor<32x32xf32", "%a_ptrs, %b_ptrs {num_stages = 2} : tensor<32x32xf32")
+    m, _ = run_pass(pipeline_dot_operands, text, GpuOptions(num_warps=4, num_stages=4))
+    assert [a.result.type.shape[0] for a in m.kernel.walk() if a.name == "ttg.local_alloc"] == [2, 2]
+
+
+def test_a_nonzero_other_is_not_pipelined(run_pass):
+    text = LOOP.replace("%a = tt.load %pa0 {vec = 8}", "%a = tt.load %pa0, %msk, %one {vec = 8}").replace(
+        "%zero = arith.constant {value = 0.0} : tensor<32x32xf32, #L1>",
+        "%zero = arith.constant {value = 0.0} : tensor<32x32xf32, #L1>\n"
+        "  %one = arith.constant {value = 1.0} : tensor<32x32xf16, #L0>\n"
+        "  %msk = arith.constant {value = true} : tensor<32x32xi1, #L0>")
+    m, stats = run_pass(pipeline_dot_operands, text, GpuOptions(num_warps=4, num_stages=3))
+    assert stats["pipelined"] == 1  # B still is
+    assert any("operand a: a non-zero `other`" in s for s in stats["skipped"])
+    assert _ops(m).count("tt.load") == 1 and _ops(m).count("ttg.local_alloc") == 1
+
+
+def test_narrow_accesses_are_not_pipelined(run_pass):
+    text = LOOP.replace("{vec = 8}", "{vec = 1}")
+    m, stats = run_pass(pipeline_dot_operands, text, GpuOptions(num_warps=4, num_stages=3))
+    assert stats["pipelined"] == 0 and "2-byte accesses" in stats["skipped"][0]
+
+
+def test_sm75_has_no_cp_async(run_pass):
+    _, stats = run_pass(pipeline_dot_operands, LOOP, GpuOptions(num_warps=4, num_stages=3, arch=75))
+    assert stats["pipelined"] == 0 and "no cp.async" in stats["skipped"][0]
+
+
+def test_shared_plan_and_barriers_of_the_pipelined_loop(run_pass):
+    m, _ = run_pass(pipeline_dot_operands, LOOP, GpuOptions(num_warps=4, num_stages=3))
+    allocate_shared.run(m, GpuOptions(num_warps=4))
+    plan = m.shared_plan
+    # each buffer: 3 stages of 32 rows of (32 + 8 padding) halves, live from its allocation to the drain
+    assert [(b["op"], b["size"], b["stages"], b["stage_bytes"]) for b in plan] == \
+        [("ttg.local_alloc", 3 * 32 * 40 * 2, 3, 32 * 40 * 2)] * 2
+    assert [b["offset"] for b in plan] == [0, 3 * 32 * 40 * 2]
+    drain = [i for i, op in enumerate(m.kernel.walk()) if op.name == "ttg.async_wait"][-1]
+    assert all(b["live"][1] == drain for b in plan)
+    assert "rows padded by 16 bytes" in plan[0]["swizzle"]
+    # the waits are the barriers: nothing else is inserted (the dot reads shared memory it does not own)
+    stats = insert_barriers.run(m, GpuOptions(num_warps=4))
+    assert stats == {"barriers": 0}

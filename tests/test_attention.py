@@ -1,0 +1,113 @@
+"""The flash-attention forward kernel of `benchmarks/attention.py`: the CPU interpreter against a
+float64 reference, the GPU backend down to a cubin (ptxas, no GPU) with the fp16 dots on tensor
+cores, and (marked gpu) the compiled kernel on CUDA against torch SDPA."""
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+import torch
+
+import kernellab as kl
+import kernellab.language as tl
+from benchmarks.attention_kernel import LOG2E, attention, make_attention_kernel
+
+KERNEL = make_attention_kernel(kl, tl)
+
+
+def reference(q, k, v, causal, sm_scale):
+    """softmax(q k^T * sm_scale) v in float64 on the CPU, keys after the query masked when causal."""
+    q, k, v = (t.detach().cpu().double() for t in (q, k, v))
+    s = (q @ k.transpose(-1, -2)) * sm_scale
+    if causal:
+        n = q.shape[-2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def _inputs(Z, H, S, D, seed, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(Z, H, S, D, generator=g).half().to(device) for _ in range(3)]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("S,D,BM,BN", [(128, 32, 64, 32), (192, 64, 64, 32), (128, 64, 32, 32), (128, 32, 64, 64)])
+def test_attention_interpreter(S, D, BM, BN, causal):
+    """Several query blocks, several key blocks per query block (and, causal, a diagonal block that
+    spans several key blocks when BLOCK_M > BLOCK_N), 2 heads: against float64."""
+    q, k, v = _inputs(1, 2, S, D, seed=S + D + BM + BN)
+    out = torch.full_like(q, float("nan"))
+    sm_scale = 1.0 / math.sqrt(D)
+    attention(q, k, v, causal, sm_scale, kl, KERNEL, BLOCK_M=BM, BLOCK_N=BN, num_warps=4, num_stages=3, out=out)
+    assert not torch.isnan(out).any(), "output has unwritten (NaN-poisoned) elements"
+    torch.testing.assert_close(out.double(), reference(q, k, v, causal, sm_scale), atol=4e-3, rtol=1e-2)
+
+
+def test_attention_batch_strides_interpreter():
+    """Batch > 1 and non-contiguous q/k/v/out (a [Z, S, H, D] buffer viewed as [Z, H, S, D]): every stride is used."""
+    Z, H, S, D = 2, 3, 64, 32
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(Z, S, H, D, generator=g).half().transpose(1, 2) for _ in range(3))
+    out = torch.full((Z, S, H, D), float("nan"), dtype=torch.float16).transpose(1, 2)
+    attention(q, k, v, True, 0.3, kl, KERNEL, BLOCK_M=32, BLOCK_N=16, out=out)
+    assert not torch.isnan(out).any()
+    torch.testing.assert_close(out.double(), reference(q, k, v, True, 0.3), atol=4e-3, rtol=1e-2)
+
+
+CODEGEN_CASES = [(64, False, 4), (64, True, 4), (128, False, 8), (128, True, 8)]
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
+@pytest.mark.parametrize("D,causal,num_warps", CODEGEN_CASES,
+                         ids=[f"hd{d}-{'causal' if c else 'full'}" for d, c, _ in CODEGEN_CASES])
+def test_attention_assembles_with_tensor_cores(D, causal, num_warps, tmp_path, monkeypatch):
+    """The benchmark's configs go through the GPU backend to a cubin for sm_90 (no GPU needed), and both
+    fp16 dots (q kT and p v) are lowered to mma.sync."""
+    from kernellab.compiler.codegen.target import Target
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))  # compile, do not reuse a cached cubin
+    q = torch.empty(4, 16, 1024, D, dtype=torch.float16)
+    ck = KERNEL.warmup(q, q, q, q, LOG2E / math.sqrt(D), *q.stride(), *q.stride(), *q.stride(), *q.stride(), 16, 1024,
+                       BLOCK_M=128, BLOCK_N=64, HEAD_DIM=D, CAUSAL=causal, num_warps=num_warps, num_stages=3,
+                       grid=(8, 64))
+    ck.build_gpu(Target(90))
+    assert ck.asm["cubin"][:4] == b"\x7fELF"
+    assert ck.n_regs and ck.n_regs > 0
+    ptx = ck.asm["ptx"]
+    assert ".entry attention_fwd_kernel" in ptx and "llvm.nvvm" not in ptx
+    assert "mma.sync" in ptx and ".f16.f16.f32" in ptx, "the fp16 dots did not take the tensor cores"
+    assert "ex2.approx" in ptx
+    assert "#mma" in ck.asm["gpu"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D,num_warps", [(64, 4), (128, 8)])
+def test_attention_gpu_vs_sdpa(D, num_warps, causal):
+    """The compiled kernel on CUDA with the benchmark's block sizes, against torch SDPA in float32."""
+    Z, H, S = 2, 3, 512
+    q, k, v = _inputs(Z, H, S, D, seed=D + int(causal), device="cuda")
+    out = torch.full_like(q, float("nan"))
+    sm_scale = 1.0 / math.sqrt(D)
+    attention(q, k, v, causal, sm_scale, kl, KERNEL, BLOCK_M=128, BLOCK_N=64, num_warps=num_warps, num_stages=3,
+              out=out)
+    torch.cuda.synchronize()
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal,
+                                                           scale=sm_scale)
+    assert not torch.isnan(out).any(), "output has unwritten (NaN-poisoned) elements"
+    torch.testing.assert_close(out.float(), ref, atol=1e-2, rtol=1e-2)
+
+
+def test_benchmark_row_on_cpu():
+    """benchmarks/attention.py's row logic (check against SDPA, poisoned output, TFLOP/s, ratios, table)
+    with the interpreter and a dummy timer, so the GPU script does not rot."""
+    from benchmarks.attention import _fmt, attention_flops, run_row
+
+    row = run_row({"kernellab": (kl, KERNEL)}, 1, 2, 64, 32, True, device="cpu", timer=lambda fn: (fn(), 1e-3)[1],
+                  cfg=dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=3))
+    assert row["kernellab"]["ok"], row
+    assert row["flops"] == attention_flops(1, 2, 64, 32, True) == 2 * 2 * 64 * 64 * 32
+    assert row["kernellab"]["tflops"] == pytest.approx(row["flops"] / 1e-3 / 1e12)
+    line = _fmt(row)
+    assert line.startswith("hd32 s64 causal") and "1.00" in line
