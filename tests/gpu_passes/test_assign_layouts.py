@@ -344,3 +344,61 @@ tt.func @loop(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %y_ptr: !ptr<f32> {tt.di
 """)
     assert stats == {"anchors": 2, "converts_inserted": 0}
     assert_all_laid_out(m)
+
+
+LOOP_ROW_SUM = """
+tt.func @rowsum(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %y_ptr: !ptr<f32> {tt.divisibility = 16}, %n: i32) {
+  %r = tt.make_range {end = 64, start = 0} : tensor<64xi32>
+  %rows = tt.expand_dims %r {axis = 1} : tensor<64x1xi32>
+  %c64 = arith.constant {value = 64} : tensor<64x1xi32>
+  %ro = arith.muli %rows, %c64 : tensor<64x1xi32>
+  %cols = tt.expand_dims %r {axis = 0} : tensor<1x64xi32>
+  %rb = tt.broadcast %ro : tensor<64x64xi32>
+  %cb = tt.broadcast %cols : tensor<64x64xi32>
+  %offs = arith.addi %rb, %cb : tensor<64x64xi32>
+  %0 = tt.splat %x_ptr : tensor<64x64x!ptr<f32>>
+  %p = tt.addptr %0, %offs : tensor<64x64x!ptr<f32>>
+  %l = arith.constant {value = 0.0} : tensor<64xf32>
+  %1 = arith.constant {value = 0} : i32
+  %2 = arith.constant {value = 1} : i32
+  %l_1 = scf.for %1, %n, %2, %l : tensor<64xf32> {
+  ^bb(%i: i32, %l_2: tensor<64xf32>):
+    %x = tt.load %p : tensor<64x64xf32>
+    %s = tt.reduce %x {axis = 1} : tensor<64xf32> {
+    ^bb(%a: f32, %b: f32):
+      %c = arith.addf %a, %b : f32
+      tt.reduce.return %c
+    }
+    %l_3 = arith.addf %l_2, %s : tensor<64xf32>
+    scf.yield %l_3
+  }
+  %3 = tt.splat %y_ptr : tensor<64x!ptr<f32>>
+  %4 = tt.addptr %3, %r : tensor<64x!ptr<f32>>
+  tt.store %4, %l_1
+  tt.return
+}
+"""
+
+
+def test_loop_carried_value_enters_in_the_layout_its_body_yields(run_pass):
+    # the running sum starts as a constant in the store's 1-D layout, but the body updates it from a row
+    # reduction (a slice of the load's layout): entering in that slice costs one conversion after the
+    # loop instead of one per iteration
+    m, stats = run_pass(assign_layouts, LOOP_ROW_SUM)
+    assert stats["loop_layouts_followed"] == 1
+    loop = next(op for op in m.kernel.body.ops if op.name == "scf.for")
+    assert not [op for op in loop.regions[0].ops if op.name == "ttg.convert_layout"]
+    arg = loop.regions[0].args[1]
+    assert str(arg.type.layout).startswith("#slice<1, #blocked")
+    assert [op.name for op in m.kernel.body.ops].count("ttg.convert_layout") >= 1  # the one for the store
+
+
+def test_elementwise_op_takes_the_computed_operand_layout_over_index_math(run_pass):
+    # x + (row index): the index math is recomputed in x's layout, x is not converted
+    text = LOOP_ROW_SUM.replace("%l_3 = arith.addf %l_2, %s : tensor<64xf32>",
+                                "%rf = arith.sitofp %r : tensor<64xf32>\n    %l_3 = arith.addf %rf, %s : tensor<64xf32>")
+    m, _ = run_pass(assign_layouts, text)
+    loop = next(op for op in m.kernel.body.ops if op.name == "scf.for")
+    add = next(op for op in loop.regions[0].ops if op.name == "arith.addf")
+    s = next(op for op in loop.regions[0].ops if op.name == "tt.reduce").result
+    assert add.result.type.layout == s.type.layout and add.operands[1] is s

@@ -100,7 +100,7 @@ tt.func @k(%a_ptrs: tensor<32x32x!ptr<f16>, #L0>, %b_ptrs: tensor<32x32x!ptr<f16
 
 def test_three_stages_prologue_steady_state_and_drain(check):
     _, stats = check(pipeline_dot_operands, LOOP, PIPELINED_3, GpuOptions(num_warps=4, num_stages=3))
-    assert stats == {"pipelined": 1, "buffers": 2, "skipped": []}
+    assert stats == {"pipelined": 1, "staged_once": 0, "buffers": 2, "skipped": []}
 
 
 def _ops(module):
@@ -175,3 +175,28 @@ def test_shared_plan_and_barriers_of_the_pipelined_loop(run_pass):
     # the waits are the barriers: nothing else is inserted (the dot reads shared memory it does not own)
     stats = insert_barriers.run(m, GpuOptions(num_warps=4))
     assert stats == {"barriers": 0}
+
+
+INVARIANT_A = LOOP.replace(
+    "%acc, %pa, %pb = scf.for",
+    "%q = tt.load %a_ptrs {vec = 8} : tensor<32x32xf16, #L0>\n  %acc, %pa, %pb = scf.for").replace(
+    "%a = tt.load %pa0 {vec = 8} : tensor<32x32xf16, #L0>\n", "").replace(
+    "tt.dot %a, %b", "tt.dot %q, %b")
+
+
+def test_a_tile_loaded_once_is_staged_once_and_stays_live_across_the_loop(run_pass):
+    m, stats = run_pass(pipeline_dot_operands, INVARIANT_A, GpuOptions(num_warps=4, num_stages=3))
+    assert stats["staged_once"] == 1 and stats["pipelined"] == 1 and stats["buffers"] == 2
+    ops = list(m.kernel.walk())
+    names = [op.name for op in ops]
+    assert "tt.load" not in names
+    first = ops[names.index("ttg.local_alloc")]
+    assert first.result.type.shape == (1, 32, 32) and first.attrs["stages"] == 1
+    # copied where it was loaded, and waited for before anything reads it
+    i = names.index("ttg.local_alloc")
+    assert names[i:i + 6] == ["ttg.local_alloc", "arith.constant", "ttg.memdesc_index", "arith.constant",
+                              "ttg.async_copy", "ttg.async_commit"] and names[i + 6] == "ttg.async_wait"
+    allocate_shared.run(m, GpuOptions(num_warps=4))
+    loop_end = max(k for k, op in enumerate(m.kernel.walk()) if op.block is not m.kernel.body)
+    tile = m.shared_plan[0]
+    assert tile["stages"] == 1 and tile["live"][1] >= loop_end  # read again by every iteration

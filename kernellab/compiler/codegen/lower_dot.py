@@ -6,7 +6,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..gpu.layouts import Blocked
-from ..gpu.scratch import MMA_PAD, mem_bytes, mma_staging
+from ..gpu.scratch import MMA_PAD, a_from_registers, mem_bytes, mma_staging
 from .lower import F32, I8, I32, KernelLowering, _cint, _log2, handles, llty, memty
 
 
@@ -76,6 +76,23 @@ def _operand_in_smem(lw: KernelLowering, op, index: int, base: int):
     return _cint(op.attrs.get("smem_offset", 0) + base), cols + MMA_PAD, index == 0
 
 
+def _a_fragment_from_accumulator(lw: KernelLowering, regs, i: int, k0: int, K: int):
+    """The four b32 registers of A's m16k16 fragment (m-tile i, k from k0) out of a tile held in the #mma
+    layout: accumulator n-tiles k0/8 and k0/8 + 1 of m-tile i, each pair of halves packed."""
+    b = lw.b
+    per_row = K // 8
+    out = []
+    for j in (k0 // 8, k0 // 8 + 1):
+        base = (i * per_row + j) * 4
+        for q in (0, 2):
+            lo, hi = regs[base + q], regs[base + q + 1]
+            vec = ir.Constant(ir.VectorType(lo.type, 2), None)
+            vec = b.insert_element(b.insert_element(vec, lo, _cint(0)), hi, _cint(1))
+            out.append(b.bitcast(vec, I32))
+    # mma.sync's A order: (rows g, k 0-7), (rows g+8, k 0-7), (rows g, k 8-15), (rows g+8, k 8-15)
+    return [out[0], out[1], out[2], out[3]]
+
+
 def _dot_mma(lw: KernelLowering, op):
     """Tensor cores: each operand in shared memory (a pipelined stage, or staged row-major from
     registers now, rows padded by 16 bytes so ldmatrix hits 8 different bank groups), fragments loaded
@@ -89,9 +106,10 @@ def _dot_mma(lw: KernelLowering, op):
     elem = a_v.type.scalar
     wm, wn = op.attrs["mma"]
     tm, tn = M // wm, N // wn
-    b_base = 0 if a_v.type.is_memdesc() else mma_staging(M, N, K)[0]
+    a_regs = a_from_registers(op)
+    b_base = 0 if a_v.type.is_memdesc() or a_regs else mma_staging(M, N, K)[0]
     staged = False
-    if not a_v.type.is_memdesc():
+    if not a_v.type.is_memdesc() and not a_regs:
         _stage_rows(lw, op, a_v, (M, K), K + MMA_PAD, 0)
         staged = True
     if not b_v.type.is_memdesc():
@@ -99,7 +117,7 @@ def _dot_mma(lw: KernelLowering, op):
         staged = True
     if staged:
         lw.barrier()
-    a_off, sa, a_kc = _operand_in_smem(lw, op, 0, 0)
+    a_off, sa, a_kc = _operand_in_smem(lw, op, 0, 0) if not a_regs else (None, 0, True)
     b_off, sb, b_kc = _operand_in_smem(lw, op, 1, b_base)
     layout = res.type.layout
     info_m, info_n = layout.dims_info((M, N))
@@ -127,6 +145,9 @@ def _dot_mma(lw: KernelLowering, op):
     for k0 in range(0, K, 16):
         a_frags = []
         for i in range(n_mt):
+            if a_regs:
+                a_frags.append(_a_fragment_from_accumulator(lw, lw.regs(a_v), i, k0, K))
+                continue
             m = b.add(a_m, _cint(i * 16))
             if a_kc:   # stored [M][K]: lane rows are m
                 p = addr(a_off, sa, b.add(m, row8), b.add(half_k, _cint(k0)))

@@ -59,12 +59,26 @@ def scratch_bytes(op) -> tuple[int, str]:
     return _other_ops(op)
 
 
+def a_from_registers(op) -> bool:
+    """Whether a tensor-core dot takes its A operand straight from registers: A is itself an mma
+    accumulator tile (attention's probabilities) split over the same warps along M and not split along
+    K, so each thread already holds exactly the A fragments mma.sync wants (two adjacent n8 accumulator
+    tiles are one k16 A fragment)."""
+    from .layouts import Mma
+
+    a = op.operands[0].type
+    lay = getattr(a, "layout", None)
+    return (isinstance(lay, Mma) and lay.warps[1] == 1 and lay.warps[0] == op.attrs["mma"][0]
+            and a.shape[1] % 16 == 0)
+
+
 def _other_ops(op):
     name = op.name
     if name == "tt.dot" and "mma" in op.attrs:
         (m, k), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
         a_bytes, b_bytes = mma_staging(m, n, k)
-        staged = [x for x, v in zip((a_bytes, b_bytes), op.operands[:2]) if not v.type.is_memdesc()]
+        in_smem_or_regs = (op.operands[0].type.is_memdesc() or a_from_registers(op), op.operands[1].type.is_memdesc())
+        staged = [x for x, v in zip((a_bytes, b_bytes), in_smem_or_regs) if not v]
         if not staged:
             return 0, ""
         which = "dot operands" if len(staged) == 2 else "a dot operand"

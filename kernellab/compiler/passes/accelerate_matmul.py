@@ -36,10 +36,26 @@ def plan(op, num_warps: int, arch: int):
         wm //= 2
     if not splits:
         return None, f"{m}x{n} cannot be split over {num_warps} warps in 16x8 tiles"
-    if _feeds_row_math(op):
+    if _feeds_row_math(op) or _fed_by_dot(op):
         return splits[0], None  # warps along M only: row reductions and the next dot stay inside a warp
     # otherwise the squarest warp tile: each warp reads m/wm rows of A and n/wn columns of B per k-step
     return min(splits, key=lambda s: (m // s[0] + n // s[1], -s[0])), None
+
+
+def _fed_by_dot(op, depth: int = 24) -> bool:
+    """Whether operand A is computed (in the same block) from another dot's result, as attention's
+    probabilities are: with the same warps along M it can stay in registers."""
+    work, seen = [(op.operands[0], 0)], set()
+    while work:
+        v, d = work.pop()
+        p = v.defining_op
+        if p is None or p.block is not op.block or id(p) in seen or d > depth:
+            continue
+        seen.add(id(p))
+        if p.name == "tt.dot":
+            return True
+        work.extend((o, d + 1) for o in p.operands)
+    return False
 
 
 def _feeds_row_math(op, depth: int = 24) -> bool:

@@ -18,25 +18,37 @@ ALIGN = 16
 DISJOINT_LIMIT = 32 * 1024
 
 
-def _last_use(op, index_of) -> int:
-    """Program point of the last op reading a buffer, through the stage views made of it."""
+def _last_use(op, index_of, end_of) -> int:
+    """Program point of the last op reading a buffer, through the stage views made of it. A read inside
+    a loop that does not contain the allocation keeps the buffer live to the end of that loop: the next
+    iteration reads it again."""
     last, work = index_of[id(op)], list(op.results)
+    outer = set()
+    b = op.block
+    while b is not None and b.parent is not None:
+        outer.add(id(b.parent))
+        b = b.parent.block
     while work:
         v = work.pop()
         for u in v.uses:
             last = max(last, index_of.get(id(u), last))
+            b = u.block
+            while b is not None and b.parent is not None and id(b.parent) not in outer:
+                if b.parent.name in ("scf.for", "scf.while"):
+                    last = max(last, end_of[id(b.parent)])
+                b = b.parent.block
             if u.name == "ttg.memdesc_index":
                 work.extend(u.results)
     return last
 
 
-def _stage_buffer(op, index: int, index_of) -> dict:
+def _stage_buffer(op, index: int, index_of, end_of) -> dict:
     t = op.result.type
     stages = t.shape[0]
     size = stages * t.tile_bytes
     layout = "row-major" if t.order[0] == len(t.shape) - 2 else "column-major"
     return {"op": op.name, "line": op.loc.line if op.loc else None, "size": size,
-            "live": [index, _last_use(op, index_of)], "stages": stages, "stage_bytes": t.tile_bytes,
+            "live": [index, _last_use(op, index_of, end_of)], "stages": stages, "stage_bytes": t.tile_bytes,
             "swizzle": f"none: rows padded by {t.pad * mem_bytes(t)} bytes",
             "reason": f"dot operand {op.attrs.get('operand', '?')}: {stages} stages of a "
                       f"{'x'.join(map(str, t.shape[1:]))} {t.scalar} tile ({layout}) filled by cp.async",
@@ -48,9 +60,10 @@ def run(module: Module, options=None) -> dict:
     buffers = []
     ops = list(fn.walk())
     index_of = {id(op): i for i, op in enumerate(ops)}
+    end_of = {id(op): index_of[id(op)] + sum(1 for _ in op.walk()) - 1 for op in ops if op.regions}
     for index, op in enumerate(ops):
         if op.name == "ttg.local_alloc":
-            buffers.append(_stage_buffer(op, index, index_of))
+            buffers.append(_stage_buffer(op, index, index_of, end_of))
             continue
         size, why = scratch_bytes(op)
         if size:

@@ -53,6 +53,22 @@ def coalesced_layout(op: Op, axis: AxisAnalysis, num_warps: int) -> tuple[Blocke
     return default_blocked(shape, num_warps, order=order, spt_fast=spt), min(vec, spt)
 
 
+_INDEX_OPS = ("tt.make_range", "tt.splat", "arith.constant", "tt.broadcast", "tt.expand_dims", "ttg.convert_layout")
+
+
+def _index_math(v, depth: int = 0) -> bool:
+    """Whether a tensor is computed from scalars by ranges, splats, constants, broadcasts and arithmetic
+    only (so it can be recomputed in any layout); scalars count as such."""
+    if not isinstance(v.type, TensorType):
+        return True
+    op = v.defining_op
+    if op is None or depth > 16 or op.regions or len(op.results) != 1:
+        return False
+    if op.name not in _INDEX_OPS and not (op.name.startswith("arith.") and op.name != "arith.truncf"):
+        return False
+    return all(_index_math(o, depth + 1) for o in op.operands)
+
+
 def _numel(t):
     n = 1
     for s in t.shape:
@@ -61,9 +77,11 @@ def _numel(t):
 
 
 class LayoutAssigner:
-    def __init__(self, module: Module, num_warps: int):
+    def __init__(self, module: Module, num_warps: int, loop_hints: dict | None = None):
         self.fn = module.kernel
         self.num_warps = num_warps
+        self.loop_hints = loop_hints or {}  # (n-th scf.for, iter arg) -> the layout its body yields
+        self.loops_seen = 0
         self.axis = AxisAnalysis(self.fn)
         self.anchors: dict[int, tuple] = {}
         self.dominant: dict[int, Blocked] = {}
@@ -109,6 +127,18 @@ class LayoutAssigner:
             lay = self.layout_of(v)
             if lay is not None:
                 return lay
+        return None
+
+    def computed_layout(self, op: Op):
+        ranks = {len(v.type.shape) for v in op.operands if isinstance(v.type, TensorType)}
+        if len(ranks) != 1:
+            return None
+        cheap = [_index_math(v) for v in op.operands]
+        if not cheap or not any(cheap):
+            return None
+        for v, c in zip(op.operands, cheap):
+            if not c and self.layout_of(v) is not None:
+                return self.layout_of(v)
         return None
 
     def preferred(self, v, depth=0):
@@ -167,8 +197,10 @@ class LayoutAssigner:
             return
         if name == "scf.for":
             body = op.regions[0]
+            nth = self.loops_seen
+            self.loops_seen += 1
             for i, (arg, init) in enumerate(zip(body.args[1:], op.operands[3:])):
-                pref = self.preferred(arg)
+                pref = self.loop_hints.get((nth, i)) or self.preferred(arg)
                 if pref is not None and pref.rank == len(arg.type.shape):
                     self.want(op, 3 + i, pref)
                 self._carry(arg, op.operands[3 + i])
@@ -249,8 +281,10 @@ class LayoutAssigner:
             return
         if name in ("tt.print", "tt.assert", "scf.yield", "tt.return", "tt.reduce.return", "scf.condition"):
             return
-        # Elementwise and everything else that keeps its operands' layout.
-        lay = self.first_layout(op)
+        # Elementwise and everything else that keeps its operands' layout: the layout of an operand that
+        # was computed (a dot's scores) wins over one that is index math (a causal mask), which the next
+        # pass recomputes in any layout for free.
+        lay = self.computed_layout(op) or self.first_layout(op)
         if lay is None:
             for r in res_tensors:
                 self.set_layout(r, self.default(r.type.shape))
@@ -273,7 +307,64 @@ class LayoutAssigner:
                 self.want(yield_op, i + (1 if yield_op.name == "scf.condition" else 0), lay)
 
 
+def loop_layout_hints(module: Module) -> dict:
+    """Loop-carried values whose body yields them in another layout than they entered with (attention's
+    running sum starts as `tl.zeros` in a blocked layout but is updated from a row reduction of an mma
+    tile): {(n-th scf.for, iter arg): the yielded layout}. Entering in that layout costs one conversion
+    before the loop instead of one per iteration."""
+    hints, nth = {}, 0
+    for op in module.kernel.walk():
+        if op.name != "scf.for":
+            continue
+        body = op.regions[0]
+        for i, (arg, y) in enumerate(zip(body.args[1:], body.terminator.operands)):
+            lay = _converted_into(arg, y, body)
+            if lay is not None:
+                hints[(nth, i)] = lay
+        nth += 1
+    return hints
+
+
+def _converted_into(arg, y, body):
+    """The layout the body converts *from* to update `arg` into `y` through elementwise ops, or None."""
+    if not isinstance(arg.type, TensorType):
+        return None
+    votes, work, seen, reaches_arg = {}, [y], set(), False
+    while work:
+        v = work.pop()
+        if v is arg:
+            reaches_arg = True
+            continue
+        d = v.defining_op
+        if d is None or d.block is not body or id(d) in seen:
+            continue
+        seen.add(id(d))
+        if d.name == "ttg.convert_layout":
+            src = d.operands[0].type.layout
+            if src is not None and src != arg.type.layout:
+                votes[str(src)] = (votes.get(str(src), (0, src))[0] + 1, src)
+            continue
+        if d.name.startswith(ELEMENTWISE_PREFIX) and len(d.results) == 1 and \
+                getattr(d.result.type, "shape", None) == arg.type.shape:
+            work.extend(d.operands)
+    if not reaches_arg or not votes:
+        return None
+    return max(votes.values(), key=lambda t: t[0])[1]
+
+
 def run(module: Module, options) -> dict:
+    from ..parser import parse_module
+    from ..printer import print_module
+
+    before = print_module(module)
     a = LayoutAssigner(module, options.num_warps)
     a.run()
-    return {"anchors": len(a.anchors), "converts_inserted": a.converts}
+    hints = loop_layout_hints(module)
+    if hints:  # assign again from the original IR, the loops entered in the layouts their bodies produce
+        module.functions[:] = parse_module(before).functions
+        a = LayoutAssigner(module, options.num_warps, hints)
+        a.run()
+    stats = {"anchors": len(a.anchors), "converts_inserted": a.converts}
+    if hints:
+        stats["loop_layouts_followed"] = len(hints)
+    return stats

@@ -22,6 +22,10 @@ recomputable. The copies use the load's own (coalesced) layout; the tile is stor
 contiguous along the same dimension as in global memory, each row padded by 16 bytes so ldmatrix
 reads are free of bank conflicts. Loops that do not qualify keep the register path and the reason is
 recorded in the pass's stats.
+
+A tile loaded once outside any loop and read only by tensor-core dots (attention's queries) is copied
+into a one-stage buffer where it was loaded, so it neither occupies registers nor gets staged again by
+every dot.
 """
 from __future__ import annotations
 
@@ -38,6 +42,27 @@ DESCRIPTION = "multi-buffer the tiles a tensor-core dot reads: cp.async copies n
 I32 = DTYPES["i32"]
 
 
+def _copyable(ld: Op) -> str | None:
+    """Why cp.async cannot move this load's tile into shared memory, or None when it can."""
+    if ld.operands[0].type.is_block_ptr():
+        return "block-pointer load (not yet pipelined)"
+    if ld.attrs.get("volatile"):
+        return "volatile load"
+    t = ld.result.type
+    if t.scalar.name not in ("f16", "bf16"):
+        return f"{t.scalar.name} elements"
+    if not isinstance(t.layout, Blocked):
+        return "the load has no blocked layout"
+    vec = ld.attrs.get("vec", 1)
+    if vec * 2 not in (4, 8, 16):
+        return f"{vec * 2}-byte accesses (cp.async moves 4, 8 or 16 bytes)"
+    if len(ld.operands) > 2:
+        other = ld.operands[2].defining_op
+        if other is None or other.name != "arith.constant" or other.attrs.get("value") not in (0, 0.0):
+            return "a non-zero `other` (cp.async fills masked-off elements with zeros)"
+    return None
+
+
 def _operand_load(dot: Op, index: int, body):
     """(load op, [ops to erase]) feeding dot operand `index` directly, or (None, reason)."""
     v = dot.operands[index]
@@ -51,25 +76,53 @@ def _operand_load(dot: Op, index: int, body):
         op = v.defining_op
     if op is None or op.name != "tt.load" or op.block is not body:
         return None, "not loaded in the loop body"
-    if op.operands[0].type.is_block_ptr():
-        return None, "block-pointer load (not yet pipelined)"
     if len(op.result.uses) != 1:
         return None, "the loaded tile has other users"
-    if op.attrs.get("volatile"):
-        return None, "volatile load"
-    t = op.result.type
-    if t.scalar.name not in ("f16", "bf16"):
-        return None, f"{t.scalar.name} elements"
-    if not isinstance(t.layout, Blocked):
-        return None, "the load has no blocked layout"
-    vec = op.attrs.get("vec", 1)
-    if vec * 2 not in (4, 8, 16):
-        return None, f"{vec * 2}-byte accesses (cp.async moves 4, 8 or 16 bytes)"
-    if len(op.operands) > 2:
-        other = op.operands[2].defining_op
-        if other is None or other.name != "arith.constant" or other.attrs.get("value") not in (0, 0.0):
-            return None, "a non-zero `other` (cp.async fills masked-off elements with zeros)"
-    return op, chain
+    why = _copyable(op)
+    return (op, chain) if why is None else (None, why)
+
+
+def _stage_invariant_operands(module: Module, stats: dict) -> None:
+    """A tile loaded once and only read by tensor-core dots (attention's q) is copied into shared memory
+    once, right where it was loaded, instead of being held in registers and staged again by every dot."""
+    for ld in list(module.kernel.walk()):
+        if ld.name != "tt.load" or ld.block is None or not ld.result.uses:
+            continue
+        uses = ld.result.uses
+        if not all(u.name == "tt.dot" and "mma" in u.attrs for u in uses):
+            continue
+        slots = {i for u in uses for i, v in enumerate(u.operands[:2]) if v is ld.result}
+        if len(slots) != 1 or any(u.operands[0] is u.operands[1] for u in uses):
+            continue
+        if _in_a_loop(ld) or _copyable(ld) is not None:
+            continue  # loads that run every iteration are the pipeliner's; the others stay in registers
+        index = slots.pop()
+        t = ld.result.type
+        bld = _Builder(ld, ld.loc)
+        buf = bld.op("ttg.local_alloc", [], [MemDescType((1,) + tuple(t.shape), t.scalar, tuple(t.layout.order),
+                                                          MMA_PAD)],
+                     {"stages": 1, "operand": "ab"[index]}, [f"{'ab'[index]}_tile"]).result
+        view = bld.op("ttg.memdesc_index", [buf, bld.const(0)], [buf.type.tile()]).result
+        operands = [ld.operands[0], view, bld.op("arith.constant", [], [int1], {"value": True}).result]
+        if len(ld.operands) > 1:
+            operands.append(ld.operands[1])
+        bld.op("ttg.async_copy", operands, [], {"vec": ld.attrs.get("vec", 1)})
+        bld.op("ttg.async_commit", [], [])
+        bld.op("ttg.async_wait", [buf], [], {"pending": 0})
+        for u in list(uses):
+            u.set_operand(index, view)
+        ld.erase()
+        stats["staged_once"] += 1
+        stats["buffers"] += 1
+
+
+def _in_a_loop(op: Op) -> bool:
+    b = op.block
+    while b is not None and b.parent is not None:
+        if b.parent.name in ("scf.for", "scf.while"):
+            return True
+        b = b.parent.block
+    return False
 
 
 def _carried_closure(for_op: Op, slices) -> set | None:
@@ -167,26 +220,29 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
     dots = [op for op in body.ops if op.name == "tt.dot" and "mma" in op.attrs]
     if not dots:
         return
-    dot = dots[0]
     why = []
     step = int_const(for_op.operands[2])
     if stages < 2:
         why.append("num_stages < 2")
     if step is None or step <= 0:
         why.append("the loop step is not a positive constant")
-    plans, chains, indices = [], [], []
-    for index in (0, 1):
-        ld, chain = _operand_load(dot, index, body)
-        if ld is None:
-            why.append(f"operand {'ab'[index]}: {chain}")
-            continue
-        sl = pure_slice(ld, body)
-        if sl is None:
-            why.append(f"operand {'ab'[index]}: its address needs a value the loop cannot recompute")
-            continue
-        plans.append((ld, sl))
-        chains.append(chain)
-        indices.append(index)
+    plans, chains, targets = [], [], []  # targets: (dot, operand index) reading each buffer
+    for dot in dots:
+        for index in (0, 1):
+            if dot.operands[index].type.is_memdesc():
+                continue  # already in shared memory (staged once before the loop)
+            ld, chain = _operand_load(dot, index, body)
+            name = f"line {dot.loc.line if dot.loc else '?'} operand {'ab'[index]}"
+            if ld is None:
+                why.append(f"{name}: {chain}")
+                continue
+            sl = pure_slice(ld, body)
+            if sl is None:
+                why.append(f"{name}: its address needs a value the loop cannot recompute")
+                continue
+            plans.append((ld, sl))
+            chains.append(chain)
+            targets.append((dot, index))
     carried = _carried_closure(for_op, plans) if plans else None
     if plans and carried is None:
         why.append("a loop-carried address update cannot be recomputed")
@@ -201,7 +257,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
     yield_op = body.terminator
     pre = _Builder(for_op, loc)
     bufs = []
-    for (ld, _), index in zip(plans, indices):
+    for (ld, _), (_, index) in zip(plans, targets):
         t = ld.result.type
         order = tuple(t.layout.order)
         buf_t = MemDescType((stages,) + tuple(t.shape), t.scalar, order, MMA_PAD)
@@ -232,9 +288,8 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
     mapping[id(iv)] = iv_ahead
     _issue(top, plans, bufs, write_slot, mapping, top.lt(iv_ahead, ub))
     nxt = _advance(top, for_op, carried, mapping)
-    at_dot = _Builder(dot, loc)
-    for buf, (ld, _), chain, index in zip(bufs, plans, chains, indices):
-        view = at_dot.op("ttg.memdesc_index", [buf, read_slot], [buf.type.tile()], loc=dot.loc).result
+    for buf, (ld, _), chain, (dot, index) in zip(bufs, plans, chains, targets):
+        view = _Builder(dot, loc).op("ttg.memdesc_index", [buf, read_slot], [buf.type.tile()], loc=dot.loc).result
         dot.set_operand(index, view)
         for op in chain:
             op.erase()
@@ -270,12 +325,14 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
 def run(module: Module, options=None) -> dict:
     arch = getattr(options, "arch", 90)
     default_stages = getattr(options, "num_stages", 3)
-    stats = {"pipelined": 0, "buffers": 0, "skipped": []}
+    stats = {"pipelined": 0, "staged_once": 0, "buffers": 0, "skipped": []}
     if arch < 80:
-        return {"pipelined": 0, "buffers": 0, "skipped": [f"sm_{arch} has no cp.async"]}
+        stats["skipped"].append(f"sm_{arch} has no cp.async")
+        return stats
+    _stage_invariant_operands(module, stats)
     for op in list(module.kernel.walk()):
         if op.name == "scf.for" and op.block is not None:
             _pipeline(op, int(op.attrs.get("num_stages", default_stages)), stats)
-    if stats["pipelined"]:
+    if stats["pipelined"] or stats["staged_once"]:
         dce.run(module)  # the register path's address arithmetic is dead now
     return stats
