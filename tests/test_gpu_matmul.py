@@ -178,3 +178,26 @@ def test_pipelined_matmul_assembles(arch, stages, trans, tmp_path, monkeypatch):
     plan = [b for b in ck.trace.shared_plan if b["op"] == "ttg.local_alloc"]
     assert [b["stages"] for b in plan] == [stages, stages]
     assert ck.n_spills == 0
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
+@pytest.mark.parametrize("kind, instr", [("tf32", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),
+                                         ("int8", "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"),
+                                         ("fp32", None)])
+def test_tf32_and_int8_take_tensor_cores(kind, instr, tmp_path, monkeypatch):
+    from kernellab.compiler.codegen.target import Target
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    a, b = _operands(kind, 128, 128, 128, False, False, "cpu", 0)
+    c = torch.empty(128, 128, dtype=torch.int32 if kind == "int8" else torch.float32)
+    ck = matmul_kernel.warmup(a, b, c, 128, 128, 128, a.stride(0), a.stride(1), b.stride(0), b.stride(1), 128, 1,
+                              BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=4, INT=kind == "int8",
+                              PREC="tf32" if kind == "tf32" else "ieee", num_warps=4, grid=(4,))
+    ck.build_gpu(Target(90))
+    ptx = ck.asm["ptx"]
+    if instr is None:  # input_precision="ieee" on fp32: CUDA cores, and the trace says why
+        assert "mma.sync" not in ptx and "IEEE fp32 runs on CUDA cores" in ck.asm["gpu"]
+        return
+    assert instr in ptx and "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
+    assert ("cvt.rna.tf32.f32" in ptx) == (kind == "tf32")  # fp32 rounded to tf32, not truncated
+    assert ck.n_spills == 0

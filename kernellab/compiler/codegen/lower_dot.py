@@ -6,7 +6,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..gpu.layouts import Blocked
-from ..gpu.scratch import MMA_PAD, a_from_registers, mem_bytes, mma_staging
+from ..gpu.scratch import a_from_registers, mem_bytes, mma_instr, mma_staging
 from .lower import F32, I8, I32, KernelLowering, _cint, _log2, handles, llty, memty
 
 
@@ -21,29 +21,35 @@ def _dot(lw: KernelLowering, op):
     return _dot_fma(lw, op)
 
 
-def _stage_rows(lw: KernelLowering, op, v, shape, row_stride: int, base: int):
-    """Write a 2-D fp16/bf16 tile row-major (rows `row_stride` elements apart) into scratch, with one
-    vector store per run of consecutive registers along the rows when the layout allows."""
+def _stage_tile(lw: KernelLowering, op, v, shape, row_stride: int, base: int, esize: int, transpose=False,
+                tf32=False):
+    """Write a 2-D tile into the dot's scratch at `base`, row-major with rows `row_stride` elements apart
+    ([cols][rows] when `transpose`), fp32 rounded to tf32 when `tf32`; one vector store per run of
+    consecutive registers along the rows when the layout allows."""
     b = lw.b
     layout = v.type.layout
     regs, idx = lw.regs(v), lw.reg_indices(layout, shape)
+    if tf32:
+        cvt = ir.FunctionType(I32, [F32])
+        regs = [b.asm(cvt, "cvt.rna.tf32.f32 $0, $1;", "=r,f", [x], side_effect=False) for x in regs]
     run = 1
-    if isinstance(layout, Blocked) and layout.order[0] == 1:
-        run = min(layout.spt[1], 8, shape[1])
+    if isinstance(layout, Blocked) and layout.order[0] == 1 and not transpose:
+        run = min(layout.spt[1], 16 // esize, shape[1])
     offsets = layout.registers(shape)
     i = 0
     while i < len(regs):
         n = run if (i + run <= len(regs) and offsets[i][1] % run == 0 and
                     all(offsets[i + q] == (offsets[i][0], offsets[i][1] + q) for q in range(run))) else 1
-        lin = b.add(b.mul(idx[i][0], _cint(row_stride)), idx[i][1])
-        ptr = lw.smem_ptr(op, b.mul(lin, _cint(2)), base)
+        r, c = (idx[i][1], idx[i][0]) if transpose else (idx[i][0], idx[i][1])
+        lin = b.add(b.mul(r, _cint(row_stride)), c)
+        ptr = lw.smem_ptr(op, b.mul(lin, _cint(esize)), base)
         if n == 1:
             b.store(regs[i], ptr)
         else:
             vec = ir.Constant(ir.VectorType(regs[i].type, n), None)
             for q in range(n):
                 vec = b.insert_element(vec, regs[i + q], _cint(q))
-            b.store(vec, ptr, align=2 * n)
+            b.store(vec, ptr, align=esize * n)
         i += n
 
 
@@ -60,11 +66,10 @@ def _ldmatrix(lw: KernelLowering, byte_offset, count: int, trans: bool):
     return [b.extract_value(res, i) for i in range(count)] if count > 1 else [res]
 
 
-def _operand_in_smem(lw: KernelLowering, op, index: int, base: int):
+def _operand_in_smem(lw: KernelLowering, op, index: int, base: int, instr):
     """Where dot operand `index` sits in shared memory: (absolute byte offset (i32), row stride in
-    elements, stored k-contiguous). A multi-stage view (`!memdesc`) is already there; a register tile is
-    staged row-major now into the dot's scratch at `base`. Returns None for the staged case until
-    `_stage_register_operands` has run."""
+    elements, stored k-contiguous). A multi-stage view (`!memdesc`) is already there; a register tile was
+    staged by `_dot_mma` into the dot's scratch at `base` (A as [M][K], B as [K][N] or [N][K])."""
     v = op.operands[index]
     t = v.type
     rows, cols = t.shape
@@ -73,7 +78,12 @@ def _operand_in_smem(lw: KernelLowering, op, index: int, base: int):
         stride = (rows if col_major else cols) + t.pad
         k_contiguous = (index == 0) != col_major  # A row-major or B column-major: rows run along k
         return lw.get(v), stride, k_contiguous
-    return _cint(op.attrs.get("smem_offset", 0) + base), cols + MMA_PAD, index == 0
+    off = _cint(op.attrs.get("smem_offset", 0) + base)
+    if index == 0:
+        return off, cols + instr.pad, True
+    if instr.b_k_contiguous:
+        return off, rows + instr.pad, True
+    return off, cols + instr.pad, False
 
 
 def _a_fragment_from_accumulator(lw: KernelLowering, regs, i: int, k0: int, K: int):
@@ -94,55 +104,62 @@ def _a_fragment_from_accumulator(lw: KernelLowering, regs, i: int, k0: int, K: i
 
 
 def _dot_mma(lw: KernelLowering, op):
-    """Tensor cores: each operand in shared memory (a pipelined stage, or staged row-major from
-    registers now, rows padded by 16 bytes so ldmatrix hits 8 different bank groups), fragments loaded
-    with ldmatrix (.trans where the tile runs along M or N), then one mma.sync m16n8k16 per 16x8 tile
-    of each warp's block, accumulating in the #mma layout."""
+    """Tensor cores: each operand in shared memory (a pipelined stage, or staged from registers now, rows
+    padded by 16 bytes so ldmatrix hits 8 different bank groups) or, for A, already in registers as an
+    mma accumulator; fragments loaded with ldmatrix (.trans where a 16-bit tile runs along M or N), then
+    one mma.sync per 16x8 tile of each warp's block and k-step, accumulating in the #mma layout."""
     b = lw.b
     a_v, b_v, c_v = op.operands
     res = op.results[0]
     M, K = a_v.type.shape
     N = b_v.type.shape[1]
-    elem = a_v.type.scalar
+    instr = mma_instr(op)
+    es = instr.esize
+    tf32 = instr.k == 8
     wm, wn = op.attrs["mma"]
     tm, tn = M // wm, N // wn
     a_regs = a_from_registers(op)
-    b_base = 0 if a_v.type.is_memdesc() or a_regs else mma_staging(M, N, K)[0]
+    b_base = 0 if a_v.type.is_memdesc() or a_regs else mma_staging(M, N, K, instr)[0]
     staged = False
     if not a_v.type.is_memdesc() and not a_regs:
-        _stage_rows(lw, op, a_v, (M, K), K + MMA_PAD, 0)
+        _stage_tile(lw, op, a_v, (M, K), K + instr.pad, 0, es, tf32=tf32)
         staged = True
     if not b_v.type.is_memdesc():
-        _stage_rows(lw, op, b_v, (K, N), N + MMA_PAD, b_base)
+        if instr.b_k_contiguous:
+            _stage_tile(lw, op, b_v, (K, N), K + instr.pad, b_base, es, transpose=True, tf32=tf32)
+        else:
+            _stage_tile(lw, op, b_v, (K, N), N + instr.pad, b_base, es)
         staged = True
     if staged:
         lw.barrier()
-    a_off, sa, a_kc = _operand_in_smem(lw, op, 0, 0) if not a_regs else (None, 0, True)
-    b_off, sb, b_kc = _operand_in_smem(lw, op, 1, b_base)
+    a_off, sa, a_kc = _operand_in_smem(lw, op, 0, 0, instr) if not a_regs else (None, 0, True)
+    b_off, sb, b_kc = _operand_in_smem(lw, op, 1, b_base, instr)
     layout = res.type.layout
     info_m, info_n = layout.dims_info((M, N))
     warp_m = b.and_(b.lshr(lw.warp, _cint(_log2(info_m.warp_div))), _cint(wm - 1))
     warp_n = b.and_(b.lshr(lw.warp, _cint(_log2(info_n.warp_div))), _cint(wn - 1))
     lane = lw.lane
-    mat = b.lshr(lane, _cint(3))          # which 8x8 matrix this lane addresses
+    mat = b.lshr(lane, _cint(3))          # which of the four 8x8 b16 matrices this lane addresses
     row8 = b.and_(lane, _cint(7))         # which row of it
-    half_mn = b.mul(b.and_(mat, _cint(1)), _cint(8))   # A: matrices 1, 3 are rows 8-15
-    half_k = b.mul(b.lshr(mat, _cint(1)), _cint(8))    # A: matrices 2, 3 are k 8-15
-    # A (x4): matrices (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
-    a_m = b.add(b.mul(warp_m, _cint(tm)), half_mn)
-    # B (x4 over two n-tiles): matrices (k 0-7, n), (k 8-15, n), (k 0-7, n+8), (k 8-15, n+8)
-    b_k, b_n = half_mn, b.add(b.mul(warp_n, _cint(tn)), half_k)
+    lo, hi = b.and_(mat, _cint(1)), b.lshr(mat, _cint(1))
+    half = instr.k // 2                   # elements of k in one 16-byte matrix row
+    # A (x4): matrices (m 0-7, k lo half), (m 8-15, k lo), (m 0-7, k hi), (m 8-15, k hi)
+    a_m = b.add(b.mul(warp_m, _cint(tm)), b.mul(lo, _cint(8)))
+    a_k = b.mul(hi, _cint(half))
+    # B (x4 over two n-tiles): matrices (k lo, n), (k hi, n), (k lo, n+8), (k hi, n+8)
+    b_n = b.add(b.mul(warp_n, _cint(tn)), b.mul(hi, _cint(8)))
+    b_k = b.mul(lo, _cint(half))
 
     def addr(off, stride, r, c):
-        return b.add(off, b.mul(b.add(b.mul(r, _cint(stride)), c), _cint(2)))
+        return b.add(off, b.mul(b.add(b.mul(r, _cint(stride)), c), _cint(es)))
 
     acc = list(lw.regs(c_v))
-    ty = "bf16" if elem.name == "bf16" else "f16"
-    asm = (f"mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 "
-           "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
-    fty = ir.FunctionType(ir.LiteralStructType([F32] * 4), [I32] * 6 + [F32] * 4)
+    acc_t, con = (F32, "f") if instr.acc == "f32" else (I32, "r")
+    asm = instr.ptx + " {$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};"
+    fty = ir.FunctionType(ir.LiteralStructType([acc_t] * 4), [I32] * 6 + [acc_t] * 4)
+    cons = ",".join([f"={con}"] * 4 + ["r"] * 6 + ["0", "1", "2", "3"])
     n_mt, n_nt = tm // 16, tn // 8
-    for k0 in range(0, K, 16):
+    for k0 in range(0, K, instr.k):
         a_frags = []
         for i in range(n_mt):
             if a_regs:
@@ -150,17 +167,18 @@ def _dot_mma(lw: KernelLowering, op):
                 continue
             m = b.add(a_m, _cint(i * 16))
             if a_kc:   # stored [M][K]: lane rows are m
-                p = addr(a_off, sa, b.add(m, row8), b.add(half_k, _cint(k0)))
-            else:      # stored [K][M]: lane rows are k, transposed on load
-                p = addr(a_off, sa, b.add(b.add(half_k, _cint(k0)), row8), m)
+                p = addr(a_off, sa, b.add(m, row8), b.add(a_k, _cint(k0)))
+            else:      # stored [K][M] (16-bit): lane rows are k, transposed on load
+                p = addr(a_off, sa, b.add(b.add(b.mul(hi, _cint(8)), _cint(k0)), row8),
+                         b.add(b.mul(warp_m, _cint(tm)), b.add(b.mul(lo, _cint(8)), _cint(i * 16))))
             a_frags.append(_ldmatrix(lw, p, 4, trans=not a_kc))
         b_frags = []
         for j in range(0, n_nt, 2):
             n = b.add(b_n, _cint(j * 8))
             if b_kc:   # stored [N][K]: lane rows are n
                 p = addr(b_off, sb, b.add(n, row8), b.add(b_k, _cint(k0)))
-            else:      # stored [K][N]: lane rows are k, transposed on load
-                p = addr(b_off, sb, b.add(b.add(b_k, _cint(k0)), row8), n)
+            else:      # stored [K][N] (16-bit): lane rows are k, transposed on load
+                p = addr(b_off, sb, b.add(b.add(b.mul(lo, _cint(8)), _cint(k0)), row8), n)
             if j + 1 < n_nt:
                 w = _ldmatrix(lw, p, 4, trans=not b_kc)
                 b_frags += [w[0:2], w[2:4]]
@@ -169,8 +187,7 @@ def _dot_mma(lw: KernelLowering, op):
         for i in range(n_mt):
             for j in range(n_nt):
                 base = (i * n_nt + j) * 4
-                out = b.asm(fty, asm, "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3",
-                            a_frags[i] + b_frags[j] + acc[base:base + 4], side_effect=False)
+                out = b.asm(fty, asm, cons, a_frags[i] + b_frags[j] + acc[base:base + 4], side_effect=False)
                 for q in range(4):
                     acc[base + q] = b.extract_value(out, q)
     lw.put(res, acc)

@@ -1,6 +1,8 @@
 """How many bytes of shared-memory scratch an op needs in its layout, and why."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..types import TensorType
 from .layouts import Blocked, Slice
 
@@ -69,14 +71,14 @@ def a_from_registers(op) -> bool:
     a = op.operands[0].type
     lay = getattr(a, "layout", None)
     return (isinstance(lay, Mma) and lay.warps[1] == 1 and lay.warps[0] == op.attrs["mma"][0]
-            and a.shape[1] % 16 == 0)
+            and a.shape[1] % 16 == 0 and a.scalar.name in ("f16", "bf16"))
 
 
 def _other_ops(op):
     name = op.name
     if name == "tt.dot" and "mma" in op.attrs:
         (m, k), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
-        a_bytes, b_bytes = mma_staging(m, n, k)
+        a_bytes, b_bytes = mma_staging(m, n, k, mma_instr(op))
         in_smem_or_regs = (op.operands[0].type.is_memdesc() or a_from_registers(op), op.operands[1].type.is_memdesc())
         staged = [x for x, v in zip((a_bytes, b_bytes), in_smem_or_regs) if not v]
         if not staged:
@@ -109,6 +111,44 @@ def scan_plan(layout, shape, axis):
 MMA_PAD = 8  # halves added to each staged row: 16 bytes shift consecutive rows across the 32 banks
 
 
-def mma_staging(m: int, n: int, k: int) -> tuple[int, int]:
-    """Bytes of the staged A ([M][K + pad]) and B ([K][N + pad]) tiles, both fp16/bf16."""
-    return _align16(m * (k + MMA_PAD) * 2), _align16(k * (n + MMA_PAD) * 2)
+@dataclass(frozen=True)
+class MmaInstr:
+    """One mma.sync shape: its k, operand element size and PTX. Every kind takes 4 b32 registers of A and
+    2 of B (8x8 b16 matrices for ldmatrix) and accumulates 4 values per thread per 16x8 tile."""
+
+    name: str
+    k: int
+    esize: int
+    ptx: str
+    acc: str  # "f32" or "s32"
+
+    @property
+    def pad(self) -> int:
+        """Elements added to each staged row: 16 bytes, so ldmatrix's 8 row addresses hit 8 bank groups."""
+        return 16 // self.esize
+
+    @property
+    def b_k_contiguous(self) -> bool:
+        """Staged B is stored [N][K] (tf32, int8: ldmatrix cannot transpose 32- or 8-bit elements) rather
+        than [K][N] (fp16/bf16, read with ldmatrix .trans)."""
+        return self.esize != 2
+
+
+MMA_INSTRS = {
+    "f16": MmaInstr("mma.sync.m16n8k16.f16", 16, 2, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "f32"),
+    "bf16": MmaInstr("mma.sync.m16n8k16.bf16", 16, 2, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "f32"),
+    "tf32": MmaInstr("mma.sync.m16n8k8.tf32", 8, 4, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "f32"),
+    "s8": MmaInstr("mma.sync.m16n8k32.s8", 32, 1, "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", "s32"),
+}
+
+
+def mma_instr(op) -> MmaInstr:
+    """The instruction accelerate_matmul chose for a dot (its `instr` attribute)."""
+    name = op.attrs.get("instr", "mma.sync.m16n8k16." + op.operands[0].type.scalar.name)
+    return next(i for i in MMA_INSTRS.values() if i.name == name)
+
+
+def mma_staging(m: int, n: int, k: int, instr: MmaInstr = MMA_INSTRS["f16"]) -> tuple[int, int]:
+    """Bytes of the staged A ([M][K + pad]) and B ([K][N + pad], or [N][K + pad]) tiles."""
+    b_elems = n * (k + instr.pad) if instr.b_k_contiguous else k * (n + instr.pad)
+    return _align16(m * (k + instr.pad) * instr.esize), _align16(b_elems * instr.esize)

@@ -1,32 +1,45 @@
-"""Choose tensor cores for `tt.dot` where the instruction can take it.
+"""Choose tensor cores for `tt.dot` where an instruction can take it.
 
-A dot of fp16 or bf16 tiles with fp32 accumulation whose shape is a multiple of the mma.sync
-m16n8k16 instruction (sm_80+) gets `mma = [warps along M, warps along N]`: layout assignment then
-gives its result the #mma accumulator layout and codegen issues mma.sync. Every other dot keeps the
+A dot whose shape is a multiple of an mma.sync instruction (sm_80+) — m16n8k16 for fp16/bf16, m16n8k8
+for fp32 with input_precision="tf32", m16n8k32 for int8 with int32 accumulation — gets
+`mma = [warps along M, warps along N]` and `instr`: layout assignment then gives its result the #mma
+accumulator layout and codegen issues that mma.sync. Every other dot keeps the
 CUDA-core path and records why (`mma_fallback`), so the trace says why a faster one was not used.
 """
 from __future__ import annotations
 
+from ..gpu.scratch import MMA_INSTRS
 from ..ir import Module
 
 NAME = "accelerate_matmul"
-DESCRIPTION = "give tl.dot tensor-core (mma.sync m16n8k16) layouts where the shapes and dtypes allow"
+DESCRIPTION = "give tl.dot tensor-core (mma.sync) layouts where the shapes and dtypes allow"
 
 
 def plan(op, num_warps: int, arch: int):
-    """([wm, wn], None) when mma.sync can run this dot, else (None, reason)."""
+    """([wm, wn], instruction, None) when mma.sync can run this dot, else (None, None, reason)."""
     a, b, acc = (v.type for v in op.operands[:3])
     m, k = a.shape
     n = b.shape[1]
     ea, eb = a.scalar.name, b.scalar.name
+    prec = op.attrs.get("input_precision", "ieee")
     if arch < 80:
-        return None, f"sm_{arch} has no mma.sync m16n8k16"
-    if ea != eb or ea not in ("f16", "bf16"):
-        return None, f"{ea} x {eb} operands: tensor cores here take fp16 or bf16 (tf32 and int8 come later)"
-    if acc.scalar.name != "f32":
-        return None, f"{acc.scalar.name} accumulator: mma.sync here accumulates in fp32"
-    if m % 16 or n % 8 or k % 16:
-        return None, f"{m}x{n}x{k} is not a multiple of the 16x8x16 instruction"
+        return None, None, f"sm_{arch} has no mma.sync"
+    if ea != eb:
+        return None, None, f"{ea} x {eb} operands: mma.sync takes two operands of one type"
+    if ea in ("f16", "bf16"):
+        instr, want_acc = MMA_INSTRS[ea], "f32"
+    elif ea == "f32" and prec == "tf32":
+        instr, want_acc = MMA_INSTRS["tf32"], "f32"
+    elif ea == "f32":
+        return None, None, f"fp32 operands with input_precision={prec!r}: IEEE fp32 runs on CUDA cores"
+    elif ea == "i8":
+        instr, want_acc = MMA_INSTRS["s8"], "i32"
+    else:
+        return None, None, f"{ea} operands: tensor cores here take fp16, bf16, fp32 (as tf32) or int8"
+    if acc.scalar.name != want_acc:
+        return None, None, f"{acc.scalar.name} accumulator: {instr.name} accumulates in {want_acc}"
+    if m % 16 or n % 8 or k % instr.k:
+        return None, None, f"{m}x{n}x{k} is not a multiple of the 16x8x{instr.k} instruction"
     splits = []
     wm = num_warps
     while wm >= 1:
@@ -35,11 +48,11 @@ def plan(op, num_warps: int, arch: int):
             splits.append([wm, wn])
         wm //= 2
     if not splits:
-        return None, f"{m}x{n} cannot be split over {num_warps} warps in 16x8 tiles"
+        return None, None, f"{m}x{n} cannot be split over {num_warps} warps in 16x8 tiles"
     if _feeds_row_math(op) or _fed_by_dot(op):
-        return splits[0], None  # warps along M only: row reductions and the next dot stay inside a warp
+        return splits[0], instr, None  # warps along M only: row reductions and the next dot stay in a warp
     # otherwise the squarest warp tile: each warp reads m/wm rows of A and n/wn columns of B per k-step
-    return min(splits, key=lambda s: (m // s[0] + n // s[1], -s[0])), None
+    return min(splits, key=lambda s: (m // s[0] + n // s[1], -s[0])), instr, None
 
 
 def _fed_by_dot(op, depth: int = 24) -> bool:
@@ -81,9 +94,12 @@ def run(module: Module, options=None) -> dict:
     for op in module.kernel.walk():
         if op.name != "tt.dot":
             continue
-        warps, why = plan(op, num_warps, arch)
+        warps, instr, why = plan(op, num_warps, arch)
         if warps is not None:
             op.attrs["mma"] = warps
+            op.attrs["instr"] = instr.name
+            if arch >= 90:  # say why the faster Hopper instruction was not used
+                op.attrs["not_wgmma"] = "wgmma (sm_90a warpgroup MMA) is not implemented yet"
             used += 1
         else:
             op.attrs["mma_fallback"] = why

@@ -1,0 +1,66 @@
+"""accelerate_matmul: which mma.sync instruction each dot gets (fp16/bf16 m16n8k16, tf32 m16n8k8, int8
+m16n8k32), how the warps split the tile, and the recorded reason when a dot stays on CUDA cores."""
+from __future__ import annotations
+
+import pytest
+
+from kernellab.compiler.gpu.options import GpuOptions
+from kernellab.compiler.passes import accelerate_matmul
+
+
+def dot_ir(m, n, k, ab, acc, prec="ieee", feed=""):
+    return f"""
+tt.func @k(%a: tensor<{m}x{k}x{ab}>, %b: tensor<{k}x{n}x{ab}>, %c: tensor<{m}x{n}x{acc}>) {{
+  %d = tt.dot %a, %b, %c {{input_precision = "{prec}"}} : tensor<{m}x{n}x{acc}>
+{feed}  tt.print %d
+  tt.return
+}}
+"""
+
+
+def the_dot(m):
+    return next(op for op in m.kernel.walk() if op.name == "tt.dot")
+
+
+@pytest.mark.parametrize("ab, acc, prec, instr", [
+    ("f16", "f32", "ieee", "mma.sync.m16n8k16.f16"),
+    ("bf16", "f32", "ieee", "mma.sync.m16n8k16.bf16"),
+    ("f32", "f32", "tf32", "mma.sync.m16n8k8.tf32"),
+    ("i8", "i32", "ieee", "mma.sync.m16n8k32.s8"),
+])
+def test_instruction_per_dtype(run_pass, ab, acc, prec, instr):
+    m, stats = run_pass(accelerate_matmul, dot_ir(128, 128, 64, ab, acc, prec), GpuOptions(num_warps=8, arch=90))
+    d = the_dot(m)
+    assert d.attrs["instr"] == instr and stats == {"mma": 1, "cuda_core": 0}
+    assert d.attrs["mma"] == [4, 2]  # the squarest warp tile: 32 x 64 per warp
+    assert "wgmma" in d.attrs["not_wgmma"]  # the trace says why the Hopper instruction was not used
+
+
+@pytest.mark.parametrize("m, n, k, ab, acc, prec, reason", [
+    (128, 128, 64, "f32", "f32", "ieee", "IEEE fp32 runs on CUDA cores"),
+    (128, 128, 64, "f16", "f16", "ieee", "f16 accumulator"),
+    (128, 128, 24, "f16", "f32", "ieee", "not a multiple of the 16x8x16"),
+    (128, 128, 16, "i8", "i32", "ieee", "not a multiple of the 16x8x32"),
+    (8, 64, 16, "f16", "f32", "ieee", "not a multiple"),
+])
+def test_fallbacks_say_why(run_pass, m, n, k, ab, acc, prec, reason):
+    mod, stats = run_pass(accelerate_matmul, dot_ir(m, n, k, ab, acc, prec), GpuOptions(num_warps=4, arch=90))
+    d = the_dot(mod)
+    assert "mma" not in d.attrs and reason in d.attrs["mma_fallback"] and stats == {"mma": 0, "cuda_core": 1}
+
+
+def test_sm75_has_no_mma_sync(run_pass):
+    mod, _ = run_pass(accelerate_matmul, dot_ir(64, 64, 32, "f16", "f32"), GpuOptions(num_warps=4, arch=75))
+    assert "sm_75 has no mma.sync" in the_dot(mod).attrs["mma_fallback"]
+
+
+def test_scores_feeding_a_row_reduction_keep_warps_along_m(run_pass):
+    feed = """  %r = tt.reduce %d {axis = 1} : tensor<128xf32> {
+  ^bb(%x: f32, %y: f32):
+    %z = arith.maxnumf %x, %y : f32
+    tt.reduce.return %z
+  }
+  tt.print %r
+"""
+    mod, _ = run_pass(accelerate_matmul, dot_ir(128, 64, 64, "f16", "f32", feed=feed), GpuOptions(num_warps=8))
+    assert the_dot(mod).attrs["mma"] == [8, 1]
