@@ -1,0 +1,98 @@
+"""Sweep matmul tile configurations at one shape: kernellab and Triton on the same kernel text and config,
+with kernellab's registers, spills and shared memory, to see which knob limits the tensor-core path.
+
+    python benchmarks/tools/matmul_sweep.py [--n 4096] [--dtype float16]
+
+Writes benchmarks/results/<date>-<gpu>-matmul-sweep.json (or under $KERNELLAB_RESULTS_DIR).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.matmul import matmul_kernel_for  # noqa: E402
+from benchmarks.memory_bound import bench, cdiv  # noqa: E402
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
+CONFIGS = [(128, 128, 32, 8, 3), (128, 128, 32, 8, 4), (128, 128, 64, 8, 3), (128, 128, 64, 4, 3),
+           (128, 256, 32, 8, 3), (256, 128, 32, 8, 3), (128, 128, 32, 4, 4), (64, 128, 32, 4, 4),
+           (128, 64, 64, 4, 4), (128, 128, 16, 8, 5)]
+
+
+def main():
+    import torch
+
+    import kernellab
+    import kernellab.language as kltl
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=4096)
+    p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
+    args = p.parse_args()
+    impls = {"kernellab": matmul_kernel_for(kernellab, kltl)}
+    try:
+        import triton
+        import triton.language as trtl
+
+        impls["triton"] = matmul_kernel_for(triton, trtl)
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    n, dtype = args.n, getattr(torch, args.dtype)
+    g = torch.Generator(device="cuda").manual_seed(n)
+    a = torch.randn(n, n, device="cuda", generator=g).to(dtype)
+    b = torch.randn(n, n, device="cuda", generator=g).to(dtype)
+    ref = a.float() @ b.float()
+    flops = 2 * n ** 3
+    t_blas = bench(lambda: torch.matmul(a, b))
+    rows = []
+    for bm, bn, bk, warps, stages in CONFIGS:
+        row = {"config": [bm, bn, bk, warps, stages]}
+        for name, k in impls.items():
+            c = torch.full((n, n), float("nan"), device="cuda", dtype=dtype)
+
+            def launch():
+                return k[(cdiv(n, bm) * cdiv(n, bn),)](a, b, c, n, n, n, a.stride(0), a.stride(1), b.stride(0),
+                                                      b.stride(1), c.stride(0), c.stride(1), BLOCK_M=bm, BLOCK_N=bn,
+                                                      BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages)
+            try:
+                compiled = launch()
+                torch.cuda.synchronize()
+                err = ((c.float() - ref).norm() / ref.norm()).item()
+                t = bench(launch)
+                row[name] = {"tflops": flops / t / 1e12, "rel_err": err}
+                if name == "kernellab":
+                    row[name].update(n_regs=compiled.n_regs, n_spills=compiled.n_spills, shared=compiled.shared)
+            except Exception as e:
+                row[name] = {"error": f"{type(e).__name__}: {e}"[:200]}
+        rows.append(row)
+    gpu = torch.cuda.get_device_name()
+    result = {"date": datetime.date.today().isoformat(), "gpu": gpu, "shape": [n, n, n], "dtype": args.dtype,
+              "cublas_tflops": flops / t_blas / 1e12,
+              "versions": {"python": platform.python_version(), "torch": torch.__version__, "triton": triton_version,
+                           "kernellab": kernellab.__version__, "cuda": torch.version.cuda},
+              "rows": rows}
+    out_dir = Path(os.environ.get("KERNELLAB_RESULTS_DIR", ROOT / "benchmarks" / "results"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{result['date']}-{gpu.replace(' ', '_')}-matmul-sweep.json"
+    path.write_text(json.dumps(result, indent=2))
+    print(f"wrote {path}\n{args.dtype} {n}^3, cuBLAS {result['cublas_tflops']:.0f} TFLOP/s")
+    print(f"{'BM BN BK w s':<18} {'kl TF/s':>8} {'triton':>8} {'kl/tri':>7} {'regs':>5} {'spill':>6} {'smem':>7}")
+    for r in rows:
+        kl, tr = r.get("kernellab", {}), r.get("triton", {})
+        f = lambda d: f"{d['tflops']:8.1f}" if "tflops" in d else "     ERR"  # noqa: E731
+        ratio = f"{kl['tflops'] / tr['tflops']:7.2f}" if "tflops" in kl and "tflops" in tr else "      -"
+        print(f"{' '.join(map(str, r['config'])):<18} {f(kl)} {f(tr) if tr else '       -'} {ratio} "
+              f"{kl.get('n_regs', '-'):>5} {kl.get('n_spills', '-'):>6} {kl.get('shared', '-'):>7}")
+
+
+if __name__ == "__main__":
+    main()
