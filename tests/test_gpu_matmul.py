@@ -5,6 +5,7 @@ poisoned (NaN / a sentinel) so unwritten elements show. The same kernel also run
 on CPU (tests below the GPU ones), so the kernel text itself is checked everywhere."""
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -69,7 +70,7 @@ def _operands(kind, M, N, K, trans_a, trans_b, device, seed):
     return a, b
 
 
-def run_matmul(kind, M, N, K, config, stages, trans_a=False, trans_b=False, device="cuda", seed=0):
+def run_matmul(kind, M, N, K, config, stages, trans_a=False, trans_b=False, device="cuda", seed=0, wgmma=True):
     bm, bn, bk, warps = config
     a, b = _operands(kind, M, N, K, trans_a, trans_b, device, seed)
     out_t = torch.int32 if kind == "int8" else torch.float32
@@ -77,7 +78,8 @@ def run_matmul(kind, M, N, K, config, stages, trans_a=False, trans_b=False, devi
     grid = (kl.cdiv(M, bm) * kl.cdiv(N, bn),)
     matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
                         c.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=4, INT=kind == "int8",
-                        PREC="tf32" if kind == "tf32" else "ieee", num_warps=warps, num_stages=stages)
+                        PREC="tf32" if kind == "tf32" else "ieee", num_warps=warps, num_stages=stages,
+                        enable_wgmma=wgmma)
     ref = a.cpu().double() @ b.cpu().double()
     return c.cpu(), ref
 
@@ -115,10 +117,12 @@ def test_tensor_core_matmul(shape, kind, config, stages):
 @pytest.mark.parametrize("trans", [(True, False), (False, True), (True, True)], ids=["At", "Bt", "AtBt"])
 @pytest.mark.parametrize("kind", ["fp16", "bf16"])
 @pytest.mark.parametrize("shape", [(256, 256, 256), (70, 50, 90)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("config", [(64, 64, 32, 4), (128, 128, 32, 8)], ids=lambda c: "x".join(map(str, c)))
-def test_transposed_operands(config, shape, kind, trans, stages):
+@pytest.mark.parametrize("config", [(64, 64, 32, 4), (128, 128, 32, 8), (128, 128, 64, 8)],
+                         ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("wgmma", [True, False], ids=["wgmma", "mma_sync"])
+def test_transposed_operands(config, shape, kind, trans, stages, wgmma):
     M, N, K = shape
-    got, ref = run_matmul(kind, M, N, K, config, stages, *trans, seed=7)
+    got, ref = run_matmul(kind, M, N, K, config, stages, *trans, seed=7, wgmma=wgmma)
     check(kind, got, ref, K)
 
 
@@ -172,11 +176,22 @@ def test_pipelined_matmul_assembles(arch, stages, trans, tmp_path, monkeypatch):
     assert ck.asm["cubin"][:4] == b"\x7fELF" and "llvm.nvvm" not in ptx
     assert "cp.async.cg.shared.global" in ptx and "cp.async.commit_group" in ptx
     assert f"cp.async.wait_group {stages - 2}" in ptx and "cp.async.wait_group 0" in ptx
-    assert "ldmatrix.sync.aligned.m8n8.x4" in ptx and "mma.sync.aligned.m16n8k16" in ptx
-    # A column-major is read with ldmatrix .trans; B row-major too; B column-major without
-    assert ("ldmatrix.sync.aligned.m8n8.x4.trans" in ptx) == (trans != (False, True))
     plan = [b for b in ck.trace.shared_plan if b["op"] == "ttg.local_alloc"]
     assert [b["stages"] for b in plan] == [stages, stages]
+    if arch == 90:  # 128 rows over 8 warps: one m64 block per warpgroup, read from swizzled stages
+        assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in ptx and "ldmatrix" not in ptx
+        assert "fence.proxy.async.shared::cta" in ptx and "wgmma.wait_group.sync.aligned 0" in ptx
+        # the swizzle spans the contiguous extent: 32 halves of K (64 bytes) or 128 of M or N (128 bytes)
+        want = [128 if trans[0] else 64, 64 if trans[1] else 128]
+        assert [int(b["swizzle"].split("-")[0]) for b in plan] == want
+        assert all(b["offset"] % 1024 == 0 for b in plan)
+        # a transposed operand is read MN-major: the instruction's transpose flags say which
+        flags = re.search(r"wgmma\.mma_async[^;]*, p, 1, 1, (\d), (\d);", ptx).groups()
+        assert flags == (str(int(trans[0])), str(int(not trans[1])))
+    else:
+        assert "ldmatrix.sync.aligned.m8n8.x4" in ptx and "mma.sync.aligned.m16n8k16" in ptx
+        # A column-major is read with ldmatrix .trans; B row-major too; B column-major without
+        assert ("ldmatrix.sync.aligned.m8n8.x4.trans" in ptx) == (trans != (False, True))
     assert ck.n_spills == 0
 
 

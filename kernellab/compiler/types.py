@@ -219,16 +219,17 @@ class MemDescType(Type):
 
     layout = None  # not a distributed (register) layout: no thread owns an element
 
-    def __init__(self, shape: tuple, elem: DType, order: tuple = (1, 0), pad: int = 0):
+    def __init__(self, shape: tuple, elem: DType, order: tuple = (1, 0), pad: int = 0, swizzle: int = 0):
         self._shape, self.elem = tuple(int(s) for s in shape), elem
-        self.order, self.pad = tuple(order), int(pad)
+        self.order, self.pad, self.swizzle = tuple(order), int(pad), int(swizzle)
 
     def _key(self):
-        return ("memdesc", self._shape, self.elem._key(), self.order, self.pad)
+        return ("memdesc", self._shape, self.elem._key(), self.order, self.pad, self.swizzle)
 
     def __repr__(self):
         dims = "x".join(map(str, self._shape))
-        return f"!memdesc<{dims}x{self.elem}, order={','.join(map(str, self.order))}, pad={self.pad}>"
+        swz = f", swizzle={self.swizzle}" if self.swizzle else ""
+        return f"!memdesc<{dims}x{self.elem}, order={','.join(map(str, self.order))}, pad={self.pad}{swz}>"
 
     @property
     def shape(self):
@@ -243,16 +244,18 @@ class MemDescType(Type):
 
     def tile(self) -> MemDescType:
         """One stage of a multi-stage buffer."""
-        return MemDescType(self._shape[1:], self.elem, self.order, self.pad)
+        return MemDescType(self._shape[1:], self.elem, self.order, self.pad, self.swizzle)
 
     @property
     def tile_bytes(self) -> int:
-        """Bytes of one stage, each row padded, rounded up to 16 bytes."""
+        """Bytes of one stage: rows padded and rounded up to 16 bytes, or (swizzled) to 1024 bytes, the
+        period of the swizzle pattern."""
         rows, cols = self._shape[-2:]
         if self.order[0] == 0:
             rows, cols = cols, rows
         n = rows * (cols + self.pad) * (self.elem.bits // 8)
-        return (n + 15) // 16 * 16
+        align = 1024 if self.swizzle else 16
+        return (n + align - 1) // align * align
 
 
 def block_of(shape: tuple, elem: Type) -> Type:
@@ -285,11 +288,12 @@ def parse_type(text: str) -> Type:
     if text.startswith("!memdesc<") and text.endswith(">"):
         import re
 
-        m = re.fullmatch(r"!memdesc<((?:\d+x)+)(\w+), order=([\d,]+), pad=(\d+)>", text)
+        m = re.fullmatch(r"!memdesc<((?:\d+x)+)(\w+), order=([\d,]+), pad=(\d+)(?:, swizzle=(\d+))?>", text)
         if not m:
             raise ValueError(f"cannot parse type {text!r}")
         dims = tuple(int(d) for d in m.group(1).rstrip("x").split("x"))
-        return MemDescType(dims, DTYPES[m.group(2)], tuple(int(o) for o in m.group(3).split(",")), int(m.group(4)))
+        return MemDescType(dims, DTYPES[m.group(2)], tuple(int(o) for o in m.group(3).split(",")), int(m.group(4)),
+                           int(m.group(5) or 0))
     if text.startswith("tensor<") and text.endswith(">"):
         inner = text[len("tensor<"):-1]
         layout = None

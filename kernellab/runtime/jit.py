@@ -19,7 +19,7 @@ from ..errors import CompilationError, LaunchError
 from ..language.core import constexpr, unwrap
 from .source import get_source
 
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug",
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "enable_wgmma", "debug",
                   "launch_cooperative_grid", "stream", "warmup")
 
 _TORCH_DTYPES = {
@@ -107,7 +107,8 @@ class CompiledKernel:
             return self
         opts = GpuOptions(num_warps=self.options.get("num_warps", 4),
                           num_stages=self.options.get("num_stages", 3), arch=target.arch,
-                          fp_fusion=bool(self.options.get("enable_fp_fusion", True)))
+                          fp_fusion=bool(self.options.get("enable_fp_fusion", True)),
+                          wgmma=bool(self.options.get("enable_wgmma", True)))
         key = _gpu_cache_key(self.asm["tile"], opts, target)
         out = _load_cached(key, self.trace)
         if out is None:
@@ -229,7 +230,8 @@ def _gpu_cache_key(tile_ir: str, opts, target) -> str:
     the argument specialization (like Triton's key); options, target and toolchain versions complete it."""
     from .cache import cache_key
 
-    return cache_key("gpu", tile_ir, opts.num_warps, opts.num_stages, opts.fp_fusion, target.cpu, target.ptx_version,
+    return cache_key("gpu", tile_ir, opts.num_warps, opts.num_stages, opts.fp_fusion, opts.wgmma, target.cpu,
+                     target.ptx_version,
                      _toolchain_versions())
 
 

@@ -29,11 +29,31 @@ def the_dot(m):
     ("i8", "i32", "ieee", "mma.sync.m16n8k32.s8"),
 ])
 def test_instruction_per_dtype(run_pass, ab, acc, prec, instr):
-    m, stats = run_pass(accelerate_matmul, dot_ir(128, 128, 64, ab, acc, prec), GpuOptions(num_warps=8, arch=90))
+    m, stats = run_pass(accelerate_matmul, dot_ir(128, 128, 64, ab, acc, prec), GpuOptions(num_warps=8, arch=80))
     d = the_dot(m)
     assert d.attrs["instr"] == instr and stats == {"mma": 1, "cuda_core": 0}
     assert d.attrs["mma"] == [4, 2]  # the squarest warp tile: 32 x 64 per warp
-    assert "wgmma" in d.attrs["not_wgmma"]  # the trace says why the Hopper instruction was not used
+
+
+@pytest.mark.parametrize("ab", ["f16", "bf16"])
+def test_wgmma_on_sm90_one_m64_block_per_warpgroup(run_pass, ab):
+    m, _ = run_pass(accelerate_matmul, dot_ir(128, 128, 64, ab, "f32"), GpuOptions(num_warps=8, arch=90))
+    d = the_dot(m)
+    assert d.attrs["instr"] == f"wgmma.m64n128k16.{ab}" and d.attrs["mma"] == [8, 1]
+    m, _ = run_pass(accelerate_matmul, dot_ir(128, 128, 64, ab, "f32"), GpuOptions(num_warps=8, arch=90, wgmma=False))
+    assert the_dot(m).attrs["not_wgmma"] == "no wgmma: enable_wgmma=False"
+
+
+@pytest.mark.parametrize("m, n, k, ab, acc, warps, why", [
+    (64, 128, 64, "f16", "f32", 8, "BLOCK_M = 16 x num_warps"),
+    (128, 128, 64, "f32", "f32", 8, "f32 operands"),
+    (128, 128, 48, "f16", "f32", 8, "BLOCK_K = 48 cannot be swizzled"),
+])
+def test_why_not_wgmma_is_recorded(run_pass, m, n, k, ab, acc, warps, why):
+    mod, _ = run_pass(accelerate_matmul, dot_ir(m, n, k, ab, acc, "tf32" if ab == "f32" else "ieee"),
+                      GpuOptions(num_warps=warps, arch=90))
+    d = the_dot(mod)
+    assert d.attrs["instr"].startswith("mma.sync") and why in d.attrs["not_wgmma"]
 
 
 @pytest.mark.parametrize("m, n, k, ab, acc, prec, reason", [

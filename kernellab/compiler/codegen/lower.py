@@ -149,7 +149,7 @@ class KernelLowering:
         self.warp = self.eb.lshr(tid, _cint(5), name="warp")
         smem = ir.GlobalVariable(self.mod, ir.ArrayType(I8, 0), "global_smem", addrspace=3)
         smem.linkage = "external"
-        smem.align = 16
+        smem.align = 1024  # swizzled (wgmma) tiles need 1024-byte aligned addresses
         smem.type = SPTR  # use it as an opaque pointer (see toolchain notes)
         self.smem = smem
         md = self.mod.add_metadata([self.fn, ir.MetaDataString(self.mod, "maxntidx"),

@@ -13,6 +13,22 @@ import llvmlite.ir as ir
 from .lower import I8, I32, I64, VOID, KernelLowering, _cint, handles
 
 
+def tile_byte_offset(lw: KernelLowering, t, r, c):
+    """Byte offset of element (r, c) inside one stage of `t` (LLVM i32), padded or swizzled as the
+    encoding says (see gpu/smem_layout.py for the formula)."""
+    b = lw.b
+    rows, cols = t.shape[-2:]
+    e = t.scalar.bits // 8
+    f, s, slow = (r, c, cols) if t.order[0] == 0 else (c, r, rows)
+    if not t.swizzle:
+        return b.mul(b.add(b.mul(s, _cint((rows if t.order[0] == 0 else cols) + t.pad)), f), _cint(e))
+    z = t.swizzle
+    w = z // e
+    lin = b.add(b.add(b.mul(b.udiv(f, _cint(w)), _cint(slow * z)), b.mul(s, _cint(z))),
+                b.mul(b.urem(f, _cint(w)), _cint(e)))
+    return b.xor(lin, b.shl(b.and_(b.lshr(lin, _cint(7)), _cint(z // 16 - 1)), _cint(4)))
+
+
 @handles("ttg.local_alloc")
 def _local_alloc(lw: KernelLowering, op):
     lw.put(op.result, _cint(op.attrs.get("smem_offset", 0)))
@@ -32,9 +48,6 @@ def _async_copy(lw: KernelLowering, op):
     mask_v = op.operands[3] if len(op.operands) > 3 else None
     t = ptr_v.type
     view = view_v.type
-    rows, cols = t.shape
-    col_major = view.order[0] == 0
-    stride = (rows if col_major else cols) + view.pad
     esize = view.scalar.bits // 8
     vec = op.attrs.get("vec", 1)
     nbytes = vec * esize
@@ -56,8 +69,7 @@ def _async_copy(lw: KernelLowering, op):
         cons = "r,l,r,r"
     for g in range(0, len(ptrs), vec):
         r, c = idx[g]
-        lin = b.add(b.mul(c, _cint(stride)), r) if col_major else b.add(b.mul(r, _cint(stride)), c)
-        dst = b.ptrtoint(b.gep(lw.smem, [b.add(base, b.mul(lin, _cint(esize)))], source_etype=I8), I32)
+        dst = b.ptrtoint(b.gep(lw.smem, [b.add(base, tile_byte_offset(lw, view, r, c))], source_etype=I8), I32)
         ok = pred if masks is None else b.and_(pred, masks[g])
         src_bytes = b.select(ok, _cint(nbytes), _cint(0))
         args = [dst, b.ptrtoint(ptrs[g], I64), src_bytes]
@@ -75,5 +87,11 @@ def _async_commit(lw: KernelLowering, op):
 def _async_wait(lw: KernelLowering, op):
     n = int(op.attrs.get("pending", 0))
     lw.b.asm(ir.FunctionType(VOID, []), f"cp.async.wait_group {n};", "~{memory}", [], side_effect=True)
+    if lw.arch >= 90:  # the copies were generic-proxy writes; wgmma reads through the async proxy
+        fence_proxy_async(lw)
     lw.barrier()
+
+
+def fence_proxy_async(lw: KernelLowering):
+    lw.b.asm(ir.FunctionType(VOID, []), "fence.proxy.async.shared::cta;", "~{memory}", [], side_effect=True)
 

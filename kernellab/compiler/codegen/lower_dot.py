@@ -6,8 +6,9 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..gpu.layouts import Blocked
-from ..gpu.scratch import a_from_registers, mem_bytes, mma_instr, mma_staging
+from ..gpu.scratch import a_from_registers, is_wgmma, mem_bytes, mma_instr, mma_staging
 from .lower import F32, I8, I32, KernelLowering, _cint, _log2, handles, llty, memty
+from .lower_wgmma import dot_wgmma
 
 
 def _align16(n: int) -> int:
@@ -16,6 +17,8 @@ def _align16(n: int) -> int:
 
 @handles("tt.dot")
 def _dot(lw: KernelLowering, op):
+    if is_wgmma(op):
+        return dot_wgmma(lw, op)
     if "mma" in op.attrs:
         return _dot_mma(lw, op)
     return _dot_fma(lw, op)

@@ -10,6 +10,7 @@ class GpuOptions:
     num_stages: int = 3
     arch: int = 90
     fp_fusion: bool = True  # let a*b+c become one fma (Triton's enable_fp_fusion); False keeps IEEE mul+add
+    wgmma: bool = True  # sm_90: Hopper's warpgroup MMA where a dot allows it (`enable_wgmma=False`: mma.sync)
 
     @property
     def num_threads(self):

@@ -70,12 +70,41 @@ def a_from_registers(op) -> bool:
 
     a = op.operands[0].type
     lay = getattr(a, "layout", None)
+    if is_wgmma(op):
+        return False
     return (isinstance(lay, Mma) and lay.warps[1] == 1 and lay.warps[0] == op.attrs["mma"][0]
             and a.shape[1] % 16 == 0 and a.scalar.name in ("f16", "bf16"))
 
 
+def is_wgmma(op) -> bool:
+    return op.name == "tt.dot" and str(op.attrs.get("instr", "")).startswith("wgmma")
+
+
+def wgmma_staging(op) -> tuple:
+    """The swizzled encodings a wgmma dot stages its register operands in (None for operands already in
+    shared memory): A K-major [M][K], B [K][N] with N contiguous."""
+    from .smem_layout import swizzled
+
+    a, b = op.operands[0].type, op.operands[1].type
+    sa = None if a.is_memdesc() else swizzled(a.shape, a.scalar, (1, 0))
+    sb = None if b.is_memdesc() else swizzled(b.shape, b.scalar, (1, 0))
+    return sa, sb
+
+
+def buffer_align(op) -> int:
+    """Swizzled tiles repeat their pattern every 1024 bytes and must start on that boundary."""
+    t = op.results[0].type if op.results else None
+    if op.name == "ttg.local_alloc" and getattr(t, "swizzle", 0):
+        return 1024
+    return 1024 if is_wgmma(op) else 16
+
+
 def _other_ops(op):
     name = op.name
+    if is_wgmma(op):
+        sa, sb = wgmma_staging(op)
+        n = sum(t.tile_bytes for t in (sa, sb) if t is not None)
+        return n, "dot operands staged swizzled for wgmma" if n else ""
     if name == "tt.dot" and "mma" in op.attrs:
         (m, k), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
         a_bytes, b_bytes = mma_staging(m, n, k, mma_instr(op))

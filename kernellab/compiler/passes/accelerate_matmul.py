@@ -55,6 +55,33 @@ def plan(op, num_warps: int, arch: int):
     return min(splits, key=lambda s: (m // s[0] + n // s[1], -s[0])), instr, None
 
 
+def wgmma_plan(op, num_warps: int, arch: int, enabled: bool):
+    """The wgmma instruction name for this dot, or (a str starting with "no") why mma.sync is used.
+
+    wgmma.m64nNk16 runs on a warpgroup (4 warps): warpgroup g computes rows 64g..64g+63 of the tile and
+    warp w of it rows 16w..16w+15, every column; that is the #mma layout with all warps along M when
+    M = 16 x num_warps. Its operands are read from swizzled shared memory through descriptors."""
+    a, b = op.operands[0].type, op.operands[1].type
+    m, k = a.shape
+    n = b.shape[1]
+    if arch < 90:
+        return f"no wgmma: sm_{arch} (wgmma needs sm_90a)"
+    if not enabled:
+        return "no wgmma: enable_wgmma=False"
+    if a.scalar.name not in ("f16", "bf16"):
+        return f"no wgmma: {a.scalar.name} operands (kernellab's wgmma path takes fp16/bf16)"
+    if num_warps % 4 or m != 16 * num_warps:
+        return (f"no wgmma: a {m}-row tile over {num_warps} warps; wgmma here needs BLOCK_M = 16 x num_warps "
+                "(one m64 block per warpgroup)")
+    if n % 8 or not 8 <= n <= 256 or k % 16:
+        return f"no wgmma: {m}x{n}x{k} (wgmma takes N = 8..256 in steps of 8, K a multiple of 16)"
+    if k * 2 not in (32, 64) and (k * 2) % 128:
+        return f"no wgmma: BLOCK_K = {k} cannot be swizzled (16, 32 or a multiple of 64)"
+    if n * 2 not in (32, 64) and (n * 2) % 128:
+        return f"no wgmma: BLOCK_N = {n} cannot be swizzled (16, 32 or a multiple of 64)"
+    return f"wgmma.m64n{n}k16.{a.scalar.name}"
+
+
 def _fed_by_dot(op, depth: int = 24) -> bool:
     """Whether operand A is computed (in the same block) from another dot's result, as attention's
     probabilities are: with the same warps along M it can stay in registers."""
@@ -96,10 +123,15 @@ def run(module: Module, options=None) -> dict:
             continue
         warps, instr, why = plan(op, num_warps, arch)
         if warps is not None:
-            op.attrs["mma"] = warps
-            op.attrs["instr"] = instr.name
-            if arch >= 90:  # say why the faster Hopper instruction was not used
-                op.attrs["not_wgmma"] = "wgmma (sm_90a warpgroup MMA) is not implemented yet"
+            wg = wgmma_plan(op, num_warps, arch, getattr(options, "wgmma", True))
+            if wg.startswith("no wgmma"):
+                op.attrs["mma"] = warps
+                op.attrs["instr"] = instr.name
+                if arch >= 90:  # say why the faster Hopper instruction was not used
+                    op.attrs["not_wgmma"] = wg
+            else:
+                op.attrs["mma"] = [num_warps, 1]
+                op.attrs["instr"] = wg
             used += 1
         else:
             op.attrs["mma_fallback"] = why

@@ -9,7 +9,7 @@ and the lab, and the total becomes the kernel's dynamic shared memory.
 """
 from __future__ import annotations
 
-from ..gpu.scratch import mem_bytes, scratch_bytes
+from ..gpu.scratch import buffer_align, mem_bytes, scratch_bytes
 from ..ir import Module
 
 NAME = "allocate_shared"
@@ -49,10 +49,11 @@ def _stage_buffer(op, index: int, index_of, end_of) -> dict:
     layout = "row-major" if t.order[0] == len(t.shape) - 2 else "column-major"
     return {"op": op.name, "line": op.loc.line if op.loc else None, "size": size,
             "live": [index, _last_use(op, index_of, end_of)], "stages": stages, "stage_bytes": t.tile_bytes,
-            "swizzle": f"none: rows padded by {t.pad * mem_bytes(t)} bytes",
+            "swizzle": (f"{t.swizzle}-byte (16-byte chunks XOR row mod 8)" if t.swizzle
+                        else f"none: rows padded by {t.pad * mem_bytes(t)} bytes"),
             "reason": f"dot operand {op.attrs.get('operand', '?')}: {stages} stages of a "
                       f"{'x'.join(map(str, t.shape[1:]))} {t.scalar} tile ({layout}) filled by cp.async",
-            "_op": op}
+            "_op": op, **({"align": 1024} if t.swizzle else {})}
 
 
 def run(module: Module, options=None) -> dict:
@@ -70,17 +71,19 @@ def run(module: Module, options=None) -> dict:
             size = (size + ALIGN - 1) // ALIGN * ALIGN
             buffers.append({"op": op.name, "line": op.loc.line if op.loc else None, "size": size,
                             "live": [index, index], "reason": why, "_op": op})
+            if buffer_align(op) > ALIGN:
+                buffers[-1]["align"] = buffer_align(op)
     # Small plans keep every buffer apart, so consecutive ops never wait for each other (fewer
     # barriers); larger ones reuse addresses by liveness: a buffer goes at the lowest offset not
     # used by any buffer live at the same time.
     disjoint = sum(b["size"] for b in buffers) <= DISJOINT_LIMIT
     placed = []
     for b in buffers:
-        offset = 0
+        offset, align = 0, b.get("align", ALIGN)
         for other in sorted(placed, key=lambda o: o["offset"]):
             overlap = disjoint or not (other["live"][1] < b["live"][0] or b["live"][1] < other["live"][0])
             if overlap and offset + b["size"] > other["offset"] and offset < other["offset"] + other["size"]:
-                offset = other["offset"] + other["size"]
+                offset = -(-(other["offset"] + other["size"]) // align) * align
         b["offset"] = offset
         b["_op"].attrs["smem_offset"] = offset
         b["_op"].attrs["smem_bytes"] = b["size"]

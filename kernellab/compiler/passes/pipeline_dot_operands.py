@@ -30,7 +30,8 @@ every dot.
 from __future__ import annotations
 
 from ..gpu.layouts import Blocked
-from ..gpu.scratch import MMA_PAD
+from ..gpu.scratch import MMA_PAD, is_wgmma
+from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
 from ..rewrite import clone_op, insert_before, int_const, pure_slice
 from ..types import DTYPES, MemDescType, int1
@@ -98,10 +99,12 @@ def _stage_invariant_operands(module: Module, stats: dict) -> None:
             continue  # loads that run every iteration are the pipeliner's; the others stay in registers
         index = slots.pop()
         t = ld.result.type
+        buf_t = _buffer_type(uses[0], t, 1)
+        if buf_t is None or any(_buffer_type(u, t, 1) != buf_t for u in uses):
+            continue
         bld = _Builder(ld, ld.loc)
-        buf = bld.op("ttg.local_alloc", [], [MemDescType((1,) + tuple(t.shape), t.scalar, tuple(t.layout.order),
-                                                          MMA_PAD)],
-                     {"stages": 1, "operand": "ab"[index]}, [f"{'ab'[index]}_tile"]).result
+        buf = bld.op("ttg.local_alloc", [], [buf_t], {"stages": 1, "operand": "ab"[index]},
+                     [f"{'ab'[index]}_tile"]).result
         view = bld.op("ttg.memdesc_index", [buf, bld.const(0)], [buf.type.tile()]).result
         operands = [ld.operands[0], view, bld.op("arith.constant", [], [int1], {"value": True}).result]
         if len(ld.operands) > 1:
@@ -114,6 +117,15 @@ def _stage_invariant_operands(module: Module, stats: dict) -> None:
         ld.erase()
         stats["staged_once"] += 1
         stats["buffers"] += 1
+
+
+def _buffer_type(dot: Op, t, stages: int):
+    """The shared-memory encoding the dot reads this tile in: swizzled for wgmma, padded rows for ldmatrix
+    (None when wgmma cannot read it)."""
+    shape = (stages,) + tuple(t.shape)
+    if is_wgmma(dot):
+        return swizzled(shape, t.scalar, tuple(t.layout.order))
+    return MemDescType(shape, t.scalar, tuple(t.layout.order), MMA_PAD)
 
 
 def _in_a_loop(op: Op) -> bool:
@@ -237,6 +249,9 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
                 why.append(f"{name}: {chain}")
                 continue
             sl = pure_slice(ld, body)
+            if _buffer_type(dot, ld.result.type, 2) is None:
+                why.append(f"{name}: its contiguous extent cannot be swizzled for wgmma")
+                continue
             if sl is None:
                 why.append(f"{name}: its address needs a value the loop cannot recompute")
                 continue
@@ -257,10 +272,8 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
     yield_op = body.terminator
     pre = _Builder(for_op, loc)
     bufs = []
-    for (ld, _), (_, index) in zip(plans, targets):
-        t = ld.result.type
-        order = tuple(t.layout.order)
-        buf_t = MemDescType((stages,) + tuple(t.shape), t.scalar, order, MMA_PAD)
+    for (ld, _), (dot, index) in zip(plans, targets):
+        buf_t = _buffer_type(dot, ld.result.type, stages)
         bufs.append(pre.op("ttg.local_alloc", [], [buf_t], {"stages": stages, "operand": "ab"[index]},
                            [f"{'ab'[index]}_stages"], loc=ld.loc).result)
     # prologue: stages 0 .. S-2 hold iterations 0 .. S-2
