@@ -15,7 +15,7 @@ import llvmlite.ir as ir
 from ..gpu.layouts import Blocked
 from ..gpu.scratch import wgmma_staging
 from ..gpu.smem_layout import descriptor_fields
-from .lower import F32, I8, I32, I64, VOID, KernelLowering, _cint, handles
+from .lower import F32, I8, I32, I64, VOID, KernelLowering, _cint
 from .lower_async import fence_proxy_async, tile_byte_offset
 
 
@@ -97,21 +97,7 @@ def dot_wgmma(lw: KernelLowering, op):
         out = b.asm(fty, asm, cons, [da, db, _cint(1)] + acc, side_effect=True)
         acc = [b.extract_value(out, i) for i in range(n_acc)]
     b.asm(ir.FunctionType(VOID, []), "wgmma.commit_group.sync.aligned;", "~{memory}", [], side_effect=True)
-    # in a loop the pipeliner proved safe, the group may stay in flight (pending 1) while the loop goes on
-    lw.put(op.results[0], wgmma_wait(lw, acc, int(op.attrs.get("wgmma_pending", 0))))
-
-
-def wgmma_wait(lw: KernelLowering, acc: list, pending: int) -> list:
-    """wgmma.wait_group taking the accumulators as tied operands: their values after it are the ones the
-    tensor cores wrote, and LLVM cannot move a read of them above the wait."""
-    b = lw.b
-    n = len(acc)
-    ty = ir.FunctionType(ir.LiteralStructType([F32] * n), [F32] * n)
-    out = b.asm(ty, f"wgmma.wait_group.sync.aligned {pending};", ",".join(["=f"] * n + [str(i) for i in range(n)]),
-                acc, side_effect=True)
-    return [b.extract_value(out, i) for i in range(n)]
-
-
-@handles("ttg.dot_wait")
-def _dot_wait(lw: KernelLowering, op):
-    lw.put(op.result, wgmma_wait(lw, list(lw.regs(op.operands[0])), int(op.attrs.get("pending", 0))))
+    wait_ty = ir.FunctionType(ir.LiteralStructType([F32] * n_acc), [F32] * n_acc)
+    out = b.asm(wait_ty, "wgmma.wait_group.sync.aligned 0;",
+                ",".join(["=f"] * n_acc + [str(i) for i in range(n_acc)]), acc, side_effect=True)
+    lw.put(op.results[0], [b.extract_value(out, i) for i in range(n_acc)])
