@@ -560,6 +560,8 @@ def _buffer_banks(line: str, types: dict, num_warps: int):
         return bank_conflicts(t["layout"], shape or t["shape"], num_warps, elem_bytes(t["elem"]), base)
 
     phases = {}
+    if op == "ttg.local_alloc" and results and types.get(results[0]):
+        return stage_buffer_banks(types[results[0]]["type"])
     if op in ("ttg.convert_layout", "tt.reshape", "tt.cat", "tt.join", "tt.split"):
         for k, v in enumerate(operands[:2] if op in ("tt.cat", "tt.join") else operands[:1]):
             phases[f"write {v}"] = est(v)
@@ -579,6 +581,64 @@ def _buffer_banks(line: str, types: dict, num_warps: int):
         return {"ways": None, "phases": {}, "note": "operand layouts not found"}
     return {"ways": max(v["ways"] for v in phases.values()), "phases": phases,
             "note": "32 banks x 4 B; registers stored at their row-major index"}
+
+
+def stage_buffer_banks(type_text: str) -> dict:
+    """Bank conflicts of a pipelined stage buffer (`!memdesc`), from its encoding: the tensor cores (ldmatrix
+    for a padded tile, wgmma for a swizzled one) read 8 rows x 16 bytes at a time, one 16-byte chunk per row;
+    cp.async writes 16 bytes per thread, 8 threads per shared-memory wavefront, consecutive threads along a
+    row. Each access is conflict-free when its 8 chunks fall in 8 different groups of 4 banks."""
+    from ..compiler.gpu.smem_layout import element_byte
+    from ..compiler.types import parse_type as parse_ir_type
+
+    t = parse_ir_type(type_text)
+    rows, cols = t.shape[-2:]
+    e = t.scalar.bits // 8
+    fast, slow = (rows, cols) if t.order[0] == 0 else (cols, rows)
+    per_chunk = max(1, 16 // e)
+
+    def at(s_idx, f_idx):  # byte of (slow, fast) index
+        return element_byte(t, f_idx, s_idx) if t.order[0] == 0 else element_byte(t, s_idx, f_idx)
+
+    def ways(addresses):
+        groups = {}
+        for a in addresses:
+            groups[(a // 16) % 8] = groups.get((a // 16) % 8, 0) + 1
+        return max(groups.values())
+
+    chunks = max(1, fast // per_chunk)
+    reads = max(ways([at(s, c * per_chunk) for s in range(r0, r0 + 8)])
+                for r0 in range(0, max(1, slow - 7), 8) for c in range(chunks))
+    writes = max(ways([at((i + w) // chunks, ((i + w) % chunks) * per_chunk) for i in range(8)])
+                 for w in range(0, max(8, min(slow * chunks, 256)), 8) if (w + 7) // chunks < slow)
+    reader = "wgmma" if t.swizzle else "ldmatrix"
+    return {"ways": max(reads, writes),
+            "phases": {f"{reader} reads (8 rows x 16 B)": {"ways": reads},
+                       "cp.async writes (16 B per thread)": {"ways": writes}},
+            "note": "16-byte accesses: 8 per wavefront, conflict-free in 8 distinct 16-byte bank groups"}
+
+
+def swizzle_grid(type_text: str, rows: int = 8) -> dict:
+    """Where the 16-byte chunks of the first `rows` rows of a stage buffer land: {chunks, rows: [[bank group
+    of logical chunk c of row r]]} for the shared-memory view's picture."""
+    from ..compiler.gpu.smem_layout import element_byte
+    from ..compiler.types import parse_type as parse_ir_type
+
+    t = parse_ir_type(type_text)
+    r_ext, c_ext = t.shape[-2:]
+    e = t.scalar.bits // 8
+    fast, slow = (r_ext, c_ext) if t.order[0] == 0 else (c_ext, r_ext)
+    per_chunk = max(1, 16 // e)
+    chunks = min(8, max(1, fast // per_chunk))
+    grid = []
+    for s_idx in range(min(rows, slow)):
+        row = []
+        for c in range(chunks):
+            f_idx = c * per_chunk
+            b = element_byte(t, f_idx, s_idx) if t.order[0] == 0 else element_byte(t, s_idx, f_idx)
+            row.append((b // 16) % 8)
+        grid.append(row)
+    return {"chunks": chunks, "rows": grid, "swizzle": t.swizzle, "pad": t.pad * e}
 
 
 # --------------------------------------------------------------------------- code

@@ -540,7 +540,44 @@ def smem_html(compiled, limit: int = D.SMEM_LIMIT_SM90, highlight=None) -> str:
             f'{len(m["barriers"])} barrier(s)</h4>')
     return page(head + smem_svg(m["buffers"], m["total"], m["limit"], m["barriers"], m["points"], highlight)
                 + smem_table(m) + '<p class="kl-dim">Bank model: 32 banks × 4 B, one register per warp access, '
-                'elements at their row-major index; N-way = N shared-memory wavefronts.</p>')
+                'elements at their row-major index; N-way = N shared-memory wavefronts.</p>'
+                + "".join(stage_encoding_html(b) for b in m["buffers"] if b["op"] == "ttg.local_alloc"))
+
+
+def stage_encoding_html(b: dict) -> str:
+    """A pipelined buffer's encoding: where the 16-byte chunks of its first 8 rows land (bank groups)."""
+    m = re.search(r"!memdesc<[^>]*>", b.get("ir_text", ""))
+    if not m:
+        return ""
+    grid = D.swizzle_grid(m.group(0))
+    how = (f'{grid["swizzle"]}-byte swizzle: chunk c of row r is stored at c XOR (r mod 8)' if grid["swizzle"]
+           else f'rows padded by {grid["pad"]} bytes: each row starts one bank group further')
+    return (f'<h4>buffer at line {esc(b.get("line"))}: {esc(how)}</h4>' + swizzle_svg(grid)
+            + '<p class="kl-dim">Cell = a 16-byte chunk (8 halves) of a row; colour and number = the group of 4 banks '
+            'it lands in. A column is what the tensor cores read at once (8 rows of one chunk): 8 different groups '
+            'means no bank conflict.</p>')
+
+
+def swizzle_svg(grid: dict) -> str:
+    cw, ch, left, top = 34, 20, 54, 18
+    n_rows, n_cols = len(grid["rows"]), grid["chunks"]
+    w, h = left + n_cols * cw + 8, top + n_rows * ch + 8
+    out = [f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" font-size="10" role="img">']
+    for c in range(n_cols):
+        out.append(f'<text x="{left + c * cw + cw / 2}" y="{top - 5}" text-anchor="middle" fill="currentColor" '
+                   f'fill-opacity=".7">c{c}</text>')
+    for r, row in enumerate(grid["rows"]):
+        y = top + r * ch
+        out.append(f'<text x="{left - 6}" y="{y + ch / 2 + 4}" text-anchor="end" fill="currentColor" '
+                   f'fill-opacity=".7">row {r}</text>')
+        for c, g in enumerate(row):
+            x = left + c * cw
+            out.append(f'<g><title>row {r}, chunk {c}: bank group {g} (banks {4 * g}-{4 * g + 3})</title>'
+                       f'<rect x="{x}" y="{y}" width="{cw - 2}" height="{ch - 2}" fill="{PALETTE[g % len(PALETTE)]}" '
+                       f'fill-opacity=".6"/><text x="{x + cw / 2 - 1}" y="{y + ch / 2 + 3}" text-anchor="middle" '
+                       f'fill="currentColor">{g}</text></g>')
+    out.append("</svg>")
+    return "".join(out)
 
 
 # --------------------------------------------------------------------------- code

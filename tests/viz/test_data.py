@@ -419,3 +419,29 @@ def test_render_dot_when_graphviz_is_installed(kernels):
         assert svg is None
         return
     assert svg.startswith("<svg") and "tt.load" in svg and 'stroke="black"' not in svg
+
+
+@pytest.mark.parametrize("type_text, reads, writes", [
+    # 128-byte swizzle (wgmma): 8 rows of one chunk and 8 threads' 16-byte writes both hit 8 bank groups
+    ("!memdesc<3x128x64xf16, order=1,0, pad=0, swizzle=128>", 1, 1),
+    ("!memdesc<3x32x128xf16, order=0,1, pad=0, swizzle=64>", 1, 1),
+    # rows padded by 16 bytes (ldmatrix): reads conflict-free; 80-byte rows put two of 8 writes in one group
+    ("!memdesc<3x128x32xf16, order=1,0, pad=8>", 1, 2),
+    # no padding, no swizzle: the 8 rows of a column sit 64 bytes apart, 4 of them in each group they use
+    ("!memdesc<3x128x32xf16, order=1,0, pad=0>", 4, 1),
+])
+def test_stage_buffer_bank_conflicts(type_text, reads, writes):
+    est = D.stage_buffer_banks(type_text)
+    (r_name, r), (w_name, w) = est["phases"].items()
+    assert r["ways"] == reads and w["ways"] == writes and est["ways"] == max(reads, writes)
+    assert r_name.startswith("wgmma" if "swizzle" in type_text else "ldmatrix")
+
+
+def test_swizzle_grid_is_a_latin_square():
+    g = D.swizzle_grid("!memdesc<3x128x64xf16, order=1,0, pad=0, swizzle=128>")
+    assert g["chunks"] == 8 and len(g["rows"]) == 8
+    assert g["rows"][0] == list(range(8)) and g["rows"][3][0] == 3  # chunk 0 of row 3 sits in group 3
+    for row in g["rows"]:
+        assert sorted(row) == list(range(8))
+    for col in zip(*g["rows"]):
+        assert sorted(col) == list(range(8))

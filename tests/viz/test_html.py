@@ -205,8 +205,10 @@ def test_smem_svg_and_html(cks, name):
         assert "no shared memory" in out
     if name == "transpose":
         assert "8-way" in out
-    if name == "matmul":  # the pipelined loop: stage buffers and the waits that order them
-        assert "cp.async.wait_group" in out and "3 × " in out and "rows padded by 16 bytes" in out
+    if name == "matmul":  # the pipelined loop: stage buffers, the waits that order them, their encodings
+        assert "cp.async.wait_group" in out and "3 × " in out
+        assert "rows padded by 16 bytes: each row starts one bank group further" in out  # 32x32 tiles: mma.sync
+        assert out.count("bank group") >= 2 * 8  # a picture per stage buffer
 
 
 def test_smem_html_of_an_unpipelined_loop_shows_the_write_after_read_barrier():
@@ -260,3 +262,14 @@ def test_layout_svg_of_a_big_tile_is_drawn_in_part():
     assert "showing the first 16 of 256 rows (4096 of 65536 elements)" in svg
     assert len(re.findall(r'<rect class="c w\d"', svg)) == 4096
     assert len(svg) < 600_000
+
+
+def test_smem_html_of_a_wgmma_loop_draws_the_swizzle():
+    h = torch.randn(64, 64).half()
+    ck = K["matmul_kernel"].warmup(h, h, h, 64, 64, 64, 64, 1, 64, 1, 64, 1, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64,
+                                   GROUP_M=4, num_warps=4).build_gpu()
+    assert "wgmma.mma_async" in ck.asm["ptx"]
+    out = H.smem_html(ck)
+    well_formed(out)
+    assert "128-byte swizzle: chunk c of row r is stored at c XOR (r mod 8)" in out
+    assert "wgmma reads (8 rows x 16 B): 1-way" in out and "cp.async writes (16 B per thread): 1-way" in out
