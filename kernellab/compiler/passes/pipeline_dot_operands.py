@@ -33,6 +33,7 @@ from ..gpu.layouts import Blocked
 from ..gpu.scratch import MMA_PAD, is_wgmma
 from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
+from ..ops import is_pure
 from ..rewrite import clone_op, insert_before, int_const, pure_slice
 from ..types import DTYPES, MemDescType, int1
 from . import dce
@@ -162,16 +163,10 @@ def _carried_closure(for_op: Op, slices) -> set | None:
         if d is None or d.block is not body:
             continue
         sl = pure_slice(d, body)
-        if sl is None or d.regions or not _pure(d):
+        if sl is None or d.regions or not is_pure(d):
             return None
         scan(sl + [d])
     return need
-
-
-def _pure(op):
-    from ..ops import is_pure
-
-    return is_pure(op)
 
 
 class _Builder:
