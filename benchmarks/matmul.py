@@ -30,17 +30,16 @@ def matmul_kernel_for(jit_module, tl):
     return make_kernels(jit_module, tl)["matmul_kernel"]
 
 
-def launch(kernel, a, b, c):
+def launch(kernel, a, b, c, config=CONFIG, num_warps=NUM_WARPS, **options):
     M, K = a.shape
     N = b.shape[1]
-    grid = (cdiv(M, CONFIG["BLOCK_M"]) * cdiv(N, CONFIG["BLOCK_N"]),)
+    grid = (cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"]),)
     return kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
-                        c.stride(1), num_warps=NUM_WARPS, **CONFIG)
+                        c.stride(1), num_warps=num_warps, **config, **options)
 
 
-def main():
-    import torch
-
+def implementations():
+    """({"kernellab": kernel, "triton": kernel (when installed)}, triton version or None): the same text."""
     import kernellab
     import kernellab.language as kltl
 
@@ -48,11 +47,18 @@ def main():
     try:
         import triton
         import triton.language as trtl
-
-        impls["triton"] = matmul_kernel_for(triton, trtl)
-        triton_version = triton.__version__
     except ImportError:
-        triton_version = None
+        return impls, None
+    impls["triton"] = matmul_kernel_for(triton, trtl)
+    return impls, triton.__version__
+
+
+def main():
+    import torch
+
+    import kernellab
+
+    impls, triton_version = implementations()
     shapes = [(s, s, s) for s in (1024, 2048, 4096, 8192)] + [(8192, 8192, 1024), (16, 4096, 4096)]
     rows = []
     print(f"{'case':<28} {'kl TF/s':>8} {'triton':>8} {'cuBLAS':>8}  kl/cuBLAS kl/triton", flush=True)

@@ -14,8 +14,6 @@ import torch
 import kernellab as kl
 import kernellab.language as tl
 
-needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
 
 @kl.jit
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
@@ -99,7 +97,6 @@ SHAPES = [(256, 256, 256), (70, 50, 90), (192, 130, 40), (33, 257, 520), (64, 64
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("stages", [1, 2, 3, 4])
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "x".join(map(str, c)))
 @pytest.mark.parametrize("kind", ["fp16", "bf16"])
@@ -112,7 +109,6 @@ def test_tensor_core_matmul(shape, kind, config, stages):
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("stages", [1, 3])
 @pytest.mark.parametrize("trans", [(True, False), (False, True), (True, True)], ids=["At", "Bt", "AtBt"])
 @pytest.mark.parametrize("kind", ["fp16", "bf16"])
@@ -128,7 +124,6 @@ def test_transposed_operands(config, shape, kind, trans, stages, wgmma):
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("kind", ["tf32", "fp32", "int8"])
 @pytest.mark.parametrize("shape", [(128, 128, 128), (70, 50, 90)], ids=lambda s: "x".join(map(str, s)))
 def test_other_dtypes(kind, shape):
@@ -139,7 +134,6 @@ def test_other_dtypes(kind, shape):
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("stages", [2, 4])
 def test_loop_shorter_than_the_pipeline_and_empty_loop(stages):
     # K = 16 with BLOCK_K = 32: one iteration, the prologue's other stages predicated off

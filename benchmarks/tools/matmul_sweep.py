@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.matmul import matmul_kernel_for  # noqa: E402
-from benchmarks.memory_bound import bench, cdiv  # noqa: E402
+from benchmarks.matmul import implementations, launch  # noqa: E402
+from benchmarks.memory_bound import bench  # noqa: E402
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
 CONFIGS = [(128, 128, 32, 8, 3), (128, 128, 32, 8, 4), (128, 128, 64, 8, 3), (128, 128, 64, 4, 3),
@@ -31,21 +31,12 @@ def main():
     import torch
 
     import kernellab
-    import kernellab.language as kltl
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=4096)
     p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     args = p.parse_args()
-    impls = {"kernellab": matmul_kernel_for(kernellab, kltl)}
-    try:
-        import triton
-        import triton.language as trtl
-
-        impls["triton"] = matmul_kernel_for(triton, trtl)
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
+    impls, triton_version = implementations()
     n, dtype = args.n, getattr(torch, args.dtype)
     g = torch.Generator(device="cuda").manual_seed(n)
     a = torch.randn(n, n, device="cuda", generator=g).to(dtype)
@@ -59,15 +50,15 @@ def main():
         for name, k in impls.items():
             c = torch.full((n, n), float("nan"), device="cuda", dtype=dtype)
 
-            def launch():
-                return k[(cdiv(n, bm) * cdiv(n, bn),)](a, b, c, n, n, n, a.stride(0), a.stride(1), b.stride(0),
-                                                      b.stride(1), c.stride(0), c.stride(1), BLOCK_M=bm, BLOCK_N=bn,
-                                                      BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages)
+            config = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8)
+
+            def run():
+                return launch(k, a, b, c, config, num_warps=warps, num_stages=stages)
             try:
-                compiled = launch()
+                compiled = run()
                 torch.cuda.synchronize()
                 err = ((c.float() - ref).norm() / ref.norm()).item()
-                t = bench(launch)
+                t = bench(run)
                 row[name] = {"tflops": flops / t / 1e12, "rel_err": err}
                 if name == "kernellab":
                     row[name].update(n_regs=compiled.n_regs, n_spills=compiled.n_spills, shared=compiled.shared)

@@ -307,6 +307,21 @@ def drop_for_iter_args(for_op: Op, indices) -> Op:
     return rebuild_op(for_op, operands, keep)
 
 
+def extend_for_iter_args(for_op: Op, inits) -> Op:
+    """Rebuild an `scf.for` with extra loop-carried values starting at `inits`; the caller has already
+    added their block arguments and yielded values to the body. Returns the rebuilt loop, whose first
+    results replace the old loop's."""
+    inits = list(inits)
+    regions = detach_regions(for_op)
+    new = Op("scf.for", list(for_op.operands) + inits, [r.type for r in for_op.results] + [v.type for v in inits],
+             dict(for_op.attrs), regions, for_op.loc, [r.hint for r in for_op.results] + [None] * len(inits))
+    insert_before(for_op, new)
+    for old, res in zip(for_op.results, new.results):
+        replace_uses(old, res)
+    for_op.erase()
+    return new
+
+
 def drop_if_results(if_op: Op, indices) -> Op:
     """Remove the (dead) results at `indices` from an `scf.if` and the yield slots feeding them."""
     indices = sorted(set(indices))

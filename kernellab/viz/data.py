@@ -610,7 +610,7 @@ def stage_buffer_banks(type_text: str) -> dict:
     reads = max(ways([at(s, c * per_chunk) for s in range(r0, r0 + 8)])
                 for r0 in range(0, max(1, slow - 7), 8) for c in range(chunks))
     writes = max(ways([at((i + w) // chunks, ((i + w) % chunks) * per_chunk) for i in range(8)])
-                 for w in range(0, max(8, min(slow * chunks, 256)), 8) if (w + 7) // chunks < slow)
+                 for w in range(0, min(slow * chunks, 256) - 7, 8))
     reader = "wgmma" if t.swizzle else "ldmatrix"
     return {"ways": max(reads, writes),
             "phases": {f"{reader} reads (8 rows x 16 B)": {"ways": reads},

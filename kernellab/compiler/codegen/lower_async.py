@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from ..gpu.layouts import Blocked
 from .lower import I8, I32, I64, VOID, KernelLowering, _cint, handles
 
 
@@ -27,6 +28,32 @@ def tile_byte_offset(lw: KernelLowering, t, r, c):
     lin = b.add(b.add(b.mul(b.udiv(f, _cint(w)), _cint(slow * z)), b.mul(s, _cint(z))),
                 b.mul(b.urem(f, _cint(w)), _cint(e)))
     return b.xor(lin, b.shl(b.and_(b.lshr(lin, _cint(7)), _cint(z // 16 - 1)), _cint(4)))
+
+
+def store_tile(lw: KernelLowering, v, regs, offset_of, esize: int, vectorize: bool = True):
+    """Store a register tile into shared memory, element (r, c) at byte `offset_of(r, c)` (LLVM i32s), with
+    one vector store per run of up to 16 bytes of consecutive registers along a row where the layout holds
+    them (and `vectorize`, i.e. the destination keeps such runs contiguous)."""
+    b = lw.b
+    layout, shape = v.type.layout, v.type.shape
+    idx = lw.reg_indices(layout, shape)
+    offsets = layout.registers(shape)
+    run = 1
+    if vectorize and isinstance(layout, Blocked) and layout.order[0] == 1:
+        run = min(layout.spt[1], 16 // esize, shape[1])
+    i = 0
+    while i < len(regs):
+        n = run if (i + run <= len(regs) and offsets[i][1] % run == 0 and
+                    all(offsets[i + q] == (offsets[i][0], offsets[i][1] + q) for q in range(run))) else 1
+        ptr = b.gep(lw.smem, [offset_of(idx[i][0], idx[i][1])], source_etype=I8)
+        if n == 1:
+            b.store(regs[i], ptr)
+        else:
+            vec = ir.Constant(ir.VectorType(regs[i].type, n), None)
+            for q in range(n):
+                vec = b.insert_element(vec, regs[i + q], _cint(q))
+            b.store(vec, ptr, align=esize * n)
+        i += n
 
 
 @handles("ttg.local_alloc")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..gpu.layouts import Blocked
 from ..gpu.scratch import a_from_registers, is_wgmma, mem_bytes, mma_instr, mma_staging
 from .lower import F32, I8, I32, KernelLowering, _cint, _log2, handles, llty, memty
+from .lower_async import store_tile
 from .lower_wgmma import dot_wgmma
 
 
@@ -27,33 +27,20 @@ def _dot(lw: KernelLowering, op):
 def _stage_tile(lw: KernelLowering, op, v, shape, row_stride: int, base: int, esize: int, transpose=False,
                 tf32=False):
     """Write a 2-D tile into the dot's scratch at `base`, row-major with rows `row_stride` elements apart
-    ([cols][rows] when `transpose`), fp32 rounded to tf32 when `tf32`; one vector store per run of
-    consecutive registers along the rows when the layout allows."""
+    ([cols][rows] when `transpose`), fp32 rounded to tf32 when `tf32`."""
     b = lw.b
-    layout = v.type.layout
-    regs, idx = lw.regs(v), lw.reg_indices(layout, shape)
+    regs = lw.regs(v)
     if tf32:
         cvt = ir.FunctionType(I32, [F32])
         regs = [b.asm(cvt, "cvt.rna.tf32.f32 $0, $1;", "=r,f", [x], side_effect=False) for x in regs]
-    run = 1
-    if isinstance(layout, Blocked) and layout.order[0] == 1 and not transpose:
-        run = min(layout.spt[1], 16 // esize, shape[1])
-    offsets = layout.registers(shape)
-    i = 0
-    while i < len(regs):
-        n = run if (i + run <= len(regs) and offsets[i][1] % run == 0 and
-                    all(offsets[i + q] == (offsets[i][0], offsets[i][1] + q) for q in range(run))) else 1
-        r, c = (idx[i][1], idx[i][0]) if transpose else (idx[i][0], idx[i][1])
-        lin = b.add(b.mul(r, _cint(row_stride)), c)
-        ptr = lw.smem_ptr(op, b.mul(lin, _cint(esize)), base)
-        if n == 1:
-            b.store(regs[i], ptr)
-        else:
-            vec = ir.Constant(ir.VectorType(regs[i].type, n), None)
-            for q in range(n):
-                vec = b.insert_element(vec, regs[i + q], _cint(q))
-            b.store(vec, ptr, align=esize * n)
-        i += n
+    start = op.attrs.get("smem_offset", 0) + base
+
+    def offset_of(r, c):
+        if transpose:
+            r, c = c, r
+        return b.add(_cint(start), b.mul(b.add(b.mul(r, _cint(row_stride)), c), _cint(esize)))
+
+    store_tile(lw, v, regs, offset_of, esize, vectorize=not transpose)
 
 
 def _ldmatrix(lw: KernelLowering, byte_offset, count: int, trans: bool):

@@ -12,37 +12,16 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..gpu.layouts import Blocked
 from ..gpu.scratch import wgmma_staging
 from ..gpu.smem_layout import descriptor_fields
 from .lower import F32, I8, I32, I64, VOID, KernelLowering, _cint
-from .lower_async import fence_proxy_async, tile_byte_offset
+from .lower_async import fence_proxy_async, store_tile, tile_byte_offset
 
 
 def _stage_swizzled(lw: KernelLowering, v, t, base: int):
-    """Store a register tile into scratch at `base` in the swizzled encoding `t`, 16 bytes at a time
-    where a thread holds 8 consecutive elements of a row."""
+    """Store a register tile into scratch at `base` in the swizzled encoding `t` (16-byte runs stay whole)."""
     b = lw.b
-    layout = v.type.layout
-    shape = v.type.shape
-    regs, idx = lw.regs(v), lw.reg_indices(layout, shape)
-    offsets = layout.registers(shape)
-    e = t.scalar.bits // 8
-    run = min(layout.spt[1], 16 // e) if isinstance(layout, Blocked) and layout.order[0] == 1 else 1
-    i = 0
-    while i < len(regs):
-        n = run if (i + run <= len(regs) and offsets[i][1] % run == 0 and
-                    all(offsets[i + q] == (offsets[i][0], offsets[i][1] + q) for q in range(run))) else 1
-        off = b.add(_cint(base), tile_byte_offset(lw, t, idx[i][0], idx[i][1]))
-        ptr = b.gep(lw.smem, [off], source_etype=I8)
-        if n == 1:
-            b.store(regs[i], ptr)
-        else:
-            vec = ir.Constant(ir.VectorType(regs[i].type, n), None)
-            for q in range(n):
-                vec = b.insert_element(vec, regs[i + q], _cint(q))
-            b.store(vec, ptr, align=e * n)
-        i += n
+    store_tile(lw, v, lw.regs(v), lambda r, c: b.add(_cint(base), tile_byte_offset(lw, t, r, c)), t.scalar.bits // 8)
 
 
 def _descriptor(lw: KernelLowering, tile_off, t, k_major: bool, k0: int, wg_rows):

@@ -49,7 +49,7 @@ def plan(op, num_warps: int, arch: int):
         wm //= 2
     if not splits:
         return None, None, f"{m}x{n} cannot be split over {num_warps} warps in 16x8 tiles"
-    if _feeds_row_math(op) or _fed_by_dot(op):
+    if _dot_chain(op, forward=True) or _dot_chain(op, forward=False):
         return splits[0], instr, None  # warps along M only: row reductions and the next dot stay in a warp
     # otherwise the squarest warp tile: each warp reads m/wm rows of A and n/wn columns of B per k-step
     return min(splits, key=lambda s: (m // s[0] + n // s[1], -s[0])), instr, None
@@ -82,35 +82,22 @@ def wgmma_plan(op, num_warps: int, arch: int, enabled: bool):
     return f"wgmma.m64n{n}k16.{a.scalar.name}"
 
 
-def _fed_by_dot(op, depth: int = 24) -> bool:
-    """Whether operand A is computed (in the same block) from another dot's result, as attention's
-    probabilities are: with the same warps along M it can stay in registers."""
-    work, seen = [(op.operands[0], 0)], set()
+def _dot_chain(op, forward: bool, depth: int = 24) -> bool:
+    """Whether, within the dot's block, its result flows into a reduction or another dot (forward: as
+    attention's scores do) or its A operand is computed from another dot's result (backward: as the
+    probabilities are, which can then stay in registers with the same warps along M)."""
+    targets = ("tt.reduce", "tt.dot") if forward else ("tt.dot",)
+    seen, work = set(), [(op.results[0] if forward else op.operands[0], 0)]
     while work:
         v, d = work.pop()
-        p = v.defining_op
-        if p is None or p.block is not op.block or id(p) in seen or d > depth:
-            continue
-        seen.add(id(p))
-        if p.name == "tt.dot":
-            return True
-        work.extend((o, d + 1) for o in p.operands)
-    return False
-
-
-def _feeds_row_math(op, depth: int = 24) -> bool:
-    """Whether the dot's result flows (within the same block) into a reduction or another dot, as
-    attention's scores do."""
-    seen, work = set(), [(op.results[0], 0)]
-    while work:
-        v, d = work.pop()
-        for user in v.uses:
-            if id(user) in seen or d > depth or user.block is not op.block:
+        nxt = list(v.uses) if forward else [v.defining_op]
+        for o in nxt:
+            if o is None or o is op or id(o) in seen or d > depth or o.block is not op.block:
                 continue
-            seen.add(id(user))
-            if user.name in ("tt.reduce", "tt.dot") and user is not op:
+            seen.add(id(o))
+            if o.name in targets:
                 return True
-            work.extend((r, d + 1) for r in user.results)
+            work.extend((x, d + 1) for x in (o.results if forward else o.operands))
     return False
 
 

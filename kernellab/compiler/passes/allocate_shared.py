@@ -53,7 +53,7 @@ def _stage_buffer(op, index: int, index_of, end_of) -> dict:
                         else f"none: rows padded by {t.pad * mem_bytes(t)} bytes"),
             "reason": f"dot operand {op.attrs.get('operand', '?')}: {stages} stages of a "
                       f"{'x'.join(map(str, t.shape[1:]))} {t.scalar} tile ({layout}) filled by cp.async",
-            "_op": op, **({"align": 1024} if t.swizzle else {})}
+            "_op": op}
 
 
 def run(module: Module, options=None) -> dict:
@@ -65,14 +65,15 @@ def run(module: Module, options=None) -> dict:
     for index, op in enumerate(ops):
         if op.name == "ttg.local_alloc":
             buffers.append(_stage_buffer(op, index, index_of, end_of))
-            continue
-        size, why = scratch_bytes(op)
-        if size:
+        else:
+            size, why = scratch_bytes(op)
+            if not size:
+                continue
             size = (size + ALIGN - 1) // ALIGN * ALIGN
             buffers.append({"op": op.name, "line": op.loc.line if op.loc else None, "size": size,
                             "live": [index, index], "reason": why, "_op": op})
-            if buffer_align(op) > ALIGN:
-                buffers[-1]["align"] = buffer_align(op)
+        if buffer_align(op) > ALIGN:
+            buffers[-1]["align"] = buffer_align(op)
     # Small plans keep every buffer apart, so consecutive ops never wait for each other (fewer
     # barriers); larger ones reuse addresses by liveness: a buffer goes at the lowest offset not
     # used by any buffer live at the same time.

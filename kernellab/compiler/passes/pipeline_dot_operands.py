@@ -34,7 +34,7 @@ from ..gpu.scratch import MMA_PAD, is_wgmma
 from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
 from ..ops import is_pure
-from ..rewrite import clone_op, insert_before, int_const, pure_slice
+from ..rewrite import clone_op, extend_for_iter_args, insert_before, int_const, pure_slice
 from ..types import DTYPES, MemDescType, int1
 from . import dce
 
@@ -312,16 +312,8 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
         yield_op.operands.append(v)
         v.uses.append(yield_op)
 
-    new = Op("scf.for", list(for_op.operands) + inits, [r.type for r in for_op.results] + [v.type for v in inits],
-             dict(for_op.attrs), [], loc, [r.hint for r in for_op.results] + [None] * len(inits))
+    new = extend_for_iter_args(for_op, inits)
     new.attrs["pipelined_stages"] = stages
-    new.regions = [body]
-    body.parent = new
-    for_op.regions = []
-    insert_before(for_op, new)
-    for old, res in zip(for_op.results, new.results):
-        old.replace_all_uses_with(res)
-    for_op.erase()
     # after the loop: drain the copies still in flight (predicated-off ones included) before the
     # buffers' addresses can be reused
     after = new.block.ops[new.block.ops.index(new) + 1]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..ir import Module, Op
 from ..ops import is_pure
-from ..rewrite import clone_op, insert_before, int_const, pure_slice
+from ..rewrite import clone_op, extend_for_iter_args, insert_before, int_const, pure_slice
 from ..types import TensorType, int1
 
 NAME = "pipeline_loads"
@@ -126,16 +126,7 @@ def _pipeline(for_op: Op) -> int:
         yield_op.operands.append(val)
         val.uses.append(yield_op)
         ld.erase()
-    operands = list(for_op.operands) + first
-    new = Op("scf.for", operands, [r.type for r in for_op.results] + [v.type for v in first], dict(for_op.attrs),
-             [], for_op.loc, [r.hint for r in for_op.results] + [None] * len(first))
-    new.regions = [body]
-    body.parent = new
-    for_op.regions = []
-    insert_before(for_op, new)
-    for old, res in zip(for_op.results, new.results):
-        old.replace_all_uses_with(res)
-    for_op.erase()
+    extend_for_iter_args(for_op, first)
     return len(plans)
 
 
