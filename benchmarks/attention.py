@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
-import os
 import platform
 import sys
 from pathlib import Path
@@ -27,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.attention_kernel import attention, make_attention_kernel  # noqa: E402
-from benchmarks.memory_bound import bench  # noqa: E402
+from benchmarks.memory_bound import bench, write_results  # noqa: E402
 
 BATCH, HEADS = 4, 16
 HEAD_DIMS = (64, 128)
@@ -126,10 +124,7 @@ def main(argv=None):
               "versions": {"python": platform.python_version(), "torch": torch.__version__,
                            "triton": triton_version, "kernellab": kernellab.__version__, "cuda": torch.version.cuda},
               "triton_skipped": triton_skipped, "rows": rows}
-    out_dir = Path(os.environ.get("KERNELLAB_RESULTS_DIR", ROOT / "benchmarks" / "results"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{result['date']}-{gpu.replace(' ', '_')}-attention.json"
-    path.write_text(json.dumps(result, indent=2))
+    path = write_results(result, "attention")
     print(f"\nwrote {path}")
     for row in rows:
         for name in ("kernellab", "triton"):

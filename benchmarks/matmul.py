@@ -8,8 +8,6 @@ benchmarks/results/<date>-<gpu>-matmul.json and prints TFLOP/s and ratios.
 from __future__ import annotations
 
 import datetime
-import json
-import os
 import platform
 import sys
 from pathlib import Path
@@ -17,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.memory_bound import bench, cdiv  # noqa: E402
+from benchmarks.memory_bound import bench, cdiv, write_results  # noqa: E402
 
 CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=8)
 NUM_WARPS = 8
@@ -90,10 +88,7 @@ def main():
               "versions": {"python": platform.python_version(), "torch": torch.__version__,
                            "triton": triton_version, "kernellab": kernellab.__version__, "cuda": torch.version.cuda},
               "rows": rows}
-    out_dir = Path(os.environ.get("KERNELLAB_RESULTS_DIR", ROOT / "benchmarks" / "results"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{result['date']}-{gpu.replace(' ', '_')}-matmul.json"
-    path.write_text(json.dumps(result, indent=2))
+    path = write_results(result, "matmul")
     print(f"\nwrote {path}")
     print(f"{'case':<28} {'kl TF/s':>8} {'triton':>8} {'cuBLAS':>8}  kl/cuBLAS kl/triton")
     for row in rows:

@@ -236,6 +236,16 @@ def warm_launch(k):
     return (t1 - t0) / n
 
 
+def write_results(result: dict, name: str) -> Path:
+    """Write `result` (with its date and gpu) to <date>-<gpu>-<name>.json under $KERNELLAB_RESULTS_DIR or
+    benchmarks/results/; returns the path."""
+    out_dir = Path(os.environ.get("KERNELLAB_RESULTS_DIR", ROOT / "benchmarks" / "results"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{result['date']}-{result['gpu'].replace(' ', '_')}-{name}.json"
+    path.write_text(json.dumps(result, indent=2))
+    return path
+
+
 def main():
     import torch
 
@@ -266,10 +276,7 @@ def main():
                      "kernellab": kernellab.__version__, "cuda": torch.version.cuda},
         "rows": rows, "warm_launch": overhead, "cold_compile_softmax": cold,
     }
-    out_dir = Path(os.environ.get("KERNELLAB_RESULTS_DIR", ROOT / "benchmarks" / "results"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{result['date']}-{gpu.replace(' ', '_')}-memory_bound.json"
-    path.write_text(json.dumps(result, indent=2))
+    path = write_results(result, "memory_bound")
     print(f"\nwrote {path}")
     print(f"warm launch: kernellab {overhead['kernellab_s'] * 1e6:.1f} us"
           + (f", triton {overhead['triton_s'] * 1e6:.1f} us" if "triton_s" in overhead else ""))

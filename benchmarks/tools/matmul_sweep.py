@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import os
 import platform
 import sys
 from pathlib import Path
@@ -19,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.matmul import implementations, launch  # noqa: E402
-from benchmarks.memory_bound import bench  # noqa: E402
+from benchmarks.memory_bound import bench, write_results  # noqa: E402
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
 CONFIGS = [(128, 128, 32, 8, 3), (128, 128, 32, 8, 4), (128, 128, 64, 8, 3), (128, 128, 64, 4, 3),
@@ -71,10 +69,7 @@ def main():
               "versions": {"python": platform.python_version(), "torch": torch.__version__, "triton": triton_version,
                            "kernellab": kernellab.__version__, "cuda": torch.version.cuda},
               "rows": rows}
-    out_dir = Path(os.environ.get("KERNELLAB_RESULTS_DIR", ROOT / "benchmarks" / "results"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{result['date']}-{gpu.replace(' ', '_')}-matmul-sweep.json"
-    path.write_text(json.dumps(result, indent=2))
+    path = write_results(result, "matmul-sweep")
     print(f"wrote {path}\n{args.dtype} {n}^3, cuBLAS {result['cublas_tflops']:.0f} TFLOP/s")
     print(f"{'BM BN BK w s':<18} {'kl TF/s':>8} {'triton':>8} {'kl/tri':>7} {'regs':>5} {'spill':>6} {'smem':>7}")
     for r in rows:
