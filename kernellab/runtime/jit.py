@@ -127,6 +127,11 @@ class CompiledKernel:
         self.shared = out["shared"]
         self.shared_plan = out["shared_plan"]
         self.report = out["report"]
+        for line in (self.report.get("log") or "").splitlines():
+            # e.g. C7514: ptxas serialized the wgmmas; the trace should say so, not only a log nobody reads
+            note = "ptxas: " + line.split(":", 1)[-1].strip()
+            if "Performance Loss" in line and note not in self.trace.notes:
+                self.trace.notes.append(note)
         self.n_regs = out["report"].get("n_regs")
         self.n_spills = out["report"].get("n_spills", 0)
         self.num_warps = opts.num_warps

@@ -1,6 +1,6 @@
 """pipeline_dot_operands: a loop feeding a tensor-core dot gets multi-stage shared-memory buffers filled by
-cp.async num_stages-1 iterations ahead (prologue, steady state, drain); loops it cannot pipeline keep the
-register path and say why."""
+cp.async num_stages-1 iterations ahead (prologue, steady state, drain; num_stages-2 ahead when a wgmma stays
+in flight); loops it cannot pipeline keep the register path and say why."""
 from __future__ import annotations
 
 import pytest
@@ -200,3 +200,56 @@ def test_a_tile_loaded_once_is_staged_once_and_stays_live_across_the_loop(run_pa
     loop_end = max(k for k, op in enumerate(m.kernel.walk()) if op.block is not m.kernel.body)
     tile = m.shared_plan[0]
     assert tile["stages"] == 1 and tile["live"][1] >= loop_end  # read again by every iteration
+
+
+WGMMA_LOOP = """
+#L0 = #blocked<[1, 8], [8, 4], [4, 1], [1, 0]>
+#L1 = #mma<[4, 1]>
+tt.func @k(%a_ptrs: tensor<64x32x!ptr<f16>, #L0>, %b_ptrs: tensor<32x32x!ptr<f16>, #L0>, %c_ptrs: tensor<64x32x!ptr<f32>, #L1>, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %step = arith.constant {value = 32} : tensor<32x32xi32, #L0>
+  %step_a = arith.constant {value = 32} : tensor<64x32xi32, #L0>
+  %zero = arith.constant {value = 0.0} : tensor<64x32xf32, #L1>
+  %acc, %pa, %pb = scf.for %c0, %n, %c1, %zero, %a_ptrs, %b_ptrs : tensor<64x32xf32, #L1>, tensor<64x32x!ptr<f16>, #L0>, tensor<32x32x!ptr<f16>, #L0> {
+  ^bb(%i: i32, %acc0: tensor<64x32xf32, #L1>, %pa0: tensor<64x32x!ptr<f16>, #L0>, %pb0: tensor<32x32x!ptr<f16>, #L0>):
+    %a = tt.load %pa0 {vec = 8} : tensor<64x32xf16, #L0>
+    %b = tt.load %pb0 {vec = 8} : tensor<32x32xf16, #L0>
+    %d = tt.dot %a, %b, %acc0 {input_precision = "ieee", instr = "wgmma.m64n32k16.f16", mma = [4, 1]} : tensor<64x32xf32, #L1>
+    %pa1 = tt.addptr %pa0, %step_a : tensor<64x32x!ptr<f16>, #L0>
+    %pb1 = tt.addptr %pb0, %step : tensor<32x32x!ptr<f16>, #L0>
+    scf.yield %d, %pa1, %pb1
+  }
+  tt.store %c_ptrs, %acc
+  tt.return
+}
+"""
+
+
+@pytest.mark.parametrize("stages", [3, 4])
+def test_a_wgmma_accumulation_keeps_one_group_in_flight(run_pass, stages):
+    """acc = dot(a, b, acc) on wgmma: the group of iteration i is waited for in iteration i+1 (pending 1), the
+    last iteration waits for all, and the copies run stages-2 ahead so no stage is overwritten while a wgmma
+    that may still be running reads it."""
+    m, stats = run_pass(pipeline_dot_operands, WGMMA_LOOP, GpuOptions(num_warps=4, num_stages=stages))
+    assert stats["overlapped_wgmma"] == 1
+    top = [op.name for op in m.kernel.body.ops]
+    assert top[:top.index("scf.for")].count("ttg.async_commit") == stages - 2
+    loop = next(op for op in m.kernel.body.ops if op.name == "scf.for")
+    body = loop.regions[0].ops
+    assert body[0].name == "ttg.async_wait" and body[0].attrs["pending"] == stages - 3
+    dot = next(op for op in body if op.name == "tt.dot")
+    wait = next(op for op in body if op.name == "ttg.dot_wait")
+    assert dot.attrs["wgmma_async"] and dot.result.uses == [wait] and wait.attrs["pending"] == 1
+    # the predicate: another iteration follows (i + 1 < n)
+    more = wait.operands[1].defining_op
+    assert more.name == "arith.cmpi" and more.attrs["predicate"] == "slt" and more.operands[1] is loop.operands[1]
+    assert body[-1].name == "scf.yield" and body[-1].operands[0] is wait.result
+    # nothing waits after the loop: the last iteration already did
+    assert top.count("ttg.dot_wait") == 0
+
+
+def test_two_stages_or_an_mma_sync_dot_wait_every_iteration(run_pass):
+    for text, stages in ((WGMMA_LOOP, 2), (LOOP, 3)):
+        m, stats = run_pass(pipeline_dot_operands, text, GpuOptions(num_warps=4, num_stages=stages))
+        assert "overlapped_wgmma" not in stats and "ttg.dot_wait" not in _ops(m)

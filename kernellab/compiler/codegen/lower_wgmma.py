@@ -14,7 +14,7 @@ import llvmlite.ir as ir
 
 from ..gpu.scratch import wgmma_staging
 from ..gpu.smem_layout import descriptor_fields
-from .lower import F32, I8, I32, I64, VOID, KernelLowering, _cint
+from .lower import F32, I8, I32, I64, VOID, KernelLowering, _cint, handles
 from .lower_async import fence_proxy_async, store_tile, tile_byte_offset
 
 
@@ -76,7 +76,33 @@ def dot_wgmma(lw: KernelLowering, op):
         out = b.asm(fty, asm, cons, [da, db, _cint(1)] + acc, side_effect=True)
         acc = [b.extract_value(out, i) for i in range(n_acc)]
     b.asm(ir.FunctionType(VOID, []), "wgmma.commit_group.sync.aligned;", "~{memory}", [], side_effect=True)
-    wait_ty = ir.FunctionType(ir.LiteralStructType([F32] * n_acc), [F32] * n_acc)
-    out = b.asm(wait_ty, "wgmma.wait_group.sync.aligned 0;",
-                ",".join(["=f"] * n_acc + [str(i) for i in range(n_acc)]), acc, side_effect=True)
-    lw.put(op.results[0], [b.extract_value(out, i) for i in range(n_acc)])
+    if op.attrs.get("wgmma_async"):
+        # the group stays in flight: the ttg.dot_wait that the pipeliner put after this dot ties the registers
+        lw.put(op.results[0], acc)
+    else:
+        lw.put(op.results[0], wgmma_wait(lw, acc, 0))
+
+
+def wgmma_wait(lw: KernelLowering, acc: list, pending: int, more=None) -> list:
+    """wgmma.wait_group taking the accumulators as tied operands: their values after it are the ones the
+    tensor cores wrote, and LLVM cannot move a read of them above the wait. With `more` (an i1: another
+    iteration follows) it waits for `pending` groups while `more` holds and for all of them otherwise, so a
+    loop never exits with a wgmma in flight: ptxas serializes every wgmma of a kernel (its warning C7514)
+    when a group is still running where non-wgmma code may read accumulator registers."""
+    b = lw.b
+    n = len(acc)
+    if more is None:
+        text, cons, args, arg_tys = f"wgmma.wait_group.sync.aligned {pending};", [], [], []
+    else:
+        text = (f"{{ .reg .pred p; setp.ne.b32 p, ${n}, 0; @p wgmma.wait_group.sync.aligned {pending}; "
+                f"@!p wgmma.wait_group.sync.aligned 0; }}")
+        cons, args, arg_tys = ["r"], [b.zext(more, I32)], [I32]
+    ty = ir.FunctionType(ir.LiteralStructType([F32] * n), arg_tys + [F32] * n)
+    out = b.asm(ty, text, ",".join(["=f"] * n + cons + [str(i) for i in range(n)]), args + acc, side_effect=True)
+    return [b.extract_value(out, i) for i in range(n)]
+
+
+@handles("ttg.dot_wait")
+def _dot_wait(lw: KernelLowering, op):
+    more = lw.get(op.operands[1]) if len(op.operands) > 1 else None
+    lw.put(op.result, wgmma_wait(lw, list(lw.regs(op.operands[0])), int(op.attrs.get("pending", 0)), more))

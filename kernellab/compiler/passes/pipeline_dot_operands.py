@@ -120,6 +120,27 @@ def _stage_invariant_operands(module: Module, stats: dict) -> None:
         stats["buffers"] += 1
 
 
+def _overlappable_wgmma(body, dots, targets, stages: int):
+    """(dot, iter-arg index) when the loop is a plain wgmma accumulation (`acc = tl.dot(a, b, acc)`, both
+    tiles pipelined, acc only yielded) that can leave one wgmma in flight across iterations: the copies then
+    run `stages - 2` iterations ahead, so the stage a copy overwrites was last read two iterations earlier,
+    by a wgmma every warp has waited for (wait_group 1) before the barrier that precedes the copy."""
+    if stages < 3 or len(dots) != 1 or not is_wgmma(dots[0]):
+        return None
+    dot = dots[0]
+    if {i for d, i in targets if d is dot} != {0, 1}:
+        return None
+    acc = dot.operands[2]
+    args = list(body.args[1:])
+    if acc not in args or len(acc.uses) != 1:
+        return None
+    j = args.index(acc)
+    y = body.terminator
+    if dot.result.uses != [y] or y.operands[j] is not dot.result:
+        return None
+    return dot, j
+
+
 def _buffer_type(dot: Op, t, stages: int):
     """The shared-memory encoding the dot reads this tile in: swizzled for wgmma, padded rows for ldmatrix
     (None when wgmma cannot read it)."""
@@ -265,15 +286,17 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
     lb, ub = for_op.operands[0], for_op.operands[1]
     iv, iter_args = body.args[0], body.args[1:]
     yield_op = body.terminator
+    overlap = _overlappable_wgmma(body, dots, targets, stages)
+    ahead = stages - 2 if overlap is not None else stages - 1  # iterations the copies run ahead
     pre = _Builder(for_op, loc)
     bufs = []
     for (ld, _), (dot, index) in zip(plans, targets):
         buf_t = _buffer_type(dot, ld.result.type, stages)
         bufs.append(pre.op("ttg.local_alloc", [], [buf_t], {"stages": stages, "operand": "ab"[index]},
                            [f"{'ab'[index]}_stages"], loc=ld.loc).result)
-    # prologue: stages 0 .. S-2 hold iterations 0 .. S-2
+    # prologue: stages 0 .. ahead-1 hold iterations 0 .. ahead-1
     state = {id(a): init for a, init in zip(iter_args, for_op.operands[3:])}
-    for s in range(stages - 1):
+    for s in range(ahead):
         iv_s = lb if s == 0 else pre.add(lb, pre.const(s * step, lb.type))
         mapping = dict(state)
         mapping[id(iv)] = iv_s
@@ -286,12 +309,12 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
         ahead_args[i] = body.add_arg(a.type, (a.hint or "v") + "_ahead")
     read_slot = body.add_arg(I32, "read_stage")
     write_slot = body.add_arg(I32, "write_stage")
-    inits = [state[id(iter_args[i])] for i in sorted(carried)] + [pre.const(0), pre.const(stages - 1)]
+    inits = [state[id(iter_args[i])] for i in sorted(carried)] + [pre.const(0), pre.const(ahead)]
 
     first = body.ops[0]
     top = _Builder(first, loc)
-    top.op("ttg.async_wait", list(bufs), [], {"pending": stages - 2})
-    iv_ahead = top.add(iv, top.const((stages - 1) * step, iv.type))
+    top.op("ttg.async_wait", list(bufs), [], {"pending": ahead - 1})
+    iv_ahead = top.add(iv, top.const(ahead * step, iv.type))
     mapping = {id(iter_args[i]): ahead_args[i] for i in carried}
     mapping[id(iv)] = iv_ahead
     _issue(top, plans, bufs, write_slot, mapping, top.lt(iv_ahead, ub))
@@ -308,6 +331,16 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
     for slot in (read_slot, write_slot):
         at_end = end.op("arith.cmpi", [slot, last], [int1], {"predicate": "eq"}).result
         new_slots.append(end.op("arith.select", [at_end, end.const(0), end.add(slot, one)], [I32]).result)
+    if overlap is not None:
+        # the wgmma stays in flight into the next iteration (at most one group pending); the last
+        # iteration waits for all, so no wgmma is running once the loop exits
+        dot, j = overlap
+        dot.attrs["wgmma_async"] = True
+        more = end.lt(end.add(iv, end.const(step, iv.type)), ub)
+        done = end.op("ttg.dot_wait", [dot.result, more], [dot.result.type], {"pending": 1},
+                      [dot.result.hint]).result
+        yield_op.set_operand(j, done)
+        stats["overlapped_wgmma"] = stats.get("overlapped_wgmma", 0) + 1
     for v in [nxt[id(iter_args[i])] for i in sorted(carried)] + new_slots:
         yield_op.operands.append(v)
         v.uses.append(yield_op)
