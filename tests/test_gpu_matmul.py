@@ -191,6 +191,9 @@ def test_pipelined_matmul_assembles(arch, stages, trans, tmp_path, monkeypatch):
         assert "ldmatrix.sync.aligned.m8n8.x4" in ptx and "mma.sync.aligned.m16n8k16" in ptx
         # A column-major is read with ldmatrix .trans; B row-major too; B column-major without
         assert ("ldmatrix.sync.aligned.m8n8.x4.trans" in ptx) == (trans != (False, True))
+    # the epilogue's conversion to the store layout moves the accumulator's (f32) pairs into padded scratch as
+    # 8-byte vectors and reads 16-byte rows out of it, never element by element
+    assert "st.shared.v2.b32" in ptx and not re.search(r"st\.shared\.[bf]32", ptx) and "ld.shared.v4.b32" in ptx
     assert ck.n_spills == 0
 
 

@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from ..compiler.gpu.layouts import WARP_SIZE, Layout, parse_layout, sliced_infos
+from ..compiler.gpu.scratch import contiguous_run, conversion_row_pad
 
 SMEM_LIMIT_SM90 = 228 * 1024
 REGS_PER_SM = 65536
@@ -451,10 +452,13 @@ def coalescing(layout, shape, num_warps: int, vec: int = 1, elem_bytes: int = 4)
             "efficiency": eff, "consecutive_lanes": consecutive, "coalesced": eff >= 0.999}
 
 
-def bank_conflicts(layout, shape, num_warps: int, elem_bytes: int = 4, base: int = 0) -> dict:
+def bank_conflicts(layout, shape, num_warps: int, elem_bytes: int = 4, base: int = 0, pitch: int | None = None,
+                   vec: int = 1) -> dict:
     """Shared-memory bank conflicts when every thread accesses its registers at their row-major linear
-    index (times `elem_bytes`, plus `base` bytes). Returns {ways (worst), avg_ways, instructions}:
-    ways = wavefronts a warp's access takes (1 = conflict-free)."""
+    index (rows `pitch` elements apart, default the row length; times `elem_bytes`, plus `base` bytes), `vec`
+    consecutive registers per access. Returns {ways (worst), avg_ways, instructions}: ways = wavefronts one
+    phase of a warp's access takes (1 = conflict-free); accesses wider than 4 bytes run in phases of
+    128 bytes (16 lanes for 8-byte accesses, 8 for 16-byte ones)."""
     lay = _as_layout(layout)
     shape = tuple(shape)
     infos = lay.dims_info(shape)
@@ -462,22 +466,26 @@ def bank_conflicts(layout, shape, num_warps: int, elem_bytes: int = 4, base: int
     rowmajor, acc = [0] * len(shape), 1
     for d in reversed(range(len(shape))):
         rowmajor[d] = acc
-        acc *= shape[d]
+        acc *= (pitch or shape[d]) if d == len(shape) - 1 else shape[d]
+    width = elem_bytes * vec
+    per_phase = WARP_SIZE if width <= BANK_BYTES else max(1, WARP_SIZE * BANK_BYTES // width)
     worst, total, n = 1, 0, 0
     for warp in range(num_warps):
         parts = [[_thread_part(info, lane, warp) for info in infos] for lane in range(WARP_SIZE)]
-        for offs in regs:
-            banks: dict = {}
-            for lane in range(WARP_SIZE):
-                lin = sum(((p + o) % info.size) * s for p, o, info, s in zip(parts[lane], offs, infos, rowmajor))
-                a = base + lin * elem_bytes
-                for word in range(a // BANK_BYTES, (a + elem_bytes - 1) // BANK_BYTES + 1):
-                    banks.setdefault(word % BANKS, set()).add(word)
-            ways = max(len(w) for w in banks.values())
+        for offs in regs[::vec]:
+            ways = 1
+            for first in range(0, WARP_SIZE, per_phase):
+                banks: dict = {}
+                for lane in range(first, first + per_phase):
+                    lin = sum(((p + o) % info.size) * s for p, o, info, s in zip(parts[lane], offs, infos, rowmajor))
+                    a = base + lin * elem_bytes
+                    for word in range(a // BANK_BYTES, (a + width - 1) // BANK_BYTES + 1):
+                        banks.setdefault(word % BANKS, set()).add(word)
+                ways = max(ways, max(len(w) for w in banks.values()))
             worst = max(worst, ways)
             total += ways
             n += 1
-    return {"ways": worst, "avg_ways": total / max(n, 1), "instructions": len(regs)}
+    return {"ways": worst, "avg_ways": total / max(n, 1), "instructions": len(regs[::vec])}
 
 
 # --------------------------------------------------------------------------- shared memory
@@ -562,7 +570,17 @@ def _buffer_banks(line: str, types: dict, num_warps: int):
     phases = {}
     if op == "ttg.local_alloc" and results and types.get(results[0]):
         return stage_buffer_banks(types[results[0]]["type"])
-    if op in ("ttg.convert_layout", "tt.reshape", "tt.cat", "tt.join", "tt.split"):
+    if op == "ttg.convert_layout" and operands and types.get(operands[0]) and types[operands[0]]["layout"]:
+        # padded rows and vector accesses, as codegen lowers it
+        t = types[operands[0]]
+        shape, eb = tuple(t["shape"]), elem_bytes(t["elem"])
+        pitch = (shape[-1] + conversion_row_pad(shape, eb)) if shape else 1
+        for side, name in (("write", operands[0]), ("read", results[0] if results else None)):
+            lay = types.get(name, {}).get("layout") if name else None
+            if lay:
+                vec = contiguous_run(_as_layout(lay), shape, eb, pitch) if t["elem"] != "i1" else 1
+                phases[f"{side} {name} ({vec * eb} B)"] = bank_conflicts(lay, shape, num_warps, eb, 0, pitch, vec)
+    elif op in ("ttg.convert_layout", "tt.reshape", "tt.cat", "tt.join", "tt.split"):
         for k, v in enumerate(operands[:2] if op in ("tt.cat", "tt.join") else operands[:1]):
             phases[f"write {v}"] = est(v)
         for r in results:
@@ -580,7 +598,8 @@ def _buffer_banks(line: str, types: dict, num_warps: int):
     if not phases:
         return {"ways": None, "phases": {}, "note": "operand layouts not found"}
     return {"ways": max(v["ways"] for v in phases.values()), "phases": phases,
-            "note": "32 banks x 4 B; registers stored at their row-major index"}
+            "note": "32 banks x 4 B; registers stored at their row-major index (conversions: padded rows, "
+                    "vector accesses)"}
 
 
 def stage_buffer_banks(type_text: str) -> dict:

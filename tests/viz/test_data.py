@@ -293,10 +293,16 @@ def test_bank_conflict_model_on_the_transpose_conversion(kernels):
     assert D.bank_conflicts("#blocked<[1], [32], [4], [0]>", (128,), 4, 4)["ways"] == 1
     # f16 pairs share a word: two lanes per word is a broadcast, not a conflict
     assert D.bank_conflicts("#blocked<[1], [32], [4], [0]>", (128,), 4, 2)["ways"] == 1
+    # as codegen lowers the conversion, rows are padded by 16 bytes (pitch 36 words) and the write moves 16 bytes
+    # per lane: 8 lanes write one whole row per phase (conflict-free); the read's 32 rows 4*(l%8)+r now fall in
+    # banks (4*row + col) % 32: 8 banks, each hit by 4 rows -> 4-way instead of 8
+    assert D.bank_conflicts("#blocked<[1, 4], [4, 8], [4, 1], [1, 0]>", (32, 32), 4, 4, pitch=36, vec=4)["ways"] == 1
+    assert D.bank_conflicts("#blocked<[4, 1], [8, 4], [1, 4], [0, 1]>", (32, 32), 4, 4, pitch=36)["ways"] == 4
     m = D.smem_map(kernels["transpose"].trace)
     (buf,) = m["buffers"]
-    assert buf["op"] == "ttg.convert_layout" and buf["bank"]["ways"] == 8
-    assert sorted(v["ways"] for v in buf["bank"]["phases"].values()) == [4, 8]
+    assert buf["op"] == "ttg.convert_layout" and buf["bank"]["ways"] == 4 and buf["size"] == 32 * 36 * 4
+    assert sorted(v["ways"] for v in buf["bank"]["phases"].values()) == [1, 4]
+    assert any("(16 B)" in k for k in buf["bank"]["phases"])
 
 
 # ----------------------------------------------------------------------------- shared memory

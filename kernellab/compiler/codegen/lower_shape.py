@@ -2,7 +2,9 @@
 expand_dims, transposes (free: a permuted layout), and conversions through shared memory."""
 from __future__ import annotations
 
-from ..gpu.scratch import mem_bytes
+import llvmlite.ir as ir
+
+from ..gpu.scratch import contiguous_run, conversion_row_pad, mem_bytes
 from ..types import TensorType
 from .lower import I32, KernelLowering, _cint, const_value, handles, memty
 
@@ -139,13 +141,63 @@ def _from_mem(lw, v, elem):
     return v
 
 
-@handles("ttg.convert_layout", "tt.reshape")
-def _convert(lw: KernelLowering, op):
+@handles("tt.reshape")
+def _reshape(lw: KernelLowering, op):
     src, res = op.operands[0], op.results[0]
     elem = src.type.scalar
     store_linear(lw, op, lw.regs(src), src.type.layout, src.type.shape, elem)
     lw.barrier()
     lw.put(res, load_linear(lw, op, res.type.layout, res.type.shape, elem))
+
+
+@handles("ttg.convert_layout")
+def _convert(lw: KernelLowering, op):
+    """Through shared memory: rows padded (conversion_row_pad) so column-wise accesses spread over the banks,
+    and each side moving runs of contiguous registers as one vector of up to 16 bytes."""
+    src, res = op.operands[0], op.results[0]
+    elem, shape = src.type.scalar, src.type.shape
+    if not elem.is_ptr() and elem.name == "i1":
+        store_linear(lw, op, lw.regs(src), src.type.layout, shape, elem)
+        lw.barrier()
+        lw.put(res, load_linear(lw, op, res.type.layout, shape, elem))
+        return
+    size = mem_bytes(elem)
+    pitch = shape[-1] + conversion_row_pad(shape, size) if shape else 1
+    ty = memty(elem)
+
+    def address(ix):
+        lin = ix[-1]
+        stride = pitch
+        for d in reversed(range(len(shape) - 1)):
+            lin = lw.b.add(lin, lw.b.mul(ix[d], _cint(stride)))
+            stride *= shape[d]
+        return lw.smem_ptr(op, lw.b.mul(lin, _cint(size)))
+
+    def runs(layout):
+        v = contiguous_run(layout, shape, size, pitch)
+        idx = lw.reg_indices(layout, shape)
+        return v, [(k, address(idx[k])) for k in range(0, len(idx), v)]
+
+    v, places = runs(src.type.layout)
+    vals = lw.regs(src)
+    for k, p in places:
+        if v == 1:
+            lw.b.store(vals[k], p)
+        else:
+            vec = ir.Constant(ir.VectorType(ty, v), None)
+            for i in range(v):
+                vec = lw.b.insert_element(vec, vals[k + i], _cint(i))
+            lw.b.store(vec, p, align=v * size)
+    lw.barrier()
+    v, places = runs(res.type.layout)
+    out = []
+    for k, p in places:
+        if v == 1:
+            out.append(lw.b.load(p, typ=ty))
+        else:
+            vec = lw.b.load(p, typ=ir.VectorType(ty, v), align=v * size)
+            out.extend(lw.b.extract_element(vec, _cint(i)) for i in range(v))
+    lw.put(res, out)
 
 
 @handles("tt.join")

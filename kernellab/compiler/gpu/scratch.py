@@ -39,7 +39,9 @@ def scratch_bytes(op) -> tuple[int, str]:
     name = op.name
     if name == "ttg.convert_layout":
         t = op.operands[0].type
-        return _numel(t.shape) * mem_bytes(t), "layout conversion"
+        pad = conversion_row_pad(t.shape, mem_bytes(t))
+        rows = _numel(t.shape[:-1]) if len(t.shape) else 1
+        return (_numel(t.shape) + rows * pad) * mem_bytes(t), "layout conversion"
     if name == "tt.reduce":
         t = op.operands[0].type
         w = warps_along(t.layout, op.attrs["axis"]) if isinstance(t, TensorType) else 1
@@ -181,3 +183,39 @@ def mma_staging(m: int, n: int, k: int, instr: MmaInstr = MMA_INSTRS["f16"]) -> 
     """Bytes of the staged A ([M][K + pad]) and B ([K][N + pad], or [N][K + pad]) tiles."""
     b_elems = n * (k + instr.pad) if instr.b_k_contiguous else k * (n + instr.pad)
     return _align16(m * (k + instr.pad) * instr.esize), _align16(b_elems * instr.esize)
+
+
+def conversion_row_pad(shape, elem_bytes: int) -> int:
+    """Elements of padding after each row of a 2-D layout conversion's scratch. Rows a multiple of 128 bytes
+    long all start in bank 0, so a warp touching 8 rows at once (an MMA accumulator: 8 rows x 16 bytes)
+    would hit the same 4 banks 8 times; 16 bytes of padding shift each row by 4 banks."""
+    if len(shape) != 2 or shape[0] == 1 or (shape[1] * elem_bytes) % 128 or elem_bytes > 16:
+        return 0
+    return 16 // elem_bytes
+
+
+def contiguous_run(layout, shape, elem_bytes: int, pitch: int) -> int:
+    """How many registers a thread can move to or from a conversion's scratch as one vector (up to 16 bytes):
+    v consecutive registers holding consecutive elements along the last dim from an index that is a multiple
+    of v, for every thread (its first element's index along the last dim is a multiple of v too), with rows
+    `pitch` elements apart. 1 where the layout replicates elements or is not blocked/MMA."""
+    from .layouts import Blocked, Mma
+
+    if not isinstance(layout, (Blocked, Mma)) or not shape:
+        return 1
+    infos = layout.dims_info(shape)
+    if any(i.replicated for i in infos):
+        return 1
+    last = infos[-1]
+    regs = layout.registers(shape)
+    v = max(1, 16 // elem_bytes)
+    while v > 1:
+        bases_aligned = ((last.lanes == 1 or last.lane_stride % v == 0)
+                         and (last.warps == 1 or last.warp_stride % v == 0))
+        if bases_aligned and pitch % v == 0 and len(regs) % v == 0 and all(
+                regs[k][-1] % v == 0 and all(regs[k + i][:-1] == regs[k][:-1] and regs[k + i][-1] == regs[k][-1] + i
+                                             for i in range(1, v))
+                for k in range(0, len(regs), v)):
+            return v
+        v //= 2
+    return 1
