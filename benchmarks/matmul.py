@@ -17,8 +17,11 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.memory_bound import bench, cdiv, write_results  # noqa: E402
 
-CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=8)
+# the best config of benchmarks/tools/matmul_sweep.py for Triton on the H200 (128x256x64, 8 warps, 3 stages:
+# two warpgroups of m64n256k16); both compilers get the same one
+CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8)
 NUM_WARPS = 8
+NUM_STAGES = 3
 
 
 def matmul_kernel_for(jit_module, tl):
@@ -28,12 +31,12 @@ def matmul_kernel_for(jit_module, tl):
     return make_kernels(jit_module, tl)["matmul_kernel"]
 
 
-def launch(kernel, a, b, c, config=CONFIG, num_warps=NUM_WARPS, **options):
+def launch(kernel, a, b, c, config=CONFIG, num_warps=NUM_WARPS, num_stages=NUM_STAGES, **options):
     M, K = a.shape
     N = b.shape[1]
     grid = (cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"]),)
     return kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
-                        c.stride(1), num_warps=num_warps, **config, **options)
+                        c.stride(1), num_warps=num_warps, num_stages=num_stages, **config, **options)
 
 
 def implementations():
@@ -85,6 +88,7 @@ def main():
             print(_fmt(row), flush=True)
     gpu = torch.cuda.get_device_name()
     result = {"date": datetime.date.today().isoformat(), "gpu": gpu, "config": CONFIG, "num_warps": NUM_WARPS,
+              "num_stages": NUM_STAGES,
               "versions": {"python": platform.python_version(), "torch": torch.__version__,
                            "triton": triton_version, "kernellab": kernellab.__version__, "cuda": torch.version.cuda},
               "rows": rows}

@@ -102,8 +102,7 @@ _def("ttg.async_copy", "start copying a tile from global into shared memory (cp.
 _def("ttg.async_commit", "close the group of copies started since the last commit (cp.async.commit_group)",
      pure=False)
 _def("ttg.async_wait", "wait until at most {pending} copy groups are in flight, then bar.sync", pure=False)
-_def("ttg.dot_wait", "the accumulator of a warpgroup MMA once at most {pending} wgmma groups are in flight "
-     "(none once the optional predicate, 'another iteration follows', is false)",
+_def("ttg.dot_wait", "the accumulator of a warpgroup MMA once at most {pending} wgmma groups are in flight",
      pure=False)
 
 # Control flow.

@@ -226,30 +226,35 @@ tt.func @k(%a_ptrs: tensor<64x32x!ptr<f16>, #L0>, %b_ptrs: tensor<32x32x!ptr<f16
 """
 
 
-@pytest.mark.parametrize("stages", [3, 4])
+@pytest.mark.parametrize("stages", [2, 3, 4])
 def test_a_wgmma_accumulation_keeps_one_group_in_flight(run_pass, stages):
-    """acc = dot(a, b, acc) on wgmma: the group of iteration i is waited for in iteration i+1 (pending 1), the
-    last iteration waits for all, and the copies run stages-2 ahead so no stage is overwritten while a wgmma
-    that may still be running reads it."""
+    """acc = dot(a, b, acc) on wgmma: the group of iteration i is waited for in iteration i+1 (pending 1); the
+    copies move after that wait and a barrier, so they still run stages-1 ahead; right after the loop, before
+    anything else, a wait for the last group."""
     m, stats = run_pass(pipeline_dot_operands, WGMMA_LOOP, GpuOptions(num_warps=4, num_stages=stages))
     assert stats["overlapped_wgmma"] == 1
-    top = [op.name for op in m.kernel.body.ops]
-    assert top[:top.index("scf.for")].count("ttg.async_commit") == stages - 2
-    loop = next(op for op in m.kernel.body.ops if op.name == "scf.for")
+    top = m.kernel.body.ops
+    names = [op.name for op in top]
+    assert names[:names.index("scf.for")].count("ttg.async_commit") == stages - 1
+    loop = next(op for op in top if op.name == "scf.for")
     body = loop.regions[0].ops
-    assert body[0].name == "ttg.async_wait" and body[0].attrs["pending"] == stages - 3
+    kinds = [op.name for op in body]
+    assert body[0].name == "ttg.async_wait" and body[0].attrs["pending"] == stages - 2
     dot = next(op for op in body if op.name == "tt.dot")
     wait = next(op for op in body if op.name == "ttg.dot_wait")
     assert dot.attrs["wgmma_async"] and dot.result.uses == [wait] and wait.attrs["pending"] == 1
-    # the predicate: another iteration follows (i + 1 < n)
-    more = wait.operands[1].defining_op
-    assert more.name == "arith.cmpi" and more.attrs["predicate"] == "slt" and more.operands[1] is loop.operands[1]
-    assert body[-1].name == "scf.yield" and body[-1].operands[0] is wait.result
-    # nothing waits after the loop: the last iteration already did
-    assert top.count("ttg.dot_wait") == 0
+    assert len(wait.operands) == 1 and body[-1].operands[0] is wait.result
+    # dot, its wait, a barrier, then the copies of iteration i + stages - 1
+    assert kinds.index("tt.dot") < kinds.index("ttg.dot_wait") < kinds.index("ttg.barrier") < kinds.index(
+        "ttg.async_copy") < kinds.index("ttg.async_commit")
+    # after the loop: the wait for the last group first, then the copies' drain; the store reads the waited value
+    after = top[names.index("scf.for") + 1]
+    assert after.name == "ttg.dot_wait" and after.attrs["pending"] == 0 and after.operands[0] is loop.results[0]
+    assert top[names.index("scf.for") + 2].name == "ttg.async_wait"
+    store = next(op for op in top if op.name == "tt.store")
+    assert store.operands[1] is after.result
 
 
-def test_two_stages_or_an_mma_sync_dot_wait_every_iteration(run_pass):
-    for text, stages in ((WGMMA_LOOP, 2), (LOOP, 3)):
-        m, stats = run_pass(pipeline_dot_operands, text, GpuOptions(num_warps=4, num_stages=stages))
-        assert "overlapped_wgmma" not in stats and "ttg.dot_wait" not in _ops(m)
+def test_an_mma_sync_dot_waits_every_iteration(run_pass):
+    m, stats = run_pass(pipeline_dot_operands, LOOP, GpuOptions(num_warps=4, num_stages=3))
+    assert "overlapped_wgmma" not in stats and "ttg.dot_wait" not in _ops(m) and "ttg.barrier" not in _ops(m)

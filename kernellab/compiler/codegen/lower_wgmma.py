@@ -83,26 +83,17 @@ def dot_wgmma(lw: KernelLowering, op):
         lw.put(op.results[0], wgmma_wait(lw, acc, 0))
 
 
-def wgmma_wait(lw: KernelLowering, acc: list, pending: int, more=None) -> list:
+def wgmma_wait(lw: KernelLowering, acc: list, pending: int) -> list:
     """wgmma.wait_group taking the accumulators as tied operands: their values after it are the ones the
-    tensor cores wrote, and LLVM cannot move a read of them above the wait. With `more` (an i1: another
-    iteration follows) it waits for `pending` groups while `more` holds and for all of them otherwise, so a
-    loop never exits with a wgmma in flight: ptxas serializes every wgmma of a kernel (its warning C7514)
-    when a group is still running where non-wgmma code may read accumulator registers."""
+    tensor cores wrote, and LLVM cannot move a read of them above the wait."""
     b = lw.b
     n = len(acc)
-    if more is None:
-        text, cons, args, arg_tys = f"wgmma.wait_group.sync.aligned {pending};", [], [], []
-    else:
-        text = (f"{{ .reg .pred p; setp.ne.b32 p, ${n}, 0; @p wgmma.wait_group.sync.aligned {pending}; "
-                f"@!p wgmma.wait_group.sync.aligned 0; }}")
-        cons, args, arg_tys = ["r"], [b.zext(more, I32)], [I32]
-    ty = ir.FunctionType(ir.LiteralStructType([F32] * n), arg_tys + [F32] * n)
-    out = b.asm(ty, text, ",".join(["=f"] * n + cons + [str(i) for i in range(n)]), args + acc, side_effect=True)
+    ty = ir.FunctionType(ir.LiteralStructType([F32] * n), [F32] * n)
+    out = b.asm(ty, f"wgmma.wait_group.sync.aligned {pending};", ",".join(["=f"] * n + [str(i) for i in range(n)]),
+                acc, side_effect=True)
     return [b.extract_value(out, i) for i in range(n)]
 
 
 @handles("ttg.dot_wait")
 def _dot_wait(lw: KernelLowering, op):
-    more = lw.get(op.operands[1]) if len(op.operands) > 1 else None
-    lw.put(op.result, wgmma_wait(lw, list(lw.regs(op.operands[0])), int(op.attrs.get("pending", 0)), more))
+    lw.put(op.result, wgmma_wait(lw, list(lw.regs(op.operands[0])), int(op.attrs.get("pending", 0))))
