@@ -37,8 +37,9 @@ def compile_to_cubin(module: Module, trace: CompileTrace, options: GpuOptions, t
         try:
             cubin, report = ptx_to_cubin(ptx, target, name)
         except ToolchainError as e:
-            raise ToolchainError(f"kernel '{name}': ptxas rejected the generated PTX; see compiled.asm['ptx']\n{e}") \
-                from None
+            err = ToolchainError(f"kernel '{name}': ptxas rejected the generated PTX; see compiled.asm['ptx']\n{e}")
+            err.stages = {k: out[k] for k in ("gpu", "llir", "ptx")}  # build_gpu keeps them for that asm['ptx']
+            raise err from None
         trace.record("to_cubin", f"ptxas -> cubin ({report.get('n_regs')} registers, "
                      f"{report.get('n_spills', 0)} bytes spilled)", report.get("log", ""), time.perf_counter() - t0,
                      True, {k: v for k, v in report.items() if k in ("n_regs", "n_spills", "shared", "local")})

@@ -68,34 +68,50 @@ class Autotuner:
         return self.fn.run(*args, grid=grid, **{**kwargs, **cfg.all_kwargs()})
 
     def _choose(self, configs, args, kwargs, grid):
-        on_gpu = any(getattr(a, "is_cuda", False) for a in args)
+        on_gpu = _on_gpu(args, kwargs)
         if len(configs) == 1 or not on_gpu:
             self.best_config_reason = ("only one config" if len(configs) == 1 else
                                        "CPU interpreter: timings do not predict a GPU, first config kept")
             return configs[0]
         named = self._named(args, kwargs)
+        saved = {n: named[n].clone() for n in self.restore_value}
         timings = {}
-        for cfg in configs:
-            saved = {n: named[n].clone() for n in self.restore_value}
-            try:
-                timings[cfg] = self._bench(cfg, args, kwargs, grid, named)
-            except LaunchError:
-                timings[cfg] = float("inf")
-            for n, t in saved.items():
+        try:
+            for cfg in configs:
+                try:
+                    timings[cfg] = self._bench(cfg, args, kwargs, grid, named, saved)
+                except LaunchError:
+                    timings[cfg] = float("inf")
+        finally:
+            for n, t in saved.items():  # the benchmark runs must leave no trace in the caller's tensors
                 named[n].copy_(t)
+        # like Triton's pre_hook(reset_only=True): the real launch that follows starts from zeros too,
+        # not from what the last benchmark run accumulated
+        for n in self.reset_to_zero:
+            named[n].zero_()
         best = min(timings, key=timings.get)
         self.best_config_reason = f"fastest of {len(configs)} configs ({timings[best] * 1e3:.3f} ms)"
         return best
 
-    def _bench(self, cfg, args, kwargs, grid, named):
+    def _bench(self, cfg, args, kwargs, grid, named, saved):
         from ..testing import do_bench
 
         def call():
+            """One benchmark run sees what the real launch would: zeroed and restored inputs, the config's hook."""
             for n in self.reset_to_zero:
                 named[n].zero_()
+            for n, t in saved.items():
+                named[n].copy_(t)
+            if cfg.pre_hook:
+                cfg.pre_hook({**named, **cfg.all_kwargs()})
             self.fn.run(*args, grid=grid, **{**kwargs, **cfg.all_kwargs()})
 
-        return do_bench(call) / 1e3
+        return (self.do_bench or do_bench)(call) / 1e3
+
+
+def _on_gpu(args, kwargs) -> bool:
+    """Whether this launch runs on a GPU (any CUDA tensor): only there are timings worth taking."""
+    return any(getattr(a, "is_cuda", False) for a in (*args, *kwargs.values()))
 
 
 def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, warmup=None, rep=None,

@@ -15,7 +15,7 @@ from ..compiler.printer import print_module
 from ..compiler.semantic import literal_dtype
 from ..compiler.types import DTYPES, DType, PointerType
 from ..compiler.verifier import verify
-from ..errors import CompilationError, LaunchError
+from ..errors import CompilationError, LaunchError, ToolchainError
 from ..language.core import constexpr, unwrap
 from .source import get_source
 
@@ -115,7 +115,14 @@ class CompiledKernel:
             module = parse_module(self.asm["tile"])
             start = len(self.trace.passes)
             assemble = _can_assemble()
-            out = compile_to_cubin(module, self.trace, opts, target, assemble=assemble)
+            try:
+                out = compile_to_cubin(module, self.trace, opts, target, assemble=assemble)
+            except ToolchainError as e:
+                # the error sends the user to compiled.asm['ptx']: keep the stages made before ptxas failed
+                self.asm.update(getattr(e, "stages", {}))
+                self.asm.pop("cubin", None)
+                self._built_for = None
+                raise
             if assemble:
                 _store_cached(key, out, self.trace.passes[start:])
             else:
@@ -282,6 +289,17 @@ def _store_cached(key, out, records):
         pass  # a read-only or full disk only costs the next process a recompile
 
 
+# Launch options that can change the compiled code, with their defaults: the in-memory cache keys on all of
+# them (a launch that spells out a default shares the entry); stream, warmup, launch_cooperative_grid do not.
+_COMPILE_OPTIONS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None, "enable_fp_fusion": True,
+                    "enable_wgmma": True, "debug": None}
+
+
+def _options_key(options: dict) -> tuple:
+    """The compile options part of a cache key, so `enable_fp_fusion=False` never reuses the default kernel."""
+    return tuple(options.get(k, d) for k, d in _COMPILE_OPTIONS.items())
+
+
 def _normalize_grid(name, grid):
     if isinstance(grid, int):
         grid = (grid,)
@@ -437,7 +455,7 @@ class JITFunction:
     def _get_compiled(self, args, kwargs):
         bound, options = self.bind(args, kwargs)
         spec, key, runtime_values, runtime_names = self.specialize(bound)
-        okey = (key, options.get("num_warps", 4), options.get("num_stages", 3))
+        okey = (key, _options_key(options))
         ck = self.cache.get(okey)
         if ck is None:
             ck = self.compile(spec, key, runtime_names, options)
