@@ -511,6 +511,136 @@ def test_reduction_axis_not_constexpr():
     check(ei.value, "runtime_axis", "axis", "constexpr")
 
 
+# --------------------------------------------------------------------------- 13. `**` and parameter kinds
+
+
+@kl.jit
+def k_pow_runtime(x_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    y = x ** 2  # E:pow_runtime
+    tl.store(x_ptr + tl.arange(0, BLOCK), y)
+
+
+@kl.jit
+def k_pow_augmented(x_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    x **= BLOCK  # E:pow_aug
+    tl.store(x_ptr + tl.arange(0, BLOCK), x)
+
+
+@kl.jit
+def k_pow_zero(x_ptr, BLOCK: tl.constexpr):
+    z = (BLOCK - BLOCK) ** -1  # E:pow_zero
+    tl.store(x_ptr, z)
+
+
+@pytest.mark.parametrize("kernel, tag, words", [
+    (k_pow_runtime, "pow_runtime", ["**", "constexpr", "x * x"]),
+    (k_pow_augmented, "pow_aug", ["**", "constexpr"]),
+    (k_pow_zero, "pow_zero", ["0 ** -1"]),
+], ids=["runtime-operand", "augmented", "zero-to-negative"])
+def test_power_needs_compile_time_operands(kernel, tag, words):
+    """`**` folds only constexprs and literals; a runtime operand (or an invalid power) is a clear error."""
+    with pytest.raises(kl.CompilationError) as ei:
+        kernel.warmup(x32(), BLOCK=32)
+    check(ei.value, tag, *words, kernel=kernel.__name__)
+
+
+@kl.jit
+def helper_varargs(x, *rest):  # E:varargs
+    return x
+
+
+@kl.jit
+def k_calls_helper_varargs(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, helper_varargs(tl.load(x_ptr + offs)))
+
+
+def test_star_args_parameter_is_refused():
+    with pytest.raises(kl.CompilationError) as ei:
+        k_calls_helper_varargs.warmup(x32(), BLOCK=32)
+    check(ei.value, "varargs", "*rest", "not supported")
+
+
+@kl.jit
+def k_kwonly_needs_constexpr(x_ptr, *, BLOCK: tl.constexpr):  # E:kwonly_missing
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+def test_missing_keyword_only_constexpr():
+    with pytest.raises(kl.CompilationError) as ei:
+        k_kwonly_needs_constexpr.warmup(x32())
+    check(ei.value, "kwonly_missing", "BLOCK", "missing")
+
+
+# --------------------------------------------------------------------------- 14. builtins given the wrong kind of value
+
+
+def _plain_add(a, b):
+    return a + b
+
+
+_lambda_add = lambda a, b: a + b  # noqa: E731
+
+
+@kl.jit
+def k_zeros_str(x_ptr, BLOCK: tl.constexpr):
+    z = tl.zeros((BLOCK,), 'int32')  # E:zeros_str
+    tl.store(x_ptr + tl.arange(0, BLOCK), z)
+
+
+@kl.jit
+def k_to_str(x_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    tl.store(x_ptr + tl.arange(0, BLOCK), x.to('float16'))  # E:to_str
+
+
+@kl.jit
+def k_abs_ptr(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    y = tl.abs(x_ptr + offs)  # E:abs_ptr
+    tl.store(x_ptr + offs, y)
+
+
+@kl.jit
+def k_sum_ptr(x_ptr, BLOCK: tl.constexpr):
+    s = tl.sum(x_ptr + tl.arange(0, BLOCK), axis=0)  # E:sum_ptr
+    tl.store(x_ptr, s)
+
+
+@kl.jit
+def k_reduce_plain(x_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    s = tl.reduce(x, 0, _plain_add)  # E:reduce_plain
+    tl.store(x_ptr, s)
+
+
+@kl.jit
+def k_scan_lambda(x_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    s = tl.associative_scan(x, 0, _lambda_add)  # E:scan_lambda
+    tl.store(x_ptr + tl.arange(0, BLOCK), s)
+
+
+@pytest.mark.parametrize("kernel, tag, words", [
+    (k_zeros_str, "zeros_str", ["tl.zeros", "dtype", "'int32'", "tl.int32"]),
+    (k_to_str, "to_str", ["dtype", "'float16'", "tl.float16"]),
+    (k_abs_ptr, "abs_ptr", ["tl.abs", "pointer", "tl.load"]),
+    (k_sum_ptr, "sum_ptr", ["tl.sum", "pointer", "tl.load"]),
+    (k_reduce_plain, "reduce_plain", ["tl.reduce", "combine_fn", "_plain_add", "@kl.jit"]),
+    (k_scan_lambda, "scan_lambda", ["tl.associative_scan", "combine_fn", "lambda", "@kl.jit"]),
+], ids=["zeros-dtype-string", "to-dtype-string", "abs-of-pointer", "sum-of-pointer", "reduce-plain-function",
+        "scan-lambda"])
+def test_builtin_given_wrong_kind_of_value(kernel, tag, words):
+    """Not a Python AttributeError ("'str' object has no attribute 'is_floating'") but what is wrong and what
+    to write instead."""
+    with pytest.raises(kl.CompilationError) as ei:
+        kernel.warmup(x32(), BLOCK=32)
+    check(ei.value, tag, *words, kernel=kernel.__name__)
+    assert "object has no attribute" not in ei.value.reason
+
+
 # --------------------------------------------------------------------------- nested @jit functions
 
 

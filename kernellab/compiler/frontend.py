@@ -84,7 +84,7 @@ class FunctionSource:
         self.lines = source.splitlines()
         self.signature = inspect.signature(fn)
         self.constexpr_params = set()
-        for p in self.node.args.args:
+        for p in self.params:
             ann = p.annotation
             if ann is not None:
                 text = ast.unparse(ann)
@@ -93,6 +93,13 @@ class FunctionSource:
         for name, p in self.signature.parameters.items():
             if p.annotation is constexpr or p.annotation is lcore.constexpr:
                 self.constexpr_params.add(name)
+
+    @property
+    def params(self) -> list[ast.arg]:
+        """Named parameters in signature order (positional-only, ordinary, keyword-only), the order
+        in which `inspect.signature(...).bind` lists them and so the order of runtime arguments."""
+        a = self.node.args
+        return a.posonlyargs + a.args + a.kwonlyargs
 
     @property
     def globals(self):
@@ -162,7 +169,12 @@ class CodeGenerator(ast.NodeVisitor):
     def generate(self, bound_args: dict) -> Function:
         """`bound_args` maps parameter name -> Type (runtime) or a Python value (compile-time)."""
         node = self.src.node
-        params = [a.arg for a in node.args.args]
+        star = node.args.vararg or node.args.kwarg
+        if star is not None:
+            prefix = "*" if star is node.args.vararg else "**"
+            raise self.error(star, f"`{prefix}{star.arg}` parameters are not supported in @jit functions; "
+                                   "name each parameter")
+        params = [a.arg for a in self.src.params]
         runtime = [(n, bound_args[n]) for n in params if isinstance(bound_args[n], _RuntimeArg)]
         body = Block([r.type for _, r in runtime], [n for n, _ in runtime])
         fn = Function(self.fn_name, body, [], [r.attrs for _, r in runtime], self.src.filename,
@@ -263,7 +275,7 @@ class CodeGenerator(ast.NodeVisitor):
                                   col_offset=node.col_offset)) if isinstance(node.target, ast.Name) else None
         if cur is None:
             raise self.error(node, "augmented assignment works on names only")
-        value = self.sem.binary(_BINOPS[type(node.op)], cur, self.visit(node.value))
+        value = self.binop(node, node.op, cur, self.visit(node.value))
         self.assign(node.target, value, node)
 
     def visit_Return(self, node):
@@ -623,11 +635,31 @@ class CodeGenerator(ast.NodeVisitor):
         return getattr(value, node.attr)
 
     def visit_BinOp(self, node):
-        if type(node.op) not in _BINOPS:
-            raise self.error(node, f"operator {_OP_TEXT.get(type(node.op), type(node.op).__name__)} is not "
-                                   "supported in kernels" + ("; use tl.dot" if isinstance(node.op, ast.MatMult)
-                                                             else ""))
-        return self.sem.binary(_BINOPS[type(node.op)], self.visit(node.left), self.visit(node.right))
+        return self.binop(node, node.op, self.visit(node.left), self.visit(node.right))
+
+    def binop(self, node, op, left, right):
+        """`left op right` for a BinOp or an AugAssign (`x **= 2` folds like `x ** 2`)."""
+        if isinstance(op, ast.Pow):
+            return self.power(node, left, right)
+        if type(op) not in _BINOPS:
+            raise self.error(node, f"operator {_OP_TEXT.get(type(op), type(op).__name__)} is not supported in "
+                                   "kernels" + ("; use tl.dot" if isinstance(op, ast.MatMult) else ""))
+        return self.sem.binary(_BINOPS[type(op)], left, right)
+
+    def power(self, node, base, exp):
+        """`**` of compile-time values (`BLOCK ** 2`) folds in Python, like Triton's constexpr; there is
+        no runtime power op, so a runtime operand gets a pointer to what to write instead."""
+        base, exp = unwrap(base), unwrap(exp)
+        if isinstance(base, tensor) or isinstance(exp, tensor):
+            raise self.error(node, "operator ** needs compile-time (constexpr) operands; for runtime values "
+                                   "multiply (x * x) or use tl.exp2(y * tl.log2(x))")
+        try:
+            out = base ** exp
+        except Exception as e:  # e.g. None ** 2, 0 ** -1
+            raise self.error(node, f"cannot compute {base!r} ** {exp!r}: {e}") from None
+        if isinstance(out, complex):
+            raise self.error(node, f"{base!r} ** {exp!r} is not a real number")
+        return out
 
     def visit_UnaryOp(self, node):
         op = {ast.USub: "-", ast.UAdd: "+", ast.Invert: "~", ast.Not: "not"}[type(node.op)]
@@ -738,7 +770,7 @@ class CodeGenerator(ast.NodeVisitor):
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
            ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
-_OP_TEXT = {ast.MatMult: "@", ast.Pow: "**"}
+_OP_TEXT = {ast.MatMult: "@"}
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 
 

@@ -13,6 +13,7 @@ import numbers
 from ..language.core import tensor, unwrap
 from .ir import Block, Builder
 from .types import (
+    DTYPES,
     BlockPtrType,
     DType,
     PointerType,
@@ -55,6 +56,32 @@ def literal_dtype(v) -> DType:
     if isinstance(v, numbers.Real):
         return float32 if (math.isinf(v) or math.isnan(v) or abs(v) <= 3.4028234663852886e38) else float64
     raise SemanticError(f"{v!r} is not a number")
+
+
+_TL_NAMES = {"i1": "int1", "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
+
+
+def tl_name(t: DType) -> str:
+    """The `tl.*` spelling of a dtype (i32 -> int32, bf16 -> bfloat16), for messages."""
+    return _TL_NAMES.get(t.name) or t.name.replace("u", "uint", 1).replace("i", "int", 1)
+
+
+_DTYPE_SPELLINGS = {**{tl_name(t): t for t in DTYPES.values()}, **DTYPES,
+                    "bool": int1, "fp16": float16, "fp32": float32, "fp64": float64}
+
+
+def as_dtype(value, what: str, pointers=False):
+    """`value` as a dtype, or a SemanticError naming `what` wanted one: a string ('int32') or a Python
+    type would otherwise fail deep inside typing with an AttributeError."""
+    value = unwrap(value)
+    if isinstance(value, DType) or (pointers and isinstance(value, PointerType)):
+        return value
+    if isinstance(value, PointerType):
+        raise SemanticError(f"{what} needs a scalar dtype such as tl.float32, got the pointer type {value}")
+    if isinstance(value, str) and value in _DTYPE_SPELLINGS:
+        raise SemanticError(f"{what} needs a dtype object, got the string {value!r}; write "
+                            f"tl.{tl_name(_DTYPE_SPELLINGS[value])}")
+    raise SemanticError(f"{what} needs a dtype such as tl.float32 or tl.int32, got {value!r}")
 
 
 def integer_promote(a: DType, b: DType) -> DType:
@@ -135,6 +162,15 @@ class Semantic:
         if x is None:
             raise SemanticError("None cannot be used as a value here")
         raise SemanticError(f"{type(x).__name__} value {x!r} cannot be used as a tensor")
+
+    def numeric(self, x, what: str) -> tensor:
+        """`x` as a tensor of numbers: a pointer handed to arithmetic (tl.abs(ptr)) gets an error that
+        says to load first, instead of an AttributeError from the dtype checks that follow."""
+        x = self.to_tensor(x)
+        if x.type.is_block_ptr() or x.type.scalar.is_ptr():
+            raise SemanticError(f"{what} needs numbers, got a pointer ({x.type}); load the values with "
+                                "tl.load first")
+        return x
 
     # ---------------------------------------------------------------- shapes
     def splat(self, x: tensor, shape) -> tensor:
@@ -257,9 +293,7 @@ class Semantic:
     # ---------------------------------------------------------------- casts
     def cast(self, x, dst, bitcast=False) -> tensor:
         x = self.to_tensor(x)
-        dst = unwrap(dst)
-        if not isinstance(dst, (DType, PointerType)):
-            raise SemanticError(f"cannot cast to {dst!r}: not a dtype")
+        dst = as_dtype(dst, "tl.cast / .to()", pointers=True)
         src = x.type.scalar
         if src == dst:
             return x
@@ -409,7 +443,7 @@ class Semantic:
                 return self.emit("arith.negf", [x], x.type)
             return self.binary("-", self.const(0, x.type), x)
         if op == "~":
-            if not t.is_int():
+            if t.is_ptr() or not t.is_int():
                 raise SemanticError(f"~ needs an integer, got {t}")
             return self.emit("arith.xori", [x, self.const(1 if t == int1 else -1 if t.kind == "int" else
                                                           (1 << t.bits) - 1, x.type)], x.type)
@@ -436,9 +470,10 @@ class Semantic:
         cond, x, y = self.broadcast_to(cond, shape), self.broadcast_to(x, shape), self.broadcast_to(y, shape)
         return self.emit("arith.select", [cond, x, y], x.type)
 
-    def minmax(self, which, x, y, propagate_nan=0):
+    def minmax(self, which, x, y, propagate_nan=0, what=None):
         xs, ys = _is_py_number(unwrap(x)), _is_py_number(unwrap(y))
-        x, y = self.to_tensor(unwrap(x)), self.to_tensor(unwrap(y))
+        what = what or ("tl.maximum" if which == "max" else "tl.minimum")
+        x, y = self.numeric(unwrap(x), what), self.numeric(unwrap(y), what)
         ct = computation_type(x.type.scalar, xs, y.type.scalar, ys, False)
         x, y = self.broadcast_pair(self.cast(x, ct), self.cast(y, ct))
         if ct.is_floating():
@@ -449,7 +484,8 @@ class Semantic:
         return self.emit("arith." + name, [x, y], x.type)
 
     def math(self, fn, x, *more):
-        x = self.to_tensor(x)
+        x = self.numeric(x, f"tl.{fn}")
+        more = [self.numeric(o, f"tl.{fn}") if isinstance(unwrap(o), tensor) else o for o in more]
         t = x.type.scalar
         if fn == "abs":
             if t.is_floating():
@@ -622,7 +658,7 @@ class Semantic:
 
     # ---------------------------------------------------------------- compute
     def dot(self, a, b, acc=None, input_precision=None, out_dtype=float32):
-        a, b = self.to_tensor(a), self.to_tensor(b)
+        a, b = self.numeric(a, "tl.dot"), self.numeric(b, "tl.dot")
         if len(a.shape) != 2 or len(b.shape) != 2:
             raise SemanticError(f"tl.dot needs 2-D tensors, got shapes {list(a.shape)} and {list(b.shape)}")
         if a.shape[1] != b.shape[0]:
@@ -643,7 +679,7 @@ class Semantic:
         elif ta == float64:
             rt = float64
         else:
-            rt = unwrap(out_dtype) or float32
+            rt = as_dtype(out_dtype, "tl.dot's out_dtype") if unwrap(out_dtype) is not None else float32
         shape = (a.shape[0], b.shape[1])
         if unwrap(acc) is None:
             acc = self.const(0, TensorType(shape, rt))
@@ -722,9 +758,9 @@ class Semantic:
             raise SemanticError(f"tl.arange({start}, {end}) has {n} elements; the range must be a power of 2")
         return self.emit("tt.make_range", [], TensorType((n,), int32), {"start": start, "end": end})
 
-    def full(self, shape, value, dtype):
+    def full(self, shape, value, dtype, what="tl.full"):
         shape = [unwrap(s) for s in (unwrap(shape) if isinstance(unwrap(shape), (list, tuple)) else [unwrap(shape)])]
-        dtype = unwrap(dtype)
+        dtype = as_dtype(dtype, what)
         for s in shape:
             if not isinstance(s, int) or s <= 0 or s & (s - 1):
                 raise SemanticError(f"tensor shapes must be constexpr powers of 2, got {shape}")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import builtins as _py
 
+from ..compiler.semantic import as_dtype
 from .core import PropagateNan, builtin, float32, int1, int32, tensor, uint32, unwrap
 
 # --------------------------------------------------------------------------- programs and creation
@@ -25,12 +26,12 @@ def arange(start, end, _sem=None):
 
 @builtin
 def full(shape, value, dtype, _sem=None):
-    return _sem.full(shape, value, dtype)
+    return _sem.full(shape, value, dtype, "tl.full")
 
 
 @builtin
 def zeros(shape, dtype, _sem=None):
-    return _sem.full(shape, 0, dtype)
+    return _sem.full(shape, 0, dtype, "tl.zeros")
 
 
 @builtin
@@ -121,7 +122,8 @@ def maximum(x, y, propagate_nan=PropagateNan.NONE, _sem=None):
 
 @builtin
 def clamp(x, min, max, propagate_nan=PropagateNan.NONE, _sem=None):
-    return _sem.minmax("min", _sem.minmax("max", x, min, unwrap(propagate_nan)), max, unwrap(propagate_nan))
+    nan = unwrap(propagate_nan)
+    return _sem.minmax("min", _sem.minmax("max", x, min, nan, "tl.clamp"), max, nan, "tl.clamp")
 
 
 def _math(name):
@@ -154,13 +156,13 @@ def fma(x, y, z, _sem=None):
 
 @builtin
 def sigmoid(x, _sem=None):
-    x = _sem.to_tensor(x)
+    x = _sem.numeric(x, "tl.sigmoid")
     return 1.0 / (1.0 + exp(-x, _sem=_sem))
 
 
 @builtin
 def umulhi(x, y, _sem=None):
-    x, y = _sem.to_tensor(x), _sem.to_tensor(y)
+    x, y = _sem.numeric(x, "tl.umulhi"), _sem.numeric(y, "tl.umulhi")
     if not (x.dtype.is_int() and y.dtype.is_int()):
         raise TypeError(f"tl.umulhi needs integers, got {x.dtype} and {y.dtype}")
     ct = x.dtype if x.dtype.bits >= y.dtype.bits else y.dtype
@@ -296,10 +298,15 @@ def _pick_sum_dtype(dt):
     return dt
 
 
+_REDUCE_NAMES = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "xor": "tl.xor_sum"}
+_SCAN_NAMES = {"sum": "tl.cumsum", "prod": "tl.cumprod"}
+
+
 def _simple_reduce(kind, input, axis, keep_dims, sem, dtype=None, scan=False, reverse=False):
-    input = sem.to_tensor(input)
-    if dtype is not None:
-        input = sem.cast(input, unwrap(dtype))
+    what = (_SCAN_NAMES if scan else _REDUCE_NAMES)[kind]  # for messages
+    input = sem.numeric(input, what)
+    if unwrap(dtype) is not None:
+        input = sem.cast(input, as_dtype(dtype, f"{what}'s dtype"))
     elif kind in ("sum", "prod"):
         input = sem.cast(input, _pick_sum_dtype(input.dtype))
     if kind == "xor" and not input.dtype.is_int():
@@ -335,14 +342,14 @@ def _arg_combine(sem, which, tie_break_left):
 
 
 def _minmax_reduce(which, input, axis, return_indices, tie_break_left, keep_dims, sem):
-    input = sem.to_tensor(input)
+    input = sem.numeric(input, f"tl.{which}")
     if not unwrap(return_indices):
         return _simple_reduce(which, input, axis, keep_dims, sem)
     return _arg_reduce(which, input, axis, tie_break_left, keep_dims, sem)
 
 
 def _arg_reduce(which, input, axis, tie_break_left, keep_dims, sem):
-    input = sem.to_tensor(input)
+    input = sem.numeric(input, f"tl.arg{which}")
     if input.dtype == int1:
         input = sem.cast(input, int32)
     axis = unwrap(axis)
@@ -383,7 +390,20 @@ def argmin(input, axis, tie_break_left=True, keep_dims=False, _sem=None):
     return _arg_reduce("min", input, axis, tie_break_left, keep_dims, _sem)[1]
 
 
-def _user_combine(sem, combine_fn, n):
+def _user_combine(sem, combine_fn, what):
+    """The region builder for a user combine_fn, which is compiled like any device function, so it
+    must be a @jit function; anything else is refused here with the fix."""
+    if not hasattr(combine_fn, "_kl_source"):
+        name = getattr(combine_fn, "__name__", None)
+        if name == "<lambda>":
+            got = "a lambda"
+        elif callable(combine_fn) and name:
+            got = f"the plain Python function '{name}'"
+        else:
+            got = f"{type(combine_fn).__name__} {combine_fn!r}"
+        raise TypeError(f"{what}'s combine_fn must be a @kernellab.jit function, got {got}; "
+                        "decorate it with @kl.jit")
+
     def combine(a, b):
         out = sem.call_jit(combine_fn, list(a) + list(b), {})
         return list(out) if isinstance(out, (list, tuple)) else [out]
@@ -394,14 +414,14 @@ def _user_combine(sem, combine_fn, n):
 @builtin
 def reduce(input, axis, combine_fn, keep_dims=False, _sem=None):
     inputs = list(input) if isinstance(input, (list, tuple)) else [input]
-    out = _sem.reduction(inputs, axis, _user_combine(_sem, combine_fn, len(inputs)), unwrap(keep_dims))
+    out = _sem.reduction(inputs, axis, _user_combine(_sem, combine_fn, "tl.reduce"), unwrap(keep_dims))
     return out
 
 
 @builtin
 def associative_scan(input, axis, combine_fn, reverse=False, _sem=None):
     inputs = list(input) if isinstance(input, (list, tuple)) else [input]
-    return _sem.reduction(inputs, axis, _user_combine(_sem, combine_fn, len(inputs)), scan=True,
+    return _sem.reduction(inputs, axis, _user_combine(_sem, combine_fn, "tl.associative_scan"), scan=True,
                           reverse=unwrap(reverse))
 
 

@@ -118,6 +118,12 @@ class tensor:
     __hash__ = object.__hash__
     del _bin
 
+    def __pow__(self, other):
+        raise TypeError("operator ** needs compile-time (constexpr) operands; for runtime values multiply "
+                        "(x * x) or use tl.exp2(y * tl.log2(x))")
+
+    __rpow__ = __pow__
+
     def __neg__(self):
         return tensor._sem.unary("-", self)
 
