@@ -91,7 +91,8 @@ def _toolchain() -> list[tuple[str, str]]:
 
 
 def info(measure: bool = False) -> int:
-    """Print the GPU, the versions of everything kernellab uses, and the peaks a roofline is drawn against."""
+    """Print the GPU, the versions of everything kernellab uses, and the peaks a roofline is drawn against
+    (measured on this GPU the first time and cached, so rooflines have roofs without a separate step)."""
     import kernellab
 
     from .viz import roofline
@@ -118,17 +119,17 @@ def info(measure: bool = False) -> int:
         print(f"{k:<{width}}{v}")
     print()
     if has_gpu:
+        if measure or roofline.cached_peaks() is None:
+            print("peaks: measuring this GPU (a 2 GiB copy and an 8192^3 bf16 matmul, a few seconds; cached)...",
+                  flush=True)
         try:
-            peaks = roofline.measure_peaks() if measure else roofline.cached_peaks()
-        except Exception as e:
+            peaks = roofline.machine_peaks(force=measure)
+        except Exception as e:  # a busy GPU (out of memory): nothing is cached, the next run measures again
             print(f"peaks: measuring failed: {type(e).__name__}: {e}")
-            return 1
-        if peaks:
-            print(f"peaks: {roofline.describe_peaks(peaks)}")
+            return 1 if measure else 0
+        print(f"peaks: {roofline.describe_peaks(peaks)}")
+        if not peaks.get("recorded"):
             print(f"       cached in {roofline.peaks_path(peaks['gpu'])}")
-        else:
-            print("peaks: not measured on this GPU yet; `kernellab info --measure` measures them "
-                  "(a 2 GiB copy and an 8192^3 bf16 matmul, a few seconds) and caches them")
     else:
         if measure:
             print("peaks: --measure needs a CUDA GPU and none is available here")
@@ -210,9 +211,11 @@ def main(argv=None) -> int:
     pi = sub.add_parser("info", help="print the GPU, versions and peaks",
                         description="Print the GPU (or that there is none), the versions of python, torch, llvmlite, "
                                     "cuda-bindings, triton, ptxas and the libdevice path, and the peaks rooflines "
-                                    "are drawn against: measured on this GPU (cached), or, without a GPU, the ones "
-                                    "recorded on an H200 with the recorded benchmark results.")
-    pi.add_argument("--measure", action="store_true", help="measure this GPU's peaks now (and cache them)")
+                                    "are drawn against: measured on this GPU (the first time; cached), or, without "
+                                    "a GPU, the ones recorded on an H200 with the recorded benchmark results.")
+    pi.add_argument("--measure", action="store_true",
+                    help="measure this GPU's peaks again and replace the cached ones (without it they are "
+                         "measured once, the first time, and cached)")
     pl = sub.add_parser("lab", help="start JupyterLab on the teaching notebooks",
                         description="Start JupyterLab on the repository's notebooks/ folder. Needs the lab extras: "
                                     "pip install -e '.[lab]'.")

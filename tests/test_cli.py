@@ -37,6 +37,61 @@ def test_info_without_gpu_prints_recorded_peaks_and_results(capsys):
     assert "--measure needs a CUDA GPU" in capsys.readouterr().out
 
 
+@pytest.fixture()
+def fake_gpu(tmp_path, monkeypatch):
+    """`kernellab info` sees a GPU with no cached peaks; "measurements" are counted, nothing touches CUDA."""
+    from kernellab.viz import roofline
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cli, "_gpu_line", lambda: ("Fake GPU 9000 (sm_90, 132 SMs, 141 GiB)", True))
+    monkeypatch.setattr(roofline, "gpu_name", lambda device=0: "Fake GPU 9000")
+    calls = []
+
+    def measure(name, device, copy_bytes, matmul_n, dtype):
+        calls.append(name)
+        return {"gpu": name, "date": "2026-01-01", "bytes_per_s": 3e12, "flops_per_s": 5e14, "flops_dtype": dtype}
+
+    monkeypatch.setattr(roofline, "_measure", measure)
+    return calls
+
+
+def test_info_measures_the_peaks_once_and_caches_them(fake_gpu, tmp_path, capsys):
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert fake_gpu == ["Fake GPU 9000"] and "peaks: measuring this GPU" in out
+    assert "measured on Fake GPU 9000, 2026-01-01" in out and "recorded" not in out
+    assert str(tmp_path / "peaks-Fake_GPU_9000.json") in out
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert fake_gpu == ["Fake GPU 9000"] and "measuring" not in out  # the cache
+    assert "measured on Fake GPU 9000" in out
+    assert cli.main(["info", "--measure"]) == 0 and len(fake_gpu) == 2  # --measure measures again
+    assert "measuring" in capsys.readouterr().out
+
+
+def test_info_when_measuring_fails(fake_gpu, monkeypatch, capsys):
+    from kernellab.viz import roofline
+
+    def out_of_memory(*args):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(roofline, "_measure", out_of_memory)
+    assert cli.main(["info"]) == 0  # the versions were printed; the next run measures again
+    assert "peaks: measuring failed: RuntimeError: CUDA out of memory" in capsys.readouterr().out
+    assert cli.main(["info", "--measure"]) == 1  # asked for explicitly
+
+
+def test_info_without_gpu_never_measures(monkeypatch, capsys):
+    from kernellab.viz import roofline
+
+    monkeypatch.setattr(cli, "_gpu_line", lambda: ("none: kernels run on the CPU interpreter", False))
+    monkeypatch.setattr(roofline, "gpu_name", lambda device=0: None)
+    monkeypatch.setattr(roofline, "_measure", lambda *a: pytest.fail("measured without a GPU"))
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "recorded, not measured here" in out and "measuring" not in out
+
+
 def test_info_as_a_program():
     res = subprocess.run([sys.executable, "-m", "kernellab.cli", "info"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr

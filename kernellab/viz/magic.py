@@ -35,8 +35,16 @@ _ALIASES = {"shared": "smem", "shared_memory": "smem", "roofline": "perf", "ptx"
             "pass": "passes", "layouts": "layout"}
 _GPU_VIEWS = {"layout", "smem", "code", "graph"}
 _COUNTER = itertools.count(1)
-_STYLES = {"error": ("#c62828", "#fdecea"), "warning": ("#ef6c00", "#fff4e5"), "ok": ("#2e7d32", "#edf7ed"),
-           "info": ("#1565c0", "#e8f1fb")}
+# A message's colours: a translucent tint of its kind over whatever the theme's background is, and the theme's
+# text colour (inherit). Not JupyterLab's --jp-*-color3: its dark theme keeps those light (#ffcdd2) under white
+# text. Every style here that sets a background sets a colour too (tests/viz/test_magic.py checks).
+_STYLES = {
+    "error": "border-left:4px solid var(--jp-error-color1, #c62828);background:rgba(198,40,40,.12);color:inherit",
+    "warning": "border-left:4px solid var(--jp-warn-color1, #ef6c00);background:rgba(239,108,0,.12);color:inherit",
+    "ok": "border-left:4px solid var(--jp-success-color1, #2e7d32);background:rgba(46,125,50,.12);color:inherit",
+    "info": "border-left:4px solid var(--jp-brand-color1, #1565c0);background:rgba(21,101,192,.10);color:inherit",
+}
+_PRE_STYLE = "margin:4px 0 0 0;white-space:pre-wrap;font-size:12px;background:transparent;color:inherit"
 
 
 class Message:
@@ -49,13 +57,11 @@ class Message:
         return self.title + (f"\n{self.text}" if self.text else "")
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        border, bg = _STYLES.get(self.kind, _STYLES["info"])
-        body = (f'<pre style="margin:4px 0 0 0;white-space:pre-wrap;font-size:12px">{html.escape(self.text)}</pre>'
-                if self.text else "")
+        style = _STYLES.get(self.kind, _STYLES["info"])
+        body = f'<pre style="{_PRE_STYLE}">{html.escape(self.text)}</pre>' if self.text else ""
         return {"text/plain": repr(self),
-                "text/html": f'<div class="kl-msg kl-{self.kind}" style="border-left:4px solid {border};'
-                             f'background:{bg};padding:6px 10px;margin:4px 0"><b>{html.escape(self.title)}</b>'
-                             f'{body}</div>'}
+                "text/html": f'<div class="kl-msg kl-{self.kind}" style="{style};padding:6px 10px;margin:4px 0">'
+                             f'<b>{html.escape(self.title)}</b>{body}</div>'}
 
 
 class _Stop(Exception):
@@ -116,7 +122,8 @@ class KernelMagics(Magics):
                               help="bytes the kernel moves, per size (default: the sum of the tensor arguments' sizes)")
     @magic_arguments.argument("--flops", metavar="EXPR", default=None,
                               help='FLOPs the kernel does, per size, e.g. "n" for a vector add: places the runs on a '
-                                   "roofline")
+                                   "roofline (without it there is no point: FLOPs are not guessed from the "
+                                   "arguments)")
     @magic_arguments.argument("--views", metavar="LIST", default=DEFAULT_VIEWS,
                               help=f"comma-separated views among {', '.join(VIEWS)}; 'all' or 'none' "
                                    f"(default {DEFAULT_VIEWS})")
@@ -485,10 +492,15 @@ class _KernelCell:
                 if nbytes:
                     row[impl]["gbps"] = nbytes / row[impl]["seconds"] / 1e9
             rows.append(row)
+        return self.report(kernel, rows)
+
+    def report(self, kernel, rows):
+        """Show the timings of `rows`, then the roofline against this GPU's peaks, or why there is no point."""
         import datetime
 
         from .roofline import PerformanceView, gpu_name
 
+        o = self.opts
         result = {"gpu": gpu_name(), "date": datetime.date.today().isoformat(), "rows": rows, "recorded": False,
                   "source": "this notebook"}
         lines = [f"{'case':<40}{'kernellab µs':>14}{'torch µs':>12}{'kl GB/s':>10}{'torch GB/s':>12}{'speedup':>9}"]
@@ -497,8 +509,27 @@ class _KernelCell:
             lines.append(f"{r['case'][:40]:<40}{k['seconds'] * 1e6:14.2f}{t['seconds'] * 1e6:12.2f}"
                          f"{k.get('gbps', 0):10.0f}{t.get('gbps', 0):12.0f}{t['seconds'] / k['seconds']:9.2f}")
         display(Message("info", f"benchmark on {result['gpu']}: {kernel.__name__} vs `{o.bench}`", "\n".join(lines)))
-        display(PerformanceView(result, title=f"{kernel.__name__} vs {o.bench}"))
+        note = no_point_note(rows)
+        if note is not None:
+            display(note)
+        if note is None or sum(1 for r in rows if r.get("size")) >= 2:  # else nothing to draw: the note says why
+            display(PerformanceView(result, peaks=self.peaks(), title=f"{kernel.__name__} vs {o.bench}"))
         return result
+
+    def peaks(self):
+        """This GPU's peaks for the roofline: cached, else measured now (once) and cached. A failed measurement
+        costs the measured roofs (recorded ones for this GPU, if any, stand in), not the timings."""
+        from . import roofline
+
+        if roofline.gpu_name() is not None and roofline.cached_peaks() is None:
+            self.say("info", "measuring this GPU's peaks for the roofline (a copy and a matmul, a few seconds); "
+                     "cached for next time")
+        try:
+            return roofline.machine_peaks()
+        except Exception as e:
+            self.say("warning", "measuring this GPU's peaks failed; the roofline uses recorded peaks, if any",
+                     f"{type(e).__name__}: {e}")
+            return None
 
     def consts_in(self, scope):
         out = {}
@@ -576,6 +607,22 @@ def show_views(compiled, names) -> None:
         except Exception as e:
             display(Message("warning", f"the views failed ({type(e).__name__}: {e}); the pass summary instead"))
     display(Message("info", f"{compiled.name}: passes", compiled.trace.summary()))
+
+
+def no_point_note(rows) -> Message | None:
+    """Why the --bench runs have no roofline point (none has both FLOPs and bytes), and the option that adds
+    one; None when some run has a point. FLOPs are not guessed: the arguments' sizes say what a kernel moves,
+    not what it computes."""
+    if any(r.get("flops") and r.get("bytes") for r in rows):
+        return None
+    if not any(r.get("flops") for r in rows):
+        return Message("info", "no roofline point: --flops was not given",
+                       "A roofline point is the kernel's FLOPs over the bytes it moves. The bytes default to the "
+                       "sizes of the tensor arguments;\nthe FLOPs cannot be read off the arguments. Add --flops "
+                       "EXPR, the FLOPs of one run, e.g. --flops n for a vector add of n elements.")
+    return Message("info", "no roofline point: no bytes moved",
+                   "The arguments hold no tensors to count the bytes of. Add --bytes EXPR, the bytes one run "
+                   "reads and writes, e.g. --bytes 12*n for a float32 vector add.")
 
 
 def _is_kernel(obj) -> bool:

@@ -6,6 +6,7 @@ FLOP/s = FLOPs / seconds (y). The memory roof is ``bandwidth * intensity``, the 
 FLOP/s; a kernel can sit under whichever is lower.
 
     peaks = measure_peaks()                         # GPU: copy and matmul through torch; cached as JSON
+    peaks = machine_peaks()                         # that, measured on first use; the H200's without a GPU
     view = PerformanceView(recorded_results()[0])  # PNG figures of recorded H200 results, anywhere
 """
 from __future__ import annotations
@@ -130,17 +131,7 @@ def measure_peaks(device: int = 0, force: bool = False, copy_bytes: int = 2**30,
             return json.loads(path.read_text())
         except (OSError, ValueError):
             pass
-    import torch
-
-    dev = torch.device("cuda", device)
-    with torch.cuda.device(dev):
-        t_copy, nbytes = _time_copy(torch, dev, copy_bytes)
-        t_mm = _time_matmul(torch, dev, matmul_n, {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
-        torch.cuda.empty_cache()
-    peaks = {"gpu": name, "date": datetime.date.today().isoformat(), "bytes_per_s": nbytes / t_copy,
-             "flops_per_s": 2 * matmul_n ** 3 / t_mm, "flops_dtype": dtype, "copy_bytes": nbytes,
-             "matmul_shape": [matmul_n] * 3,
-             "source": f"measured: measure_peaks() on {name}, torch {torch.__version__}"}
+    peaks = _measure(name, device, copy_bytes, matmul_n, dtype)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -149,6 +140,30 @@ def measure_peaks(device: int = 0, force: bool = False, copy_bytes: int = 2**30,
     except OSError:
         pass  # a read-only home only costs a re-measure next time
     return peaks
+
+
+def _measure(name: str, device: int, copy_bytes: int, matmul_n: int, dtype: str) -> dict:
+    """Time the copy and the matmul on the GPU (apart from measure_peaks so its caching is testable without one)."""
+    import torch
+
+    dev = torch.device("cuda", device)
+    with torch.cuda.device(dev):
+        t_copy, nbytes = _time_copy(torch, dev, copy_bytes)
+        t_mm = _time_matmul(torch, dev, matmul_n, {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
+        torch.cuda.empty_cache()
+    return {"gpu": name, "date": datetime.date.today().isoformat(), "bytes_per_s": nbytes / t_copy,
+            "flops_per_s": 2 * matmul_n ** 3 / t_mm, "flops_dtype": dtype, "copy_bytes": nbytes,
+            "matmul_shape": [matmul_n] * 3, "source": f"measured: measure_peaks() on {name}, torch {torch.__version__}"}
+
+
+def machine_peaks(device: int = 0, force: bool = False) -> dict | None:
+    """The peaks this machine's rooflines are drawn against. With a GPU: its cached measurement, else measured
+    now (once: a few seconds) and cached, so no roofline waits for an explicit ``measure_peaks()``; ``force``
+    measures again. Without a GPU: the H200's recorded peaks, labeled ``recorded`` (there is nothing to measure).
+    Raises what measuring raises (e.g. out of memory on a busy GPU)."""
+    if gpu_name(device) is None:
+        return recorded_peaks()
+    return measure_peaks(device, force=force)
 
 
 def describe_peaks(peaks: dict) -> str:
@@ -509,7 +524,8 @@ class PerformanceView:
         cap = html.escape(self._caption())
         body = imgs or "<i>no points: the rows carry no FLOPs/bytes/seconds</i>"
         bundle = {"text/plain": repr(self),
-                  "text/html": f'<div class="kl-perf">{body}<div style="font-size:11px;color:#666">{cap}</div></div>'}
+                  "text/html": f'<div class="kl-perf">{body}<div style="font-size:11px;color:inherit;'
+                                f'opacity:.7">{cap}</div></div>'}
         if pngs:
             bundle["image/png"] = base64.b64encode(pngs[0]).decode()
         return bundle

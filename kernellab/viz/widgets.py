@@ -57,9 +57,9 @@ def _trunc(s: str, n: int = 110) -> str:
 
 
 class PassesView(_View):
-    """Passes list (changed / unchanged, ms) -> the IR after the selected pass, or its diff against
-    the previous pass; a search box highlights (or filters to) matching lines; picking an IR line
-    with a `loc(L:C)` highlights source line L, and picking a source line highlights its IR lines."""
+    """Passes list (changed / unchanged, ms, what the pass does) -> the IR after the selected pass, or its
+    diff against the previous pass; a search box highlights (or filters to) matching lines; picking an IR
+    line with a `loc(L:C)` highlights source line L, and picking a source line highlights its IR lines."""
 
     title = "passes"
 
@@ -74,13 +74,14 @@ class PassesView(_View):
         self.selected_ir: int | None = None    # IR line picked (-> source line highlighted)
         self._busy = False
 
-        opts = [(f"{'●' if r['changed'] else '○'} {r['index']:>2} {r['name']:<26} {r['ms']:7.2f} ms", r["index"])
-                for r in self.rows]
+        # each pass with its one-line description, as the static table has it (a select's options are plain text)
+        opts = [(f"{'●' if r['changed'] else '○'} {r['index']:>2} {r['name']:<26} {r['ms']:7.2f} ms  "
+                 f"{r['description']}", r["index"]) for r in self.rows]
         # start on the last pass whose IR still carries source locations (the final GPU IR)
         start = next((r["index"] for r in reversed(self.rows) if "loc(" in self.trace.passes[r["index"]].ir),
                      len(self.rows) - 1) if self.rows else None
         self.pass_select = W.Select(options=opts, value=start, rows=min(20, len(opts) or 1),
-                                    layout=W.Layout(width="330px", flex="0 0 auto"))
+                                    layout=W.Layout(width="560px", max_width="45%", flex="0 0 auto"))
         self.diff_toggle = W.ToggleButton(value=False, description="diff vs previous", icon="exchange",
                                           tooltip="show the change this pass made")
         self.search = W.Text(value="", placeholder="search IR (regex or text)", continuous_update=True,

@@ -6,6 +6,7 @@ messages; the messages are checked for what a user must be told (cell line, care
 from __future__ import annotations
 
 import re
+import shlex
 
 import pytest
 
@@ -18,6 +19,7 @@ from IPython.utils.capture import capture_output  # noqa: E402
 import kernellab  # noqa: E402
 import kernellab.viz  # noqa: E402
 from kernellab.runtime.jit import CompiledKernel, JITFunction  # noqa: E402
+from kernellab.viz import magic  # noqa: E402
 
 ADD = '''def add_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -299,6 +301,104 @@ def test_bad_input_is_a_message_not_an_exception(run, ip, data, views, line, exp
 def test_error_messages_render_as_html(run, data):
     cell = run("%%kernel --bogus\n" + ADD)
     assert cell.htmls and "kl-error" in cell.htmls[0] and "--bogus" in cell.htmls[0]
+
+
+def _declarations(css: str) -> dict:
+    """{property: value} of a CSS declaration list ("a:b;c:d")."""
+    out = {}
+    for decl in css.split(";"):
+        name, colon, value = decl.partition(":")
+        if colon:
+            out[name.strip().lower()] = value.strip()
+    return out
+
+
+def test_every_message_style_with_a_background_sets_a_text_colour():
+    """A background without a text colour is light-on-light in a dark theme: each style sets both."""
+    styles = list(magic._STYLES.values()) + [magic._PRE_STYLE]
+    for kind in list(magic._STYLES) + ["unknown"]:
+        page = magic.Message(kind, "title", "text")._repr_mimebundle_()["text/html"]
+        styles += re.findall(r'style="([^"]*)"', page)
+    with_background = [s for s in styles if {"background", "background-color"} & set(_declarations(s))]
+    assert len(with_background) >= len(magic._STYLES) + 1
+    for s in with_background:
+        assert _declarations(s).get("color"), s
+
+
+def _cell(ip, line):
+    """A %%kernel cell's state with `line` parsed, for driving one step of it."""
+    return magic._KernelCell(ip, magic.KernelMagics.kernel.parser.parse_args(shlex.split(line)), line, "")
+
+
+def _rows(flops):
+    return [{"case": "add_kernel", "bytes": 12_000, "flops": flops, "kernellab": {"seconds": 2e-6, "gbps": 6.0},
+             "torch": {"seconds": 3e-6, "gbps": 4.0}}]
+
+
+def add_kernel():
+    pass
+
+
+@pytest.fixture()
+def fake_gpu(tmp_path, monkeypatch):
+    """roofline sees a GPU with no cached peaks; its "measurements" are counted, nothing touches CUDA."""
+    from kernellab.viz import roofline
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(roofline, "gpu_name", lambda device=0: "Fake GPU 9000")
+    calls = []
+
+    def measure(name, device, copy_bytes, matmul_n, dtype):
+        calls.append(name)
+        return {"gpu": name, "date": "2026-01-01", "bytes_per_s": 3e12, "flops_per_s": 5e14, "flops_dtype": dtype}
+
+    monkeypatch.setattr(roofline, "_measure", measure)
+    return calls
+
+
+def test_bench_measures_the_gpu_peaks_once_for_its_roofline(ip, fake_gpu):
+    cell = _cell(ip, '--bench "x + y" --flops n')
+    with capture_output() as cap:
+        cell.report(add_kernel, _rows(1000))
+    text = "\n".join(o.data.get("text/plain", "") for o in cap.outputs)
+    assert fake_gpu == ["Fake GPU 9000"] and "measuring this GPU's peaks" in text
+    assert "peaks: 3.00 TB/s copy" in text and "measured on Fake GPU 9000, 2026-01-01" in text  # the view's caption
+    assert any("image/png" in o.data for o in cap.outputs) and "no roofline point" not in text
+    with capture_output() as cap:
+        cell.report(add_kernel, _rows(1000))
+    assert fake_gpu == ["Fake GPU 9000"]  # cached: not measured again
+    assert "measuring" not in "\n".join(o.data.get("text/plain", "") for o in cap.outputs)
+
+
+def test_bench_peaks_that_fail_to_measure_cost_only_the_roofs(ip, fake_gpu, monkeypatch):
+    from kernellab.viz import roofline
+
+    def out_of_memory(*args):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(roofline, "_measure", out_of_memory)
+    with capture_output() as cap:
+        _cell(ip, '--bench "x + y" --flops n').report(add_kernel, _rows(1000))
+    text = "\n".join(o.data.get("text/plain", "") for o in cap.outputs)
+    assert "measuring this GPU's peaks failed" in text and "CUDA out of memory" in text
+    assert "benchmark on Fake GPU 9000" in text and any("image/png" in o.data for o in cap.outputs)
+
+
+def test_bench_without_flops_says_why_there_is_no_roofline_point(ip, fake_gpu):
+    with capture_output() as cap:
+        _cell(ip, '--bench "x + y"').report(add_kernel, _rows(None))
+    text = "\n".join(o.data.get("text/plain", "") for o in cap.outputs)
+    assert "no roofline point: --flops was not given" in text and "Add --flops EXPR" in text
+    assert "benchmark on Fake GPU 9000" in text  # the timings are still shown
+    assert not any("image/png" in o.data for o in cap.outputs) and fake_gpu == []  # nothing drawn, nothing measured
+
+
+def test_no_point_note():
+    assert magic.no_point_note(_rows(1000)) is None
+    assert "--flops" in repr(magic.no_point_note(_rows(None)))
+    assert "--bytes" in repr(magic.no_point_note([dict(_rows(1000)[0], bytes=0)]))
+    sweep = [dict(_rows(None)[0], case=f"add_kernel n={n}", size={"n": n}) for n in (2**10, 2**12)]
+    assert "--flops" in repr(magic.no_point_note(sweep))
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the message on a machine without a GPU")

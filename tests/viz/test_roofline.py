@@ -3,6 +3,7 @@ by hand from the benchmark files (the independent reference), not from the modul
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -151,6 +152,46 @@ def test_peaks_cache(tmp_path, monkeypatch):
     assert roofline.cached_peaks() == peaks
     assert roofline.measure_peaks() == peaks  # cached: nothing is measured
     assert "measured on Fake GPU 9000, 2026-01-01" in roofline.describe_peaks(peaks)
+
+
+@pytest.fixture()
+def fake_gpu(tmp_path, monkeypatch):
+    """A GPU named "Fake GPU 9000" whose measurements are recorded in the returned list (no GPU needed)."""
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(roofline, "gpu_name", lambda device=0: "Fake GPU 9000")
+    calls = []
+
+    def measure(name, device, copy_bytes, matmul_n, dtype):
+        calls.append(name)
+        return {"gpu": name, "date": "2026-01-01", "bytes_per_s": 3e12 + len(calls), "flops_per_s": 5e14,
+                "flops_dtype": dtype}
+
+    monkeypatch.setattr(roofline, "_measure", measure)
+    return calls
+
+
+def test_machine_peaks_are_measured_once_then_cached(fake_gpu, tmp_path):
+    peaks = roofline.machine_peaks()
+    assert fake_gpu == ["Fake GPU 9000"] and not peaks.get("recorded")
+    assert json.loads((tmp_path / "peaks-Fake_GPU_9000.json").read_text()) == peaks
+    assert roofline.machine_peaks() == peaks and len(fake_gpu) == 1  # the cache: nothing measured again
+    again = roofline.machine_peaks(force=True)
+    assert len(fake_gpu) == 2 and again["bytes_per_s"] != peaks["bytes_per_s"] and roofline.cached_peaks() == again
+
+
+def test_machine_peaks_without_gpu_are_the_recorded_ones(monkeypatch):
+    monkeypatch.setattr(roofline, "gpu_name", lambda device=0: None)
+    monkeypatch.setattr(roofline, "_measure", lambda *a: pytest.fail("measured without a GPU"))
+    peaks = roofline.machine_peaks()
+    assert peaks["recorded"] and peaks["gpu"] == "NVIDIA H200"
+    assert "recorded on NVIDIA H200, 2026-11-21" in roofline.describe_peaks(peaks)
+
+
+def test_performance_view_html_has_no_fixed_text_colour(h200):
+    """The caption takes the theme's text colour (a fixed grey is unreadable on JupyterLab's dark theme)."""
+    text = PerformanceView(h200)._repr_mimebundle_()["text/html"]
+    styles = [s for s in re.findall(r'style="([^"]*)"', text) if "color" in s]
+    assert styles and all("color:inherit" in s and "#" not in s for s in styles), styles
 
 
 @pytest.mark.skipif(_has_cuda(), reason="checks the no-GPU error")

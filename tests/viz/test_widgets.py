@@ -199,6 +199,17 @@ def test_graph_view_with_and_without_graphviz(cks, monkeypatch):
     assert "apt-get install graphviz" in v.pane.value and "digraph dataflow" in v.pane.value
 
 
+def test_pass_list_shows_each_pass_description(cks):
+    """The live list carries what the static table does: every pass's one-line description, from the trace."""
+    ck = cks["matmul"]
+    v = kv.PassesView(ck)
+    labels = [o[0] for o in v.pass_select.options]
+    assert len(labels) == len(ck.trace.passes)
+    for label, p in zip(labels, ck.trace.passes):
+        assert p.description and label.endswith(p.description), (label, p.description)
+        assert p.name in label
+
+
 def test_views_of_a_kernel_without_gpu_stages():
     x = torch.randn(512)
     ck = K["add_kernel"].warmup(x, x, x, 512, BLOCK=512, num_warps=2)  # tile IR only
