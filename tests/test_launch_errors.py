@@ -43,6 +43,20 @@ def test_interpreter_notice_once(monkeypatch):
     assert len(notices) == 1 and "CPU interpreter" in str(notices[0].message)
 
 
+def test_cpu_tensors_on_a_gpu_machine_say_they_run_on_the_interpreter(monkeypatch):
+    """With a GPU present, CPU tensors still run (on the interpreter), but never silently."""
+    monkeypatch.setattr(J, "_NOTICE", [])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    x = torch.randn(10)
+    y = torch.full_like(x, float("nan"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        copy_kernel[(1,)](x, y, 10, BLOCK=16)
+    notices = [w for w in caught if issubclass(w.category, J.InterpreterNotice)]
+    assert len(notices) == 1 and "'copy_kernel' was given CPU tensors" in str(notices[0].message)
+    assert "x.cuda()" in str(notices[0].message) and torch.equal(y, x)
+
+
 @pytest.mark.gpu
 @gpu
 def test_mixed_devices():

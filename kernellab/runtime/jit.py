@@ -182,8 +182,9 @@ def _can_assemble() -> bool:
 _NOTICE = []
 
 
-def _notice_interpreter():
-    """Say once per process that launches run on the CPU interpreter because no GPU can be used."""
+def _notice_interpreter(kernel_name: str):
+    """Say once per process that launches run on the CPU interpreter, and why: no GPU can be used, or (on a
+    GPU machine) the kernel was given CPU tensors, which is easy to do by mistake."""
     if _NOTICE:
         return
     _NOTICE.append(True)
@@ -193,12 +194,16 @@ def _notice_interpreter():
         gpu = torch.cuda.is_available()
     except Exception:
         gpu = False
-    if not gpu:
-        import warnings
+    import warnings
 
+    if not gpu:
         warnings.warn("kernellab: no CUDA GPU or driver is available, so kernels run on the CPU interpreter "
                       "(correct results, CPU speed). On a GPU machine, pass CUDA tensors to run compiled code.",
                       InterpreterNotice, stacklevel=3)
+    else:
+        warnings.warn(f"kernellab: kernel '{kernel_name}' was given CPU tensors, so it runs on the CPU interpreter "
+                      "(correct results, CPU speed), not on the GPU. Move the tensors to the GPU (x.cuda()) to run "
+                      "compiled code. (Said once per process.)", InterpreterNotice, stacklevel=3)
 
 
 class InterpreterNotice(UserWarning):
@@ -491,7 +496,7 @@ class JITFunction:
             self._run_gpu(ck, grid, runtime_values)
             self._remember_fast(args, kwargs, ck, runtime_values)
             return ck
-        _notice_interpreter()
+        _notice_interpreter(self.__name__)
         ck.run(grid, runtime_values)
         return ck
 
