@@ -1,4 +1,5 @@
-"""Shared pytest setup: tests marked ``gpu`` are skipped unless torch sees a CUDA GPU."""
+"""Shared pytest setup: tests marked ``gpu`` are skipped unless torch sees a CUDA GPU; a fake GPU for the
+lab's peak measurements."""
 from __future__ import annotations
 
 import pytest
@@ -22,3 +23,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture()
+def fake_gpu(tmp_path, monkeypatch):
+    """The lab's roofline sees a GPU named "Fake GPU 9000" with no cached peaks; its "measurements" (3 TB/s,
+    plus one byte/s per call so a re-measurement shows) are recorded in the returned list, nothing touches CUDA."""
+    from kernellab.viz import roofline
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(roofline, "gpu_name", lambda device=0: "Fake GPU 9000")
+    calls = []
+
+    def measure(name, device, copy_bytes, matmul_n, dtype):
+        calls.append(name)
+        return {"gpu": name, "date": "2026-01-01", "bytes_per_s": 3e12 + len(calls), "flops_per_s": 5e14,
+                "flops_dtype": dtype}
+
+    monkeypatch.setattr(roofline, "_measure", measure)
+    return calls

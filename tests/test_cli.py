@@ -38,21 +38,10 @@ def test_info_without_gpu_prints_recorded_peaks_and_results(capsys):
 
 
 @pytest.fixture()
-def fake_gpu(tmp_path, monkeypatch):
-    """`kernellab info` sees a GPU with no cached peaks; "measurements" are counted, nothing touches CUDA."""
-    from kernellab.viz import roofline
-
-    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+def fake_gpu(fake_gpu, monkeypatch):
+    """`kernellab info` also sees that fake GPU (tests/conftest.py)."""
     monkeypatch.setattr(cli, "_gpu_line", lambda: ("Fake GPU 9000 (sm_90, 132 SMs, 141 GiB)", True))
-    monkeypatch.setattr(roofline, "gpu_name", lambda device=0: "Fake GPU 9000")
-    calls = []
-
-    def measure(name, device, copy_bytes, matmul_n, dtype):
-        calls.append(name)
-        return {"gpu": name, "date": "2026-01-01", "bytes_per_s": 3e12, "flops_per_s": 5e14, "flops_dtype": dtype}
-
-    monkeypatch.setattr(roofline, "_measure", measure)
-    return calls
+    return fake_gpu
 
 
 def test_info_measures_the_peaks_once_and_caches_them(fake_gpu, tmp_path, capsys):

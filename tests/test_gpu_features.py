@@ -711,6 +711,8 @@ def math_kernel(X, Y, W, Z, n, FN: tl.constexpr, BLOCK: tl.constexpr):
         z = tl.sigmoid(x)
     elif FN == "fdiv":
         z = tl.fdiv(x, y)
+    elif FN == "fdiv_ieee":
+        z = tl.fdiv(x, y, ieee_rounding=True)
     elif FN == "div_rn":
         z = tl.div_rn(x, y)
     elif FN == "sqrt_rn":

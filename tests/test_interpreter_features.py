@@ -16,6 +16,9 @@ import torch
 import kernellab as kl
 import kernellab.language as tl
 
+# kernels the GPU tests run too
+from .test_gpu_features import _affine_combine, _max_combine, atomic_kernel, math_kernel  # noqa: F401
+
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # "no CUDA: running on the interpreter"
 
 SENTINEL = {torch.int32: -777777, torch.int64: -77777777777, torch.uint32: 0xDEADBEEF}
@@ -152,32 +155,6 @@ def test_positional_only_parameter_rejects_a_keyword():
 
 
 # ============================================================================================ elementwise math
-
-
-@kl.jit
-def math_kernel(X, Y, W, Z, n, FN: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    x = tl.load(X + offs, mask=m)
-    y = tl.load(Y + offs, mask=m)
-    w = tl.load(W + offs, mask=m)
-    if FN == "rsqrt":
-        z = tl.rsqrt(x)
-    elif FN == "erf":
-        z = tl.erf(x)
-    elif FN == "fma":
-        z = tl.fma(x, y, w)
-    elif FN == "sigmoid":
-        z = tl.sigmoid(x)
-    elif FN == "fdiv":
-        z = tl.fdiv(x, y)
-    elif FN == "fdiv_ieee":
-        z = tl.fdiv(x, y, ieee_rounding=True)
-    elif FN == "div_rn":
-        z = tl.div_rn(x, y)
-    else:
-        z = tl.umulhi(x, y)
-    tl.store(Z + offs, z, mask=m)
 
 
 def _nonzero(g, n, dtype):
@@ -352,17 +329,6 @@ def test_cumprod(axis, dtype):
 
 
 @kl.jit
-def _affine_combine(a1, b1, a2, b2):
-    """h -> a1*h + b1 then h -> a2*h + b2: associative, not commutative."""
-    return a1 * a2, b1 * a2 + b2
-
-
-@kl.jit
-def _max_combine(a, b):
-    return tl.maximum(a, b)
-
-
-@kl.jit
 def scan_kernel(A, B, F, HA, HB, RMAX, HF, N: tl.constexpr):
     a = tl.load(A + tl.arange(0, N))
     b = tl.load(B + tl.arange(0, N))
@@ -423,26 +389,6 @@ def test_permute_and_cat():
 
 
 # ============================================================================================ atomics
-
-
-@kl.jit
-def atomic_kernel(P, IDX, V, MASK, OLD, n, KIND: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    inb = offs < n
-    m = inb & (tl.load(MASK + offs, mask=inb, other=0) != 0)
-    idx = tl.load(IDX + offs, mask=inb, other=0)
-    v = tl.load(V + offs, mask=inb)
-    if KIND == "min":
-        old = tl.atomic_min(P + idx, v, mask=m)
-    elif KIND == "xchg":
-        old = tl.atomic_xchg(P + idx, v, mask=m)
-    elif KIND == "and":
-        old = tl.atomic_and(P + idx, v, mask=m)
-    elif KIND == "or":
-        old = tl.atomic_or(P + idx, v, mask=m)
-    else:
-        old = tl.atomic_xor(P + idx, v, mask=m)
-    tl.store(OLD + offs, old, mask=m)
 
 
 ATOMICS = [("and", torch.int32), ("or", torch.int32), ("xor", torch.int32), ("xor", torch.int64),

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from ..compiler.gpu.layouts import WARP_SIZE, Layout, parse_layout, sliced_infos
-from ..compiler.gpu.scratch import contiguous_run, conversion_row_pad
+from ..compiler.gpu.scratch import contiguous_run, conversion_pitch
 
 SMEM_LIMIT_SM90 = 228 * 1024
 REGS_PER_SM = 65536
@@ -574,11 +574,11 @@ def _buffer_banks(line: str, types: dict, num_warps: int):
         # padded rows and vector accesses, as codegen lowers it
         t = types[operands[0]]
         shape, eb = tuple(t["shape"]), elem_bytes(t["elem"])
-        pitch = (shape[-1] + conversion_row_pad(shape, eb)) if shape else 1
+        pitch = conversion_pitch(shape, eb)
         for side, name in (("write", operands[0]), ("read", results[0] if results else None)):
             lay = types.get(name, {}).get("layout") if name else None
             if lay:
-                vec = contiguous_run(_as_layout(lay), shape, eb, pitch) if t["elem"] != "i1" else 1
+                vec = contiguous_run(_as_layout(lay), shape, eb, pitch)
                 phases[f"{side} {name} ({vec * eb} B)"] = bank_conflicts(lay, shape, num_warps, eb, 0, pitch, vec)
     elif op in ("ttg.convert_layout", "tt.reshape", "tt.cat", "tt.join", "tt.split"):
         for k, v in enumerate(operands[:2] if op in ("tt.cat", "tt.join") else operands[:1]):

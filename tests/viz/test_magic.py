@@ -339,21 +339,6 @@ def add_kernel():
     pass
 
 
-@pytest.fixture()
-def fake_gpu(tmp_path, monkeypatch):
-    """roofline sees a GPU with no cached peaks; its "measurements" are counted, nothing touches CUDA."""
-    from kernellab.viz import roofline
-
-    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(roofline, "gpu_name", lambda device=0: "Fake GPU 9000")
-    calls = []
-
-    def measure(name, device, copy_bytes, matmul_n, dtype):
-        calls.append(name)
-        return {"gpu": name, "date": "2026-01-01", "bytes_per_s": 3e12, "flops_per_s": 5e14, "flops_dtype": dtype}
-
-    monkeypatch.setattr(roofline, "_measure", measure)
-    return calls
 
 
 def test_bench_measures_the_gpu_peaks_once_for_its_roofline(ip, fake_gpu):

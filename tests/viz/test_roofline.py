@@ -154,20 +154,6 @@ def test_peaks_cache(tmp_path, monkeypatch):
     assert "measured on Fake GPU 9000, 2026-01-01" in roofline.describe_peaks(peaks)
 
 
-@pytest.fixture()
-def fake_gpu(tmp_path, monkeypatch):
-    """A GPU named "Fake GPU 9000" whose measurements are recorded in the returned list (no GPU needed)."""
-    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(roofline, "gpu_name", lambda device=0: "Fake GPU 9000")
-    calls = []
-
-    def measure(name, device, copy_bytes, matmul_n, dtype):
-        calls.append(name)
-        return {"gpu": name, "date": "2026-01-01", "bytes_per_s": 3e12 + len(calls), "flops_per_s": 5e14,
-                "flops_dtype": dtype}
-
-    monkeypatch.setattr(roofline, "_measure", measure)
-    return calls
 
 
 def test_machine_peaks_are_measured_once_then_cached(fake_gpu, tmp_path):

@@ -233,13 +233,14 @@ class KernelLowering:
                 self.idx_cache[key] = out
         return self.idx_cache[key]
 
-    def linear_index(self, idx, shape):
-        """Row-major linear index of an element from its per-dim indices."""
+    def linear_index(self, idx, shape, pitch=None):
+        """Row-major linear index of an element from its per-dim indices (rows `pitch` elements apart when
+        they are padded)."""
         lin, stride = None, 1
         for d in reversed(range(len(shape))):
             term = idx[d] if stride == 1 else self.b.mul(idx[d], _cint(stride))
             lin = term if lin is None else self.b.add(lin, term)
-            stride *= shape[d]
+            stride *= pitch if pitch is not None and d == len(shape) - 1 else shape[d]
         return lin if lin is not None else _cint(0)
 
     def smem_ptr(self, op: Op, byte_offset, extra=0):

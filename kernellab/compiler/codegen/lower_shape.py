@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..gpu.scratch import contiguous_run, conversion_row_pad, mem_bytes
+from ..gpu.scratch import contiguous_run, conversion_pitch, mem_bytes
 from ..types import TensorType
 from .lower import I32, KernelLowering, _cint, const_value, handles, memty
 
@@ -152,42 +152,30 @@ def _reshape(lw: KernelLowering, op):
 
 @handles("ttg.convert_layout")
 def _convert(lw: KernelLowering, op):
-    """Through shared memory: rows padded (conversion_row_pad) so column-wise accesses spread over the banks,
+    """Through shared memory: rows padded (conversion_pitch) so column-wise accesses spread over the banks,
     and each side moving runs of contiguous registers as one vector of up to 16 bytes."""
     src, res = op.operands[0], op.results[0]
     elem, shape = src.type.scalar, src.type.shape
-    if not elem.is_ptr() and elem.name == "i1":
-        store_linear(lw, op, lw.regs(src), src.type.layout, shape, elem)
-        lw.barrier()
-        lw.put(res, load_linear(lw, op, res.type.layout, shape, elem))
-        return
     size = mem_bytes(elem)
-    pitch = shape[-1] + conversion_row_pad(shape, size) if shape else 1
+    pitch = conversion_pitch(shape, size)
     ty = memty(elem)
 
-    def address(ix):
-        lin = ix[-1]
-        stride = pitch
-        for d in reversed(range(len(shape) - 1)):
-            lin = lw.b.add(lin, lw.b.mul(ix[d], _cint(stride)))
-            stride *= shape[d]
-        return lw.smem_ptr(op, lw.b.mul(lin, _cint(size)))
-
     def runs(layout):
+        """(vector width, [(first register, its shared-memory address)])"""
         v = contiguous_run(layout, shape, size, pitch)
         idx = lw.reg_indices(layout, shape)
-        return v, [(k, address(idx[k])) for k in range(0, len(idx), v)]
+        return v, [(k, lw.smem_ptr(op, lw.b.mul(lw.linear_index(idx[k], shape, pitch), _cint(size))))
+                   for k in range(0, len(idx), v)]
 
     v, places = runs(src.type.layout)
-    vals = lw.regs(src)
+    vals = [_to_mem(lw, x, elem) for x in lw.regs(src)]
     for k, p in places:
-        if v == 1:
-            lw.b.store(vals[k], p)
-        else:
+        vec = vals[k]
+        if v > 1:
             vec = ir.Constant(ir.VectorType(ty, v), None)
             for i in range(v):
                 vec = lw.b.insert_element(vec, vals[k + i], _cint(i))
-            lw.b.store(vec, p, align=v * size)
+        lw.b.store(vec, p, align=v * size)
     lw.barrier()
     v, places = runs(res.type.layout)
     out = []
@@ -197,7 +185,7 @@ def _convert(lw: KernelLowering, op):
         else:
             vec = lw.b.load(p, typ=ir.VectorType(ty, v), align=v * size)
             out.extend(lw.b.extract_element(vec, _cint(i)) for i in range(v))
-    lw.put(res, out)
+    lw.put(res, [_from_mem(lw, x, elem) for x in out])
 
 
 @handles("tt.join")

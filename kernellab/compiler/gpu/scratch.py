@@ -39,9 +39,8 @@ def scratch_bytes(op) -> tuple[int, str]:
     name = op.name
     if name == "ttg.convert_layout":
         t = op.operands[0].type
-        pad = conversion_row_pad(t.shape, mem_bytes(t))
         rows = _numel(t.shape[:-1]) if len(t.shape) else 1
-        return (_numel(t.shape) + rows * pad) * mem_bytes(t), "layout conversion"
+        return rows * conversion_pitch(t.shape, mem_bytes(t)) * mem_bytes(t), "layout conversion"
     if name == "tt.reduce":
         t = op.operands[0].type
         w = warps_along(t.layout, op.attrs["axis"]) if isinstance(t, TensorType) else 1
@@ -185,13 +184,16 @@ def mma_staging(m: int, n: int, k: int, instr: MmaInstr = MMA_INSTRS["f16"]) -> 
     return _align16(m * (k + instr.pad) * instr.esize), _align16(b_elems * instr.esize)
 
 
-def conversion_row_pad(shape, elem_bytes: int) -> int:
-    """Elements of padding after each row of a 2-D layout conversion's scratch. Rows a multiple of 128 bytes
-    long all start in bank 0, so a warp touching 8 rows at once (an MMA accumulator: 8 rows x 16 bytes)
-    would hit the same 4 banks 8 times; 16 bytes of padding shift each row by 4 banks."""
+def conversion_pitch(shape, elem_bytes: int) -> int:
+    """Elements from one row of a layout conversion's scratch to the next. A 2-D tile whose rows are a
+    multiple of 128 bytes long gets 16 bytes of padding per row: unpadded, every row starts in bank 0, so a
+    warp touching 8 rows at once (an MMA accumulator: 8 rows x 16 bytes) would hit the same 4 banks 8 times;
+    padded, each row starts 4 banks further."""
+    if not shape:
+        return 1
     if len(shape) != 2 or shape[0] == 1 or (shape[1] * elem_bytes) % 128 or elem_bytes > 16:
-        return 0
-    return 16 // elem_bytes
+        return shape[-1]
+    return shape[-1] + 16 // elem_bytes
 
 
 def contiguous_run(layout, shape, elem_bytes: int, pitch: int) -> int:

@@ -368,12 +368,9 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
         # the last wgmma may still be running: wait for it first thing after the loop (later, with other code
         # in between, ptxas serializes every wgmma of the kernel: its warning C7514)
         res = new.results[overlap[1]]
-        users = list(res.uses)
-        fin = _Builder(after, loc).op("ttg.dot_wait", [res], [res.type], {"pending": 0}, [res.hint]).result
-        for u in users:
-            u.operands[:] = [fin if v is res else v for v in u.operands]
-            res.uses.remove(u)
-            fin.uses.append(u)
+        fin = _Builder(after, loc).op("ttg.dot_wait", [res], [res.type], {"pending": 0}, [res.hint])
+        res.replace_all_uses_with(fin.result)
+        fin.set_operand(0, res)
     _Builder(after, loc).op("ttg.async_wait", list(bufs), [], {"pending": 0})
     stats["pipelined"] += 1
     stats["buffers"] += len(bufs)
