@@ -8,7 +8,7 @@ import llvmlite.ir as ir
 from ..gpu.scratch import a_from_registers, is_wgmma, mem_bytes, mma_instr, mma_staging
 from .lower import F32, I8, I32, KernelLowering, _cint, _log2, handles, llty, memty
 from .lower_async import store_tile
-from .lower_wgmma import dot_wgmma
+from .lower_wgmma import a_fragment_from_accumulator, dot_wgmma
 
 
 def _align16(n: int) -> int:
@@ -76,23 +76,6 @@ def _operand_in_smem(lw: KernelLowering, op, index: int, base: int, instr):
     return off, cols + instr.pad, False
 
 
-def _a_fragment_from_accumulator(lw: KernelLowering, regs, i: int, k0: int, K: int):
-    """The four b32 registers of A's m16k16 fragment (m-tile i, k from k0) out of a tile held in the #mma
-    layout: accumulator n-tiles k0/8 and k0/8 + 1 of m-tile i, each pair of halves packed."""
-    b = lw.b
-    per_row = K // 8
-    out = []
-    for j in (k0 // 8, k0 // 8 + 1):
-        base = (i * per_row + j) * 4
-        for q in (0, 2):
-            lo, hi = regs[base + q], regs[base + q + 1]
-            vec = ir.Constant(ir.VectorType(lo.type, 2), None)
-            vec = b.insert_element(b.insert_element(vec, lo, _cint(0)), hi, _cint(1))
-            out.append(b.bitcast(vec, I32))
-    # mma.sync's A order: (rows g, k 0-7), (rows g+8, k 0-7), (rows g, k 8-15), (rows g+8, k 8-15)
-    return [out[0], out[1], out[2], out[3]]
-
-
 def _dot_mma(lw: KernelLowering, op):
     """Tensor cores: each operand in shared memory (a pipelined stage, or staged from registers now, rows
     padded by 16 bytes so ldmatrix hits 8 different bank groups) or, for A, already in registers as an
@@ -134,7 +117,7 @@ def _dot_mma(lw: KernelLowering, op):
     lo, hi = b.and_(mat, _cint(1)), b.lshr(mat, _cint(1))
     half = instr.k // 2                   # elements of k in one 16-byte matrix row
     # A (x4): matrices (m 0-7, k lo half), (m 8-15, k lo), (m 0-7, k hi), (m 8-15, k hi)
-    a_m = b.add(b.mul(warp_m, _cint(tm)), b.mul(lo, _cint(8)))
+    a_m = b.add(b.mul(warp_m, _cint(16)), b.mul(lo, _cint(8)))  # m-tile i adds 16 * wm * i (interleaved)
     a_k = b.mul(hi, _cint(half))
     # B (x4 over two n-tiles): matrices (k lo, n), (k hi, n), (k lo, n+8), (k hi, n+8)
     b_n = b.add(b.mul(warp_n, _cint(tn)), b.mul(hi, _cint(8)))
@@ -153,14 +136,14 @@ def _dot_mma(lw: KernelLowering, op):
         a_frags = []
         for i in range(n_mt):
             if a_regs:
-                a_frags.append(_a_fragment_from_accumulator(lw, lw.regs(a_v), i, k0, K))
+                a_frags.append(a_fragment_from_accumulator(lw, lw.regs(a_v), i, k0, K))
                 continue
-            m = b.add(a_m, _cint(i * 16))
+            m = b.add(a_m, _cint(i * 16 * wm))
             if a_kc:   # stored [M][K]: lane rows are m
                 p = addr(a_off, sa, b.add(m, row8), b.add(a_k, _cint(k0)))
             else:      # stored [K][M] (16-bit): lane rows are k, transposed on load
                 p = addr(a_off, sa, b.add(b.add(b.mul(hi, _cint(8)), _cint(k0)), row8),
-                         b.add(b.mul(warp_m, _cint(tm)), b.add(b.mul(lo, _cint(8)), _cint(i * 16))))
+                         b.add(b.mul(warp_m, _cint(16)), b.add(b.mul(lo, _cint(8)), _cint(i * 16 * wm))))
             a_frags.append(_ldmatrix(lw, p, 4, trans=not a_kc))
         b_frags = []
         for j in range(0, n_nt, 2):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..gpu.scratch import wgmma_staging
+from ..gpu.scratch import a_from_registers, wgmma_staging
 from ..gpu.smem_layout import descriptor_fields
 from .lower import F32, I8, I32, I64, VOID, KernelLowering, _cint, handles
 from .lower_async import fence_proxy_async, store_tile, tile_byte_offset
@@ -24,18 +24,37 @@ def _stage_swizzled(lw: KernelLowering, v, t, base: int):
     store_tile(lw, v, lw.regs(v), lambda r, c: b.add(_cint(base), tile_byte_offset(lw, t, r, c)), t.scalar.bits // 8)
 
 
-def _descriptor(lw: KernelLowering, tile_off, t, k_major: bool, k0: int, wg_rows):
-    """The i64 matrix descriptor reading 16 k from k0 (and, for A, warpgroup `wg_rows`' 64 rows)."""
+def _descriptor(lw: KernelLowering, tile_off, t, k_major: bool, k0: int, first_row):
+    """The i64 matrix descriptor reading 16 k from k0 (and, for A, the 64 rows from `first_row`, a multiple
+    of 64)."""
     b = lw.b
     start, lbo, sbo, mode = descriptor_fields(t, k_major, k0, 0)
     addr = b.add(tile_off, _cint(start))
-    if wg_rows is not None:
-        per_wg = descriptor_fields(t, k_major, 0, 64)[0] - descriptor_fields(t, k_major, 0, 0)[0]
-        addr = b.add(addr, b.mul(wg_rows, _cint(per_wg)))
+    if first_row is not None:
+        per_64 = descriptor_fields(t, k_major, 0, 64)[0] - descriptor_fields(t, k_major, 0, 0)[0]
+        addr = b.add(addr, b.mul(b.lshr(first_row, _cint(6)), _cint(per_64)))
     smem_addr = b.ptrtoint(b.gep(lw.smem, [addr], source_etype=I8), I32)
     lo = b.zext(b.lshr(b.and_(smem_addr, _cint(0x3FFFF)), _cint(4)), I64)
     const = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (mode << 62)
     return b.or_(lo, ir.Constant(I64, const))
+
+
+def a_fragment_from_accumulator(lw: KernelLowering, regs, i: int, k0: int, K: int):
+    """The four b32 registers of A's m16k16 fragment (m-tile i, k from k0) out of a tile held in the #mma
+    layout: accumulator n-tiles k0/8 and k0/8 + 1 of m-tile i, each pair of halves packed. mma.sync and
+    wgmma with A in registers take the same per-warp fragment."""
+    b = lw.b
+    per_row = K // 8
+    out = []
+    for j in (k0 // 8, k0 // 8 + 1):
+        base = (i * per_row + j) * 4
+        for q in (0, 2):
+            lo, hi = regs[base + q], regs[base + q + 1]
+            vec = ir.Constant(ir.VectorType(lo.type, 2), None)
+            vec = b.insert_element(b.insert_element(vec, lo, _cint(0)), hi, _cint(1))
+            out.append(b.bitcast(vec, I32))
+    # mma.sync's A order: (rows g, k 0-7), (rows g+8, k 0-7), (rows g, k 8-15), (rows g+8, k 8-15)
+    return [out[0], out[1], out[2], out[3]]
 
 
 def dot_wgmma(lw: KernelLowering, op):
@@ -44,6 +63,9 @@ def dot_wgmma(lw: KernelLowering, op):
     M, K = a_v.type.shape
     N = b_v.type.shape[1]
     ty = a_v.type.scalar.name
+    nw = op.attrs["mma"][0]
+    reps = M // (16 * nw)  # m64 instructions per warpgroup and k-step (the layout interleaves warps by 16 rows)
+    a_regs = a_from_registers(op)
     sa, sb = wgmma_staging(op)
     base = op.attrs.get("smem_offset", 0)
     if sa is not None:
@@ -55,26 +77,45 @@ def dot_wgmma(lw: KernelLowering, op):
         lw.barrier()
     a_t = sa or a_v.type
     b_t = sb or b_v.type
-    a_off = _cint(base) if sa is not None else lw.get(a_v)
+    a_off = _cint(base) if sa is not None else (None if a_regs else lw.get(a_v))
     b_off = _cint(base + (sa.tile_bytes if sa is not None else 0)) if sb is not None else lw.get(b_v)
-    a_kmajor = a_t.order[0] == 1   # A [M][K], K contiguous
+    a_kmajor = a_regs or a_t.order[0] == 1   # A [M][K], K contiguous
     b_kmajor = b_t.order[0] == 0   # B stored [N][K], K contiguous
     wg = b.lshr(lw.warp, _cint(2))
     n_acc = N // 2
     acc = list(lw.regs(c_v))
-    assert len(acc) == n_acc, (len(acc), n_acc)
+    assert len(acc) == reps * n_acc, (len(acc), reps, n_acc)
     outs = ", ".join(f"${i}" for i in range(n_acc))
-    asm = (f"{{ .reg .pred p; setp.ne.b32 p, ${n_acc + 2}, 0; "
-           f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{ty}.{ty} {{{outs}}}, ${n_acc}, ${n_acc + 1}, p, 1, 1, "
-           f"{0 if a_kmajor else 1}, {0 if b_kmajor else 1}; }}")
-    cons = ",".join(["=f"] * n_acc + ["l", "l", "r"] + [str(i) for i in range(n_acc)])
-    fty = ir.FunctionType(ir.LiteralStructType([F32] * n_acc), [I64, I64, I32] + [F32] * n_acc)
+    shape = f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{ty}.{ty}"
+    if a_regs:  # A's fragment in four b32 registers per thread, as mma.sync's m16k16 one for this warp's rows
+        a_ops = "{" + ", ".join(f"${n_acc + i}" for i in range(4)) + "}"
+        asm = (f"{{ .reg .pred p; setp.ne.b32 p, ${n_acc + 5}, 0; "
+               f"{shape} {{{outs}}}, {a_ops}, ${n_acc + 4}, p, 1, 1, {0 if b_kmajor else 1}; }}")
+        ins = [I32] * 4 + [I64, I32]
+        cons = ",".join(["=f"] * n_acc + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(n_acc)])
+    else:
+        asm = (f"{{ .reg .pred p; setp.ne.b32 p, ${n_acc + 2}, 0; "
+               f"{shape} {{{outs}}}, ${n_acc}, ${n_acc + 1}, p, 1, 1, "
+               f"{0 if a_kmajor else 1}, {0 if b_kmajor else 1}; }}")
+        ins = [I64, I64, I32]
+        cons = ",".join(["=f"] * n_acc + ["l", "l", "r"] + [str(i) for i in range(n_acc)])
+    fty = ir.FunctionType(ir.LiteralStructType([F32] * n_acc), ins + [F32] * n_acc)
+    # A's fragments are packed before the fence: ptxas serializes wgmmas (C7514) when other instructions
+    # run between them while a group is being issued
+    frags = {(k0, r): a_fragment_from_accumulator(lw, lw.regs(a_v), r, k0, K)
+             for k0 in range(0, K, 16) for r in range(reps)} if a_regs else {}
     b.asm(ir.FunctionType(VOID, []), "wgmma.fence.sync.aligned;", "~{memory}", [], side_effect=True)
     for k0 in range(0, K, 16):
-        da = _descriptor(lw, a_off, a_t, a_kmajor, k0, wg)
         db = _descriptor(lw, b_off, b_t, b_kmajor, k0, None)
-        out = b.asm(fty, asm, cons, [da, db, _cint(1)] + acc, side_effect=True)
-        acc = [b.extract_value(out, i) for i in range(n_acc)]
+        for r in range(reps):
+            if a_regs:
+                a_in = frags[k0, r]
+            else:  # instruction r of warpgroup g: rows 16*nw*r + 64*g .. +63
+                rows = b.add(b.mul(wg, _cint(64)), _cint(16 * nw * r))
+                a_in = [_descriptor(lw, a_off, a_t, a_kmajor, k0, rows)]
+            part = acc[r * n_acc:(r + 1) * n_acc]
+            out = b.asm(fty, asm, cons, a_in + [db, _cint(1)] + part, side_effect=True)
+            acc[r * n_acc:(r + 1) * n_acc] = [b.extract_value(out, i) for i in range(n_acc)]
     b.asm(ir.FunctionType(VOID, []), "wgmma.commit_group.sync.aligned;", "~{memory}", [], side_effect=True)
     if op.attrs.get("wgmma_async"):
         # the group stays in flight: the ttg.dot_wait that the pipeliner put after this dot ties the registers

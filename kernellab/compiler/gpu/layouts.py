@@ -169,10 +169,12 @@ class Slice(Layout):
 
 @dataclass(frozen=True)
 class Mma(Layout):
-    """The accumulator of mma.sync m16n8k16 (sm_80+), warps tiled `warps` = (along M, along N).
+    """The accumulator of mma.sync m16n8k16 (sm_80+) and wgmma, warps tiled `warps` = (along M, along N).
 
     In an m16n8 tile, lane l holds rows l/4 and l/4 + 8, columns 2*(l%4) and 2*(l%4) + 1 (the
-    instruction's fixed fragment); a warp covers a (M/wm) x (N/wn) block of such tiles.
+    instruction's fixed fragment). Along M the warps are interleaved: warp w holds rows 16w..16w+15 of
+    every 16*wm rows (wgmma's warpgroup instruction gives warp w of it rows 16w..16w+15 of 64, so a tile
+    taller than one instruction repeats the pattern); along N a warp holds N/wn consecutive columns.
     """
 
     warps: tuple
@@ -190,16 +192,17 @@ class Mma(Layout):
         m, n = shape
         wm, wn = self.warps
         tm, tn = max(16, m // wm), max(8, n // wn)
-        rows = tuple(i * 16 + h for i in range(max(1, tm // 16)) for h in (0, 8))
+        rows = tuple(i * 16 * wm + h for i in range(max(1, tm // 16)) for h in (0, 8))
         cols = tuple(j * 8 + c for j in range(max(1, tn // 8)) for c in (0, 1))
-        return [DimInfo(m, 1, 8, 4, wm, 1, rows, 1, tm), DimInfo(n, 2, 4, 1, wn, wm, cols, 2, tn)]
+        return [DimInfo(m, 1, 8, 4, wm, 1, rows, 1, 16), DimInfo(n, 2, 4, 1, wn, wm, cols, 2, tn)]
 
     def registers(self, shape):
-        """Fragment order: per (m-tile, n-tile): (row, col), (row, col+1), (row+8, col), (row+8, col+1)."""
+        """Fragment order: per (m-tile, n-tile): (row, col), (row, col+1), (row+8, col), (row+8, col+1);
+        m-tile i of a warp starts at row 16*wm*i."""
         m, n = shape
         wm, wn = self.warps
         tm, tn = max(16, m // wm), max(8, n // wn)
-        return [(i * 16 + h, j * 8 + c) for i in range(max(1, tm // 16)) for j in range(max(1, tn // 8))
+        return [(i * 16 * wm + h, j * 8 + c) for i in range(max(1, tm // 16)) for j in range(max(1, tn // 8))
                 for h in (0, 8) for c in (0, 1)]
 
     def __str__(self):

@@ -65,14 +65,12 @@ def scratch_bytes(op) -> tuple[int, str]:
 def a_from_registers(op) -> bool:
     """Whether a tensor-core dot takes its A operand straight from registers: A is itself an mma
     accumulator tile (attention's probabilities) split over the same warps along M and not split along
-    K, so each thread already holds exactly the A fragments mma.sync wants (two adjacent n8 accumulator
-    tiles are one k16 A fragment)."""
+    K, so each thread already holds exactly the A fragments mma.sync (and wgmma with A in registers)
+    wants: two adjacent n8 accumulator tiles are one k16 A fragment."""
     from .layouts import Mma
 
     a = op.operands[0].type
     lay = getattr(a, "layout", None)
-    if is_wgmma(op):
-        return False
     return (isinstance(lay, Mma) and lay.warps[1] == 1 and lay.warps[0] == op.attrs["mma"][0]
             and a.shape[1] % 16 == 0 and a.scalar.name in ("f16", "bf16"))
 
@@ -83,11 +81,12 @@ def is_wgmma(op) -> bool:
 
 def wgmma_staging(op) -> tuple:
     """The swizzled encodings a wgmma dot stages its register operands in (None for operands already in
-    shared memory): A K-major [M][K], B [K][N] with N contiguous."""
+    shared memory, and for an A that wgmma reads from registers): A K-major [M][K], B [K][N] with N
+    contiguous."""
     from .smem_layout import swizzled
 
     a, b = op.operands[0].type, op.operands[1].type
-    sa = None if a.is_memdesc() else swizzled(a.shape, a.scalar, (1, 0))
+    sa = None if a.is_memdesc() or a_from_registers(op) else swizzled(a.shape, a.scalar, (1, 0))
     sb = None if b.is_memdesc() else swizzled(b.shape, b.scalar, (1, 0))
     return sa, sb
 

@@ -58,9 +58,11 @@ def plan(op, num_warps: int, arch: int):
 def wgmma_plan(op, num_warps: int, arch: int, enabled: bool):
     """The wgmma instruction name for this dot, or (a str starting with "no") why mma.sync is used.
 
-    wgmma.m64nNk16 runs on a warpgroup (4 warps): warpgroup g computes rows 64g..64g+63 of the tile and
-    warp w of it rows 16w..16w+15, every column; that is the #mma layout with all warps along M when
-    M = 16 x num_warps. Its operands are read from swizzled shared memory through descriptors."""
+    wgmma.m64nNk16 runs on a warpgroup (4 warps): warp w of it computes rows 16w..16w+15 of the
+    instruction's 64, every column; that is the #mma layout with all warps along M, whose warps interleave
+    by 16 rows, when each warpgroup issues M / (16 x num_warps) instructions per k-step. B is read from
+    swizzled shared memory through a descriptor; A too, or from registers when it is another dot's
+    accumulator (attention's probabilities)."""
     a, b = op.operands[0].type, op.operands[1].type
     m, k = a.shape
     n = b.shape[1]
@@ -70,9 +72,9 @@ def wgmma_plan(op, num_warps: int, arch: int, enabled: bool):
         return "no wgmma: enable_wgmma=False"
     if a.scalar.name not in ("f16", "bf16"):
         return f"no wgmma: {a.scalar.name} operands (kernellab's wgmma path takes fp16/bf16)"
-    if num_warps % 4 or m != 16 * num_warps:
-        return (f"no wgmma: a {m}-row tile over {num_warps} warps; wgmma here needs BLOCK_M = 16 x num_warps "
-                "(one m64 block per warpgroup)")
+    if num_warps % 4 or m % (16 * num_warps):
+        return (f"no wgmma: a {m}-row tile over {num_warps} warps; wgmma needs whole warpgroups and BLOCK_M a "
+                "multiple of 16 x num_warps (m64 blocks per warpgroup)")
     if n % 8 or not 8 <= n <= 256 or k % 16:
         return f"no wgmma: {m}x{n}x{k} (wgmma takes N = 8..256 in steps of 8, K a multiple of 16)"
     if k * 2 not in (32, 64) and (k * 2) % 128:
