@@ -85,6 +85,9 @@ def dot_wgmma(lw: KernelLowering, op):
     n_acc = N // 2
     acc = list(lw.regs(c_v))
     assert len(acc) == reps * n_acc, (len(acc), reps, n_acc)
+    zero_acc = _is_zero(c_v)
+    if zero_acc:  # the first k-step ignores the accumulator (scale-d = 0): no registers to zero first
+        acc = [ir.Constant(F32, ir.Undefined)] * len(acc)
     outs = ", ".join(f"${i}" for i in range(n_acc))
     shape = f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{ty}.{ty}"
     if a_regs:  # A's fragment in four b32 registers per thread, as mma.sync's m16k16 one for this warp's rows
@@ -114,7 +117,8 @@ def dot_wgmma(lw: KernelLowering, op):
                 rows = b.add(b.mul(wg, _cint(64)), _cint(16 * nw * r))
                 a_in = [_descriptor(lw, a_off, a_t, a_kmajor, k0, rows)]
             part = acc[r * n_acc:(r + 1) * n_acc]
-            out = b.asm(fty, asm, cons, a_in + [db, _cint(1)] + part, side_effect=True)
+            scale_d = _cint(0 if zero_acc and k0 == 0 else 1)
+            out = b.asm(fty, asm, cons, a_in + [db, scale_d] + part, side_effect=True)
             acc[r * n_acc:(r + 1) * n_acc] = [b.extract_value(out, i) for i in range(n_acc)]
     b.asm(ir.FunctionType(VOID, []), "wgmma.commit_group.sync.aligned;", "~{memory}", [], side_effect=True)
     if op.attrs.get("wgmma_async"):
@@ -122,6 +126,11 @@ def dot_wgmma(lw: KernelLowering, op):
         lw.put(op.results[0], acc)
     else:
         lw.put(op.results[0], wgmma_wait(lw, acc, 0))
+
+
+def _is_zero(v) -> bool:
+    d = v.defining_op
+    return d is not None and d.name == "arith.constant" and d.attrs.get("value") in (0, 0.0)
 
 
 def wgmma_wait(lw: KernelLowering, acc: list, pending: int) -> list:
