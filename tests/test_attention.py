@@ -4,6 +4,7 @@ cores, and (marked gpu) the compiled kernel on CUDA against torch SDPA."""
 from __future__ import annotations
 
 import math
+import re
 import shutil
 
 import pytest
@@ -62,8 +63,10 @@ CODEGEN_CASES = [(64, False, 4), (64, True, 4), (128, False, 8), (128, True, 8)]
 @pytest.mark.parametrize("D,causal,num_warps", CODEGEN_CASES,
                          ids=[f"hd{d}-{'causal' if c else 'full'}" for d, c, _ in CODEGEN_CASES])
 def test_attention_assembles_with_tensor_cores(D, causal, num_warps, tmp_path, monkeypatch):
-    """The benchmark's configs go through the GPU backend to a cubin for sm_90 (no GPU needed), and both
-    fp16 dots (q kT and p v) are lowered to mma.sync."""
+    """The benchmark's configs go through the GPU backend to a cubin for sm_90a (no GPU needed): both fp16 dots
+    run on wgmma (two m64 instructions per warpgroup and k-step with 4 warps), q·kT reads q and kT from
+    swizzled shared memory, p·v takes p straight from the registers q·kT wrote, and ptxas keeps the wgmmas
+    asynchronous (no C7514). With two warpgroups p·v stays in flight into the next iteration."""
     from kernellab.compiler.codegen.target import Target
 
     monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))  # compile, do not reuse a cached cubin
@@ -76,10 +79,14 @@ def test_attention_assembles_with_tensor_cores(D, causal, num_warps, tmp_path, m
     assert ck.n_regs and ck.n_regs > 0
     ptx = ck.asm["ptx"]
     assert ".entry attention_fwd_kernel" in ptx and "llvm.nvvm" not in ptx
-    # 16 rows per warp (hd 128, 8 warps) run on wgmma, otherwise mma.sync
-    assert ("wgmma.mma_async" in ptx) or ("mma.sync" in ptx and ".f16.f16.f32" in ptx), \
-        "the fp16 dots did not take the tensor cores"
-    assert "ex2.approx" in ptx
+    wgmmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.f16\.f16 \{[^}]*\}, (\{?)", ptx)
+    blocks = 128 // (16 * num_warps)  # m64 instructions per warpgroup and k-step
+    loops = 2 if causal else 1
+    # q·kT: HEAD_DIM / 16 k-steps with descriptors; p·v: BLOCK_N / 16 k-steps with A in four registers
+    assert sorted(wgmmas) == sorted([("64", "")] * (D // 16 * blocks * loops) + [(str(D), "{")] * (4 * blocks * loops))
+    assert "mma.sync" not in ptx and "ldmatrix" not in ptx and "ex2.approx" in ptx
+    assert "C7514" not in ck.report.get("log", "") and not any("Performance Loss" in n for n in ck.trace.notes)
+    assert (ptx.count("wgmma.wait_group") > ptx.count("wgmma.commit_group")) == (num_warps == 8)  # + dot_waits
     assert "#mma" in ck.asm["gpu"]
 
 

@@ -92,7 +92,7 @@ def check(kind, got, ref, K):
     assert err < tol, f"{kind}: max relative error {err:.3g} > {tol:.3g}"
 
 
-CONFIGS = [(32, 32, 32, 4), (64, 64, 32, 4), (128, 128, 32, 8), (128, 64, 64, 4), (64, 128, 16, 8)]
+CONFIGS = [(32, 32, 32, 4), (64, 64, 32, 4), (128, 128, 32, 8), (128, 64, 64, 4), (64, 128, 16, 8), (256, 64, 32, 8)]
 SHAPES = [(256, 256, 256), (70, 50, 90), (192, 130, 40), (33, 257, 520), (64, 64, 16)]
 
 
@@ -193,6 +193,26 @@ def test_pipelined_matmul_assembles(arch, stages, trans, tmp_path, monkeypatch):
     # the epilogue's conversion to the store layout moves the accumulator's (f32) pairs into padded scratch as
     # 8-byte vectors and reads 16-byte rows out of it, never element by element
     assert "st.shared.v2.b32" in ptx and not re.search(r"st\.shared\.[bf]32", ptx) and "ld.shared.v4.b32" in ptx
+    assert ck.n_spills == 0
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
+@pytest.mark.parametrize("bm, warps", [(128, 4), (256, 8)])
+def test_taller_tiles_issue_several_wgmmas_per_warpgroup(bm, warps, tmp_path, monkeypatch):
+    """BLOCK_M = 32 x num_warps: each warpgroup issues two m64 instructions per k-step (rows 64g and
+    16 x num_warps + 64g of the tile, the interleaved #mma layout), both in the group kept in flight."""
+    from kernellab.compiler.codegen.target import Target
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    a, b = _operands("fp16", 512, 512, 512, False, False, "cpu", 0)
+    c = torch.empty(512, 512)
+    ck = matmul_kernel.warmup(a, b, c, 512, 512, 512, a.stride(0), a.stride(1), b.stride(0), b.stride(1), 512, 1,
+                              BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_M=4, INT=False, PREC="ieee", num_warps=warps,
+                              num_stages=3, grid=(4,))
+    ck.build_gpu(Target(90))
+    ptx = ck.asm["ptx"]
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16") == 2 * 64 // 16
+    assert "wgmma.wait_group.sync.aligned 1" in ptx and "C7514" not in ck.report.get("log", "")
     assert ck.n_spills == 0
 
 

@@ -44,8 +44,19 @@ def test_wgmma_on_sm90_one_m64_block_per_warpgroup(run_pass, ab):
     assert the_dot(m).attrs["not_wgmma"] == "no wgmma: enable_wgmma=False"
 
 
+@pytest.mark.parametrize("m, warps", [(128, 4), (256, 4), (256, 8)])
+def test_wgmma_with_several_m64_blocks_per_warpgroup(run_pass, m, warps):
+    """A tile taller than 64 rows per warpgroup issues several m64 instructions per k-step: the #mma layout
+    with every warp along M interleaves warps by 16 rows, exactly as those instructions do."""
+    mod, _ = run_pass(accelerate_matmul, dot_ir(m, 128, 64, "f16", "f32"), GpuOptions(num_warps=warps, arch=90))
+    d = the_dot(mod)
+    assert d.attrs["instr"] == "wgmma.m64n128k16.f16" and d.attrs["mma"] == [warps, 1]
+
+
 @pytest.mark.parametrize("m, n, k, ab, acc, warps, why", [
-    (64, 128, 64, "f16", "f32", 8, "BLOCK_M = 16 x num_warps"),
+    (64, 128, 64, "f16", "f32", 8, "multiple of 16 x num_warps"),
+    (96, 128, 64, "f16", "f32", 4, "multiple of 16 x num_warps"),
+    (128, 128, 64, "f16", "f32", 2, "whole warpgroups"),
     (128, 128, 64, "f32", "f32", 8, "f32 operands"),
     (128, 128, 48, "f16", "f32", 8, "BLOCK_K = 48 cannot be swizzled"),
 ])

@@ -15,7 +15,7 @@ from kernellab.compiler.types import parse_type
 def _part(info, lane, warp):
     lane_c = (lane // info.lane_div) % info.lanes
     warp_c = (warp // info.warp_div) % info.warps
-    return (warp_c * info.lanes + lane_c) * info.spt
+    return warp_c * info.warp_stride + lane_c * info.lane_stride
 
 
 def ownership(layout, shape, num_warps):
@@ -226,3 +226,30 @@ tt.func @k(%x: tensor<64x32xf32, #L0>) {
     ]
     assert "tensor<64xf32, #L1>" in out and "%x: tensor<64x32xf32, #L0>" in out
     assert print_module(parse_module(out), with_locs=False) == out
+
+
+@pytest.mark.parametrize("warps, shape", [((4, 1), (128, 64)), ((8, 1), (256, 128)), ((4, 2), (128, 128)),
+                                          ((2, 2), (32, 32)), ((4, 1), (64, 32))])
+def test_mma_cover(warps, shape):
+    from kernellab.compiler.gpu.layouts import Mma
+
+    assert_exact_cover(Mma(warps), shape, warps[0] * warps[1])
+
+
+@pytest.mark.parametrize("num_warps, m", [(4, 64), (4, 128), (8, 128), (8, 256)])
+def test_mma_rows_interleave_warps_as_wgmma_instructions_do(num_warps, m):
+    """Warp w of warpgroup g holds rows 16w'..16w'+15 (w' = w mod 4) of each m64 wgmma instruction the
+    warpgroup issues; instruction r of warpgroup g covers rows 16 * num_warps * r + 64 g .. + 63, and its
+    N/2 accumulators per thread are registers r*N/2 .. (r+1)*N/2 - 1 of the #mma layout."""
+    from kernellab.compiler.gpu.layouts import Mma
+
+    n = 32
+    reps, _ = ownership(Mma((num_warps, 1)), (m, n), num_warps)
+    per_instr = n // 2
+    for (row, col), [(t, reg)] in reps.items():
+        warp, lane = t // WARP_SIZE, t % WARP_SIZE
+        g, w, r = warp // 4, warp % 4, reg // per_instr
+        first = 16 * num_warps * r + 64 * g
+        # wgmma's D fragment: lane l holds rows 16w + l/4 (+8) and columns 8j + 2(l%4) (+1)
+        assert first <= row < first + 64 and (row - first) // 16 == w
+        assert (row - first) % 8 == lane // 4 and col % 8 // 2 == lane % 4

@@ -258,3 +258,63 @@ def test_a_wgmma_accumulation_keeps_one_group_in_flight(run_pass, stages):
 def test_an_mma_sync_dot_waits_every_iteration(run_pass):
     m, stats = run_pass(pipeline_dot_operands, LOOP, GpuOptions(num_warps=4, num_stages=3))
     assert "overlapped_wgmma" not in stats and "ttg.dot_wait" not in _ops(m) and "ttg.barrier" not in _ops(m)
+
+
+def _attention_loop(warps):
+    rows = 16 * warps
+    return f"""
+#L0 = #blocked<[1, 8], [8, 4], [{warps}, 1], [1, 0]>
+#L1 = #mma<[{warps}, 1]>
+tt.func @k(%q_ptrs: tensor<{rows}x64x!ptr<f16>, #L0>, %k_ptrs: tensor<64x64x!ptr<f16>, #L0>, %v_ptrs: tensor<64x64x!ptr<f16>, #L0>, %o_ptrs: tensor<{rows}x64x!ptr<f32>, #L1>, %n: i32) {{
+  %c0 = arith.constant {{value = 0}} : i32
+  %c1 = arith.constant {{value = 1}} : i32
+  %step = arith.constant {{value = 64}} : tensor<64x64xi32, #L0>
+  %zero = arith.constant {{value = 0.0}} : tensor<{rows}x64xf32, #L1>
+  %q = tt.load %q_ptrs {{vec = 8}} : tensor<{rows}x64xf16, #L0>
+  %acc, %pk, %pv = scf.for %c0, %n, %c1, %zero, %k_ptrs, %v_ptrs : tensor<{rows}x64xf32, #L1>, tensor<64x64x!ptr<f16>, #L0>, tensor<64x64x!ptr<f16>, #L0> {{
+  ^bb(%i: i32, %acc0: tensor<{rows}x64xf32, #L1>, %pk0: tensor<64x64x!ptr<f16>, #L0>, %pv0: tensor<64x64x!ptr<f16>, #L0>):
+    %k = tt.load %pk0 {{vec = 8}} : tensor<64x64xf16, #L0>
+    %s = tt.dot %q, %k, %zero {{input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [{warps}, 1]}} : tensor<{rows}x64xf32, #L1>
+    %p = arith.truncf %s : tensor<{rows}x64xf16, #L1>
+    %acc1 = arith.mulf %acc0, %s : tensor<{rows}x64xf32, #L1>
+    %v = tt.load %pv0 {{vec = 8}} : tensor<64x64xf16, #L0>
+    %d = tt.dot %p, %v, %acc1 {{input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [{warps}, 1]}} : tensor<{rows}x64xf32, #L1>
+    %pk1 = tt.addptr %pk0, %step : tensor<64x64x!ptr<f16>, #L0>
+    %pv1 = tt.addptr %pv0, %step : tensor<64x64x!ptr<f16>, #L0>
+    scf.yield %d, %pk1, %pv1
+  }}
+  tt.store %o_ptrs, %acc
+  tt.return
+}}
+"""
+
+
+def test_attention_keeps_the_second_wgmma_in_flight_behind_the_next_first_one(run_pass):
+    """s = dot(q, k); acc = dot(p, v, acc * ..) over two warpgroups: the p·v group is not waited for in its
+    iteration; the next iteration's q·k wait retires it, then a dot_wait ties the carried acc (every read of
+    it comes after), a barrier, and only then the copies refill the stage both dots read."""
+    m, stats = run_pass(pipeline_dot_operands, _attention_loop(8), GpuOptions(num_warps=8, num_stages=3))
+    assert stats["overlapped_wgmma"] == 1 and stats["pipelined"] == 1 and stats["staged_once"] == 1
+    top = m.kernel.body.ops
+    names = [op.name for op in top]
+    loop = top[names.index("scf.for")]
+    body = loop.regions[0].ops
+    kinds = [op.name for op in body]
+    first, second = [op for op in body if op.name == "tt.dot"]
+    assert not first.attrs.get("wgmma_async") and second.attrs["wgmma_async"]
+    wait = next(op for op in body if op.name == "ttg.dot_wait")
+    acc0 = loop.regions[0].args[1]
+    assert wait.operands[0] is acc0 and wait.attrs["pending"] == 0 and acc0.uses == [wait]
+    mul = next(op for op in body if op.name == "arith.mulf")
+    assert mul.operands[0] is wait.result
+    assert body.index(first) < body.index(wait) < kinds.index("ttg.barrier") < kinds.index("ttg.async_copy") \
+        < body.index(mul) < body.index(second)
+    assert body[-1].operands[0] is second.result  # yielded without a wait
+    after = top[names.index("scf.for") + 1]
+    assert after.name == "ttg.dot_wait" and after.attrs["pending"] == 0 and after.operands[0] is loop.results[0]
+
+
+def test_attention_on_one_warpgroup_waits_every_iteration(run_pass):
+    m, stats = run_pass(pipeline_dot_operands, _attention_loop(4), GpuOptions(num_warps=4, num_stages=3))
+    assert stats["pipelined"] == 1 and "overlapped_wgmma" not in stats
+    assert "ttg.dot_wait" not in _ops(m) and not any(op.attrs.get("wgmma_async") for op in m.kernel.walk())
