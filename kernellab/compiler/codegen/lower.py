@@ -415,9 +415,11 @@ class KernelLowering:
         if short == "precise_sqrt":
             return self.float_intrinsic_f(ty, "sqrt", xs)
         if short in ("exp", "exp2") and ty == F32:
-            # ex2.approx (2 ulp) on the special-function unit; exp(x) = 2^(x * log2(e))
+            # ex2.approx (2 ulp) on the special-function unit; exp(x) = 2^(x * log2(e)). `.ftz` (as Triton):
+            # results below 2^-126 flush to zero; without it ptxas wraps every MUFU.EX2 in a compare and two
+            # multiplies to handle subnormals (attention's loop: 264 FMULs instead of 128)
             x = xs[0] if short == "exp2" else b.fmul(xs[0], ir.Constant(F32, 1.4426950408889634))
-            return b.asm(ir.FunctionType(F32, [F32]), "ex2.approx.f32 $0, $1;", "=f,f", [x], False)
+            return b.asm(ir.FunctionType(F32, [F32]), "ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], False)
         base = self._LIBDEVICE.get(short)
         if base is None:
             raise LoweringError(f"no lowering for {name}")
