@@ -66,7 +66,7 @@ def test_attention_assembles_with_tensor_cores(D, causal, num_warps, tmp_path, m
     """The benchmark's configs go through the GPU backend to a cubin for sm_90a (no GPU needed): both fp16 dots
     run on wgmma (two m64 instructions per warpgroup and k-step with 4 warps), q·kT reads q and kT from
     swizzled shared memory, p·v takes p straight from the registers q·kT wrote, and ptxas keeps the wgmmas
-    asynchronous (no C7514). With two warpgroups p·v stays in flight into the next iteration."""
+    asynchronous (no C7514), with p·v in flight into the next iteration."""
     from kernellab.compiler.codegen.target import Target
 
     monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))  # compile, do not reuse a cached cubin
@@ -86,7 +86,8 @@ def test_attention_assembles_with_tensor_cores(D, causal, num_warps, tmp_path, m
     assert sorted(wgmmas) == sorted([("64", "")] * (D // 16 * blocks * loops) + [(str(D), "{")] * (4 * blocks * loops))
     assert "mma.sync" not in ptx and "ldmatrix" not in ptx and "ex2.approx" in ptx
     assert "C7514" not in ck.report.get("log", "") and not any("Performance Loss" in n for n in ck.trace.notes)
-    assert (ptx.count("wgmma.wait_group") > ptx.count("wgmma.commit_group")) == (num_warps == 8)  # + dot_waits
+    # p·v is not waited for where it is issued: the loop's dot_wait and one after each loop come on top
+    assert ptx.count("wgmma.wait_group") == ptx.count("wgmma.commit_group") + loops
     assert "#mma" in ck.asm["gpu"]
 
 

@@ -156,12 +156,10 @@ def _overlappable_chain(body, dots, targets, stages: int):
     """(first dot, second dot, iter-arg index) when the loop is attention's pair of wgmma dots: scores
     `s = tl.dot(q, kT)` read at once, then `acc = tl.dot(p, v, f(acc))` whose result is only yielded. The
     second dot then stays in flight into the next iteration, where it runs on the tensor cores behind the
-    next scores' dot; the carried acc is read only after that dot's wait."""
+    next scores' dot; the carried acc is read only after that dot's wait. Measured on the H200 (same run):
+    one warpgroup (hd64, 4 warps) 0.98-1.02x Triton with the overlap against 0.96-0.99x without; the
+    copies right after that wait beat copies at the end of the body (after the second dot's issue)."""
     if stages < 2 or len(dots) != 2 or not all(is_wgmma(d) for d in dots):
-        return None
-    if dots[0].attrs["mma"][0] < 8:
-        # one warpgroup: nothing else can use the tensor cores while it waits, and the extra barrier and
-        # registers cost more than the overlap saves (measured on the H200: hd64 4 warps 0.94 vs 0.97x Triton)
         return None
     ops = list(body.ops)
     first, second = sorted(dots, key=ops.index)
