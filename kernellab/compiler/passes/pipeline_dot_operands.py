@@ -34,6 +34,20 @@ contiguous along the same dimension as in global memory, each row padded by 16 b
 reads are free of bank conflicts. Loops that do not qualify keep the register path and the reason is
 recorded in the pass's stats.
 
+Block-pointer loads (`tl.load(block_ptr, boundary_check=...)`, the pointer carried by `tl.advance`) qualify
+too: their copies get the tile's addresses and in-bounds mask from `ttg.block_ptr_addresses` (out-of-bounds
+runs become zeros, so only padding_option "zero" qualifies), `vec` from the block's strides and offsets
+(gpu/block_ptr.py). On sm_90, a block-pointer tile of a swizzled wgmma stage whose tensor the host can describe
+(base, shape and strides are kernel arguments, 16-byte aligned) is filled by TMA instead:
+
+    before:    tensor maps (kernel parameters), one mbarrier per stage
+    issue:     mbarrier_expect(stage's bytes) + tma_copy(tiles -> stage)          # one thread
+    body i:    mbarrier_wait(stage i % S, phase) [+ bar.sync unless a wgmma overlaps]
+    after:     mbarrier_inval
+
+The phase parity is carried by the loop and flips each time the read stage wraps. Why an operand keeps
+cp.async is recorded in the stats (`no_tma`).
+
 A tile loaded once outside any loop and read only by tensor-core dots (attention's queries) is copied
 into a one-stage buffer where it was loaded, so it neither occupies registers nor gets staged again by
 every dot.
