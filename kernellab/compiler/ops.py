@@ -102,6 +102,18 @@ _def("ttg.async_copy", "start copying a tile from global into shared memory (cp.
 _def("ttg.async_commit", "close the group of copies started since the last commit (cp.async.commit_group)",
      pure=False)
 _def("ttg.async_wait", "wait until at most {pending} copy groups are in flight, then bar.sync", pure=False)
+_def("ttg.block_ptr_addresses", "the addresses and in-bounds mask of a block pointer's tile, in the results' layout "
+     "(what a cp.async of a block-pointer tile copies from) {boundary_check}")
+_def("ttg.tensormap", "the TMA tensor map (a kernel parameter the launcher makes) of a 2-D tensor: "
+     "(base, extent of the contiguous dim, extent of the other, its stride) {box, swizzle}")
+_def("ttg.mbarrier_alloc", "one mbarrier per pipeline stage in shared memory, initialized by one thread", pure=False)
+_def("ttg.mbarrier_expect", "one thread arrives on the stage's mbarrier, announcing {bytes} of TMA copies (pred)",
+     pure=False)
+_def("ttg.tma_copy", "one thread starts TMA copies of a block pointer's tile into a stage, completing on the "
+     "mbarrier: (tensormap, block ptr, view, mbarrier, pred)", pure=False)
+_def("ttg.mbarrier_wait", "every thread waits until the stage's mbarrier completes the phase with this parity",
+     pure=False)
+_def("ttg.mbarrier_inval", "invalidate the mbarriers so their shared memory can be reused", pure=False)
 _def("ttg.dot_wait", "the accumulator of a warpgroup MMA once at most {pending} wgmma groups are in flight",
      pure=False)
 

@@ -297,44 +297,58 @@ class ArgPacker:
     ``storage`` holds one 8-byte slot per argument (value in the low bytes, little endian), ``params`` is the
     ``void*[]`` array pointing at the slots, ``params_address`` its address: what ``cuLaunchKernel`` takes as
     ``kernelParams``. ``pack(args)`` overwrites the slots in place (a generated function: one tuple unpack,
-    the pointer conversions, one ``struct.pack_into``).
+    the pointer conversions, one ``struct.pack_into``). A signature entry ``{"tensormap": recipe}`` is a TMA
+    tensor map the kernel takes besides the arguments: ``pack`` makes it from them (runtime/tensormap.py).
     """
 
-    def __init__(self, signature: Sequence[str]):
-        self.signature = tuple(normalize_kind(k) for k in signature)
-        n = len(self.signature)
+    def __init__(self, signature: Sequence[str | dict], kernel: str = "kernel"):
+        self.signature = tuple(k if isinstance(k, dict) else normalize_kind(k) for k in signature)
+        self.scalars = tuple(k for k in self.signature if not isinstance(k, dict))
+        recipes = [k["tensormap"] for k in self.signature if isinstance(k, dict)]
+        n = len(self.scalars)
         self.storage = (ctypes.c_uint64 * max(n, 1))()
         base = ctypes.addressof(self.storage)
         self.offsets = [i * _SLOT for i in range(n)]
-        self.params = (ctypes.c_void_p * max(n, 1))(*[base + off for off in self.offsets])
+        self.tensormaps = None
+        addresses = [base + off for off in self.offsets]
+        if recipes:  # parameters in signature order: scalar slots and tensor maps interleaved as declared
+            from .tensormap import TensorMapSlots
+
+            self.tensormaps = TensorMapSlots(recipes, kernel)
+            slots, maps = iter(addresses), iter(self.tensormaps.addresses)
+            addresses = [next(maps) if isinstance(k, dict) else next(slots) for k in self.signature]
+        self.params = (ctypes.c_void_p * max(len(self.signature), 1))(*addresses)
         self.params_address = ctypes.addressof(self.params)
-        fmt = "<" + "".join(_KINDS[k][0] + "x" * (_SLOT - _KINDS[k][1]) for k in self.signature)
+        fmt = "<" + "".join(_KINDS[k][0] + "x" * (_SLOT - _KINDS[k][1]) for k in self.scalars)
         self._struct = struct.Struct(fmt)
         self.pack = self._generate()
 
     def _generate(self) -> Callable[[Sequence[Any]], None]:
-        n = len(self.signature)
+        n = len(self.scalars)
         if n == 0:
             src = "def pack(args):\n    if len(args):\n        raise ValueError('too many arguments')\n"
         else:
             names = [f"a{i}" for i in range(n)]
-            values = [f"{_KINDS[k][2]}({a})" if _KINDS[k][2] else a for k, a in zip(self.signature, names)]
+            values = [f"{_KINDS[k][2]}({a})" if _KINDS[k][2] else a for k, a in zip(self.scalars, names)]
             src = (f"def pack(args):\n    {', '.join(names)}, = args\n"
                    f"    _pack_into(_storage, 0, {', '.join(values)})\n")
-        env = {"_pack_into": self._struct.pack_into, "_storage": self.storage, "_ptr": _ptr, "_bf16": _bf16}
-        exec(compile(src, f"<kernellab arg packer {','.join(self.signature)}>", "exec"), env)
+        if self.tensormaps is not None:
+            src += "    _fill(args)\n"
+        env = {"_pack_into": self._struct.pack_into, "_storage": self.storage, "_ptr": _ptr, "_bf16": _bf16,
+               "_fill": self.tensormaps.fill if self.tensormaps is not None else None}
+        exec(compile(src, f"<kernellab arg packer {','.join(self.scalars)}>", "exec"), env)
         return env["pack"]
 
     def as_bytes(self) -> bytes:
         """The packed slots (for tests and debugging)."""
-        return bytes(self.storage)[: _SLOT * len(self.signature)]
+        return bytes(self.storage)[: _SLOT * len(self.scalars)]
 
     def explain(self, args: Sequence[Any], kernel: str) -> LaunchError:
         """A LaunchError that says which argument does not fit its kind (called after pack failed)."""
-        if len(args) != len(self.signature):
-            return LaunchError(f"kernel '{kernel}' takes {len(self.signature)} arguments "
-                               f"({', '.join(self.signature)}), got {len(args)}")
-        for i, (kind, a) in enumerate(zip(self.signature, args)):
+        if len(args) != len(self.scalars):
+            return LaunchError(f"kernel '{kernel}' takes {len(self.scalars)} arguments "
+                               f"({', '.join(self.scalars)}), got {len(args)}")
+        for i, (kind, a) in enumerate(zip(self.scalars, args)):
             code, size, conv = _KINDS[kind]
             try:
                 v = globals()[conv](a) if conv else a
@@ -345,6 +359,11 @@ class ArgPacker:
                                    f"on the CPU interpreter)")
             except (struct.error, TypeError, ValueError, OverflowError, AttributeError) as e:
                 return LaunchError(f"kernel '{kernel}': argument {i} = {a!r} does not fit kind {kind!r} ({e})")
+        if self.tensormaps is not None:
+            try:
+                self.tensormaps.fill(args)
+            except LaunchError as e:
+                return e
         return LaunchError(f"kernel '{kernel}': cannot pack arguments {args!r}")
 
 
@@ -378,7 +397,7 @@ class LoadedKernel:
         self.module = module
         self.device_index = device_index
         self.attributes = attributes  # n_regs, local_bytes, static_shared_bytes ... from cuFuncGetAttribute
-        self.packer = ArgPacker(signature)
+        self.packer = ArgPacker(signature, name)
         self.signature = self.packer.signature
         self._params_address = self.packer.params_address
         # The packed slots are shared state between pack and cuLaunchKernel (the driver copies them at the
@@ -449,7 +468,7 @@ class LoadedKernel:
                 return self.packer
             packer = self._thread_packers.get(tid)
             if packer is None:
-                packer = self._thread_packers[tid] = ArgPacker(self.signature)
+                packer = self._thread_packers[tid] = ArgPacker(self.signature, self.name)
             return packer
 
     def _launch_failed(self, err, launch: tuple) -> None:

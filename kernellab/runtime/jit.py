@@ -19,8 +19,8 @@ from ..errors import CompilationError, LaunchError, ToolchainError
 from ..language.core import constexpr, unwrap
 from .source import get_source
 
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "enable_wgmma", "debug",
-                  "launch_cooperative_grid", "stream", "warmup")
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "enable_wgmma", "enable_tma",
+                  "debug", "launch_cooperative_grid", "stream", "warmup")
 
 _TORCH_DTYPES = {
     "torch.bool": "i1", "torch.int8": "i8", "torch.int16": "i16", "torch.int32": "i32", "torch.int64": "i64",
@@ -108,7 +108,8 @@ class CompiledKernel:
         opts = GpuOptions(num_warps=self.options.get("num_warps", 4),
                           num_stages=self.options.get("num_stages", 3), arch=target.arch,
                           fp_fusion=bool(self.options.get("enable_fp_fusion", True)),
-                          wgmma=bool(self.options.get("enable_wgmma", True)))
+                          wgmma=bool(self.options.get("enable_wgmma", True)),
+                          tma=bool(self.options.get("enable_tma", True)))
         key = _gpu_cache_key(self.asm["tile"], opts, target)
         out = _load_cached(key, self.trace)
         if out is None:
@@ -247,7 +248,7 @@ def _gpu_cache_key(tile_ir: str, opts, target) -> str:
     the argument specialization (like Triton's key); options, target and toolchain versions complete it."""
     from .cache import cache_key
 
-    return cache_key("gpu", tile_ir, opts.num_warps, opts.num_stages, opts.fp_fusion, opts.wgmma, target.cpu,
+    return cache_key("gpu", tile_ir, opts.num_warps, opts.num_stages, opts.fp_fusion, opts.wgmma, opts.tma, target.cpu,
                      target.ptx_version,
                      _toolchain_versions())
 
@@ -297,7 +298,7 @@ def _store_cached(key, out, records):
 # Launch options that can change the compiled code, with their defaults: the in-memory cache keys on all of
 # them (a launch that spells out a default shares the entry); stream, warmup, launch_cooperative_grid do not.
 _COMPILE_OPTIONS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None, "enable_fp_fusion": True,
-                    "enable_wgmma": True, "debug": None}
+                    "enable_wgmma": True, "enable_tma": True, "debug": None}
 
 
 def _options_key(options: dict) -> tuple:

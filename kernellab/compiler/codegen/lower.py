@@ -128,8 +128,16 @@ class KernelLowering:
             else:
                 params.append(ir.IntType(t.bits))
                 self.arg_kinds.append(("u" if t.kind == "uint" else "i") + str(t.bits))
+        from .lower_tma import tensormap_recipes
+
+        recipes, self.tensormap_index = tensormap_recipes(self.ir_fn)
+        params += [ir.PointerType()] * len(recipes)  # TMA tensor maps: byval, see lower_tma.patch_params
+        self.arg_kinds += [{"tensormap": r} for r in recipes]
         self.fn = ir.Function(self.mod, ir.FunctionType(VOID, params), name=self.ir_fn.name)
         self.fn.calling_convention = "ptx_kernel"
+        self.tensormap_params = self.fn.args[len(self.ir_fn.args):]
+        for i, p in enumerate(self.tensormap_params):
+            p.name = f"tensormap{i}"
         entry = self.fn.append_basic_block("entry")
         body = self.fn.append_basic_block("body")
         self.eb = ir.IRBuilder(entry)  # index math lives in the entry block: it dominates everything
@@ -499,10 +507,11 @@ def lower_kernel(module: Module, options, arch: int = 90) -> tuple[str, list]:
         lower_memory,
         lower_reduce,
         lower_shape,
+        lower_tma,
     )
 
     lw = KernelLowering(module, options, arch)
     lw.lower()
     lw.b.ret_void()
-    return str(lw.mod), lw.arg_kinds
+    return lower_tma.patch_params(str(lw.mod), [p.name for p in lw.tensormap_params]), lw.arg_kinds
 

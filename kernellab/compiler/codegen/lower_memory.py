@@ -260,6 +260,15 @@ def _block_ptr_addresses(lw, op, bp_value, layout, shape, checks):
     return ptrs, masks
 
 
+@handles("ttg.block_ptr_addresses")
+def _block_ptr_addresses_op(lw: KernelLowering, op):
+    ptrs_t = op.results[0].type
+    checks = set(op.attrs.get("boundary_check", []))
+    ptrs, masks = _block_ptr_addresses(lw, op, lw.get(op.operands[0]), ptrs_t.layout, ptrs_t.shape, checks)
+    lw.put(op.results[0], ptrs)
+    lw.put(op.results[1], [ir.Constant(I1, 1) if m is None else m for m in masks])
+
+
 def _load_block_ptr(lw, op):
     res = op.results[0]
     elem = res.type.scalar

@@ -11,6 +11,7 @@ class GpuOptions:
     arch: int = 90
     fp_fusion: bool = True  # let a*b+c become one fma (Triton's enable_fp_fusion); False keeps IEEE mul+add
     wgmma: bool = True  # sm_90: Hopper's warpgroup MMA where a dot allows it (`enable_wgmma=False`: mma.sync)
+    tma: bool = True  # sm_90: TMA copies for block-pointer tiles where the access allows it (`enable_tma=False`)
 
     @property
     def num_threads(self):

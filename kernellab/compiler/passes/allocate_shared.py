@@ -46,14 +46,35 @@ def _stage_buffer(op, index: int, index_of, end_of) -> dict:
     t = op.result.type
     stages = t.shape[0]
     size = stages * t.tile_bytes
+    live = [index, _last_use(op, index_of, end_of)]
+    if op.name == "ttg.mbarrier_alloc":
+        return {"op": op.name, "line": op.loc.line if op.loc else None, "size": size, "live": live,
+                "stages": stages, "stage_bytes": t.tile_bytes,
+                "reason": f"{stages} mbarriers, one per pipeline stage: TMA copies complete on them",
+                "_op": op}
     layout = "row-major" if t.order[0] == len(t.shape) - 2 else "column-major"
+    fill = "TMA" if op.attrs.get("fill") == "tma" else "cp.async"
     return {"op": op.name, "line": op.loc.line if op.loc else None, "size": size,
-            "live": [index, _last_use(op, index_of, end_of)], "stages": stages, "stage_bytes": t.tile_bytes,
+            "live": live, "stages": stages, "stage_bytes": t.tile_bytes,
             "swizzle": (f"{t.swizzle}-byte (16-byte chunks XOR row mod 8)" if t.swizzle
                         else f"none: rows padded by {t.pad * mem_bytes(t)} bytes"),
+            "filled_by": fill,
             "reason": f"dot operand {op.attrs.get('operand', '?')}: {stages} stages of a "
-                      f"{'x'.join(map(str, t.shape[1:]))} {t.scalar} tile ({layout}) filled by cp.async",
+                      f"{'x'.join(map(str, t.shape[1:]))} {t.scalar} tile ({layout}) filled by {fill}",
             "_op": op}
+
+
+def _stage_mbarriers(alloc) -> list:
+    """Shared-memory offsets of the mbarriers the TMA copies into a stage buffer complete on (placed)."""
+    bars = []
+    for view in alloc.result.uses:
+        for copy in view.results[0].uses if view.name == "ttg.memdesc_index" else []:
+            if copy.name == "ttg.tma_copy":
+                owner = copy.operands[3].defining_op.operands[0].defining_op
+                if owner not in bars:
+                    bars.append(owner)
+    t = [b.result.type for b in bars]
+    return [b.attrs["smem_offset"] + i * bt.tile_bytes for b, bt in zip(bars, t) for i in range(bt.shape[0])]
 
 
 def run(module: Module, options=None) -> dict:
@@ -63,7 +84,7 @@ def run(module: Module, options=None) -> dict:
     index_of = {id(op): i for i, op in enumerate(ops)}
     end_of = {id(op): index_of[id(op)] + sum(1 for _ in op.walk()) - 1 for op in ops if op.regions}
     for index, op in enumerate(ops):
-        if op.name == "ttg.local_alloc":
+        if op.name in ("ttg.local_alloc", "ttg.mbarrier_alloc"):
             buffers.append(_stage_buffer(op, index, index_of, end_of))
         else:
             size, why = scratch_bytes(op)
@@ -89,6 +110,11 @@ def run(module: Module, options=None) -> dict:
         b["_op"].attrs["smem_offset"] = offset
         b["_op"].attrs["smem_bytes"] = b["size"]
         placed.append(b)
+    for b in placed:
+        if b["op"] == "ttg.mbarrier_alloc":
+            b["mbarriers"] = [b["offset"] + i * b["stage_bytes"] for i in range(b["stages"])]
+        elif b.get("filled_by") == "TMA":
+            b["mbarriers"] = _stage_mbarriers(b["_op"])
     total = max((b["offset"] + b["size"] for b in placed), default=0)
     module.shared_plan = [{k: v for k, v in b.items() if k != "_op"} for b in placed]
     module.shared_bytes = total

@@ -8,6 +8,7 @@ a `ttg.convert_layout` is inserted (the next pass removes the ones it can).
 """
 from __future__ import annotations
 
+from ..gpu import block_ptr
 from ..gpu.axis_info import AxisAnalysis
 from ..gpu.layouts import Blocked, Mma, Slice, default_blocked
 from ..ir import Block, Module, Op
@@ -185,12 +186,8 @@ class LayoutAssigner:
             return
         if name == "tt.load" and op.operands[0].type.is_block_ptr():
             bt = op.operands[0].type
-            order = None
-            mbp = op.operands[0].defining_op
-            while mbp is not None and mbp.name == "tt.advance":
-                mbp = mbp.operands[0].defining_op
-            if mbp is not None and mbp.name == "tt.make_block_ptr":
-                order = mbp.attrs.get("order")
+            found = block_ptr.origin(op.operands[0])  # through tt.advance and loop iter args
+            order = None if isinstance(found, str) else found[0].attrs.get("order")
             self.set_layout(op.result, default_blocked(bt.block_shape, self.num_warps, order=order))
             return
         if name == "tt.store" and op.operands[0].type.is_block_ptr():

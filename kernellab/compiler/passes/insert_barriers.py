@@ -21,7 +21,7 @@ class _State:
 
 
 def _range(op: Op):
-    if op.name == "ttg.local_alloc":  # pipelined buffers order themselves (ttg.async_wait's bar.sync)
+    if op.name in ("ttg.local_alloc", "ttg.mbarrier_alloc"):  # pipelined buffers order themselves (waits)
         return None
     n = op.attrs.get("smem_bytes", 0)
     return (op.attrs.get("smem_offset", 0), n) if n else None

@@ -34,36 +34,129 @@ contiguous along the same dimension as in global memory, each row padded by 16 b
 reads are free of bank conflicts. Loops that do not qualify keep the register path and the reason is
 recorded in the pass's stats.
 
+Block-pointer loads (`tl.load(block_ptr, boundary_check=...)`, the pointer carried by `tl.advance`) qualify
+too: their copies get the tile's addresses and in-bounds mask from `ttg.block_ptr_addresses` (out-of-bounds
+runs become zeros, so only padding_option "zero" qualifies), `vec` from the block's strides and offsets
+(gpu/block_ptr.py). On sm_90, a block-pointer tile of a swizzled wgmma stage whose tensor the host can describe
+(base, shape and strides are kernel arguments, 16-byte aligned) is filled by TMA instead:
+
+    before:    tensor maps (kernel parameters), one mbarrier per stage
+    issue:     mbarrier_expect(stage's bytes) + tma_copy(tiles -> stage)          # one thread
+    body i:    mbarrier_wait(stage i % S, phase) [+ bar.sync unless a wgmma overlaps]
+    after:     mbarrier_inval
+
+The phase parity is carried by the loop and flips each time the read stage wraps. Why an operand keeps
+cp.async is recorded in the stats (`no_tma`).
+
 A tile loaded once outside any loop and read only by tensor-core dots (attention's queries) is copied
 into a one-stage buffer where it was loaded, so it neither occupies registers nor gets staged again by
 every dot.
 """
 from __future__ import annotations
 
-from ..gpu.layouts import Blocked
+from ..gpu import block_ptr
+from ..gpu.axis_info import AxisAnalysis
+from ..gpu.layouts import Blocked, default_blocked
 from ..gpu.scratch import MMA_PAD, is_wgmma
 from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
 from ..ops import is_pure
 from ..rewrite import clone_op, extend_for_iter_args, insert_before, int_const, pure_slice
-from ..types import DTYPES, MemDescType, int1
+from ..types import DTYPES, MemDescType, PointerType, TensorType, int1
 from . import dce
 
 NAME = "pipeline_dot_operands"
 DESCRIPTION = "multi-buffer the tiles a tensor-core dot reads: cp.async copies num_stages-1 iterations ahead"
 
 I32 = DTYPES["i32"]
+I64 = DTYPES["i64"]
 
 
-def _copyable(ld: Op) -> str | None:
+class _BlockPtrs:
+    """Block-pointer loads (`tl.load(block_ptr, boundary_check=...)`): the vector width and layout of their
+    cp.async copies, and whether a TMA tensor map can fill their stages instead (sm_90, swizzled stages)."""
+
+    def __init__(self, module: Module, options):
+        self.fn = module.kernel
+        self.num_warps = getattr(options, "num_warps", 4)
+        self.arch = getattr(options, "arch", 90)
+        self.use_tma = getattr(options, "tma", True)
+        self._axis = None
+        self._vec: dict = {}
+
+    @property
+    def axis(self) -> AxisAnalysis:
+        if self._axis is None:
+            self._axis = AxisAnalysis(self.fn)
+        return self._axis
+
+    def vec_and_why(self, ld: Op):
+        if id(ld) not in self._vec:
+            vec, why = block_ptr.copy_vec(ld, self.axis)
+            t = ld.result.type
+            numel = 1
+            for n in t.shape:
+                numel *= n
+            vec = min(vec, max(1, numel // (32 * self.num_warps)))  # no more than a thread holds
+            if why is None and vec * t.scalar.bits // 8 < 4:
+                why = f"{vec * t.scalar.bits // 8}-byte runs per thread (cp.async moves 4, 8 or 16 bytes)"
+            self._vec[id(ld)] = (vec, why)
+        return self._vec[id(ld)]
+
+    def why_not(self, ld: Op) -> str | None:
+        pad = ld.attrs.get("padding", "zero")
+        if pad != "zero":
+            return f'padding_option="{pad}" (cp.async and TMA fill out-of-bounds elements with zeros)'
+        return self.vec_and_why(ld)[1]
+
+    def tma(self, ld: Op, buf_t: MemDescType):
+        """(tensor-map operands, "") when TMA can fill this load's stages, else (None, why not)."""
+        if self.arch < 90:
+            return None, f"sm_{self.arch} has no TMA"
+        if not self.use_tma:
+            return None, "TMA disabled (enable_tma=False)"
+        if not buf_t.swizzle:
+            return None, "the dot reads padded rows (mma.sync); TMA fills swizzled wgmma stages only"
+        t = ld.result.type
+        if t.shape[t.layout.order[1]] > 256:
+            return None, "the tile is over 256 rows (a TMA box dim holds at most 256)"
+        return block_ptr.tma_operands(ld, self.fn.args, self.axis)
+
+    def tensormap(self, bld: "_Builder", ld: Op, operands, buf_t: MemDescType, hint: str):
+        """The `ttg.tensormap` a TMA copy of this tile reads: the kernel arguments (or constants) that describe
+        the whole tensor; the box is one swizzle atom wide (all of the tile's rows)."""
+        host = []
+        for v in operands:
+            d = v.defining_op
+            while d is not None and d.name in ("arith.extsi", "arith.extui"):
+                v, d = d.operands[0], d.operands[0].defining_op
+            host.append(v if d is None else bld.const(d.attrs["value"], I64))
+        t = ld.result.type
+        box = [buf_t.swizzle // (t.scalar.bits // 8), t.shape[t.layout.order[1]]]
+        return bld.op("ttg.tensormap", host, [I64], {"box": box, "swizzle": buf_t.swizzle}, [hint],
+                      loc=ld.loc).result
+
+    def copy(self, bld: "_Builder", ld: Op, bp, view, pred):
+        """cp.async of a block pointer's tile: its addresses and bounds mask in a layout holding `vec`
+        contiguous elements per thread, then the copy (out-of-bounds runs become zeros)."""
+        t = ld.result.type
+        vec = self.vec_and_why(ld)[0]
+        layout = default_blocked(t.shape, self.num_warps, order=t.layout.order, spt_fast=vec)
+        addr = bld.op("ttg.block_ptr_addresses", [bp], [TensorType(t.shape, PointerType(t.scalar), layout),
+                                                        TensorType(t.shape, int1, layout)],
+                      {"boundary_check": list(ld.attrs.get("boundary_check", []))}, loc=ld.loc)
+        bld.op("ttg.async_copy", [addr.results[0], view, pred, addr.results[1]], [], {"vec": vec}, loc=ld.loc)
+
+
+def _copyable(ld: Op, bps: _BlockPtrs) -> str | None:
     """Why cp.async cannot move this load's tile into shared memory, or None when it can."""
-    if ld.operands[0].type.is_block_ptr():
-        return "block-pointer load (not yet pipelined)"
     if ld.attrs.get("volatile"):
         return "volatile load"
     t = ld.result.type
     if t.scalar.name not in ("f16", "bf16"):
         return f"{t.scalar.name} elements"
+    if ld.operands[0].type.is_block_ptr():
+        return bps.why_not(ld)
     if not isinstance(t.layout, Blocked):
         return "the load has no blocked layout"
     vec = ld.attrs.get("vec", 1)
@@ -76,7 +169,7 @@ def _copyable(ld: Op) -> str | None:
     return None
 
 
-def _operand_load(dot: Op, index: int, body):
+def _operand_load(dot: Op, index: int, body, bps: _BlockPtrs):
     """(load op, [ops to erase]) feeding dot operand `index` directly, or (None, reason)."""
     v = dot.operands[index]
     chain = []
@@ -91,11 +184,11 @@ def _operand_load(dot: Op, index: int, body):
         return None, "not loaded in the loop body"
     if len(op.result.uses) != 1:
         return None, "the loaded tile has other users"
-    why = _copyable(op)
+    why = _copyable(op, bps)
     return (op, chain) if why is None else (None, why)
 
 
-def _stage_invariant_operands(module: Module, stats: dict) -> None:
+def _stage_invariant_operands(module: Module, stats: dict, bps: _BlockPtrs) -> None:
     """A tile loaded once and only read by tensor-core dots (attention's q) is copied into shared memory
     once, right where it was loaded, instead of being held in registers and staged again by every dot."""
     for ld in list(module.kernel.walk()):
@@ -107,7 +200,7 @@ def _stage_invariant_operands(module: Module, stats: dict) -> None:
         slots = {i for u in uses for i, v in enumerate(u.operands[:2]) if v is ld.result}
         if len(slots) != 1 or any(u.operands[0] is u.operands[1] for u in uses):
             continue
-        if _in_a_loop(ld) or _copyable(ld) is not None:
+        if _in_a_loop(ld) or _copyable(ld, bps) is not None:
             continue  # loads that run every iteration are the pipeliner's; the others stay in registers
         index = slots.pop()
         t = ld.result.type
@@ -118,10 +211,14 @@ def _stage_invariant_operands(module: Module, stats: dict) -> None:
         buf = bld.op("ttg.local_alloc", [], [buf_t], {"stages": 1, "operand": "ab"[index]},
                      [f"{'ab'[index]}_tile"]).result
         view = bld.op("ttg.memdesc_index", [buf, bld.const(0)], [buf.type.tile()]).result
-        operands = [ld.operands[0], view, bld.op("arith.constant", [], [int1], {"value": True}).result]
-        if len(ld.operands) > 1:
-            operands.append(ld.operands[1])
-        bld.op("ttg.async_copy", operands, [], {"vec": ld.attrs.get("vec", 1)})
+        true = bld.op("arith.constant", [], [int1], {"value": True}).result
+        if ld.operands[0].type.is_block_ptr():
+            bps.copy(bld, ld, ld.operands[0], view, true)
+        else:
+            operands = [ld.operands[0], view, true]
+            if len(ld.operands) > 1:
+                operands.append(ld.operands[1])
+            bld.op("ttg.async_copy", operands, [], {"vec": ld.attrs.get("vec", 1)})
         bld.op("ttg.async_commit", [], [])
         bld.op("ttg.async_wait", [buf], [], {"pending": 0})
         for u in list(uses):
@@ -266,19 +363,41 @@ class _Builder:
         return self.op("arith.cmpi", [a, b], [int1], {"predicate": "slt"}).result
 
 
-def _issue(bld: _Builder, plans, bufs, slot, mapping, pred):
-    """Clone each operand's address computation under `mapping` and start its copy into `slot`."""
-    for (ld, sl), buf in zip(plans, bufs):
+def _issue(bld: _Builder, plans, bufs, slot, mapping, pred, bps: _BlockPtrs, tma=None):
+    """Clone each operand's address computation under `mapping` and start its copy into `slot`: cp.async
+    (one commit group for all), or TMA for the stages `tma = (mbarriers, tensor map per plan or None)` names,
+    announced to the stage's mbarrier first."""
+    bars, descs = tma if tma is not None else (None, [None] * len(plans))
+    bar = None
+    for (ld, sl), buf, desc in zip(plans, bufs, descs):
         for op in sl:
             if id(op.results[0]) not in mapping:
                 insert_before(bld.anchor, clone_op(op, mapping))
         ptrs = mapping.get(id(ld.operands[0]), ld.operands[0])
+        if desc is not None and bar is None:
+            bar = bld.op("ttg.memdesc_index", [bars, slot], [bars.type.tile()]).result
+            nbytes = sum(_numel(p[0].result.type.shape) * p[0].result.type.scalar.bits // 8
+                         for p, d in zip(plans, descs) if d is not None)
+            bld.op("ttg.mbarrier_expect", [bar, pred], [], {"bytes": nbytes})
         view = bld.op("ttg.memdesc_index", [buf, slot], [buf.type.tile()], loc=ld.loc).result
-        operands = [ptrs, view, pred]
-        if len(ld.operands) > 1:
-            operands.append(mapping.get(id(ld.operands[1]), ld.operands[1]))
-        bld.op("ttg.async_copy", operands, [], {"vec": ld.attrs.get("vec", 1)}, loc=ld.loc)
-    bld.op("ttg.async_commit", [], [])
+        if desc is not None:
+            bld.op("ttg.tma_copy", [desc, ptrs, view, bar, pred], [], loc=ld.loc)
+        elif ld.operands[0].type.is_block_ptr():
+            bps.copy(bld, ld, ptrs, view, pred)
+        else:
+            operands = [ptrs, view, pred]
+            if len(ld.operands) > 1:
+                operands.append(mapping.get(id(ld.operands[1]), ld.operands[1]))
+            bld.op("ttg.async_copy", operands, [], {"vec": ld.attrs.get("vec", 1)}, loc=ld.loc)
+    if any(d is None for d in descs):
+        bld.op("ttg.async_commit", [], [])
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
 
 
 def _advance(bld: _Builder, for_op: Op, carried, mapping) -> dict:
@@ -298,7 +417,7 @@ def _advance(bld: _Builder, for_op: Op, carried, mapping) -> dict:
     return nxt
 
 
-def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
+def _pipeline(for_op: Op, stages: int, stats: dict, bps: _BlockPtrs) -> None:
     body = for_op.regions[0]
     dots = [op for op in body.ops if op.name == "tt.dot" and "mma" in op.attrs]
     if not dots:
@@ -314,7 +433,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
         for index in (0, 1):
             if dot.operands[index].type.is_memdesc():
                 continue  # already in shared memory (staged once before the loop)
-            ld, chain = _operand_load(dot, index, body)
+            ld, chain = _operand_load(dot, index, body, bps)
             name = f"line {dot.loc.line if dot.loc else '?'} operand {'ab'[index]}"
             if ld is None:
                 why.append(f"{name}: {chain}")
@@ -345,18 +464,36 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
     chain_overlap = None if overlap is not None else _overlappable_chain(body, dots, targets, stages)
     ahead = stages - 1  # iterations the copies run ahead
     pre = _Builder(for_op, loc)
-    bufs = []
+    bufs, descs = [], []
     for (ld, _), (dot, index) in zip(plans, targets):
         buf_t = _buffer_type(dot, ld.result.type, stages)
-        bufs.append(pre.op("ttg.local_alloc", [], [buf_t], {"stages": stages, "operand": "ab"[index]},
-                           [f"{'ab'[index]}_stages"], loc=ld.loc).result)
+        desc = None
+        if ld.operands[0].type.is_block_ptr():
+            operands, why = bps.tma(ld, buf_t)
+            if operands is None:
+                stats.setdefault("no_tma", []).append(f"line {dot.loc.line if dot.loc else '?'} operand "
+                                                      f"{'ab'[index]}: {why}")
+            else:
+                desc = bps.tensormap(pre, ld, operands, buf_t, f"{'ab'[index]}_tensormap")
+        attrs = {"stages": stages, "operand": "ab"[index]}
+        if desc is not None:
+            attrs["fill"] = "tma"
+        bufs.append(pre.op("ttg.local_alloc", [], [buf_t], attrs, [f"{'ab'[index]}_stages"], loc=ld.loc).result)
+        descs.append(desc)
+    bars = None
+    if any(d is not None for d in descs):
+        bars = pre.op("ttg.mbarrier_alloc", [], [MemDescType((stages, 1, 1), I64, (1, 0))], {"stages": stages},
+                      ["stage_bars"]).result
+        stats["tma"] = stats.get("tma", 0) + sum(d is not None for d in descs)
+    tma = (bars, descs) if bars is not None else None
+    cp_bufs = [b for b, d in zip(bufs, descs) if d is None]
     # prologue: stages 0 .. ahead-1 hold iterations 0 .. ahead-1
     state = {id(a): init for a, init in zip(iter_args, for_op.operands[3:])}
     for s in range(ahead):
         iv_s = lb if s == 0 else pre.add(lb, pre.const(s * step, lb.type))
         mapping = dict(state)
         mapping[id(iv)] = iv_s
-        _issue(pre, plans, bufs, pre.const(s), mapping, pre.lt(iv_s, ub))
+        _issue(pre, plans, bufs, pre.const(s), mapping, pre.lt(iv_s, ub), bps, tma)
         state.update(_advance(pre, for_op, carried, mapping))
     # the loop carries: the address state S-1 iterations ahead, the stage to read and the stage to write
     ahead_args = {}
@@ -366,10 +503,20 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
     read_slot = body.add_arg(I32, "read_stage")
     write_slot = body.add_arg(I32, "write_stage")
     inits = [state[id(iter_args[i])] for i in sorted(carried)] + [pre.const(0), pre.const(ahead)]
+    phase = None
+    if tma is not None:  # parity of the mbarrier phase the read stage completes next: flips at each wrap
+        phase = body.add_arg(I32, "phase")
+        inits.append(pre.const(0))
 
     first = body.ops[0]
     top = _Builder(first, loc)
-    top.op("ttg.async_wait", list(bufs), [], {"pending": ahead - 1})
+    if tma is not None:
+        bar = top.op("ttg.memdesc_index", [bars, read_slot], [bars.type.tile()]).result
+        top.op("ttg.mbarrier_wait", [bar, phase], [])
+    if cp_bufs:
+        top.op("ttg.async_wait", cp_bufs, [], {"pending": ahead - 1})
+    elif overlap is None:
+        top.op("ttg.barrier", [], [], {"reason": "every warp has finished reading the stage refilled next"})
     at = top
     if overlap is not None:
         # the wgmma stays in flight into the next iteration: at most one group pending at the end of the body
@@ -399,7 +546,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
     iv_ahead = at.add(iv, at.const(ahead * step, iv.type))
     mapping = {id(iter_args[i]): ahead_args[i] for i in carried}
     mapping[id(iv)] = iv_ahead
-    _issue(at, plans, bufs, write_slot, mapping, at.lt(iv_ahead, ub))
+    _issue(at, plans, bufs, write_slot, mapping, at.lt(iv_ahead, ub), bps, tma)
     nxt = _advance(at, for_op, carried, mapping)
     for buf, (ld, _), chain, (dot, index) in zip(bufs, plans, chains, targets):
         view = _Builder(dot, loc).op("ttg.memdesc_index", [buf, read_slot], [buf.type.tile()], loc=dot.loc).result
@@ -413,6 +560,11 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
     for slot in (read_slot, write_slot):
         at_end = end.op("arith.cmpi", [slot, last], [int1], {"predicate": "eq"}).result
         new_slots.append(end.op("arith.select", [at_end, end.const(0), end.add(slot, one)], [I32]).result)
+        if phase is not None and slot is read_slot:
+            flipped = end.op("arith.xori", [phase, one], [I32]).result
+            phase_next = end.op("arith.select", [at_end, flipped, phase], [I32]).result
+    if phase is not None:
+        new_slots.append(phase_next)
     for v in [nxt[id(iter_args[i])] for i in sorted(carried)] + new_slots:
         yield_op.operands.append(v)
         v.uses.append(yield_op)
@@ -430,6 +582,8 @@ def _pipeline(for_op: Op, stages: int, stats: dict) -> None:
         res.replace_all_uses_with(fin.result)
         fin.set_operand(0, res)
     _Builder(after, loc).op("ttg.async_wait", list(bufs), [], {"pending": 0})
+    if bars is not None:  # after the wait's bar.sync: no thread polls them any more
+        _Builder(after, loc).op("ttg.mbarrier_inval", [bars], [])
     stats["pipelined"] += 1
     stats["buffers"] += len(bufs)
 
@@ -441,10 +595,11 @@ def run(module: Module, options=None) -> dict:
     if arch < 80:
         stats["skipped"].append(f"sm_{arch} has no cp.async")
         return stats
-    _stage_invariant_operands(module, stats)
+    bps = _BlockPtrs(module, options)
+    _stage_invariant_operands(module, stats, bps)
     for op in list(module.kernel.walk()):
         if op.name == "scf.for" and op.block is not None:
-            _pipeline(op, int(op.attrs.get("num_stages", default_stages)), stats)
+            _pipeline(op, int(op.attrs.get("num_stages", default_stages)), stats, bps)
     if stats["pipelined"] or stats["staged_once"]:
         dce.run(module)  # the register path's address arithmetic is dead now
     return stats

@@ -1,0 +1,157 @@
+"""TMA (sm_90's tensor memory accelerator) and the mbarriers its copies complete on.
+
+A `ttg.tensormap` becomes a kernel parameter: a 128-byte CUtensorMap the launcher encodes from the
+launch's arguments (see runtime/tensormap.py for the recipe recorded in the argument kinds), passed
+`byval` with 64-byte alignment and the "nvvm.grid_constant" attribute, so the kernel uses it where it
+lies in parameter space (llvmlite cannot spell that attribute: `patch_params` edits the IR text).
+
+One thread starts each stage's copies: `mbarrier.arrive.expect_tx` announces the bytes, then one
+`cp.async.bulk.tensor.2d` per 16-byte-chunk-swizzled atom column of the tile (the box is one swizzle
+span wide, all rows high), each completing its bytes on the stage's mbarrier. Every thread then waits
+with `mbarrier.try_wait.parity` on the phase the stage completes. The TMA swizzle modes (128B: address
+bits 4-6 ^= bits 7-9; 64B: 4-5 ^= 7-8; 32B: 4 ^= 7) are the XOR pattern of gpu/smem_layout.py on
+1024-byte aligned stages, so a box lands exactly where the wgmma descriptors read.
+"""
+from __future__ import annotations
+
+import re
+
+import llvmlite.ir as ir
+
+from ..ir import Function
+from .lower import I8, I32, I64, VOID, KernelLowering, LoweringError, _cint, handles
+
+TENSORMAP_BYTES = 128
+
+
+def _ref(v, fn_args):
+    """A launch-time value: ["arg", index of the kernel argument] or ["const", value]."""
+    d = v.defining_op
+    while d is not None and d.name in ("arith.extsi", "arith.extui"):
+        v, d = d.operands[0], d.operands[0].defining_op
+    if d is None:
+        for i, a in enumerate(fn_args):
+            if a is v:
+                return ["arg", i]
+    elif d.name == "arith.constant":
+        return ["const", int(d.attrs["value"])]
+    raise LoweringError("a ttg.tensormap operand is neither a kernel argument nor a constant")
+
+
+def tensormap_recipes(fn: Function) -> tuple[list, dict]:
+    """(distinct recipes in parameter order, id(tensormap op) -> index) for a kernel's `ttg.tensormap`s.
+    A recipe says how the launcher makes the tensor map: base argument, dims and strides (contiguous dim
+    first, strides in elements), box, swizzle bytes and element type."""
+    recipes, index = [], {}
+    for op in fn.walk():
+        if op.name != "ttg.tensormap":
+            continue
+        base, d0, d1, s1 = op.operands
+        kind, i = _ref(base, fn.args)
+        if kind != "arg":
+            raise LoweringError("a ttg.tensormap base must be a kernel argument")
+        r = {"base": i, "dims": [_ref(d0, fn.args), _ref(d1, fn.args)], "strides": [_ref(s1, fn.args)],
+             "box": [int(b) for b in op.attrs["box"]], "swizzle": int(op.attrs["swizzle"]),
+             "dtype": base.type.elem.name}
+        if r not in recipes:
+            recipes.append(r)
+        index[id(op)] = recipes.index(r)
+    return recipes, index
+
+
+def patch_params(llvm_ir: str, names) -> str:
+    """Give the tensor-map parameters their attributes: byval of 128 bytes, align 64, nvvm.grid_constant."""
+    for name in names:
+        pat = re.compile(r'ptr %"?' + re.escape(name) + r'"?(?=[,)])')
+        llvm_ir, n = pat.subn(f'ptr byval([{TENSORMAP_BYTES} x i8]) align 64 "nvvm.grid_constant" %"{name}"',
+                              llvm_ir, count=1)
+        if n != 1:
+            raise LoweringError(f"cannot find the tensor-map parameter {name} in the kernel's signature")
+    return llvm_ir
+
+
+def _saddr(lw: KernelLowering, offset):
+    """32-bit shared-memory address of a byte offset in the kernel's shared memory."""
+    return lw.b.ptrtoint(lw.b.gep(lw.smem, [offset], source_etype=I8), I32)
+
+
+def _one_thread(lw: KernelLowering, pred=None):
+    """i32 1 in thread 0 (where `pred` holds), else 0."""
+    first = lw.b.icmp_unsigned("==", lw.tid, _cint(0))
+    if pred is not None:
+        first = lw.b.and_(first, pred)
+    return lw.b.zext(first, I32)
+
+
+def _asm(lw: KernelLowering, text: str, cons: str, args):
+    lw.b.asm(ir.FunctionType(VOID, [a.type for a in args]), text, cons, args, side_effect=True)
+
+
+@handles("ttg.tensormap")
+def _tensormap(lw: KernelLowering, op):
+    lw.put(op.result, lw.b.ptrtoint(lw.tensormap_params[lw.tensormap_index[id(op)]], I64))
+
+
+@handles("ttg.mbarrier_alloc")
+def _mbarrier_alloc(lw: KernelLowering, op):
+    base = op.attrs.get("smem_offset", 0)
+    lw.put(op.result, _cint(base))
+    t = op.result.type
+    one = _one_thread(lw)
+    for s in range(t.shape[0]):
+        bar = _saddr(lw, _cint(base + s * t.tile_bytes))
+        _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $1, 0; @p mbarrier.init.shared::cta.b64 [$0], 1; }", "r,r",
+             [bar, one])
+    # the initialized barriers must be visible to the TMA unit (async proxy) and to every thread
+    _asm(lw, "fence.mbarrier_init.release.cluster;", "~{memory}", [])
+    _asm(lw, "fence.proxy.async.shared::cta;", "~{memory}", [])
+    lw.barrier()
+
+
+@handles("ttg.mbarrier_expect")
+def _mbarrier_expect(lw: KernelLowering, op):
+    bar, pred = lw.get(op.operands[0]), lw.get(op.operands[1])
+    _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $1, 0; "
+         f"@p mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], {int(op.attrs['bytes'])}; }}", "r,r",
+         [_saddr(lw, bar), _one_thread(lw, pred)])
+
+
+@handles("ttg.tma_copy")
+def _tma_copy(lw: KernelLowering, op):
+    desc_v, bp_v, view_v, bar_v, pred_v = op.operands
+    view = view_v.type
+    _, _, _, _, offs = lw.get(bp_v)
+    fast, slow = view.order[0], view.order[1]
+    z = view.swizzle
+    w = z // (view.scalar.bits // 8)
+    rows = view.shape[slow]
+    b = lw.b
+    dst0, bar, desc = lw.get(view_v), _saddr(lw, lw.get(bar_v)), lw.get(desc_v)
+    go = _one_thread(lw, lw.get(pred_v))
+    for j in range(view.shape[fast] // w):  # one box per atom column: w contiguous elements x all rows
+        dst = _saddr(lw, b.add(dst0, _cint(j * rows * z)))
+        c0 = b.add(offs[fast], _cint(j * w)) if j else offs[fast]
+        _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $4, 0; @p cp.async.bulk.tensor.2d.shared::cluster.global.tile"
+             ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3}], [$5]; }", "r,l,r,r,r,r,~{memory}",
+             [dst, desc, c0, offs[slow], go, bar])
+
+
+@handles("ttg.mbarrier_wait")
+def _mbarrier_wait(lw: KernelLowering, op):
+    bar, phase = lw.get(op.operands[0]), lw.get(op.operands[1])
+    _asm(lw, "{ .reg .pred done; wait_phase: mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1; "
+         "@!done bra.uni wait_phase; }", "r,r,~{memory}", [_saddr(lw, bar), phase])
+
+
+@handles("ttg.mbarrier_inval")
+def _mbarrier_inval(lw: KernelLowering, op):
+    bars = op.operands[0]
+    t = bars.type
+    base = lw.get(bars)
+    one = _one_thread(lw)
+    for s in range(t.shape[0]):
+        bar = _saddr(lw, lw.b.add(base, _cint(s * t.tile_bytes)))
+        _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $1, 0; @p mbarrier.inval.shared::cta.b64 [$0]; }", "r,r",
+             [bar, one])
+    lw.barrier()  # the addresses may be reused by the next buffer only once invalidated
+

@@ -1,0 +1,132 @@
+"""What a block pointer (`tl.make_block_ptr` + `tl.advance`) lets the pipeliner do with its tile.
+
+A block-pointer load names its tile by (base, shape, strides, offsets) instead of a tensor of addresses,
+so the facts a vectorized copy needs are read off the `tt.make_block_ptr` it came from and the
+`tt.advance`s applied since (through the iter args of loops that carry it):
+
+- `copy_vec`: how many consecutive elements one cp.async may move (16 bytes at most) — the innermost
+  stride must be 1, the base, the other strides and every offset along the contiguous dim must be
+  multiples of it, and so must the contiguous extent when it is boundary-checked (the mask then never
+  changes inside a run);
+- `tma_operands`: whether a TMA tensor map made on the host from the kernel's arguments can describe the
+  whole tensor — its base, shape and strides must be kernel arguments (or constants), not values
+  computed per program — and why not otherwise.
+"""
+from __future__ import annotations
+
+from ..ir import Block, Op, Value
+from .axis_info import AxisAnalysis
+
+
+def origin(v: Value) -> tuple[Op, list[Op]] | str:
+    """(the `tt.make_block_ptr`, every `tt.advance` on the way) for a block-pointer value, following loop
+    iter args to both their initial value and their update; a reason string when the value comes from
+    anything else (a select between block pointers, a function argument...)."""
+    makes, advances, seen, stack = [], [], set(), [v]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        d = x.defining_op
+        if d is None:
+            blk = x.owner
+            loop = blk.parent if isinstance(blk, Block) else None
+            if loop is None or loop.name != "scf.for" or x.index == 0:
+                return "the block pointer is not made by tl.make_block_ptr in this kernel"
+            i = x.index - 1
+            stack += [loop.operands[3 + i], blk.terminator.operands[i]]
+        elif d.name == "tt.advance":
+            advances.append(d)
+            stack.append(d.operands[0])
+        elif d.name == "tt.make_block_ptr":
+            if not any(m is d for m in makes):
+                makes.append(d)
+        else:
+            return f"the block pointer comes from {d.name}"
+    if len(makes) != 1:
+        return "the block pointer may come from several tl.make_block_ptr"
+    return makes[0], advances
+
+
+def parts(mk: Op) -> tuple[Value, list, list, list]:
+    """(base, shape, strides, offsets) operands of a `tt.make_block_ptr`."""
+    n = len(mk.attrs["block_shape"])
+    ops = mk.operands
+    return ops[0], ops[1:1 + n], ops[1 + n:1 + 2 * n], ops[1 + 2 * n:1 + 3 * n]
+
+
+def _const(v: Value):
+    d = v.defining_op
+    while d is not None and d.name in ("arith.extsi", "arith.extui"):
+        d = d.operands[0].defining_op
+    return d.attrs.get("value") if d is not None and d.name == "arith.constant" else None
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def copy_vec(ld: Op, axis: AxisAnalysis) -> tuple[int, str | None]:
+    """(elements per cp.async, None) for a block-pointer load, or (1, why not even 4 bytes work)."""
+    found = origin(ld.operands[0])
+    if isinstance(found, str):
+        return 1, found
+    mk, advances = found
+    base, shape, strides, offs = parts(mk)
+    fast = mk.attrs["order"][0]
+    esize = ld.result.type.scalar.bits // 8
+    if _const(strides[fast]) != 1:
+        return 1, f"the stride of the contiguous dim {fast} is not the constant 1"
+    vec = min(16 // esize, ld.result.type.shape[fast], max(1, axis[base].div[0] // esize))
+    limits = [axis[s].div[0] for d, s in enumerate(strides) if d != fast]
+    limits += [axis[offs[fast]].div[0]] + [axis[a.operands[1 + fast]].div[0] for a in advances]
+    if fast in ld.attrs.get("boundary_check", []):
+        limits.append(axis[shape[fast]].div[0])
+    for lim in limits:
+        vec = min(vec, lim)
+    vec = _pow2_floor(vec)
+    if vec * esize < 4:
+        return 1, (f"{vec * esize}-byte runs (the base, strides, offsets or extent along dim {fast} are not "
+                   f"multiples of {4 // esize} elements)")
+    return vec, None
+
+
+def _kernel_value(v: Value, fn_args) -> bool:
+    """Whether the host can evaluate `v` from the launch's arguments: a kernel argument or a constant,
+    possibly widened."""
+    d = v.defining_op
+    while d is not None and d.name in ("arith.extsi", "arith.extui"):
+        v = d.operands[0]
+        d = v.defining_op
+    if d is None:
+        return any(v is a for a in fn_args)
+    return d.name == "arith.constant"
+
+
+def tma_operands(ld: Op, fn_args, axis: AxisAnalysis) -> tuple[list | None, str]:
+    """([base, extent of the contiguous dim, extent of the other dim, stride of the other dim], "") when a
+    host-made tensor map can serve this 2-D block-pointer load, else (None, why not)."""
+    found = origin(ld.operands[0])
+    if isinstance(found, str):
+        return None, found
+    mk, _ = found
+    base, shape, strides, _ = parts(mk)
+    if len(shape) != 2:
+        return None, f"a rank-{len(shape)} block (TMA here handles 2-D tiles)"
+    fast, slow = mk.attrs["order"][0], mk.attrs["order"][1]
+    if base.defining_op is not None or not any(base is a for a in fn_args):
+        return None, "the base has a per-program offset (pass offsets= to tl.make_block_ptr instead)"
+    if axis[base].div[0] < 16:
+        return None, "the base pointer is not known to be 16-byte aligned"
+    if _const(strides[fast]) != 1:
+        return None, f"the stride of the contiguous dim {fast} is not 1"
+    for what, v in (("shape", shape[0]), ("shape", shape[1]), ("stride", strides[slow])):
+        if not _kernel_value(v, fn_args):
+            return None, f"its {what} is computed in the kernel (the host makes the tensor map from arguments)"
+    esize = ld.result.type.scalar.bits // 8
+    if (axis[strides[slow]].div[0] * esize) % 16:
+        return None, f"the stride of dim {slow} is not known to be a multiple of 16 bytes"
+    if sorted(ld.attrs.get("boundary_check", [])) != [0, 1]:
+        return None, "a dim is not boundary-checked (TMA zero-fills everything outside the shape)"
+    return [base, shape[fast], shape[slow], strides[slow]], ""
