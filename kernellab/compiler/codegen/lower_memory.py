@@ -275,12 +275,12 @@ def _load_block_ptr(lw, op):
     checks = set(op.attrs.get("boundary_check", []))
     ptrs, masks = _block_ptr_addresses(lw, op, lw.get(op.operands[0]), res.type.layout, res.type.shape, checks)
     pad = float("nan") if op.attrs.get("padding") == "nan" else 0
-    out = []
-    for p, m in zip(ptrs, masks):
-        v = emit_load(lw, p, m, elem, 1)[0]
-        if m is not None:
-            v = lw.b.select(m, v, const_value(elem, pad))
-        out.append(v)
+    out = [None] * len(ptrs)
+    for g in _groups(op, res.type):  # the mask is uniform over a run (copy_vec checks the extent)
+        p, m = ptrs[g[0]], masks[g[0]]
+        vals = emit_load(lw, p, m, elem, len(g), other_const=pad)
+        for i, v in zip(g, vals):
+            out[i] = v if m is None or len(g) > 1 else lw.b.select(m, v, const_value(elem, pad))
     lw.put(res, out)
 
 
@@ -290,10 +290,12 @@ def _store_block_ptr(lw, op):
     checks = set(op.attrs.get("boundary_check", []))
     ptrs, masks = _block_ptr_addresses(lw, op, lw.get(op.operands[0]), val.type.layout, val.type.shape, checks)
     valid = lw.reg_valid(val.type.layout, val.type.shape)
-    for i, (p, m, v) in enumerate(zip(ptrs, masks, lw.regs(val))):
-        if valid is not None:
-            m = valid[i] if m is None else lw.b.and_(m, valid[i])
-        emit_store(lw, p, [v], m, elem)
+    vals = lw.regs(val)
+    for g in _groups(op, val.type):
+        m = masks[g[0]]
+        if valid is not None:  # replicated copies don't store twice
+            m = valid[g[0]] if m is None else lw.b.and_(m, valid[g[0]])
+        emit_store(lw, ptrs[g[0]], [vals[i] for i in g], m, elem)
 
 
 _ATOM_OP = {"add": "add", "fadd": "add", "max": "max", "umax": "max", "min": "min", "umin": "min", "xchg": "exch",

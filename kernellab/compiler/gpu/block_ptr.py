@@ -68,17 +68,19 @@ def _pow2_floor(n: int) -> int:
 
 
 def copy_vec(ld: Op, axis: AxisAnalysis) -> tuple[int, str | None]:
-    """(elements per cp.async, None) for a block-pointer load, or (1, why not even 4 bytes work)."""
+    """(elements per cp.async, or per vector load/store, None) for a block-pointer load or store, or
+    (1, why not even 4 bytes work)."""
+    tile = ld.result.type if ld.name == "tt.load" else ld.operands[1].type
     found = origin(ld.operands[0])
     if isinstance(found, str):
         return 1, found
     mk, advances = found
     base, shape, strides, offs = parts(mk)
     fast = mk.attrs["order"][0]
-    esize = ld.result.type.scalar.bits // 8
+    esize = tile.scalar.bits // 8
     if _const(strides[fast]) != 1:
         return 1, f"the stride of the contiguous dim {fast} is not the constant 1"
-    vec = min(16 // esize, ld.result.type.shape[fast], max(1, axis[base].div[0] // esize))
+    vec = min(16 // esize, tile.shape[fast], max(1, axis[base].div[0] // esize))
     limits = [axis[s].div[0] for d, s in enumerate(strides) if d != fast]
     limits += [axis[offs[fast]].div[0]] + [axis[a.operands[1 + fast]].div[0] for a in advances]
     if fast in ld.attrs.get("boundary_check", []):

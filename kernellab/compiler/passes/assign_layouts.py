@@ -184,13 +184,19 @@ class LayoutAssigner:
             for r in res_tensors:
                 self.set_layout(r, layout)
             return
-        if name == "tt.load" and op.operands[0].type.is_block_ptr():
+        if name in ("tt.load", "tt.store") and op.operands[0].type.is_block_ptr():
+            # coalesced like a pointer access: each thread moves runs of `vec` contiguous elements (up to
+            # 16 bytes) where the block pointer's base, strides, offsets and checked extent allow it
             bt = op.operands[0].type
             found = block_ptr.origin(op.operands[0])  # through tt.advance and loop iter args
             order = None if isinstance(found, str) else found[0].attrs.get("order")
-            self.set_layout(op.result, default_blocked(bt.block_shape, self.num_warps, order=order))
-            return
-        if name == "tt.store" and op.operands[0].type.is_block_ptr():
+            vec, why = block_ptr.copy_vec(op, self.axis)
+            op.attrs["vec"] = vec if why is None else 1
+            layout = default_blocked(bt.block_shape, self.num_warps, order=order, spt_fast=op.attrs["vec"])
+            if name == "tt.load":
+                self.set_layout(op.result, layout)
+            else:
+                self.want(op, 1, layout)
             return
         if name == "scf.for":
             body = op.regions[0]
