@@ -24,19 +24,34 @@ def _stage_swizzled(lw: KernelLowering, v, t, base: int):
     store_tile(lw, v, lw.regs(v), lambda r, c: b.add(_cint(base), tile_byte_offset(lw, t, r, c)), t.scalar.bits // 8)
 
 
-def _descriptor(lw: KernelLowering, tile_off, t, k_major: bool, k0: int, first_row):
-    """The i64 matrix descriptor reading 16 k from k0 (and, for A, the 64 rows from `first_row`, a multiple
-    of 64)."""
-    b = lw.b
-    start, lbo, sbo, mode = descriptor_fields(t, k_major, k0, 0)
-    addr = b.add(tile_off, _cint(start))
-    if first_row is not None:
-        per_64 = descriptor_fields(t, k_major, 0, 64)[0] - descriptor_fields(t, k_major, 0, 0)[0]
-        addr = b.add(addr, b.mul(b.lshr(first_row, _cint(6)), _cint(per_64)))
-    smem_addr = b.ptrtoint(b.gep(lw.smem, [addr], source_etype=I8), I32)
-    lo = b.zext(b.lshr(b.and_(smem_addr, _cint(0x3FFFF)), _cint(4)), I64)
-    const = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (mode << 62)
-    return b.or_(lo, ir.Constant(I64, const))
+class _Descriptors:
+    """The i64 matrix descriptors of one operand tile: the base (its start address, >> 4, in the low 14 bits,
+    with the stride fields and swizzle mode) is computed once per dot, and each k-step's (and, for A, each
+    64-row block's) descriptor adds its byte offset >> 4 to it. Shared memory is below 256 KB, so the
+    address field never carries into the next one."""
+
+    def __init__(self, lw: KernelLowering, tile_off, t, k_major: bool):
+        b = lw.b
+        self.lw, self.t, self.k_major = lw, t, k_major
+        _, lbo, sbo, mode = descriptor_fields(t, k_major, 0, 0)
+        smem_addr = b.ptrtoint(b.gep(lw.smem, [tile_off], source_etype=I8), I32)
+        lo = b.zext(b.lshr(b.and_(smem_addr, _cint(0x3FFFF)), _cint(4)), I64)
+        const = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (mode << 62)
+        self.base = b.or_(lo, ir.Constant(I64, const))
+        self.per_64 = descriptor_fields(t, k_major, 0, 64)[0] - descriptor_fields(t, k_major, 0, 0)[0]
+        self.blocks = {}
+
+    def at(self, k0: int, first_row=None, key=None):
+        """Reading 16 k from k0 (and, for A, the 64 rows from `first_row`, a multiple of 64; `key` names it)."""
+        b = self.lw.b
+        start = descriptor_fields(self.t, self.k_major, k0, 0)[0]
+        d = self.base
+        if first_row is not None:
+            if key not in self.blocks:
+                rows = b.mul(b.lshr(first_row, _cint(6)), _cint(self.per_64 >> 4))
+                self.blocks[key] = b.add(self.base, b.zext(rows, I64))
+            d = self.blocks[key]
+        return b.add(d, ir.Constant(I64, start >> 4)) if start else d
 
 
 def a_fragment_from_accumulator(lw: KernelLowering, regs, i: int, k0: int, K: int):
@@ -108,14 +123,16 @@ def dot_wgmma(lw: KernelLowering, op):
     frags = {(k0, r): a_fragment_from_accumulator(lw, lw.regs(a_v), r, k0, K)
              for k0 in range(0, K, 16) for r in range(reps)} if a_regs else {}
     b.asm(ir.FunctionType(VOID, []), "wgmma.fence.sync.aligned;", "~{memory}", [], side_effect=True)
+    b_desc = _Descriptors(lw, b_off, b_t, b_kmajor)
+    a_desc = None if a_regs else _Descriptors(lw, a_off, a_t, a_kmajor)
     for k0 in range(0, K, 16):
-        db = _descriptor(lw, b_off, b_t, b_kmajor, k0, None)
+        db = b_desc.at(k0)
         for r in range(reps):
             if a_regs:
                 a_in = frags[k0, r]
             else:  # instruction r of warpgroup g: rows 16*nw*r + 64*g .. +63
                 rows = b.add(b.mul(wg, _cint(64)), _cint(16 * nw * r))
-                a_in = [_descriptor(lw, a_off, a_t, a_kmajor, k0, rows)]
+                a_in = [a_desc.at(k0, rows, key=r)]
             part = acc[r * n_acc:(r + 1) * n_acc]
             scale_d = _cint(0 if zero_acc and k0 == 0 else 1)
             out = b.asm(fty, asm, cons, a_in + [db, scale_d] + part, side_effect=True)
