@@ -105,34 +105,9 @@ tt.func @k(%a_ptr: !ptr<f16> {tt.divisibility = 16}, %b_ptr: !ptr<f16> {tt.divis
 }
 """
 
-WGMMA_LOOP = """
-#L0 = #blocked<[1, 1], [2, 16], [4, 1], [1, 0]>
-#L1 = #mma<[4, 1]>
-tt.func @k(%a_ptr: !ptr<f16> {tt.divisibility = 16}, %b_ptr: !ptr<f16> {tt.divisibility = 16}, %c_ptrs: tensor<64x64x!ptr<f32>, #L1>, %M: i32, %N: i32 {tt.divisibility = 16}, %K: i32 {tt.divisibility = 16}, %sa: i32 {tt.divisibility = 16}, %sb: i32 {tt.divisibility = 16}) {
-  %c0 = arith.constant {value = 0} : i32
-  %c32 = arith.constant {value = 32} : i32
-  %one = arith.constant {value = 1} : i64
-  %m64 = arith.extsi %M : i64
-  %n64 = arith.extsi %N : i64
-  %k64 = arith.extsi %K : i64
-  %sa64 = arith.extsi %sa : i64
-  %sb64 = arith.extsi %sb : i64
-  %pa = tt.make_block_ptr %a_ptr, %m64, %k64, %sa64, %one, %c0, %c0 {block_shape = [64, 32], order = [1, 0]} : !blockptr<f16, 64x32>
-  %pb = tt.make_block_ptr %b_ptr, %k64, %n64, %sb64, %one, %c0, %c0 {block_shape = [32, 64], order = [1, 0]} : !blockptr<f16, 32x64>
-  %zero = arith.constant {value = 0.0} : tensor<64x64xf32, #L1>
-  %acc, %pa_end, %pb_end = scf.for %c0, %K, %c32, %zero, %pa, %pb : tensor<64x64xf32, #L1>, !blockptr<f16, 64x32>, !blockptr<f16, 32x64> {
-  ^bb(%k: i32, %acc0: tensor<64x64xf32, #L1>, %pa0: !blockptr<f16, 64x32>, %pb0: !blockptr<f16, 32x64>):
-    %a = tt.load %pa0 {boundary_check = [0, 1]} : tensor<64x32xf16, #L0>
-    %b = tt.load %pb0 {boundary_check = [0, 1]} : tensor<32x64xf16, #L0>
-    %d = tt.dot %a, %b, %acc0 {input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [4, 1]} : tensor<64x64xf32, #L1>
-    %pa1 = tt.advance %pa0, %c0, %c32 : !blockptr<f16, 64x32>
-    %pb1 = tt.advance %pb0, %c32, %c0 : !blockptr<f16, 32x64>
-    scf.yield %d, %pa1, %pb1
-  }
-  tt.store %c_ptrs, %acc
-  tt.return
-}
-"""
+# the same loop read by wgmma: all four warps along M
+WGMMA_LOOP = MMA_SYNC_LOOP.replace("#L1 = #mma<[2, 2]>", "#L1 = #mma<[4, 1]>").replace(
+    'mma = [2, 2]}', 'instr = "wgmma.m64n64k16.f16", mma = [4, 1]}')
 
 TMA_2 = """
 #L0 = #mma<[4, 1]>

@@ -6,7 +6,7 @@ import llvmlite.ir as ir
 
 from ..gpu.scratch import mem_bytes
 from ..types import TensorType
-from .lower import GPTR, I1, I8, I16, I32, I64, VOID, KernelLowering, _cint, const_value, handles, llty, memty
+from .lower import GPTR, I1, I8, I16, I32, I64, VOID, KernelLowering, _cint, handles, llty, memty
 
 
 def _word_plan(nbytes):
@@ -277,10 +277,9 @@ def _load_block_ptr(lw, op):
     pad = float("nan") if op.attrs.get("padding") == "nan" else 0
     out = [None] * len(ptrs)
     for g in _groups(op, res.type):  # the mask is uniform over a run (copy_vec checks the extent)
-        p, m = ptrs[g[0]], masks[g[0]]
-        vals = emit_load(lw, p, m, elem, len(g), other_const=pad)
-        for i, v in zip(g, vals):
-            out[i] = v if m is None or len(g) > 1 else lw.b.select(m, v, const_value(elem, pad))
+        # out-of-bounds elements read the padding: emit_load writes it into the masked-off words
+        for i, v in zip(g, emit_load(lw, ptrs[g[0]], masks[g[0]], elem, len(g), other_const=pad)):
+            out[i] = v
     lw.put(res, out)
 
 

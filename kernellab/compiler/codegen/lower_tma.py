@@ -18,6 +18,7 @@ import re
 
 import llvmlite.ir as ir
 
+from ..gpu.block_ptr import unwiden
 from ..ir import Function
 from .lower import I8, I32, I64, VOID, KernelLowering, LoweringError, _cint, handles
 
@@ -26,9 +27,8 @@ TENSORMAP_BYTES = 128
 
 def _ref(v, fn_args):
     """A launch-time value: ["arg", index of the kernel argument] or ["const", value]."""
+    v = unwiden(v)
     d = v.defining_op
-    while d is not None and d.name in ("arith.extsi", "arith.extui"):
-        v, d = d.operands[0], d.operands[0].defining_op
     if d is None:
         for i, a in enumerate(fn_args):
             if a is v:

@@ -56,10 +56,17 @@ def parts(mk: Op) -> tuple[Value, list, list, list]:
     return ops[0], ops[1:1 + n], ops[1 + n:1 + 2 * n], ops[1 + 2 * n:1 + 3 * n]
 
 
-def _const(v: Value):
+def unwiden(v: Value) -> Value:
+    """`v` before any integer widening (the i64 shapes and strides of a block pointer are often i32 values)."""
     d = v.defining_op
     while d is not None and d.name in ("arith.extsi", "arith.extui"):
-        d = d.operands[0].defining_op
+        v = d.operands[0]
+        d = v.defining_op
+    return v
+
+
+def _const(v: Value):
+    d = unwiden(v).defining_op
     return d.attrs.get("value") if d is not None and d.name == "arith.constant" else None
 
 
@@ -97,17 +104,16 @@ def copy_vec(ld: Op, axis: AxisAnalysis) -> tuple[int, str | None]:
 def _kernel_value(v: Value, fn_args) -> bool:
     """Whether the host can evaluate `v` from the launch's arguments: a kernel argument or a constant,
     possibly widened."""
+    v = unwiden(v)
     d = v.defining_op
-    while d is not None and d.name in ("arith.extsi", "arith.extui"):
-        v = d.operands[0]
-        d = v.defining_op
     if d is None:
         return any(v is a for a in fn_args)
     return d.name == "arith.constant"
 
 
 def tma_operands(ld: Op, fn_args, axis: AxisAnalysis) -> tuple[list | None, str]:
-    """([base, extent of the contiguous dim, extent of the other dim, stride of the other dim], "") when a
+    """([base, extent of the contiguous dim, extent of the other dim, stride of the other dim], unwidened: kernel
+    arguments or constants) when a
     host-made tensor map can serve this 2-D block-pointer load, else (None, why not)."""
     found = origin(ld.operands[0])
     if isinstance(found, str):
@@ -131,4 +137,4 @@ def tma_operands(ld: Op, fn_args, axis: AxisAnalysis) -> tuple[list | None, str]
         return None, f"the stride of dim {slow} is not known to be a multiple of 16 bytes"
     if sorted(ld.attrs.get("boundary_check", [])) != [0, 1]:
         return None, "a dim is not boundary-checked (TMA zero-fills everything outside the shape)"
-    return [base, shape[fast], shape[slow], strides[slow]], ""
+    return [unwiden(v) for v in (base, shape[fast], shape[slow], strides[slow])], ""

@@ -57,7 +57,7 @@ from __future__ import annotations
 from ..gpu import block_ptr
 from ..gpu.axis_info import AxisAnalysis
 from ..gpu.layouts import Blocked, default_blocked
-from ..gpu.scratch import MMA_PAD, is_wgmma
+from ..gpu.scratch import MMA_PAD, _numel, is_wgmma
 from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
 from ..ops import is_pure
@@ -94,10 +94,7 @@ class _BlockPtrs:
         if id(ld) not in self._vec:
             vec, why = block_ptr.copy_vec(ld, self.axis)
             t = ld.result.type
-            numel = 1
-            for n in t.shape:
-                numel *= n
-            vec = min(vec, max(1, numel // (32 * self.num_warps)))  # no more than a thread holds
+            vec = min(vec, max(1, _numel(t.shape) // (32 * self.num_warps)))  # no more than a thread holds
             if why is None and vec * t.scalar.bits // 8 < 4:
                 why = f"{vec * t.scalar.bits // 8}-byte runs per thread (cp.async moves 4, 8 or 16 bytes)"
             self._vec[id(ld)] = (vec, why)
@@ -125,12 +122,7 @@ class _BlockPtrs:
     def tensormap(self, bld: "_Builder", ld: Op, operands, buf_t: MemDescType, hint: str):
         """The `ttg.tensormap` a TMA copy of this tile reads: the kernel arguments (or constants) that describe
         the whole tensor; the box is one swizzle atom wide (all of the tile's rows)."""
-        host = []
-        for v in operands:
-            d = v.defining_op
-            while d is not None and d.name in ("arith.extsi", "arith.extui"):
-                v, d = d.operands[0], d.operands[0].defining_op
-            host.append(v if d is None else bld.const(d.attrs["value"], I64))
+        host = [v if v.defining_op is None else bld.const(v.defining_op.attrs["value"], I64) for v in operands]
         t = ld.result.type
         box = [buf_t.swizzle // (t.scalar.bits // 8), t.shape[t.layout.order[1]]]
         return bld.op("ttg.tensormap", host, [I64], {"box": box, "swizzle": buf_t.swizzle}, [hint],
@@ -392,12 +384,6 @@ def _issue(bld: _Builder, plans, bufs, slot, mapping, pred, bps: _BlockPtrs, tma
     if any(d is None for d in descs):
         bld.op("ttg.async_commit", [], [])
 
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def _advance(bld: _Builder, for_op: Op, carried, mapping) -> dict:
