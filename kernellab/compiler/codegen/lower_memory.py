@@ -240,22 +240,33 @@ def _advance(lw: KernelLowering, op):
 
 
 def _block_ptr_addresses(lw, op, bp_value, layout, shape, checks):
+    """Per register: the element's address and, over the `checks` dims, whether it is in bounds.
+
+    The address is split as (base + offsets · strides) + (index in the tile · strides): the first term is one
+    scalar per tile, the second does not depend on the offsets, so LLVM hoists it out of a loop that advances
+    the block pointer, which then only adds the scalar per tile instead of recomputing every element's position."""
     _, base, bshape, strides, offs = bp_value
     b = lw.b
+    elem = memty(op.operands[0].type.elem)
+    offs64 = [b.sext(o, I64) for o in offs]
+    tile_off = None
+    for o, st in zip(offs64, strides):
+        term = b.mul(o, st)
+        tile_off = term if tile_off is None else b.add(tile_off, term)
+    tile = b.gep(base, [tile_off], source_etype=elem)
+    zero = ir.Constant(I64, 0)
     ptrs, masks = [], []
     for ix in lw.reg_indices(layout, shape):
-        total = None
-        m = None
+        rel = None
         for d, i in enumerate(ix):
-            pos = b.add(offs[d], i)
-            pos64 = b.sext(pos, I64)
-            term = b.mul(pos64, strides[d])
-            total = term if total is None else b.add(total, term)
-            if d in checks:
-                ok = b.and_(b.icmp_signed(">=", pos64, ir.Constant(I64, 0)), b.icmp_signed("<", pos64, bshape[d]))
-                m = ok if m is None else b.and_(m, ok)
-        elem = op.operands[0].type.elem
-        ptrs.append(b.gep(base, [total], source_etype=memty(elem)))
+            term = b.mul(b.sext(i, I64), strides[d])
+            rel = term if rel is None else b.add(rel, term)
+        m = None
+        for d in sorted(checks):
+            pos64 = b.add(offs64[d], b.sext(ix[d], I64))
+            ok = b.and_(b.icmp_signed(">=", pos64, zero), b.icmp_signed("<", pos64, bshape[d]))
+            m = ok if m is None else b.and_(m, ok)
+        ptrs.append(b.gep(tile, [rel], source_etype=elem))
         masks.append(m)
     return ptrs, masks
 
