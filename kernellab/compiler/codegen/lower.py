@@ -154,7 +154,10 @@ class KernelLowering:
         tid = self.eb.call(self.intrinsic("llvm.nvvm.read.ptx.sreg.tid.x", I32, []), [])
         self.tid = tid
         self.lane = self.eb.and_(tid, _cint(31), name="lane")
-        self.warp = self.eb.lshr(tid, _cint(5), name="warp")
+        # the warp index read back through a shuffle from lane 0: the same value, but ptxas then knows it is
+        # uniform across the warp and keeps what derives from it (wgmma descriptors) in uniform registers
+        shfl = self.intrinsic("llvm.nvvm.shfl.sync.idx.i32", I32, [I32, I32, I32, I32])
+        self.warp = self.eb.call(shfl, [_cint(-1), self.eb.lshr(tid, _cint(5)), _cint(0), _cint(31)], name="warp")
         smem = ir.GlobalVariable(self.mod, ir.ArrayType(I8, 0), "global_smem", addrspace=3)
         smem.linkage = "external"
         smem.align = 1024  # swizzled (wgmma) tiles need 1024-byte aligned addresses
