@@ -239,6 +239,15 @@ def _advance(lw: KernelLowering, op):
     lw.put(op.results[0], (tag, base, shape, strides, [lw.b.add(o, d) for o, d in zip(offs, deltas)]))
 
 
+def _dot(b, xs, ys):
+    """sum(x * y) over two equally long lists of i64 values."""
+    total = None
+    for x, y in zip(xs, ys):
+        term = b.mul(x, y)
+        total = term if total is None else b.add(total, term)
+    return total
+
+
 def _block_ptr_addresses(lw, op, bp_value, layout, shape, checks):
     """Per register: the element's address and, over the `checks` dims, whether it is in bounds.
 
@@ -249,24 +258,17 @@ def _block_ptr_addresses(lw, op, bp_value, layout, shape, checks):
     b = lw.b
     elem = memty(op.operands[0].type.elem)
     offs64 = [b.sext(o, I64) for o in offs]
-    tile_off = None
-    for o, st in zip(offs64, strides):
-        term = b.mul(o, st)
-        tile_off = term if tile_off is None else b.add(tile_off, term)
-    tile = b.gep(base, [tile_off], source_etype=elem)
+    tile = b.gep(base, [_dot(b, offs64, strides)], source_etype=elem)
     zero = ir.Constant(I64, 0)
     ptrs, masks = [], []
     for ix in lw.reg_indices(layout, shape):
-        rel = None
-        for d, i in enumerate(ix):
-            term = b.mul(b.sext(i, I64), strides[d])
-            rel = term if rel is None else b.add(rel, term)
+        ix64 = [b.sext(i, I64) for i in ix]
         m = None
         for d in sorted(checks):
-            pos64 = b.add(offs64[d], b.sext(ix[d], I64))
-            ok = b.and_(b.icmp_signed(">=", pos64, zero), b.icmp_signed("<", pos64, bshape[d]))
+            pos = b.add(offs64[d], ix64[d])
+            ok = b.and_(b.icmp_signed(">=", pos, zero), b.icmp_signed("<", pos, bshape[d]))
             m = ok if m is None else b.and_(m, ok)
-        ptrs.append(b.gep(tile, [rel], source_etype=elem))
+        ptrs.append(b.gep(tile, [_dot(b, ix64, strides)], source_etype=elem))
         masks.append(m)
     return ptrs, masks
 
