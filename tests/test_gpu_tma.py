@@ -5,7 +5,6 @@ poisoned with NaN so unwritten elements show. Compile-only checks (PTX through p
 records) run without a GPU."""
 from __future__ import annotations
 
-import re
 import shutil
 
 import pytest
@@ -214,6 +213,8 @@ def test_cp_async_ptx_for_block_pointers(arch, tma, tmp_path, monkeypatch):
 
 def _loop_body(ptx: str) -> str:
     """The PTX between the loop's label and its backward branch (the kernel's only loop)."""
+    import re  # here, not at the top: the expected stats name the kernel's source lines
+
     for m in re.finditer(r"bra(?:\.uni)?\s+(\$L__BB\d+_\d+);", ptx):
         start = ptx.find(m.group(1) + ":")
         if 0 <= start < m.start():
