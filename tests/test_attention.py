@@ -12,6 +12,7 @@ import torch
 
 import kernellab as kl
 import kernellab.language as tl
+from benchmarks.attention import CONFIGS
 from benchmarks.attention_kernel import LOG2E, attention, make_attention_kernel
 
 KERNEL = make_attention_kernel(kl, tl)
@@ -71,9 +72,11 @@ def test_attention_assembles_with_tensor_cores(D, causal, num_warps, tmp_path, m
 
     monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))  # compile, do not reuse a cached cubin
     q = torch.empty(4, 16, 1024, D, dtype=torch.float16)
+    cfg = CONFIGS[D]
+    assert cfg["num_warps"] == num_warps
+    bn = cfg["BLOCK_N"]
     ck = KERNEL.warmup(q, q, q, q, LOG2E / math.sqrt(D), *q.stride(), *q.stride(), *q.stride(), *q.stride(), 16, 1024,
-                       BLOCK_M=128, BLOCK_N=64, HEAD_DIM=D, CAUSAL=causal, num_warps=num_warps, num_stages=3,
-                       grid=(8, 64))
+                       HEAD_DIM=D, CAUSAL=causal, grid=(8, 64), **cfg)
     ck.build_gpu(Target(90))
     assert ck.asm["cubin"][:4] == b"\x7fELF"
     assert ck.n_regs and ck.n_regs > 0
@@ -83,7 +86,8 @@ def test_attention_assembles_with_tensor_cores(D, causal, num_warps, tmp_path, m
     blocks = 128 // (16 * num_warps)  # m64 instructions per warpgroup and k-step
     loops = 2 if causal else 1
     # q·kT: HEAD_DIM / 16 k-steps with descriptors; p·v: BLOCK_N / 16 k-steps with A in four registers
-    assert sorted(wgmmas) == sorted([("64", "")] * (D // 16 * blocks * loops) + [(str(D), "{")] * (4 * blocks * loops))
+    assert sorted(wgmmas) == sorted([(str(bn), "")] * (D // 16 * blocks * loops) +
+                                    [(str(D), "{")] * (bn // 16 * blocks * loops))
     assert "mma.sync" not in ptx and "ldmatrix" not in ptx and "ex2.approx" in ptx
     assert "C7514" not in ck.report.get("log", "") and not any("Performance Loss" in n for n in ck.trace.notes)
     # p·v is not waited for where it is issued: the loop's dot_wait and one after each loop come on top
@@ -91,8 +95,27 @@ def test_attention_assembles_with_tensor_cores(D, causal, num_warps, tmp_path, m
     assert "#mma" in ck.asm["gpu"]
     if D == 128 and not causal:
         # the warp index comes through a shuffle, so ptxas keeps the descriptors in uniform registers
-        # (223 registers and 16 R2UR moves per iteration before)
-        assert "shfl.sync.idx.b32" in ptx and ck.n_regs <= 200, ck.n_regs
+        # (at 128x64 tiles: 223 registers and 16 R2UR moves per iteration before, 169 after)
+        assert "shfl.sync.idx.b32" in ptx and ck.n_regs <= 240 and not ck.n_spills, ck.n_regs
+    loops_ptx = _loop_bodies(ptx)  # the causal diagonal loop has one iteration when BLOCK_N = BLOCK_M: no loop
+    assert 1 <= len(loops_ptx) <= loops
+    for body in loops_ptx:
+        if num_warps == 8:  # two warpgroups: mbarriers and turns, no CTA-wide barrier in the loop
+            assert "bar.sync \t0;" not in body and "cp.async.wait_group" not in body
+            assert body.count("bar.arrive") == 1 and "cp.async.mbarrier.arrive.noinc" in body
+            assert "mbarrier.try_wait.parity" in body and "@p mbarrier.arrive.shared" in body
+        else:
+            assert "bar.sync \t0;" in body and "mbarrier" not in body
+
+
+def _loop_bodies(ptx: str) -> list:
+    """PTX between each loop's header label and its back-edge branch."""
+    out = []
+    for m in re.finditer(r"^(\$L__BB\d+_\d+):$", ptx, re.M):
+        back = re.search(r"bra(?:\.uni)?\s+" + re.escape(m.group(1)) + ";", ptx[m.end():])
+        if back:
+            out.append(ptx[m.end():m.end() + back.start()])
+    return out
 
 
 @pytest.mark.gpu
@@ -104,7 +127,29 @@ def test_attention_gpu_vs_sdpa(D, num_warps, causal):
     q, k, v = _inputs(Z, H, S, D, seed=D + int(causal), device="cuda")
     out = torch.full_like(q, float("nan"))
     sm_scale = 1.0 / math.sqrt(D)
-    attention(q, k, v, causal, sm_scale, kl, KERNEL, BLOCK_M=128, BLOCK_N=64, num_warps=num_warps, num_stages=3,
+    assert CONFIGS[D]["num_warps"] == num_warps
+    attention(q, k, v, causal, sm_scale, kl, KERNEL, out=out, **CONFIGS[D])
+    torch.cuda.synchronize()
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal,
+                                                           scale=sm_scale)
+    assert not torch.isnan(out).any(), "output has unwritten (NaN-poisoned) elements"
+    torch.testing.assert_close(out.float(), ref, atol=1e-2, rtol=1e-2)
+
+
+TURN_CASES = [(d, bn, st, n, c) for d in (64, 128) for bn in (64, 128) for st in (2, 3) for n in (128, 384)
+              for c in (False, True) if not (d == 128 and bn == 128 and st == 3 and n == 128)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D,BN,stages,S,causal", TURN_CASES,
+                         ids=[f"hd{d}-bn{bn}-s{st}-n{n}-{'causal' if c else 'full'}" for d, bn, st, n, c in TURN_CASES])
+def test_attention_two_warpgroups_taking_turns(D, BN, stages, S, causal):
+    """8 warps (mbarrier stages, warpgroups taking turns on named barriers) with 2 and 3 stages, one and three
+    key blocks, and the causal diagonal loop: every trip count of the protocol finishes and matches SDPA."""
+    q, k, v = _inputs(2, 3, S, D, seed=S + D + BN + stages, device="cuda")
+    out = torch.full_like(q, float("nan"))
+    sm_scale = 1.0 / math.sqrt(D)
+    attention(q, k, v, causal, sm_scale, kl, KERNEL, BLOCK_M=128, BLOCK_N=BN, num_warps=8, num_stages=stages,
               out=out)
     torch.cuda.synchronize()
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal,

@@ -106,13 +106,20 @@ _def("ttg.block_ptr_addresses", "the addresses and in-bounds mask of a block poi
      "(what a cp.async of a block-pointer tile copies from) {boundary_check}")
 _def("ttg.tensormap", "the TMA tensor map (a kernel parameter the launcher makes) of a 2-D tensor: "
      "(base, extent of the contiguous dim, extent of the other, its stride) {box, swizzle}")
-_def("ttg.mbarrier_alloc", "one mbarrier per pipeline stage in shared memory, initialized by one thread", pure=False)
+_def("ttg.mbarrier_alloc", "one mbarrier per pipeline stage in shared memory, initialized by one thread to expect "
+     "{count} arrivals per phase (1 when absent)", pure=False)
 _def("ttg.mbarrier_expect", "one thread arrives on the stage's mbarrier, announcing {bytes} of TMA copies (pred)",
      pure=False)
 _def("ttg.tma_copy", "one thread starts TMA copies of a block pointer's tile into a stage, completing on the "
      "mbarrier: (tensormap, block ptr, view, mbarrier, pred)", pure=False)
-_def("ttg.mbarrier_wait", "every thread waits until the stage's mbarrier completes the phase with this parity",
+_def("ttg.mbarrier_wait", "every thread waits until the stage's mbarrier completes the phase with this parity "
+     "({fence_proxy}: then orders the generic-proxy writes it saw before its async-proxy reads)",
      pure=False)
+_def("ttg.async_arrive", "every thread: the mbarrier counts one arrival once all the thread's earlier cp.async copies "
+     "have landed (cp.async.mbarrier.arrive.noinc)", pure=False)
+_def("ttg.mbarrier_arrive", "one arrival per warp (lane 0) on the mbarrier where pred holds", pure=False)
+_def("ttg.warpgroup_turn", "two warpgroups alternate on named barriers 1 and 2: {kind} start (before the loop), "
+     "wait (for this warpgroup's turn), pass (the turn to the other), finish (after the loop)", pure=False)
 _def("ttg.mbarrier_inval", "invalidate the mbarriers so their shared memory can be reused", pure=False)
 _def("ttg.dot_wait", "the accumulator of a warpgroup MMA once at most {pending} wgmma groups are in flight",
      pure=False)

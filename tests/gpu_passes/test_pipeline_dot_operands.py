@@ -289,10 +289,10 @@ tt.func @k(%q_ptrs: tensor<{rows}x64x!ptr<f16>, #L0>, %k_ptrs: tensor<64x64x!ptr
 """
 
 
-@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("warps", [4])
 def test_attention_keeps_the_second_wgmma_in_flight_behind_the_next_first_one(run_pass, warps):
-    """s = dot(q, k); acc = dot(p, v, acc * ..) on wgmma: the p·v group is not waited for in its
-    iteration; the next iteration's q·k wait retires it, then a dot_wait ties the carried acc (every read of
+    """s = dot(q, k); acc = dot(p, v, acc * ..) on wgmma with one warpgroup: the p·v group is not waited for in
+    its iteration; the next iteration's q·k wait retires it, then a dot_wait ties the carried acc (every read of
     it comes after), a barrier, and only then the copies refill the stage both dots read."""
     m, stats = run_pass(pipeline_dot_operands, _attention_loop(warps), GpuOptions(num_warps=warps, num_stages=3))
     assert stats["overlapped_wgmma"] == 1 and stats["pipelined"] == 1 and stats["staged_once"] == 1
@@ -313,3 +313,42 @@ def test_attention_keeps_the_second_wgmma_in_flight_behind_the_next_first_one(ru
     assert body[-1].operands[0] is second.result  # yielded without a wait
     after = top[names.index("scf.for") + 1]
     assert after.name == "ttg.dot_wait" and after.attrs["pending"] == 0 and after.operands[0] is loop.results[0]
+
+
+def test_attention_with_two_warpgroups_takes_turns_on_mbarriers(run_pass):
+    """8 warps: no CTA-wide barrier in the loop. Copies complete on per-stage "full" mbarriers (every thread
+    arrives), warps release stages on "empty" mbarriers (one arrival per warp), and the warpgroups take turns:
+    q·k is issued async and the turn passes before its wait; the refill waits for the release after the
+    softmax; the turn is taken back right before p·v. Around the loop: start, then finish after the last wait."""
+    m, stats = run_pass(pipeline_dot_operands, _attention_loop(8), GpuOptions(num_warps=8, num_stages=3))
+    assert stats["mbarrier_sync"] == 1 and stats["warpgroup_turns"] == 1 and stats["overlapped_wgmma"] == 1
+    top = m.kernel.body.ops
+    names = [op.name for op in top]
+    allocs = [op for op in top if op.name == "ttg.mbarrier_alloc"]
+    assert [(a.attrs["purpose"], a.attrs["count"], a.attrs["stages"]) for a in allocs] == \
+        [("full", 256, 3), ("empty", 8, 3)]
+    at = names.index("scf.for")
+    assert names[:at].count("ttg.async_arrive") == 2 and names[at - 1] == "ttg.warpgroup_turn"
+    assert top[at - 1].attrs["kind"] == "start"
+    loop = top[at]
+    body = loop.regions[0].ops
+    kinds = [op.name for op in body]
+    assert "ttg.barrier" not in kinds and "ttg.async_wait" not in kinds
+    first, second = [op for op in body if op.name == "tt.dot"]
+    assert first.attrs["wgmma_async"] and second.attrs["wgmma_async"]
+    waits = [op for op in body if op.name == "ttg.mbarrier_wait"]
+    full_wait, empty_wait = waits
+    assert full_wait.attrs.get("fence_proxy") and not empty_wait.attrs.get("fence_proxy")
+    turns = [op for op in body if op.name == "ttg.warpgroup_turn"]
+    assert [t.attrs["kind"] for t in turns] == ["pass", "wait"]
+    s_wait = next(op for op in body if op.name == "ttg.dot_wait" and op.operands[0] is first.result)
+    release = next(op for op in body if op.name == "ttg.mbarrier_arrive")
+    mul = next(op for op in body if op.name == "arith.mulf")
+    i = body.index
+    assert i(full_wait) < i(first) < i(turns[0]) < i(s_wait) < i(release) < i(mul) < i(empty_wait) \
+        < kinds.index("ttg.async_copy") < kinds.index("ttg.async_arrive") < i(turns[1]) < i(second)
+    # the release and the refill's wait name the same stage: the one the previous iteration read
+    assert release.operands[0].defining_op.operands[1] is empty_wait.operands[0].defining_op.operands[1]
+    after = [op.name for op in top[at + 1:]]
+    assert after[:3] == ["ttg.dot_wait", "ttg.warpgroup_turn", "ttg.async_wait"]
+    assert after.count("ttg.mbarrier_inval") == 2

@@ -100,8 +100,8 @@ def _mbarrier_alloc(lw: KernelLowering, op):
     one = _one_thread(lw)
     for s in range(t.shape[0]):
         bar = _saddr(lw, _cint(base + s * t.tile_bytes))
-        _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $1, 0; @p mbarrier.init.shared::cta.b64 [$0], 1; }", "r,r",
-             [bar, one])
+        _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $1, 0; @p mbarrier.init.shared::cta.b64 [$0], "
+             f"{int(op.attrs.get('count', 1))}; }}", "r,r", [bar, one])
     # the initialized barriers must be visible to the TMA unit (async proxy) and to every thread
     _asm(lw, "fence.mbarrier_init.release.cluster;", "~{memory}", [])
     _asm(lw, "fence.proxy.async.shared::cta;", "~{memory}", [])
@@ -141,6 +141,40 @@ def _mbarrier_wait(lw: KernelLowering, op):
     bar, phase = lw.get(op.operands[0]), lw.get(op.operands[1])
     _asm(lw, "{ .reg .pred done; wait_phase: mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1; "
          "@!done bra.uni wait_phase; }", "r,r,~{memory}", [_saddr(lw, bar), phase])
+    if op.attrs.get("fence_proxy"):  # cp.async wrote the stage through the generic proxy; wgmma reads the async one
+        _asm(lw, "fence.proxy.async.shared::cta;", "~{memory}", [])
+
+
+@handles("ttg.async_arrive")
+def _async_arrive(lw: KernelLowering, op):
+    bar = _saddr(lw, lw.get(op.operands[0]))
+    _asm(lw, "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [$0];", "r,~{memory}", [bar])
+
+
+@handles("ttg.mbarrier_arrive")
+def _mbarrier_arrive(lw: KernelLowering, op):
+    bar, pred = lw.get(op.operands[0]), lw.get(op.operands[1])
+    go = lw.b.zext(lw.b.and_(lw.b.icmp_unsigned("==", lw.lane, _cint(0)), pred), I32)
+    _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $1, 0; @p mbarrier.arrive.shared::cta.b64 _, [$0]; }", "r,r,~{memory}",
+         [_saddr(lw, bar), go])
+
+
+@handles("ttg.warpgroup_turn")
+def _warpgroup_turn(lw: KernelLowering, op):
+    b = lw.b
+    wg = b.lshr(lw.warp, _cint(2))
+    own, other = b.add(wg, _cint(1)), b.sub(_cint(2), wg)
+    n = lw.opts.num_warps * 32
+    kind = op.attrs["kind"]
+    if kind == "start":  # warpgroup 1 lets warpgroup 0 take the first turn
+        _asm(lw, f"{{ .reg .pred p; setp.eq.u32 p, $0, 1; @p bar.arrive 1, {n}; }}", "r,~{memory}", [wg])
+        _asm(lw, f"bar.sync $0, {n};", "r,~{memory}", [own])
+    elif kind == "wait":
+        _asm(lw, f"bar.sync $0, {n};", "r,~{memory}", [own])
+    elif kind == "pass":
+        _asm(lw, f"bar.arrive $0, {n};", "r,~{memory}", [other])
+    else:  # finish: warpgroup 0 gives back the turn warpgroup 1 still waits for
+        _asm(lw, f"{{ .reg .pred p; setp.eq.u32 p, $0, 0; @p bar.arrive 2, {n}; }}", "r,~{memory}", [wg])
 
 
 @handles("ttg.mbarrier_inval")

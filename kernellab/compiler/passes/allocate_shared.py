@@ -42,6 +42,11 @@ def _last_use(op, index_of, end_of) -> int:
     return last
 
 
+_MBARRIER_PURPOSE = {None: "TMA copies complete on them",
+                     "full": "every thread's cp.async copies into the stage complete on them",
+                     "empty": "each warp arrives once its wgmmas have read the stage, before it is refilled"}
+
+
 def _stage_buffer(op, index: int, index_of, end_of) -> dict:
     t = op.result.type
     stages = t.shape[0]
@@ -50,7 +55,7 @@ def _stage_buffer(op, index: int, index_of, end_of) -> dict:
     if op.name == "ttg.mbarrier_alloc":
         return {"op": op.name, "line": op.loc.line if op.loc else None, "size": size, "live": live,
                 "stages": stages, "stage_bytes": t.tile_bytes,
-                "reason": f"{stages} mbarriers, one per pipeline stage: TMA copies complete on them",
+                "reason": f"{stages} mbarriers, one per pipeline stage: " + _MBARRIER_PURPOSE[op.attrs.get("purpose")],
                 "_op": op}
     layout = "row-major" if t.order[0] == len(t.shape) - 2 else "column-major"
     fill = "TMA" if op.attrs.get("fill") == "tma" else "cp.async"

@@ -48,6 +48,21 @@ runs become zeros, so only padding_option "zero" qualifies), `vec` from the bloc
 The phase parity is carried by the loop and flips each time the read stage wraps. Why an operand keeps
 cp.async is recorded in the stats (`no_tma`).
 
+Attention with two warpgroups (8 warps, sm_90) drops the CTA-wide barriers from its loop: the copies into a
+stage complete on the stage's "full" mbarrier (cp.async.mbarrier.arrive.noinc, every thread), each warp
+releases a stage on its "empty" mbarrier once its wgmmas have read it, and the warpgroups take turns on the
+tensor cores (named barriers 1 and 2), so one's softmax runs under the other's matrix products:
+
+    before:    full and empty mbarriers; copies of stages 0 .. S-2, each followed by async_arrive(full)
+               warpgroup_turn(start)                                   # warpgroup 0 goes first
+    body i:    mbarrier_wait(full, stage i % S) + fence.proxy.async
+               q kT {wgmma_async}; warpgroup_turn(pass); dot_wait      # the other warpgroup's turn
+               mbarrier_arrive(empty, stage (i-1) % S) unless i = 0    # p v of i-1 has read it
+               softmax
+               mbarrier_wait(empty, stage (i-1) % S); copies of iteration i+S-1; async_arrive(full)
+               warpgroup_turn(wait); p v {wgmma_async}                  # this warpgroup's turn
+    after:     dot_wait; warpgroup_turn(finish); async_wait(0); mbarrier_inval
+
 A tile loaded once outside any loop and read only by tensor-core dots (attention's queries) is copied
 into a one-stage buffer where it was loaded, so it neither occupies registers nor gets staged again by
 every dot.
@@ -403,6 +418,22 @@ def _advance(bld: _Builder, for_op: Op, carried, mapping) -> dict:
     return nxt
 
 
+
+
+def _arrive_when_copied(bld: _Builder, full, slot) -> None:
+    """Every thread's copies into stage `slot` so far count as one arrival on its full mbarrier once they land."""
+    bld.op("ttg.async_arrive", [bld.op("ttg.memdesc_index", [full, slot], [full.type.tile()]).result], [])
+
+
+def _release_and_acquire(at: _Builder, acquire: _Builder, empty, write_slot, empty_phase, iv, lb) -> None:
+    """Each warp releases the stage its previous iteration read (none at the first iteration) at `at`, and waits
+    at `acquire` until every warp has released it, before refilling it."""
+    bar = at.op("ttg.memdesc_index", [empty, write_slot], [empty.type.tile()]).result
+    not_first = at.op("arith.cmpi", [iv, lb], [int1], {"predicate": "ne"}).result
+    at.op("ttg.mbarrier_arrive", [bar, not_first], [])
+    acquire.op("ttg.mbarrier_wait", [bar, empty_phase], [])
+
+
 def _pipeline(for_op: Op, stages: int, stats: dict, bps: _BlockPtrs) -> None:
     body = for_op.regions[0]
     dots = [op for op in body.ops if op.name == "tt.dot" and "mma" in op.attrs]
@@ -449,6 +480,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bps: _BlockPtrs) -> None:
     overlap = _overlappable_wgmma(body, dots, targets, stages)
     chain_overlap = None if overlap is not None else _overlappable_chain(body, dots, targets, stages)
     ahead = stages - 1  # iterations the copies run ahead
+    pingpong = False
     pre = _Builder(for_op, loc)
     bufs, descs = [], []
     for (ld, _), (dot, index) in zip(plans, targets):
@@ -473,13 +505,28 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bps: _BlockPtrs) -> None:
         stats["tma"] = stats.get("tma", 0) + sum(d is not None for d in descs)
     tma = (bars, descs) if bars is not None else None
     cp_bufs = [b for b, d in zip(bufs, descs) if d is None]
+    rings = None
+    if bps.arch >= 90 and tma is None and chain_overlap is not None and bps.num_warps == 8:
+        # attention with two warpgroups: every thread's copies into a stage complete on its "full" mbarrier, and
+        # each warp releases a stage on its "empty" mbarrier once its wgmmas have read it, so no CTA-wide bar.sync
+        # is left in the loop and the warpgroups can take turns (below). Measured on the H200: with one warpgroup,
+        # or in the matmul loop, the mbarriers cost 2-6% against bar.sync, so those keep bar.sync
+        full = pre.op("ttg.mbarrier_alloc", [], [MemDescType((stages, 1, 1), I64, (1, 0))],
+                      {"stages": stages, "count": bps.num_warps * 32, "purpose": "full"}, ["full_bars"]).result
+        empty = pre.op("ttg.mbarrier_alloc", [], [MemDescType((stages, 1, 1), I64, (1, 0))],
+                       {"stages": stages, "count": bps.num_warps, "purpose": "empty"}, ["empty_bars"]).result
+        rings = (full, empty)
+        stats["mbarrier_sync"] = stats.get("mbarrier_sync", 0) + 1
     # prologue: stages 0 .. ahead-1 hold iterations 0 .. ahead-1
     state = {id(a): init for a, init in zip(iter_args, for_op.operands[3:])}
     for s in range(ahead):
         iv_s = lb if s == 0 else pre.add(lb, pre.const(s * step, lb.type))
         mapping = dict(state)
         mapping[id(iv)] = iv_s
-        _issue(pre, plans, bufs, pre.const(s), mapping, pre.lt(iv_s, ub), bps, tma)
+        slot = pre.const(s)
+        _issue(pre, plans, bufs, slot, mapping, pre.lt(iv_s, ub), bps, tma)
+        if rings is not None:
+            _arrive_when_copied(pre, rings[0], slot)
         state.update(_advance(pre, for_op, carried, mapping))
     # the loop carries: the address state S-1 iterations ahead, the stage to read and the stage to write
     ahead_args = {}
@@ -489,17 +536,25 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bps: _BlockPtrs) -> None:
     read_slot = body.add_arg(I32, "read_stage")
     write_slot = body.add_arg(I32, "write_stage")
     inits = [state[id(iter_args[i])] for i in sorted(carried)] + [pre.const(0), pre.const(ahead)]
-    phase = None
-    if tma is not None:  # parity of the mbarrier phase the read stage completes next: flips at each wrap
+    phase = empty_phase = None
+    if tma is not None or rings is not None:  # parity of the phase the read stage completes next: flips at each wrap
         phase = body.add_arg(I32, "phase")
         inits.append(pre.const(0))
+    if rings is not None:
+        # parity of the release the write stage waits for: that of iteration i-1's tile; at i = 0 it is 1, the
+        # phase before a fresh mbarrier's first, which counts as completed (the stage was never read)
+        empty_phase = body.add_arg(I32, "empty_phase")
+        inits.append(pre.const(1))
 
     first = body.ops[0]
     top = _Builder(first, loc)
     if tma is not None:
         bar = top.op("ttg.memdesc_index", [bars, read_slot], [bars.type.tile()]).result
         top.op("ttg.mbarrier_wait", [bar, phase], [])
-    if cp_bufs:
+    if rings is not None:
+        bar = top.op("ttg.memdesc_index", [rings[0], read_slot], [rings[0].type.tile()]).result
+        top.op("ttg.mbarrier_wait", [bar, phase], [], {"fence_proxy": True})
+    elif cp_bufs:
         top.op("ttg.async_wait", cp_bufs, [], {"pending": ahead - 1})
     elif overlap is None:
         top.op("ttg.barrier", [], [], {"reason": "every warp has finished reading the stage refilled next"})
@@ -526,13 +581,39 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bps: _BlockPtrs) -> None:
         done = at.op("ttg.dot_wait", [acc], [acc.type], {"pending": 0}, [acc.hint]).result
         acc.replace_all_uses_with(done)
         done.defining_op.set_operand(0, acc)
-        at.op("ttg.barrier", [], [], {"reason": "every warpgroup's previous wgmmas have read the stage refilled next"})
+        if rings is not None:
+            # each warp releases the stage right after the wait; the refill waits for every warp's release only
+            # after the softmax, right before p v: by then the other warpgroup has usually released it too
+            later = _Builder(second, loc)
+            _release_and_acquire(at, later, rings[1], write_slot, empty_phase, iv, lb)
+            at = later
+            if bps.num_warps == 8:
+                # the two warpgroups take turns on the tensor cores: p v of one iteration and q kT of the next are
+                # one turn, and the other warpgroup's softmax runs meanwhile (the turn is taken after the copies)
+                pingpong = True
+                stats["warpgroup_turns"] = stats.get("warpgroup_turns", 0) + 1
+                # q kT is issued without waiting; the turn passes before its wait
+                first.attrs["wgmma_async"] = True
+                nxt_op = _Builder(body.ops[body.ops.index(first) + 1], loc)
+                nxt_op.op("ttg.warpgroup_turn", [], [], {"kind": "pass"})
+                s_done = nxt_op.op("ttg.dot_wait", [first.result], [first.result.type], {"pending": 0},
+                                   [first.result.hint]).result
+                first.result.replace_all_uses_with(s_done)
+                s_done.defining_op.set_operand(0, first.result)
+                pre.op("ttg.warpgroup_turn", [], [], {"kind": "start"})
+        else:
+            at.op("ttg.barrier", [], [],
+                  {"reason": "every warpgroup's previous wgmmas have read the stage refilled next"})
         overlap = (second, j)
         stats["overlapped_wgmma"] = stats.get("overlapped_wgmma", 0) + 1
     iv_ahead = at.add(iv, at.const(ahead * step, iv.type))
     mapping = {id(iter_args[i]): ahead_args[i] for i in carried}
     mapping[id(iv)] = iv_ahead
     _issue(at, plans, bufs, write_slot, mapping, at.lt(iv_ahead, ub), bps, tma)
+    if rings is not None:
+        _arrive_when_copied(at, rings[0], write_slot)
+    if pingpong:  # after the copies: a warpgroup waiting for its turn has already started the next tiles
+        _Builder(chain_overlap[1], loc).op("ttg.warpgroup_turn", [], [], {"kind": "wait"})
     nxt = _advance(at, for_op, carried, mapping)
     for buf, (ld, _), chain, (dot, index) in zip(bufs, plans, chains, targets):
         view = _Builder(dot, loc).op("ttg.memdesc_index", [buf, read_slot], [buf.type.tile()], loc=dot.loc).result
@@ -549,8 +630,13 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bps: _BlockPtrs) -> None:
         if phase is not None and slot is read_slot:
             flipped = end.op("arith.xori", [phase, one], [I32]).result
             phase_next = end.op("arith.select", [at_end, flipped, phase], [I32]).result
+        if empty_phase is not None and slot is write_slot:
+            flipped = end.op("arith.xori", [empty_phase, one], [I32]).result
+            empty_next = end.op("arith.select", [at_end, flipped, empty_phase], [I32]).result
     if phase is not None:
         new_slots.append(phase_next)
+    if empty_phase is not None:
+        new_slots.append(empty_next)
     for v in [nxt[id(iter_args[i])] for i in sorted(carried)] + new_slots:
         yield_op.operands.append(v)
         v.uses.append(yield_op)
@@ -567,9 +653,12 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bps: _BlockPtrs) -> None:
         fin = _Builder(after, loc).op("ttg.dot_wait", [res], [res.type], {"pending": 0}, [res.hint])
         res.replace_all_uses_with(fin.result)
         fin.set_operand(0, res)
+        if pingpong:
+            _Builder(after, loc).op("ttg.warpgroup_turn", [], [], {"kind": "finish"})
     _Builder(after, loc).op("ttg.async_wait", list(bufs), [], {"pending": 0})
-    if bars is not None:  # after the wait's bar.sync: no thread polls them any more
-        _Builder(after, loc).op("ttg.mbarrier_inval", [bars], [])
+    for ring in [bars] if rings is None else list(rings):  # after the wait's bar.sync: no thread polls them
+        if ring is not None:
+            _Builder(after, loc).op("ttg.mbarrier_inval", [ring], [])
     stats["pipelined"] += 1
     stats["buffers"] += len(bufs)
 
