@@ -352,3 +352,13 @@ def test_attention_with_two_warpgroups_takes_turns_on_mbarriers(run_pass):
     after = [op.name for op in top[at + 1:]]
     assert after[:3] == ["ttg.dot_wait", "ttg.warpgroup_turn", "ttg.async_wait"]
     assert after.count("ttg.mbarrier_inval") == 2
+
+
+def test_attention_keeps_cta_barriers_when_the_warpgroups_must_meet(run_pass):
+    """A CTA-wide barrier in the body (here `tl.debug_barrier()`) would deadlock against the turns: such a loop
+    keeps bar.sync and no mbarriers, as does a split of the rows over fewer than eight warps."""
+    text = _attention_loop(8).replace("    %p = arith.truncf", "    tt.debug_barrier\n    %p = arith.truncf")
+    m, stats = run_pass(pipeline_dot_operands, text, GpuOptions(num_warps=8, num_stages=3))
+    assert stats["overlapped_wgmma"] == 1 and "mbarrier_sync" not in stats and "warpgroup_turns" not in stats
+    names = [op.name for op in m.kernel.walk()]
+    assert "ttg.mbarrier_alloc" not in names and "ttg.warpgroup_turn" not in names and "ttg.barrier" in names

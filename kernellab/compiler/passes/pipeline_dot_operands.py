@@ -72,7 +72,7 @@ from __future__ import annotations
 from ..gpu import block_ptr
 from ..gpu.axis_info import AxisAnalysis
 from ..gpu.layouts import Blocked, default_blocked
-from ..gpu.scratch import MMA_PAD, _numel, is_wgmma
+from ..gpu.scratch import MMA_PAD, _numel, is_wgmma, scratch_bytes, wgmma_staging
 from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
 from ..ops import is_pure
@@ -420,6 +420,21 @@ def _advance(bld: _Builder, for_op: Op, carried, mapping) -> dict:
 
 
 
+def _warpgroups_apart(for_op: Op, dots, targets) -> bool:
+    """Whether the loop can run with two warpgroups that never meet: 8 warps, each dot splitting its rows between
+    the warpgroups (mma [8, 1]) and staging no operand the pipeline does not fill, and no other op of the body
+    needing a CTA-wide barrier (shared-memory scratch for a cross-warp reduction or a layout conversion, a debug
+    barrier), which would deadlock against the turns."""
+    for d in dots:
+        if list(d.attrs.get("mma", ())) != [8, 1]:
+            return False
+        if any(enc is not None and (d, i) not in targets for i, enc in enumerate(wgmma_staging(d))):
+            return False
+    erased = {id(ld) for (d, i) in targets for ld in [d.operands[i].defining_op] if ld is not None}
+    return not any(o is not for_op and o.name != "tt.dot" and id(o) not in erased and
+                   (o.name in ("ttg.barrier", "tt.debug_barrier") or scratch_bytes(o)[0]) for o in for_op.walk())
+
+
 def _arrive_when_copied(bld: _Builder, full, slot) -> None:
     """Every thread's copies into stage `slot` so far count as one arrival on its full mbarrier once they land."""
     bld.op("ttg.async_arrive", [bld.op("ttg.memdesc_index", [full, slot], [full.type.tile()]).result], [])
@@ -506,7 +521,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bps: _BlockPtrs) -> None:
     tma = (bars, descs) if bars is not None else None
     cp_bufs = [b for b, d in zip(bufs, descs) if d is None]
     rings = None
-    if bps.arch >= 90 and tma is None and chain_overlap is not None and bps.num_warps == 8:
+    if bps.arch >= 90 and tma is None and chain_overlap is not None and _warpgroups_apart(for_op, dots, targets):
         # attention with two warpgroups: every thread's copies into a stage complete on its "full" mbarrier, and
         # each warp releases a stage on its "empty" mbarrier once its wgmmas have read it, so no CTA-wide bar.sync
         # is left in the loop and the warpgroups can take turns (below). Measured on the H200: with one warpgroup,
@@ -587,20 +602,19 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bps: _BlockPtrs) -> None:
             later = _Builder(second, loc)
             _release_and_acquire(at, later, rings[1], write_slot, empty_phase, iv, lb)
             at = later
-            if bps.num_warps == 8:
-                # the two warpgroups take turns on the tensor cores: p v of one iteration and q kT of the next are
-                # one turn, and the other warpgroup's softmax runs meanwhile (the turn is taken after the copies)
-                pingpong = True
-                stats["warpgroup_turns"] = stats.get("warpgroup_turns", 0) + 1
-                # q kT is issued without waiting; the turn passes before its wait
-                first.attrs["wgmma_async"] = True
-                nxt_op = _Builder(body.ops[body.ops.index(first) + 1], loc)
-                nxt_op.op("ttg.warpgroup_turn", [], [], {"kind": "pass"})
-                s_done = nxt_op.op("ttg.dot_wait", [first.result], [first.result.type], {"pending": 0},
-                                   [first.result.hint]).result
-                first.result.replace_all_uses_with(s_done)
-                s_done.defining_op.set_operand(0, first.result)
-                pre.op("ttg.warpgroup_turn", [], [], {"kind": "start"})
+            # the two warpgroups take turns on the tensor cores: p v of one iteration and q kT of the next are one
+            # turn, and the other warpgroup's softmax runs meanwhile (the turn is taken after the copies)
+            pingpong = True
+            stats["warpgroup_turns"] = stats.get("warpgroup_turns", 0) + 1
+            # q kT is issued without waiting; the turn passes before its wait
+            first.attrs["wgmma_async"] = True
+            nxt_op = _Builder(body.ops[body.ops.index(first) + 1], loc)
+            nxt_op.op("ttg.warpgroup_turn", [], [], {"kind": "pass"})
+            s_done = nxt_op.op("ttg.dot_wait", [first.result], [first.result.type], {"pending": 0},
+                               [first.result.hint]).result
+            first.result.replace_all_uses_with(s_done)
+            s_done.defining_op.set_operand(0, first.result)
+            pre.op("ttg.warpgroup_turn", [], [], {"kind": "start"})
         else:
             at.op("ttg.barrier", [], [],
                   {"reason": "every warpgroup's previous wgmmas have read the stage refilled next"})
