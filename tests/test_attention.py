@@ -14,6 +14,7 @@ import kernellab as kl
 import kernellab.language as tl
 from benchmarks.attention import CONFIGS
 from benchmarks.attention_kernel import LOG2E, attention, make_attention_kernel
+from tests.ptx import loop_bodies
 
 KERNEL = make_attention_kernel(kl, tl)
 
@@ -97,7 +98,7 @@ def test_attention_assembles_with_tensor_cores(D, causal, num_warps, tmp_path, m
         # the warp index comes through a shuffle, so ptxas keeps the descriptors in uniform registers
         # (at 128x64 tiles: 223 registers and 16 R2UR moves per iteration before, 169 after)
         assert "shfl.sync.idx.b32" in ptx and ck.n_regs <= 240 and not ck.n_spills, ck.n_regs
-    loops_ptx = _loop_bodies(ptx)  # the causal diagonal loop has one iteration when BLOCK_N = BLOCK_M: no loop
+    loops_ptx = loop_bodies(ptx)  # the causal diagonal loop has one iteration when BLOCK_N = BLOCK_M: no loop
     assert 1 <= len(loops_ptx) <= loops
     for body in loops_ptx:
         if num_warps == 8:  # two warpgroups: mbarriers and turns, no CTA-wide barrier in the loop
@@ -106,16 +107,6 @@ def test_attention_assembles_with_tensor_cores(D, causal, num_warps, tmp_path, m
             assert "mbarrier.try_wait.parity" in body and "@p mbarrier.arrive.shared" in body
         else:
             assert "bar.sync \t0;" in body and "mbarrier" not in body
-
-
-def _loop_bodies(ptx: str) -> list:
-    """PTX between each loop's header label and its back-edge branch."""
-    out = []
-    for m in re.finditer(r"^(\$L__BB\d+_\d+):$", ptx, re.M):
-        back = re.search(r"bra(?:\.uni)?\s+" + re.escape(m.group(1)) + ";", ptx[m.end():])
-        if back:
-            out.append(ptx[m.end():m.end() + back.start()])
-    return out
 
 
 @pytest.mark.gpu

@@ -206,17 +206,8 @@ def test_cp_async_ptx_for_block_pointers(arch, tma, tmp_path, monkeypatch):
     assert [b["filled_by"] for b in ck.trace.shared_plan if b["op"] == "ttg.local_alloc"] == ["cp.async"] * 2
     # each iteration adds one offset per advanced block pointer; the per-element part of the addresses is
     # loop invariant (before, every 16-byte run recomputed its 64-bit position: 5 multiplies per iteration here)
-    loop = _loop_body(ptx)
+    from tests.ptx import loop_bodies  # here, not at the top: the expected stats name the kernel's source lines
+
+    loop, = loop_bodies(ptx)
     assert loop.count("cp.async.cg.shared.global") == 8
     assert loop.count("mul.lo.s64") + loop.count("mul.wide") <= 2
-
-
-def _loop_body(ptx: str) -> str:
-    """The PTX between the loop's label and its backward branch (the kernel's only loop)."""
-    import re  # here, not at the top: the expected stats name the kernel's source lines
-
-    for m in re.finditer(r"bra(?:\.uni)?\s+(\$L__BB\d+_\d+);", ptx):
-        start = ptx.find(m.group(1) + ":")
-        if 0 <= start < m.start():
-            return ptx[start:m.end()]
-    raise AssertionError("no loop in the PTX")

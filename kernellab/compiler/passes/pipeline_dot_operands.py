@@ -495,7 +495,6 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bps: _BlockPtrs) -> None:
     overlap = _overlappable_wgmma(body, dots, targets, stages)
     chain_overlap = None if overlap is not None else _overlappable_chain(body, dots, targets, stages)
     ahead = stages - 1  # iterations the copies run ahead
-    pingpong = False
     pre = _Builder(for_op, loc)
     bufs, descs = [], []
     for (ld, _), (dot, index) in zip(plans, targets):
@@ -604,7 +603,6 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bps: _BlockPtrs) -> None:
             at = later
             # the two warpgroups take turns on the tensor cores: p v of one iteration and q kT of the next are one
             # turn, and the other warpgroup's softmax runs meanwhile (the turn is taken after the copies)
-            pingpong = True
             stats["warpgroup_turns"] = stats.get("warpgroup_turns", 0) + 1
             # q kT is issued without waiting; the turn passes before its wait
             first.attrs["wgmma_async"] = True
@@ -626,7 +624,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bps: _BlockPtrs) -> None:
     _issue(at, plans, bufs, write_slot, mapping, at.lt(iv_ahead, ub), bps, tma)
     if rings is not None:
         _arrive_when_copied(at, rings[0], write_slot)
-    if pingpong:  # after the copies: a warpgroup waiting for its turn has already started the next tiles
+        # the turn comes after the copies: a warpgroup waiting for it has already started the next tiles
         _Builder(chain_overlap[1], loc).op("ttg.warpgroup_turn", [], [], {"kind": "wait"})
     nxt = _advance(at, for_op, carried, mapping)
     for buf, (ld, _), chain, (dot, index) in zip(bufs, plans, chains, targets):
@@ -667,7 +665,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bps: _BlockPtrs) -> None:
         fin = _Builder(after, loc).op("ttg.dot_wait", [res], [res.type], {"pending": 0}, [res.hint])
         res.replace_all_uses_with(fin.result)
         fin.set_operand(0, res)
-        if pingpong:
+        if rings is not None:
             _Builder(after, loc).op("ttg.warpgroup_turn", [], [], {"kind": "finish"})
     _Builder(after, loc).op("ttg.async_wait", list(bufs), [], {"pending": 0})
     for ring in [bars] if rings is None else list(rings):  # after the wait's bar.sync: no thread polls them
