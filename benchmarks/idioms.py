@@ -1,0 +1,161 @@
+"""Equivalent formulations of matmul, softmax, layer norm, a row reduction and an atomic weight gradient
+(tests/idioms.py), each launched with several configs (and the matmul ones through an autotuner too),
+kernellab against Triton compiling the same text, on the same inputs in one process.
+
+Every variant is checked against a float64 torch reference on both compilers before it is timed.
+Writes benchmarks/results/<date>-<gpu>-idioms.json with every row and, per workload, the minimum and
+the geometric mean of kernellab time / Triton time inverted to a speed ratio (kl/Triton > 1: faster).
+
+    python benchmarks/idioms.py [workload ...]     # needs a CUDA GPU, torch and triton
+"""
+from __future__ import annotations
+
+import datetime
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.memory_bound import bench, write_results  # noqa: E402
+from tests.idioms import cdiv, make_idioms  # noqa: E402
+
+
+def _check(w, v, kernel, x, config):
+    x[w.output].fill_(float("nan"))
+    v.launch(kernel, x, config)
+    import torch
+
+    torch.cuda.synchronize()
+    got = x[w.output].double()
+    ref = w.reference(x)
+    err = ((got - ref).norm() / ref.norm()).item()
+    if not (err < w.tol):
+        raise AssertionError(f"relative error {err:.2e} > {w.tol}")
+    return err
+
+
+def _figure(w, x, seconds):
+    kind, amount = w.flops_or_bytes(x)
+    return {"tflops": amount / seconds / 1e12} if kind == "flop" else {"gbps": amount / seconds / 1e9}
+
+
+def _time_one(w, v, kernel, x, config):
+    _check(w, v, kernel, x, config)
+    return bench(lambda: v.launch(kernel, x, config))
+
+
+def _autotuned(jit_module, kernel, configs):
+    cfgs = [jit_module.Config({k: c[k] for k in c if k not in ("num_warps", "num_stages")},
+                              num_warps=c["num_warps"], num_stages=c["num_stages"]) for c in configs]
+    return jit_module.autotune(configs=cfgs, key=["M", "N", "K"])(kernel)
+
+
+def _launch_autotuned(kernel, x, _config=None):
+    a, b, c = x["a"], x["b"], x["c"]
+    M, K = a.shape
+    N = b.shape[1]
+    kernel[lambda meta: (cdiv(M, meta["BM"]) * cdiv(N, meta["BN"]),)](
+        a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+
+
+def run(names=None):
+    import torch
+    import triton
+    import triton.language as trtl
+
+    import kernellab
+    import kernellab.language as kltl
+
+    kl_w = make_idioms(kernellab.jit, kltl)
+    tr_w = {w.name: w for w in make_idioms(triton.jit, trtl)}
+    rows = []
+    for w in kl_w:
+        if names and w.name not in names:
+            continue
+        x = w.inputs(w.sizes["bench"], "cuda", seed=0)
+        tw = {v.name: v for v in tr_w[w.name].variants}
+        for v in w.variants:
+            runs = [(f"{cfg}", v.launch, v.kernel, tw[v.name].kernel, cfg) for cfg in v.configs]
+            if v.autotune:
+                runs.append(("autotune", _launch_autotuned, _autotuned(kernellab, v.kernel, v.configs),
+                             _autotuned(triton, tw[v.name].kernel, v.configs), None))
+            for label, launch, klk, trk, cfg in runs:
+                row = {"workload": w.name, "variant": v.name, "config": label}
+                for impl, k in (("kernellab", klk), ("triton", trk)):
+                    try:
+                        if cfg is None:  # autotuned: the first call tunes, then check and time
+                            launch(k, x)
+                            x[w.output].fill_(float("nan"))
+                            launch(k, x)
+                            torch.cuda.synchronize()
+                            ref = w.reference(x)
+                            err = ((x[w.output].double() - ref).norm() / ref.norm()).item()
+                            assert err < w.tol, f"relative error {err:.2e}"
+                            s = bench(lambda k=k: launch(k, x))
+                        else:
+                            s = _time_one(w, v, k, x, cfg)
+                        row[impl] = {"seconds": s, **_figure(w, x, s)}
+                    except Exception as e:  # a failing variant is a result, not a crash of the run
+                        row[impl] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+                if "seconds" in row["kernellab"] and "seconds" in row["triton"]:
+                    row["kl_over_triton"] = row["triton"]["seconds"] / row["kernellab"]["seconds"]
+                rows.append(row)
+                print(_fmt(row), flush=True)
+    return rows
+
+
+def _fmt(row):
+    def fig(impl):
+        r = row.get(impl, {})
+        if "error" in r:
+            return "ERR".rjust(8)
+        return f"{r.get('tflops', r.get('gbps', 0)):8.1f}"
+
+    ratio = f"{row['kl_over_triton']:6.2f}" if "kl_over_triton" in row else "     -"
+    return f"{row['workload']:<12} {row['variant']:<13} {row['config'][:60]:<60} {fig('kernellab')} " \
+           f"{fig('triton')} {ratio}"
+
+
+def summarize(rows):
+    out = {}
+    for name in dict.fromkeys(r["workload"] for r in rows):
+        ratios = [r["kl_over_triton"] for r in rows if r["workload"] == name and "kl_over_triton" in r]
+        errors = [f"{r['variant']} {r['config']}" for r in rows if r["workload"] == name and
+                  "kl_over_triton" not in r]
+        out[name] = {"min": min(ratios) if ratios else None,
+                     "geomean": math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None,
+                     "n": len(ratios), "not_compared": errors}
+    return out
+
+
+def main():
+    import torch
+    import triton
+
+    import kernellab
+
+    names = sys.argv[1:]
+    t0 = time.time()
+    rows = run(names)
+    summary = summarize(rows)
+    result = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
+              "versions": {"kernellab": getattr(kernellab, "__version__", "dev"), "triton": triton.__version__,
+                           "torch": torch.__version__, "python": platform.python_version()},
+              "figure": "kl_over_triton = triton seconds / kernellab seconds (> 1: kernellab faster); matmul in "
+                        "TFLOP/s, the others in GB/s of the bytes each must move",
+              "rows": rows, "summary": summary, "wall_s": time.time() - t0}
+    path = write_results(result, "idioms")
+    print(f"\n{'workload':<12} {'min':>6} {'geomean':>8} {'n':>3}  not compared")
+    for name, s in summary.items():
+        mn = f"{s['min']:6.2f}" if s["min"] else "     -"
+        gm = f"{s['geomean']:8.2f}" if s["geomean"] else "       -"
+        print(f"{name:<12} {mn} {gm} {s['n']:3d}  {', '.join(s['not_compared'])[:80]}")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

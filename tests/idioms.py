@@ -1,0 +1,558 @@
+"""Equivalent formulations of the same workloads, written the ways different users write them.
+
+kernellab's speed must not depend on which of them a user picked (issue 14). Each workload has a
+reference (torch), inputs at a benchmark size and at a small test size, and variants: a kernel text
+plus a launcher and the configs to launch it with. `make_idioms(jit, tl)` builds them for kernellab or
+for Triton, so both compile the same text. Used by tests/test_idioms.py (interpreter and GPU checks)
+and benchmarks/idioms.py (timings against Triton).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Variant:
+    name: str
+    kernel: object
+    launch: object          # launch(kernel, inputs, config) -> None
+    configs: list           # dicts of constexprs plus num_warps / num_stages
+    autotune: bool = False  # also time it through an autotuner over its configs
+    test_size: object = None  # a size of its own for the tests, where the text needs divisible shapes
+
+
+@dataclass
+class Workload:
+    name: str
+    inputs: object          # inputs(size, device, seed) -> dict
+    reference: object       # reference(inputs) -> tensor (float64 or exact)
+    output: str             # which input holds the output
+    flops_or_bytes: object  # (inputs) -> (kind, amount) for the figures
+    sizes: dict             # "bench" / "test" -> size argument of `inputs`
+    tol: float = 1e-2
+    variants: list = field(default_factory=list)
+
+
+def cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def _split(config):
+    opts = {k: config[k] for k in ("num_warps", "num_stages") if k in config}
+    meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
+    return meta, opts
+
+
+MATMUL_CONFIGS = [
+    dict(BM=128, BN=256, BK=64, GM=8, num_stages=3, num_warps=8),
+    dict(BM=128, BN=128, BK=64, GM=8, num_stages=4, num_warps=4),
+    dict(BM=256, BN=128, BK=64, GM=8, num_stages=3, num_warps=8),
+    dict(BM=128, BN=256, BK=64, GM=8, num_stages=4, num_warps=8),
+    dict(BM=128, BN=128, BK=64, GM=8, num_stages=3, num_warps=8),
+    dict(BM=64, BN=128, BK=32, GM=8, num_stages=4, num_warps=4),
+]
+
+
+def _matmul(jit, tl):
+    @jit
+    def mm_acc_arg(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
+        # the tutorial's text: grouped order, wrap-around rows, K-masked loads, dot(a, b, acc)
+        pid = tl.program_id(axis=0)
+        num_pid_m = tl.cdiv(M, BM)
+        num_pid_n = tl.cdiv(N, BN)
+        num_pid_in_group = GM * num_pid_n
+        group_id = pid // num_pid_in_group
+        first_pid_m = group_id * GM
+        group_size_m = min(num_pid_m - first_pid_m, GM)
+        pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+        pid_n = (pid % num_pid_in_group) // group_size_m
+        offs_am = (pid_m * BM + tl.arange(0, BM)) % M
+        offs_bn = (pid_n * BN + tl.arange(0, BN)) % N
+        offs_k = tl.arange(0, BK)
+        a_ptrs = a_ptr + (offs_am[:, None] * sam + offs_k[None, :] * sak)
+        b_ptrs = b_ptr + (offs_k[:, None] * sbk + offs_bn[None, :] * sbn)
+        accumulator = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BK)):
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
+            accumulator = tl.dot(a, b, accumulator)
+            a_ptrs += BK * sak
+            b_ptrs += BK * sbk
+        c = accumulator.to(tl.float16)
+        offs_cm = pid_m * BM + tl.arange(0, BM)
+        offs_cn = pid_n * BN + tl.arange(0, BN)
+        tl.store(c_ptr + scm * offs_cm[:, None] + scn * offs_cn[None, :], c,
+                 mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+
+    @jit
+    def mm_plus_eq(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
+        # acc += dot(a, b), wrap-around rows, K-masked loads
+        pid = tl.program_id(0)
+        npm = tl.cdiv(M, BM)
+        npn = tl.cdiv(N, BN)
+        width = GM * npn
+        gid = pid // width
+        gsize = tl.minimum(npm - gid * GM, GM)
+        pm = gid * GM + (pid % width) % gsize
+        pn = (pid % width) // gsize
+        rm = (pm * BM + tl.arange(0, BM)) % M
+        rn = (pn * BN + tl.arange(0, BN)) % N
+        rk = tl.arange(0, BK)
+        A = a_ptr + rm[:, None] * sam + rk[None, :] * sak
+        B = b_ptr + rk[:, None] * sbk + rn[None, :] * sbn
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BK)):
+            a = tl.load(A, mask=rk[None, :] < K - k * BK, other=0.0)
+            b = tl.load(B, mask=rk[:, None] < K - k * BK, other=0.0)
+            acc += tl.dot(a, b)
+            A += BK * sak
+            B += BK * sbk
+        rm = pm * BM + tl.arange(0, BM)
+        rn = pn * BN + tl.arange(0, BN)
+        tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(tl.float16),
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+    @jit
+    def mm_masked_2d(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
+        # 2-D grid, no grouping, rows and columns masked instead of wrapped, acc = acc + dot(a, b)
+        pm = tl.program_id(0)
+        pn = tl.program_id(1)
+        rm = pm * BM + tl.arange(0, BM)
+        rn = pn * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            a = tl.load(a_ptr + rm[:, None] * sam + (k0 + rk)[None, :] * sak,
+                        mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
+            b = tl.load(b_ptr + (k0 + rk)[:, None] * sbk + rn[None, :] * sbn,
+                        mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+            acc = acc + tl.dot(a, b)
+        tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(c_ptr.dtype.element_ty),
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+    @jit
+    def mm_dot_plus_acc(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
+        # grouped order with tl.swizzle-like arithmetic written out, pointers rebuilt from k each step,
+        # acc = dot(a, b) + acc, no masks (K a multiple of BK)
+        pid = tl.program_id(0)
+        grid_n = (N + BN - 1) // BN
+        grid_m = (M + BM - 1) // BM
+        group = pid // (GM * grid_n)
+        first = group * GM
+        rows_in_group = min(grid_m - first, GM)
+        pm = first + (pid % (GM * grid_n)) % rows_in_group
+        pn = (pid % (GM * grid_n)) // rows_in_group
+        offs_m = pm * BM + tl.arange(0, BM)
+        offs_n = pn * BN + tl.arange(0, BN)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(K // BK):
+            offs_k = k * BK + tl.arange(0, BK)
+            a = tl.load(a_ptr + offs_m[:, None] * sam + offs_k[None, :] * sak)
+            b = tl.load(b_ptr + offs_k[:, None] * sbk + offs_n[None, :] * sbn)
+            acc = tl.dot(a, b) + acc
+        c_ptrs = c_ptr + offs_m[:, None] * scm + offs_n[None, :] * scn
+        tl.store(c_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+    @jit
+    def mm_block_ptr(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
+        # block pointers advanced through K, acc += dot(a, b)
+        pid = tl.program_id(0)
+        npm = tl.cdiv(M, BM)
+        npn = tl.cdiv(N, BN)
+        width = GM * npn
+        first = (pid // width) * GM
+        gsize = min(npm - first, GM)
+        pm = first + (pid % width) % gsize
+        pn = (pid % width) // gsize
+        a_blk = tl.make_block_ptr(a_ptr, shape=(M, K), strides=(sam, sak), offsets=(pm * BM, 0),
+                                  block_shape=(BM, BK), order=(1, 0))
+        b_blk = tl.make_block_ptr(b_ptr, shape=(K, N), strides=(sbk, sbn), offsets=(0, pn * BN),
+                                  block_shape=(BK, BN), order=(1, 0))
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for _ in range(0, K, BK):
+            acc += tl.dot(tl.load(a_blk, boundary_check=(0, 1)), tl.load(b_blk, boundary_check=(0, 1)))
+            a_blk = tl.advance(a_blk, (0, BK))
+            b_blk = tl.advance(b_blk, (BK, 0))
+        c_blk = tl.make_block_ptr(c_ptr, shape=(M, N), strides=(scm, scn), offsets=(pm * BM, pn * BN),
+                                  block_shape=(BM, BN), order=(1, 0))
+        tl.store(c_blk, acc.to(tl.float16), boundary_check=(0, 1))
+
+    def launch_1d(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        a, b, c = x["a"], x["b"], x["c"]
+        M, K = a.shape
+        N = b.shape[1]
+        grid = (cdiv(M, meta["BM"]) * cdiv(N, meta["BN"]),)
+        kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                     c.stride(1), **meta, **opts)
+
+    def launch_2d(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        a, b, c = x["a"], x["b"], x["c"]
+        M, K = a.shape
+        N = b.shape[1]
+        grid = (cdiv(M, meta["BM"]), cdiv(N, meta["BN"]))
+        kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                     c.stride(1), **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        M, N, K = size
+        g = torch.Generator().manual_seed(seed)
+        a = torch.randn(M, K, generator=g).to(torch.float16).to(device)
+        b = torch.randn(K, N, generator=g).to(torch.float16).to(device)
+        c = torch.full((M, N), float("nan"), dtype=torch.float16, device=device)
+        return dict(a=a, b=b, c=c)
+
+    def reference(x):
+        return x["a"].double() @ x["b"].double()
+
+    w = Workload("matmul", inputs, reference, "c", lambda x: ("flop", 2 * x["a"].shape[0] * x["a"].shape[1]
+                                                             * x["b"].shape[1]),
+                 sizes={"bench": (4096, 4096, 4096), "test": (96, 80, 128)}, tol=2e-2)
+    w.variants = [
+        Variant("acc_arg", mm_acc_arg, launch_1d, MATMUL_CONFIGS),
+        Variant("plus_eq", mm_plus_eq, launch_1d, MATMUL_CONFIGS, autotune=True),
+        Variant("masked_2d", mm_masked_2d, launch_2d, MATMUL_CONFIGS),
+        Variant("dot_plus_acc", mm_dot_plus_acc, launch_1d, MATMUL_CONFIGS, test_size=(256, 256, 128)),
+        Variant("block_ptr", mm_block_ptr, launch_1d, MATMUL_CONFIGS),
+    ]
+    return w
+
+
+def _softmax(jit, tl):
+    @jit
+    def sm_row(out_ptr, in_ptr, in_stride, out_stride, n_cols, BLOCK: tl.constexpr):
+        # one row per program (the tutorial's first version)
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(in_ptr + row * in_stride + cols, mask=cols < n_cols, other=-float("inf"))
+        x = x - tl.max(x, axis=0)
+        e = tl.exp(x)
+        tl.store(out_ptr + row * out_stride + cols, e / tl.sum(e, axis=0), mask=cols < n_cols)
+
+    @jit
+    def sm_row_loop(out_ptr, in_ptr, in_stride, out_stride, n_rows, n_cols, BLOCK: tl.constexpr):
+        # a grid of programs striding over rows (the tutorial's persistent version)
+        start = tl.program_id(0)
+        step = tl.num_programs(0)
+        for row in range(start, n_rows, step):
+            offs = tl.arange(0, BLOCK)
+            mask = offs < n_cols
+            row_vals = tl.load(in_ptr + row * in_stride + offs, mask=mask, other=-float("inf"))
+            num = tl.exp(row_vals - tl.max(row_vals, axis=0))
+            tl.store(out_ptr + row * out_stride + offs, num / tl.sum(num, axis=0), mask=mask)
+
+    @jit
+    def sm_rows_2d(out_ptr, in_ptr, in_stride, out_stride, n_rows, n_cols, ROWS: tl.constexpr,
+                   BLOCK: tl.constexpr):
+        # a 2-D tile of ROWS rows per program, exp2 with a log2(e) scale
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+        cols = tl.arange(0, BLOCK)[None, :]
+        m = (rows < n_rows) & (cols < n_cols)
+        x = tl.load(in_ptr + rows * in_stride + cols, mask=m, other=float("-inf")).to(tl.float32)
+        p = tl.exp2((x - tl.max(x, 1, keep_dims=True)) * 1.4426950408889634)
+        tl.store(out_ptr + rows * out_stride + cols, p / tl.sum(p, 1, keep_dims=True), mask=m)
+
+    @jit
+    def sm_online(out_ptr, in_ptr, in_stride, out_stride, n_cols, BLOCK: tl.constexpr):
+        # column blocks: an online max/sum pass, then a normalizing pass
+        row = tl.program_id(0)
+        m_i = float("-inf")
+        l_i = 0.0
+        for c0 in range(0, n_cols, BLOCK):
+            cols = c0 + tl.arange(0, BLOCK)
+            x = tl.load(in_ptr + row * in_stride + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(x, 0))
+            l_i = l_i * tl.exp(m_i - m_new) + tl.sum(tl.exp(x - m_new), 0)
+            m_i = m_new
+        for c0 in range(0, n_cols, BLOCK):
+            cols = c0 + tl.arange(0, BLOCK)
+            x = tl.load(in_ptr + row * in_stride + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(out_ptr + row * out_stride + cols, tl.exp(x - m_i) / l_i, mask=cols < n_cols)
+
+    def npow2(n):
+        p = 1
+        while p < n:
+            p *= 2
+        return p
+
+    def launch_row(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        i, o = x["x"], x["y"]
+        kernel[(i.shape[0],)](o, i, i.stride(0), o.stride(0), i.shape[1], BLOCK=npow2(i.shape[1]), **opts)
+
+    def launch_row_loop(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        i, o = x["x"], x["y"]
+        grid = (min(i.shape[0], meta["PROGRAMS"]),)
+        kernel[grid](o, i, i.stride(0), o.stride(0), i.shape[0], i.shape[1], BLOCK=npow2(i.shape[1]), **opts)
+
+    def launch_rows_2d(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        i, o = x["x"], x["y"]
+        block = npow2(i.shape[1])
+        rows = max(1, meta["ELEMS"] // block)
+        kernel[(cdiv(i.shape[0], rows),)](o, i, i.stride(0), o.stride(0), i.shape[0], i.shape[1], ROWS=rows,
+                                          BLOCK=block, **opts)
+
+    def launch_online(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        i, o = x["x"], x["y"]
+        kernel[(i.shape[0],)](o, i, i.stride(0), o.stride(0), i.shape[1], **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        M, N = size
+        g = torch.Generator().manual_seed(seed)
+        x = (torch.randn(M, N, generator=g) * 4).to(device)
+        return dict(x=x, y=torch.full_like(x, float("nan")))
+
+    def reference(x):
+        return torch_softmax(x["x"].double())
+
+    w = Workload("softmax", inputs, reference, "y", lambda x: ("bytes", 2 * x["x"].numel() * 4),
+                 sizes={"bench": (16384, 1024), "test": (37, 200)}, tol=1e-5)
+    w.variants = [
+        Variant("row", sm_row, launch_row, [dict(num_warps=4), dict(num_warps=8)]),
+        Variant("row_loop", sm_row_loop, launch_row_loop,
+                [dict(PROGRAMS=132 * 4, num_warps=4), dict(PROGRAMS=132 * 8, num_warps=8)]),
+        Variant("rows_2d", sm_rows_2d, launch_rows_2d, [dict(ELEMS=4096, num_warps=4), dict(ELEMS=8192, num_warps=8)]),
+        Variant("online", sm_online, launch_online, [dict(BLOCK=256, num_warps=2), dict(BLOCK=1024, num_warps=4)]),
+    ]
+    return w
+
+
+def torch_softmax(x):
+    import torch
+
+    return torch.softmax(x, dim=-1)
+
+
+def _layer_norm(jit, tl):
+    @jit
+    def ln_whole_row(X, Y, W, B, stride, N, eps, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        mask = cols < N
+        x = tl.load(X + row * stride + cols, mask=mask, other=0.).to(tl.float32)
+        mean = tl.sum(x, axis=0) / N
+        xc = tl.where(mask, x - mean, 0.)
+        rstd = 1 / tl.sqrt(tl.sum(xc * xc, axis=0) / N + eps)
+        w = tl.load(W + cols, mask=mask)
+        b = tl.load(B + cols, mask=mask)
+        tl.store(Y + row * stride + cols, (xc * rstd * w + b).to(Y.dtype.element_ty), mask=mask)
+
+    @jit
+    def ln_blocked(X, Y, W, B, stride, N, eps, BLOCK: tl.constexpr):
+        # the tutorial's loops over column blocks: mean, variance, then normalize
+        row = tl.program_id(0)
+        Y += row * stride
+        X += row * stride
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for off in range(0, N, BLOCK):
+            cols = off + tl.arange(0, BLOCK)
+            acc += tl.load(X + cols, mask=cols < N, other=0.).to(tl.float32)
+        mean = tl.sum(acc, axis=0) / N
+        acc2 = tl.zeros([BLOCK], dtype=tl.float32)
+        for off in range(0, N, BLOCK):
+            cols = off + tl.arange(0, BLOCK)
+            x = tl.load(X + cols, mask=cols < N, other=0.).to(tl.float32)
+            x = tl.where(cols < N, x - mean, 0.)
+            acc2 += x * x
+        rstd = 1 / tl.sqrt(tl.sum(acc2, axis=0) / N + eps)
+        for off in range(0, N, BLOCK):
+            cols = off + tl.arange(0, BLOCK)
+            mask = cols < N
+            w = tl.load(W + cols, mask=mask)
+            b = tl.load(B + cols, mask=mask)
+            x = tl.load(X + cols, mask=mask, other=0.).to(tl.float32)
+            tl.store(Y + cols, ((x - mean) * rstd * w + b).to(tl.float16), mask=mask)
+
+    @jit
+    def ln_one_pass(X, Y, W, B, stride, N, eps, BLOCK: tl.constexpr):
+        # sum and sum of squares in one sweep, rstd via tl.rsqrt
+        row = tl.program_id(0).to(tl.int64)
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(X + row * stride + offs, mask=offs < N, other=0.0).to(tl.float32)
+        s = tl.sum(x)
+        ss = tl.sum(x * x)
+        mean = s / N
+        var = ss / N - mean * mean
+        r = tl.rsqrt(var + eps)
+        y = (x - mean) * r * tl.load(W + offs, mask=offs < N).to(tl.float32) + tl.load(B + offs, mask=offs < N)
+        tl.store(Y + row * stride + offs, y, mask=offs < N)
+
+    def npow2(n):
+        p = 1
+        while p < n:
+            p *= 2
+        return p
+
+    def launch_whole(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        X = x["x"]
+        kernel[(X.shape[0],)](X, x["y"], x["w"], x["b"], X.stride(0), X.shape[1], 1e-5, BLOCK=npow2(X.shape[1]),
+                              **opts)
+
+    def launch_blocked(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        X = x["x"]
+        kernel[(X.shape[0],)](X, x["y"], x["w"], x["b"], X.stride(0), X.shape[1], 1e-5, **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        M, N = size
+        g = torch.Generator().manual_seed(seed)
+        x = (torch.randn(M, N, generator=g) * 2 + 0.5).to(torch.float16).to(device)
+        w = torch.rand(N, generator=g).to(torch.float16).to(device)
+        b = torch.randn(N, generator=g).to(torch.float16).to(device)
+        return dict(x=x, w=w, b=b, y=torch.full_like(x, float("nan")))
+
+    def reference(x):
+        import torch
+
+        return torch.nn.functional.layer_norm(x["x"].double(), x["x"].shape[-1:], x["w"].double(), x["b"].double(),
+                                              1e-5)
+
+    w = Workload("layer_norm", inputs, reference, "y", lambda x: ("bytes", 2 * x["x"].numel() * 2),
+                 sizes={"bench": (4096, 8192), "test": (19, 300)}, tol=1e-2)
+    w.variants = [
+        Variant("whole_row", ln_whole_row, launch_whole, [dict(num_warps=8), dict(num_warps=16)]),
+        Variant("blocked", ln_blocked, launch_blocked, [dict(BLOCK=1024, num_warps=4), dict(BLOCK=2048, num_warps=8)]),
+        Variant("one_pass", ln_one_pass, launch_whole, [dict(num_warps=8), dict(num_warps=16)]),
+    ]
+    return w
+
+
+def _reduction(jit, tl):
+    @jit
+    def rowsum_loop(x_ptr, out_ptr, n_cols, stride, BLOCK: tl.constexpr):
+        # per-row sum accumulated in a vector, reduced once at the end
+        row = tl.program_id(0)
+        acc = tl.zeros((BLOCK,), tl.float32)
+        for c in range(0, n_cols, BLOCK):
+            cols = c + tl.arange(0, BLOCK)
+            acc += tl.load(x_ptr + row * stride + cols, mask=cols < n_cols, other=0.0)
+        tl.store(out_ptr + row, tl.sum(acc, axis=0))
+
+    @jit
+    def rowsum_scalar(x_ptr, out_ptr, n_cols, stride, BLOCK: tl.constexpr):
+        # per-row sum reduced to a scalar every iteration
+        row = tl.program_id(0)
+        total = 0.0
+        for c in range(0, n_cols, BLOCK):
+            cols = c + tl.arange(0, BLOCK)
+            total += tl.sum(tl.load(x_ptr + row * stride + cols, mask=cols < n_cols, other=0.0))
+        tl.store(out_ptr + row, total)
+
+    @jit
+    def rowsum_tile(x_ptr, out_ptr, n_rows, n_cols, stride, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+        # ROWS rows per program, a 2-D tile reduced along axis 1
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        acc = tl.zeros((ROWS, BLOCK), tl.float32)
+        for c in range(0, n_cols, BLOCK):
+            cols = c + tl.arange(0, BLOCK)
+            m = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+            acc += tl.load(x_ptr + rows[:, None] * stride + cols[None, :], mask=m, other=0.0)
+        tl.store(out_ptr + rows, tl.sum(acc, axis=1), mask=rows < n_rows)
+
+    def launch_row(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        X = x["x"]
+        kernel[(X.shape[0],)](X, x["y"], X.shape[1], X.stride(0), **meta, **opts)
+
+    def launch_tile(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        X = x["x"]
+        kernel[(cdiv(X.shape[0], meta["ROWS"]),)](X, x["y"], X.shape[0], X.shape[1], X.stride(0), **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        M, N = size
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(M, N, generator=g).to(device)
+        return dict(x=x, y=torch.full((M,), float("nan"), device=device))
+
+    def reference(x):
+        return x["x"].double().sum(dim=1)
+
+    w = Workload("row_sum", inputs, reference, "y", lambda x: ("bytes", x["x"].numel() * 4),
+                 sizes={"bench": (8192, 8192), "test": (21, 1000)}, tol=1e-4)
+    w.variants = [
+        Variant("vector_acc", rowsum_loop, launch_row, [dict(BLOCK=1024, num_warps=4), dict(BLOCK=2048, num_warps=8)]),
+        Variant("scalar_acc", rowsum_scalar, launch_row, [dict(BLOCK=1024, num_warps=4), dict(BLOCK=2048, num_warps=8)]),
+        Variant("tile", rowsum_tile, launch_tile, [dict(ROWS=4, BLOCK=512, num_warps=4),
+                                                    dict(ROWS=8, BLOCK=256, num_warps=4)]),
+    ]
+    return w
+
+
+def _weight_grad(jit, tl):
+    """The backward of y = x * w (w broadcast over rows): dw = sum over rows of dy * x, accumulated
+    with atomics from programs that each own a band of rows (layer norm's dW/dB have this shape)."""
+
+    @jit
+    def dw_atomic_rows(dy_ptr, x_ptr, dw_ptr, n_rows, n_cols, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+        # each program sums a band of rows for one column block, then one atomic add per column
+        pid_r = tl.program_id(0)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        acc = tl.zeros((BLOCK,), tl.float32)
+        for r in range(pid_r * ROWS, min(pid_r * ROWS + ROWS, n_rows)):
+            acc += tl.load(dy_ptr + r * n_cols + cols, mask=cols < n_cols, other=0.0).to(tl.float32) * \
+                tl.load(x_ptr + r * n_cols + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        tl.atomic_add(dw_ptr + cols, acc, mask=cols < n_cols)
+
+    @jit
+    def dw_atomic_tile(dy_ptr, x_ptr, dw_ptr, n_rows, n_cols, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+        # a 2-D tile per step, reduced over rows with tl.sum, then atomics
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        m = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+        offs = rows[:, None] * n_cols + cols[None, :]
+        dy = tl.load(dy_ptr + offs, mask=m, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
+        tl.atomic_add(dw_ptr + cols, tl.sum(dy * x, axis=0), mask=cols < n_cols)
+
+    def launch(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        x["dw"].zero_()
+        M, N = x["x"].shape
+        grid = (cdiv(M, meta["ROWS"]), cdiv(N, meta["BLOCK"]))
+        kernel[grid](x["dy"], x["x"], x["dw"], M, N, **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        M, N = size
+        g = torch.Generator().manual_seed(seed)
+        return dict(dy=torch.randn(M, N, generator=g).to(torch.float16).to(device),
+                    x=torch.randn(M, N, generator=g).to(torch.float16).to(device),
+                    dw=torch.zeros(N, device=device))
+
+    def reference(x):
+        return (x["dy"].double() * x["x"].double()).sum(dim=0)
+
+    w = Workload("weight_grad", inputs, reference, "dw", lambda x: ("bytes", 2 * x["x"].numel() * 2),
+                 sizes={"bench": (16384, 4096), "test": (50, 300)}, tol=1e-3)
+    w.variants = [
+        Variant("atomic_rows", dw_atomic_rows, launch, [dict(ROWS=128, BLOCK=256, num_warps=4),
+                                                       dict(ROWS=256, BLOCK=512, num_warps=4)]),
+        Variant("atomic_tile", dw_atomic_tile, launch, [dict(ROWS=32, BLOCK=128, num_warps=4),
+                                                       dict(ROWS=64, BLOCK=64, num_warps=4)]),
+    ]
+    return w
+
+
+def make_idioms(jit, tl) -> list:
+    """Every workload with its variants, compiled by `jit` (kernellab's or Triton's)."""
+    return [_matmul(jit, tl), _softmax(jit, tl), _layer_norm(jit, tl), _reduction(jit, tl), _weight_grad(jit, tl)]
