@@ -548,11 +548,7 @@ class Semantic:
                 operands.append(self.broadcast_to(self.cast(self.to_tensor(other, elem if _is_py_number(other)
                                                                          and elem.is_floating() else None),
                                                             elem), shape))
-        attrs = {}
-        if cache:
-            attrs["cache"] = cache
-        if evict:
-            attrs["evict"] = evict
+        attrs = _cache_attrs("tl.load", cache, evict, _LOAD_CACHE)
         if volatile:
             attrs["volatile"] = True
         return self.emit("tt.load", operands, block_of(ptr.shape, elem), attrs)
@@ -596,7 +592,7 @@ class Semantic:
         ops = [self.broadcast_to(ptr, shape), self.broadcast_to(value, shape)]
         if mask is not None:
             ops.append(self.broadcast_to(mask, shape))
-        self.emit("tt.store", ops, None, {})
+        self.emit("tt.store", ops, None, _cache_attrs("tl.store", cache, evict, _STORE_CACHE))
         return None
 
     def make_block_ptr(self, base, shape, strides, offsets, block_shape, order):
@@ -781,3 +777,25 @@ def _python_binary(op, a, b):
         return table[op](a, b)
     except Exception as e:  # e.g. None + 1
         raise SemanticError(f"cannot compute {a!r} {op} {b!r}: {e}") from None
+
+
+# Triton's cache modifiers and eviction policies; codegen turns them into PTX qualifiers (ld.global.cg, ...)
+_LOAD_CACHE = ("", ".ca", ".cg", ".cv")
+_STORE_CACHE = ("", ".wb", ".cg", ".cs", ".wt")
+_EVICT = ("", "evict_normal", "evict_first", "evict_last")
+
+
+def _cache_attrs(what, cache, evict, allowed) -> dict:
+    cache, evict = cache or "", evict or ""
+    if cache not in allowed:
+        raise SemanticError(f"{what}: cache_modifier {cache!r} is not supported; use one of "
+                            f"{', '.join(repr(c) for c in allowed if c)}")
+    if evict not in _EVICT:
+        raise SemanticError(f"{what}: eviction_policy {evict!r} is not supported; use one of "
+                            f"{', '.join(repr(e) for e in _EVICT if e)}")
+    attrs = {}
+    if cache:
+        attrs["cache"] = cache
+    if evict and evict != "evict_normal":
+        attrs["evict"] = evict
+    return attrs

@@ -101,13 +101,25 @@ def _const_words(elem, value, n):
     return [int.from_bytes(data, "little")]
 
 
-def emit_load(lw: KernelLowering, ptr, mask, elem, n, volatile=False, other_const=None):
+def _cache_qualifier(cache: str, evict: str, volatile: bool) -> str:
+    """PTX qualifiers for Triton's cache_modifier / eviction_policy (ld.global.cg, st.global.cs,
+    ld.global.L1::evict_last ...). PTX has no form with both a cache operator and an eviction priority, nor with
+    .volatile and either: the cache operator, then volatility, wins."""
+    if volatile:
+        return ""
+    if cache:
+        return cache
+    return f".L1::{evict}" if evict else ""
+
+
+def emit_load(lw: KernelLowering, ptr, mask, elem, n, volatile=False, other_const=None, cache="", evict=""):
     """Load `n` consecutive elements starting at `ptr` (a register value), predicated on `mask`.
     Masked-off lanes read `other_const` (a Python number) when given, else 0."""
     b = lw.b
     mt = memty(elem)
     size = mem_bytes(elem)
-    if mask is None and not volatile:
+    qual = _cache_qualifier(cache, evict, volatile)
+    if mask is None and not volatile and not qual:
         if n == 1:
             v = b.load(ptr, typ=mt, align=size)
             out = [v]
@@ -129,7 +141,7 @@ def emit_load(lw: KernelLowering, ptr, mask, elem, n, volatile=False, other_cons
     dst = outs if nwords == 1 else "{ " + outs + " }"
     vol = ".volatile" if volatile else ""
     pred = f"@${nwords + 1} " if mask is not None else ""
-    asm = f"{init} {pred}ld{vol}.global{_vec_suffix(nwords)}.{ptx} {dst}, [ ${nwords} + 0 ];"
+    asm = f"{init} {pred}ld{vol}.global{qual}{_vec_suffix(nwords)}.{ptx} {dst}, [ ${nwords} + 0 ];"
     constraint = ",".join([f"={con}"] * nwords + ["l"] + (["b"] if mask is not None else []))
     ret = wty if nwords == 1 else ir.LiteralStructType([wty] * nwords)
     args = [b.ptrtoint(ptr, I64)] + ([mask] if mask is not None else [])
@@ -139,11 +151,12 @@ def emit_load(lw: KernelLowering, ptr, mask, elem, n, volatile=False, other_cons
     return _unpack(lw, words, elem, n)
 
 
-def emit_store(lw: KernelLowering, ptr, vals, mask, elem):
+def emit_store(lw: KernelLowering, ptr, vals, mask, elem, cache="", evict=""):
     b = lw.b
     n = len(vals)
     size = mem_bytes(elem)
-    if mask is None:
+    qual = _cache_qualifier(cache, evict, False)
+    if mask is None and not qual:
         if n == 1:
             v = vals[0]
             if v.type == I1:
@@ -160,7 +173,9 @@ def emit_store(lw: KernelLowering, ptr, vals, mask, elem):
     wty, con, ptx, nwords = _word_plan(size * n)
     src = ", ".join(f"${i}" for i in range(nwords))
     src = src if nwords == 1 else "{ " + src + " }"
-    asm = f"@${nwords + 1} st.global{_vec_suffix(nwords)}.{ptx} [ ${nwords} + 0 ], {src};"
+    if mask is None:
+        mask = ir.Constant(I1, 1)
+    asm = f"@${nwords + 1} st.global{qual}{_vec_suffix(nwords)}.{ptx} [ ${nwords} + 0 ], {src};"
     constraint = ",".join([con] * nwords + ["l", "b"])
     args = words + [b.ptrtoint(ptr, I64), mask]
     b.asm(ir.FunctionType(VOID, [a.type for a in args]), asm, constraint, args, side_effect=True)
@@ -179,11 +194,12 @@ def _load(lw: KernelLowering, op):
     res = op.results[0]
     elem = res.type.scalar
     volatile = bool(op.attrs.get("volatile"))
+    cache = dict(cache=op.attrs.get("cache", ""), evict=op.attrs.get("evict", ""))
     if ptr_v.type.is_block_ptr():
         return _load_block_ptr(lw, op)
     if not isinstance(res.type, TensorType):
         mask = lw.get(op.operands[1]) if len(op.operands) > 1 else None
-        v = emit_load(lw, lw.get(ptr_v), mask, elem, 1, volatile)[0]
+        v = emit_load(lw, lw.get(ptr_v), mask, elem, 1, volatile, **cache)[0]
         if len(op.operands) > 2:
             v = lw.b.select(mask, v, lw.get(op.operands[2]))
         lw.put(res, v)
@@ -198,7 +214,8 @@ def _load(lw: KernelLowering, op):
             other_const = producer.attrs["value"]
     out = [None] * len(ptrs)
     for g in _groups(op, res.type):
-        vals = emit_load(lw, ptrs[g[0]], masks[g[0]] if masks else None, elem, len(g), volatile, other_const)
+        vals = emit_load(lw, ptrs[g[0]], masks[g[0]] if masks else None, elem, len(g), volatile, other_const,
+                         **cache)
         for i, v in zip(g, vals):
             # the mask is uniform across a group, so a constant `other` is already in the masked-off words
             out[i] = lw.b.select(masks[i], v, others[i]) if others is not None and other_const is None else v
@@ -211,9 +228,10 @@ def _store(lw: KernelLowering, op):
     if ptr_v.type.is_block_ptr():
         return _store_block_ptr(lw, op)
     elem = val_v.type.scalar
+    cache = dict(cache=op.attrs.get("cache", ""), evict=op.attrs.get("evict", ""))
     if not isinstance(ptr_v.type, TensorType):
         mask = lw.get(op.operands[2]) if len(op.operands) > 2 else None
-        emit_store(lw, lw.get(ptr_v), [lw.get(val_v)], mask, elem)
+        emit_store(lw, lw.get(ptr_v), [lw.get(val_v)], mask, elem, **cache)
         return
     ptrs, vals = lw.regs(ptr_v), lw.regs(val_v)
     masks = lw.regs(op.operands[2]) if len(op.operands) > 2 else None
@@ -222,7 +240,7 @@ def _store(lw: KernelLowering, op):
         m = masks[g[0]] if masks else None
         if valid is not None:  # replicated copies don't store twice
             m = valid[g[0]] if m is None else lw.b.and_(m, valid[g[0]])
-        emit_store(lw, ptrs[g[0]], [vals[i] for i in g], m, elem)
+        emit_store(lw, ptrs[g[0]], [vals[i] for i in g], m, elem, **cache)
 
 
 @handles("tt.make_block_ptr")
