@@ -33,6 +33,9 @@ class OpInfo:
     same_types: bool = False
     memory: str = ""
     regions: int = 0
+    keeps_layout: bool = False  # result in its operands' layout (elementwise ops, splat, broadcast)
+    combine_region: bool = False  # its region combines elements (reduce/scan): CSE keeps it self-contained
+    traps: bool = False  # may trap at run time (integer division by zero): never executed speculatively
     moves_only: bool = False  # one operand whose elements it only rearranges or repeats (a filled constant stays one)
     folds: bool = False
     evaluator: object = None  # (operand dtypes, result dtype, attrs) -> fn(*values)
@@ -52,6 +55,10 @@ def _def(name, summary, **traits):
         traits.setdefault("elementwise", True)
     if name in op_eval.REFUSALS:
         traits["refuses"] = op_eval.REFUSALS[name]
+    if traits.get("elementwise"):
+        traits["keeps_layout"] = True
+    if name in ("arith.divsi", "arith.divui", "arith.remsi", "arith.remui"):
+        traits["traps"] = True
     OPS[name] = OpInfo(name, summary, **traits)
 
 
@@ -60,8 +67,8 @@ _def("arith.constant", "a scalar, or a tensor filled with one value {value}")
 _def("tt.get_program_id", "this program's index along grid {axis}")
 _def("tt.get_num_programs", "the grid's size along {axis}")
 _def("tt.make_range", "the i32 tensor [start, start+1, ..., end-1]")
-_def("tt.splat", "a tensor filled with a scalar", moves_only=True)
-_def("tt.broadcast", "stretch size-1 dimensions to the result shape", moves_only=True)
+_def("tt.splat", "a tensor filled with a scalar", moves_only=True, keeps_layout=True)
+_def("tt.broadcast", "stretch size-1 dimensions to the result shape", moves_only=True, keeps_layout=True)
 _def("tt.expand_dims", "insert a size-1 dimension at {axis}", moves_only=True)
 _def("tt.reshape", "the same elements in row-major order, another shape", moves_only=True)
 _def("tt.trans", "permute dimensions by {order}", moves_only=True)
@@ -175,8 +182,8 @@ _def("tt.atomic_cas", "atomic compare-and-swap: returns the old value", pure=Fal
 
 # Compute.
 _def("tt.dot", "matrix product a @ b + acc (fp32 or int32 accumulation)")
-_def("tt.reduce", "reduce along {axis} with the combine region", regions=1)
-_def("tt.scan", "inclusive scan along {axis} with the combine region", regions=1)
+_def("tt.reduce", "reduce along {axis} with the combine region", regions=1, combine_region=True)
+_def("tt.scan", "inclusive scan along {axis} with the combine region", regions=1, combine_region=True)
 _def("tt.reduce.return", "yield the combined value of a reduce or scan region", terminator=True, pure=False)
 
 # Debugging and synchronization.
@@ -244,6 +251,14 @@ def is_pure(op) -> bool:
 
 def is_elementwise(name: str) -> bool:
     return info(name).elementwise
+
+
+def keeps_layout(name: str) -> bool:
+    return info(name).keeps_layout
+
+
+def accesses_memory(name: str) -> bool:
+    return bool(info(name).memory)
 
 
 def is_loop(name: str) -> bool:
