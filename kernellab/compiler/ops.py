@@ -162,7 +162,8 @@ _math("copysign", np.copysign, exact=True, libdevice="copysign", tl="copysign", 
       summary="the magnitude of a with the sign of b")
 _math("fmod", np.fmod, exact=True, libdevice="fmod", tl="fmod", arity=2,
       summary="C fmod: a - trunc(a / b) * b, computed exactly")
-_math("isnan", np.isnan, exact=True, libdevice=("__nv_isnanf", "__nv_isnand"), tl="isnan", result="i32", summary="1 where NaN, else 0 (i32)")
+_math("isnan", np.isnan, exact=True, libdevice=("__nv_isnanf", "__nv_isnand"), tl="isnan", result="i32",
+      summary="1 where NaN, else 0 (i32)")
 _math("isinf", np.isinf, exact=True, libdevice=("__nv_isinff", "__nv_isinfd"), tl="isinf", result="i32",
       summary="1 where +-inf, else 0 (i32)")
 _math("isfinite", np.isfinite, exact=True, libdevice=("__nv_finitef", "__nv_isfinited"), tl="isfinited",
