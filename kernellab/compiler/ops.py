@@ -1,13 +1,25 @@
 """The catalogue of tile-IR ops: what each one means and the traits passes rely on.
 
-`pure` ops have no side effects and depend only on their operands, so CSE may merge them, DCE may
-drop them when unused and LICM may hoist them. Everything else (memory, atomics, printing,
-control flow holding such ops) is left where the user wrote it. Terminators are not pure: they
-must never be moved or dropped.
+Every op is declared once here, with its traits as data:
+- `pure`: no side effects, depends only on its operands (CSE may merge it, DCE drop it, LICM hoist it);
+- `elementwise`: computes each element from the same element of its operands (layouts pass through);
+- `same_types`: operands and result share one type; `commutative`; `terminator` (ends a region);
+- `memory`: "read" / "write" / "read+write" for ops that touch global memory; `regions`: how many;
+- for elementwise ops, `evaluator`: the one NumPy definition of what it computes (see `op_eval`),
+  which the constant folder and the interpreter both call; `folds`: whether the folder may use it
+  (exact in every dtype: transcendental functions are not folded, the GPU approximates them);
+- for math functions, `libdevice`: the `__nv_*` function the GPU backend calls, and `tl_name`: the
+  name under which `tl.math` and `tl.extra.cuda.libdevice` expose it.
+Terminators are not pure: they must never be moved or dropped. `docs/tile-ir.md`'s op table is
+generated from this file (`op_table_markdown`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
+
+from . import op_eval
 
 
 @dataclass(frozen=True)
@@ -17,12 +29,36 @@ class OpInfo:
     pure: bool = True
     commutative: bool = False
     terminator: bool = False
+    elementwise: bool = False
+    same_types: bool = False
+    memory: str = ""
+    regions: int = 0
+    keeps_layout: bool = False  # result in its operands' layout (elementwise ops, splat, broadcast)
+    combine_region: bool = False  # its region combines elements (reduce/scan): CSE keeps it self-contained
+    traps: bool = False  # may trap at run time (integer division by zero): never executed speculatively
+    moves_only: bool = False  # one operand whose elements it only rearranges or repeats (a filled constant stays one)
+    folds: bool = False
+    evaluator: object = None  # (operand dtypes, result dtype, attrs) -> fn(*values)
+    refuses: object = None  # (operand dtypes, result dtype, attrs, *values) -> True where folding must not happen
+    libdevice: tuple | None = None  # (f32 name, f64 name) of the __nv_* function
+    tl_name: str | None = None
+    arity: int = 0
+    result: str = ""  # result type rule of a math function: "" (the operands' type) or "i32"
 
 
 OPS: dict[str, OpInfo] = {}
 
 
 def _def(name, summary, **traits):
+    if "evaluator" not in traits and name in op_eval.EVALUATORS:
+        traits["evaluator"] = op_eval.EVALUATORS[name]
+        traits.setdefault("elementwise", True)
+    if name in op_eval.REFUSALS:
+        traits["refuses"] = op_eval.REFUSALS[name]
+    if traits.get("elementwise"):
+        traits["keeps_layout"] = True
+    if name in ("arith.divsi", "arith.divui", "arith.remsi", "arith.remui"):
+        traits["traps"] = True
     OPS[name] = OpInfo(name, summary, **traits)
 
 
@@ -31,15 +67,16 @@ _def("arith.constant", "a scalar, or a tensor filled with one value {value}")
 _def("tt.get_program_id", "this program's index along grid {axis}")
 _def("tt.get_num_programs", "the grid's size along {axis}")
 _def("tt.make_range", "the i32 tensor [start, start+1, ..., end-1]")
-_def("tt.splat", "a tensor filled with a scalar")
-_def("tt.broadcast", "stretch size-1 dimensions to the result shape")
-_def("tt.expand_dims", "insert a size-1 dimension at {axis}")
-_def("tt.reshape", "the same elements in row-major order, another shape")
-_def("tt.trans", "permute dimensions by {order}")
+_def("tt.splat", "a tensor filled with a scalar", moves_only=True, keeps_layout=True)
+_def("tt.broadcast", "stretch size-1 dimensions to the result shape", moves_only=True, keeps_layout=True)
+_def("tt.expand_dims", "insert a size-1 dimension at {axis}", moves_only=True)
+_def("tt.reshape", "the same elements in row-major order, another shape", moves_only=True)
+_def("tt.trans", "permute dimensions by {order}", moves_only=True)
 _def("tt.join", "stack two equal tensors along a new last dimension of size 2")
 _def("tt.split", "the two halves of a last dimension of size 2")
 _def("tt.cat", "concatenate two tensors along dimension 0")
-_def("tt.hint", "the operand unchanged, with {multiple_of} / {max_contiguous} promises for codegen")
+_def("tt.hint", "the operand unchanged, with {multiple_of} / {max_contiguous} promises for codegen",
+     elementwise=True)
 
 # Integer and float arithmetic (operands and result share one type).
 for _n, _s, _c in [
@@ -56,34 +93,98 @@ for _n, _s, _c in [
     ("minnumf", "float min ignoring NaN", True), ("maximumf", "float max propagating NaN", True),
     ("minimumf", "float min propagating NaN", True),
 ]:
-    _def("arith." + _n, _s, commutative=_c)
-_def("arith.cmpi", "integer comparison {predicate}: eq ne slt sle sgt sge ult ule ugt uge")
-_def("arith.cmpf", "float comparison {predicate}: oeq one olt ole ogt oge une ...")
-_def("arith.select", "elementwise choice: cond ? a : b")
-for _n in ["extsi", "extui", "trunci", "sitofp", "uitofp", "fptosi", "fptoui", "extf", "truncf", "bitcast"]:
-    _def("arith." + _n, "type conversion: " + _n)
-_def("tt.int_to_ptr", "reinterpret an i64 as a pointer")
-_def("tt.ptr_to_int", "a pointer's address as i64")
-for _n in ["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "erf", "floor", "ceil", "absf",
-           "absi", "fma"]:
-    _def("math." + _n, "elementwise " + _n)
-_def("tt.umulhi", "the high half of the full integer product")
-_def("tt.precise_divf", "float divide rounded to nearest (IEEE)")
-_def("tt.precise_sqrt", "square root rounded to nearest (IEEE)")
+    _def("arith." + _n, _s, commutative=_c, same_types=True, folds=True)
+_def("arith.cmpi", "integer comparison {predicate}: eq ne slt sle sgt sge ult ule ugt uge", folds=True)
+_def("arith.cmpf", "float comparison {predicate}: oeq one olt ole ogt oge une ...", folds=True)
+_def("arith.select", "elementwise choice: cond ? a : b", folds=True)
+for _n, _s in [("extsi", "sign-extend"), ("extui", "zero-extend"), ("trunci", "keep the low bits"),
+               ("sitofp", "signed int to float, rounded to nearest"),
+               ("uitofp", "unsigned int to float, rounded to nearest"),
+               ("fptosi", "float to signed int toward zero, saturating (NaN: 0; 8-bit: saturate to 16 bits, "
+                          "keep the low byte)"),
+               ("fptoui", "float to unsigned int toward zero, saturating (NaN: 0; 8-bit as fptosi)"),
+               ("extf", "widen a float (exact)"), ("truncf", "narrow a float, rounded to nearest once"),
+               ("bitcast", "the same bits as another type of equal width")]:
+    _def("arith." + _n, "type conversion: " + _s, folds=True)
+_def("tt.int_to_ptr", "reinterpret an i64 as a pointer", elementwise=True)
+_def("tt.ptr_to_int", "a pointer's address as i64", elementwise=True)
+_def("tt.umulhi", "the high half of the unsigned double-width product (libdevice __nv_umulhi)", same_types=True,
+     commutative=True, folds=True)
+_def("tt.precise_divf", "float divide rounded to nearest (IEEE)", same_types=True, folds=True)
+_def("tt.precise_sqrt", "square root rounded to nearest (IEEE)", same_types=True, folds=True,
+     evaluator=op_eval.native(np.sqrt), elementwise=True)
+
+
+def _math(name, fn, exact=False, libdevice=None, tl=None, arity=1, result="", summary=None):
+    """A `math.<name>` op: evaluated by `fn` (exact ops: in the operands' own type, else in float64),
+    lowered to libdevice's `__nv_<libdevice>f` / `__nv_<libdevice>`."""
+    if isinstance(libdevice, str):
+        libdevice = (f"__nv_{libdevice}f", f"__nv_{libdevice}")
+    if result == "i32":
+        ev = op_eval.predicate(fn)
+    else:
+        ev = op_eval.native(fn) if exact else op_eval.in_float64(fn)
+    _def("math." + name, summary or f"elementwise {name}", evaluator=ev, elementwise=True,
+         same_types=result == "", folds=exact, libdevice=libdevice, tl_name=tl, arity=arity, result=result)
+
+
+# The math functions tl.* had first: their GPU lowering is special-cased in codegen/lower.py.
+_math("exp", np.exp, libdevice="exp", summary="e**x (GPU: ex2.approx on f32)")
+_math("exp2", np.exp2, libdevice="exp2", summary="2**x (GPU: ex2.approx on f32)")
+_math("log", np.log, libdevice="log")
+_math("log2", np.log2, libdevice="log2")
+_math("sqrt", np.sqrt, libdevice="sqrt")
+_math("rsqrt", op_eval.rsqrt, libdevice="rsqrt")
+_math("sin", np.sin, libdevice="sin")
+_math("cos", np.cos, libdevice="cos")
+_math("erf", op_eval.erf, libdevice="erf")
+_math("floor", np.floor, exact=True, summary="round down to an integer")
+_math("ceil", np.ceil, exact=True, summary="round up to an integer")
+_math("absf", np.abs, exact=True, summary="float absolute value")
+_def("math.absi", "integer absolute value (wraps: |INT_MIN| = INT_MIN)", same_types=True, folds=True)
+_def("math.fma", "a * b + c rounded once", same_types=True)
+
+# Math functions lowered through libdevice only: one line each (name, evaluation, libdevice base name).
+for _n, _f in [("tanh", np.tanh), ("sinh", np.sinh), ("cosh", np.cosh), ("tan", np.tan), ("asin", np.arcsin),
+               ("acos", np.arccos), ("atan", np.arctan), ("asinh", np.arcsinh), ("acosh", np.arccosh),
+               ("atanh", np.arctanh), ("log10", np.log10), ("log1p", np.log1p), ("expm1", np.expm1),
+               ("exp10", op_eval.exp10), ("cbrt", np.cbrt), ("erfc", op_eval.erfc)]:
+    _math(_n, _f, libdevice=_n, tl=_n)
+for _n, _f in [("atan2", np.arctan2), ("pow", np.power), ("hypot", np.hypot)]:
+    _math(_n, _f, libdevice=_n, tl=_n, arity=2)
+_math("trunc", np.trunc, exact=True, libdevice="trunc", tl="trunc", summary="round toward zero to an integer")
+_math("round", op_eval.round_half_away, exact=True, libdevice="round", tl="round",
+      summary="round to the nearest integer, halfway cases away from zero")
+_math("rint", np.rint, exact=True, libdevice="rint", tl="rint", summary="round to the nearest integer, ties to even")
+_math("nearbyint", np.rint, exact=True, libdevice="nearbyint", tl="nearbyint",
+      summary="round to the nearest integer, ties to even")
+_math("copysign", np.copysign, exact=True, libdevice="copysign", tl="copysign", arity=2,
+      summary="the magnitude of a with the sign of b")
+_math("fmod", np.fmod, exact=True, libdevice="fmod", tl="fmod", arity=2,
+      summary="C fmod: a - trunc(a / b) * b, computed exactly")
+_math("isnan", np.isnan, exact=True, libdevice=("__nv_isnanf", "__nv_isnand"), tl="isnan", result="i32",
+      summary="1 where NaN, else 0 (i32)")
+_math("isinf", np.isinf, exact=True, libdevice=("__nv_isinff", "__nv_isinfd"), tl="isinf", result="i32",
+      summary="1 where +-inf, else 0 (i32)")
+_math("isfinite", np.isfinite, exact=True, libdevice=("__nv_finitef", "__nv_isfinited"), tl="isfinited",
+      result="i32", summary="1 where neither NaN nor +-inf, else 0 (i32)")
+_math("signbit", np.signbit, exact=True, libdevice=("__nv_signbitf", "__nv_signbitd"), tl="signbit", result="i32",
+      summary="1 where the sign bit is set (also -0.0 and -NaN), else 0 (i32)")
 
 # Memory.
-_def("tt.addptr", "pointer + offset (in elements)")
-_def("tt.load", "read memory: (ptr [, mask [, other]]) or a block pointer with {boundary_check}", pure=False)
-_def("tt.store", "write memory: (ptr, value [, mask])", pure=False)
+_def("tt.addptr", "pointer + offset (in elements)", elementwise=True)
+_def("tt.load", "read memory: (ptr [, mask [, other]]) or a block pointer with {boundary_check}", pure=False,
+     memory="read")
+_def("tt.store", "write memory: (ptr, value [, mask])", pure=False, memory="write")
 _def("tt.make_block_ptr", "a block pointer: (base, shape.., strides.., offsets..) {block_shape, order}")
 _def("tt.advance", "a block pointer moved by offsets")
-_def("tt.atomic_rmw", "atomic read-modify-write {kind}: returns the old value", pure=False)
-_def("tt.atomic_cas", "atomic compare-and-swap: returns the old value", pure=False)
+_def("tt.atomic_rmw", "atomic read-modify-write {kind}: returns the old value", pure=False, memory="read+write")
+_def("tt.atomic_cas", "atomic compare-and-swap: returns the old value", pure=False, memory="read+write")
 
 # Compute.
 _def("tt.dot", "matrix product a @ b + acc (fp32 or int32 accumulation)")
-_def("tt.reduce", "reduce along {axis} with the combine region")
-_def("tt.scan", "inclusive scan along {axis} with the combine region")
+_def("tt.reduce", "reduce along {axis} with the combine region", regions=1, combine_region=True)
+_def("tt.scan", "inclusive scan along {axis} with the combine region", regions=1, combine_region=True)
 _def("tt.reduce.return", "yield the combined value of a reduce or scan region", terminator=True, pure=False)
 
 # Debugging and synchronization.
@@ -98,7 +199,7 @@ _def("ttg.barrier", "bar.sync: every thread of the program waits here (orders sh
 _def("ttg.local_alloc", "a multi-stage shared-memory buffer for the tiles a loop's dot reads", pure=False)
 _def("ttg.memdesc_index", "stage (slot) of a multi-stage shared-memory buffer: a view, no code")
 _def("ttg.async_copy", "start copying a tile from global into shared memory (cp.async): "
-     "(ptrs, view, pred [, mask]); masked-off elements become zero", pure=False)
+     "(ptrs, view, pred [, mask]); masked-off elements become zero", pure=False, memory="read")
 _def("ttg.async_commit", "close the group of copies started since the last commit (cp.async.commit_group)",
      pure=False)
 _def("ttg.async_wait", "wait until at most {pending} copy groups are in flight, then bar.sync", pure=False)
@@ -111,7 +212,7 @@ _def("ttg.mbarrier_alloc", "one mbarrier per pipeline stage in shared memory, in
 _def("ttg.mbarrier_expect", "one thread arrives on the stage's mbarrier, announcing {bytes} of TMA copies (pred)",
      pure=False)
 _def("ttg.tma_copy", "one thread starts TMA copies of a block pointer's tile into a stage, completing on the "
-     "mbarrier: (tensormap, block ptr, view, mbarrier, pred)", pure=False)
+     "mbarrier: (tensormap, block ptr, view, mbarrier, pred)", pure=False, memory="read")
 _def("ttg.mbarrier_wait", "every thread waits until the stage's mbarrier completes the phase with this parity "
      "({fence_proxy}: then orders the generic-proxy writes it saw before its async-proxy reads)",
      pure=False)
@@ -125,9 +226,10 @@ _def("ttg.dot_wait", "the accumulator of a warpgroup MMA once at most {pending} 
      pure=False)
 
 # Control flow.
-_def("scf.for", "loop from lb to ub by step, carrying iter args", pure=False)
-_def("scf.if", "run the then- or else-region, yielding results", pure=False)
-_def("scf.while", "repeat: the before-region decides (scf.condition), the after-region loops", pure=False)
+_def("scf.for", "loop from lb to ub by step, carrying iter args", pure=False, regions=1)
+_def("scf.if", "run the then- or else-region, yielding results", pure=False, regions=2)
+_def("scf.while", "repeat: the before-region decides (scf.condition), the after-region loops", pure=False,
+     regions=2)
 _def("scf.yield", "end a region, passing values out", terminator=True, pure=False)
 _def("scf.condition", "end a while's before-region: continue flag and values", terminator=True, pure=False)
 _def("tt.call", "call another @jit function {callee}", pure=False)
@@ -138,8 +240,88 @@ def info(name: str) -> OpInfo:
     return OPS.get(name) or OpInfo(name, "unknown op", pure=False)
 
 
+_STRUCTURED = ("scf.for", "scf.while", "scf.if")
+
+
 def is_pure(op) -> bool:
     """An op is pure when its own kind is and no op nested in its regions has side effects."""
-    if op.name in ("scf.for", "scf.while", "scf.if"):
+    if op.name in _STRUCTURED:
         return all(is_pure(inner) or info(inner.name).terminator for r in op.regions for inner in r.ops)
     return info(op.name).pure
+
+
+def is_elementwise(name: str) -> bool:
+    return info(name).elementwise
+
+
+def keeps_layout(name: str) -> bool:
+    return info(name).keeps_layout
+
+
+def accesses_memory(name: str) -> bool:
+    return bool(info(name).memory)
+
+
+def is_loop(name: str) -> bool:
+    return name in ("scf.for", "scf.while")
+
+
+def is_structured(name: str) -> bool:
+    """scf.for / scf.while / scf.if: control flow whose regions end in a terminator."""
+    return name in _STRUCTURED
+
+
+def evaluator(name: str, operand_types, result_type, attrs=None):
+    """`fn(*values)` computing op `name` on NumPy values (see `op_eval`), its float results rounded
+    once to `result_type` (bf16: carried in float32). None when the op has no evaluator."""
+    make = info(name).evaluator
+    if make is None:
+        return None
+    fn = make(list(operand_types), result_type, attrs or {})
+    if not getattr(result_type, "is_floating", lambda: False)():
+        return fn
+    if result_type.name == "bf16":
+        if name == "arith.bitcast":
+            return fn
+        return lambda *xs: op_eval.round_bf16(fn(*xs))
+    dt = result_type.np
+
+    def rounded(*xs):
+        r = fn(*xs)
+        if r.dtype != dt:
+            r = np.asarray(r).astype(dt)
+            return r[()] if r.ndim == 0 else r
+        return r
+    return rounded
+
+
+def refuses(name: str, operand_types, result_type, attrs, values) -> bool:
+    """Whether the folder must leave this op alone for these constant operands (undefined or trapping
+    at run time: integer division by zero, INT_MIN / -1, float -> int of NaN, inf or out of range)."""
+    r = info(name).refuses
+    return bool(r is not None and r(list(operand_types), result_type, attrs or {}, *values))
+
+
+def math_functions() -> list[OpInfo]:
+    """The math ops the language exposes by name (tl.math.<tl_name>, tl.extra.cuda.libdevice.<tl_name>)."""
+    return [i for i in OPS.values() if i.tl_name]
+
+
+def op_table_markdown() -> str:
+    """The op table of docs/tile-ir.md, generated from the catalogue (a test keeps the doc in sync)."""
+    rows = ["| op | traits | meaning |", "|---|---|---|"]
+    for i in OPS.values():
+        traits = [t for t, on in [("pure", i.pure), ("elementwise", i.elementwise), ("same types", i.same_types),
+                                  ("commutative", i.commutative), ("folds", i.folds),
+                                  ("terminator", i.terminator)] if on]
+        if i.moves_only:
+            traits.append("moves only")
+        if i.memory:
+            traits.append("memory: " + i.memory)
+        if i.regions:
+            traits.append(f"{i.regions} region" + ("s" if i.regions > 1 else ""))
+        if i.libdevice:
+            traits.append("libdevice " + "/".join(i.libdevice))
+        summary = i.summary.replace("|", "\\|")
+        rows.append(f"| `{i.name}` | {', '.join(traits)} | {summary} |")
+    return "\n".join(rows) + "\n"

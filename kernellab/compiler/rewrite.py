@@ -203,6 +203,8 @@ def round_float(x: float, t: DType) -> float:
         return x
     p, emin, emax = FLOAT_FORMATS[t.name]
     _, e = math.frexp(x)  # |x| = m * 2**e with 0.5 <= m < 1
+    if e > emax + 1:  # far beyond the largest finite value (and ldexp below would overflow)
+        return math.copysign(_INF, x)
     q = max(e - p, emin - p + 1)  # exponent of one unit in the last place
     y = math.ldexp(round(math.ldexp(x, -q)), q)  # exact scaling; round() is half-to-even
     if abs(y) > _max_finite(p, emax):

@@ -510,6 +510,31 @@ class Semantic:
         names = {"sqrt_rn": "tt.precise_sqrt"}
         return self.emit(names.get(fn, "math." + fn), [x], x.type)
 
+    def math_function(self, op_name, what, *args):
+        """A math function of the op catalogue (`ops.math_functions`, e.g. tl.math.tanh or libdevice.atan2):
+        operands promoted together as for arithmetic (Python numbers are weak) and broadcast; floats only.
+        The result has their type, or int32 for the tests (isnan, isinf, isfinited, signbit), as libdevice."""
+        from .ops import info
+
+        op = info(op_name)
+        if len(args) != op.arity:
+            raise SemanticError(f"{what} takes {op.arity} argument{'s' if op.arity > 1 else ''}, got {len(args)}")
+        raw = [unwrap(a) for a in args]
+        scalar = [_is_py_number(a) for a in raw]
+        xs = [None if weak else self.numeric(a, what) for a, weak in zip(raw, scalar)]
+        types = [literal_dtype(a) if weak else x.type.scalar for a, x, weak in zip(raw, xs, scalar)]
+        ct, ct_weak = types[0], scalar[0]
+        for t, weak in zip(types[1:], scalar[1:]):
+            ct, ct_weak = computation_type(ct, ct_weak, t, weak, False), ct_weak and weak
+        if not ct.is_floating():
+            raise SemanticError(f"{what} needs floating-point operands, got "
+                                f"{', '.join(map(str, types))}; convert with .to(tl.float32)")
+        xs = [self.const(a, ct) if weak else self.cast(x, ct) for a, x, weak in zip(raw, xs, scalar)]
+        shape = self.broadcast_shapes(*[x.shape for x in xs])
+        xs = [self.broadcast_to(x, shape) for x in xs]
+        rt = block_of(shape, int32) if op.result == "i32" else xs[0].type
+        return self.emit(op_name, xs, rt)
+
     # ---------------------------------------------------------------- memory
     def load(self, ptr, mask=None, other=None, boundary_check=(), padding_option="", cache="", evict="",
              volatile=False):

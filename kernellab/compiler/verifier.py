@@ -5,18 +5,12 @@ A failure here is a compiler bug, not a user error: the message names the pass t
 from __future__ import annotations
 
 from .ir import Block, Function, Module
-from .ops import OPS, info
+from .ops import OPS, info, is_structured
 from .types import int1
 
 
 class VerificationError(AssertionError):
     pass
-
-
-_ELEMENTWISE_SAME = {"arith." + n for n in [
-    "addi", "subi", "muli", "divsi", "divui", "remsi", "remui", "andi", "ori", "xori", "shli", "shrsi", "shrui",
-    "maxsi", "maxui", "minsi", "minui", "addf", "subf", "mulf", "divf", "remf", "maxnumf", "minnumf", "maximumf",
-    "minimumf"]}
 
 
 def verify(module: Module, after: str = "frontend"):
@@ -42,7 +36,7 @@ def _verify_function(fn: Function, after: str):
                     fail(op, f"use list of {v} does not record this op")
             if info(op.name).terminator and i != len(block.ops) - 1:
                 fail(op, "terminator in the middle of a block")
-            if op.name in _ELEMENTWISE_SAME:
+            if info(op.name).same_types:
                 types = {str(v.type) for v in op.operands} | {str(r.type) for r in op.results}
                 if len(types) != 1:
                     fail(op, f"operand and result types differ: {sorted(types)}")
@@ -52,7 +46,7 @@ def _verify_function(fn: Function, after: str):
                 if r.parent is not op:
                     fail(op, "region parent link is broken")
                 walk(r, scope)
-                if op.name in ("scf.for", "scf.if", "scf.while") and (not r.ops or not info(r.ops[-1].name).terminator):
+                if is_structured(op.name) and (not r.ops or not info(r.ops[-1].name).terminator):
                     fail(op, "region does not end in a terminator")
             if op.name == "scf.for":
                 n = len(op.results)

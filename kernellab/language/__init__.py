@@ -40,5 +40,5 @@ _TENSOR_METHODS = {
                  "erf", "floor", "ceil", "sigmoid", "softmax", "cast"]
 }
 
-from . import math  # noqa: E402,F401
+from . import extra, math  # noqa: E402,F401
 from .random import philox, rand, randint, randint4x, randn, randn4x  # noqa: E402,F401

@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 
+from ..compiler import ops
 from ..compiler.ir import Function, Module, Op
 from ..compiler.ops import is_pure
 from ..compiler.types import BlockPtrType, DType, PointerType
@@ -85,141 +86,6 @@ def _const(value, ty):
 def _view(x, dt):
     return x if x.dtype == dt else x.view(dt)
 
-
-# ---------------------------------------------------------------------------------------------
-# Elementwise semantics
-
-def _divsi(x, y):
-    r = np.fmod(x, y)
-    return (x - r) // y
-
-
-def _sat_to_int(x, dt: np.dtype):
-    """float -> int truncating toward zero, saturating at the type's range, NaN -> 0 (like PTX cvt.rzi)."""
-    info = np.iinfo(dt)
-    xf = np.asarray(x, np.float64)
-    t = np.trunc(xf)
-    lo, hi = float(info.min), float(info.max)
-    r = np.where(xf != xf, 0.0, np.clip(t, lo, hi))
-    r2 = r.astype(dt)
-    if dt.itemsize == 8:
-        r2 = np.where(r >= hi, info.max, r2).astype(dt)
-    return r2[()] if r2.ndim == 0 else r2
-
-
-def _umulhi(x, y):
-    dt = x.dtype
-    if dt.itemsize <= 4:
-        wide = np.int64 if dt.kind == "i" else np.uint64
-        r = (np.asarray(x).astype(wide) * np.asarray(y).astype(wide)) >> (8 * dt.itemsize)
-        r = r.astype(dt)
-        return r[()] if r.ndim == 0 else r
-    ux, uy = np.asarray(x).view(np.uint64), np.asarray(y).view(np.uint64)
-    m32 = np.uint64(0xFFFFFFFF)
-    s32 = np.uint64(32)
-    xl, xh, yl, yh = ux & m32, ux >> s32, uy & m32, uy >> s32
-    ll, lh, hl, hh = xl * yl, xl * yh, xh * yl, xh * yh
-    mid = (ll >> s32) + (lh & m32) + (hl & m32)
-    hi = hh + (lh >> s32) + (hl >> s32) + (mid >> s32)
-    if dt.kind == "i":
-        hi = hi - np.where(np.asarray(x) < 0, uy, np.uint64(0)) - np.where(np.asarray(y) < 0, ux, np.uint64(0))
-    r = hi.view(dt)
-    return r[()] if r.ndim == 0 else r
-
-
-def _erf_impl():
-    try:
-        import torch
-
-        def erf(x):
-            a = np.asarray(x)
-            t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64 if a.dtype == np.float64 else np.float32))
-            r = torch.special.erf(t).numpy().astype(a.dtype)
-            return r[()] if r.ndim == 0 else r
-        return erf
-    except Exception:  # pragma: no cover - torch is optional
-        vec = np.frompyfunc(math.erf, 1, 1)
-
-        def erf(x):
-            a = np.asarray(x)
-            r = vec(a.astype(np.float64)).astype(a.dtype)
-            return r[()] if r.ndim == 0 else r
-        return erf
-
-
-_erf = None
-
-
-def _lazy_erf(x):
-    global _erf
-    if _erf is None:
-        _erf = _erf_impl()
-    return _erf(x)
-
-
-def _fma(a, b, c):
-    dt = np.asarray(a).dtype
-    if dt == np.float64:
-        return a * b + c
-    r = (np.asarray(a, np.float64) * b + c).astype(dt)
-    return r[()] if r.ndim == 0 else r
-
-
-def _rsqrt(x):
-    return np.reciprocal(np.sqrt(x))
-
-
-_FLOAT_BIN = {
-    "arith.addf": np.add, "arith.subf": np.subtract, "arith.mulf": np.multiply, "arith.divf": np.divide,
-    "arith.remf": np.fmod, "arith.maxnumf": np.fmax, "arith.minnumf": np.fmin, "arith.maximumf": np.maximum,
-    "arith.minimumf": np.minimum, "tt.precise_divf": np.divide,
-}
-_FLOAT_ROUNDS = {"arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.remf", "tt.precise_divf"}
-# integer binary ops: name -> (numpy function, view: None / "s" signed / "u" unsigned)
-_INT_BIN = {
-    "arith.addi": (np.add, None), "arith.subi": (np.subtract, None), "arith.muli": (np.multiply, None),
-    "arith.andi": (np.bitwise_and, None), "arith.ori": (np.bitwise_or, None), "arith.xori": (np.bitwise_xor, None),
-    "arith.shli": (np.left_shift, "s"), "arith.shrsi": (np.right_shift, "s"), "arith.shrui": (np.right_shift, "u"),
-    "arith.maxsi": (np.maximum, "s"), "arith.maxui": (np.maximum, "u"), "arith.minsi": (np.minimum, "s"),
-    "arith.minui": (np.minimum, "u"), "arith.divsi": (_divsi, "s"), "arith.remsi": (np.fmod, "s"),
-    "arith.divui": (np.floor_divide, "u"), "arith.remui": (np.remainder, "u"), "tt.umulhi": (_umulhi, None),
-}
-_BOOL_BIN = {
-    "arith.addi": np.logical_xor, "arith.subi": np.logical_xor, "arith.muli": np.logical_and,
-    "arith.andi": np.logical_and, "arith.ori": np.logical_or, "arith.xori": np.logical_xor,
-    "arith.maxsi": np.logical_and, "arith.minsi": np.logical_or,  # i1 signed: true is -1
-    "arith.maxui": np.logical_or, "arith.minui": np.logical_and,
-}
-_MATH1 = {
-    "math.exp": np.exp, "math.exp2": np.exp2, "math.log": np.log, "math.log2": np.log2, "math.sqrt": np.sqrt,
-    "math.rsqrt": _rsqrt, "math.sin": np.sin, "math.cos": np.cos, "math.erf": _lazy_erf, "math.floor": np.floor,
-    "math.ceil": np.ceil, "math.absf": np.abs, "math.absi": np.abs, "arith.negf": np.negative,
-    "tt.precise_sqrt": np.sqrt,
-}
-_MATH1_EXACT = {"math.floor", "math.ceil", "math.absf", "math.absi", "arith.negf"}
-
-
-def _one(a, b):
-    return np.logical_or(np.less(a, b), np.greater(a, b))
-
-
-_CMPF = {
-    "oeq": np.equal, "one": _one, "olt": np.less, "ole": np.less_equal, "ogt": np.greater,
-    "oge": np.greater_equal, "ueq": lambda a, b: np.logical_not(_one(a, b)), "une": np.not_equal,
-    "ult": lambda a, b: np.logical_not(np.greater_equal(a, b)),
-    "ule": lambda a, b: np.logical_not(np.greater(a, b)),
-    "ugt": lambda a, b: np.logical_not(np.less_equal(a, b)),
-    "uge": lambda a, b: np.logical_not(np.less(a, b)),
-    "ord": lambda a, b: np.logical_not(np.logical_or(np.isnan(a), np.isnan(b))),
-    "uno": lambda a, b: np.logical_or(np.isnan(a), np.isnan(b)),
-    "true": lambda a, b: np.ones(np.broadcast(a, b).shape, bool)[()],
-    "false": lambda a, b: np.zeros(np.broadcast(a, b).shape, bool)[()],
-}
-_CMPI = {
-    "eq": (np.equal, None), "ne": (np.not_equal, None), "slt": (np.less, "s"), "sle": (np.less_equal, "s"),
-    "sgt": (np.greater, "s"), "sge": (np.greater_equal, "s"), "ult": (np.less, "u"),
-    "ule": (np.less_equal, "u"), "ugt": (np.greater, "u"), "uge": (np.greater_equal, "u"),
-}
 
 # Combine regions made of one op that NumPy can reduce/accumulate directly.
 _FAST_COMBINE = {
@@ -513,13 +379,8 @@ class _Compiler:
         name = op.name
         handler = _HANDLERS.get(name)
         if handler is None:
-            if name in _FLOAT_BIN or name in _INT_BIN:
-                handler = _Compiler.op_binary
-            elif name in _MATH1:
-                handler = _Compiler.op_math1
-            elif name.startswith("arith.") and name[6:] in (
-                    "extsi", "extui", "trunci", "sitofp", "uitofp", "fptosi", "fptoui", "extf", "truncf", "bitcast"):
-                handler = _Compiler.op_cast
+            if ops.info(name).evaluator is not None:
+                handler = _Compiler.op_elementwise
             else:
                 raise InterpreterError(f"function '{self.fn.name}': the interpreter does not support op {name}"
                                        + (f" (line {op.loc.line})" if op.loc else ""))
@@ -621,142 +482,36 @@ class _Compiler:
             env[o] = np.concatenate((env[a], env[b]), axis=0)
         return f
 
-    # elementwise
-    def op_binary(self, op):
+    # elementwise: the catalogue's evaluator (the same function the constant folder calls)
+    def op_elementwise(self, op):
         name = op.name
-        a, b, o = self.s(op.operands[0]), self.s(op.operands[1]), self.d(op.result)
-        ty = op.result.type
-        dt = _np_of(ty)
-        post = None
-        if name in _FLOAT_BIN:
-            fn = _FLOAT_BIN[name]
-            if _is_bf16(ty) and name in _FLOAT_ROUNDS:
-                post = round_bf16
-        elif dt == np.bool_:
-            fn = _BOOL_BIN.get(name)
-            if fn is None:
-                u8 = np.dtype(np.uint8)
-                base = _INT_BIN[name][0]
-                fn = lambda x, y: (base(np.asarray(x, u8), np.asarray(y, u8)) & 1).astype(bool)[()]  # noqa: E731
-        else:
-            base, mode = _INT_BIN[name]
-            fn = _wrap_view(base, _int_view(dt, mode), dt)
-        if post is None:
+        ins = [v.type.scalar for v in op.operands]
+        out = op.result.type.scalar
+        if len(ins) == 1 and any(isinstance(t, PointerType) for t in ins + [out]):
+            self.alias(op.result, op.operands[0])  # pointer <-> pointer casts: the same address
+            return None
+        if name in ("arith.extf", "arith.truncf") and ins[0].np == out.np and not (out.name == "bf16" != ins[0].name):
+            self.alias(op.result, op.operands[0])  # bf16 -> f32 is exact in the f32 carrier
+            return None
+        if name == "arith.bitcast" and ins[0] == out:
+            self.alias(op.result, op.operands[0])
+            return None
+        fn = ops.evaluator(name, ins, out, op.attrs)
+        args = [self.s(v) for v in op.operands]
+        o = self.d(op.result)
+        if len(args) == 1:
+            a, = args
+
+            def f(env):
+                env[o] = fn(env[a])
+        elif len(args) == 2:
+            a, b = args
+
             def f(env):
                 env[o] = fn(env[a], env[b])
         else:
             def f(env):
-                env[o] = post(fn(env[a], env[b]))
-        return f
-
-    def op_math1(self, op):
-        a, o = self.s(op.operands[0]), self.d(op.result)
-        fn = _MATH1[op.name]
-        if _is_bf16(op.result.type) and op.name not in _MATH1_EXACT:
-            def f(env):
-                env[o] = round_bf16(fn(env[a]))
-        else:
-            def f(env):
-                env[o] = fn(env[a])
-        return f
-
-    def op_fma(self, op):
-        a, b, c = (self.s(v) for v in op.operands)
-        o = self.d(op.result)
-        post = round_bf16 if _is_bf16(op.result.type) else (lambda x: x)
-
-        def f(env):
-            env[o] = post(_fma(env[a], env[b], env[c]))
-        return f
-
-    def op_cmpi(self, op):
-        a, b, o = self.s(op.operands[0]), self.s(op.operands[1]), self.d(op.result)
-        base, mode = _CMPI[op.attrs["predicate"]]
-        fn = _wrap_view(base, _int_view(_np_of(op.operands[0].type), mode), None)
-
-        def f(env):
-            env[o] = fn(env[a], env[b])
-        return f
-
-    def op_cmpf(self, op):
-        a, b, o = self.s(op.operands[0]), self.s(op.operands[1]), self.d(op.result)
-        fn = _CMPF[op.attrs["predicate"]]
-
-        def f(env):
-            env[o] = fn(env[a], env[b])
-        return f
-
-    def op_select(self, op):
-        c, a, b = (self.s(v) for v in op.operands)
-        o = self.d(op.result)
-        if op.result.type.shape == () and not self.batched:
-            def f(env):
-                env[o] = env[a] if env[c] else env[b]
-        elif op.result.type.shape == ():
-            def f(env):
-                env[o] = np.where(env[c], env[a], env[b])[()]
-        else:
-            def f(env):
-                env[o] = np.where(env[c], env[a], env[b])
-        return f
-
-    def op_cast(self, op):
-        kind = op.name[6:]
-        src_t, dst_t = op.operands[0].type.scalar, op.result.type.scalar
-        if isinstance(src_t, PointerType) or isinstance(dst_t, PointerType):
-            self.alias(op.result, op.operands[0])
-            return None
-        sd, dd = src_t.np, dst_t.np
-        sb, db = src_t.name == "bf16", dst_t.name == "bf16"
-        src_bool, dst_bool = src_t.kind == "bool", dst_t.kind == "bool"
-        if kind in ("extf", "truncf") and sd == dd and not (db and not sb):
-            self.alias(op.result, op.operands[0])
-            return None
-        if kind == "bitcast" and src_t == dst_t:
-            self.alias(op.result, op.operands[0])
-            return None
-        fn = None
-        if kind == "extsi":
-            if src_bool:
-                fn = lambda x: (-np.asarray(x).astype(np.int64)).astype(dd)[()]  # noqa: E731
-            else:
-                fn = _cast_view(_SIGNED[sd.itemsize], dd)
-        elif kind == "extui":
-            fn = (lambda x: x.astype(dd)) if src_bool else _cast_view(_UNSIGNED[sd.itemsize], dd)
-        elif kind == "trunci":
-            fn = (lambda x: (x & 1).astype(bool)) if dst_bool else (lambda x: x.astype(dd))
-        elif kind in ("sitofp", "uitofp"):
-            if src_bool:
-                sign = -1 if kind == "sitofp" else 1
-                fn = lambda x: (np.asarray(x).astype(dd) * sign)[()]  # noqa: E731
-            else:
-                fn = _cast_view((_SIGNED if kind == "sitofp" else _UNSIGNED)[sd.itemsize], dd)
-        elif kind in ("fptosi", "fptoui"):
-            if dst_bool:
-                fn = lambda x: np.not_equal(np.trunc(x), 0)  # noqa: E731
-            else:
-                it = (_SIGNED if kind == "fptosi" else _UNSIGNED)[dd.itemsize]
-                fn = lambda x: _sat_to_int(x, it).view(dd)  # noqa: E731
-        elif kind in ("extf", "truncf"):
-            fn = lambda x: x.astype(dd)  # noqa: E731
-        elif kind == "bitcast":
-            if sb:
-                fn = lambda x: bf16_bits(x).view(dd)[()]  # noqa: E731
-            elif db:
-                fn = lambda x: _bf16_from_any(x)  # noqa: E731
-            elif src_bool or dst_bool:
-                fn = lambda x: x.astype(dd)  # noqa: E731
-            else:
-                fn = lambda x: x.view(dd)  # noqa: E731
-        if fn is None:
-            raise InterpreterError(f"unsupported cast {op.name} from {src_t} to {dst_t}")
-        a, o = self.s(op.operands[0]), self.d(op.result)
-        if db and kind != "bitcast":
-            def f(env):
-                env[o] = round_bf16(fn(env[a]))
-        else:
-            def f(env):
-                env[o] = fn(env[a])
+                env[o] = fn(*[env[x] for x in args])
         return f
 
     # memory
@@ -1230,18 +985,6 @@ class _Compiler:
         return f
 
 
-def _cast_view(vt, dd):
-    def f(x):
-        return (x if x.dtype == vt else x.view(vt)).astype(dd)
-    return f
-
-
-def _bf16_from_any(x):
-    a = np.asarray(x)
-    r = (a.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-    return r[()] if r.ndim == 0 else r
-
-
 def _format_value(v, ty, hex_):
     a = np.asarray(v)
     if hex_:
@@ -1276,10 +1019,6 @@ _HANDLERS = {
     "tt.join": _Compiler.op_join,
     "tt.split": _Compiler.op_split,
     "tt.cat": _Compiler.op_cat,
-    "math.fma": _Compiler.op_fma,
-    "arith.cmpi": _Compiler.op_cmpi,
-    "arith.cmpf": _Compiler.op_cmpf,
-    "arith.select": _Compiler.op_select,
     "tt.addptr": _Compiler.op_addptr,
     "tt.load": _Compiler.op_load,
     "tt.store": _Compiler.op_store,

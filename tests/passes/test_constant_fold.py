@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from kernellab.compiler.passes import constant_fold
-from kernellab.compiler.passes.constant_fold import int_to_float, round_float
+from kernellab.compiler.rewrite import int_to_float, round_float
 from kernellab.compiler.types import bfloat16, float16, float32, float64
 
 

@@ -15,6 +15,8 @@ import llvmlite.ir as ir
 
 from ..gpu.layouts import sliced_infos
 from ..ir import Block, Function, Module, Op, Value
+from ..ops import info as op_info
+from ..ops import is_elementwise
 from ..types import DType, PointerType, TensorType
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
@@ -280,7 +282,7 @@ class KernelLowering:
     def op(self, op: Op):
         handler = _HANDLERS.get(op.name)
         if handler is None:
-            if op.name.startswith(("arith.", "math.")) or op.name in _ELEMENTWISE_TT:
+            if is_elementwise(op.name):
                 return self.elementwise(op)
             raise LoweringError(f"the GPU backend cannot lower {op.name} yet (line {op.loc})")
         return handler(self, op)
@@ -368,10 +370,9 @@ class KernelLowering:
             return b.gep(xs[0], [off], source_etype=memty(rt.elem))
         if name == "tt.hint":
             return xs[0]
-        if name == "tt.umulhi":
+        if name == "tt.umulhi":  # the unsigned product's high half, for signed types too (__nv_umulhi)
             wide = ir.IntType(rt.bits * 2)
-            ext = b.zext if rt.kind == "uint" else b.sext
-            p = b.mul(ext(xs[0], wide), ext(xs[1], wide))
+            p = b.mul(b.zext(xs[0], wide), b.zext(xs[1], wide))
             return b.trunc(b.lshr(p, ir.Constant(wide, rt.bits)), llty(rt))
         if name.startswith("math.") or name == "tt.precise_sqrt":
             return self.math(name, rt, xs)
@@ -404,12 +405,11 @@ class KernelLowering:
         fn = self.intrinsic(f"llvm.{name}.{suffix}", ty, [ty] * len(xs))
         return self.b.call(fn, xs)
 
-    _LIBDEVICE = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sin": "sin", "cos": "cos",
-                  "erf": "erf", "rsqrt": "rsqrt", "sqrt": "sqrt"}
-
     def math(self, name, t, xs):
         b = self.b
         short = name.split(".", 1)[1]
+        if op_info(name).tl_name:  # the math functions only libdevice provides
+            return self.libdevice_call(name, xs)
         if short == "absi":
             neg = b.icmp_signed("<", xs[0], ir.Constant(xs[0].type, 0))
             return b.select(neg, b.neg(xs[0]), xs[0])
@@ -431,11 +431,26 @@ class KernelLowering:
             # multiplies to handle subnormals (attention's loop: 264 FMULs instead of 128)
             x = xs[0] if short == "exp2" else b.fmul(xs[0], ir.Constant(F32, 1.4426950408889634))
             return b.asm(ir.FunctionType(F32, [F32]), "ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], False)
-        base = self._LIBDEVICE.get(short)
-        if base is None:
+        names = op_info(name).libdevice
+        if names is None:
             raise LoweringError(f"no lowering for {name}")
-        fname = f"__nv_{base}f" if ty == F32 else f"__nv_{base}"
-        return b.call(self.intrinsic(fname, ty, [ty]), xs)
+        return b.call(self.intrinsic(names[0] if ty == F32 else names[1], ty, [ty]), xs)
+
+    def libdevice_call(self, name, xs):
+        """A catalogue math function through libdevice: f16/bf16 computed in f32 and rounded back; the
+        tests (isnan, signbit, ...) return libdevice's nonzero int as i32 0/1."""
+        b = self.b
+        info = op_info(name)
+        ty = xs[0].type
+        if ty in (F16, BF16):
+            xs = [b.fpext(x, F32) for x in xs]
+        fty = xs[0].type
+        ret = I32 if info.result == "i32" else fty
+        fname = info.libdevice[0] if fty == F32 else info.libdevice[1]
+        r = b.call(self.intrinsic(fname, ret, [fty] * len(xs)), xs)
+        if info.result == "i32":
+            return b.zext(b.icmp_unsigned("!=", r, _cint(0)), I32)
+        return b.fptrunc(r, ty) if ty != fty else r
 
     def cast(self, name, st, rt, x):
         b = self.b
@@ -447,18 +462,23 @@ class KernelLowering:
         if name == "arith.trunci":
             return b.trunc(x, to)
         if name == "arith.sitofp":
-            return b.sitofp(x, to) if st.name != "i1" else b.uitofp(x, to)
+            return b.sitofp(x, to)
         if name == "arith.uitofp":
             return b.uitofp(x, to)
         if name in ("arith.fptosi", "arith.fptoui"):
             src = x
             if st.name in ("f16", "bf16"):
                 src = b.fpext(x, F32)
-            # saturating (NaN -> 0), like PTX's cvt and the interpreter; plain fptosi is undefined out of range
+            # saturating (NaN -> 0), like PTX's cvt and the interpreter; plain fptosi is undefined out of range.
+            # 8-bit results saturate to 16 bits and keep the low byte: what NVPTX makes of Triton's plain
+            # fptosi (cvt.rzi.s16 in a 16-bit register, then the byte)
             kind = "fptosi" if name == "arith.fptosi" else "fptoui"
             fty = {F32: "f32", F64: "f64"}[src.type]
-            fn = self.intrinsic(f"llvm.{kind}.sat.i{to.width}.{fty}", to, [src.type])
-            return b.call(fn, [src])
+            width = max(to.width, 16)
+            wide = ir.IntType(width)
+            fn = self.intrinsic(f"llvm.{kind}.sat.i{width}.{fty}", wide, [src.type])
+            r = b.call(fn, [src])
+            return b.trunc(r, to) if width != to.width else r
         if name == "arith.extf":
             return b.fpext(x, to)
         if name == "arith.truncf":
@@ -476,8 +496,6 @@ class KernelLowering:
         raise LoweringError(name)
 
 
-_ELEMENTWISE_TT = {"tt.addptr", "tt.hint", "tt.umulhi", "tt.precise_divf", "tt.precise_sqrt", "tt.int_to_ptr",
-                   "tt.ptr_to_int"}
 _HANDLERS: dict = {}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..gpu.scratch import buffer_align, mem_bytes, scratch_bytes
 from ..ir import Module
+from ..ops import is_loop
 
 NAME = "allocate_shared"
 DESCRIPTION = "place shared-memory buffers by liveness; record offsets, sizes and live ranges"
@@ -34,7 +35,7 @@ def _last_use(op, index_of, end_of) -> int:
             last = max(last, index_of.get(id(u), last))
             b = u.block
             while b is not None and b.parent is not None and id(b.parent) not in outer:
-                if b.parent.name in ("scf.for", "scf.while"):
+                if is_loop(b.parent.name):
                     last = max(last, end_of[id(b.parent)])
                 b = b.parent.block
             if u.name == "ttg.memdesc_index":

@@ -12,15 +12,12 @@ from ..gpu import block_ptr
 from ..gpu.axis_info import AxisAnalysis
 from ..gpu.layouts import Blocked, Mma, Slice, default_blocked
 from ..ir import Block, Module, Op
+from ..ops import accesses_memory, is_elementwise, keeps_layout
 from ..types import TensorType
 
 NAME = "assign_layouts"
 DESCRIPTION = "give every tensor a distributed layout; coalesced, vectorized loads and stores"
 
-MEMORY_OPS = ("tt.load", "tt.store", "tt.atomic_rmw", "tt.atomic_cas")
-ELEMENTWISE_PREFIX = ("arith.", "math.")
-ELEMENTWISE = {"tt.addptr", "tt.hint", "tt.int_to_ptr", "tt.ptr_to_int", "tt.umulhi", "tt.precise_divf",
-               "tt.precise_sqrt", "tt.splat", "tt.broadcast"}
 
 
 def _elem_bytes(t):
@@ -89,7 +86,7 @@ class LayoutAssigner:
         self.converts = 0
         best: dict[int, tuple] = {}
         for op in self.fn.walk():
-            if op.name in MEMORY_OPS and op.operands[0].type.is_block():
+            if accesses_memory(op.name) and op.operands[0].type.is_block():
                 layout, vec = coalesced_layout(op, self.axis, num_warps)
                 self.anchors[id(op)] = (layout, vec)
                 rank = len(op.operands[0].type.shape)
@@ -147,7 +144,7 @@ class LayoutAssigner:
         if depth > 12 or not isinstance(v.type, TensorType):
             return None
         for user in v.uses:
-            if user.name in MEMORY_OPS and id(user) in self.anchors:
+            if accesses_memory(user.name) and id(user) in self.anchors:
                 return self.anchors[id(user)][0]
             if user.name == "tt.dot" and "mma" in user.attrs and user.operands[2] is v:
                 return Mma(tuple(user.attrs["mma"]))
@@ -157,7 +154,7 @@ class LayoutAssigner:
                 p = self.preferred(user.result, depth + 1)
                 if p is not None:
                     return Slice(user.attrs["axis"], p)
-            elif (name.startswith(ELEMENTWISE_PREFIX) or name in ELEMENTWISE) and user.results and \
+            elif keeps_layout(name) and user.results and \
                     isinstance(user.result.type, TensorType) and len(user.result.type.shape) == len(v.type.shape):
                 p = self.preferred(user.result, depth + 1)
                 if p is not None:
@@ -175,7 +172,7 @@ class LayoutAssigner:
     def op(self, op: Op):
         name = op.name
         res_tensors = [r for r in op.results if isinstance(r.type, TensorType)]
-        if name in MEMORY_OPS and id(op) in self.anchors:
+        if accesses_memory(name) and id(op) in self.anchors:
             layout, vec = self.anchors[id(op)]
             op.attrs["vec"] = vec
             for i, v in enumerate(op.operands):
@@ -347,7 +344,7 @@ def _converted_into(arg, y, body):
             if src is not None and src != arg.type.layout:
                 votes[str(src)] = (votes.get(str(src), (0, src))[0] + 1, src)
             continue
-        if d.name.startswith(ELEMENTWISE_PREFIX) and len(d.results) == 1 and \
+        if is_elementwise(d.name) and len(d.results) == 1 and \
                 getattr(d.result.type, "shape", None) == arg.type.shape:
             work.extend(d.operands)
     if not reaches_arg or not votes:

@@ -17,9 +17,6 @@ from ..ops import info, is_pure
 NAME = "cse"
 DESCRIPTION = "merge identical pure ops that dominate one another"
 
-_ISOLATED = ("tt.reduce", "tt.scan")
-
-
 def _freeze(v):
     if isinstance(v, (list, tuple)):
         return ("list", tuple(_freeze(x) for x in v))
@@ -57,7 +54,7 @@ def _cse_block(block: Block, scope: _Scope, stats: dict):
         if op.regions:
             # Combine regions of reduce/scan are applied element by element by the backends; keep
             # them self-contained instead of pointing them at values from outside.
-            outer = None if op.name in _ISOLATED else scope
+            outer = None if info(op.name).combine_region else scope
             for r in op.regions:
                 _cse_block(r, _Scope(outer), stats)
             continue

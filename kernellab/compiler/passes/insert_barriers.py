@@ -10,6 +10,7 @@ op of the previous iteration.
 from __future__ import annotations
 
 from ..ir import Block, Module, Op
+from ..ops import is_loop
 
 NAME = "insert_barriers"
 DESCRIPTION = "add bar.sync only where a shared-memory write could overtake an earlier read"
@@ -42,7 +43,7 @@ def _walk(block: Block, pending: frozenset, st: _State, dry: bool) -> frozenset:
                 block.insert(block.ops.index(op), b)
                 st.inserted += 1
             pending = frozenset([r])  # the op's own barrier retired every earlier read
-        elif op.name in ("scf.for", "scf.while"):
+        elif is_loop(op.name):
             entry = pending
             for _ in range(3):  # the back edge: end-of-body state flows into the next iteration
                 state = entry

@@ -10,20 +10,18 @@ Loads, stores, atomics and prints never move, nor do ops nested inside an `scf.i
 from __future__ import annotations
 
 from ..ir import Block, Module, Op
-from ..ops import info, is_pure
+from ..ops import info, is_loop, is_pure
 from ..rewrite import int_const, is_defined_inside, move_before
 
 NAME = "licm"
 DESCRIPTION = "hoist loop-invariant pure ops out of scf.for / scf.while bodies"
 
-_LOOPS = ("scf.for", "scf.while")
-_INT_DIV = {"arith.divsi", "arith.divui", "arith.remsi", "arith.remui"}
 
 
 def _speculatable(op: Op) -> bool:
     if op.regions or not is_pure(op) or info(op.name).terminator:
         return False
-    if op.name in _INT_DIV:
+    if info(op.name).traps:
         d = int_const(op.operands[1])
         if d is None or d == 0:
             return False
@@ -44,7 +42,7 @@ def _visit(block: Block, stats: dict):
     for op in list(block.ops):
         for r in op.regions:
             _visit(r, stats)
-        if op.name in _LOOPS:
+        if is_loop(op.name):
             _hoist_from(op, stats)
 
 
