@@ -344,7 +344,9 @@ def _converted_into(arg, y, body):
             if src is not None and src != arg.type.layout:
                 votes[str(src)] = (votes.get(str(src), (0, src))[0] + 1, src)
             continue
-        if is_elementwise(d.name) and len(d.results) == 1 and \
+        # values only: a loop-carried pointer keeps the layout its loads chose (following an addptr chain here
+        # moved the tutorial matmul's pointers into the dot operands' layouts and spilled)
+        if is_elementwise(d.name) and len(d.results) == 1 and not d.result.type.scalar.is_ptr() and \
                 getattr(d.result.type, "shape", None) == arg.type.shape:
             work.extend(d.operands)
     if not reaches_arg or not votes:
