@@ -13,6 +13,9 @@ class Config:
     """A set of constexpr values plus launch options to try."""
 
     def __init__(self, kwargs, num_warps=4, num_stages=3, num_ctas=1, maxnreg=None, pre_hook=None, **_):
+        if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+            raise LaunchError(f"kl.Config(kwargs, ...): kwargs must be a dict of constexpr name -> value, got "
+                              f"{type(kwargs).__name__} {kwargs!r:.60}; e.g. kl.Config({{'BLOCK': 128}}, num_warps=4)")
         self.kwargs, self.num_warps, self.num_stages = dict(kwargs), num_warps, num_stages
         self.num_ctas, self.maxnreg, self.pre_hook = num_ctas, maxnreg, pre_hook
 
