@@ -35,7 +35,7 @@ def test_failing_configs_are_skipped(monkeypatch, on_gpu):
         timed.append(1)
         return 1.0
 
-    tuned = kl.autotune([BAD, BAD_ARANGE, GOOD, GOOD2], key=["n"], do_bench=bench)(add_one)
+    tuned = kl.autotune([BAD, BAD_ARANGE, GOOD, GOOD2], key=["n"], restore_value=["x_ptr"], do_bench=bench)(add_one)
     x = torch.zeros(300)
     tuned[_grid(300)](x, 300)
     assert torch.equal(x, torch.ones(300))
