@@ -773,7 +773,7 @@ class CodeGenerator(ast.NodeVisitor):
                 return fn(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
             except (CompilationError, _Return):
                 raise
-            except TypeError as e:
+            except (TypeError, AttributeError) as e:
                 if not any(isinstance(unwrap(a), tensor) for a in list(args) + list(kwargs.values())):
                     raise
                 raise self.error(node, f"calling the plain Python function `{ast.unparse(node.func)}` with kernel "

@@ -445,6 +445,11 @@ class JITFunction:
         for k in options:  # a kernel parameter named like an option (num_stages) gets the value too
             if k not in self.arg_names:
                 del kwargs[k]
+        for p in src.signature.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                star = "*" if p.kind == p.VAR_POSITIONAL else "**"
+                raise self._param_error(src, p.name, f"`{star}{p.name}` parameters are not supported in @jit "
+                                        "functions; name each parameter")
         unknown = [k for k in kwargs if k not in src.signature.parameters]
         if unknown:
             raise self._unknown_keyword_error(src, unknown)
