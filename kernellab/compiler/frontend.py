@@ -78,6 +78,12 @@ class FunctionSource:
         self.name = fn.__name__
         tree = ast.parse(source)
         defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+        adefs = [n for n in tree.body if isinstance(n, ast.AsyncFunctionDef)]
+        if not defs and adefs:
+            lines = source.splitlines()
+            raise CompilationError(self.name, "`async def` cannot be a @jit function (a kernel is not a coroutine); "
+                                   "write it with plain `def`", filename, first_line + adefs[0].lineno - 1,
+                                   adefs[0].col_offset, lines[adefs[0].lineno - 1])
         if not defs:
             raise CompilationError(self.name, "could not find the function definition in its source", filename)
         self.node: ast.FunctionDef = defs[0]
@@ -128,6 +134,7 @@ class CodeGenerator(ast.NodeVisitor):
         self.scope: dict = {}
         self.undefined: dict[str, str] = {}
         self.returned = None
+        self.return_node = None  # the first `return value` of a kernel, for the error that refuses it
         self.node = None
         self.globals = src.globals
 
@@ -208,7 +215,8 @@ class CodeGenerator(ast.NodeVisitor):
         finally:
             tensor._sem = prev
         if self.is_kernel and fn.result_types:
-            raise self.error(node, "a kernel cannot return values; store results through a pointer")
+            raise self.error(self.return_node or node, "a kernel cannot return values; store results through a "
+                                                       "pointer (tl.store) instead")
         return fn
 
     # ------------------------------------------------------------------ statements
@@ -287,6 +295,8 @@ class CodeGenerator(ast.NodeVisitor):
             if any(x is None for x in vals):
                 raise self.error(node, "cannot return None from a @jit function")
         self.returned = ("ret", vals)
+        if self.is_kernel and vals and self.return_node is None:
+            self.return_node = node
 
     def visit_Assert(self, node):
         cond = self.visit(node.test)
@@ -754,7 +764,21 @@ class CodeGenerator(ast.NodeVisitor):
         if callable(fn):
             # Plain Python helpers (kl.cdiv, constexpr functions, ...) run directly; operators on
             # tensors inside them go through the Semantic.
-            return fn(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
+            foreign = _foreign_library(fn)
+            if foreign and any(isinstance(unwrap(a), tensor) for a in list(args) + list(kwargs.values())):
+                raise self.error(node, f"`{ast.unparse(node.func)}` is a {foreign} function: it runs in Python, not "
+                                       f"in a kernel, and cannot take a kernel tensor; use the tl.* equivalent "
+                                       f"(e.g. tl.{getattr(fn, '__name__', 'exp')})")
+            try:
+                return fn(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
+            except (CompilationError, _Return):
+                raise
+            except (TypeError, AttributeError) as e:
+                if not any(isinstance(unwrap(a), tensor) for a in list(args) + list(kwargs.values())):
+                    raise
+                raise self.error(node, f"calling the plain Python function `{ast.unparse(node.func)}` with kernel "
+                                       f"tensors failed ({e}); decorate it with @kl.jit to make it a device "
+                                       "function") from None
         raise self.error(node, f"`{ast.unparse(node.func)}` is not callable")
 
     def call_jit(self, jitfn, args, kwargs, node=None):
@@ -772,6 +796,15 @@ _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv
            ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
 _OP_TEXT = {ast.MatMult: "@"}
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+
+
+def _foreign_library(fn) -> str | None:
+    """'torch' / 'numpy' / 'math' when `fn` comes from a library whose functions cannot take kernel tensors."""
+    mod = getattr(fn, "__module__", None) or getattr(getattr(fn, "__self__", None), "__name__", None) or ""
+    if not mod and type(fn).__name__ in ("builtin_function_or_method", "ufunc"):
+        mod = "numpy" if type(fn).__name__ == "ufunc" else ""
+    root = mod.split(".")[0]
+    return root if root in ("torch", "numpy", "math", "cmath", "scipy") else None
 
 
 def _is_num(v):

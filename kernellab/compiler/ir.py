@@ -113,7 +113,7 @@ class Op:
             for op in list(r.ops):
                 op.erase()
         if self.block is not None:
-            self.block.ops.remove(self)
+            _remove_from(self.block, self)
             self.block = None
 
     def walk(self):
@@ -125,6 +125,73 @@ class Op:
 
     def __repr__(self):
         return f"<Op {self.name} at {self.loc}>"
+
+
+def _remove_from(block: Block, op: Op):
+    """Drop `op` from `block.ops`. Ops just built (a literal the frontend replaces) sit at the end, so look
+    there first; a batch of erasures (`batched_erase`) defers the list work to one sweep per block."""
+    ops = block.ops
+    if _BATCH:
+        _BATCH[-1][id(block)] = block
+        return
+    for i in range(len(ops) - 1, max(len(ops) - 9, -1), -1):
+        if ops[i] is op:
+            del ops[i]
+            return
+    ops.remove(op)
+
+
+_BATCH: list = []  # stack of {id(block): block} whose ops lists are out of date (see batched_erase)
+_PENDING: list = []  # parallel stack of {id(anchor): [ops to insert before anchor]}
+
+
+def defer_insert_before(anchor: Op, op: Op) -> bool:
+    """Within `batched_erase`, queue `op` to go right before `anchor` at the sweep; False outside one."""
+    if not _BATCH:
+        return False
+    op.block = anchor.block
+    _BATCH[-1][id(anchor.block)] = anchor.block
+    _PENDING[-1].setdefault(id(anchor), []).append(op)
+    return True
+
+
+def _sweep():
+    """Bring every touched block's ops list up to date: queued ops in, erased ops out, one pass each."""
+    blocks, pending = _BATCH[-1], _PENDING[-1]
+    _BATCH[-1], _PENDING[-1] = {}, {}
+
+    def emit(o, block, out):
+        for q in pending.pop(id(o), ()):
+            emit(q, block, out)
+        if o.block is block:
+            out.append(o)
+
+    for block in blocks.values():
+        out: list = []
+        for o in block.ops:
+            emit(o, block, out)
+        block.ops = out
+
+
+class batched_erase:
+    """Within this context `Op.erase` unlinks an op at once (uses, `op.block = None`) but leaves it in its
+    block's list, and `rewrite.insert_before` queues the new op; when the context ends each touched block
+    is rebuilt in one sweep. Erasing or inserting k ops in a block of n then costs O(n + k), not O(n k).
+    For passes that walk a snapshot of the ops and skip detached ones (`is_attached`); a Builder
+    positioned with `set_insertion_point_before` sweeps first, so it always sees the real list."""
+
+    def __enter__(self):
+        _BATCH.append({})
+        _PENDING.append({})
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            _sweep()
+        finally:
+            _BATCH.pop()
+            _PENDING.pop()
+        return False
 
 
 @dataclass
@@ -181,6 +248,8 @@ class Builder:
         self.block, self.index = block, None
 
     def set_insertion_point_before(self, op: Op):
+        if _BATCH:
+            _sweep()
         self.block, self.index = op.block, op.block.ops.index(op)
 
     def create(self, name, operands=(), result_types=(), attrs=None, regions=(), loc=None, hints=None) -> Op:

@@ -5,10 +5,11 @@ for every stage it keeps the IR text after it, the time it took and what it chan
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 
-from .ir import Module
+from .ir import Module, batched_erase
 from .printer import print_module
 from .verifier import verify
 
@@ -61,13 +62,19 @@ def tile_passes():
     return list(TILE_PASSES)
 
 
+# Passes that erase or fold op by op over a snapshot of the IR: run with list updates batched (ir.batched_erase)
+# so a kernel unrolled to thousands of ops compiles in linear time.
+_BATCHED_PASSES = {"constant_fold", "cse"}
+
+
 def run_passes(module: Module, trace: CompileTrace, passes, options=None, check=True) -> Module:
     """Run `passes` in order, verifying and recording the IR after each. Tile passes take the module
     alone; GPU passes also take the options (warps, architecture)."""
     before = print_module(module)
     for p in passes:
         t0 = time.perf_counter()
-        stats = (p.run(module) if options is None else p.run(module, options)) or {}
+        with batched_erase() if p.NAME in _BATCHED_PASSES else contextlib.nullcontext():
+            stats = (p.run(module) if options is None else p.run(module, options)) or {}
         dt = time.perf_counter() - t0
         if check:
             verify(module, after=p.NAME)

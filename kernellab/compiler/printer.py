@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 from .ir import Block, Function, Module, Op, Value
 
@@ -46,13 +47,20 @@ class Namer:
         self.names: dict[int, str] = {}
         self.taken: set[str] = set()
         self.counter = 0
+        # per hint, the last suffix tried: names are never released, so the search resumes there and an
+        # unrolled loop's thousand `acc`s cost linear, not quadratic, time
+        self.suffix: dict[str, int] = {}
 
     def define(self, v: Value) -> str:
         if v.hint and v.hint.isidentifier():
-            base, n, name = v.hint, 0, v.hint
+            base, name = v.hint, v.hint
+            n = self.suffix.get(base, 0)
+            if n:
+                name = f"{base}_{n}"
             while name in self.taken:
                 n += 1
                 name = f"{base}_{n}"
+            self.suffix[base] = n
         else:
             while str(self.counter) in self.taken:
                 self.counter += 1
@@ -129,25 +137,30 @@ def print_module(module: Module, with_locs: bool = True) -> str:
     return alias_layouts("\n\n".join(print_function(f, with_locs) for f in module.functions) + "\n")
 
 
+_LAYOUT_START = re.compile(r"#(?:blocked|slice|mma)<")
+
+
 def _layout_spans(text: str):
-    """(start, end) of every outermost `#blocked<...>` / `#slice<...>` in `text`."""
-    i, spans = 0, []
-    while True:
-        starts = [j for j in (text.find("#blocked<", i), text.find("#slice<", i), text.find("#mma<", i)) if j >= 0]
-        if not starts:
-            return spans
-        j = min(starts)
-        k, depth = text.index("<", j), 0
+    """(start, end) of every outermost `#blocked<...>` / `#slice<...>` / `#mma<...>` in `text`: one
+    left-to-right scan (searching each prefix separately from every span rescanned the text: quadratic)."""
+    spans, end = [], 0
+    for m in _LAYOUT_START.finditer(text):
+        j = m.start()
+        if j < end:
+            continue  # nested inside the span just taken
+        k, depth = m.end() - 1, 0
         while True:
-            if text[k] == "<":
+            c = text[k]
+            if c == "<":
                 depth += 1
-            elif text[k] == ">":
+            elif c == ">":
                 depth -= 1
                 if depth == 0:
                     break
             k += 1
         spans.append((j, k + 1))
-        i = k + 1
+        end = k + 1
+    return spans
 
 
 def alias_layouts(text: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from .ir import Block, Function, Op, Value
+from .ir import Block, Function, Op, Value, defer_insert_before
 from .ops import info, is_pure
 from .types import DType
 
@@ -77,6 +77,8 @@ def is_attached(op: Op) -> bool:
 
 def insert_before(anchor: Op, op: Op) -> Op:
     """Insert a detached `op` right before `anchor` in `anchor`'s block."""
+    if defer_insert_before(anchor, op):  # inside a batched_erase: placed at its sweep
+        return op
     block = anchor.block
     block.insert(block.ops.index(anchor), op)
     return op

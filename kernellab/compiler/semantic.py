@@ -161,7 +161,14 @@ class Semantic:
             return self.const(x, dtype or literal_dtype(x))
         if x is None:
             raise SemanticError("None cannot be used as a value here")
-        raise SemanticError(f"{type(x).__name__} value {x!r} cannot be used as a tensor")
+        if hasattr(x, "data_ptr") or hasattr(x, "__array_interface__"):
+            shape = tuple(getattr(x, "shape", ()))
+            raise SemanticError(f"a {type(x).__module__.split('.')[0]} {type(x).__name__} (shape {list(shape)}, dtype "
+                                f"{getattr(x, 'dtype', '?')}) from Python cannot be used inside a kernel; pass it as "
+                                "a kernel argument and tl.load from it")
+        text = repr(x)
+        text = text if len(text) <= 60 else text[:57] + "..."
+        raise SemanticError(f"{type(x).__name__} value {text} cannot be used as a tensor")
 
     def numeric(self, x, what: str) -> tensor:
         """`x` as a tensor of numbers: a pointer handed to arithmetic (tl.abs(ptr)) gets an error that
@@ -178,6 +185,7 @@ class Semantic:
             return x
         if x.shape:
             return self.broadcast_to(x, shape)
+        check_numel(shape)
         return self.emit("tt.splat", [x], TensorType(shape, x.type))
 
     def broadcast_to(self, x, shape) -> tensor:
@@ -194,6 +202,7 @@ class Semantic:
         for have, want in zip(x.shape, shape):
             if have != want and have != 1:
                 raise SemanticError(f"cannot broadcast shape {list(x.shape)} to {list(shape)}")
+        check_numel(shape)
         return self.emit("tt.broadcast", [x], TensorType(shape, x.type.scalar))
 
     def broadcast_shapes(self, *shapes):
@@ -363,6 +372,9 @@ class Semantic:
             if not (ta.is_int() and tb.is_int()):
                 raise SemanticError(f"operator {op} needs integer operands, got {ta} and {tb}")
         ct = computation_type(ta, a_scalar, tb, b_scalar, div_or_mod)
+        if op in ("//", "%") and ct.is_int() and _is_zero_constant(b_raw if b_scalar else b):
+            raise SemanticError(f"integer {'division' if op == '//' else 'remainder'} by the constant 0 (`x {op} 0`) "
+                                "has no defined result on a GPU; guard the divisor or use a nonzero constant")
         if ct.kind in ("int", "uint"):  # like Triton: a Python int must fit the computation type
             lo, hi = (0, (1 << ct.bits) - 1) if ct.kind == "uint" else (-(1 << ct.bits - 1), (1 << ct.bits - 1) - 1)
             for is_scalar, raw in ((a_scalar, a_raw), (b_scalar, b_raw)):
@@ -559,9 +571,11 @@ class Semantic:
         elem = ptr.type.scalar.elem
         operands = [ptr]
         if mask is not None:
-            mask = self.cast(self.to_tensor(mask), int1)
+            mask = self._bool_mask(mask, "tl.load")
             if mask.shape and not ptr.shape:
                 raise SemanticError(f"mask has shape {list(mask.shape)} but the pointer is a scalar")
+            if other is not None and not ptr.shape and getattr(self.to_tensor(other), "shape", ()):
+                raise SemanticError("`other` is a tensor but the pointer is a scalar; pass a scalar `other`")
             try:
                 shape = self.broadcast_shapes(ptr.shape, mask.shape)
             except SemanticError:
@@ -603,7 +617,9 @@ class Semantic:
         value = self.cast(value, elem)
         shape = ptr.shape
         if mask is not None:
-            mask = self.cast(self.to_tensor(mask), int1)
+            mask = self._bool_mask(mask, "tl.store")
+            if mask.shape and not ptr.shape:
+                raise SemanticError(f"mask has shape {list(mask.shape)} but the pointer is a scalar")
             try:
                 self.broadcast_shapes(ptr.shape, mask.shape)
             except SemanticError:
@@ -614,6 +630,15 @@ class Semantic:
         except SemanticError:
             raise SemanticError(f"tl.store value shape {list(value.shape)} does not match pointer shape "
                                 f"{list(ptr.shape)}") from None
+        if tuple(shape) != tuple(ptr.shape):
+            # Triton refuses to widen the pointer: the store would write every broadcast copy
+            what = "mask" if mask is not None and tuple(self.broadcast_shapes(ptr.shape, mask.shape)) != \
+                tuple(ptr.shape) else "value"
+            got = mask.shape if what == "mask" else value.shape
+            raise SemanticError(f"tl.store {what} shape {list(got)} would broadcast the pointer of shape "
+                                f"{list(ptr.shape)} to {list(shape)}; the {what} must broadcast to the pointer's "
+                                "shape (build the pointer tensor with the full shape, e.g. ptr + rows[:, None] * "
+                                "stride + cols[None, :])")
         ops = [self.broadcast_to(ptr, shape), self.broadcast_to(value, shape)]
         if mask is not None:
             ops.append(self.broadcast_to(mask, shape))
@@ -769,26 +794,80 @@ class Semantic:
             raise SemanticError(f"program_id axis must be 0, 1 or 2, got {axis!r}")
         return self.emit("tt.get_num_programs" if num else "tt.get_program_id", [], int32, {"axis": axis})
 
+    def _bool_mask(self, mask, what):
+        """A mask as an i1 tensor. Like Triton, a mask must already be boolean (a comparison): an integer or
+        float tensor is refused rather than silently read as `!= 0`."""
+        mask = self.to_tensor(mask)
+        if mask.type.scalar.is_ptr() or mask.dtype != int1:
+            raise SemanticError(f"{what}'s mask must be boolean (e.g. offs < n), got {mask.type.scalar}; "
+                                "compare it explicitly, e.g. mask=(m != 0)")
+        return mask
+
     def arange(self, start, end):
         start, end = unwrap(start), unwrap(end)
-        if not isinstance(start, int) or not isinstance(end, int) or isinstance(start, bool):
-            raise SemanticError("tl.arange needs constexpr (compile-time integer) bounds; "
-                                "mark the parameter `: tl.constexpr`")
+        for name, v in (("start", start), ("end", end)):
+            if isinstance(v, tensor):
+                raise SemanticError(f"tl.arange needs constexpr (compile-time integer) bounds, but {name} is a "
+                                    "runtime value; mark the parameter `: tl.constexpr`")
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise SemanticError(f"tl.arange's {name} must be an int, got {type(v).__name__} {v!r}"
+                                    + ("; a bool is not a size" if isinstance(v, bool) else
+                                       "; pass an int (e.g. BLOCK=128, not 128.0)" if isinstance(v, float) else ""))
         n = end - start
         if n <= 0 or n & (n - 1):
             raise SemanticError(f"tl.arange({start}, {end}) has {n} elements; the range must be a power of 2")
+        check_numel((n,))
+        if not (-2**31 <= start and end <= 2**31):
+            raise SemanticError(f"tl.arange({start}, {end}) does not fit in int32 (its values are i32)")
         return self.emit("tt.make_range", [], TensorType((n,), int32), {"start": start, "end": end})
 
     def full(self, shape, value, dtype, what="tl.full"):
         shape = [unwrap(s) for s in (unwrap(shape) if isinstance(unwrap(shape), (list, tuple)) else [unwrap(shape)])]
         dtype = as_dtype(dtype, what)
         for s in shape:
-            if not isinstance(s, int) or s <= 0 or s & (s - 1):
-                raise SemanticError(f"tensor shapes must be constexpr powers of 2, got {shape}")
+            if isinstance(s, bool) or not isinstance(s, int) or s <= 0 or s & (s - 1):
+                raise SemanticError(f"tensor shapes must be constexpr powers of 2, got {shape}"
+                                    + ("; a bool is not a size" if any(isinstance(x, bool) for x in shape) else ""))
+        check_numel(shape)
         value = unwrap(value)
         if isinstance(value, tensor):
             return self.splat(self.cast(value, dtype), shape)
+        check_constant_range(value, dtype, what)
         return self.const(value, block_of(tuple(shape), dtype))
+
+
+def _is_zero_constant(b) -> bool:
+    """Whether `b` is the number 0 or a tensor made by an arith.constant of 0 (splat or not)."""
+    if _is_py_number(b):
+        return b == 0
+    op = getattr(getattr(b, "handle", None), "owner", None)
+    while op is not None and getattr(op, "name", None) in ("tt.splat", "tt.broadcast", "arith.extsi", "arith.trunci"):
+        op = getattr(op.operands[0], "owner", None)
+    return getattr(op, "name", None) == "arith.constant" and op.attrs.get("value") == 0
+
+
+# Triton's TRITON_MAX_TENSOR_NUMEL: no tile may hold more elements (a 65536 x 65536 tile would ask for 16 GiB).
+MAX_TENSOR_NUMEL = 2**20
+
+
+def check_numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    if n > MAX_TENSOR_NUMEL:
+        raise SemanticError(f"a tile of shape {list(shape)} has {n} elements, over the limit of {MAX_TENSOR_NUMEL} "
+                            "(2^20, as in Triton); use a smaller BLOCK and loop over the data")
+
+
+def check_constant_range(value, dtype, what):
+    """A Python int given as the value of an integer tensor must fit its dtype (as a signed or unsigned bit
+    pattern, so -1 and 0xFFFFFFFF both work for 32 bits); Triton would silently keep the low bits."""
+    if isinstance(value, bool) or not isinstance(value, int) or not dtype.is_int() or dtype == int1:
+        return
+    lo, hi = -(1 << (dtype.bits - 1)), (1 << dtype.bits) - 1
+    if not lo <= value <= hi:
+        raise SemanticError(f"{what}: the value {value} does not fit in {dtype} (range {lo}..{hi}); use a wider "
+                            "dtype such as tl.int64, or reduce the value")
 
 
 def _python_binary(op, a, b):

@@ -19,20 +19,31 @@ def verify(module: Module, after: str = "frontend"):
 
 
 def _verify_function(fn: Function, after: str):
-    defined = set(id(a) for a in fn.args)
+    defined = set()
 
     def fail(op, why):
         raise VerificationError(f"IR invalid after {after} in @{fn.name}: {op.name} at {op.loc}: {why}")
 
+    users: dict[int, set] = {}  # id(value) -> ids of the ops in its use list, built once per value
+
+    def recorded(v, op) -> bool:
+        ids = users.get(id(v))
+        if ids is None:
+            ids = users[id(v)] = {id(u) for u in v.uses}
+        return id(op) in ids
+
     def walk(block: Block, scope: set):
-        scope = set(scope) | {id(a) for a in block.args}
+        # one scope set for the whole function: a region adds its names and takes them out again when
+        # done, so deep nesting or thousands of regions stay linear
+        added = [id(a) for a in block.args if id(a) not in scope]
+        scope.update(added)
         for i, op in enumerate(block.ops):
             if op.name not in OPS:
                 fail(op, "unknown op")
             for v in op.operands:
                 if id(v) not in scope:
                     fail(op, f"operand {v} is not defined before its use")
-                if op not in v.uses:
+                if not recorded(v, op):
                     fail(op, f"use list of {v} does not record this op")
             if info(op.name).terminator and i != len(block.ops) - 1:
                 fail(op, "terminator in the middle of a block")
@@ -56,7 +67,11 @@ def _verify_function(fn: Function, after: str):
                 if len(body.ops[-1].operands) != n:
                     fail(op, "scf.yield count differs from results")
             for r in op.results:
-                scope.add(id(r))
+                if id(r) not in scope:
+                    scope.add(id(r))
+                    added.append(id(r))
+        if block is not fn.body:
+            scope.difference_update(added)
         return scope
 
     walk(fn.body, defined)

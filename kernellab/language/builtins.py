@@ -4,7 +4,7 @@ from __future__ import annotations
 import builtins as _py
 
 from ..compiler.semantic import as_dtype
-from .core import PropagateNan, builtin, float32, int1, int32, tensor, uint32, unwrap
+from .core import PropagateNan, bfloat16, builtin, float32, int1, int32, tensor, uint32, unwrap
 
 # --------------------------------------------------------------------------- programs and creation
 
@@ -292,10 +292,28 @@ def _combine_op(sem, kind, a, b):
     raise AssertionError(kind)
 
 
-def _pick_sum_dtype(dt):
+def _pick_sum_dtype(dt, dtype=None):
+    """Triton's accumulator for sums and cumsums: the `dtype=` asked for, else int32 / uint32 (same sign;
+    int1 counts as unsigned, like Triton) for integers under 32 bits, else the input's own dtype."""
+    if dtype is not None:
+        return dtype
     if dt.is_int() and dt.bits < 32:
-        return uint32 if dt.kind == "uint" else int32
+        return int32 if dt.kind == "int" else uint32
     return dt
+
+
+def _promote_bf16(sem, x):
+    """Triton computes max/min/cumsum/cumprod of bfloat16 in float32 (no bf16 compare or max in hardware)."""
+    return sem.cast(x, float32) if x.dtype == bfloat16 else x
+
+
+def _promote_minmax(sem, x):
+    """Triton's tl.max / tl.min (without indices) of types under 32 bits: floats in float32, integers
+    (signed, unsigned or bool) in int32. The result keeps that wider type."""
+    x = _promote_bf16(sem, x)
+    if x.dtype.bits < 32:
+        x = sem.cast(x, float32 if x.dtype.is_floating() else int32)
+    return x
 
 
 _REDUCE_NAMES = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "xor": "tl.xor_sum"}
@@ -303,16 +321,24 @@ _SCAN_NAMES = {"sum": "tl.cumsum", "prod": "tl.cumprod"}
 
 
 def _simple_reduce(kind, input, axis, keep_dims, sem, dtype=None, scan=False, reverse=False):
+    """sum / max / min / xor_sum / cumsum / cumprod with Triton 3.6's promotions (see standard.py there):
+    sum: `_pick_sum_dtype`, bf16 kept; cumsum: bf16 -> f32, then `_pick_sum_dtype`; cumprod: bf16 -> f32;
+    max / min: `_promote_minmax`; xor_sum: integers only, no promotion."""
     what = (_SCAN_NAMES if scan else _REDUCE_NAMES)[kind]  # for messages
     input = sem.numeric(input, what)
-    if unwrap(dtype) is not None:
-        input = sem.cast(input, as_dtype(dtype, f"{what}'s dtype"))
-    elif kind in ("sum", "prod"):
-        input = sem.cast(input, _pick_sum_dtype(input.dtype))
-    if kind == "xor" and not input.dtype.is_int():
-        raise TypeError(f"xor_sum needs integers, got {input.dtype}")
-    if input.dtype == int1 and kind in ("max", "min"):
-        input = sem.cast(input, int32)
+    dtype = unwrap(dtype)
+    if dtype is not None:
+        dtype = as_dtype(dtype, f"{what}'s dtype")
+    if kind == "sum":
+        if scan:
+            input = _promote_bf16(sem, input)
+        input = sem.cast(input, _pick_sum_dtype(input.dtype, dtype))
+    elif kind == "prod":
+        input = _promote_bf16(sem, input)
+    elif kind in ("max", "min"):
+        input = _promote_minmax(sem, input)
+    elif kind == "xor" and not input.dtype.is_int():
+        raise TypeError(f"tl.xor_sum needs integers, got {input.dtype}")
     return sem.reduction([input], axis, lambda a, b: _combine_op(sem, kind, a[0], b[0]), unwrap(keep_dims),
                          scan=scan, reverse=unwrap(reverse))
 
@@ -349,8 +375,10 @@ def _minmax_reduce(which, input, axis, return_indices, tie_break_left, keep_dims
 
 
 def _arg_reduce(which, input, axis, tie_break_left, keep_dims, sem):
-    input = sem.numeric(input, f"tl.arg{which}")
-    if input.dtype == int1:
+    """(values, indices); like Triton only bf16 values are widened (to f32), others keep their dtype."""
+    input = _promote_bf16(sem, sem.numeric(input, f"tl.arg{which}"))
+    was_bool = input.dtype == int1
+    if was_bool:  # compared as int32, handed back as int1
         input = sem.cast(input, int32)
     axis = unwrap(axis)
     if axis is None:
@@ -367,7 +395,7 @@ def _arg_reduce(which, input, axis, tie_break_left, keep_dims, sem):
         idx = sem.expand_dims(idx, len(idx.shape))
     idx = sem.broadcast_to(idx, input.shape)
     v, i = sem.reduction([input, idx], ax, _arg_combine(sem, which, tie_break_left), unwrap(keep_dims))
-    return v, i
+    return (sem.cast(v, int1) if was_bool else v), i
 
 
 @builtin

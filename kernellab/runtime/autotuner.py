@@ -13,6 +13,9 @@ class Config:
     """A set of constexpr values plus launch options to try."""
 
     def __init__(self, kwargs, num_warps=4, num_stages=3, num_ctas=1, maxnreg=None, pre_hook=None, **_):
+        if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+            raise LaunchError(f"kl.Config(kwargs, ...): kwargs must be a dict of constexpr name -> value, got "
+                              f"{type(kwargs).__name__} {kwargs!r:.60}; e.g. kl.Config({{'BLOCK': 128}}, num_warps=4)")
         self.kwargs, self.num_warps, self.num_stages = dict(kwargs), num_warps, num_stages
         self.num_ctas, self.maxnreg, self.pre_hook = num_ctas, maxnreg, pre_hook
 
@@ -38,6 +41,18 @@ class Autotuner:
         self.do_bench = do_bench
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.arg_names = fn.arg_names
+        self.failed_configs: dict = {}  # config -> why it could not compile or run (last tuning)
+        unknown = [k for k in self.key if k not in self.arg_names]
+        if unknown:
+            import difflib
+
+            lower = {a.lower(): a for a in self.arg_names}
+            hints = [f"'{k}'" + (f" (did you mean '{lower[m[0]]}'?)"
+                                 if (m := difflib.get_close_matches(k.lower(), list(lower), 1)) else "")
+                     for k in unknown]
+            raise LaunchError(f"kl.autotune for kernel '{self.__name__}': key {', '.join(hints)} is not a parameter "
+                              f"of the kernel; key names the arguments whose values pick a config, from: "
+                              f"{', '.join(self.arg_names)}")
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
@@ -67,11 +82,32 @@ class Autotuner:
             cfg.pre_hook({**named, **cfg.all_kwargs()})
         return self.fn.run(*args, grid=grid, **{**kwargs, **cfg.all_kwargs()})
 
+    def _compiles(self, configs, args, kwargs):
+        """The configs that compile for these arguments (like Triton, a config whose compile fails, e.g. a tile
+        too large or a bad option, is skipped); LaunchError naming every failure when none does."""
+        from ..errors import KernelLabError
+
+        self.failed_configs = {}
+        ok = []
+        for cfg in configs:
+            try:
+                self.fn.warmup(*args, **{**kwargs, **cfg.all_kwargs()})
+                ok.append(cfg)
+            except KernelLabError as e:
+                self.failed_configs[cfg] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        if not ok:
+            why = "; ".join(f"{c} -> {w}" for c, w in self.failed_configs.items())
+            raise LaunchError(f"kl.autotune for kernel '{self.__name__}': none of the {len(configs)} configs "
+                              f"compiles: {why}")
+        return ok
+
     def _choose(self, configs, args, kwargs, grid):
         on_gpu = _on_gpu(args, kwargs)
+        configs = self._compiles(configs, args, kwargs) if len(configs) > 1 else configs
+        skipped = f" ({len(self.failed_configs)} failed to compile and were skipped)" if self.failed_configs else ""
         if len(configs) == 1 or not on_gpu:
             self.best_config_reason = ("only one config" if len(configs) == 1 else
-                                       "CPU interpreter: timings do not predict a GPU, first config kept")
+                                       "CPU interpreter: timings do not predict a GPU, first config kept") + skipped
             return configs[0]
         named = self._named(args, kwargs)
         saved = {n: named[n].clone() for n in self.restore_value}
@@ -80,8 +116,9 @@ class Autotuner:
             for cfg in configs:
                 try:
                     timings[cfg] = self._bench(cfg, args, kwargs, grid, named, saved)
-                except LaunchError:
+                except LaunchError as e:  # e.g. too much shared memory for this GPU: skipped like Triton
                     timings[cfg] = float("inf")
+                    self.failed_configs[cfg] = f"LaunchError: {str(e).splitlines()[0]}"
         finally:
             for n, t in saved.items():  # the benchmark runs must leave no trace in the caller's tensors
                 named[n].copy_(t)
@@ -90,7 +127,10 @@ class Autotuner:
         for n in self.reset_to_zero:
             named[n].zero_()
         best = min(timings, key=timings.get)
-        self.best_config_reason = f"fastest of {len(configs)} configs ({timings[best] * 1e3:.3f} ms)"
+        if timings[best] == float("inf"):
+            why = "; ".join(f"{c} -> {w}" for c, w in self.failed_configs.items())
+            raise LaunchError(f"kl.autotune for kernel '{self.__name__}': no config could be launched: {why}")
+        self.best_config_reason = f"fastest of {len(configs)} configs ({timings[best] * 1e3:.3f} ms)" + skipped
         return best
 
     def _bench(self, cfg, args, kwargs, grid, named, saved):

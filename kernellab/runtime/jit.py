@@ -257,7 +257,7 @@ def _load_cached(key, trace):
     import json
 
     from ..compiler.pipeline import PassRecord
-    from .cache import DiskCache
+    from .cache import ELF_MAGIC, DiskCache
 
     try:
         files = DiskCache().get(key)
@@ -265,7 +265,10 @@ def _load_cached(key, trace):
         return None
     if not files:
         return None
+    n_before = len(trace.passes)
     try:
+        if files["cubin"][:4] != ELF_MAGIC:
+            raise ValueError("the cached cubin is not an ELF file")
         meta = json.loads(files["meta.json"])
         for rec in meta["passes"]:
             trace.passes.append(PassRecord(rec["name"], rec["description"], rec["ir"], rec["seconds"],
@@ -275,7 +278,14 @@ def _load_cached(key, trace):
         return {"gpu": files["gpu"].decode(), "llir": files["llir"].decode(), "ptx": files["ptx"].decode(),
                 "cubin": files["cubin"], "arg_kinds": meta["arg_kinds"], "shared": meta["shared"],
                 "shared_plan": meta["shared_plan"], "report": meta["report"]}
-    except (KeyError, ValueError, UnicodeDecodeError):
+    except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError):
+        # a broken meta: drop the entry so this compile's store repairs it (else every process recompiles)
+        del trace.passes[n_before:]
+        trace.notes[:] = [n for n in trace.notes if "loaded from the disk cache" not in n]
+        try:
+            DiskCache().remove(key)
+        except (OSError, ValueError):
+            pass
         return None
 
 
@@ -306,16 +316,81 @@ def _options_key(options: dict) -> tuple:
     return tuple(options.get(k, d) for k, d in _COMPILE_OPTIONS.items())
 
 
+# CUDA's limits on a grid (blocks per dimension): x up to 2^31 - 1, y and z up to 65535. Checked for the
+# interpreter too, so a launch that works on a laptop does not fail on the GPU.
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+
+
 def _normalize_grid(name, grid):
-    if isinstance(grid, int):
+    if grid is None:
+        raise LaunchError(f"kernel '{name}': no grid given; launch it as {name}[grid](...), where grid is a tuple "
+                          f"of 1 to 3 ints or a function meta -> tuple (e.g. {name}[(n_blocks,)](...))")
+    if _is_int(grid):
         grid = (grid,)
-    grid = tuple(unwrap(g) for g in grid)
+    try:
+        grid = tuple(unwrap(g) for g in grid)
+    except TypeError:
+        raise LaunchError(f"kernel '{name}': the grid must be a tuple of 1 to 3 ints or a function meta -> tuple, "
+                          f"got {type(grid).__name__} {_short_repr(grid)}") from None
     if not 1 <= len(grid) <= 3:
-        raise LaunchError(f"kernel '{name}': the grid must have 1 to 3 dimensions, got {grid}")
-    for g in grid:
-        if not isinstance(g, int) or isinstance(g, bool) or g < 0:
-            raise LaunchError(f"kernel '{name}': grid dimensions must be non-negative integers, got {grid}")
-    return grid + (1,) * (3 - len(grid))
+        raise LaunchError(f"kernel '{name}': the grid must have 1 to 3 dimensions, got {_short_repr(grid)}")
+    out = []
+    for axis, g in enumerate(grid):
+        if not _is_int(g):
+            hint = " (use triton.cdiv or // for a whole number of programs)" if isinstance(g, float) else ""
+            raise LaunchError(f"kernel '{name}': grid dimension {axis} must be a non-negative int, got "
+                              f"{type(g).__name__} {_short_repr(g)}{hint}")
+        g = int(g)
+        if g < 0:
+            raise LaunchError(f"kernel '{name}': grid dimension {axis} is negative ({g})")
+        if g > GRID_LIMITS[axis]:
+            raise LaunchError(f"kernel '{name}': grid dimension {'xyz'[axis]} = {g} exceeds CUDA's limit of "
+                              f"{GRID_LIMITS[axis]} programs; give each program more work (a larger BLOCK) "
+                              + ("or loop inside the kernel" if axis == 0 else "or move work to grid axis 0"))
+        out.append(g)
+    return tuple(out) + (1,) * (3 - len(out))
+
+
+def _is_int(v) -> bool:
+    """A Python or NumPy integer (a bool is not a count)."""
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):
+        return True
+    import numpy as np
+
+    return isinstance(v, np.integer)
+
+
+def _short_repr(v, limit: int = 60) -> str:
+    """A value for a message: never a whole tensor's contents."""
+    if hasattr(v, "shape") and hasattr(v, "dtype"):
+        return f"<{type(v).__name__} shape={tuple(v.shape)} dtype={v.dtype}>"
+    try:
+        text = repr(v)
+    except Exception:
+        text = f"<{type(v).__name__}>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def check_options(name: str, options: dict) -> None:
+    """Launch options in the ranges the GPU backend supports (like Triton's): a bad value would otherwise
+    build a kernel whose tile has elements no thread owns (num_warps=3) or a 2048-thread block."""
+    w = options.get("num_warps", 4)
+    if not _is_int(w) or not 1 <= w <= 32 or w & (w - 1):
+        raise LaunchError(f"kernel '{name}': num_warps must be a power of 2 from 1 to 32 (a block of at most 1024 "
+                          f"threads), got {_short_repr(w)}")
+    st = options.get("num_stages", 3)
+    if not _is_int(st) or st < 1:
+        raise LaunchError(f"kernel '{name}': num_stages must be an int >= 1 (1 = no software pipelining), "
+                          f"got {_short_repr(st)}")
+    c = options.get("num_ctas", 1)
+    if not _is_int(c) or c < 1:
+        raise LaunchError(f"kernel '{name}': num_ctas must be an int >= 1, got {_short_repr(c)}")
+    r = options.get("maxnreg")
+    if r is not None and (not _is_int(r) or not 16 <= r <= 255):
+        raise LaunchError(f"kernel '{name}': maxnreg must be None or an int from 16 to 255 registers per thread, "
+                          f"got {_short_repr(r)}")
 
 
 class JITFunction:
@@ -366,9 +441,18 @@ class JITFunction:
     def bind(self, args, kwargs):
         src = self._kl_source()
         options = {k: kwargs[k] for k in list(kwargs) if k in LAUNCH_OPTIONS}
+        check_options(self.__name__, options)
         for k in options:  # a kernel parameter named like an option (num_stages) gets the value too
             if k not in self.arg_names:
                 del kwargs[k]
+        for p in src.signature.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                star = "*" if p.kind == p.VAR_POSITIONAL else "**"
+                raise self._param_error(src, p.name, f"`{star}{p.name}` parameters are not supported in @jit "
+                                        "functions; name each parameter")
+        unknown = [k for k in kwargs if k not in src.signature.parameters]
+        if unknown:
+            raise self._unknown_keyword_error(src, unknown)
         try:
             ba = src.signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -389,6 +473,22 @@ class JITFunction:
             raise self._param_error(src, missing[0], f"missing constexpr argument(s): {', '.join(missing)}")
         return dict(ba.arguments), options
 
+    def _unknown_keyword_error(self, src, unknown) -> CompilationError:
+        """A keyword the kernel has no parameter for, named, with the closest parameter as the likely fix
+        (a misspelled constexpr otherwise shows up only as 'missing BLOCK')."""
+        import difflib
+
+        params = list(src.signature.parameters)
+        parts = []
+        for k in unknown:
+            close = difflib.get_close_matches(k, params, n=1, cutoff=0.6)
+            parts.append(f"'{k}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        options = ", ".join(LAUNCH_OPTIONS)
+        reason = (f"{self.__name__}() has no parameter {', '.join(parts)}; its parameters are {', '.join(params)} "
+                  f"(launch options: {options})")
+        return CompilationError(self.__name__, reason, src.filename, src.first_line + src.node.lineno - 1,
+                                src.node.col_offset, src.line_text(src.node.lineno))
+
     def _param_error(self, src, name: str, reason: str) -> CompilationError:
         """A CompilationError pointing at parameter `name` in the def (the def line if not found)."""
         a = src.node.args
@@ -408,7 +508,7 @@ class JITFunction:
                 simple = value is None or isinstance(value, (DType, PointerType, int, float, bool, str, tuple))
                 key.append((name, "c", repr(value) if simple else getattr(value, "__name__", repr(value))))
                 continue
-            dt = dtype_of_array(value)
+            dt = self._dtype_of_argument(name, value)
             if dt is not None:
                 ptr = data_ptr(value)
                 attrs = {"tt.divisibility": 16} if ptr % 16 == 0 and name not in self.do_not_specialize else {}
@@ -438,13 +538,29 @@ class JITFunction:
             runtime_names.append(name)
         return spec, tuple(key), runtime_values, runtime_names
 
+    def _dtype_of_argument(self, name, value):
+        """The element dtype of a tensor argument, or a LaunchError naming the kernel and the argument
+        for tensors a kernel cannot address (sparse, meta, unsupported dtypes)."""
+        layout = getattr(value, "layout", None)
+        if layout is not None and hasattr(value, "data_ptr") and str(layout) != "torch.strided":
+            raise LaunchError(f"kernel '{self.__name__}': argument '{name}' is a {layout} tensor; kernels address "
+                              f"dense memory: pass {name}.to_dense() (or the sparse tensor's values())")
+        if getattr(value, "is_meta", False):
+            raise LaunchError(f"kernel '{self.__name__}': argument '{name}' is a meta tensor (no memory); pass a "
+                              "tensor on the CPU or a GPU")
+        try:
+            return dtype_of_array(value)
+        except LaunchError as e:
+            raise LaunchError(f"kernel '{self.__name__}': argument '{name}': {e}; convert it, e.g. "
+                              f"{name}.to(torch.float32)") from None
+
     # ------------------------------------------------------------------ compile
     def compile(self, spec: dict, key, runtime_names, options) -> CompiledKernel:
         t0 = time.perf_counter()
         src = self._kl_source()
         trace = CompileTrace(self.__name__)
         compiler = ModuleCompiler()
-        module = compiler.compile_kernel(self, spec)
+        module = self._compile_frontend(compiler, spec, src)
         verify(module, after="frontend")
         text = print_module(module)
         trace.record("frontend", "Python AST -> tile IR (types, shapes, structured control flow)", text,
@@ -457,6 +573,26 @@ class JITFunction:
         ck.asm["tile"] = trace.final_ir
         ck.asm["ttir"] = ck.asm["tile"]
         return ck
+
+    def _compile_frontend(self, compiler, spec, src):
+        """The frontend, with Python's own limits turned into errors that name the kernel: a very long
+        expression nests the AST deeper than the default recursion limit allows."""
+        import sys
+
+        where = (src.filename, src.first_line + src.node.lineno - 1, src.node.col_offset,
+                 src.line_text(src.node.lineno))
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 20000))
+        try:
+            return compiler.compile_kernel(self, spec)
+        except RecursionError:
+            raise CompilationError(self.__name__, "an expression nests too deeply to compile (thousands of chained "
+                                   "operators); split it into several statements", *where) from None
+        except MemoryError:
+            raise CompilationError(self.__name__, "ran out of memory while compiling (huge unrolled loops or "
+                                   "constants?); make tl.static_range loops or tiles smaller", *where) from None
+        finally:
+            sys.setrecursionlimit(limit)
 
     def _get_compiled(self, args, kwargs):
         bound, options = self.bind(args, kwargs)
@@ -565,7 +701,7 @@ class JITFunction:
             meta.setdefault("num_stages", ck.options.get("num_stages", 3))
             grid = grid(meta)
         if type(grid) is not tuple:
-            grid = (grid,) if isinstance(grid, int) else tuple(grid)
+            grid = _normalize_grid(self.__name__, grid)
         vals = [args[i] if i < len(args) else defaults[i] for i in positions]
         ck._loaded.launch(grid, ck.num_warps, ck.shared, _current_stream(device), vals)
         return ck
