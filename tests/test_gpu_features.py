@@ -596,7 +596,8 @@ CASTS = {
     "f16->i16": ("float16", "int16", False, lambda g, n: uniform(g, -30000, 30000, n, dtype=torch.float16), _trunc_to(torch.int16)),
     "bf16->i32": ("bfloat16", "int32", False, lambda g, n: uniform(g, -1e9, 1e9, n, dtype=torch.bfloat16), _trunc_to(torch.int32)),
     "f32->i32-saturating": ("float32", "int32", False, lambda g, n: _with_specials(uniform(g, -1e10, 1e10, n), F32_SPECIALS), _saturate_to(torch.int32)),
-    "f32->i8-saturating": ("float32", "int8", False, lambda g, n: _with_specials(uniform(g, -1000, 1000, n), F32_SPECIALS), _saturate_to(torch.int8)),
+    # to 8 bits NVPTX converts with cvt.rzi.s16 (saturating at int16) and keeps the low byte, as Triton's code does
+    "f32->i8-via-i16": ("float32", "int8", False, lambda g, n: _with_specials(uniform(g, -1000, 1000, n), F32_SPECIALS), lambda x: _saturate_to(torch.int16)(x).to(torch.int8)),
     "i32->i8": ("int32", "int8", False, lambda g, n: ints(g, n, torch.int32), _wrap_to(torch.int8)),
     "i64->i16": ("int64", "int16", False, lambda g, n: ints(g, n, torch.int64), _wrap_to(torch.int16)),
     "i32->u8": ("int32", "uint8", False, lambda g, n: ints(g, n, torch.int32), _wrap_to(torch.uint8)),

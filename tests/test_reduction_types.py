@@ -263,7 +263,20 @@ def test_promoted_reductions_on_gpu_match_interpreter_and_numpy(op, dt):
     reduce_kernel[(1,)](x.cuda(), out_gpu, N=n, OP=op, DTYPE=None)
     torch.cuda.synchronize()
     g, c = out_gpu.cpu(), out_cpu
-    if g.dtype.is_floating_point:
+    if g.dtype.is_floating_point and acc in ("f16", "bf16"):
+        # accumulating in 16 bits, the GPU's tree and the interpreter's order round differently: bound the
+        # difference by what any order may lose (2 n u sum|x| for sums, 2 n u |p| for finite products)
+        fi = torch.finfo(TORCH[acc])
+        gd, cd = g.double(), c.double()
+        if op == "cumprod":
+            ok = torch.isfinite(gd) & torch.isfinite(cd) & (cd.abs() < fi.max / 4)
+            bound = 2 * n * fi.eps * cd.abs()
+            gd, cd, bound = gd[ok], cd[ok], bound[ok]
+        else:
+            mag = x.double().abs().cumsum(0) if op.startswith("cum") else x.double().abs().sum()
+            bound = 2 * n * fi.eps * mag
+        assert ((gd - cd).abs() <= bound + fi.tiny).all(), (gd, cd)
+    elif g.dtype.is_floating_point:
         # the GPU's reduction tree may add in another order than the interpreter
         torch.testing.assert_close(g.double(), c.double(), rtol=2e-2 if dt in ("f16", "bf16") else 1e-5,
                                    atol=1e-2 if acc in ("f16", "bf16") else 1e-4)
