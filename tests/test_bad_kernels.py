@@ -484,7 +484,12 @@ def ip():
     pytest.importorskip("IPython")
     from IPython.testing.globalipapp import start_ipython
 
-    shell = start_ipython()
+    import builtins
+
+    shell = start_ipython() or builtins.get_ipython()  # None when another module started the global shell
+    # start_ipython() hands the shell out once; let a later module's fixture get the same singleton back
+    if hasattr(start_ipython, "already_called"):
+        del start_ipython.already_called
     shell.run_line_magic("load_ext", "kernellab")
     return shell
 

@@ -105,6 +105,7 @@ class CompiledKernel:
         target = target or Target(90)
         if "ptx" in self.asm and self._built_for == target.cpu:
             return self
+        self._check_register_budget(self.options.get("num_warps", 4))
         opts = GpuOptions(num_warps=self.options.get("num_warps", 4),
                           num_stages=self.options.get("num_stages", 3), arch=target.arch,
                           fp_fusion=bool(self.options.get("enable_fp_fusion", True)),
@@ -147,6 +148,38 @@ class CompiledKernel:
         self._built_for = target.cpu
         return self
 
+    def _check_register_budget(self, num_warps: int):
+        """Refuse, before LLVM sees it, a tile that gives each thread more than GPU_TILE_BYTES_PER_THREAD bytes
+        of one value: it cannot live in registers (255 x 4 bytes), spills to local memory, and LLVM's time
+        grows faster than linearly with it (BLOCK=2**24 never finished). The interpreter still runs it."""
+        threads = 32 * num_warps
+        worst, where = 0, None
+        for fn in self.module.functions:
+            for op in fn.walk():
+                for r in op.results:
+                    t = r.type
+                    if not t.is_block() or t.scalar.is_ptr():
+                        size = 0
+                    else:
+                        n = 1
+                        for d in t.shape:
+                            n *= d
+                        size = n * t.scalar.itemsize
+                    if size > worst:
+                        worst, where = size, op
+        per_thread = worst // threads
+        if per_thread > GPU_TILE_BYTES_PER_THREAD:
+            line = where.loc.line if where is not None and where.loc is not None else None
+            text = self.source_lines[line - 1] if line and line <= len(self.source_lines) else None
+            raise CompilationError(self.name, f"a tile of {worst} bytes gives each of the {threads} threads "
+                                   f"({num_warps} warps) {per_thread} bytes, over the GPU budget of "
+                                   f"{GPU_TILE_BYTES_PER_THREAD}; use a smaller BLOCK (loop over the data) or more "
+                                   "warps", "<gpu>" if line is None else self.trace_filename(), line,
+                                   max(0, where.loc.col - 1) if line else 0, text)
+
+    def trace_filename(self) -> str:
+        return getattr(self.module.kernel, "source_file", "<unknown>")
+
     def gpu(self, target):
         """Compile (once) for `target` through our own backend, and load the cubin."""
         if self._loaded is None:
@@ -164,6 +197,8 @@ class CompiledKernel:
 
 
 _TARGETS: dict = {}
+# Bytes of one tile value per thread beyond which the GPU build is refused (registers hold ~1 KiB per thread).
+GPU_TILE_BYTES_PER_THREAD = 16 * 1024
 
 
 def _can_assemble() -> bool:
