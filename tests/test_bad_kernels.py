@@ -482,9 +482,9 @@ def test_the_catalogue_is_large_and_its_cases_distinct():
 @pytest.fixture(scope="module")
 def ip():
     pytest.importorskip("IPython")
-    from IPython.testing.globalipapp import start_ipython
-
     import builtins
+
+    from IPython.testing.globalipapp import start_ipython
 
     shell = start_ipython() or builtins.get_ipython()  # None when another module started the global shell
     # start_ipython() hands the shell out once; let a later module's fixture get the same singleton back
