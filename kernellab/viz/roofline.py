@@ -223,6 +223,8 @@ def recorded_results(gpu_only: bool = True) -> list[dict]:
                 est = estimate_flops(row["case"])
                 row["flops"], row["flops_estimated"] = est, est is not None
             fixed.append(row)
+        if gpu_only and not fixed:  # a result file of another shape (idioms: rows by workload and variant)
+            continue
         out.append({"gpu": data.get("gpu"), "date": data.get("date"), "source": str(path), "versions":
                     data.get("versions", {}), "rows": fixed, "recorded": True})
     return out
