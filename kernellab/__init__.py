@@ -12,9 +12,11 @@ from .errors import (  # noqa: F401
     KernelCrashError,
     KernelLabError,
     LaunchError,
+    OutOfResources,
     ToolchainError,
 )
 from .runtime.jit import CompiledKernel, JITFunction, jit  # noqa: F401
+from .runtime.wrappers import TensorWrapper, reinterpret  # noqa: F401
 
 __version__ = "0.1.0"
 

@@ -41,3 +41,7 @@ class ToolchainError(KernelLabError):
 class KernelCrashError(KernelLabError):
     """A kernel faulted on the GPU (illegal address, trap, failed assert ...). The CUDA context is unusable
     afterwards: the Python process / notebook kernel must be restarted."""
+
+
+class OutOfResources(LaunchError):
+    """A kernel needs more shared memory or registers than the GPU has. Smaller blocks or fewer stages help."""

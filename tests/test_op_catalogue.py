@@ -55,9 +55,9 @@ def int_values(t):
 
 
 def float_values(t):
-    tiny = {"f16": 2.0 ** -24, "bf16": 2.0 ** -133, "f32": 2.0 ** -149, "f64": 5e-324}[t.name]
+    tiny = {"f16": 2.0 ** -24, "bf16": 2.0 ** -133, "f32": 2.0 ** -149, "f64": 5e-324}[t.ir]
     big = {"f16": 65504.0, "bf16": 3.3895313892515355e38, "f32": 3.4028234663852886e38,
-           "f64": 1.7976931348623157e308}[t.name]
+           "f64": 1.7976931348623157e308}[t.ir]
     edges = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, 3.0, math.inf, -math.inf, math.nan, tiny, -tiny,
              big, -big, 127.5, 128.0, -129.0, 255.5, 256.0, 32767.0, 32768.0, 65535.5, 2.0 ** 31, -2.0 ** 31,
              2.0 ** 32, 2.0 ** 63, 1e10, -1e10, 2.0 ** 64]
@@ -85,7 +85,7 @@ def _run(name, in_types, out_type, attrs, vals, fold: bool):
     folded = False
     if fold:
         folded = constant_fold.run(m)["folded"] == 1
-    out = torch.zeros(1, dtype=TORCH[out_type.name])
+    out = torch.zeros(1, dtype=TORCH[out_type.ir])
     Interpreter(m).run((1,), [out])
     return out, folded
 

@@ -74,7 +74,7 @@ def _ir_type(ck, opname):
     """The scalar dtype name of the first `opname` op's first result in the kernel's frontend IR."""
     for op in _walk(ck.module):
         if op.name == opname:
-            return op.results[0].type.scalar.name
+            return op.results[0].type.scalar.ir
     raise AssertionError(f"no {opname} in\n{ck.asm['tile']}")
 
 

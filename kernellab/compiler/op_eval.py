@@ -357,7 +357,7 @@ def _int_to_float(kind):
     def make(ins, out, attrs):
         iv = _Int(ins[0])
         get = iv.s if kind == "sitofp" else iv.u
-        if out.name == "bf16":
+        if out.ir == "bf16":
             signed = kind == "sitofp"
             return lambda x: _int_to_bf16(get(x), signed)
         dt = out.np
@@ -383,8 +383,8 @@ def _trunci(ins, out, attrs):
 
 def _float_cast(ins, out, attrs):
     src, dt = ins[0], out.np
-    if out.name == "bf16":
-        return lambda x: round_bf16(np.asarray(x, F64 if src.name == "f64" else F32))
+    if out.ir == "bf16":
+        return lambda x: round_bf16(np.asarray(x, F64 if src.ir == "f64" else F32))
     return lambda x: _out(np.asarray(x).astype(dt))
 
 
@@ -396,9 +396,9 @@ def _bf16_bits(x):
 def _bitcast(ins, out, attrs):
     src = ins[0]
     dt = out.np
-    if src.name == "bf16":
+    if src.ir == "bf16":
         return lambda x: _out(_bf16_bits(x).view(dt))
-    if out.name == "bf16":
+    if out.ir == "bf16":
         return lambda x: _out((np.asarray(x).view(np.uint16).astype(np.uint32) << 16).view(np.float32))
     if src.kind == "bool" or out.kind == "bool":
         return lambda x: _out(np.asarray(x).astype(dt))

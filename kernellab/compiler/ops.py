@@ -280,7 +280,7 @@ def evaluator(name: str, operand_types, result_type, attrs=None):
     fn = make(list(operand_types), result_type, attrs or {})
     if not getattr(result_type, "is_floating", lambda: False)():
         return fn
-    if result_type.name == "bf16":
+    if result_type.ir == "bf16":
         if name == "arith.bitcast":
             return fn
         return lambda *xs: op_eval.round_bf16(fn(*xs))

@@ -201,9 +201,9 @@ def _max_finite(p: int, emax: int) -> float:
 
 def round_float(x: float, t: DType) -> float:
     """The value of float type `t` nearest to the double `x` (ties to even), overflowing to infinity."""
-    if t.name == "f64" or x != x or x in (_INF, -_INF) or x == 0:
+    if t.ir == "f64" or x != x or x in (_INF, -_INF) or x == 0:
         return x
-    p, emin, emax = FLOAT_FORMATS[t.name]
+    p, emin, emax = FLOAT_FORMATS[t.ir]
     _, e = math.frexp(x)  # |x| = m * 2**e with 0.5 <= m < 1
     if e > emax + 1:  # far beyond the largest finite value (and ldexp below would overflow)
         return math.copysign(_INF, x)
@@ -218,7 +218,7 @@ def int_to_float(n: int, t: DType) -> float:
     """The value of float type `t` nearest to the integer `n` (ties to even), overflowing to infinity."""
     if n == 0:
         return 0.0
-    p, _, emax = FLOAT_FORMATS[t.name]
+    p, _, emax = FLOAT_FORMATS[t.ir]
     m = abs(n)
     shift = m.bit_length() - p
     if shift > 0:

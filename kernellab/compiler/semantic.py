@@ -63,7 +63,7 @@ _TL_NAMES = {"i1": "int1", "f16": "float16", "bf16": "bfloat16", "f32": "float32
 
 def tl_name(t: DType) -> str:
     """The `tl.*` spelling of a dtype (i32 -> int32, bf16 -> bfloat16), for messages."""
-    return _TL_NAMES.get(t.name) or t.name.replace("u", "uint", 1).replace("i", "int", 1)
+    return _TL_NAMES.get(t.ir) or t.name
 
 
 _DTYPE_SPELLINGS = {**{tl_name(t): t for t in DTYPES.values()}, **DTYPES,

@@ -38,17 +38,38 @@ class Type:
         return False
 
 
+_TRITON_NAMES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32", "f64": "fp64", "f8e4nv": "fp8e4nv", "f8e5": "fp8e5",
+                 "f8e4b15": "fp8e4b15", "f8e4b8": "fp8e4b8", "f8e5b16": "fp8e5b16"}
+
+
 class DType(Type):
     """A scalar element type: int1, int8..int64, uint8..uint64, float16, bfloat16, float32, float64."""
 
-    def __init__(self, name: str, kind: str, bits: int):
-        self.name, self.kind, self.bits = name, kind, bits
+    def __new__(cls, ir: str, kind: str | None = None, bits: int | None = None):
+        if kind is None:  # `tl.dtype("int32")`: Triton's constructor by name gives the existing dtype
+            found = _BY_NAME.get(ir)
+            if found is None:
+                raise ValueError(f"unknown dtype {ir!r}; one of {', '.join(sorted(_BY_NAME))}")
+            return found
+        return super().__new__(cls)
+
+    def __init__(self, ir: str, kind: str | None = None, bits: int | None = None):
+        if kind is None:
+            return
+        self.ir, self.kind, self.bits = ir, kind, bits
 
     def _key(self):
-        return self.name
+        return self.ir
 
     def __repr__(self):
-        return self.name
+        return self.ir
+
+    @property
+    def name(self) -> str:
+        """Triton's spelling (`fp32`, `int32`, `uint8`, `bf16`), which ported code and Triton's test helpers read;
+        the IR spells the same type `ir` (`f32`, `i32`, `u8`)."""
+        ir = self.ir
+        return _TRITON_NAMES.get(ir) or ("uint" + ir[1:] if ir[0] == "u" else "int" + ir[1:])
 
     __str__ = __repr__
 
@@ -69,16 +90,16 @@ class DType(Type):
         return self.kind == "bool"
 
     def is_fp16(self):
-        return self.name == "f16"
+        return self.ir == "f16"
 
     def is_bf16(self):
-        return self.name == "bf16"
+        return self.ir == "bf16"
 
     def is_fp32(self):
-        return self.name == "f32"
+        return self.ir == "f32"
 
     def is_fp64(self):
-        return self.name == "f64"
+        return self.ir == "f64"
 
     @property
     def primitive_bitwidth(self):
@@ -94,7 +115,58 @@ class DType(Type):
 
     @property
     def np(self):
-        return NUMPY_OF[self.name]
+        return NUMPY_OF[self.ir]
+
+    # Triton's dtype helpers, for ported kernels and test suites that inspect dtypes.
+    SINT_TYPES = ["int8", "int16", "int32", "int64"]
+    UINT_TYPES = ["int1", "uint8", "uint16", "uint32", "uint64"]
+    FP_TYPES = ["fp8e4b15", "fp8e4nv", "fp8e4b8", "fp8e5", "fp8e5b16", "fp16", "bf16", "fp32", "fp64"]
+    STANDARD_FP_TYPES = ["fp16", "bf16", "fp32", "fp64"]
+    OTHER_TYPES = ["void"]
+
+    @property
+    def fp_mantissa_width(self):
+        return _FLOAT_LAYOUT[self.ir][0]
+
+    @property
+    def exponent_bias(self):
+        return _FLOAT_LAYOUT[self.ir][1]
+
+    def is_fp8(self):
+        return self.kind == "float" and self.bits == 8
+
+    def is_standard_floating(self):
+        return self.ir in ("f16", "bf16", "f32", "f64")
+
+    def get_int_max_value(self):
+        return (1 << (self.bits - 1)) - 1 if self.kind == "int" else (1 << self.bits) - 1
+
+    def get_int_min_value(self):
+        return -(1 << (self.bits - 1)) if self.kind == "int" else 0
+
+    @staticmethod
+    def is_dtype(type_str):
+        return type_str in DType.SINT_TYPES + DType.UINT_TYPES + DType.FP_TYPES + DType.OTHER_TYPES
+
+    @staticmethod
+    def is_void():
+        return False
+
+    @staticmethod
+    def is_const():
+        return False
+
+    def cache_key_part(self) -> str:
+        return self.name
+
+    def mangle(self) -> str:
+        return self.ir
+
+    def __getattr__(self, attr):
+        # is_fp8e4nv(), is_int32(), is_uint8() ...: one predicate per dtype, as Triton has them
+        if attr.startswith("is_") and attr[3:] in _ALL_TRITON_NAMES:
+            return lambda: self.name == attr[3:]
+        raise AttributeError(attr)
 
     def to(self, *a, **k):  # pragma: no cover - guard against misuse outside kernels
         raise TypeError("dtype.to is not a thing; did you mean tensor.to(dtype)?")
@@ -114,8 +186,25 @@ bfloat16 = DType("bf16", "float", 16)
 float32 = DType("f32", "float", 32)
 float64 = DType("f64", "float", 64)
 
-DTYPES = {t.name: t for t in [int1, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
+# The 8-bit float formats (Triton's names): e4m3 and e5m2 as Hopper's tensor cores take them, and three
+# variants with other exponent biases. Declared so kernels and tests can name them; see semantic.py for
+# what is supported on them.
+float8e4nv = DType("f8e4nv", "float", 8)
+float8e5 = DType("f8e5", "float", 8)
+float8e4b15 = DType("f8e4b15", "float", 8)
+float8e4b8 = DType("f8e4b8", "float", 8)
+float8e5b16 = DType("f8e5b16", "float", 8)
+FP8_DTYPES = {t.ir: t for t in [float8e4nv, float8e5, float8e4b15, float8e4b8, float8e5b16]}
+
+# float formats: (mantissa bits, exponent bias)
+_FLOAT_LAYOUT = {"f8e4b15": (3, 15), "f8e4nv": (3, 7), "f8e4b8": (3, 8), "f8e5": (2, 15), "f8e5b16": (2, 16),
+                 "f16": (10, 15), "bf16": (7, 127), "f32": (23, 127), "f64": (52, 1023)}
+_ALL_TRITON_NAMES = set(DType.SINT_TYPES + DType.UINT_TYPES + DType.FP_TYPES)
+
+DTYPES = {t.ir: t for t in [int1, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
                                float16, bfloat16, float32, float64]}
+
+_BY_NAME = {t.name: t for t in [*DTYPES.values(), *FP8_DTYPES.values()]}
 
 # bfloat16 has no NumPy dtype: the interpreter carries it in float32, rounded after every op.
 NUMPY_OF = {

@@ -30,7 +30,7 @@ from .core import (  # noqa: F401
 )
 
 bool = int1  # noqa: A001 - tl.bool is Triton's name for int1
-float8e4nv = None  # float8 types are not supported yet
+from ..compiler.types import float8e4b8, float8e4b15, float8e4nv, float8e5, float8e5b16  # noqa: E402,F401
 
 _TENSOR_METHODS = {
     name: getattr(_b, name)

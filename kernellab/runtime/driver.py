@@ -21,7 +21,7 @@ from _thread import get_ident as _get_ident
 from functools import lru_cache
 from typing import Any, Callable, Sequence
 
-from ..errors import KernelCrashError, LaunchError, ToolchainError
+from ..errors import KernelCrashError, LaunchError, OutOfResources, ToolchainError
 
 # ---------------------------------------------------------------------------------------------------------
 # lazy import of cuda.bindings.driver
@@ -524,7 +524,7 @@ class LoadedKernel:
     def _opt_in_shared(self, shared: int) -> None:
         if shared > self.max_dynamic_shared:
             static = self.attributes.get("static_shared_bytes") or 0
-            raise LaunchError(f"kernel '{self.name}' needs {shared + static} bytes of shared memory per block "
+            raise OutOfResources(f"kernel '{self.name}' needs {shared + static} bytes of shared memory per block "
                               f"({shared} dynamic + {static} static); the device allows "
                               f"{self.max_dynamic_shared + static}. Use smaller blocks or fewer pipeline stages "
                               f"(num_stages).")

@@ -77,11 +77,11 @@ class MemKind:
             self.name, self.is_float = str(elem), False
         else:
             assert isinstance(elem, DType), elem
-            self.name, self.is_float = elem.name, elem.kind == "float"
-            if elem.name == "bf16":
+            self.name, self.is_float = elem.ir, elem.kind == "float"
+            if elem.ir == "bf16":
                 self.mem, self.carrier = np.dtype(np.uint16), np.dtype(np.float32)
                 self.to_carrier, self.to_mem = bf16_from_bits, bf16_bits
-            elif elem.name == "i1":
+            elif elem.ir == "i1":
                 self.mem, self.carrier = np.dtype(np.uint8), np.dtype(np.bool_)
                 self.to_carrier = lambda raw: raw != 0
                 self.to_mem = lambda v: np.asarray(v).astype(np.uint8)
@@ -151,6 +151,7 @@ def _raw_bytes(addr: int, nbytes: int, writable: bool) -> np.ndarray:
 
 def region_for(rid: int, name: str, obj) -> Region:
     """Wrap a torch CPU tensor or a NumPy array (any view) as region `rid`, without copying."""
+    obj = getattr(obj, "_kl_base", obj)  # a TensorWrapper: the memory is its base tensor's
     if isinstance(obj, np.ndarray):
         root = obj
         while isinstance(root.base, np.ndarray):

@@ -53,7 +53,7 @@ def _np_of(ty) -> np.dtype:
 
 def _is_bf16(ty) -> bool:
     s = ty.scalar
-    return isinstance(s, DType) and s.name == "bf16"
+    return isinstance(s, DType) and s.ir == "bf16"
 
 
 def _typed_scalar(value, elem):
@@ -70,7 +70,7 @@ def _typed_scalar(value, elem):
         v = int(value) & ((1 << elem.bits) - 1)
         return np.array(v, dtype=_UNSIGNED[elem.itemsize]).view(elem.np)[()]
     v = elem.np.type(value)
-    return round_bf16(v) if elem.name == "bf16" else v
+    return round_bf16(v) if elem.ir == "bf16" else v
 
 
 def _const(value, ty):
@@ -490,7 +490,7 @@ class _Compiler:
         if len(ins) == 1 and any(isinstance(t, PointerType) for t in ins + [out]):
             self.alias(op.result, op.operands[0])  # pointer <-> pointer casts: the same address
             return None
-        if name in ("arith.extf", "arith.truncf") and ins[0].np == out.np and not (out.name == "bf16" != ins[0].name):
+        if name in ("arith.extf", "arith.truncf") and ins[0].np == out.np and not (out.ir == "bf16" != ins[0].ir):
             self.alias(op.result, op.operands[0])  # bf16 -> f32 is exact in the f32 carrier
             return None
         if name == "arith.bitcast" and ins[0] == out:
@@ -637,7 +637,7 @@ class _Compiler:
         if kind in ("add", "fadd"):
             comb = np.logical_xor if dt == np.bool_ else np.add
             at = (np.add, None) if plain else None
-            if isinstance(elem, DType) and elem.name == "bf16":
+            if isinstance(elem, DType) and elem.ir == "bf16":
                 comb = lambda x, y: round_bf16(np.add(x, y))  # noqa: E731
         elif kind in ("max", "min", "umax", "umin"):
             base = np.maximum if kind.endswith("max") else np.minimum
@@ -700,7 +700,7 @@ class _Compiler:
                     prod = np.matmul(env[a].astype(np.int64), env[b].astype(np.int64))
                     env[o] = (prod + env[c].astype(np.int64)).astype(out_dt)
             return f
-        ct = np.float64 if (at.name == "f64" or out_dt == np.float64) else np.float32
+        ct = np.float64 if (at.ir == "f64" or out_dt == np.float64) else np.float32
 
         def f(env):
             r = np.matmul(env[a].astype(ct, copy=False), env[b].astype(ct, copy=False)) + env[c]

@@ -31,6 +31,8 @@ _TORCH_DTYPES = {
 
 def dtype_of_array(a) -> DType | None:
     """The element dtype of a torch tensor or NumPy array; None for anything else."""
+    if hasattr(a, "data_ptr") and isinstance(getattr(a, "dtype", None), DType):
+        return a.dtype  # a TensorWrapper (kl.reinterpret): the kernel sees the wrapper's dtype
     if hasattr(a, "data_ptr") and hasattr(a, "dtype"):
         name = _TORCH_DTYPES.get(str(a.dtype))
         if name is None:

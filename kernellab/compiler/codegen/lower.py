@@ -57,7 +57,7 @@ def llty(t) -> ir.Type:
     """LLVM type of a scalar IR type, as held in registers."""
     if isinstance(t, PointerType):
         return GPTR
-    name = t.name
+    name = t.ir
     if name == "i1":
         return I1
     if name in ("f16",):
@@ -73,7 +73,7 @@ def llty(t) -> ir.Type:
 
 def memty(t) -> ir.Type:
     """LLVM type of a scalar as stored in memory (i1 is a byte)."""
-    if not isinstance(t, PointerType) and t.name == "i1":
+    if not isinstance(t, PointerType) and t.ir == "i1":
         return I8
     return llty(t)
 
@@ -121,12 +121,12 @@ class KernelLowering:
             if isinstance(t, PointerType):
                 params.append(GPTR)
                 self.arg_kinds.append("ptr")
-            elif t.name == "i1":
+            elif t.ir == "i1":
                 params.append(I32)
                 self.arg_kinds.append("i32")
             elif t.is_floating():
                 params.append(llty(t))
-                self.arg_kinds.append({"f32": "f32", "f64": "f64", "f16": "f16", "bf16": "bf16"}[t.name])
+                self.arg_kinds.append({"f32": "f32", "f64": "f64", "f16": "f16", "bf16": "bf16"}[t.ir])
             else:
                 params.append(ir.IntType(t.bits))
                 self.arg_kinds.append(("u" if t.kind == "uint" else "i") + str(t.bits))
@@ -150,7 +150,7 @@ class KernelLowering:
         for a, p in zip(self.ir_fn.args, self.fn.args):
             p.name = a.hint or "arg"
             v = p
-            if not isinstance(a.type, PointerType) and a.type.name == "i1":
+            if not isinstance(a.type, PointerType) and a.type.ir == "i1":
                 v = self.eb.trunc(p, I1)
             self.vals[id(a)] = v
         tid = self.eb.call(self.intrinsic("llvm.nvvm.read.ptx.sreg.tid.x", I32, []), [])
@@ -331,7 +331,7 @@ class KernelLowering:
             cmp = b.icmp_signed if signed else b.icmp_unsigned
             c = cmp(">" if "max" in name else "<", xs[0], xs[1])
             return b.select(c, xs[0], xs[1])
-        if name == "arith.divf" and rt.name == "f32":
+        if name == "arith.divf" and rt.ir == "f32":
             # `/` on f32: div.full.f32 (2 ulp, no slow path), as Triton does; tl.div_rn is the IEEE one
             return b.asm(ir.FunctionType(F32, [F32, F32]), "div.full.f32 $0, $1, $2;", "=f,f,f", xs, False)
         if name in ("arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.remf", "tt.precise_divf"):
@@ -386,7 +386,7 @@ class KernelLowering:
         return xs
 
     def float_binop(self, t, f, xs):
-        if t.name == "bf16":  # compute in f32, round once
+        if t.ir == "bf16":  # compute in f32, round once
             a, c = (self.b.fpext(x, F32) for x in xs)
             return self.b.fptrunc(f(a, c), BF16)
         if getattr(self.opts, "fp_fusion", True) and f.__name__ in ("fadd", "fsub", "fmul"):
@@ -395,7 +395,7 @@ class KernelLowering:
 
     def float_intrinsic(self, t, name, xs):
         ty = llty(t)
-        if t.name == "bf16":
+        if t.ir == "bf16":
             r = self.float_intrinsic_f(F32, name, [self.b.fpext(x, F32) for x in xs])
             return self.b.fptrunc(r, BF16)
         return self.float_intrinsic_f(ty, name, xs)
@@ -414,7 +414,7 @@ class KernelLowering:
             neg = b.icmp_signed("<", xs[0], ir.Constant(xs[0].type, 0))
             return b.select(neg, b.neg(xs[0]), xs[0])
         ty = llty(t)
-        if t.name in ("f16", "bf16"):  # compute in f32 and round back
+        if t.ir in ("f16", "bf16"):  # compute in f32 and round back
             r = self.math(name, DType("f32", "float", 32), [b.fpext(x, F32) for x in xs])
             return b.fptrunc(r, ty)
         if short == "absf":
@@ -467,7 +467,7 @@ class KernelLowering:
             return b.uitofp(x, to)
         if name in ("arith.fptosi", "arith.fptoui"):
             src = x
-            if st.name in ("f16", "bf16"):
+            if st.ir in ("f16", "bf16"):
                 src = b.fpext(x, F32)
             # saturating (NaN -> 0), like PTX's cvt and the interpreter; plain fptosi is undefined out of range.
             # 8-bit results saturate to 16 bits and keep the low byte: what NVPTX makes of Triton's plain

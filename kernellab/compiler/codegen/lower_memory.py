@@ -70,7 +70,7 @@ def _unpack(lw, words, elem, n):
         out = [b.extract_element(ev, _cint(i)) for i in range(n)]
     if is_ptr:
         out = [b.inttoptr(v, GPTR) for v in out]
-    if not elem.is_ptr() and elem.name == "i1":
+    if not elem.is_ptr() and elem.ir == "i1":
         out = [b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) for v in out]
     return out
 
@@ -81,7 +81,7 @@ def _const_words(elem, value, n):
 
     if elem.is_ptr():
         return None
-    name = elem.name
+    name = elem.ir
     if name == "bf16":
         from .lower import _bf16_bits
 
@@ -129,7 +129,7 @@ def emit_load(lw: KernelLowering, ptr, mask, elem, n, volatile=False, other_cons
             out = [b.extract_element(v, _cint(i)) for i in range(n)]
             if isinstance(mt, ir.PointerType):
                 out = [b.inttoptr(x, GPTR) for x in out]
-        if not elem.is_ptr() and elem.name == "i1":
+        if not elem.is_ptr() and elem.ir == "i1":
             out = [b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) for v in out]
         return out
     wty, con, ptx, nwords = _word_plan(size * n)
@@ -335,7 +335,7 @@ _ATOM_OP = {"add": "add", "fadd": "add", "max": "max", "umax": "max", "min": "mi
 def _atom_type(kind, elem):
     bits = 64 if elem.is_ptr() else elem.bits
     if kind == "fadd":
-        return {"f32": "f32", "f64": "f64", "f16": "noftz.f16", "bf16": "noftz.bf16"}[elem.name]
+        return {"f32": "f32", "f64": "f64", "f16": "noftz.f16", "bf16": "noftz.bf16"}[elem.ir]
     if kind in ("max", "min"):
         return f"s{bits}"
     if kind in ("umax", "umin", "add"):
@@ -364,9 +364,9 @@ def _emit_atomic(lw, kind, ptr, val, cmp, mask, elem, sem, scope):
         return b.bitcast(b.select(neg, o2, o1), ty)
     if elem.bits == 16 and kind != "fadd":
         raise NotImplementedError("16-bit integer atomics")
-    con = "l" if (elem.is_ptr() or elem.bits == 64) else ("h" if elem.bits == 16 else ("f" if elem.name == "f32"
+    con = "l" if (elem.is_ptr() or elem.bits == 64) else ("h" if elem.bits == 16 else ("f" if elem.ir == "f32"
                                                                                           else "r"))
-    if elem.name == "f64":
+    if elem.ir == "f64":
         con = "d"
     sem_q = {"acq_rel": ".acq_rel", "acquire": ".acquire", "release": ".release", "relaxed": ".relaxed"}.get(sem, "")
     scope_q = {"gpu": ".gpu", "cta": ".cta", "sys": ".sys"}.get(scope, ".gpu")

@@ -130,13 +130,13 @@ def load_linear(lw: KernelLowering, op, layout, shape, elem, base_bytes=0, scale
 
 
 def _to_mem(lw, v, elem):
-    if not elem.is_ptr() and elem.name == "i1":
+    if not elem.is_ptr() and elem.ir == "i1":
         return lw.b.zext(v, memty(elem))
     return v
 
 
 def _from_mem(lw, v, elem):
-    if not elem.is_ptr() and elem.name == "i1":
+    if not elem.is_ptr() and elem.ir == "i1":
         return lw.b.icmp_unsigned("!=", v, v.type(0))
     return v
 

@@ -52,7 +52,7 @@ def tensormap_recipes(fn: Function) -> tuple[list, dict]:
             raise LoweringError("a ttg.tensormap base must be a kernel argument")
         r = {"base": i, "dims": [_ref(d0, fn.args), _ref(d1, fn.args)], "strides": [_ref(s1, fn.args)],
              "box": [int(b) for b in op.attrs["box"]], "swizzle": int(op.attrs["swizzle"]),
-             "dtype": base.type.elem.name}
+             "dtype": base.type.elem.ir}
         if r not in recipes:
             recipes.append(r)
         index[id(op)] = recipes.index(r)

@@ -77,7 +77,7 @@ def dot_wgmma(lw: KernelLowering, op):
     a_v, b_v, c_v = op.operands
     M, K = a_v.type.shape
     N = b_v.type.shape[1]
-    ty = a_v.type.scalar.name
+    ty = a_v.type.scalar.ir
     nw = op.attrs["mma"][0]
     reps = M // (16 * nw)  # m64 instructions per warpgroup and k-step (the layout interleaves warps by 16 rows)
     a_regs = a_from_registers(op)

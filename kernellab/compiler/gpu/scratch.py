@@ -72,7 +72,7 @@ def a_from_registers(op) -> bool:
     a = op.operands[0].type
     lay = getattr(a, "layout", None)
     return (isinstance(lay, Mma) and lay.warps[1] == 1 and lay.warps[0] == op.attrs["mma"][0]
-            and a.shape[1] % 16 == 0 and a.scalar.name in ("f16", "bf16"))
+            and a.shape[1] % 16 == 0 and a.scalar.ir in ("f16", "bf16"))
 
 
 def is_wgmma(op) -> bool:
@@ -173,7 +173,7 @@ MMA_INSTRS = {
 
 def mma_instr(op) -> MmaInstr:
     """The instruction accelerate_matmul chose for a dot (its `instr` attribute)."""
-    name = op.attrs.get("instr", "mma.sync.m16n8k16." + op.operands[0].type.scalar.name)
+    name = op.attrs.get("instr", "mma.sync.m16n8k16." + op.operands[0].type.scalar.ir)
     return next(i for i in MMA_INSTRS.values() if i.name == name)
 
 

@@ -20,7 +20,7 @@ def plan(op, num_warps: int, arch: int):
     a, b, acc = (v.type for v in op.operands[:3])
     m, k = a.shape
     n = b.shape[1]
-    ea, eb = a.scalar.name, b.scalar.name
+    ea, eb = a.scalar.ir, b.scalar.ir
     prec = op.attrs.get("input_precision", "ieee")
     if arch < 80:
         return None, None, f"sm_{arch} has no mma.sync"
@@ -36,8 +36,8 @@ def plan(op, num_warps: int, arch: int):
         instr, want_acc = MMA_INSTRS["s8"], "i32"
     else:
         return None, None, f"{ea} operands: tensor cores here take fp16, bf16, fp32 (as tf32) or int8"
-    if acc.scalar.name != want_acc:
-        return None, None, f"{acc.scalar.name} accumulator: {instr.name} accumulates in {want_acc}"
+    if acc.scalar.ir != want_acc:
+        return None, None, f"{acc.scalar.ir} accumulator: {instr.name} accumulates in {want_acc}"
     if m % 16 or n % 8 or k % instr.k:
         return None, None, f"{m}x{n}x{k} is not a multiple of the 16x8x{instr.k} instruction"
     splits = []
@@ -70,8 +70,8 @@ def wgmma_plan(op, num_warps: int, arch: int, enabled: bool):
         return f"no wgmma: sm_{arch} (wgmma needs sm_90a)"
     if not enabled:
         return "no wgmma: enable_wgmma=False"
-    if a.scalar.name not in ("f16", "bf16"):
-        return f"no wgmma: {a.scalar.name} operands (kernellab's wgmma path takes fp16/bf16)"
+    if a.scalar.ir not in ("f16", "bf16"):
+        return f"no wgmma: {a.scalar.ir} operands (kernellab's wgmma path takes fp16/bf16)"
     if num_warps % 4 or m % (16 * num_warps):
         return (f"no wgmma: a {m}-row tile over {num_warps} warps; wgmma needs whole warpgroups and BLOCK_M a "
                 "multiple of 16 x num_warps (m64 blocks per warpgroup)")
@@ -81,7 +81,7 @@ def wgmma_plan(op, num_warps: int, arch: int, enabled: bool):
         return f"no wgmma: BLOCK_K = {k} cannot be swizzled (16, 32 or a multiple of 64)"
     if n * 2 not in (32, 64) and (n * 2) % 128:
         return f"no wgmma: BLOCK_N = {n} cannot be swizzled (16, 32 or a multiple of 64)"
-    return f"wgmma.m64n{n}k16.{a.scalar.name}"
+    return f"wgmma.m64n{n}k16.{a.scalar.ir}"
 
 
 def _dot_chain(op, forward: bool, depth: int = 24) -> bool:

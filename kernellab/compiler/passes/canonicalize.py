@@ -189,7 +189,7 @@ def _select(op: Op) -> bool:
     if a is b:
         return _replace(op, a)
     t = op.result.type
-    if t == c.type and t.scalar.name == "i1" and int_const(a) == 1 and int_const(b) == 0:
+    if t == c.type and t.scalar.ir == "i1" and int_const(a) == 1 and int_const(b) == 0:
         return _replace(op, c)
     return False
 
@@ -301,7 +301,7 @@ def _scf_if(op: Op) -> bool:
         if a is b and not is_defined_inside(a, op):
             r.replace_all_uses_with(a)
             changed = True
-        elif (r.type.scalar == r.type and r.type.name == "i1" and int_const(a) == 1 and int_const(b) == 0):
+        elif (r.type.scalar == r.type and r.type.ir == "i1" and int_const(a) == 1 and int_const(b) == 0):
             r.replace_all_uses_with(op.operands[0])
             changed = True
     return changed

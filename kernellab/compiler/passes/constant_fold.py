@@ -29,16 +29,16 @@ _PACK = {"f16": ("<e", "<H"), "f32": ("<f", "<I"), "f64": ("<d", "<Q")}
 
 
 def float_to_bits(x: float, t: DType) -> int:
-    if t.name == "bf16":
+    if t.ir == "bf16":
         return float_to_bits(x, float32) >> 16
-    f, i = _PACK[t.name]
+    f, i = _PACK[t.ir]
     return struct.unpack(i, struct.pack(f, x))[0]
 
 
 def bits_to_float(b: int, t: DType) -> float:
-    if t.name == "bf16":
+    if t.ir == "bf16":
         return bits_to_float((b & 0xFFFF) << 16, float32)
-    f, i = _PACK[t.name]
+    f, i = _PACK[t.ir]
     return struct.unpack(f, struct.pack(i, b & ((1 << t.bits) - 1)))[0]
 
 

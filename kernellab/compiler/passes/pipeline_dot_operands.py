@@ -160,8 +160,8 @@ def _copyable(ld: Op, bps: _BlockPtrs) -> str | None:
     if ld.attrs.get("volatile"):
         return "volatile load"
     t = ld.result.type
-    if t.scalar.name not in ("f16", "bf16"):
-        return f"{t.scalar.name} elements"
+    if t.scalar.ir not in ("f16", "bf16"):
+        return f"{t.scalar.ir} elements"
     if ld.operands[0].type.is_block_ptr():
         return bps.why_not(ld)
     if not isinstance(t.layout, Blocked):

@@ -84,7 +84,7 @@ def _pipeline(for_op: Op) -> int:
     dots = [op for op in body.ops if op.name == "tt.dot"]
     if not dots:
         return 0
-    if any(d.operands[0].type.scalar.name in ("f16", "bf16") for d in dots):
+    if any(d.operands[0].type.scalar.ir in ("f16", "bf16") for d in dots):
         return 0  # tensor-core operands are multi-buffered in shared memory by pipeline_dot_operands
     loads = [op for op in body.ops if op.name == "tt.load" and not op.operands[0].type.is_block_ptr()]
     plans = [(ld, pure_slice(ld, body)) for ld in loads]

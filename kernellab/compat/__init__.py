@@ -1,0 +1,162 @@
+"""`import triton` served by kernellab: an opt-in for existing Triton code and the libraries it imports.
+
+    import kernellab.compat
+    kernellab.compat.install()     # before anything imports triton
+    import triton, triton.language as tl   # now kernellab's compiler, interpreter and lab
+
+or run a whole script or module unchanged: `python -m kernellab.run script.py` /
+`python -m kernellab.run -m pytest tests/`. Without `install()` nothing changes: a real Triton
+installed beside kernellab keeps working as before.
+
+The modules are assembled from kernellab's own objects (no copies of Triton): the language is
+`kernellab.language`, the exceptions are kernellab's, arranged so that code catching Triton's
+(`triton.TritonError`, `triton.CompilationError`, `triton.runtime.errors.OutOfResources`...) catches ours.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+TRITON_VERSION = "3.6.0"  # the Triton release whose surface this serves
+
+_installed: dict[str, types.ModuleType] = {}
+
+
+def _module(name: str, doc: str, package: bool = True, **attrs) -> types.ModuleType:
+    mod = types.ModuleType(name, doc)
+    if package:
+        mod.__path__ = []  # a package: `import triton.x` for an x we do not serve fails with ModuleNotFoundError
+    mod.__kernellab__ = True
+    mod.__dict__.update(attrs)
+    return mod
+
+
+def _build() -> dict[str, types.ModuleType]:
+    import kernellab
+    import kernellab.language as tl
+    from kernellab import errors, testing
+    from kernellab.language import core as tl_core
+    from kernellab.language import extra, math, random
+
+    from . import driver, knobs, runtime_shim, testing_shim, tools_shim
+
+    mods: dict[str, types.ModuleType] = {}
+
+    def add(name, mod):
+        mods[name] = mod
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(mods[parent], child, mod)
+        return mod
+
+    triton = add("triton", _module(
+        "triton", "Triton's API, served by kernellab (kernellab.compat).",
+        __version__=TRITON_VERSION,
+        jit=kernellab.jit, JITFunction=kernellab.JITFunction, KernelInterface=kernellab.JITFunction,
+        autotune=kernellab.autotune, Config=kernellab.Config, heuristics=kernellab.heuristics,
+        cdiv=kernellab.cdiv, next_power_of_2=kernellab.next_power_of_2,
+        TritonError=errors.KernelLabError, CompilationError=errors.CompilationError,
+        OutOfResources=errors.OutOfResources, InterpreterError=errors.InterpreterError,
+        reinterpret=runtime_shim.reinterpret, TensorWrapper=runtime_shim.TensorWrapper,
+        MockTensor=runtime_shim.MockTensor, constexpr_function=runtime_shim.constexpr_function,
+        set_allocator=runtime_shim.set_allocator, must_use_result=runtime_shim.must_use_result,
+        compile=runtime_shim.compile_unsupported,
+    ))
+    add("triton.errors", _module("triton.errors", "Triton's exception base.", package=False,
+                                 TritonError=errors.KernelLabError))
+    mods["triton.language"] = tl
+    triton.language = tl
+    mods["triton.language.core"] = tl_core
+    mods["triton.language.math"] = math
+    mods["triton.language.random"] = random
+    mods["triton.language.standard"] = tl.builtins
+    mods["triton.language.extra"] = extra
+    mods["triton.language.extra.libdevice"] = extra.libdevice
+    mods["triton.language.extra.cuda"] = extra.cuda
+    mods["triton.language.extra.cuda.libdevice"] = extra.cuda.libdevice
+
+    add("triton.testing", testing_shim.module(_module, testing))
+    runtime = add("triton.runtime", _module(
+        "triton.runtime", "Launch-side objects.",
+        driver=driver.driver, autotune=kernellab.autotune, Config=kernellab.Config, heuristics=kernellab.heuristics,
+        JITFunction=kernellab.JITFunction, KernelInterface=kernellab.JITFunction,
+        reinterpret=runtime_shim.reinterpret, TensorWrapper=runtime_shim.TensorWrapper,
+        MockTensor=runtime_shim.MockTensor, OutOfResources=errors.OutOfResources,
+        InterpreterError=errors.InterpreterError,
+    ))
+    add("triton.runtime.jit", _module(
+        "triton.runtime.jit", "The @jit decorator and launch-time wrappers.", package=False,
+        jit=kernellab.jit, JITFunction=kernellab.JITFunction, KernelInterface=kernellab.JITFunction,
+        TensorWrapper=runtime_shim.TensorWrapper, reinterpret=runtime_shim.reinterpret,
+        MockTensor=runtime_shim.MockTensor, constexpr_function=runtime_shim.constexpr_function,
+        type_canonicalisation_dict=runtime_shim.TYPE_CANONICAL_NAMES,
+    ))
+    add("triton.runtime.errors", _module(
+        "triton.runtime.errors", "Runtime exceptions.", package=False,
+        InterpreterError=errors.InterpreterError, OutOfResources=errors.OutOfResources,
+        PTXASError=errors.ToolchainError, AutotunerError=errors.LaunchError,
+    ))
+    add("triton.runtime.autotuner", _module(
+        "triton.runtime.autotuner", "The autotuner.", package=False,
+        autotune=kernellab.autotune, Config=kernellab.Config, heuristics=kernellab.heuristics,
+        Autotuner=sys.modules["kernellab.runtime.autotuner"].Autotuner,
+        Heuristics=sys.modules["kernellab.runtime.autotuner"].Heuristics,
+    ))
+    add("triton.runtime.driver", _module("triton.runtime.driver", "The active driver.", package=False,
+                                         driver=driver.driver))
+    add("triton.runtime._allocation", _module("triton.runtime._allocation", "Scratch allocator.", package=False,
+                                              set_allocator=runtime_shim.set_allocator))
+    runtime.driver = driver.driver  # `triton.runtime.driver.active`: the object, as Triton has it
+    compiler = add("triton.compiler", _module(
+        "triton.compiler", "Compiler entry points.",
+        CompilationError=errors.CompilationError, compile=runtime_shim.compile_unsupported,
+    ))
+    add("triton.compiler.errors", _module(
+        "triton.compiler.errors", "Compile-time exceptions.", package=False,
+        CompilationError=errors.CompilationError, CompileTimeAssertionFailure=errors.CompilationError,
+        UnsupportedLanguageConstruct=errors.CompilationError,
+    ))
+    compiler.errors = mods["triton.compiler.errors"]
+    add("triton.backends", _module("triton.backends", "Backends."))
+    add("triton.backends.compiler", _module("triton.backends.compiler", "Targets.", package=False,
+                                            GPUTarget=driver.GPUTarget))
+    add("triton.knobs", knobs.module(_module))
+    triton.knobs = mods["triton.knobs"]
+    tools = add("triton.tools", _module("triton.tools", "Host-side tools."))
+    add("triton.tools.tensor_descriptor", _module(
+        "triton.tools.tensor_descriptor", "Host-side tensor descriptors.", package=False,
+        TensorDescriptor=tools_shim.TensorDescriptor,
+    ))
+    tools.tensor_descriptor = mods["triton.tools.tensor_descriptor"]
+    return mods
+
+
+def install() -> None:
+    """Make `import triton` (and its submodules that real code imports) resolve to kernellab.
+
+    Call it before anything imports Triton; a real Triton already imported in this process would be
+    replaced under the feet of the code holding it, so that is refused."""
+    if _installed:
+        return
+    existing = sys.modules.get("triton")
+    if existing is not None and not getattr(existing, "__kernellab__", False):
+        from kernellab.errors import KernelLabError
+
+        raise KernelLabError("kernellab.compat.install(): the real Triton is already imported in this process; "
+                             "call install() first (e.g. at the top of the script, or run it with "
+                             "`python -m kernellab.run script.py`)")
+    mods = _build()
+    sys.modules.update(mods)
+    _installed.update(mods)
+
+
+def uninstall() -> None:
+    """Undo install(): `import triton` finds whatever is installed again."""
+    for name, mod in _installed.items():
+        if sys.modules.get(name) is mod:
+            del sys.modules[name]
+    _installed.clear()
+
+
+def installed() -> bool:
+    return bool(_installed)

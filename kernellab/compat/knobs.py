@@ -1,0 +1,67 @@
+"""`triton.knobs`: Triton's settings objects, with their `scope()` context managers.
+
+kernellab reads its own options (launch keywords, environment), so most knobs are accepted and kept
+without effect; code that sets them in fixtures or scopes keeps running."""
+from __future__ import annotations
+
+import contextlib
+import copy
+
+
+class base_knobs:
+    """A group of settings; attribute assignment sets a knob, `scope()` restores them on exit."""
+
+    defaults: dict = {}
+
+    def __init__(self):
+        self.__dict__.update(copy.deepcopy(self.defaults))
+
+    @property
+    def knob_descriptors(self) -> dict:
+        return {k: None for k in self.defaults}
+
+    def copy(self):
+        return copy.copy(self)
+
+    def reset(self):
+        self.__dict__.update(copy.deepcopy(self.defaults))
+        return self
+
+    @contextlib.contextmanager
+    def scope(self):
+        saved = dict(self.__dict__)
+        try:
+            yield self
+        finally:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+
+
+def _group(name: str, **defaults):
+    return type(name, (base_knobs,), {"defaults": defaults})()
+
+
+class _Ptxas:
+    def __init__(self):
+        import shutil
+
+        self.path = shutil.which("ptxas")
+        self.version = "13.0"
+
+
+def module(make_module):
+    return make_module(
+        "triton.knobs", "Triton's settings objects (accepted; kernellab's own options decide).", package=False,
+        base_knobs=base_knobs, propagate_env=True,
+        cache=_group("cache_knobs", dir=None, dump_dir=None, override_dir=None, home_dir=None),
+        compilation=_group("compilation_knobs", override=False, dump_ir=False, always_compile=False,
+                           enable_fp_fusion=True, disable_line_info=False),
+        runtime=_group("runtime_knobs", interpret=False, debug=False, override_arch=None, launch_enter_hook=None,
+                       launch_exit_hook=None, jit_cache_hook=None, jit_post_compile_hook=None),
+        language=_group("language_knobs", fp32_default=None, default_fp_fusion=True),
+        autotuning=_group("autotuning_knobs", cache=False, print=False),
+        nvidia=_group("nvidia_knobs", ptxas=_Ptxas(), mock_ptx_version=None, dump_nvptx=False),
+        amd=_group("amd_knobs"),
+        build=_group("build_knobs", backend_dirs=set()),
+        proton=_group("proton_knobs"),
+    )

@@ -1,0 +1,185 @@
+"""`import triton` served by kernellab (kernellab.compat): the module tree, the exception hierarchy code that
+catches Triton's errors relies on, the driver queries, reinterpret, perf_report, and `python -m kernellab.run`."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import kernellab
+import kernellab.compat
+import kernellab.language as kl_tl
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture
+def triton():
+    """Serve `triton` from kernellab for one test; a real Triton imported by other tests is set aside and
+    put back afterwards."""
+    saved = {k: v for k, v in sys.modules.items() if k == "triton" or k.startswith("triton.")}
+    for k in saved:
+        del sys.modules[k]
+    kernellab.compat.install()
+    import triton
+
+    try:
+        yield triton
+    finally:
+        kernellab.compat.uninstall()
+        sys.modules.update(saved)
+
+
+def test_module_tree_is_kernellab(triton):
+    import triton.language as tl
+    from triton.compiler.errors import CompilationError
+    from triton.language.extra import libdevice
+    from triton.runtime.errors import InterpreterError, OutOfResources
+    from triton.runtime.jit import TensorWrapper, reinterpret, type_canonicalisation_dict
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    assert tl is kl_tl and triton.jit is kernellab.jit and triton.__version__.startswith("3.")
+    assert CompilationError is kernellab.CompilationError and InterpreterError is kernellab.InterpreterError
+    assert issubclass(OutOfResources, triton.TritonError) and issubclass(OutOfResources, kernellab.LaunchError)
+    assert libdevice.tanh is kl_tl.extra.libdevice.tanh
+    assert callable(reinterpret) and TensorWrapper is kernellab.TensorWrapper
+    assert type_canonicalisation_dict["float32"] == "fp32" and type_canonicalisation_dict["bool"] == "u1"
+    assert TensorDescriptor.from_tensor(torch.zeros(8, 16), [4, 8]).strides == [16, 1]
+    with pytest.raises(ModuleNotFoundError):
+        import triton.not_a_module  # noqa: F401
+
+
+def test_uninstall_restores_the_import_system(triton):
+    kernellab.compat.uninstall()
+    assert "triton" not in sys.modules or not getattr(sys.modules["triton"], "__kernellab__", False)
+    kernellab.compat.install()
+    assert sys.modules["triton"].__kernellab__
+
+
+def test_install_refuses_when_real_triton_is_loaded():
+    saved = {k: v for k, v in sys.modules.items() if k == "triton" or k.startswith("triton.")}
+    fake = type(sys)("triton")
+    sys.modules["triton"] = fake
+    try:
+        with pytest.raises(kernellab.KernelLabError, match="already imported"):
+            kernellab.compat.install()
+    finally:
+        del sys.modules["triton"]
+        sys.modules.update(saved)
+
+
+def test_triton_exceptions_catch_kernellab_compile_errors(triton):
+    import triton.language as tl
+
+    @triton.jit
+    def bad(x_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs) + undefined_name)  # noqa: F821
+
+    x = torch.zeros(16, device=DEVICE)
+    with pytest.raises(triton.CompilationError):
+        bad[(1,)](x, BLOCK=16)
+    with pytest.raises(triton.TritonError):
+        bad[(1,)](x, BLOCK=16)
+
+
+def test_a_triton_kernel_runs_unchanged(triton):
+    import triton.language as tl
+
+    @triton.jit
+    def axpy(x_ptr, y_ptr, out_ptr, a, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(out_ptr + offs, a * tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+    n = 1000
+    x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+    out = torch.full((n,), float("nan"), device=DEVICE)
+    axpy[(triton.cdiv(n, 256),)](x, y, out, 2.5, n, BLOCK=256)
+    torch.testing.assert_close(out.double(), 2.5 * x.double() + y.double(), rtol=1e-6, atol=1e-6)
+
+
+def test_driver_queries(triton):
+    drv = triton.runtime.driver.active
+    target = drv.get_current_target()
+    assert target.backend == "cuda" and target.warp_size == 32 and target.arch >= 80
+    props = drv.utils.get_device_properties(drv.get_current_device())
+    for key in ("multiprocessor_count", "max_shared_mem", "max_num_regs", "warpSize"):
+        assert isinstance(props[key], int) and props[key] > 0
+    assert drv.get_active_torch_device().type == DEVICE
+
+
+def test_reinterpret_gives_kernels_unsigned_views(triton):
+    import triton.language as tl
+
+    @triton.jit
+    def shift_right(x_ptr, out_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs) >> 28)
+
+    rs = np.random.RandomState(0)
+    bits = rs.randint(-2**31, 2**31, size=64, dtype=np.int64).astype(np.int32)
+    bits[:3] = [-1, -2**31, 2**31 - 1]
+    x = triton.reinterpret(torch.tensor(bits, device=DEVICE), tl.uint32)
+    out = triton.reinterpret(torch.full((64,), -7, dtype=torch.int32, device=DEVICE), tl.uint32)
+    shift_right[(1,)](x, out, BLOCK=64)
+    want = (bits.view(np.uint32) >> 28).astype(np.int64)
+    assert np.array_equal(out.base.cpu().numpy().view(np.uint32).astype(np.int64), want)
+    assert triton.reinterpret(out, torch.int32) is out.base or torch.equal(triton.reinterpret(out, torch.int32), out.base)
+    with pytest.raises(kernellab.LaunchError, match="same width"):
+        triton.reinterpret(torch.zeros(4, dtype=torch.int32), tl.uint8)
+
+
+def test_dtype_names_are_tritons(triton):
+    import triton.language as tl
+
+    assert [t.name for t in (tl.int1, tl.int8, tl.uint32, tl.float16, tl.bfloat16, tl.float32, tl.float64)] == \
+        ["int1", "int8", "uint32", "fp16", "bf16", "fp32", "fp64"]
+    assert tl.dtype("int32") is tl.int32 and tl.dtype("fp8e4nv") is tl.float8e4nv
+    assert tl.float32.fp_mantissa_width == 23 and tl.float8e5.exponent_bias == 15
+    assert tl.int8.is_int8() and not tl.int8.is_uint8() and tl.float8e4nv.is_fp8e4nv()
+    assert tl.int16.get_int_max_value() == 2**15 - 1 and tl.uint16.get_int_min_value() == 0
+
+
+def test_perf_report_runs_a_sweep(triton, capsys):
+    calls = []
+
+    @triton.testing.perf_report(triton.testing.Benchmark(
+        x_names=["size"], x_vals=[128, 256], line_arg="provider", line_vals=["a", "b"], line_names=["A", "B"],
+        ylabel="GB/s", plot_name="demo", args={"scale": 2}))
+    def bench(size, provider, scale):
+        calls.append((size, provider, scale))
+        return (size * scale, size, size * 3) if provider == "a" else float(size)
+
+    bench.run(print_data=True)
+    assert calls == [(128, "a", 2), (128, "b", 2), (256, "a", 2), (256, "b", 2)]
+    out = capsys.readouterr().out
+    assert "demo:" in out and "A (GB/s)" in out and "512" in out
+
+
+def test_kernellab_run_serves_triton_to_a_script(tmp_path):
+    script = tmp_path / "uses_triton.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        import torch
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def double(x_ptr, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            tl.store(x_ptr + offs, tl.load(x_ptr + offs) * 2)
+
+        x = torch.arange(8, dtype=torch.float32)
+        double[(1,)](x, BLOCK=8)
+        print("sum", int(x.sum()), "served by", type(triton).__name__, triton.jit.__module__, sys.argv[1:])
+    """))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), env_path]) if (env_path := os.environ.get(
+        "PYTHONPATH")) else os.getcwd())
+    out = subprocess.run([sys.executable, "-m", "kernellab.run", str(script), "extra"], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "sum 56" in out.stdout and "kernellab.runtime.jit" in out.stdout and "['extra']" in out.stdout
