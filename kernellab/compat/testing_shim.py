@@ -128,7 +128,8 @@ def module(make_module, testing):
 
     return make_module(
         "triton.testing", "Timing and comparison helpers (kernellab.testing) and Triton's perf_report.",
-        package=False, do_bench=testing.do_bench, assert_close=testing.assert_close, do_bench_cudagraph=do_bench_cudagraph,
+        package=False, do_bench=testing.do_bench, assert_close=testing.assert_close,
+        do_bench_cudagraph=do_bench_cudagraph,
         Benchmark=Benchmark, Mark=Mark, perf_report=perf_report, get_dram_gbps=get_dram_gbps,
         get_max_tensorcore_tflops=get_max_tensorcore_tflops,
         set_gpu_clock=lambda *a, **k: contextlib.nullcontext((None, None)),
