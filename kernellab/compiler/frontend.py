@@ -164,7 +164,9 @@ class CodeGenerator(ast.NodeVisitor):
             msg = str(e) if not isinstance(e, KeyError) else f"key {e} not found"
             if isinstance(e, AssertionError) and not msg:
                 msg = "assertion failed"
-            raise self.error(node, msg) from None
+            # The cause carries the bare reason (Triton's tests read it from __cause__), without the
+            # compiler's own frames.
+            raise self.error(node, msg) from e.with_traceback(None)
         finally:
             self.builder.loc, self.node = prev_loc, prev_node
 

@@ -94,12 +94,14 @@ def gpu_passes():
         accelerate_matmul,
         allocate_shared,
         assign_layouts,
+        decompose_batched_dot,
         insert_barriers,
         pipeline_dot_operands,
         remove_layout_conversions,
     )
 
-    return [accelerate_matmul, assign_layouts, remove_layout_conversions, pipeline_dot_operands, allocate_shared,
+    return [decompose_batched_dot, accelerate_matmul, assign_layouts, remove_layout_conversions, pipeline_dot_operands,
+            allocate_shared,
             insert_barriers]
 
 

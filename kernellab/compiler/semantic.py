@@ -120,8 +120,8 @@ def computation_type(a: DType, a_scalar: bool, b: DType, b_scalar: bool, div_or_
             return float32
         return bfloat16
     if div_or_mod and a.kind != b.kind and "bool" not in (a.kind, b.kind):
-        raise SemanticError(f"cannot use /, // or % with {a} and {b}: they have different signedness; "
-                            "cast one operand first")
+        raise SemanticError(f"Cannot use /, // or % with {tl_name(a)} and {tl_name(b)} because they have different "
+                            "signedness; cast one operand first")
     return integer_promote(a, b)
 
 
@@ -705,11 +705,18 @@ class Semantic:
     # ---------------------------------------------------------------- compute
     def dot(self, a, b, acc=None, input_precision=None, out_dtype=float32):
         a, b = self.numeric(a, "tl.dot"), self.numeric(b, "tl.dot")
-        if len(a.shape) != 2 or len(b.shape) != 2:
-            raise SemanticError(f"tl.dot needs 2-D tensors, got shapes {list(a.shape)} and {list(b.shape)}")
-        if a.shape[1] != b.shape[0]:
+        if len(a.shape) not in (2, 3) or len(b.shape) != len(a.shape):
+            raise SemanticError(f"tl.dot needs two 2-D tensors (or two 3-D ones: a batch of products), got shapes "
+                                f"{list(a.shape)} and {list(b.shape)}")
+        if a.shape[-1] != b.shape[-2]:
             raise SemanticError(f"tl.dot inner dimensions differ: a is {list(a.shape)}, b is {list(b.shape)} "
-                                f"({a.shape[1]} != {b.shape[0]})")
+                                f"({a.shape[-1]} != {b.shape[-2]})")
+        if len(a.shape) == 3 and a.shape[0] != b.shape[0]:
+            raise SemanticError(f"tl.dot batch dimensions differ: a is {list(a.shape)}, b is {list(b.shape)}")
+        min_k = 32 if a.type.scalar.bits == 8 else 16
+        if a.shape[-1] < min_k:
+            raise SemanticError(f"tl.dot needs K >= {min_k} for {a.type.scalar.name} operands (as Triton does), got "
+                                f"{list(a.shape)} @ {list(b.shape)}; use a larger K block")
         ta, tb = a.type.scalar, b.type.scalar
         if ta != tb:
             if ta.is_floating() and tb.is_floating():
@@ -726,7 +733,7 @@ class Semantic:
             rt = float64
         else:
             rt = as_dtype(out_dtype, "tl.dot's out_dtype") if unwrap(out_dtype) is not None else float32
-        shape = (a.shape[0], b.shape[1])
+        shape = a.shape[:-1] + b.shape[-1:]
         if unwrap(acc) is None:
             acc = self.const(0, TensorType(shape, rt))
         else:
