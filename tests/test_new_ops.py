@@ -494,7 +494,7 @@ COMPILED = ["flip-8x2x256-float32-dim1", "flip-1x16x64-bfloat16-dim2", "flip-mor
             "interleave-scalars", "squeeze-(2, 1, 4)-1", "unsqueeze-1", "swizzle2d-loop-5x7x3",
             "swizzle2d-tile-8x16x3", "reduce-or-8x16-int32", "reduce-or-4x64-int8", "gather-[32]-[64]-ax0",
             "gather-[128, 64]-[128, 128]-ax1", "gather-[128, 64]-[256, 64]-ax0", "gather-bf16-u8", "gather-f64-wrap",
-            "histogram-1024-128-mask1", "histogram-8-512-mask0", "histogram-1-1", "histogram-outside-uint8",
+            "histogram-1024-128-mask1", "histogram-8-512-mask0", "histogram-1", "histogram-outside-uint8",
             "histogram-outside-int64"]
 
 
