@@ -406,6 +406,29 @@ def _bitcast(ins, out, attrs):
 
 
 # ---------------------------------------------------------------------------------------------
+# Ops that move or count elements (not elementwise): the interpreter's definition, one place
+
+
+def gather(src, index, axis: int):
+    """`tt.gather`: src's elements picked along `axis` by `index` (same rank; other dims equal). An index
+    outside the axis wraps modulo its size (a power of 2), as the GPU lowering masks it: Triton leaves it
+    undefined, and a wrapped read can never fault."""
+    n = np.shape(src)[axis]
+    idx = np.asarray(index).astype(np.int64) & (n - 1)
+    return np.take_along_axis(np.asarray(src), idx, axis=axis)
+
+
+def histogram(values, num_bins: int, mask=None):
+    """`tt.histogram`: how often each of 0 .. num_bins-1 occurs among `values` (i32 counts); masked-off
+    values and values outside that range (negative ones included) are not counted."""
+    v = np.asarray(values)
+    ok = (v >= 0) & (v < num_bins) if v.dtype.kind == "i" else v < num_bins
+    if mask is not None:
+        ok &= np.asarray(mask, bool)
+    return np.bincount(v[ok].astype(np.int64), minlength=num_bins).astype(np.int32)
+
+
+# ---------------------------------------------------------------------------------------------
 # The table the catalogue (ops.py) points at: op name -> evaluator factory
 
 EVALUATORS = {

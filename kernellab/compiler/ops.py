@@ -75,6 +75,10 @@ _def("tt.trans", "permute dimensions by {order}", moves_only=True)
 _def("tt.join", "stack two equal tensors along a new last dimension of size 2")
 _def("tt.split", "the two halves of a last dimension of size 2")
 _def("tt.cat", "concatenate two tensors along dimension 0")
+_def("tt.gather", "out[i] = src[i with its {axis} coordinate replaced by index[i]]: (src, index); the result has "
+     "the index's shape; an index outside the axis wraps modulo its (power-of-2) size")
+_def("tt.histogram", "counts of each value 0 .. {num_bins}-1 among a 1-D integer tensor's elements as i32: "
+     "(input [, mask]); masked-off and out-of-range values are not counted")
 _def("tt.hint", "the operand unchanged, with {multiple_of} / {max_contiguous} promises for codegen",
      elementwise=True)
 

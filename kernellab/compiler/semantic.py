@@ -282,6 +282,48 @@ class Semantic:
         shape = (a.shape[0] + b.shape[0],) + a.shape[1:]
         return self.emit("tt.cat", [a, b], TensorType(shape, a.type.scalar))
 
+    def gather(self, src, index, axis) -> tensor:
+        """tl.gather: the result has the index's shape and the source's dtype (Triton's rules)."""
+        src, index = self.to_tensor(src), self.to_tensor(index)
+        axis = unwrap(axis)
+        if src.type.is_block_ptr() or index.type.is_block_ptr():
+            raise SemanticError("tl.gather needs tensors of values, not block pointers; tl.load them first")
+        if not index.dtype.is_int() or index.dtype.kind == "bool":
+            raise SemanticError(f"tl.gather's index must be an integer tensor, got {index.dtype}")
+        rank = len(src.shape)
+        if rank == 0 or len(index.shape) != rank:
+            raise SemanticError(f"tl.gather needs a source and an index of one rank (at least 1), got shapes "
+                                f"{list(src.shape)} and {list(index.shape)}")
+        if isinstance(axis, bool) or not isinstance(axis, int) or not -rank <= axis < rank:
+            raise SemanticError(f"tl.gather's axis must be a constexpr integer in [{-rank}, {rank}), got {axis!r}")
+        axis %= rank
+        for d in range(rank):
+            if d != axis and index.shape[d] != src.shape[d]:
+                raise SemanticError(f"tl.gather: the index's shape {list(index.shape)} must equal the source's "
+                                    f"{list(src.shape)} except along axis {axis} (dimension {d} differs)")
+        return self.emit("tt.gather", [src, index], block_of(index.shape, src.type.scalar), {"axis": axis})
+
+    def histogram(self, x, num_bins, mask=None) -> tensor:
+        """tl.histogram: i32 counts of the values 0 .. num_bins-1 in a 1-D integer tensor."""
+        x = self.to_tensor(x)
+        num_bins = unwrap(num_bins)
+        if len(x.shape) != 1 or x.type.is_block_ptr():
+            raise SemanticError(f"tl.histogram needs a 1-D tensor, got shape {list(x.shape)}")
+        if not x.dtype.is_int() or x.dtype.kind == "bool":
+            raise SemanticError(f"tl.histogram needs integer values, got {x.dtype}")
+        if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins <= 0 or num_bins & (num_bins - 1):
+            raise SemanticError(f"tl.histogram's num_bins must be a constexpr power of 2 (it is the result's "
+                                f"shape), got {num_bins!r}")
+        check_numel((num_bins,))
+        ops = [x]
+        mask = unwrap(mask)
+        if mask is not None:
+            mask = self.to_tensor(mask)
+            if mask.type.scalar.is_ptr() or mask.dtype.kind != "bool":
+                raise SemanticError(f"tl.histogram's mask must be boolean (e.g. offs < n), got {mask.type.scalar}")
+            ops.append(self.broadcast_to(mask, x.shape))
+        return self.emit("tt.histogram", ops, block_of((num_bins,), int32), {"num_bins": num_bins})
+
     def subscript(self, x, index) -> tensor:
         x = self.to_tensor(x)
         index = index if isinstance(index, tuple) else (index,)

@@ -28,13 +28,25 @@ from .core import (  # noqa: F401
     uint32,
     uint64,
 )
+from .standard import (  # noqa: F401
+    bitonic_merge,
+    flip,
+    interleave,
+    reduce_or,
+    sort,
+    squeeze,
+    swizzle2d,
+    topk,
+    unsqueeze,
+)
 
 bool = int1  # noqa: A001 - tl.bool is Triton's name for int1
 from ..compiler.types import float8e4b8, float8e4b15, float8e4nv, float8e5, float8e5b16  # noqa: E402,F401
 
 _TENSOR_METHODS = {
-    name: getattr(_b, name)
-    for name in ["sum", "max", "min", "argmax", "argmin", "xor_sum", "reduce", "cumsum", "cumprod",
+    name: getattr(_b, name) if hasattr(_b, name) else globals()[name]
+    for name in ["flip", "reduce_or", "gather", "histogram",
+                 "sum", "max", "min", "argmax", "argmin", "xor_sum", "reduce", "cumsum", "cumprod",
                  "associative_scan", "reshape", "view", "ravel", "trans", "permute", "expand_dims",
                  "broadcast_to", "split", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "abs",
                  "erf", "floor", "ceil", "sigmoid", "softmax", "cast"]

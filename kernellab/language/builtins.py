@@ -263,6 +263,18 @@ def cat(input, other, can_reorder=False, dim=0, _sem=None):
     return _sem.cat(input, other)
 
 
+@builtin
+def gather(src, index, axis, _sem=None):
+    """src's elements along `axis` picked by `index` (like torch.gather); the result has index's shape."""
+    return _sem.gather(src, index, axis)
+
+
+@builtin
+def histogram(input, num_bins, mask=None, _sem=None):
+    """i32 counts of the values 0 .. num_bins-1 in a 1-D integer tensor (bins of width 1 from 0)."""
+    return _sem.histogram(input, num_bins, mask)
+
+
 # --------------------------------------------------------------------------- dot
 
 

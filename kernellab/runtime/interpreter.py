@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from ..compiler import ops
+from ..compiler import op_eval, ops
 from ..compiler.ir import Function, Module, Op
 from ..compiler.ops import is_pure
 from ..compiler.types import BlockPtrType, DType, PointerType
@@ -480,6 +480,23 @@ class _Compiler:
 
         def f(env):
             env[o] = np.concatenate((env[a], env[b]), axis=0)
+        return f
+
+    def op_gather(self, op):
+        a, i, o = self.s(op.operands[0]), self.s(op.operands[1]), self.d(op.result)
+        axis = op.attrs["axis"]
+
+        def f(env):
+            env[o] = op_eval.gather(env[a], env[i], axis)
+        return f
+
+    def op_histogram(self, op):
+        a, o = self.s(op.operands[0]), self.d(op.result)
+        m = self.s(op.operands[1]) if len(op.operands) > 1 else None
+        bins = op.attrs["num_bins"]
+
+        def f(env):
+            env[o] = op_eval.histogram(env[a], bins, None if m is None else env[m])
         return f
 
     # elementwise: the catalogue's evaluator (the same function the constant folder calls)
@@ -1019,6 +1036,8 @@ _HANDLERS = {
     "tt.join": _Compiler.op_join,
     "tt.split": _Compiler.op_split,
     "tt.cat": _Compiler.op_cat,
+    "tt.gather": _Compiler.op_gather,
+    "tt.histogram": _Compiler.op_histogram,
     "tt.addptr": _Compiler.op_addptr,
     "tt.load": _Compiler.op_load,
     "tt.store": _Compiler.op_store,

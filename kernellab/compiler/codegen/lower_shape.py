@@ -192,6 +192,11 @@ def _convert(lw: KernelLowering, op):
 def _join(lw: KernelLowering, op):
     a, b, res = op.operands[0], op.operands[1], op.results[0]
     elem = a.type.scalar
+    if not isinstance(a.type, TensorType):  # two scalars: element 0 is a, element 1 is b
+        x, y = lw.get(a), lw.get(b)
+        lw.put(res, [lw.b.select(lw.b.icmp_unsigned("==", ix[0], _cint(0)), x, y)
+                     for ix in lw.reg_indices(res.type.layout, res.type.shape)])
+        return
     store_linear(lw, op, lw.regs(a), a.type.layout, a.type.shape, elem, scale=2, plus=0)
     store_linear(lw, op, lw.regs(b), b.type.layout, b.type.shape, elem, scale=2, plus=1)
     lw.barrier()

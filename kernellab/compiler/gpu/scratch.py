@@ -120,6 +120,11 @@ def _other_ops(op):
     if name in ("tt.reshape", "tt.join", "tt.split", "tt.cat"):
         n = sum(_numel(v.type.shape) * mem_bytes(v.type) for v in op.operands)
         return n, f"{name[3:]} through shared memory"
+    if name == "tt.gather":
+        t = op.operands[0].type
+        return _numel(t.shape) * mem_bytes(t), "gather: the source tile, read at the indices"
+    if name == "tt.histogram":
+        return 4 * op.attrs["num_bins"], f"histogram: {op.attrs['num_bins']} i32 counters (shared-memory atomics)"
     if name in ("tt.atomic_rmw", "tt.atomic_cas") and not op.results[0].type.shape:
         return 8, "broadcast of a scalar atomic's old value"
     return 0, ""

@@ -269,6 +269,16 @@ class LayoutAssigner:
             self.want(op, 2, acc_lay)
             self.set_layout(op.result, acc_lay)
             return
+        if name == "tt.gather":  # the result is read in the index's layout; the source goes through scratch as is
+            self.set_layout(op.result, self.layout_of(op.operands[1]))
+            return
+        if name == "tt.histogram":  # the mask is read with the values
+            if len(op.operands) > 1:
+                self.want(op, 1, self.layout_of(op.operands[0]))
+            pref = self.preferred(op.result)
+            ok = pref is not None and pref.rank == 1
+            self.set_layout(op.result, pref if ok else self.default(op.result.type.shape))
+            return
         if name in ("tt.reshape", "tt.join", "tt.split", "tt.cat"):
             for r in res_tensors:
                 self.set_layout(r, default_blocked(r.type.shape, self.num_warps))
