@@ -69,7 +69,7 @@ def _build() -> dict[str, types.ModuleType]:
     mods["triton.language.core"] = tl_core
     mods["triton.language.math"] = math
     mods["triton.language.random"] = random
-    mods["triton.language.standard"] = tl.builtins
+    mods["triton.language.standard"] = tl.standard
     mods["triton.language.extra"] = extra
     mods["triton.language.extra.libdevice"] = extra.libdevice
     mods["triton.language.extra.cuda"] = extra.cuda
