@@ -1573,6 +1573,8 @@ DOT_SHAPES = [(16, 16, 16, 4), (32, 32, 16, 4), (64, 64, 32, 4), (16, 64, 32, 2)
 
 def dot_spec(kind, M, N, K, num_warps, use_acc) -> Spec:
     d, prec = DOT_TYPES[kind]
+    if kind == "int8":
+        K = max(K, 32)  # 8-bit dots need K >= 32, as in Triton
     acc = torch.int32 if d == torch.int8 else torch.float32
 
     def make_args(gen):
