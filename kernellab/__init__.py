@@ -14,6 +14,7 @@ from .errors import (  # noqa: F401
     LaunchError,
     ToolchainError,
 )
+from .language.builtins import constexpr_function  # noqa: F401
 from .runtime.jit import CompiledKernel, JITFunction, jit  # noqa: F401
 
 __version__ = "0.1.0"

@@ -224,13 +224,19 @@ class Semantic:
         return self.broadcast_to(a, shape), self.broadcast_to(b, shape)
 
     def expand_dims(self, x, axis) -> tensor:
+        """Insert size-1 dims. A tuple of axes (negative ones too) names positions in the result, as in
+        Triton and NumPy: `expand_dims(x of [N], (0, -1))` is [1, N, 1]."""
         x = self.to_tensor(x)
         axes = [unwrap(a) for a in axis] if isinstance(unwrap(axis), (list, tuple)) else [unwrap(axis)]
+        rank = len(x.shape) + len(axes)
         for ax in axes:
-            rank = len(x.shape) + 1
-            if not -rank <= ax < rank:
-                raise SemanticError(f"expand_dims axis {ax} is out of range for a result of rank {rank}")
-            ax = ax % rank
+            if not isinstance(ax, int) or not -rank <= ax < rank:
+                raise SemanticError(f"expand_dims: invalid axis {ax} for a result of rank {rank} (expected "
+                                    f"{-rank} <= axis < {rank})")
+        norm = [ax % rank for ax in axes]
+        if len(set(norm)) != len(norm):
+            raise SemanticError(f"expand_dims received duplicate axes {axes} (normalized {norm})")
+        for ax in sorted(norm):
             shape = list(x.shape)
             shape.insert(ax, 1)
             x = self.emit("tt.expand_dims", [x], TensorType(shape, x.type.scalar), {"axis": ax})
@@ -295,7 +301,7 @@ class Semantic:
                 dim += 1
             else:
                 raise SemanticError("tensors can only be indexed with None and ':' (e.g. x[:, None])")
-        if dim - sum(1 for i in index if unwrap(i) is None) > len(x.shape):
+        if dim - sum(1 for i in index if unwrap(i) is None) > max(len(x.shape), 1):
             raise SemanticError(f"too many ':' indices for a tensor of rank {len(x.shape)}")
         return out
 
@@ -748,12 +754,14 @@ class Semantic:
         inputs = [self.to_tensor(x) for x in inputs]
         axis = unwrap(axis)
         if axis is None and not scan:
+            rank = len(inputs[0].shape)
             inputs = [self.reshape(x, (x.numel,)) if len(x.shape) != 1 else x for x in inputs]
             if not inputs[0].shape:
                 return inputs if len(inputs) > 1 else inputs[0]
             out = self.reduction(inputs, 0, combine, keep_dims=False)
-            if keep_dims:
-                return out  # rank-0 either way
+            if keep_dims:  # like Triton: every dim kept, as size 1
+                outs = [self.expand_dims(o, tuple(range(rank))) for o in (out if len(inputs) > 1 else [out])]
+                return outs if len(inputs) > 1 else outs[0]
             return out
         shape = inputs[0].shape
         rank = len(shape)

@@ -23,6 +23,7 @@ from .core import (  # noqa: F401
     range,
     static_range,
     tensor,
+    tuple,
     uint8,
     uint16,
     uint32,

@@ -5,6 +5,7 @@ import builtins as _py
 
 from ..compiler.semantic import as_dtype
 from .core import PropagateNan, bfloat16, builtin, float32, int1, int32, tensor, uint32, unwrap
+from .core import tuple as tl_tuple
 
 # --------------------------------------------------------------------------- programs and creation
 
@@ -443,14 +444,22 @@ def _user_combine(sem, combine_fn, what):
 def reduce(input, axis, combine_fn, keep_dims=False, _sem=None):
     inputs = list(input) if isinstance(input, (list, tuple)) else [input]
     out = _sem.reduction(inputs, axis, _user_combine(_sem, combine_fn, "tl.reduce"), unwrap(keep_dims))
+    return _like_input(input, out)
+
+
+def _like_input(input, out):
+    """Triton's reduce/scan answer a tuple of inputs with a tuple (a 1-tuple too), a tensor with a tensor."""
+    if isinstance(input, (list, tuple)):
+        return tl_tuple(out) if isinstance(out, (list, tuple)) else tl_tuple([out])
     return out
 
 
 @builtin
 def associative_scan(input, axis, combine_fn, reverse=False, _sem=None):
     inputs = list(input) if isinstance(input, (list, tuple)) else [input]
-    return _sem.reduction(inputs, axis, _user_combine(_sem, combine_fn, "tl.associative_scan"), scan=True,
-                          reverse=unwrap(reverse))
+    out = _sem.reduction(inputs, axis, _user_combine(_sem, combine_fn, "tl.associative_scan"), scan=True,
+                         reverse=unwrap(reverse))
+    return _like_input(input, out)
 
 
 @builtin

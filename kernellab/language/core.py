@@ -5,6 +5,7 @@ the frontend supplies it. Called outside a kernel they explain themselves instea
 """
 from __future__ import annotations
 
+import builtins as _py
 import functools
 
 from ..compiler.types import (  # noqa: F401 - re-exported as tl.*
@@ -78,7 +79,7 @@ class tensor:
 
     @property
     def shape(self):
-        return tuple(self.type.shape) if not self.type.is_block_ptr() else tuple(self.type.block_shape)
+        return _py.tuple(self.type.shape) if not self.type.is_block_ptr() else _py.tuple(self.type.block_shape)
 
     @property
     def numel(self):
@@ -151,6 +152,31 @@ class tensor:
             fn = _TENSOR_METHODS[name]
             return functools.partial(fn, self, _sem=tensor._sem)
         raise AttributeError(f"tensor has no attribute '{name}'")
+
+
+class tuple(_py.tuple):
+    """`tl.tuple`: an immutable sequence of kernel values. A Python tuple underneath, so indexing, `len`,
+    iteration, `+`, `==` and unpacking behave as in Python; namedtuples work alike. Passed to or returned
+    from @jit functions and launches, its runtime leaves travel as separate IR values."""
+
+    def __new__(cls, args=(), type=None):
+        return _py.tuple.__new__(cls, args)
+
+    def __add__(self, other):
+        return tuple(_py.tuple(self) + _py.tuple(other))
+
+    def __radd__(self, other):
+        return tuple(_py.tuple(other) + _py.tuple(self))
+
+    def __mul__(self, n):
+        return tuple(_py.tuple(self) * unwrap(n))
+
+    def __getitem__(self, idx):
+        out = _py.tuple.__getitem__(self, unwrap(idx))
+        return tuple(out) if isinstance(idx, slice) else out
+
+    def __repr__(self):
+        return "(" + ", ".join(repr(x) for x in self) + ")"
 
 
 class CalledOutsideKernel(RuntimeError):
