@@ -16,7 +16,7 @@ from ..errors import CompilationError
 from ..language import core as lcore
 from ..language.core import constexpr, tensor, unwrap
 from .ir import Block, Builder, Function, Loc, Module
-from .pytree import is_node, leaves, map_leaves, same_structure
+from .pytree import fill, is_node, leaves, map_leaves, same_structure
 from .semantic import Semantic, SemanticError
 from .types import Type, int1, int32, int64
 
@@ -271,7 +271,7 @@ class CodeGenerator(ast.NodeVisitor):
                                    "(store to memory with tl.store)")
 
     def visit_Assign(self, node):
-        value = self.visit(node.value)
+        value = map_leaves(unwrap(self.visit(node.value)), lambda v: lcore.as_assigned(unwrap(v)))
         for t in node.targets:
             self.assign(t, value, node)
 
@@ -291,7 +291,7 @@ class CodeGenerator(ast.NodeVisitor):
         if cur is None:
             raise self.error(node, "augmented assignment works on names only")
         value = self.binop(node, node.op, cur, self.visit(node.value))
-        self.assign(node.target, value, node)
+        self.assign(node.target, lcore.as_assigned(unwrap(value)), node)
 
     def visit_Return(self, node):
         """A returned value may be a (nested, named) tuple: its tensors and numbers become the function's
@@ -330,6 +330,8 @@ class CodeGenerator(ast.NodeVisitor):
         self.runtime_if(node, cond)
 
     def _cond_scalar(self, node, cond):
+        if cond.shape and cond.numel == 1:  # a 1-element tensor decides like its element (Triton unsplats it)
+            cond = self.sem.item(cond)
         if cond.shape:
             raise self.error(node.test if hasattr(node, "test") else node,
                              f"the condition is a tensor of shape {list(cond.shape)}; `if`/`while` need a "
@@ -656,6 +658,9 @@ class CodeGenerator(ast.NodeVisitor):
 
     def visit_Attribute(self, node):
         value = unwrap(self.visit(node.value))
+        if _is_num(value) and not hasattr(value, node.attr):
+            # a number used like a scalar tensor (`x = 1; x.to(tl.int8)`, `N.dtype`), as Triton allows
+            return getattr(self.sem.to_tensor(value), node.attr)
         return getattr(value, node.attr)
 
     def visit_BinOp(self, node):
@@ -720,10 +725,53 @@ class CodeGenerator(ast.NodeVisitor):
         return result
 
     def visit_IfExp(self, node):
+        """`a if c else b`: a compile-time `c` picks one side; a tensor `c` selects elementwise; a scalar `c`
+        evaluates only the side it picks (an scf.if), as in Triton, unless both sides are side-effect free,
+        when a select of both is cheaper. Both sides may give None (`f() if c else g()` for effects)."""
         cond = unwrap(self.visit(node.test))
         if not isinstance(cond, tensor):
             return self.visit(node.body if cond else node.orelse)
-        return self.sem.where(cond, self.visit(node.body), self.visit(node.orelse))
+        if cond.shape and cond.numel != 1:
+            return self.sem.where(cond, self.visit(node.body), self.visit(node.orelse))
+        cond = self._cond_scalar(node, cond)
+        then_block, else_block = Block(), Block()
+        tv = self._gen_expr(then_block, node.body)
+        ev = self._gen_expr(else_block, node.orelse)
+        if (tv is None) != (ev is None):
+            raise self.error(node, "one side of this conditional expression gives None and the other a value")
+        if tv is not None and all(_speculatable(op) for b in (then_block, else_block) for op in _walk_block(b)):
+            _discard(then_block)
+            _discard(else_block)
+            return self.sem.where(cond, self.visit(node.body), self.visit(node.orelse))
+        tv, ev = unwrap(tv), unwrap(ev)
+        if not same_structure(tv, ev):
+            raise self.error(node, "the two sides of this conditional expression give differently shaped tuples")
+        then_t = self._yield_values(then_block, leaves(tv) if tv is not None else [])
+        else_t = self._yield_values(else_block, leaves(ev) if ev is not None else [])
+        types = []
+        for i, (a, b) in enumerate(zip(then_t, else_t)):
+            if a.type != b.type and self._unify(a, b, then_block, else_block, then_t, else_t, i)[0] is None:
+                raise self.error(node, f"the conditional expression gives {a.type} on one side and {b.type} on "
+                                       "the other; make them match (e.g. with .to())")
+            types.append(then_t[i].type)
+        outer = self.builder.block
+        for blk, vals in ((then_block, then_t), (else_block, else_t)):
+            self.builder.set_insertion_point_to_end(blk)
+            self.builder.create("scf.yield", [v.handle for v in vals], [])
+        self.builder.set_insertion_point_to_end(outer)
+        op = self.builder.create("scf.if", [cond.handle], types, None, [then_block, else_block])
+        if tv is None:
+            return None
+        return fill(tv, [tensor(r, r.type) for r in op.results])
+
+    def _gen_expr(self, block: Block, expr):
+        """Evaluate `expr` with its ops emitted into `block`."""
+        saved = (self.builder.block, self.builder.index)
+        self.builder.set_insertion_point_to_end(block)
+        try:
+            return self.visit(expr)
+        finally:
+            self.builder.block, self.builder.index = saved
 
     def visit_JoinedStr(self, node):
         parts = []
@@ -877,6 +925,19 @@ def _same_template(a, b) -> bool:
 
 def _is_jit(fn):
     return hasattr(fn, "_kl_source")
+
+
+def _walk_block(block: Block):
+    for op in block.ops:
+        yield from op.walk()
+
+
+def _speculatable(op) -> bool:
+    """Whether `op` may run on a path that did not ask for it: pure and unable to trap."""
+    from .ops import OPS
+
+    info = OPS.get(op.name)
+    return info is not None and info.pure and not info.traps
 
 
 def _discard(block: Block):

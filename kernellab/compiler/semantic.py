@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from ..language.core import tensor, unwrap
+from ..language.core import _AssignedScalar, tensor, unwrap
 from .ir import Block, Builder
 from .types import (
     DTYPES,
@@ -36,7 +36,8 @@ class SemanticError(Exception):
 
 
 def _is_py_number(x):
-    return isinstance(x, numbers.Number) and not isinstance(x, tensor)
+    """A weak Python literal; a number the kernel assigned to a variable is a typed scalar instead."""
+    return isinstance(x, numbers.Number) and not isinstance(x, (tensor, _AssignedScalar))
 
 
 def literal_dtype(v) -> DType:
@@ -157,6 +158,8 @@ class Semantic:
         x = unwrap(x)
         if isinstance(x, tensor):
             return x
+        if isinstance(x, _AssignedScalar):
+            return self.const(x.base(), dtype or x.dtype)
         if _is_py_number(x):
             return self.const(x, dtype or literal_dtype(x))
         if x is None:
@@ -241,6 +244,15 @@ class Semantic:
             shape.insert(ax, 1)
             x = self.emit("tt.expand_dims", [x], TensorType(shape, x.type.scalar), {"axis": ax})
         return x
+
+    def item(self, x) -> tensor:
+        """A 1-element tensor as a scalar; anything larger is an error (Triton's unsplat)."""
+        x = self.to_tensor(x)
+        if not x.shape:
+            return x
+        if x.numel != 1:
+            raise SemanticError(f".item() needs a tensor of one element, got shape {list(x.shape)}")
+        return self.reshape(x, ())
 
     def reshape(self, x, shape, can_reorder=False) -> tensor:
         x = self.to_tensor(x)

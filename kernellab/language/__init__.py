@@ -37,7 +37,7 @@ _TENSOR_METHODS = {
     name: getattr(_b, name)
     for name in ["sum", "max", "min", "argmax", "argmin", "xor_sum", "reduce", "cumsum", "cumprod",
                  "associative_scan", "reshape", "view", "ravel", "trans", "permute", "expand_dims",
-                 "broadcast_to", "split", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "abs",
+                 "broadcast_to", "split", "item", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "abs",
                  "erf", "floor", "ceil", "sigmoid", "softmax", "cast"]
 }
 

@@ -230,6 +230,12 @@ def ravel(x, can_reorder=False, _sem=None):
 
 
 @builtin
+def item(input, _sem=None):
+    """The one element of a 1-element tensor as a scalar (Triton's unsplat)."""
+    return _sem.item(input)
+
+
+@builtin
 def expand_dims(input, axis, _sem=None):
     return _sem.expand_dims(input, axis)
 

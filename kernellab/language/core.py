@@ -179,6 +179,44 @@ class tuple(_py.tuple):
         return "(" + ", ".join(repr(x) for x in self) + ")"
 
 
+class _AssignedScalar:
+    """Mixin for a Python number a kernel assigned to a variable (`x = 1`). Triton turns such a value into
+    a scalar tensor: it has a `.dtype` (int32 for 1, fp32 for 1.0) and, in arithmetic with tensors, it
+    promotes as that dtype, not as a weak literal. kernellab keeps it a Python number too, so it still
+    works where a compile-time value is needed (`BLOCK = 128; tl.arange(0, BLOCK)`)."""
+
+    __slots__ = ()
+
+    @property
+    def dtype(self):
+        from ..compiler.semantic import literal_dtype
+
+        return literal_dtype(self.base())
+
+    @property
+    def type(self):
+        return self.dtype
+
+
+class scalar_int(_AssignedScalar, int):
+    def base(self):
+        return int(self)
+
+
+class scalar_float(_AssignedScalar, float):
+    def base(self):
+        return float(self)
+
+
+def as_assigned(v):
+    """`v` tagged as an assigned scalar when it is a plain Python int or float (bool stays bool)."""
+    if type(v) is int:
+        return scalar_int(v)
+    if type(v) is float:
+        return scalar_float(v)
+    return v
+
+
 class CalledOutsideKernel(RuntimeError):
     pass
 
