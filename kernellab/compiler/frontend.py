@@ -658,6 +658,9 @@ class CodeGenerator(ast.NodeVisitor):
 
     def visit_Attribute(self, node):
         value = unwrap(self.visit(node.value))
+        if node.attr == "type" and not isinstance(value, (tensor, lcore._AssignedScalar)) \
+                and (value is None or isinstance(value, (int, float, str))):
+            return lcore.constexpr_type(value)  # a compile-time value's type, as Triton reports it
         if _is_num(value) and not hasattr(value, node.attr):
             # a number used like a scalar tensor (`x = 1; x.to(tl.int8)`, `N.dtype`), as Triton allows
             return getattr(self.sem.to_tensor(value), node.attr)

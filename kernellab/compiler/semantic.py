@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from ..language.core import _AssignedScalar, tensor, unwrap
+from ..language.core import TRITON_MAX_TENSOR_NUMEL, _AssignedScalar, tensor, unwrap
 from .ir import Block, Builder
 from .types import (
     DTYPES,
@@ -866,8 +866,9 @@ def _is_zero_constant(b) -> bool:
     return getattr(op, "name", None) == "arith.constant" and op.attrs.get("value") == 0
 
 
-# Triton's TRITON_MAX_TENSOR_NUMEL: no tile may hold more elements (a 65536 x 65536 tile would ask for 16 GiB).
-MAX_TENSOR_NUMEL = 2**20
+# Triton's TRITON_MAX_TENSOR_NUMEL (tl.TRITON_MAX_TENSOR_NUMEL): no tile may hold more elements (a 65536 x 65536
+# tile would ask for 16 GiB).
+MAX_TENSOR_NUMEL = TRITON_MAX_TENSOR_NUMEL
 
 
 def check_numel(shape):

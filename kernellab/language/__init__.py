@@ -3,13 +3,16 @@ from . import builtins as _b
 from .builtins import *  # noqa: F401,F403
 from .builtins import abs, max, min, sum  # noqa: F401 - names that shadow Python's, exported on purpose
 from .core import (  # noqa: F401
+    TRITON_MAX_TENSOR_NUMEL,
     BlockPtrType,
     PointerType,
     PropagateNan,
     TensorType,
     bfloat16,
     block_type,
+    const,
     constexpr,
+    constexpr_type,
     dtype,
     float16,
     float32,
@@ -19,6 +22,7 @@ from .core import (  # noqa: F401
     int16,
     int32,
     int64,
+    pi32_t,
     pointer_type,
     range,
     static_range,
@@ -28,6 +32,7 @@ from .core import (  # noqa: F401
     uint16,
     uint32,
     uint64,
+    void,
 )
 
 bool = int1  # noqa: A001 - tl.bool is Triton's name for int1
@@ -42,4 +47,15 @@ _TENSOR_METHODS = {
 }
 
 from . import extra, math  # noqa: E402,F401
-from .random import philox, rand, randint, randint4x, randn, randn4x  # noqa: E402,F401
+from .random import (  # noqa: E402,F401
+    pair_uniform_to_normal,
+    philox,
+    philox_impl,
+    rand,
+    rand4x,
+    randint,
+    randint4x,
+    randn,
+    randn4x,
+    uint_to_uniform_float,
+)

@@ -151,6 +151,28 @@ ceil = _math("ceil")
 
 
 @builtin
+def add(x, y, sanitize_overflow=True, _sem=None):
+    """`x + y` as a function (Triton's; `sanitize_overflow` only matters to Triton's debug mode)."""
+    return _sem.binary("+", x, y)
+
+
+@builtin
+def sub(x, y, sanitize_overflow=True, _sem=None):
+    return _sem.binary("-", x, y)
+
+
+@builtin
+def mul(x, y, sanitize_overflow=True, _sem=None):
+    return _sem.binary("*", x, y)
+
+
+@builtin
+def to_tensor(x, _sem=None):
+    """A Python number as a scalar of its literal type (int32, fp32, ...); a tensor unchanged."""
+    return _sem.to_tensor(x)
+
+
+@builtin
 def fma(x, y, z, _sem=None):
     return _sem.math("fma", x, y, z)
 

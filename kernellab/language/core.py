@@ -55,6 +55,35 @@ class constexpr:
     def __hash__(self):
         return hash(self.value)
 
+    @property
+    def type(self):
+        return constexpr_type(self.value)
+
+
+class constexpr_type:
+    """The type of a compile-time value (`isinstance(x.type, tl.constexpr_type)` tells constexprs apart)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, constexpr_type) and self.value == other.value
+
+    def __hash__(self):
+        return hash(("constexpr_type", repr(self.value)))
+
+    def __repr__(self):
+        return f"constexpr_type[{self.value!r}]"
+
+
+class const:
+    """Annotation marking a pointer to constant data (`x_ptr: tl.const`); a no-op for kernellab."""
+
+
+void = DType("void", "void", 0)
+pi32_t = PointerType(int32)
+TRITON_MAX_TENSOR_NUMEL = 2**20  # Triton's bound on a tile's elements; kernellab's semantic checks it too
+
 
 def unwrap(v):
     """A constexpr's Python value; anything else unchanged."""
