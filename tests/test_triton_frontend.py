@@ -444,3 +444,78 @@ def test_gpu_scalars_and_reduce():
     o = poison_i(1).cuda()
     reduce_tuple_kernel[(1,)](xs.cuda(), o, N=32)
     assert o.item() == int(xs.sum())
+
+
+# ============================================================================ inline assembly
+
+
+@kl.jit
+def asm_rotate_kernel(X, Y, Z, N: tl.constexpr):
+    x = tl.load(X + tl.arange(0, N))
+    y = tl.load(Y + tl.arange(0, N))
+    z = tl.inline_asm_elementwise("shf.l.wrap.b32 $0, $1, $2, $3;", "=r,r,r,r", [x, y, 3], dtype=tl.int32,
+                                  is_pure=True, pack=1)
+    tl.store(Z + tl.arange(0, N), z)
+
+
+@kl.jit
+def asm_pack4_kernel(A, B, C, D, BLOCK: tl.constexpr):
+    a = tl.load(A + tl.arange(0, BLOCK))  # uint8: four per 32-bit register
+    b = tl.load(B + tl.arange(0, BLOCK))
+    c, d = tl.inline_asm_elementwise(
+        asm="""
+        {
+            .reg .b8 t<4>;
+            mov.b32 {t0, t1, t2, t3}, $8;
+            cvt.u32.u8 $0, t0;
+            cvt.u32.u8 $1, t1;
+            cvt.u32.u8 $2, t2;
+            cvt.u32.u8 $3, t3;
+        }
+        cvt.rn.f32.s32 $4, $0;
+        cvt.rn.f32.s32 $5, $1;
+        cvt.rn.f32.s32 $6, $2;
+        cvt.rn.f32.s32 $7, $3;
+        max.f32 $4, $4, $9;
+        max.f32 $5, $5, $10;
+        max.f32 $6, $6, $11;
+        max.f32 $7, $7, $12;
+        """,
+        constraints="=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r", args=[a, b], dtype=(tl.int32, tl.float32), is_pure=True,
+        pack=4)
+    tl.store(C + tl.arange(0, BLOCK), c)
+    tl.store(D + tl.arange(0, BLOCK), d)
+
+
+def test_inline_asm_on_the_interpreter_is_a_clear_error():
+    i32 = torch.zeros(32, dtype=torch.int32)
+    with pytest.raises(kl.InterpreterError, match="inline_asm_elementwise.*GPU"):
+        asm_rotate_kernel[(1,)](i32, i32, i32.clone(), N=32)
+
+
+@has_ptxas
+def test_inline_asm_assembles_for_sm90a():
+    i32 = lambda n: torch.zeros(n, dtype=torch.int32)  # noqa: E731
+    assembles(asm_rotate_kernel.warmup(i32(128), i32(128), i32(128), N=128, grid=(1,)))
+    ck = asm_pack4_kernel.warmup(torch.zeros(512, dtype=torch.uint8), torch.zeros(512), i32(512), torch.zeros(512),
+                                 BLOCK=512, grid=(1,))
+    assembles(ck)
+    assert "cvt.u32.u8" in ck.asm["ptx"] and "shf.l.wrap.b32" not in ck.asm["ptx"]
+
+
+@gpu
+def test_gpu_inline_asm():
+    g = gen(5)
+    x = torch.randint(-2**31, 2**31 - 1, (128,), generator=g, dtype=torch.int32)
+    y = torch.randint(-2**31, 2**31 - 1, (128,), generator=g, dtype=torch.int32)
+    z = poison_i(128).cuda()
+    asm_rotate_kernel[(1,)](x.cuda(), y.cuda(), z, N=128)
+    xu, yu = x.numpy().view(np.uint32).astype(np.uint64), y.numpy().view(np.uint32).astype(np.uint64)
+    ref = (((yu << np.uint64(32)) | xu) << np.uint64(3) >> np.uint64(32)) & np.uint64(0xFFFFFFFF)
+    assert (z.cpu().numpy().view(np.uint32) == ref.astype(np.uint32)).all()
+    a = torch.randint(0, 256, (512,), generator=g, dtype=torch.uint8)
+    b = torch.randn(512, generator=g) * 200
+    c, d = poison_i(512).cuda(), poison_f(512).cuda()
+    asm_pack4_kernel[(1,)](a.cuda(), b.cuda(), c, d, BLOCK=512)
+    assert c.cpu().tolist() == a.to(torch.int32).tolist()
+    assert torch.equal(d.cpu(), torch.maximum(a.to(torch.float32), b))

@@ -187,6 +187,9 @@ _def("tt.reduce", "reduce along {axis} with the combine region", regions=1, comb
 _def("tt.scan", "inclusive scan along {axis} with the combine region", regions=1, combine_region=True)
 _def("tt.reduce.return", "yield the combined value of a reduce or scan region", terminator=True, pure=False)
 
+_def("tt.inline_asm", "inline assembly run on each element, or each `pack` elements, of its operands "
+     "{asm, constraints, pure, pack}; one result per output dtype (GPU only)", pure=False)
+
 # Debugging and synchronization.
 _def("tt.print", "print values from each program {prefix}", pure=False)
 _def("tt.assert", "abort with {message} where the condition is false", pure=False)

@@ -807,6 +807,23 @@ class Semantic:
             outs = [self.expand_dims(o, axis) for o in outs]
         return outs if len(outs) > 1 else outs[0]
 
+    def inline_asm(self, asm, constraints, args, dtypes, is_pure, pack) -> list:
+        """Triton's inline_asm_elementwise: the operands broadcast to one shape (their dtypes kept), one
+        result per dtype of that shape."""
+        args = [self.to_tensor(a) for a in args]
+        shape = ()
+        for a in args:
+            shape = self.broadcast_shapes(shape, a.shape)
+        args = [self.broadcast_to(a, shape) if a.shape != shape else a for a in args]
+        if not isinstance(pack, int) or pack < 1:
+            raise SemanticError(f"inline_asm_elementwise: pack must be an integer >= 1, got {pack!r}")
+        if not dtypes:
+            raise SemanticError("inline_asm_elementwise needs at least one output dtype")
+        types = [block_of(tuple(shape), as_dtype(d, "inline_asm_elementwise's dtype")) for d in dtypes]
+        op = self.b.create("tt.inline_asm", [a.handle for a in args], types,
+                           {"asm": str(asm), "constraints": str(constraints), "pure": bool(is_pure), "pack": pack})
+        return [tensor(r, r.type) for r in op.results]
+
     # ---------------------------------------------------------------- misc
     def program_id(self, axis, num=False):
         axis = unwrap(axis)

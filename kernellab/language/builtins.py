@@ -167,6 +167,17 @@ def mul(x, y, sanitize_overflow=True, _sem=None):
 
 
 @builtin
+def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack, _sem=None):
+    """Inline assembly (PTX) over tensors, `pack` elements per instance, like Triton. GPU only: the CPU
+    interpreter cannot run it (Triton's interpreter cannot either)."""
+    dtype = unwrap(dtype)
+    many = isinstance(dtype, (list, tuple))
+    outs = _sem.inline_asm(unwrap(asm), unwrap(constraints), [unwrap(a) for a in unwrap(args)],
+                           [unwrap(d) for d in dtype] if many else [dtype], unwrap(is_pure), unwrap(pack))
+    return tl_tuple(outs) if many else outs[0]
+
+
+@builtin
 def to_tensor(x, _sem=None):
     """A Python number as a scalar of its literal type (int32, fp32, ...); a tensor unchanged."""
     return _sem.to_tensor(x)

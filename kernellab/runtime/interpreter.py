@@ -975,6 +975,13 @@ class _Compiler:
                 env[s] = val
         return f
 
+    def op_inline_asm(self, op):
+        line = op.loc.line if op.loc else None
+        where = f" (line {line})" if line else ""
+        raise InterpreterError(f"kernel '{self.fn.name}'{where}: tl.inline_asm_elementwise runs PTX, which the CPU "
+                               "interpreter cannot execute (Triton's interpreter cannot either); run the kernel on "
+                               "a GPU (CUDA tensors), or give it a tl.* fallback when no GPU is present")
+
     def op_return(self, op):
         # A tt.return that is not the function's last op (inside a region): unwind.
         self.code.nested_return = True
@@ -1036,6 +1043,7 @@ _HANDLERS = {
     "scf.while": _Compiler.op_while,
     "tt.call": _Compiler.op_call,
     "tt.return": _Compiler.op_return,
+    "tt.inline_asm": _Compiler.op_inline_asm,
 }
 
 

@@ -525,6 +525,7 @@ def lower_kernel(module: Module, options, arch: int = 90) -> tuple[str, list]:
         lower_async,
         lower_control,
         lower_dot,
+        lower_inline_asm,
         lower_memory,
         lower_reduce,
         lower_shape,
