@@ -519,3 +519,73 @@ def test_gpu_inline_asm():
     asm_pack4_kernel[(1,)](a.cuda(), b.cuda(), c, d, BLOCK=512)
     assert c.cpu().tolist() == a.to(torch.int32).tolist()
     assert torch.equal(d.cpu(), torch.maximum(a.to(torch.float32), b))
+
+
+# ============================================================================ map_elementwise
+
+
+@kl.jit
+def _compare(x, y):
+    if x < y:
+        return -1
+    elif x == y:
+        return 0
+    else:
+        return 1
+
+
+@kl.jit
+def map_kernel(X, Y, Z, BLOCK: tl.constexpr):
+    x = tl.load(X + tl.arange(0, BLOCK))
+    y = tl.load(Y + tl.arange(0, BLOCK))
+    tl.store(Z + tl.arange(0, BLOCK), tl.map_elementwise(_compare, x, y))
+
+
+@kl.jit
+def _divmod2(a0, a1, b0, b1):
+    return a0 // b0, a1 // b1, a0 % b0, a1 % b1
+
+
+@kl.jit
+def map_pack_kernel(A, B, C, D, BLOCK: tl.constexpr):
+    a = tl.load(A + tl.arange(0, BLOCK))
+    b = tl.load(B + tl.arange(0, BLOCK))
+    c, d = tl.map_elementwise(_divmod2, a, b, pack=2)
+    tl.store(C + tl.arange(0, BLOCK), c)
+    tl.store(D + tl.arange(0, BLOCK), d)
+
+
+def map_inputs():
+    g = gen(6)
+    x = torch.randint(-5, 5, (128,), generator=g, dtype=torch.int32)
+    y = torch.randint(-5, 5, (128,), generator=g, dtype=torch.int32)
+    a = torch.randint(0, 2**31 - 1, (512,), generator=g, dtype=torch.int64).to(torch.uint32)
+    b = torch.randint(1, 1000, (512,), generator=g, dtype=torch.int64).to(torch.uint32)
+    return x, y, a, b
+
+
+def run_map(device):
+    x, y, a, b = map_inputs()
+    z = poison_i(128).to(device)
+    map_kernel[(1,)](x.to(device), y.to(device), z, BLOCK=128)
+    assert torch.equal(z.cpu(), (x > y).int() - (y > x).int())
+    c, d = (torch.full((512,), SENTINEL, dtype=torch.int64).to(torch.uint32).to(device) for _ in range(2))
+    map_pack_kernel[(1,)](a.to(device), b.to(device), c, d, BLOCK=512)
+    an, bn = a.numpy(), b.numpy()
+    assert (c.cpu().numpy() == an // bn).all() and (d.cpu().numpy() == an % bn).all()
+
+
+def test_map_elementwise():
+    run_map("cpu")
+
+
+@has_ptxas
+def test_map_elementwise_assembles_for_sm90a():
+    x, y, a, b = map_inputs()
+    assembles(map_kernel.warmup(x, y, poison_i(128), BLOCK=128, grid=(1,)))
+    assembles(map_pack_kernel.warmup(a, b, a.clone(), b.clone(), BLOCK=512, grid=(1,)))
+
+
+@gpu
+def test_gpu_map_elementwise():
+    run_map("cuda")

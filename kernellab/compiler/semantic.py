@@ -807,6 +807,45 @@ class Semantic:
             outs = [self.expand_dims(o, axis) for o in outs]
         return outs if len(outs) > 1 else outs[0]
 
+    def map_elementwise(self, args, body, pack) -> list:
+        """Triton's map_elementwise: `body(scalars) -> scalars` builds the region, which sees `pack` elements of
+        each operand (argument i*pack + j is element j of operand i) and gives `pack` values per output
+        (result k*pack + j); the operands broadcast to one shape, their dtypes kept."""
+        if not isinstance(pack, int) or pack < 1:
+            raise SemanticError(f"map_elementwise: pack must be an integer >= 1, got {pack!r}")
+        args = [self.to_tensor(a) for a in args]
+        if not args:
+            raise SemanticError("map_elementwise needs at least one tensor argument")
+        shape = ()
+        for a in args:
+            shape = self.broadcast_shapes(shape, a.shape)
+        args = [self.broadcast_to(a, shape) if a.shape != shape else a for a in args]
+        region, rargs = self._region([a.type.scalar for a in args for _ in range(pack)])
+        saved = (self.b.block, self.b.index)
+        self.b.set_insertion_point_to_end(region)
+        try:
+            results = body(rargs)
+            results = list(results) if isinstance(results, (list, tuple)) else [results]
+            if not results or any(r is None for r in results):
+                raise SemanticError("map_elementwise's function must return one or more values")
+            results = [self.to_tensor(r) for r in results]
+            if any(r.shape for r in results):
+                raise SemanticError("map_elementwise's function must return scalars")
+            if len(results) % pack:
+                raise SemanticError(f"map_elementwise with pack={pack} needs a multiple of {pack} results, "
+                                    f"got {len(results)}")
+            n_out = len(results) // pack
+            for k in range(n_out):
+                kinds = {results[k * pack + j].type for j in range(pack)}
+                if len(kinds) > 1:
+                    raise SemanticError(f"map_elementwise: the {pack} values of output {k} have different types")
+            self.b.create("tt.reduce.return", [r.handle for r in results], [])
+        finally:
+            self.b.block, self.b.index = saved
+        types = [block_of(tuple(shape), results[k * pack].type.scalar) for k in range(n_out)]
+        op = self.b.create("tt.map_elementwise", [a.handle for a in args], types, {"pack": pack}, [region])
+        return [tensor(r, r.type) for r in op.results]
+
     def inline_asm(self, asm, constraints, args, dtypes, is_pure, pack) -> list:
         """Triton's inline_asm_elementwise: the operands broadcast to one shape (their dtypes kept), one
         result per dtype of that shape."""

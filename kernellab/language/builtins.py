@@ -167,6 +167,16 @@ def mul(x, y, sanitize_overflow=True, _sem=None):
 
 
 @builtin
+def map_elementwise(scalar_fn, *args, pack=1, _sem=None):
+    """Apply the @jit function `scalar_fn` to each element (or each `pack` elements) of the broadcast `args`:
+    per-element control flow where tl.where would compute both sides. One tensor, or a tuple for several
+    results."""
+    combine = _user_combine(_sem, scalar_fn, "tl.map_elementwise")
+    outs = _sem.map_elementwise([unwrap(a) for a in args], lambda xs: combine(xs, []), unwrap(pack))
+    return outs[0] if len(outs) == 1 else tl_tuple(outs)
+
+
+@builtin
 def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack, _sem=None):
     """Inline assembly (PTX) over tensors, `pack` elements per instance, like Triton. GPU only: the CPU
     interpreter cannot run it (Triton's interpreter cannot either)."""
