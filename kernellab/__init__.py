@@ -15,6 +15,7 @@ from .errors import (  # noqa: F401
     OutOfResources,
     ToolchainError,
 )
+from .language.builtins import constexpr_function  # noqa: F401
 from .runtime.jit import CompiledKernel, JITFunction, jit  # noqa: F401
 from .runtime.wrappers import TensorWrapper, reinterpret  # noqa: F401
 

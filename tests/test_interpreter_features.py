@@ -529,4 +529,11 @@ def test_philox_and_randint4x(seed, base, rounds):
     zero = np.zeros(n, np.int64)
     words = philox_ref(seed, offs & 0xFFFFFFFF, offs >> 32, zero, zero, rounds=rounds)
     check(r4, to_i32(words), what="randint4x")
-    check(u, torch.from_numpy((words[0] >> np.uint64(8)).astype(np.float64) * 2.0**-24), what="rand")
+    check(u, torch.from_numpy(uniform_ref(words[0])), what="rand")
+
+
+def uniform_ref(words):
+    """Triton's uint_to_uniform_float of 32-bit words in NumPy float32: read signed, x < 0 -> -x - 1, * 2^-31."""
+    x = words.astype(np.uint32).view(np.int32).astype(np.int64)
+    x = np.where(x < 0, -x - 1, x)
+    return (x.astype(np.float32) * np.float32(4.6566127342e-10)).astype(np.float64)

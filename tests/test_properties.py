@@ -215,11 +215,11 @@ def binary_kernel(X, Y, Z, S: tl.constexpr, OP: tl.constexpr, MODE: tl.constexpr
     if MODE == 0:
         a = x
         b = tl.load(Y + o)
-    elif MODE == 1:
+    elif MODE == 1:  # S stays a weak Python scalar: annotated constexpr (a plain `b = S` is a typed scalar)
         a = x
-        b = S
+        b: tl.constexpr = S
     else:
-        a = S
+        a: tl.constexpr = S
         b = x
     if OP == "+":
         z = a + b

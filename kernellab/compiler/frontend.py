@@ -16,6 +16,7 @@ from ..errors import CompilationError
 from ..language import core as lcore
 from ..language.core import constexpr, tensor, unwrap
 from .ir import Block, Builder, Function, Loc, Module
+from .pytree import fill, is_node, leaves, map_leaves, same_structure
 from .semantic import Semantic, SemanticError
 from .types import Type, int1, int32, int64
 
@@ -133,7 +134,8 @@ class CodeGenerator(ast.NodeVisitor):
         self.sem.call_jit = self.call_jit
         self.scope: dict = {}
         self.undefined: dict[str, str] = {}
-        self.returned = None
+        self.returned = None  # ("ret", runtime values, template) once a `return` was generated
+        self.ret_template = None  # the returned value's shape with runtime leaves as _RT (pytree)
         self.return_node = None  # the first `return value` of a kernel, for the error that refuses it
         self.node = None
         self.globals = src.globals
@@ -184,24 +186,28 @@ class CodeGenerator(ast.NodeVisitor):
             raise self.error(star, f"`{prefix}{star.arg}` parameters are not supported in @jit functions; "
                                    "name each parameter")
         params = [a.arg for a in self.src.params]
-        runtime = [(n, bound_args[n]) for n in params if isinstance(bound_args[n], _RuntimeArg)]
-        body = Block([r.type for _, r in runtime], [n for n, _ in runtime])
-        fn = Function(self.fn_name, body, [], [r.attrs for _, r in runtime], self.src.filename,
+        runtime = [leaf for n in params for leaf in runtime_leaves(n, bound_args[n])]
+        body = Block([r.type for _, _, r in runtime], [hint for _, hint, _ in runtime])
+        fn = Function(self.fn_name, body, [], [r.attrs for _, _, r in runtime], self.src.filename,
                       self.src.first_line + node.lineno - 1)
         self.builder.set_insertion_point_to_end(body)
         self.builder.loc = Loc(fn.first_line, 1)
         args = iter(body.args)
+
+        def bind(v, hint):
+            if not isinstance(v, _RuntimeArg):
+                return v
+            arg = next(args)
+            if v.equal_to_1:
+                one = self.sem.const(1, v.type)
+                one.handle.hint = hint
+                return one
+            return tensor(arg, arg.type)
+
         for n in params:
-            v = bound_args[n]
-            if isinstance(v, _RuntimeArg):
-                arg = next(args)
-                if v.equal_to_1:
-                    self.scope[n] = self.sem.const(1, v.type)
-                    self.scope[n].handle.hint = n
-                else:
-                    self.scope[n] = tensor(arg, arg.type)
-            else:
-                self.scope[n] = v
+            hints = iter(h for _, h, _ in runtime_leaves(n, bound_args[n]))
+            self.scope[n] = map_leaves(bound_args[n], lambda v: bind(v, next(hints)) if isinstance(v, _RuntimeArg)
+                                       else v)
         prev = tensor._sem
         tensor._sem = self.sem
         try:
@@ -210,6 +216,7 @@ class CodeGenerator(ast.NodeVisitor):
             except _Return:
                 pass
             ret = self.returned[1] if self.returned else []
+            self.ret_template = self.returned[2] if self.returned else None
             ret_vals = [self.sem.to_tensor(v) for v in ret]
             fn.result_types = [v.type for v in ret_vals]
             self.builder.set_insertion_point_to_end(body)
@@ -266,7 +273,7 @@ class CodeGenerator(ast.NodeVisitor):
                                    "(store to memory with tl.store)")
 
     def visit_Assign(self, node):
-        value = self.visit(node.value)
+        value = map_leaves(unwrap(self.visit(node.value)), lambda v: lcore.as_assigned(unwrap(v)))
         for t in node.targets:
             self.assign(t, value, node)
 
@@ -286,17 +293,24 @@ class CodeGenerator(ast.NodeVisitor):
         if cur is None:
             raise self.error(node, "augmented assignment works on names only")
         value = self.binop(node, node.op, cur, self.visit(node.value))
-        self.assign(node.target, value, node)
+        self.assign(node.target, lcore.as_assigned(unwrap(value)), node)
 
     def visit_Return(self, node):
-        if node.value is None:
-            vals = []
-        else:
-            v = self.visit(node.value)
-            vals = list(v) if isinstance(v, tuple) else [v]
-            if any(x is None for x in vals):
-                raise self.error(node, "cannot return None from a @jit function")
-        self.returned = ("ret", vals)
+        """A returned value may be a (nested, named) tuple: its tensors and numbers become the function's
+        results (numbers decay to scalars, as in Triton); None and other compile-time leaves stay in the
+        template the caller rebuilds the value from."""
+        v = None if node.value is None else unwrap(self.visit(node.value))
+        vals = []
+
+        def leaf(x):
+            x = unwrap(x)
+            if isinstance(x, tensor) or _is_num(x):
+                vals.append(x)
+                return _RT
+            return x
+
+        template = map_leaves(v, leaf)
+        self.returned = ("ret", vals, template)
         if self.is_kernel and vals and self.return_node is None:
             self.return_node = node
 
@@ -318,6 +332,8 @@ class CodeGenerator(ast.NodeVisitor):
         self.runtime_if(node, cond)
 
     def _cond_scalar(self, node, cond):
+        if cond.shape and cond.numel == 1:  # a 1-element tensor decides like its element (Triton unsplats it)
+            cond = self.sem.item(cond)
         if cond.shape:
             raise self.error(node.test if hasattr(node, "test") else node,
                              f"the condition is a tensor of shape {list(cond.shape)}; `if`/`while` need a "
@@ -377,7 +393,7 @@ class CodeGenerator(ast.NodeVisitor):
                                    "from both branches (or only at the end of the function)")
         n_ret = 0
         if returns:
-            if len(then_ret[1]) != len(else_ret[1]):
+            if len(then_ret[1]) != len(else_ret[1]) or not _same_template(then_ret[2], else_ret[2]):
                 raise self.error(node, "the two branches return different numbers of values")
             n_ret = len(then_ret[1])
             then_vals = list(then_ret[1]) + then_vals
@@ -402,10 +418,10 @@ class CodeGenerator(ast.NodeVisitor):
         for name, r in zip(names, results[n_ret:]):
             self.scope[name] = r
         if returns:
-            self.returned = ("ret", results[:n_ret])
+            self.returned = ("ret", results[:n_ret], then_ret[2])
 
     def returns_void(self, ret) -> bool:
-        return ret is not None and not ret[1]
+        return ret is not None and not ret[1] and ret[2] is None
 
     def _yield_values(self, block, vals):
         saved = (self.builder.block, self.builder.index)
@@ -644,6 +660,12 @@ class CodeGenerator(ast.NodeVisitor):
 
     def visit_Attribute(self, node):
         value = unwrap(self.visit(node.value))
+        if node.attr == "type" and not isinstance(value, (tensor, lcore._AssignedScalar)) \
+                and (value is None or isinstance(value, (int, float, str))):
+            return lcore.constexpr_type(value)  # a compile-time value's type, as Triton reports it
+        if _is_num(value) and not hasattr(value, node.attr):
+            # a number used like a scalar tensor (`x = 1; x.to(tl.int8)`, `N.dtype`), as Triton allows
+            return getattr(self.sem.to_tensor(value), node.attr)
         return getattr(value, node.attr)
 
     def visit_BinOp(self, node):
@@ -708,10 +730,53 @@ class CodeGenerator(ast.NodeVisitor):
         return result
 
     def visit_IfExp(self, node):
+        """`a if c else b`: a compile-time `c` picks one side; a tensor `c` selects elementwise; a scalar `c`
+        evaluates only the side it picks (an scf.if), as in Triton, unless both sides are side-effect free,
+        when a select of both is cheaper. Both sides may give None (`f() if c else g()` for effects)."""
         cond = unwrap(self.visit(node.test))
         if not isinstance(cond, tensor):
             return self.visit(node.body if cond else node.orelse)
-        return self.sem.where(cond, self.visit(node.body), self.visit(node.orelse))
+        if cond.shape and cond.numel != 1:
+            return self.sem.where(cond, self.visit(node.body), self.visit(node.orelse))
+        cond = self._cond_scalar(node, cond)
+        then_block, else_block = Block(), Block()
+        tv = self._gen_expr(then_block, node.body)
+        ev = self._gen_expr(else_block, node.orelse)
+        if (tv is None) != (ev is None):
+            raise self.error(node, "one side of this conditional expression gives None and the other a value")
+        if tv is not None and all(_speculatable(op) for b in (then_block, else_block) for op in _walk_block(b)):
+            _discard(then_block)
+            _discard(else_block)
+            return self.sem.where(cond, self.visit(node.body), self.visit(node.orelse))
+        tv, ev = unwrap(tv), unwrap(ev)
+        if not same_structure(tv, ev):
+            raise self.error(node, "the two sides of this conditional expression give differently shaped tuples")
+        then_t = self._yield_values(then_block, leaves(tv) if tv is not None else [])
+        else_t = self._yield_values(else_block, leaves(ev) if ev is not None else [])
+        types = []
+        for i, (a, b) in enumerate(zip(then_t, else_t)):
+            if a.type != b.type and self._unify(a, b, then_block, else_block, then_t, else_t, i)[0] is None:
+                raise self.error(node, f"the conditional expression gives {a.type} on one side and {b.type} on "
+                                       "the other; make them match (e.g. with .to())")
+            types.append(then_t[i].type)
+        outer = self.builder.block
+        for blk, vals in ((then_block, then_t), (else_block, else_t)):
+            self.builder.set_insertion_point_to_end(blk)
+            self.builder.create("scf.yield", [v.handle for v in vals], [])
+        self.builder.set_insertion_point_to_end(outer)
+        op = self.builder.create("scf.if", [cond.handle], types, None, [then_block, else_block])
+        if tv is None:
+            return None
+        return fill(tv, [tensor(r, r.type) for r in op.results])
+
+    def _gen_expr(self, block: Block, expr):
+        """Evaluate `expr` with its ops emitted into `block`."""
+        saved = (self.builder.block, self.builder.index)
+        self.builder.set_insertion_point_to_end(block)
+        try:
+            return self.visit(expr)
+        finally:
+            self.builder.block, self.builder.index = saved
 
     def visit_JoinedStr(self, node):
         parts = []
@@ -791,7 +856,34 @@ class CodeGenerator(ast.NodeVisitor):
         raise self.error(node, "lambdas are not supported inside kernels; define a @jit function instead")
 
     def visit_ListComp(self, node):
-        raise self.error(node, "list comprehensions are not supported inside kernels; use tl.static_range")
+        """`[f(v) for v in t]` over a tuple unrolls at compile time into a tl.tuple, as in Triton; a
+        comprehension over anything else (a range, a tensor) is refused."""
+        if len(node.generators) != 1 or node.generators[0].is_async:
+            raise self.error(node, "nested list comprehensions are not supported inside kernels")
+        gen = node.generators[0]
+        seq = unwrap(self.visit(gen.iter))
+        if not isinstance(seq, (tuple, list)):
+            raise self.error(node, f"list comprehensions are not supported inside kernels over a "
+                                   f"{type(seq).__name__}, only over a tuple (`[f(v) for v in t]`); for a range, "
+                                   "use a `for` loop with tl.static_range")
+        saved = dict(self.scope)
+        out = []
+        try:
+            for item in seq:
+                self.assign(gen.target, item, node)
+                if all(self._static_cond(c) for c in gen.ifs):
+                    out.append(self.visit(node.elt))
+        finally:
+            self.scope = saved
+        return lcore.tuple(out)
+
+    visit_GeneratorExp = visit_ListComp
+
+    def _static_cond(self, test) -> bool:
+        cond = unwrap(self.visit(test))
+        if isinstance(cond, tensor):
+            raise self.error(test, "a comprehension's `if` must be a compile-time condition")
+        return bool(cond)
 
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
@@ -820,8 +912,37 @@ def _same_py(a, b):
         return a is b
 
 
+class _RuntimeLeaf:
+    """Marks, in a returned value's template, where a function result goes."""
+
+    def __repr__(self):
+        return "<runtime>"
+
+
+_RT = _RuntimeLeaf()
+
+
+def _same_template(a, b) -> bool:
+    if not same_structure(a, b):
+        return False
+    return all(x is y or _same_py(x, y) for x, y in zip(leaves(a), leaves(b)))
+
+
 def _is_jit(fn):
     return hasattr(fn, "_kl_source")
+
+
+def _walk_block(block: Block):
+    for op in block.ops:
+        yield from op.walk()
+
+
+def _speculatable(op) -> bool:
+    """Whether `op` may run on a path that did not ask for it: pure and unable to trap."""
+    from .ops import OPS
+
+    info = OPS.get(op.name)
+    return info is not None and info.pure and not info.traps
 
 
 def _discard(block: Block):
@@ -840,6 +961,32 @@ class _RuntimeArg:
 
 
 RuntimeArg = _RuntimeArg
+
+
+def runtime_leaves(name: str, value) -> list:
+    """(label for messages, IR name hint, RuntimeArg) of every runtime leaf of a bound argument, in the
+    order they become function parameters: `t[1][0]` / `t_1_0` for a leaf of tuple argument `t`."""
+    out = []
+
+    def walk(v, label, hint):
+        if is_node(v):
+            for i, x in enumerate(v):
+                walk(x, f"{label}[{i}]", f"{hint}_{i}")
+        elif isinstance(v, _RuntimeArg):
+            out.append((label, hint, v))
+
+    walk(value, name, name)
+    return out
+
+
+def _call_key(value) -> str:
+    """The specialization-key text of a helper's argument: runtime leaves by type, functions by name,
+    other compile-time values by repr. Also the mangled name's part, so keep it short."""
+    if is_node(value):
+        return "T" + "_".join(_call_key(v) for v in value) + "T"
+    if isinstance(value, _RuntimeArg):
+        return str(value.type)
+    return repr(value) if not callable(value) else getattr(value, "__name__", "fn")
 
 
 class ModuleCompiler:
@@ -864,19 +1011,25 @@ class ModuleCompiler:
         except TypeError as e:
             raise caller.error(node, f"bad call to {src.name}(): {e}") from None
         ba.apply_defaults()
-        bound, key_parts, call_args = {}, [], []
+        bound, key_parts, call_args, fn_ids = {}, [], [], []
         for name, value in ba.arguments.items():
             value = unwrap(value)
-            if isinstance(value, tensor):
-                if name in src.constexpr_params:
-                    raise caller.error(node, f"argument '{name}' of {src.name}() is constexpr but got a runtime value")
-                bound[name] = _RuntimeArg(value.type)
-                call_args.append(value)
-                key_parts.append(str(value.type))
-            else:
-                bound[name] = value
-                key_parts.append(repr(value) if not callable(value) else getattr(value, "__name__", "fn"))
-        key = (id(jitfn), tuple(key_parts))
+
+            def leaf(v, name=name):
+                v = unwrap(v)
+                if isinstance(v, tensor):
+                    if name in src.constexpr_params:
+                        raise caller.error(node, f"argument '{name}' of {src.name}() is constexpr but got a runtime "
+                                                 "value")
+                    call_args.append(v)
+                    return _RuntimeArg(v.type)
+                if callable(v):
+                    fn_ids.append(id(v))
+                return v
+
+            bound[name] = map_leaves(value, leaf)
+            key_parts.append(_call_key(bound[name]))
+        key = (id(jitfn), tuple(key_parts), tuple(fn_ids))
         if key not in self.cache:
             if src.name in self.stack:
                 raise caller.error(node, f"recursive call to {src.name}() is not supported")
@@ -894,14 +1047,12 @@ class ModuleCompiler:
                 tensor._sem = prev
                 self.stack.pop()
             self.module.functions.append(fn)
-            self.cache[key] = fn
-        fn = self.cache[key]
+            self.cache[key] = (fn, gen.ret_template)
+        fn, template = self.cache[key]
         op = caller.builder.create("tt.call", [a.handle for a in call_args], list(fn.result_types),
                                    {"callee": fn.name})
-        results = [tensor(r, r.type) for r in op.results]
-        if not results:
-            return None
-        return results[0] if len(results) == 1 else tuple(results)
+        results = iter(tensor(r, r.type) for r in op.results)
+        return map_leaves(template, lambda x: next(results) if x is _RT else x)
 
 
 __all__ = ["CodeGenerator", "FunctionSource", "ModuleCompiler", "RuntimeArg"]

@@ -189,7 +189,13 @@ _def("tt.atomic_cas", "atomic compare-and-swap: returns the old value", pure=Fal
 _def("tt.dot", "matrix product a @ b + acc (fp32 or int32 accumulation)")
 _def("tt.reduce", "reduce along {axis} with the combine region", regions=1, combine_region=True)
 _def("tt.scan", "inclusive scan along {axis} with the combine region", regions=1, combine_region=True)
-_def("tt.reduce.return", "yield the combined value of a reduce or scan region", terminator=True, pure=False)
+_def("tt.map_elementwise", "a scalar function (the region) applied to each element, or each {pack} elements, of "
+     "its operands", regions=1, combine_region=True, pure=False)
+_def("tt.reduce.return", "yield the value(s) of a reduce, scan or map_elementwise region", terminator=True,
+     pure=False)
+
+_def("tt.inline_asm", "inline assembly run on each element, or each `pack` elements, of its operands "
+     "{asm, constraints, pure, pack}; one result per output dtype (GPU only)", pure=False)
 
 # Debugging and synchronization.
 _def("tt.print", "print values from each program {prefix}", pure=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from ..language.core import tensor, unwrap
+from ..language.core import TRITON_MAX_TENSOR_NUMEL, _AssignedScalar, tensor, unwrap
 from .ir import Block, Builder
 from .types import (
     DTYPES,
@@ -36,7 +36,8 @@ class SemanticError(Exception):
 
 
 def _is_py_number(x):
-    return isinstance(x, numbers.Number) and not isinstance(x, tensor)
+    """A weak Python literal; a number the kernel assigned to a variable is a typed scalar instead."""
+    return isinstance(x, numbers.Number) and not isinstance(x, (tensor, _AssignedScalar))
 
 
 def literal_dtype(v) -> DType:
@@ -157,6 +158,8 @@ class Semantic:
         x = unwrap(x)
         if isinstance(x, tensor):
             return x
+        if isinstance(x, _AssignedScalar):
+            return self.const(x.base(), dtype or x.dtype)
         if _is_py_number(x):
             return self.const(x, dtype or literal_dtype(x))
         if x is None:
@@ -224,17 +227,32 @@ class Semantic:
         return self.broadcast_to(a, shape), self.broadcast_to(b, shape)
 
     def expand_dims(self, x, axis) -> tensor:
+        """Insert size-1 dims. A tuple of axes (negative ones too) names positions in the result, as in
+        Triton and NumPy: `expand_dims(x of [N], (0, -1))` is [1, N, 1]."""
         x = self.to_tensor(x)
         axes = [unwrap(a) for a in axis] if isinstance(unwrap(axis), (list, tuple)) else [unwrap(axis)]
+        rank = len(x.shape) + len(axes)
         for ax in axes:
-            rank = len(x.shape) + 1
-            if not -rank <= ax < rank:
-                raise SemanticError(f"expand_dims axis {ax} is out of range for a result of rank {rank}")
-            ax = ax % rank
+            if not isinstance(ax, int) or not -rank <= ax < rank:
+                raise SemanticError(f"expand_dims: invalid axis {ax} for a result of rank {rank} (expected "
+                                    f"{-rank} <= axis < {rank})")
+        norm = [ax % rank for ax in axes]
+        if len(set(norm)) != len(norm):
+            raise SemanticError(f"expand_dims received duplicate axes {axes} (normalized {norm})")
+        for ax in sorted(norm):
             shape = list(x.shape)
             shape.insert(ax, 1)
             x = self.emit("tt.expand_dims", [x], TensorType(shape, x.type.scalar), {"axis": ax})
         return x
+
+    def item(self, x) -> tensor:
+        """A 1-element tensor as a scalar; anything larger is an error (Triton's unsplat)."""
+        x = self.to_tensor(x)
+        if not x.shape:
+            return x
+        if x.numel != 1:
+            raise SemanticError(f".item() needs a tensor of one element, got shape {list(x.shape)}")
+        return self.reshape(x, ())
 
     def reshape(self, x, shape, can_reorder=False) -> tensor:
         x = self.to_tensor(x)
@@ -337,7 +355,7 @@ class Semantic:
                 dim += 1
             else:
                 raise SemanticError("tensors can only be indexed with None and ':' (e.g. x[:, None])")
-        if dim - sum(1 for i in index if unwrap(i) is None) > len(x.shape):
+        if dim - sum(1 for i in index if unwrap(i) is None) > max(len(x.shape), 1):
             raise SemanticError(f"too many ':' indices for a tensor of rank {len(x.shape)}")
         return out
 
@@ -797,12 +815,14 @@ class Semantic:
         inputs = [self.to_tensor(x) for x in inputs]
         axis = unwrap(axis)
         if axis is None and not scan:
+            rank = len(inputs[0].shape)
             inputs = [self.reshape(x, (x.numel,)) if len(x.shape) != 1 else x for x in inputs]
             if not inputs[0].shape:
                 return inputs if len(inputs) > 1 else inputs[0]
             out = self.reduction(inputs, 0, combine, keep_dims=False)
-            if keep_dims:
-                return out  # rank-0 either way
+            if keep_dims:  # like Triton: every dim kept, as size 1
+                outs = [self.expand_dims(o, tuple(range(rank))) for o in (out if len(inputs) > 1 else [out])]
+                return outs if len(inputs) > 1 else outs[0]
             return out
         shape = inputs[0].shape
         rank = len(shape)
@@ -835,6 +855,62 @@ class Semantic:
         if keep_dims and not scan:
             outs = [self.expand_dims(o, axis) for o in outs]
         return outs if len(outs) > 1 else outs[0]
+
+    def map_elementwise(self, args, body, pack) -> list:
+        """Triton's map_elementwise: `body(scalars) -> scalars` builds the region, which sees `pack` elements of
+        each operand (argument i*pack + j is element j of operand i) and gives `pack` values per output
+        (result k*pack + j); the operands broadcast to one shape, their dtypes kept."""
+        if not isinstance(pack, int) or pack < 1:
+            raise SemanticError(f"map_elementwise: pack must be an integer >= 1, got {pack!r}")
+        args = [self.to_tensor(a) for a in args]
+        if not args:
+            raise SemanticError("map_elementwise needs at least one tensor argument")
+        shape = ()
+        for a in args:
+            shape = self.broadcast_shapes(shape, a.shape)
+        args = [self.broadcast_to(a, shape) if a.shape != shape else a for a in args]
+        region, rargs = self._region([a.type.scalar for a in args for _ in range(pack)])
+        saved = (self.b.block, self.b.index)
+        self.b.set_insertion_point_to_end(region)
+        try:
+            results = body(rargs)
+            results = list(results) if isinstance(results, (list, tuple)) else [results]
+            if not results or any(r is None for r in results):
+                raise SemanticError("map_elementwise's function must return one or more values")
+            results = [self.to_tensor(r) for r in results]
+            if any(r.shape for r in results):
+                raise SemanticError("map_elementwise's function must return scalars")
+            if len(results) % pack:
+                raise SemanticError(f"map_elementwise with pack={pack} needs a multiple of {pack} results, "
+                                    f"got {len(results)}")
+            n_out = len(results) // pack
+            for k in range(n_out):
+                kinds = {results[k * pack + j].type for j in range(pack)}
+                if len(kinds) > 1:
+                    raise SemanticError(f"map_elementwise: the {pack} values of output {k} have different types")
+            self.b.create("tt.reduce.return", [r.handle for r in results], [])
+        finally:
+            self.b.block, self.b.index = saved
+        types = [block_of(tuple(shape), results[k * pack].type.scalar) for k in range(n_out)]
+        op = self.b.create("tt.map_elementwise", [a.handle for a in args], types, {"pack": pack}, [region])
+        return [tensor(r, r.type) for r in op.results]
+
+    def inline_asm(self, asm, constraints, args, dtypes, is_pure, pack) -> list:
+        """Triton's inline_asm_elementwise: the operands broadcast to one shape (their dtypes kept), one
+        result per dtype of that shape."""
+        args = [self.to_tensor(a) for a in args]
+        shape = ()
+        for a in args:
+            shape = self.broadcast_shapes(shape, a.shape)
+        args = [self.broadcast_to(a, shape) if a.shape != shape else a for a in args]
+        if not isinstance(pack, int) or pack < 1:
+            raise SemanticError(f"inline_asm_elementwise: pack must be an integer >= 1, got {pack!r}")
+        if not dtypes:
+            raise SemanticError("inline_asm_elementwise needs at least one output dtype")
+        types = [block_of(tuple(shape), as_dtype(d, "inline_asm_elementwise's dtype")) for d in dtypes]
+        op = self.b.create("tt.inline_asm", [a.handle for a in args], types,
+                           {"asm": str(asm), "constraints": str(constraints), "pure": bool(is_pure), "pack": pack})
+        return [tensor(r, r.type) for r in op.results]
 
     # ---------------------------------------------------------------- misc
     def program_id(self, axis, num=False):
@@ -895,8 +971,9 @@ def _is_zero_constant(b) -> bool:
     return getattr(op, "name", None) == "arith.constant" and op.attrs.get("value") == 0
 
 
-# Triton's TRITON_MAX_TENSOR_NUMEL: no tile may hold more elements (a 65536 x 65536 tile would ask for 16 GiB).
-MAX_TENSOR_NUMEL = 2**20
+# Triton's TRITON_MAX_TENSOR_NUMEL (tl.TRITON_MAX_TENSOR_NUMEL): no tile may hold more elements (a 65536 x 65536
+# tile would ask for 16 GiB).
+MAX_TENSOR_NUMEL = TRITON_MAX_TENSOR_NUMEL
 
 
 def check_numel(shape):

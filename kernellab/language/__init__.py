@@ -3,13 +3,16 @@ from . import builtins as _b
 from .builtins import *  # noqa: F401,F403
 from .builtins import abs, max, min, sum  # noqa: F401 - names that shadow Python's, exported on purpose
 from .core import (  # noqa: F401
+    TRITON_MAX_TENSOR_NUMEL,
     BlockPtrType,
     PointerType,
     PropagateNan,
     TensorType,
     bfloat16,
     block_type,
+    const,
     constexpr,
+    constexpr_type,
     dtype,
     float16,
     float32,
@@ -19,14 +22,17 @@ from .core import (  # noqa: F401
     int16,
     int32,
     int64,
+    pi32_t,
     pointer_type,
     range,
     static_range,
     tensor,
+    tuple,
     uint8,
     uint16,
     uint32,
     uint64,
+    void,
 )
 from .standard import (  # noqa: F401
     bitonic_merge,
@@ -48,9 +54,20 @@ _TENSOR_METHODS = {
     for name in ["flip", "reduce_or", "gather", "histogram",
                  "sum", "max", "min", "argmax", "argmin", "xor_sum", "reduce", "cumsum", "cumprod",
                  "associative_scan", "reshape", "view", "ravel", "trans", "permute", "expand_dims",
-                 "broadcast_to", "split", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "abs",
+                 "broadcast_to", "split", "item", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "abs",
                  "erf", "floor", "ceil", "sigmoid", "softmax", "cast"]
 }
 
 from . import extra, math  # noqa: E402,F401
-from .random import philox, rand, randint, randint4x, randn, randn4x  # noqa: E402,F401
+from .random import (  # noqa: E402,F401
+    pair_uniform_to_normal,
+    philox,
+    philox_impl,
+    rand,
+    rand4x,
+    randint,
+    randint4x,
+    randn,
+    randn4x,
+    uint_to_uniform_float,
+)

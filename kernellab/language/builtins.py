@@ -5,6 +5,7 @@ import builtins as _py
 
 from ..compiler.semantic import as_dtype
 from .core import PropagateNan, bfloat16, builtin, float32, int1, int32, tensor, uint32, unwrap
+from .core import tuple as tl_tuple
 
 # --------------------------------------------------------------------------- programs and creation
 
@@ -150,6 +151,49 @@ ceil = _math("ceil")
 
 
 @builtin
+def add(x, y, sanitize_overflow=True, _sem=None):
+    """`x + y` as a function (Triton's; `sanitize_overflow` only matters to Triton's debug mode)."""
+    return _sem.binary("+", x, y)
+
+
+@builtin
+def sub(x, y, sanitize_overflow=True, _sem=None):
+    return _sem.binary("-", x, y)
+
+
+@builtin
+def mul(x, y, sanitize_overflow=True, _sem=None):
+    return _sem.binary("*", x, y)
+
+
+@builtin
+def map_elementwise(scalar_fn, *args, pack=1, _sem=None):
+    """Apply the @jit function `scalar_fn` to each element (or each `pack` elements) of the broadcast `args`:
+    per-element control flow where tl.where would compute both sides. One tensor, or a tuple for several
+    results."""
+    combine = _user_combine(_sem, scalar_fn, "tl.map_elementwise")
+    outs = _sem.map_elementwise([unwrap(a) for a in args], lambda xs: combine(xs, []), unwrap(pack))
+    return outs[0] if len(outs) == 1 else tl_tuple(outs)
+
+
+@builtin
+def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack, _sem=None):
+    """Inline assembly (PTX) over tensors, `pack` elements per instance, like Triton. GPU only: the CPU
+    interpreter cannot run it (Triton's interpreter cannot either)."""
+    dtype = unwrap(dtype)
+    many = isinstance(dtype, (list, tuple))
+    outs = _sem.inline_asm(unwrap(asm), unwrap(constraints), [unwrap(a) for a in unwrap(args)],
+                           [unwrap(d) for d in dtype] if many else [dtype], unwrap(is_pure), unwrap(pack))
+    return tl_tuple(outs) if many else outs[0]
+
+
+@builtin
+def to_tensor(x, _sem=None):
+    """A Python number as a scalar of its literal type (int32, fp32, ...); a tensor unchanged."""
+    return _sem.to_tensor(x)
+
+
+@builtin
 def fma(x, y, z, _sem=None):
     return _sem.math("fma", x, y, z)
 
@@ -226,6 +270,12 @@ def view(input, *shape, _sem=None):
 def ravel(x, can_reorder=False, _sem=None):
     x = _sem.to_tensor(x)
     return _sem.reshape(x, (x.numel,))
+
+
+@builtin
+def item(input, _sem=None):
+    """The one element of a 1-element tensor as a scalar (Triton's unsplat)."""
+    return _sem.item(input)
 
 
 @builtin
@@ -455,14 +505,22 @@ def _user_combine(sem, combine_fn, what):
 def reduce(input, axis, combine_fn, keep_dims=False, _sem=None):
     inputs = list(input) if isinstance(input, (list, tuple)) else [input]
     out = _sem.reduction(inputs, axis, _user_combine(_sem, combine_fn, "tl.reduce"), unwrap(keep_dims))
+    return _like_input(input, out)
+
+
+def _like_input(input, out):
+    """Triton's reduce/scan answer a tuple of inputs with a tuple (a 1-tuple too), a tensor with a tensor."""
+    if isinstance(input, (list, tuple)):
+        return tl_tuple(out) if isinstance(out, (list, tuple)) else tl_tuple([out])
     return out
 
 
 @builtin
 def associative_scan(input, axis, combine_fn, reverse=False, _sem=None):
     inputs = list(input) if isinstance(input, (list, tuple)) else [input]
-    return _sem.reduction(inputs, axis, _user_combine(_sem, combine_fn, "tl.associative_scan"), scan=True,
-                          reverse=unwrap(reverse))
+    out = _sem.reduction(inputs, axis, _user_combine(_sem, combine_fn, "tl.associative_scan"), scan=True,
+                         reverse=unwrap(reverse))
+    return _like_input(input, out)
 
 
 @builtin

@@ -5,6 +5,7 @@ the frontend supplies it. Called outside a kernel they explain themselves instea
 """
 from __future__ import annotations
 
+import builtins as _py
 import functools
 
 from ..compiler.types import (  # noqa: F401 - re-exported as tl.*
@@ -54,6 +55,35 @@ class constexpr:
     def __hash__(self):
         return hash(self.value)
 
+    @property
+    def type(self):
+        return constexpr_type(self.value)
+
+
+class constexpr_type:
+    """The type of a compile-time value (`isinstance(x.type, tl.constexpr_type)` tells constexprs apart)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, constexpr_type) and self.value == other.value
+
+    def __hash__(self):
+        return hash(("constexpr_type", repr(self.value)))
+
+    def __repr__(self):
+        return f"constexpr_type[{self.value!r}]"
+
+
+class const:
+    """Annotation marking a pointer to constant data (`x_ptr: tl.const`); a no-op for kernellab."""
+
+
+void = DType("void", "void", 0)
+pi32_t = PointerType(int32)
+TRITON_MAX_TENSOR_NUMEL = 2**20  # Triton's bound on a tile's elements; kernellab's semantic checks it too
+
 
 def unwrap(v):
     """A constexpr's Python value; anything else unchanged."""
@@ -78,7 +108,7 @@ class tensor:
 
     @property
     def shape(self):
-        return tuple(self.type.shape) if not self.type.is_block_ptr() else tuple(self.type.block_shape)
+        return _py.tuple(self.type.shape) if not self.type.is_block_ptr() else _py.tuple(self.type.block_shape)
 
     @property
     def numel(self):
@@ -151,6 +181,69 @@ class tensor:
             fn = _TENSOR_METHODS[name]
             return functools.partial(fn, self, _sem=tensor._sem)
         raise AttributeError(f"tensor has no attribute '{name}'")
+
+
+class tuple(_py.tuple):
+    """`tl.tuple`: an immutable sequence of kernel values. A Python tuple underneath, so indexing, `len`,
+    iteration, `+`, `==` and unpacking behave as in Python; namedtuples work alike. Passed to or returned
+    from @jit functions and launches, its runtime leaves travel as separate IR values."""
+
+    def __new__(cls, args=(), type=None):
+        return _py.tuple.__new__(cls, args)
+
+    def __add__(self, other):
+        return tuple(_py.tuple(self) + _py.tuple(other))
+
+    def __radd__(self, other):
+        return tuple(_py.tuple(other) + _py.tuple(self))
+
+    def __mul__(self, n):
+        return tuple(_py.tuple(self) * unwrap(n))
+
+    def __getitem__(self, idx):
+        out = _py.tuple.__getitem__(self, unwrap(idx))
+        return tuple(out) if isinstance(idx, slice) else out
+
+    def __repr__(self):
+        return "(" + ", ".join(repr(x) for x in self) + ")"
+
+
+class _AssignedScalar:
+    """Mixin for a Python number a kernel assigned to a variable (`x = 1`). Triton turns such a value into
+    a scalar tensor: it has a `.dtype` (int32 for 1, fp32 for 1.0) and, in arithmetic with tensors, it
+    promotes as that dtype, not as a weak literal. kernellab keeps it a Python number too, so it still
+    works where a compile-time value is needed (`BLOCK = 128; tl.arange(0, BLOCK)`)."""
+
+    __slots__ = ()
+
+    @property
+    def dtype(self):
+        from ..compiler.semantic import literal_dtype
+
+        return literal_dtype(self.base())
+
+    @property
+    def type(self):
+        return self.dtype
+
+
+class scalar_int(_AssignedScalar, int):
+    def base(self):
+        return int(self)
+
+
+class scalar_float(_AssignedScalar, float):
+    def base(self):
+        return float(self)
+
+
+def as_assigned(v):
+    """`v` tagged as an assigned scalar when it is a plain Python int or float (bool stays bool)."""
+    if type(v) is int:
+        return scalar_int(v)
+    if type(v) is float:
+        return scalar_float(v)
+    return v
 
 
 class CalledOutsideKernel(RuntimeError):

@@ -992,6 +992,39 @@ class _Compiler:
                 env[s] = val
         return f
 
+    def op_map_elementwise(self, op):
+        """The region runs once, batched over every element (pack groups: operand i's element j of each group
+        is argument i*pack + j; output k's element j is result k*pack + j)."""
+        pack = int(op.attrs.get("pack", 1))
+        ins = [self.s(v) for v in op.operands]
+        outs = [self.d(r) for r in op.results]
+        out_dts = [_np_of(r.type) for r in op.results]
+        apply = self._region_runner(op, len(ins))
+
+        def f(env):
+            vals = [np.asarray(env[s]) for s in ins]
+            shape = vals[0].shape
+            flat = [v.reshape(-1) for v in vals]
+            n = flat[0].size
+            groups = -(-n // pack)
+            if groups * pack != n:  # a short last group repeats the last element
+                flat = [np.concatenate([v, np.repeat(v[-1:], groups * pack - n)]) for v in flat]
+            args = [v[j::pack] for v in flat for j in range(pack)]
+            res = apply(env, args)
+            for k, (o, dt) in enumerate(zip(outs, out_dts)):
+                full = np.empty(groups * pack, dtype=dt)
+                for j in range(pack):
+                    full[j::pack] = res[k * pack + j]
+                env[o] = full[:n].reshape(shape)
+        return f
+
+    def op_inline_asm(self, op):
+        line = op.loc.line if op.loc else None
+        where = f" (line {line})" if line else ""
+        raise InterpreterError(f"kernel '{self.fn.name}'{where}: tl.inline_asm_elementwise runs PTX, which the CPU "
+                               "interpreter cannot execute (Triton's interpreter cannot either); run the kernel on "
+                               "a GPU (CUDA tensors), or give it a tl.* fallback when no GPU is present")
+
     def op_return(self, op):
         # A tt.return that is not the function's last op (inside a region): unwind.
         self.code.nested_return = True
@@ -1055,6 +1088,8 @@ _HANDLERS = {
     "scf.while": _Compiler.op_while,
     "tt.call": _Compiler.op_call,
     "tt.return": _Compiler.op_return,
+    "tt.inline_asm": _Compiler.op_inline_asm,
+    "tt.map_elementwise": _Compiler.op_map_elementwise,
 }
 
 

@@ -9,9 +9,10 @@ import hashlib
 import time
 from dataclasses import dataclass, field
 
-from ..compiler.frontend import FunctionSource, ModuleCompiler, RuntimeArg
+from ..compiler.frontend import FunctionSource, ModuleCompiler, RuntimeArg, runtime_leaves
 from ..compiler.pipeline import CompileTrace, run_tile_pipeline
 from ..compiler.printer import print_module
+from ..compiler.pytree import is_node, map_leaves, rebuild_like
 from ..compiler.semantic import literal_dtype
 from ..compiler.types import DTYPES, DType, PointerType
 from ..compiler.verifier import verify
@@ -534,46 +535,67 @@ class JITFunction:
                                 node.col_offset, src.line_text(node.lineno))
 
     def specialize(self, bound: dict):
-        """Per argument: a RuntimeArg (stays a kernel parameter) or a Python value (compiled in)."""
+        """Per argument: a RuntimeArg (stays a kernel parameter) or a Python value (compiled in). A tuple
+        argument (plain or named, nested) is specialized leaf by leaf, like Triton: its runtime leaves
+        become separate kernel parameters (named `arg[i][j]`), its other leaves are compiled in."""
         src = self._kl_source()
         spec, key, runtime_values, runtime_names = {}, [], [], []
         for name, value in bound.items():
             value = unwrap(value) if isinstance(value, constexpr) else value
-            if name in src.constexpr_params or value is None or isinstance(value, (DType, PointerType, str)) \
-                    or callable(value) and not hasattr(value, "data_ptr"):
-                spec[name] = value  # compiled in; functions are keyed by name, everything else by value
-                simple = value is None or isinstance(value, (DType, PointerType, int, float, bool, str, tuple))
-                key.append((name, "c", repr(value) if simple else getattr(value, "__name__", repr(value))))
+            if name in src.constexpr_params:
+                value = map_leaves(value, unwrap)
+                spec[name] = value
+                key.append((name, "c", _const_key(value)))
                 continue
-            dt = self._dtype_of_argument(name, value)
-            if dt is not None:
-                ptr = data_ptr(value)
-                attrs = {"tt.divisibility": 16} if ptr % 16 == 0 and name not in self.do_not_specialize else {}
-                arg = RuntimeArg(PointerType(dt), attrs)
-            elif isinstance(value, bool):
-                arg = RuntimeArg(DTYPES["i1"])
-            elif isinstance(value, int):
-                try:
-                    t = literal_dtype(value)
-                except Exception as e:
-                    raise LaunchError(f"kernel '{self.__name__}': argument '{name}' = {value}: {e}") from None
-                attrs, one = {}, False
-                if name not in self.do_not_specialize:
-                    if value == 1:
-                        one = True
-                    elif value % 16 == 0:
-                        attrs = {"tt.divisibility": 16}
-                arg = RuntimeArg(t, attrs, one)
-            elif isinstance(value, float):
-                arg = RuntimeArg(DTYPES["f32"])
-            else:
-                raise LaunchError(f"kernel '{self.__name__}': argument '{name}' has unsupported type "
-                                  f"{type(value).__name__}; pass tensors, numbers or constexprs")
-            spec[name] = arg
-            key.append((name, "r") + arg.key())
-            runtime_values.append(value)
-            runtime_names.append(name)
+            if isinstance(value, tuple):  # like Triton: tuples (plain, named, torch.Size), not lists
+                def walk(v, label):
+                    if isinstance(v, constexpr):
+                        return map_leaves(unwrap(v), unwrap)
+                    if isinstance(v, tuple):
+                        return rebuild_like(v, [walk(x, f"{label}[{i}]") for i, x in enumerate(v)])
+                    return self._specialize_leaf(label, v, runtime_values, runtime_names)
+
+                spec[name] = walk(value, name)
+                key.append((name, "t", _tree_key(spec[name])))
+                continue
+            spec[name] = self._specialize_leaf(name, value, runtime_values, runtime_names)
+            key.append((name, "r") + spec[name].key() if isinstance(spec[name], RuntimeArg)
+                       else (name, "c", _const_key(spec[name])))
         return spec, tuple(key), runtime_values, runtime_names
+
+    def _specialize_leaf(self, name, value, runtime_values, runtime_names):
+        """One argument (or tuple leaf): a Python value compiled in, or a RuntimeArg recorded with its value."""
+        value = unwrap(value) if isinstance(value, constexpr) else value
+        if value is None or isinstance(value, (DType, PointerType, str)) \
+                or callable(value) and not hasattr(value, "data_ptr"):
+            return value  # compiled in; functions are keyed by name, everything else by value
+        dt = self._dtype_of_argument(name, value)
+        if dt is not None:
+            ptr = data_ptr(value)
+            attrs = {"tt.divisibility": 16} if ptr % 16 == 0 and name not in self.do_not_specialize else {}
+            arg = RuntimeArg(PointerType(dt), attrs)
+        elif isinstance(value, bool):
+            arg = RuntimeArg(DTYPES["i1"])
+        elif isinstance(value, int):
+            try:
+                t = literal_dtype(value)
+            except Exception as e:
+                raise LaunchError(f"kernel '{self.__name__}': argument '{name}' = {value}: {e}") from None
+            attrs, one = {}, False
+            if name not in self.do_not_specialize:
+                if value == 1:
+                    one = True
+                elif value % 16 == 0:
+                    attrs = {"tt.divisibility": 16}
+            arg = RuntimeArg(t, attrs, one)
+        elif isinstance(value, float):
+            arg = RuntimeArg(DTYPES["f32"])
+        else:
+            raise LaunchError(f"kernel '{self.__name__}': argument '{name}' has unsupported type "
+                              f"{type(value).__name__}; pass tensors, numbers, tuples of them or constexprs")
+        runtime_values.append(value)
+        runtime_names.append(name)
+        return arg
 
     def _dtype_of_argument(self, name, value):
         """The element dtype of a tensor argument, or a LaunchError naming the kernel and the argument
@@ -604,7 +626,8 @@ class JITFunction:
                      time.perf_counter() - t0, True, {"functions": len(module.functions)})
         run_tile_pipeline(module, trace)
         trace.key = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
-        trace.signature = ", ".join(f"{n}: {a.type}" for n, a in spec.items() if isinstance(a, RuntimeArg))
+        trace.signature = ", ".join(f"{label}: {a.type}" for n, v in spec.items()
+                                    for label, _, a in runtime_leaves(n, v))
         full_lines = _file_lines(src)
         ck = CompiledKernel(self.__name__, module, trace, runtime_names, full_lines, dict(options))
         ck.asm["tile"] = trace.final_ir
@@ -783,6 +806,21 @@ def _current_stream(device):
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         _STREAM_FN.append(raw if raw is not None else (lambda d: torch.cuda.current_stream(d).cuda_stream))
     return _STREAM_FN[0](device)
+
+
+def _const_key(value):
+    """The cache-key part of a compiled-in value: functions by name, everything else by repr."""
+    if is_node(value):
+        return (type(value).__name__,) + tuple(_const_key(v) for v in value)
+    simple = value is None or isinstance(value, (DType, PointerType, int, float, bool, str))
+    return repr(value) if simple else getattr(value, "__name__", repr(value))
+
+
+def _tree_key(tree):
+    """The cache-key part of a specialized tuple argument."""
+    if is_node(tree):
+        return (type(tree).__name__,) + tuple(_tree_key(v) for v in tree)
+    return ("r",) + tree.key() if isinstance(tree, RuntimeArg) else ("c", _const_key(tree))
 
 
 def _file_lines(src: FunctionSource) -> list:

@@ -526,6 +526,8 @@ def lower_kernel(module: Module, options, arch: int = 90) -> tuple[str, list]:
         lower_control,
         lower_dot,
         lower_indexed,
+        lower_inline_asm,
+        lower_map,
         lower_memory,
         lower_reduce,
         lower_shape,

@@ -144,6 +144,9 @@ def _from_mem(lw, v, elem):
 @handles("tt.reshape")
 def _reshape(lw: KernelLowering, op):
     src, res = op.operands[0], op.results[0]
+    if not res.type.shape:  # .item() of a 1-element tensor: each thread holds (a copy of) that element
+        lw.put(res, lw.regs(src)[0])
+        return
     elem = src.type.scalar
     store_linear(lw, op, lw.regs(src), src.type.layout, src.type.shape, elem)
     lw.barrier()

@@ -117,6 +117,8 @@ def _other_ops(op):
     if name == "tt.dot":
         a, b = op.operands[0].type, op.operands[1].type
         return _align16(_numel(a.shape) * mem_bytes(a)) + _numel(b.shape) * mem_bytes(b), "dot operand staging"
+    if name == "tt.reshape" and not op.results[0].type.shape:
+        return 0, ""  # a 1-element tensor to a scalar (.item()): every thread already holds the element
     if name in ("tt.reshape", "tt.join", "tt.split", "tt.cat"):
         n = sum(_numel(v.type.shape) * mem_bytes(v.type) for v in op.operands)
         return n, f"{name[3:]} through shared memory"
