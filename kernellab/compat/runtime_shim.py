@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..errors import KernelLabError
+from ..language.builtins import constexpr_function  # noqa: F401 - served as triton.constexpr_function
 from ..runtime.wrappers import TensorWrapper, reinterpret  # noqa: F401 - served as triton.reinterpret ...
 
 # Triton's canonical dtype spellings, keyed by every alias it accepts (its signature strings use these).
@@ -34,12 +35,6 @@ class MockTensor:
         import torch
 
         return MockTensor(arg) if isinstance(arg, torch.dtype) else arg
-
-
-def constexpr_function(fn):
-    """A plain Python function that kernels may call on compile-time values (evaluated while compiling)."""
-    fn.__kl_constexpr_function__ = True
-    return fn
 
 
 def must_use_result(x, s=True):
