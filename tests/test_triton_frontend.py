@@ -589,3 +589,23 @@ def test_map_elementwise_assembles_for_sm90a():
 @gpu
 def test_gpu_map_elementwise():
     run_map("cuda")
+
+
+def test_data_dependent_early_return_runs_on_the_interpreter():
+    """A runtime `if` whose one branch returns and whose other falls through (regression: the merged
+    tuple-template bookkeeping crashed on it)."""
+    from tests.test_gpu_features import early_return_kernel
+
+    n, block, G = 1000, 128, 12
+    g = torch.Generator().manual_seed(3)
+    x, flag = torch.randn(n, generator=g), (torch.rand(G, generator=g) < 0.4).to(torch.int32)
+    y, done = torch.full((n,), float("nan")), torch.full((G,), -7, dtype=torch.int32)
+    early_return_kernel[(G,)](x, flag, y, done, n, BLOCK=block)
+    for p in range(G):
+        rows = slice(p * block, min((p + 1) * block, n))
+        if p * block >= n:
+            assert done[p] == -7
+        elif flag[p]:
+            assert done[p] == -1 and torch.isnan(y[rows]).all()
+        else:
+            assert done[p] == 1 and torch.equal(y[rows], x[rows] + 1.0)

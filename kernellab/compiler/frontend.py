@@ -386,7 +386,7 @@ class CodeGenerator(ast.NodeVisitor):
                                         "`if` or assign it on both branches")
         if (then_ret is None) != (else_ret is None) and self.returns_void(then_ret or else_ret):
             # after the early-return rewrite nothing follows this `if`: falling off a branch returns
-            then_ret, else_ret = then_ret or ("ret", []), else_ret or ("ret", [])
+            then_ret, else_ret = then_ret or ("ret", [], None), else_ret or ("ret", [], None)
         returns = then_ret is not None and else_ret is not None
         if (then_ret is None) != (else_ret is None):
             raise self.error(node, "one branch of this `if` returns a value and the other does not; return "
