@@ -18,9 +18,14 @@ system_packages() {
     done
     [ -n "$missing" ] || return 0
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "run.sh: installing$missing (apt-get, without recommended packages) ..." >&2
-        if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing; }; then
-            echo "run.sh: could not install$missing; the parts that need them will skip" >&2
+        local log="${TMPDIR:-/tmp}/kernellab-apt.log" t0=$SECONDS
+        echo "run.sh: installing$missing (apt-get, without recommended packages; output in $log) ..." >&2
+        if { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing; } \
+                >"$log" 2>&1; then
+            echo "run.sh:   done in $((SECONDS - t0)) s" >&2
+        else
+            tail -5 "$log" >&2
+            echo "run.sh: could not install$missing (see $log); the parts that need them will skip" >&2
         fi
     else
         echo "run.sh: missing$missing (not root or no apt-get); the parts that need them will skip" >&2

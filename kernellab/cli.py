@@ -307,8 +307,8 @@ def lab(port=None, no_browser=False, directory=None, extra=()) -> int:
     host = "127.0.0.1" if ip in ("0.0.0.0", "", "*", "::", "localhost") else ip
     url = f"http://{host}:{shown_port}/lab" + (f"?token={token}" if token else "")
     cmd = lab_command(port, no_browser, directory, extra, token=token_arg, ip="127.0.0.1")
-    if _option(extra, "--log-level", "--ServerApp.log_level") is None:
-        cmd.insert(3, "--ServerApp.log_level=WARN")  # JupyterLab's start-up chatter; the banner says what matters
+    if _option(extra, "--log-level", "--ServerApp.log_level", "--Application.log_level") is None:
+        cmd.insert(3, "--Application.log_level=WARN")  # JupyterLab's start-up chatter; the banner says what matters
     print(f"kernellab lab: starting JupyterLab in {directory} ...", flush=True)
     try:
         proc = subprocess.Popen(cmd)
