@@ -41,3 +41,8 @@ class ToolchainError(KernelLabError):
 class KernelCrashError(KernelLabError):
     """A kernel faulted on the GPU (illegal address, trap, failed assert ...). The CUDA context is unusable
     afterwards: the Python process / notebook kernel must be restarted."""
+
+
+class CheckFailedError(KernelLabError, AssertionError):
+    """A `%%kernel --check` failed in a cell run with --strict (or KERNELLAB_STRICT=1): raised so Run All and
+    notebook runners (nbclient, CI) stop at it. An AssertionError too, like a failed assert in a check cell."""
