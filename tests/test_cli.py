@@ -33,6 +33,10 @@ def test_info_without_gpu_prints_recorded_peaks_and_results(capsys):
     assert "GPU            none" in out or "none:" in out
     assert "recorded, not measured here" in out and "NVIDIA H200, 2026-11-21" in out
     assert "vector_add 2^28 fp32" in out  # the recorded results table
+    # matmul and attention rows in TFLOP/s with numbers, not "-" (they have FLOPs, no bytes)
+    mm = next(line for line in out.splitlines() if line.strip().startswith("float16 4096x4096x4096"))
+    assert all(float(v) > 100 for v in mm.split()[2:4]), mm
+    assert "kernellab TFLOP/s" in out
     assert cli.main(["info", "--measure"]) == 1
     assert "--measure needs a CUDA GPU" in capsys.readouterr().out
 
