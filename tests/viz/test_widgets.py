@@ -181,10 +181,10 @@ def test_code_view_tabs(cks):
     assert tuple(v.tabs.titles) == ("PTX", "SASS", "LLVM IR", "report")
     ptx = html.unescape(re.sub(r"<[^>]+>", "", v.tabs.children[0].value))
     assert ".entry matmul_kernel" in ptx
-    if D.find_cuobjdump():
+    if D.find_sass_tool():
         assert "Function : matmul_kernel" in html.unescape(re.sub(r"<[^>]+>", "", v.tabs.children[1].value))
     else:
-        assert "cuobjdump not found" in v.tabs.children[1].value
+        assert "nvdisasm was not found" in v.tabs.children[1].value
     assert f"<td>{ck.n_regs}</td>" in v.tabs.children[3].value
 
 
