@@ -303,10 +303,15 @@ def lab(port=None, no_browser=False, directory=None, extra=()) -> int:
         token_arg = token
     else:
         token_arg = None
-    shown_port = int(given) if given else port
+    try:
+        shown_port = int(given) if given else port
+    except ValueError:
+        shown_port = None  # JupyterLab will say what is wrong with it
     host = "127.0.0.1" if ip in ("0.0.0.0", "", "*", "::", "localhost") else ip
     url = f"http://{host}:{shown_port}/lab" + (f"?token={token}" if token else "")
     cmd = lab_command(port, no_browser, directory, extra, token=token_arg, ip="127.0.0.1")
+    if given and _option(extra, "--ServerApp.port_retries") is None:
+        cmd.insert(3, "--ServerApp.port_retries=0")  # the banner's port, or JupyterLab's error that it is taken
     if _option(extra, "--log-level", "--ServerApp.log_level", "--Application.log_level") is None:
         cmd.insert(3, "--Application.log_level=WARN")  # JupyterLab's start-up chatter; the banner says what matters
     print(f"kernellab lab: starting JupyterLab in {directory} ...", flush=True)
@@ -315,7 +320,10 @@ def lab(port=None, no_browser=False, directory=None, extra=()) -> int:
     except KeyboardInterrupt:
         return 0
     # `kill <pid>` of this process (run.sh execs it) must stop JupyterLab too
-    signal.signal(signal.SIGTERM, lambda *a: proc.terminate())
+    try:
+        previous = signal.signal(signal.SIGTERM, lambda *a: proc.terminate())
+    except ValueError:  # not the main thread
+        previous = None
     try:
         if shown_port and _wait_listening(proc, host, shown_port):
             print(_banner(url, directory, copied, ip, shown_port), flush=True)
@@ -327,6 +335,8 @@ def lab(port=None, no_browser=False, directory=None, extra=()) -> int:
     finally:
         if proc.poll() is None:
             proc.terminate()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv=None) -> int:

@@ -156,6 +156,14 @@ def test_lab_passes_extra_arguments_to_jupyterlab(monkeypatch, tmp_path):
     assert sum(a.startswith("--IdentityProvider.token") for a in cmd) == 1  # the user's token only
     with pytest.raises(SystemExit):
         cli.main(["info", "--ip", "0.0.0.0"])  # only lab takes extra arguments
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    calls.clear()
+    assert cli.main(["lab", "--dir", str(tmp_path), "--ServerApp.port=9123"]) == 0
+    (cmd,) = calls
+    assert "--ServerApp.port_retries=0" in cmd  # the port the banner names, or JupyterLab's error
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler that stops JupyterLab is gone again
 
 
 def test_lab_as_root_allows_root(monkeypatch, tmp_path):
@@ -194,3 +202,38 @@ def test_demo_still_works(capsys):
     pytest.importorskip("torch")
     assert cli.main(["demo"]) == 0
     assert "max |kernellab - torch(float64)|" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_lab_really_starts_and_prints_one_banner(tmp_path):
+    """`kernellab lab` end to end: JupyterLab answers on the banner's URL (token included), once."""
+    pytest.importorskip("jupyterlab")
+    import os
+    import re
+    import signal
+    import time
+    import urllib.request
+
+    (tmp_path / "nb").mkdir()
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"), JUPYTER_CONFIG_DIR=str(tmp_path / "cfg"),
+               JUPYTER_DATA_DIR=str(tmp_path / "data"), HOME=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "kernellab.cli", "lab", "--no-browser", "--dir", str(tmp_path / "nb")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    out = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            out.append(line)
+            if line.startswith("=" * 20) and sum(ln.startswith("=" * 20) for ln in out) == 2:
+                break
+        text = "".join(out)
+        urls = re.findall(r"http://127\.0\.0\.1:\d+/lab\?token=\w+", text)
+        assert len(urls) == 1, text  # one URL, in our banner only
+        with urllib.request.urlopen(urls[0].replace("/lab?", "/api/status?"), timeout=10) as r:
+            assert r.status == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)  # stops JupyterLab too
+        proc.wait(timeout=30)
