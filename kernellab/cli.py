@@ -1,5 +1,6 @@
 """`kernellab` command line: `kernellab demo` compiles and runs a kernel and prints its passes;
-`kernellab info` prints the machine, versions and peaks; `kernellab lab` starts JupyterLab on the notebooks."""
+`kernellab info` prints the machine, versions and peaks; `kernellab lab` starts JupyterLab on a working copy of
+the notebooks."""
 from __future__ import annotations
 
 import argparse
@@ -166,19 +167,110 @@ def notebooks_dir():
     return None
 
 
-def lab_command(port=None, no_browser=False, directory=None) -> list:
-    """The command line that starts JupyterLab on `directory` (default: the repository's notebooks/)."""
+WORKING_COPY = "my-notebooks"
+
+
+def working_copy(source) -> tuple:
+    """The learner's copy of the notebooks, beside `source` (`my-notebooks/`, gitignored): the lab serves it so
+    that autosave never edits the repository's notebooks (which the tests run). Files missing from it are copied
+    in; files already there are never overwritten. Returns (folder, names of the files copied now)."""
+    import shutil
+
+    dest = source.parent / WORKING_COPY
+    dest.mkdir(exist_ok=True)
+    copied = []
+    for f in sorted(source.iterdir()):
+        if f.is_file() and not f.name.startswith(".") and not (dest / f.name).exists():
+            shutil.copy2(f, dest / f.name)
+            copied.append(f.name)
+    return dest, copied
+
+
+def _option(args: list, *names: str):
+    """The value of the first of `--name=value` / `--name value` in JupyterLab's arguments, else None."""
+    for i, a in enumerate(args):
+        for n in names:
+            if a.startswith(n + "="):
+                return a.split("=", 1)[1]
+            if a == n and i + 1 < len(args):
+                return args[i + 1]
+    return None
+
+
+def _free_port(ip: str, start: int = 8888) -> int:
+    """The first port from `start` that nothing listens on at `ip` (JupyterLab's default is 8888)."""
+    import socket
+
+    for port in range(start, start + 100):
+        with socket.socket() as s:
+            try:
+                s.bind((ip if ip not in ("", "*") else "0.0.0.0", port))
+                return port
+            except OSError:
+                continue
+    return 0
+
+
+def lab_command(port=None, no_browser=False, directory=None, extra=(), token=None, ip="127.0.0.1") -> list:
+    """The command line that starts JupyterLab on `directory`; `extra` (JupyterLab's own arguments) comes last so
+    it overrides ours. As root it adds --allow-root (JupyterLab refuses to start as root without it)."""
+    import os
+
     cmd = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={directory}"]
+    extra = list(extra)
+    if _option(extra, "--ip", "--ServerApp.ip") is None:
+        cmd.append(f"--ServerApp.ip={ip}")
     if port is not None:
-        cmd.append(f"--ServerApp.port={port}")
+        cmd += [f"--ServerApp.port={port}", "--ServerApp.port_retries=0"]
+    if token is not None:
+        cmd.append(f"--IdentityProvider.token={token}")
     if no_browser:
         cmd.append("--no-browser")
-    return cmd
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in extra:
+        cmd.append("--allow-root")
+    return cmd + extra
 
 
-def lab(port=None, no_browser=False, directory=None) -> int:
-    """Start JupyterLab on the teaching notebooks (`%load_ext kernellab` works in them)."""
+def _banner(url: str, directory, copied: list, ip: str, port: int) -> str:
+    """One block, printed once JupyterLab answers: the URL (with its token) and where the notebooks are."""
+    bar = "=" * 78
+    lines = ["", bar, "  kernellab lab is running; open this URL in a browser:", "", f"    {url}", "",
+             f"  notebooks: {directory}"]
+    if copied:
+        lines.append(f"  (copied {len(copied)} file(s) from notebooks/: this is your working copy, edit freely; "
+                     "it is never overwritten)")
+    if ip in ("0.0.0.0", "", "*", "::"):
+        lines.append("  listening on every interface: from another machine use this machine's address for 127.0.0.1")
+    else:
+        lines.append(f"  from another machine: ssh -L {port}:127.0.0.1:{port} <this host>, then open the URL there")
+    lines += ["  stop: Ctrl-C", bar, ""]
+    return "\n".join(lines)
+
+
+def _wait_listening(proc, host: str, port: int, timeout: float = 120.0) -> bool:
+    """True once JupyterLab answers on host:port; False if it exited or took longer than `timeout`."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def lab(port=None, no_browser=False, directory=None, extra=()) -> int:
+    """Start JupyterLab on a working copy of the teaching notebooks (`%load_ext kernellab` works in them) and print
+    one banner with the URL once it answers. `extra` goes to JupyterLab unchanged (e.g. --ip 0.0.0.0)."""
     import importlib.util
+    import os
+    import secrets
+    import signal
     import subprocess
     from pathlib import Path
 
@@ -187,21 +279,64 @@ def lab(port=None, no_browser=False, directory=None) -> int:
               "    pip install -e '.[lab]'        (in the kernellab checkout)\n"
               "or  pip install 'kernellab[lab]'", file=sys.stderr)
         return 1
+    copied = []
     if directory is None:
         found = notebooks_dir()
         if found is None:
             print("cannot find the notebooks/ folder of the kernellab checkout; pass --dir DIR", file=sys.stderr)
             return 1
-        directory = found
+        directory, copied = working_copy(found)
     directory = Path(directory).expanduser().resolve()
     if not directory.is_dir():
         print(f"--dir {directory}: no such directory", file=sys.stderr)
         return 1
-    print(f"starting JupyterLab in {directory} (Ctrl-C to stop)")
+    extra = list(extra)
+    ip = _option(extra, "--ip", "--ServerApp.ip") or "127.0.0.1"
+    if port is None:
+        given = _option(extra, "--port", "--ServerApp.port")
+        port = None if given else _free_port(ip) or None
+    else:
+        given = None
+    token = _option(extra, "--IdentityProvider.token", "--ServerApp.token", "--NotebookApp.token")
+    if token is None:
+        token = os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(24)
+        token_arg = token
+    else:
+        token_arg = None
     try:
-        return subprocess.call(lab_command(port, no_browser, directory))
+        shown_port = int(given) if given else port
+    except ValueError:
+        shown_port = None  # JupyterLab will say what is wrong with it
+    host = "127.0.0.1" if ip in ("0.0.0.0", "", "*", "::", "localhost") else ip
+    url = f"http://{host}:{shown_port}/lab" + (f"?token={token}" if token else "")
+    cmd = lab_command(port, no_browser, directory, extra, token=token_arg, ip="127.0.0.1")
+    if given and _option(extra, "--ServerApp.port_retries") is None:
+        cmd.insert(3, "--ServerApp.port_retries=0")  # the banner's port, or JupyterLab's error that it is taken
+    if _option(extra, "--log-level", "--ServerApp.log_level", "--Application.log_level") is None:
+        cmd.insert(3, "--Application.log_level=WARN")  # JupyterLab's start-up chatter; the banner says what matters
+    print(f"kernellab lab: starting JupyterLab in {directory} ...", flush=True)
+    try:
+        proc = subprocess.Popen(cmd)
     except KeyboardInterrupt:
         return 0
+    # `kill <pid>` of this process (run.sh execs it) must stop JupyterLab too
+    try:
+        previous = signal.signal(signal.SIGTERM, lambda *a: proc.terminate())
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        if shown_port and _wait_listening(proc, host, shown_port):
+            print(_banner(url, directory, copied, ip, shown_port), flush=True)
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:  # JupyterLab got it too and asks to confirm or shuts down
+                continue
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv=None) -> int:
@@ -216,18 +351,25 @@ def main(argv=None) -> int:
     pi.add_argument("--measure", action="store_true",
                     help="measure this GPU's peaks again and replace the cached ones (without it they are "
                          "measured once, the first time, and cached)")
-    pl = sub.add_parser("lab", help="start JupyterLab on the teaching notebooks",
-                        description="Start JupyterLab on the repository's notebooks/ folder. Needs the lab extras: "
-                                    "pip install -e '.[lab]'.")
-    pl.add_argument("--port", type=int, default=None, help="the port to serve on (default: JupyterLab's, 8888)")
+    pl = sub.add_parser("lab", help="start JupyterLab on the teaching notebooks", allow_abbrev=False,
+                        description="Start JupyterLab on your working copy of the repository's notebooks/ "
+                                    f"({WORKING_COPY}/ beside it, copied the first time, never overwritten) and print "
+                                    "the URL. Binds 127.0.0.1 unless you pass --ip. Any other argument goes to "
+                                    "JupyterLab unchanged (e.g. --ip 0.0.0.0, --allow-root, --ServerApp.xyz=...). "
+                                    "Needs the lab extras: pip install -e '.[lab]'.")
+    pl.add_argument("--port", type=int, default=None,
+                    help="the port to serve on (default: the first free one from 8888)")
     pl.add_argument("--no-browser", action="store_true", help="do not open a browser")
-    pl.add_argument("--dir", default=None, metavar="DIR", help="serve DIR instead of the repository's notebooks/")
-    args = p.parse_args(argv)
+    pl.add_argument("--dir", default=None, metavar="DIR",
+                    help=f"serve DIR instead of the working copy {WORKING_COPY}/")
+    args, extra = p.parse_known_args(argv)
+    if extra and args.cmd != "lab":
+        p.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.cmd == "demo":
         return demo()
     if args.cmd == "info":
         return info(measure=args.measure)
-    return lab(args.port, args.no_browser, args.dir)
+    return lab(args.port, args.no_browser, args.dir, extra)
 
 
 if __name__ == "__main__":

@@ -45,3 +45,8 @@ class KernelCrashError(KernelLabError):
 
 class OutOfResources(LaunchError):
     """A kernel needs more shared memory or registers than the GPU has. Smaller blocks or fewer stages help."""
+
+
+class CheckFailedError(KernelLabError, AssertionError):
+    """A `%%kernel --check` failed in a cell run with --strict (or KERNELLAB_STRICT=1): raised so Run All and
+    notebook runners (nbclient, CI) stop at it. An AssertionError too, like a failed assert in a check cell."""

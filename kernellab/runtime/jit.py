@@ -85,6 +85,21 @@ class CompiledKernel:
     def signature(self):
         return self.trace.signature
 
+    def __repr__(self):
+        """One line (the dataclass repr printed the whole module and trace: screens of text in a notebook)."""
+        stages = "tile IR" + (f" + PTX for {self._built_for}" if self._built_for and "ptx" in self.asm else "")
+        warps = self.options.get("num_warps", self.num_warps)
+        parts = [f"{len(self.trace.passes)} passes", stages, f"num_warps={warps}"]
+        if "num_stages" in self.options:
+            parts.append(f"num_stages={self.options['num_stages']}")
+        if self.n_regs is not None:
+            parts.append(f"{self.n_regs} regs" + (f", {self.n_spills} spills" if self.n_spills else ""))
+        if "gpu" in self.asm:
+            parts.append(f"{self.shared} B shared")
+        sig = str(self.signature)
+        sig = sig if len(sig) <= 60 else sig[:57] + "..."
+        return f"<CompiledKernel {self.name}({sig}): {', '.join(parts)}>"
+
     def interpreter(self):
         if self._interpreter is None:
             from .interpreter import Interpreter

@@ -689,23 +689,72 @@ def _tool_dirs() -> list[Path]:
         pass
     for sp in dict.fromkeys(sps):
         for rel in (("nvidia", "cu13", "bin"), ("nvidia", "cuda_nvcc", "bin"), ("nvidia", "cuda_cuobjdump", "bin"),
-                    ("triton", "backends", "nvidia", "bin")):
+                    ("nvidia", "cuda_nvdisasm", "bin"), ("triton", "backends", "nvidia", "bin")):
             dirs.append(Path(sp).joinpath(*rel))
     return dirs
 
 
-def find_cuobjdump() -> str | None:
-    """$KERNELLAB_CUOBJDUMP, then PATH, then the CUDA and wheel directories ptxas is looked for in."""
-    env = os.environ.get("KERNELLAB_CUOBJDUMP")
-    if env:
-        return env if Path(env).is_file() else None
-    found = shutil.which("cuobjdump")
+def _find_tool(name: str, env: str) -> str | None:
+    """$env, then PATH, then the CUDA and pip-wheel directories ptxas is looked for in."""
+    given = os.environ.get(env)
+    if given:
+        return given if Path(given).is_file() else None
+    found = shutil.which(name)
     if found:
         return found
     for d in _tool_dirs():
-        if (d / "cuobjdump").is_file() and os.access(d / "cuobjdump", os.X_OK):
-            return str(d / "cuobjdump")
+        if (d / name).is_file() and os.access(d / name, os.X_OK):
+            return str(d / name)
     return None
+
+
+def find_cuobjdump() -> str | None:
+    """$KERNELLAB_CUOBJDUMP, then PATH, then the CUDA and wheel directories ptxas is looked for in."""
+    return _find_tool("cuobjdump", "KERNELLAB_CUOBJDUMP")
+
+
+def find_nvdisasm() -> str | None:
+    """$KERNELLAB_NVDISASM, then PATH, then the CUDA and wheel directories (the `nvidia-cuda-nvdisasm` wheel of
+    the lab extra puts it in site-packages/nvidia/cu13/bin)."""
+    return _find_tool("nvdisasm", "KERNELLAB_NVDISASM")
+
+
+def find_sass_tool() -> tuple[str, str] | None:
+    """("nvdisasm" | "cuobjdump", path) of the disassembler the SASS view uses, or None. nvdisasm first: it is
+    the disassembler itself (cuobjdump -sass runs it, so cuobjdump alone is not enough); a cuobjdump asked for
+    through $KERNELLAB_CUOBJDUMP wins."""
+    if os.environ.get("KERNELLAB_CUOBJDUMP") and not os.environ.get("KERNELLAB_NVDISASM"):
+        found = find_cuobjdump()
+        return ("cuobjdump", found) if found else None
+    found = find_nvdisasm()
+    if found:
+        return "nvdisasm", found
+    found = find_cuobjdump()
+    return ("cuobjdump", found) if found else None
+
+
+NO_SASS_TOOL = ("no SASS: NVIDIA's disassembler nvdisasm was not found. `pip install nvidia-cuda-nvdisasm` (5 MB, "
+                "no dependencies; in kernellab's lab extra on Linux x86-64), or install the CUDA toolkit, or set "
+                "KERNELLAB_NVDISASM (or KERNELLAB_CUOBJDUMP) to the program")
+
+_SASS_DIRECTIVES = re.compile(r"^\s*(\.(section|sectionflags|align|global|type|size|other|elftype)\b"
+                              r"|\.text\.\S*:\s*$|//-{5})")
+
+
+def _tidy_nvdisasm(text: str) -> str:
+    """nvdisasm -c's listing in cuobjdump's shape: ELF directives dropped, each function's label replaced by a
+    "Function : name" header; the branch-target labels (.L_x_N:) stay."""
+    funcs = set(re.findall(r"^\s*\.global\s+(\S+)", text, re.M))
+    out = []
+    for line in text.splitlines():
+        if _SASS_DIRECTIVES.match(line):
+            continue
+        label = re.match(r"^(\S+):\s*$", line)
+        if label and label.group(1) in funcs:
+            out.append(f"\t\tFunction : {label.group(1)}")
+            continue
+        out.append(line)
+    return "\n".join(out)
 
 
 _SASS_CACHE: dict = {}
@@ -718,20 +767,29 @@ def sass(cubin: bytes | None) -> tuple[str | None, str]:
     key = hashlib.sha256(cubin).hexdigest()
     if key in _SASS_CACHE:
         return _SASS_CACHE[key]
-    tool = find_cuobjdump()
-    if tool is None:
-        return None, ("cuobjdump not found (install the CUDA toolkit or `pip install nvidia-cuda-cuobjdump-cu12`, "
-                      "or set KERNELLAB_CUOBJDUMP)")
+    found = find_sass_tool()
+    if found is None:
+        return None, NO_SASS_TOOL
+    kind, tool = found
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "kernel.cubin"
         path.write_bytes(cubin)
+        cmd = [tool, "-c", str(path)] if kind == "nvdisasm" else [tool, "-sass", str(path)]
+        env = dict(os.environ)
+        nvdisasm = find_nvdisasm() if kind == "cuobjdump" else None
+        if nvdisasm:  # cuobjdump runs nvdisasm: point it at the one we found (a wheel's is not on PATH)
+            env["PATH"] = str(Path(nvdisasm).parent) + os.pathsep + env.get("PATH", "")
         try:
-            r = subprocess.run([tool, "-sass", str(path)], capture_output=True, text=True, timeout=60)
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
         except (OSError, subprocess.TimeoutExpired) as e:
-            return None, f"cuobjdump failed: {e}"
+            return None, f"{kind} failed: {e}"
     if r.returncode != 0:
-        return None, f"cuobjdump failed: {r.stderr.strip() or r.stdout.strip()}"
-    text = "\n".join(ln for ln in (re.sub(r"\s*/\* 0x[0-9a-f]{16} \*/\s*$", "", x) for x in r.stdout.splitlines())
+        why = r.stderr.strip() or r.stdout.strip()
+        if kind == "cuobjdump" and "nvdisasm" in why:
+            return None, NO_SASS_TOOL + f" (cuobjdump needs it: {why})"
+        return None, f"{kind} failed: {why}"
+    out = _tidy_nvdisasm(r.stdout) if kind == "nvdisasm" else r.stdout
+    text = "\n".join(ln for ln in (re.sub(r"\s*/\* 0x[0-9a-f]{16} \*/\s*$", "", x) for x in out.splitlines())
                      if ln.strip())
     _SASS_CACHE[key] = (text, "")
     return text, ""

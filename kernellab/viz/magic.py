@@ -18,6 +18,7 @@ import ast
 import html
 import itertools
 import linecache
+import os
 import re
 import shlex
 import time
@@ -131,6 +132,10 @@ class KernelMagics(Magics):
                               help="the GPU the GPU stages are built for, without needing that GPU: sm_90a (H100/H200 "
                                    "with Hopper-only instructions), sm_90, sm_80, ... (default: this machine's GPU, "
                                    "else sm_90a)")
+    @magic_arguments.argument("--strict", action="store_true",
+                              help="a failed --check, or any error the cell shows, also raises (a failed check: "
+                                   "kernellab.errors.CheckFailedError, an AssertionError) so Run All, nbclient and CI "
+                                   "stop there. KERNELLAB_STRICT=1 in the environment turns it on for every cell")
     @magic_arguments.argument("-q", "--quiet", action="store_true",
                               help="no views and no progress notes: only errors, --check and --bench results")
     @cell_magic
@@ -152,21 +157,37 @@ class KernelMagics(Magics):
                 tl.store(z_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
 
         Errors (bad options, compile errors with the cell line and a caret, failed checks, no GPU for
-        --bench) are shown in the cell; the magic never raises and returns None.
+        --bench) are shown in the cell; the magic does not raise (the notebook goes on) unless --strict or
+        KERNELLAB_STRICT=1 asks it to, and returns None.
         """
+        strict = os.environ.get("KERNELLAB_STRICT", "").strip().lower() not in ("", "0", "false", "no")
         try:
             try:
                 # POSIX splitting: quotes group an expression and are removed (IPython's own arg_split keeps them)
                 opts = self.kernel.parser.parse_args(shlex.split(line))
             except Exception as e:  # UsageError, or ValueError from unbalanced quotes
                 raise _stop("error", "%%kernel: bad options", f"{e}\n\nSee %%kernel? for the options.") from None
+            strict = strict or opts.strict
             _KernelCell(self.shell, opts, line, cell).run()
         except _Stop as s:
             display(s.message)
+            if strict and s.message.kind == "error":
+                raise _strict_error(s.message) from None
         except Exception as e:  # a bug of ours or of a view: say so, keep the notebook's kernel alive
             display(Message("error", f"%%kernel: internal error ({type(e).__name__})",
                             "".join(traceback.format_exception(type(e), e, e.__traceback__))))
+            if strict:
+                raise
         return None
+
+
+def _strict_error(message: Message) -> Exception:
+    """What --strict raises for an error the cell showed: CheckFailedError for a failed check, else a
+    KernelLabError with the same title and text (the cell already displayed them in full)."""
+    from ..errors import CheckFailedError, KernelLabError
+
+    cls = CheckFailedError if message.title.startswith("check failed") else KernelLabError
+    return cls(message.title + (f"\n{message.text}" if message.text else ""))
 
 
 def register(ipython) -> None:
@@ -237,11 +258,20 @@ class _KernelCell:
                                "the recorded ones")
 
     def scope(self, extra=None) -> dict:
-        """The notebook's names plus kl, tl, cdiv and next_power_of_2 (a copy: evaluating never leaks)."""
+        """The notebook's names plus kl, tl, cdiv, next_power_of_2 and torch (a copy: evaluating never leaks).
+        torch is there because --check, --bench and --setup are written in it even where the notebook did not
+        import it under that name."""
         import kernellab
         import kernellab.language
 
         g = dict(self.ns)
+        if "torch" not in g:
+            try:
+                import torch
+
+                g["torch"] = torch
+            except ImportError:
+                pass
         g.setdefault("kl", kernellab)
         g.setdefault("tl", kernellab.language)
         g.setdefault("cdiv", kernellab.cdiv)
@@ -412,7 +442,7 @@ class _KernelCell:
                         f"It evaluated to {type(value).__name__}; write an expression that is True when the "
                         "output is right, or pass --out NAME to compare NAME with a reference.")
         if not passed:
-            raise _stop("error", f"check failed: {o.check}", f"evaluated to {_short(value)}")
+            raise _stop("error", f"check failed: {o.check}", explain_failed_check(o.check, value, scope))
         display(Message("ok", f"check passed: {o.check}"))
 
     def build_gpu(self, target):
@@ -658,6 +688,122 @@ def _truthy(value):
     if hasattr(value, "all") and hasattr(value, "shape"):  # numpy
         return bool(value.all())
     return None
+
+
+
+# functions and methods whose first two operands (or receiver and argument) --check compares
+_COMPARERS = {"allclose", "isclose", "equal", "eq", "array_equal", "assert_close", "assert_allclose",
+              "assert_equal", "ne"}
+_CLOSE_DEFAULTS = {"allclose": (1e-8, 1e-5), "isclose": (1e-8, 1e-5)}  # (atol, rtol) of torch and numpy
+
+
+def _compared(tree: ast.AST):
+    """The first comparison in a --check expression (outermost first): (left, right, how, keywords) where how
+    names the function or operator, or None when the expression compares nothing we can take apart."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if name not in _COMPARERS:
+                continue
+            if len(node.args) >= 2:
+                return node.args[0], node.args[1], name, node.keywords
+            if len(node.args) == 1 and isinstance(f, ast.Attribute):
+                return f.value, node.args[0], name, node.keywords
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1:
+            op = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}.get(
+                type(node.ops[0]))
+            if op:
+                return node.left, node.comparators[0], op, []
+    return None
+
+
+def _as_float64(value):
+    """A CPU float64 torch tensor of a tensor, array or number; None for anything else (modules, strings...)."""
+    import types as _types
+
+    if isinstance(value, (str, bytes, _types.ModuleType)) or callable(value) and not hasattr(value, "shape"):
+        return None
+    try:
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            return None if value.is_complex() else value.detach().to("cpu", torch.float64)
+        import numpy as np
+
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "biuf":
+            return None
+        return torch.as_tensor(arr.astype(np.float64))
+    except Exception:
+        return None
+
+
+def explain_failed_check(expr: str, value, scope: dict) -> str:
+    """What a failed --check compared, for the message: the two operands of its comparison (torch.allclose(a, b),
+    a.eq(b).all(), a == b, ...) evaluated again with the largest error, where it is, how many elements differ and
+    the NaNs — instead of only "evaluated to False". Falls back to the value when the expression has no operands
+    we can take apart."""
+    tail = f"evaluated to {_short(value)}"
+    try:
+        tree = ast.parse(expr, mode="eval")
+        found = _compared(tree)
+        if found is None:
+            return tail + "\n(write the check as torch.allclose(out, ref) or use --out NAME to see the error)"
+        left, right, how, keywords = found
+        ltext, rtext = ast.unparse(left), ast.unparse(right)
+        a = _as_float64(eval(compile(ast.Expression(left), "<--check>", "eval"), dict(scope)))
+        b = _as_float64(eval(compile(ast.Expression(right), "<--check>", "eval"), dict(scope)))
+        if a is None or b is None:
+            return tail
+        lines = [f"compared {ltext} with {rtext} ({how})"]
+        if a.numel() <= 1 and b.numel() <= 1:
+            lines.append(f"  {ltext} = {a.item() if a.numel() else a.tolist()}, "
+                         f"{rtext} = {b.item() if b.numel() else b.tolist()}")
+            return "\n".join(lines + [tail])
+        try:
+            a2, b2 = (a.expand_as(b) if a.numel() == 1 else a), (b.expand_as(a) if b.numel() == 1 else b)
+            import torch
+
+            a2, b2 = torch.broadcast_tensors(a2, b2)
+        except RuntimeError:
+            lines.append(f"  shapes differ: {ltext} is {tuple(a.shape)}, {rtext} is {tuple(b.shape)}")
+            return "\n".join(lines + [tail])
+        if tuple(a.shape) != tuple(b.shape):
+            lines.append(f"  shapes: {ltext} is {tuple(a.shape)}, {rtext} is {tuple(b.shape)} (broadcast)")
+        import torch
+
+        diff = (a2 - b2).abs()
+        nan_a, nan_b = int(torch.isnan(a2).sum()), int(torch.isnan(b2).sum())
+        both_nan = torch.isnan(a2) & torch.isnan(b2)
+        diff = torch.where(both_nan, torch.zeros_like(diff), diff)
+        diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)  # NaN on one side only
+        flat = int(torch.argmax(diff))
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape))
+        worst = float(diff.reshape(-1)[flat])
+        rel = diff / b2.abs()
+        rel = rel[torch.isfinite(rel)]
+        lines.append(f"  max |{ltext} - ({rtext})| = {worst:.4g} at index {idx}: {ltext} = "
+                     f"{float(a2[idx]):.6g}, {rtext} = {float(b2[idx]):.6g}")
+        if rel.numel():
+            lines.append(f"  max relative error = {float(rel.max()):.4g}")
+        if how in _CLOSE_DEFAULTS:
+            kw = {k.arg: k.value for k in keywords if k.arg in ("atol", "rtol")}
+            atol, rtol = _CLOSE_DEFAULTS[how]
+            atol = float(eval(compile(ast.Expression(kw["atol"]), "<--check>", "eval"), dict(scope))) \
+                if "atol" in kw else atol
+            rtol = float(eval(compile(ast.Expression(kw["rtol"]), "<--check>", "eval"), dict(scope))) \
+                if "rtol" in kw else rtol
+            bad = int((diff > atol + rtol * b2.abs()).sum())
+            lines.append(f"  {bad} of {diff.numel()} elements differ by more than atol + rtol * |{rtext}| "
+                         f"(atol={atol:g}, rtol={rtol:g})")
+        else:
+            lines.append(f"  {int((diff != 0).sum())} of {diff.numel()} elements differ")
+        if nan_a or nan_b:
+            lines.append(f"  NaN: {nan_a} in {ltext}, {nan_b} in {rtext}")
+        return "\n".join(lines + [tail])
+    except Exception:  # explaining must never hide the failure itself
+        return tail
 
 
 def _short(value, limit=200) -> str:

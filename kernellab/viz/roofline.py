@@ -492,16 +492,25 @@ class PerformanceView:
         return [figure_png(f) for f in self.figures()]
 
     def table(self) -> str:
-        """The rows as text: case, then seconds and GB/s per implementation."""
-        head = f"{'case':<34}" + "".join(f"{impl + ' GB/s':>16}" for impl in IMPLS)
+        """The rows as text: case, then GB/s per implementation for memory-bound sets (rows with bytes), TFLOP/s
+        for compute-bound ones (matmul, attention: rows with FLOPs and no bytes)."""
+        def rate(r, rec, unit):
+            if unit == "GB/s":
+                return rec.get("gbps") or (r["bytes"] / rec["seconds"] / 1e9 if rec.get("seconds") and r.get("bytes")
+                                           else None)
+            return rec.get("tflops") or (r["flops"] / rec["seconds"] / 1e12 if rec.get("seconds") and r.get("flops")
+                                         else None)
+
+        by_bytes = any(r.get("bytes") or any((r.get(i) or {}).get("gbps") for i in IMPLS) for r in self.rows)
+        by_flops = any(r.get("flops") or any((r.get(i) or {}).get("tflops") for i in IMPLS) for r in self.rows)
+        unit = "TFLOP/s" if by_flops and not by_bytes else "GB/s"
+        head = f"{'case':<34}" + "".join(f"{impl + ' ' + unit:>19}" for impl in IMPLS)
         lines = [head]
         for r in self.rows:
             cells = []
             for impl in IMPLS:
-                rec = r.get(impl) or {}
-                gbps = rec.get("gbps") or (r["bytes"] / rec["seconds"] / 1e9 if rec.get("seconds") and r.get("bytes")
-                                           else None)
-                cells.append(f"{gbps:16.0f}" if gbps else f"{'-':>16}")
+                value = rate(r, r.get(impl) or {}, unit)
+                cells.append(f"{value:19.0f}" if value else f"{'-':>19}")
             lines.append(f"{str(r.get('case', '?'))[:34]:<34}" + "".join(cells))
         return "\n".join(lines)
 

@@ -17,9 +17,26 @@ from . import html as H
 MONO = "var(--jp-code-font-family, ui-monospace, Menlo, monospace)"
 
 
+def ensure_gpu_stages(compiled) -> None:
+    """Build the GPU stages a view needs when the kernel only has its tile IR (a CPU run): for this machine's
+    GPU, else sm_90a, as the %%kernel magic does; no GPU is needed. A failure is kept for the view's note."""
+    if "gpu" in (getattr(compiled, "asm", {}) or {}) or not hasattr(compiled, "build_gpu"):
+        return
+    if getattr(compiled, "_gpu_build_error", None):
+        return  # tried once already: the note says why
+    from ..compiler.codegen.target import Target, detect_target
+    from ..errors import KernelLabError
+
+    try:
+        compiled.build_gpu(detect_target() or Target(90))
+    except KernelLabError as e:
+        compiled._gpu_build_error = f"{type(e).__name__}: {e}"
+
+
 def _no_gpu_note(compiled) -> str | None:
     if "gpu" not in (getattr(compiled, "asm", {}) or {}):
-        return "no GPU stages yet: call compiled.build_gpu() (works without a GPU)"
+        why = getattr(compiled, "_gpu_build_error", None)
+        return f"the GPU stages could not be built: {why}" if why else "no GPU stages for this kernel"
     return None
 
 
@@ -27,9 +44,12 @@ class _View(W.VBox):
     """A view: a VBox of widgets plus a static HTML fallback for saved notebooks."""
 
     title = "view"
+    needs_gpu = False  # the layout, shared-memory and code views read the GPU stages: built on first show
 
     def __init__(self, compiled, **kwargs):
         super().__init__(**kwargs)
+        if self.needs_gpu:
+            ensure_gpu_stages(compiled)
         self.compiled = compiled
 
     def static_html(self) -> str:
@@ -254,6 +274,7 @@ class LayoutView(_View):
     """Dropdown of the GPU IR's tensor values (and stores) -> the layout grid SVG and what it means."""
 
     title = "layout"
+    needs_gpu = True
 
     def __init__(self, compiled, value: str | None = None, **kwargs):
         super().__init__(compiled, **kwargs)
@@ -317,6 +338,7 @@ class SharedMemoryView(_View):
     with bank-conflict estimates; picking a buffer highlights it and shows its IR and source line."""
 
     title = "shared memory"
+    needs_gpu = True
 
     def __init__(self, compiled, limit: int = D.SMEM_LIMIT_SM90, **kwargs):
         super().__init__(compiled, **kwargs)
@@ -333,6 +355,10 @@ class SharedMemoryView(_View):
         self.refresh()
 
     def refresh(self):
+        note = _no_gpu_note(self.compiled)
+        if note:
+            self.pane.value, self.detail.value = H.page(f'<p class="kl-dim">{H.esc(note)}</p>'), ""
+            return
         self.pane.value = H.smem_html(self.compiled, self.limit, highlight=self.buffer_select.value)
         k = self.buffer_select.value
         if k is None:
@@ -358,6 +384,7 @@ class CodeView(_View):
     """Tabs: PTX, SASS, LLVM IR and the resource report (registers, spills, shared, occupancy)."""
 
     title = "code"
+    needs_gpu = True
 
     def __init__(self, compiled, **kwargs):
         super().__init__(compiled, **kwargs)
@@ -425,10 +452,13 @@ class LabTab(W.Tab):
 
 
 def show(compiled, views=("passes", "layout", "smem", "code", "graph")) -> W.Tab:
-    """A Tab with one live view per name in `views` (passes, layout, smem, code, graph)."""
+    """A Tab with one live view per name in `views` (passes, layout, smem, code, graph). A kernel compiled for a
+    CPU run gets its GPU stages built here (for this machine's GPU, else sm_90a; no GPU needed)."""
     unknown = [v for v in views if v not in VIEWS]
     if unknown:
         raise ValueError(f"unknown view(s) {unknown}; choose from {list(VIEWS)}")
+    if any(VIEWS[v].needs_gpu for v in views):
+        ensure_gpu_stages(compiled)  # first, so the passes view lists the GPU passes too
     children = [VIEWS[v](compiled) for v in views]
     tab = LabTab(children=children)
     tab.titles = tuple(c.title for c in children)

@@ -374,11 +374,12 @@ def test_code_summary(kernels):
     assert s["occupancy"]["blocks_per_sm"] == blocks
     assert s["occupancy"]["warps_per_sm"] == 4 * blocks
     assert s["occupancy"]["occupancy"] == pytest.approx(4 * blocks / 64)
-    if D.find_cuobjdump():
+    if D.find_sass_tool():
         assert "Function : matmul_kernel" in s["sass"] and s["sass_reason"] == ""
-        assert "/* 0x" not in s["sass"]
+        assert "/* 0x" not in s["sass"] and ".section" not in s["sass"]
+        assert re.search(r"/\*[0-9a-f]{4}\*/\s+\S+", s["sass"])  # instructions with their offsets
     else:
-        assert s["sass"] is None and "cuobjdump" in s["sass_reason"]
+        assert s["sass"] is None and "nvidia-cuda-nvdisasm" in s["sass_reason"]
 
 
 def test_occupancy_limits():
@@ -389,10 +390,54 @@ def test_occupancy_limits():
 
 def test_sass_without_cubin_or_tool(monkeypatch):
     assert D.sass(None)[0] is None
+    monkeypatch.delenv("KERNELLAB_NVDISASM", raising=False)
     monkeypatch.setenv("KERNELLAB_CUOBJDUMP", "/nonexistent/cuobjdump")
     D._SASS_CACHE.clear()
     text, why = D.sass(b"not a cubin")
-    assert text is None and "cuobjdump" in why
+    assert text is None and "nvdisasm was not found" in why and "pip install nvidia-cuda-nvdisasm" in why
+    monkeypatch.delenv("KERNELLAB_CUOBJDUMP")
+    monkeypatch.setattr(D.shutil, "which", lambda name: None)
+    monkeypatch.setattr(D, "_tool_dirs", lambda: [])
+    assert D.find_sass_tool() is None and D.sass(b"still not a cubin")[1] == D.NO_SASS_TOOL
+
+
+_FAKE_NVDISASM = r"""#!/bin/sh
+[ "$1" = -c ] || exit 3
+cat <<'OUT'
+	.target	sm_90a
+	.elftype	@"ET_EXEC"
+//--------------------- .text.add_kernel        --------------------------
+	.section	.text.add_kernel,"ax",@progbits
+	.align	128
+        .global         add_kernel
+        .type           add_kernel,@function
+add_kernel:
+.text.add_kernel:
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+.L_x_1:
+        /*0010*/                   EXIT ;
+OUT
+"""
+
+
+def test_sass_through_a_wheels_nvdisasm(monkeypatch, tmp_path):
+    """Without nvdisasm or cuobjdump on PATH, the SASS view finds nvdisasm where the `nvidia-cuda-nvdisasm`
+    wheel puts it (site-packages/nvidia/cu13/bin) and shows its listing in cuobjdump's shape."""
+    bindir = tmp_path / "site-packages" / "nvidia" / "cu13" / "bin"
+    bindir.mkdir(parents=True)
+    tool = bindir / "nvdisasm"
+    tool.write_text(_FAKE_NVDISASM)
+    tool.chmod(0o755)
+    for env in ("KERNELLAB_CUOBJDUMP", "KERNELLAB_NVDISASM"):
+        monkeypatch.delenv(env, raising=False)
+    monkeypatch.setattr(D.shutil, "which", lambda name: None)
+    monkeypatch.setattr(D, "_tool_dirs", lambda: [tmp_path / "nowhere", bindir])
+    assert D.find_sass_tool() == ("nvdisasm", str(tool))
+    D._SASS_CACHE.clear()
+    text, why = D.sass(b"a cubin for the fake tool")
+    assert why == "" and text.splitlines() == ["\t.target\tsm_90a", "\t\tFunction : add_kernel",
+                                               "        /*0000*/                   LDC R1, c[0x0][0x28] ;",
+                                               ".L_x_1:", "        /*0010*/                   EXIT ;"]
 
 
 # ----------------------------------------------------------------------------- dataflow graph

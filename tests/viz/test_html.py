@@ -236,10 +236,10 @@ def test_code_html(cks):
     assert f"PTX ({len(ck.asm['ptx'].splitlines())} lines)" in out
     assert f"LLVM IR ({len(ck.asm['llir'].splitlines())} lines)" in out
     assert "occupancy" in out
-    if D.find_cuobjdump():
+    if D.find_sass_tool():
         assert "SASS (" in out
     else:
-        assert "cuobjdump not found" in out
+        assert "nvdisasm was not found" in out
 
 
 def test_graph_html(cks, monkeypatch):

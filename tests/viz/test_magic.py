@@ -163,6 +163,80 @@ def test_check_fails_with_a_message(run, data, views):
     cell = run(f'%%kernel {RUN} --check "torch.allclose(z, x - y)"\n{ADD}')  # --check implies --run
     assert cell.has(r"check failed: torch\.allclose\(z, x - y\)")
     assert cell.has("evaluated to False")
+    # what was compared, and by how much it is off (2*y at the worst element)
+    worst = float((2 * data["y"]).abs().max())
+    assert cell.has(r"compared z with x - y \(allclose\)")
+    m = re.search(r"max \|z - \(x - y\)\| = (\S+) at index \((\d+),\)", cell.text)
+    assert m and abs(float(m.group(1)) - worst) <= 1e-3 * worst, cell.text
+    assert int(m.group(2)) == int((2 * data["y"]).abs().argmax())
+    assert cell.has(r"\d+ of 1000 elements differ by more than atol \+ rtol")
+
+
+def test_check_sees_torch_and_the_notebooks_names_without_importing_them(run, ip, data, views):
+    """--check is evaluated in the notebook's namespace plus torch: a notebook that imported torch under
+    another name (or not at all) and defined its own reference still checks (the GPU test failed on that)."""
+    ip.user_ns.pop("torch")
+    try:
+        run("def reference(a, b):\n    return a + b")
+        cell = run(f'%%kernel {RUN} --check "torch.allclose(z, reference(x, y))"\n{ADD}')
+        assert cell.has("check passed"), cell.text
+        assert "torch" not in ip.user_ns  # the scope is a copy: nothing leaks into the notebook
+    finally:
+        ip.user_ns["torch"] = torch
+
+
+def test_failed_check_as_a_method_and_with_nans(run, ip, data, views):
+    ip.user_ns["bad_ref"] = data["x"] + data["y"]
+    ip.user_ns["bad_ref"][7] = float("nan")
+    cell = run(f'%%kernel {RUN} --check "z.eq(bad_ref).all()"\n{ADD}')
+    assert cell.has("check failed") and cell.has(r"compared z with bad_ref \(eq\)")
+    assert cell.has(r"at index \(7,\)") and cell.has("NaN: 0 in z, 1 in bad_ref") and cell.has("1 of 1000 elements")
+
+
+def test_strict_makes_a_failed_check_raise(ip, data, views):
+    from kernellab.errors import CheckFailedError, KernelLabError
+
+    with capture_output() as cap:
+        res = ip.run_cell(f'%%kernel {RUN} --strict --check "torch.allclose(z, x - y)"\n{ADD}')
+    assert isinstance(res.error_in_exec, CheckFailedError) and isinstance(res.error_in_exec, AssertionError)
+    assert "max |z - (x - y)|" in str(res.error_in_exec)
+    assert any("check failed" in o.data.get("text/plain", "") for o in cap.outputs)  # shown in the cell too
+    with capture_output():
+        res = ip.run_cell(f'%%kernel {RUN} --strict --check "torch.allclose(z, x + y)"\n{ADD}')
+    assert res.error_in_exec is None  # a passing check does not raise
+    with capture_output():  # any error the cell shows raises under --strict (a compile error here)
+        res = ip.run_cell(f'%%kernel --args "x, y, z" -c BLOCK=256 --strict\n{ADD}')
+    assert isinstance(res.error_in_exec, KernelLabError) and not isinstance(res.error_in_exec, AssertionError)
+
+
+def test_strict_from_the_environment(ip, data, views, monkeypatch):
+    from kernellab.errors import CheckFailedError
+
+    monkeypatch.setenv("KERNELLAB_STRICT", "1")
+    with capture_output():
+        res = ip.run_cell(f'%%kernel {RUN} --check "torch.allclose(z, x - y)"\n{ADD}')
+    assert isinstance(res.error_in_exec, CheckFailedError)
+    monkeypatch.setenv("KERNELLAB_STRICT", "0")
+    with capture_output():
+        res = ip.run_cell(f'%%kernel {RUN} --check "torch.allclose(z, x - y)"\n{ADD}')
+    assert res.error_in_exec is None
+
+
+@pytest.mark.parametrize("expr, expect", [
+    ("a == b", r"compared a with b \(==\)\n  a = 1.0, b = 2.0"),
+    ("torch.allclose(u, v, atol=0.5)", r"max \|u - \(v\)\| = 1 at index \(1, 2\).*1 of 6 elements differ by more "
+                                       r"than atol \+ rtol \* \|v\| \(atol=0.5, rtol=1e-05\)"),
+    ("torch.equal(u, w)", r"shapes differ: u is \(2, 3\), w is \(4,\)"),
+    ("ok()", r"evaluated to False\n\(write the check as torch.allclose"),
+])
+def test_explain_failed_check(expr, expect):
+    u = torch.zeros(2, 3)
+    v = u.clone()
+    v[1, 2] = 1.0
+    scope = {"torch": torch, "a": 1.0, "b": 2.0, "u": u, "v": v, "w": torch.zeros(4), "ok": lambda: False}
+    text = magic.explain_failed_check(expr, False, scope)
+    assert re.search(expect, text, re.S), text
+    assert text.endswith("evaluated to False") or "write the check" in text
 
 
 def test_check_against_a_reference_with_out(run, data, views):

@@ -132,6 +132,19 @@ def test_performance_view_png_and_bundle(h200):
     assert "vector_add 2^28 fp32" in view.table()
 
 
+def test_table_units_follow_the_rows():
+    """Memory-bound rows (bytes) in GB/s; compute-bound rows (FLOPs, no bytes: matmul, attention) in TFLOP/s —
+    `kernellab info` printed "-" for every matmul row when it read them as GB/s."""
+    mem = PerformanceView([{"case": "add", "bytes": 12e9, "kernellab": {"seconds": 4e-3}, "torch": {"gbps": 2000}}])
+    assert "kernellab GB/s" in mem.table().splitlines()[0]
+    assert mem.table().splitlines()[1].split()[1:3] == ["3000", "2000"]
+    mm = PerformanceView([{"case": "mm", "flops": 2 * 4096**3, "kernellab": {"seconds": 2 * 4096**3 / 700e12},
+                           "torch": {"tflops": 650.0}}])
+    head, row = mm.table().splitlines()
+    assert "kernellab TFLOP/s" in head and "GB/s" not in head
+    assert row.split()[1:] == ["700", "650", "-"]  # triton absent
+
+
 def test_performance_view_of_a_sweep_has_two_figures():
     rows = [{"case": f"k n={n}", "size": {"n": n}, "bytes": 12 * n, "flops": n,
              "kernellab": {"seconds": 1e-6 + n * 3e-12}, "torch": {"seconds": 2e-6 + n * 3e-12}}

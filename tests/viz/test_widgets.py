@@ -181,10 +181,10 @@ def test_code_view_tabs(cks):
     assert tuple(v.tabs.titles) == ("PTX", "SASS", "LLVM IR", "report")
     ptx = html.unescape(re.sub(r"<[^>]+>", "", v.tabs.children[0].value))
     assert ".entry matmul_kernel" in ptx
-    if D.find_cuobjdump():
+    if D.find_sass_tool():
         assert "Function : matmul_kernel" in html.unescape(re.sub(r"<[^>]+>", "", v.tabs.children[1].value))
     else:
-        assert "cuobjdump not found" in v.tabs.children[1].value
+        assert "nvdisasm was not found" in v.tabs.children[1].value
     assert f"<td>{ck.n_regs}</td>" in v.tabs.children[3].value
 
 
@@ -210,16 +210,52 @@ def test_pass_list_shows_each_pass_description(cks):
         assert p.name in label
 
 
-def test_views_of_a_kernel_without_gpu_stages():
+def test_show_builds_the_gpu_stages_of_a_cpu_run():
+    """show() of a kernel compiled for a CPU run (tile IR only) builds its GPU stages itself (no GPU needed)
+    instead of telling the user to call compiled.build_gpu()."""
     x = torch.randn(512)
     ck = K["add_kernel"].warmup(x, x, x, 512, BLOCK=512, num_warps=2)  # tile IR only
+    assert "gpu" not in ck.asm
     tab = kv.show(ck)
+    assert "gpu" in ck.asm and "ptx" in ck.asm and ck.num_warps == 2
     passes, layout, smem, code, graph = tab.children
     assert len(passes.pass_select.options) == len(ck.trace.passes)
-    assert "build_gpu" in layout.pane.value and "build_gpu" in smem.pane.value
-    assert "build_gpu" in code.static_html()
+    assert layout.entries and "<svg" in layout.pane.value
+    assert "build_gpu" not in tab._repr_mimebundle_()["text/html"]
+    assert ".entry add_kernel" in code.static_html() or ".entry" in code.static_html()
     assert "tt.load" in graph.static_html()
-    assert "build_gpu" in tab._repr_mimebundle_()["text/html"]
+
+
+def test_views_say_why_when_the_gpu_stages_cannot_be_built(monkeypatch):
+    from kernellab.errors import ToolchainError
+
+    x = torch.randn(256)
+    ck = K["add_kernel"].warmup(x, x, x, 256, BLOCK=256, num_warps=1)
+    calls = []
+
+    def broken(target=None):
+        calls.append(target)
+        raise ToolchainError("ptxas exploded")
+
+    monkeypatch.setattr(ck, "build_gpu", broken)
+    tab = kv.show(ck)
+    passes, layout, smem, code, graph = tab.children
+    assert len(calls) == 1  # tried once, not once per view
+    for pane in (layout.pane.value, smem.pane.value, code.static_html()):
+        assert "could not be built" in pane and "ptxas exploded" in pane
+    assert "tt.load" in graph.static_html()
+
+
+def test_compiled_kernel_repr_is_one_short_line():
+    x = torch.randn(128)
+    ck = K["add_kernel"].warmup(x, x, x, 128, BLOCK=128, num_warps=2)  # not built by another test (the cache)
+    assert "gpu" not in ck.asm
+    text = repr(ck)
+    assert "\n" not in text and len(text) < 200 and text.startswith("<CompiledKernel add_kernel(")
+    assert "num_warps=2" in text and "PTX" not in text
+    ck.build_gpu()
+    text = repr(ck)
+    assert "PTX for sm_90a" in text and "regs" in text and len(text) < 200 and "\n" not in text
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
