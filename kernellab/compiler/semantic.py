@@ -430,7 +430,8 @@ class Semantic:
         ta, tb = a.type.scalar, b.type.scalar
         if op in ("&", "|", "^", "<<", ">>"):
             if not (ta.is_int() and tb.is_int()):
-                raise SemanticError(f"operator {op} needs integer operands, got {ta} and {tb}")
+                raise SemanticError(f"invalid operands of type {tl_name(ta)} and {tl_name(tb)} for operator {op}: it "
+                                    "needs integer operands")
         ct = computation_type(ta, a_scalar, tb, b_scalar, div_or_mod)
         if op in ("//", "%") and ct.is_int() and _is_zero_constant(b_raw if b_scalar else b):
             raise SemanticError(f"integer {'division' if op == '//' else 'remainder'} by the constant 0 (`x {op} 0`) "

@@ -71,3 +71,15 @@ from .random import (  # noqa: E402,F401
     randn4x,
     uint_to_uniform_float,
 )
+
+
+def str_to_ty(name: str, c=None):
+    """The dtype (or pointer type) a Triton signature string names: "fp32", "i8", "u1", "*fp16", "*kfp16"."""
+    from ..compiler.types import DTYPES, FP8_DTYPES, PointerType
+
+    if name.startswith("*"):
+        inner = name[1:]
+        return PointerType(str_to_ty(inner[1:] if inner.startswith("k") else inner))
+    canonical = {"u1": "int1", "i1": "int1", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64"}
+    found = dtype(canonical.get(name, name)) if name not in DTYPES and name not in FP8_DTYPES else None
+    return found or DTYPES.get(name) or FP8_DTYPES[name]
