@@ -217,6 +217,11 @@ def _ops() -> list[Op]:
         build=lambda s: {"a": _rand(s, 2.0, (12.0, -12.0)), "b": _rand(s, 1.0)},
         liger=lambda x: (_L("geglu").LigerGELUMulFunction.apply(x["a"], x["b"]),),
         ref=lambda x: (F.gelu(x["a"], approximate="tanh") * x["b"],), grads=("a", "b"))
+    add(name="swiglu_fused_gate_up", sizes={"cpu": (16, 192), "gpu": (4096, 16384)},
+        build=lambda s: {"y": _rand(s, 2.0, (30.0, -30.0))},
+        liger=lambda x: (_L("swiglu").LigerFusedGateUpSiLUMulFunction.apply(x["y"]),),
+        ref=lambda x: (F.silu(x["y"][..., :x["y"].shape[-1] // 2]) * x["y"][..., x["y"].shape[-1] // 2:],),
+        grads=("y",), note="gate and up concatenated in one tensor")
     add(name="relu_squared", sizes={"cpu": (16, 96), "gpu": (4096, 8192)},
         build=lambda s: {"X": _rand(s, 2.0, (30.0, -30.0))},
         liger=lambda x: (_L("relu_squared").LigerReLUSquaredFunction.apply(x["X"]),),
@@ -489,6 +494,21 @@ def _ops() -> list[Op]:
         liger=lambda x: (importlib.import_module("liger_kernel.ops.experimental.embedding")
                          .LigerEmbeddingFunction.apply(x["E"], x["idx"]),),
         ref=lambda x: (x["E"][x["idx"]],), grads=("E",), note="experimental; repeated indices (atomic adds)")
+    def sls_build(s):
+        b, l1, v = s
+        mask = torch.ones(b, l1 + 3, dtype=torch.int32)
+        mask[:, 1::4] = 0
+        return {"logits": _rand(s, 3.0, (30.0,)), "ids": torch.randint(0, v, (b, l1 + 3)), "mask": mask}
+
+    def sls_ref(x):
+        L = x["logits"].shape[1] - 1
+        logp = torch.log_softmax(x["logits"][:, :L] / 0.9, -1).gather(-1, x["ids"][:, -L:, None])[..., 0]
+        return (torch.where(x["mask"][:, -L:] != 0, logp, torch.zeros_like(logp)),)
+
+    add(name="grpo_selective_log_softmax", sizes={"cpu": (2, 9, 300), "gpu": (8, 1025, 32768)},
+        build=sls_build,
+        liger=lambda x: (_L("grpo_loss").fused_selective_log_softmax(x["logits"], x["ids"], 0.9, x["mask"]),),
+        ref=sls_ref, backprop=(), note="forward only (no grad); a masked-out token keeps 0; `MASK is not None`")
     return ops
 
 
@@ -530,7 +550,8 @@ def _outs_and_grads(op, fn, x, gouts):
 
     outs = fn(x)
     diff = [outs[i] for i in op.backprop]
-    torch.autograd.backward(diff, [g.to(o.dtype) for g, o in zip(gouts, diff)])
+    if diff:
+        torch.autograd.backward(diff, [g.to(o.dtype) for g, o in zip(gouts, diff)])
     return [o.detach() for o in outs], {k: x[k].grad for k in op.grads}
 
 
@@ -598,7 +619,14 @@ def child(name: str, side: str, device: str) -> dict:
         stage = "forward+backward"
         del x64
         x = _to(base, torch.float32, device, op.grads)
-        outs, grads = _outs_and_grads(op, op.liger, x, gouts)
+        # poison: with deterministic mode on, torch.empty fills floats with NaN (ints with their max), so an
+        # output element the library's kernels never write shows up as an error (off again before timing)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = True
+        try:
+            outs, grads = _outs_and_grads(op, op.liger, x, gouts)
+        finally:
+            torch.use_deterministic_algorithms(False)
         stage = "check"
         gpu = device == "cuda"
         atol = op.gpu_atol if gpu and op.gpu_atol else op.atol
@@ -627,7 +655,8 @@ def child(name: str, side: str, device: str) -> dict:
                 torch.autograd.backward([outs[i] for i in op.backprop], gd)
 
             res["fwd_ms"] = do_bench(fwd, warmup=25, rep=100)
-            res["fwd_bwd_ms"] = do_bench(fwd_bwd, warmup=25, rep=100)
+            if op.backprop:
+                res["fwd_bwd_ms"] = do_bench(fwd_bwd, warmup=25, rep=100)
     except Exception as e:  # a failing op is a result, not a crash of the benchmark
         res.update(correct=False, stage=stage, error=_cause(e), traceback=traceback.format_exc()[-4000:])
     return res
@@ -729,14 +758,15 @@ def main(argv=None):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     sides = ["kernellab"] + (["triton"] if _real_triton() else [])
-    names = [o.name for o in _ops()]
+    notes = {o.name: o.note for o in _ops()}
+    names = list(notes)
     unknown = [n for n in args.ops if n not in names]
     if unknown:
         ap.error(f"unknown op(s) {unknown}; known: {names}")
     t0 = time.time()
     rows = []
     for name in args.ops or names:
-        row = {"op": name}
+        row = {"op": name, "note": notes[name]}
         for side in sides:
             row[side] = _run_child(name, side, device, args.timeout)
         for key in ("fwd_ms", "fwd_bwd_ms"):
@@ -754,7 +784,8 @@ def main(argv=None):
                      "python": platform.python_version()},
         "sides": sides,
         "method": "one child process per op and side; inputs float32 from seed 0 (edge values included); outputs "
-                  "and input gradients vs float64 torch references: correct when |got-ref| <= atol + rtol*|ref| "
+                  "and input gradients vs float64 torch references (outputs poisoned: torch.empty gives NaN): "
+                  "correct when |got-ref| <= atol + rtol*|ref| "
                   "everywhere; ms = do_bench median (GPU only), fwd_bwd resets .grad each call",
         "figure": "kl_over_triton = Triton ms / kernellab ms (> 1: kernellab faster)",
         "rows": rows,
