@@ -723,9 +723,10 @@ def _fmt_table(rows, gpu):
         err = f"{kl['max_abs_err']:8.1e}" if "max_abs_err" in kl else "       -"
         line = f"{row['op']:<28} {ok(kl)} {err} {ok(tr)}"
         if gpu:
-            rf, rb = row.get("kl_over_triton_fwd"), row.get("kl_over_triton_fwd_bwd")
-            line += (f" {ms(kl, 'fwd_ms')} {ms(tr or {}, 'fwd_ms')} {rf if rf is None else f'{rf:6.2f}':>6}"
-                     f" {ms(kl, 'fwd_bwd_ms')} {ms(tr or {}, 'fwd_bwd_ms')} {rb if rb is None else f'{rb:6.2f}':>6}")
+            rf, rb = (row.get(k) for k in ("kl_over_triton_fwd", "kl_over_triton_fwd_bwd"))
+            rf, rb = (f"{r:6.2f}" if r is not None else "     -" for r in (rf, rb))
+            line += (f" {ms(kl, 'fwd_ms')} {ms(tr or {}, 'fwd_ms')} {rf}"
+                     f" {ms(kl, 'fwd_bwd_ms')} {ms(tr or {}, 'fwd_bwd_ms')} {rb}")
         if "error" in kl:
             line += f"   {kl.get('stage')}: {kl['error'][:150]}"
         elif kl.get("skipped"):
