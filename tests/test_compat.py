@@ -183,3 +183,35 @@ def test_kernellab_run_serves_triton_to_a_script(tmp_path):
                          env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "sum 56" in out.stdout and "kernellab.runtime.jit" in out.stdout and "['extra']" in out.stdout
+
+
+def test_served_modules_satisfy_torchs_triton_probes(triton):
+    """torch (dynamo, inductor) probes `triton` whenever it is importable, and liger_kernel imports torch._dynamo:
+    the served modules need specs (importlib.util.find_spec), `triton.compiler.compiler` and
+    `triton.backends.backends` (empty: no Triton backend plugins, so torch does not pick Triton for the CPU)."""
+    import importlib.util
+
+    import triton.backends
+    import triton.compiler.compiler
+
+    assert importlib.util.find_spec("triton").name == "triton"
+    assert importlib.util.find_spec("triton.compiler.compiler") is not None
+    assert triton.backends.backends == {} and triton.compiler.compiler.CompilationError is kernellab.CompilationError
+
+
+def test_torch_dynamo_imports_under_install():
+    """A fresh process: install() first, then what liger_kernel's import does (import torch._dynamo) and torch's
+    own Triton checks."""
+    code = textwrap.dedent("""
+        import kernellab.compat
+        kernellab.compat.install()
+        import torch._dynamo
+        from torch.utils._triton import has_triton, has_triton_package
+        import torch
+        print("ok", has_triton_package(), has_triton() if not torch.cuda.is_available() else False)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), env_path]) if (env_path := os.environ.get(
+        "PYTHONPATH")) else os.getcwd())
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "ok True False" in out.stdout

@@ -14,6 +14,7 @@ The modules are assembled from kernellab's own objects (no copies of Triton): th
 """
 from __future__ import annotations
 
+import importlib.machinery
 import sys
 import types
 
@@ -26,6 +27,8 @@ def _module(name: str, doc: str, package: bool = True, **attrs) -> types.ModuleT
     mod = types.ModuleType(name, doc)
     if package:
         mod.__path__ = []  # a package: `import triton.x` for an x we do not serve fails with ModuleNotFoundError
+    # a spec, as imported modules have: `importlib.util.find_spec("triton")` (torch asks it) raises on None
+    mod.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=package)
     mod.__kernellab__ = True
     mod.__dict__.update(attrs)
     return mod
@@ -117,7 +120,14 @@ def _build() -> dict[str, types.ModuleType]:
         UnsupportedLanguageConstruct=errors.CompilationError,
     ))
     compiler.errors = mods["triton.compiler.errors"]
-    add("triton.backends", _module("triton.backends", "Backends."))
+    # torch (inductor, dynamo) imports this module whenever `triton` is importable; without it importing
+    # torch._dynamo (which liger_kernel does) fails under install()
+    add("triton.compiler.compiler", _module(
+        "triton.compiler.compiler", "Compiler entry points.", package=False,
+        compile=runtime_shim.compile_unsupported, CompilationError=errors.CompilationError,
+    ))
+    # no Triton backend plugins: torch's has_triton() looks for "cpu" here (and finds none)
+    add("triton.backends", _module("triton.backends", "Backends.", backends={}))
     add("triton.backends.compiler", _module("triton.backends.compiler", "Targets.", package=False,
                                             GPUTarget=driver.GPUTarget))
     add("triton.knobs", knobs.module(_module))

@@ -1,0 +1,808 @@
+"""Library benchmark: Liger-Kernel's ops run unchanged, compiled by kernellab (through `kernellab.compat`) and by
+Triton, checked against float64 torch references and timed side by side.
+
+    python benchmarks/libraries.py [op ...] [--timeout S] [--no-write]
+
+Installs nothing: it needs `liger-kernel` (`pip install liger-kernel --no-deps`) and torch; a real `triton`
+is optional (without it only the kernellab side runs). Each op runs in its own child process per side:
+`kernellab` does `kernellab.compat.install()` before importing liger, so every `@triton.jit` in the
+library is a kernellab kernel; `triton` imports the real Triton (with TRITON_INTERPRET=1 on a CPU).
+A child builds the op's inputs from a fixed seed (random values with a few edge values: large
+magnitudes, tiny ones; never zeros), runs the Liger op forward and backward, and compares every output
+and every input gradient with the same op written in plain torch on float64 copies of the inputs.
+On a GPU it then times forward and forward+backward with `triton.testing.do_bench` (which is
+`kernellab.testing.do_bench` under compat). On a CPU the shapes are small and only correctness is checked.
+
+Writes benchmarks/results/<date>-<gpu or cpu>-libraries.json (date, GPU, versions; per op and side:
+correct, max error, error and its cause when the child failed, ms; kl_over_triton = Triton ms /
+kernellab ms, > 1: kernellab faster) and prints a table last.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import importlib.util
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MARK = "@@libraries-result "
+SIDES = ("kernellab", "triton")
+SEED = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def _rand(shape, scale=1.0, edges=(), positive=False):
+    """randn * scale (abs if positive), never exactly zero, with the given edge values written at
+    fixed pseudo-random positions (first and last element included)."""
+    import torch
+
+    x = torch.randn(tuple(shape), dtype=torch.float64) * scale
+    if positive:
+        x = x.abs()
+    x = torch.where(x.abs() < 1e-3 * scale, torch.full_like(x, 1e-3 * scale), x)
+    flat = x.view(-1)
+    if edges and flat.numel() >= 2:
+        pos = [0, flat.numel() - 1] + torch.randint(0, flat.numel(), (len(edges),)).tolist()
+        for i, e in enumerate(edges):
+            flat[pos[i % len(pos)]] = e
+    return x.float()
+
+
+def _labels(n, v, ignore=-100, every=5):
+    """Class labels in [0, v) with every `every`-th one (from 2) set to `ignore`."""
+    import torch
+
+    t = torch.randint(0, v, (n,))
+    t[2::every] = ignore
+    return t
+
+
+# ---------------------------------------------------------------------------------------------
+# References (float64, plain torch)
+
+
+def _rms(x, eps):
+    import torch
+
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def _rotate_half(x):
+    import torch
+
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def _ce_rows(logits, target, ignore_index, smoothing, z_scale):
+    """Per-row CE (label smoothing, z-loss) and the row mask; rows whose target is ignore_index count 0."""
+    import torch
+
+    keep = target != ignore_index
+    lse = torch.logsumexp(logits, dim=-1)
+    x_t = logits.gather(1, target.clamp(min=0)[:, None])[:, 0]
+    nll = lse - x_t
+    smooth = lse - logits.mean(-1)
+    loss = (1 - smoothing) * nll + smoothing * smooth
+    z = z_scale * lse * lse
+    zero = torch.zeros_like(loss)
+    return torch.where(keep, loss, zero), torch.where(keep, z, zero), keep
+
+
+def _sparsemax(x):
+    import torch
+
+    z, _ = torch.sort(x, dim=-1, descending=True)
+    k = torch.arange(1, x.shape[-1] + 1, dtype=x.dtype)
+    cs = z.cumsum(-1)
+    support = (1 + k * z) > cs
+    kz = support.sum(-1, keepdim=True)
+    tau = (cs.gather(-1, kz - 1) - 1) / kz
+    return torch.clamp(x - tau, min=0)
+
+
+def _gen_jsd(log_q, log_p, beta, keep):
+    """Generalized JSD of Liger: M = beta P + (1-beta) Q; beta KL(P||M) + (1-beta) KL(Q||M), averaged over kept rows."""
+    import torch
+
+    p, q = log_p.exp(), log_q.exp()
+    log_m = torch.log(beta * p + (1 - beta) * q)
+    per = beta * p * (log_p - log_m) + (1 - beta) * q * (log_q - log_m)
+    return (per.sum(-1) * keep).sum() / keep.sum()
+
+
+# ---------------------------------------------------------------------------------------------
+# The ops
+
+
+@dataclass
+class Op:
+    """One Liger op. `build(size)` -> dict of inputs (float32 tensors and plain values, on the CPU); `grads`
+    names the inputs that require grad; `liger(x)` runs the Liger op (liger imported there); `ref(x)` is the
+    float64 reference on the same dict (tensors already float64); both return a tuple of outputs, of which
+    `backprop` (indices) are differentiated (with random output gradients)."""
+
+    name: str
+    sizes: dict
+    build: Callable
+    liger: Callable
+    ref: Callable
+    grads: tuple = ()
+    backprop: tuple = (0,)
+    atol: float = 1e-5
+    rtol: float = 1e-4
+    note: str = ""
+    gpu_atol: float | None = None  # where the GPU side computes differently (fp32 tl.dot is TF32 there)
+    gpu_rtol: float | None = None
+    gpu_only: str = ""  # why the op cannot run on a CPU (liger asserts CUDA tensors): skipped there
+    cpu_patch: Callable | None = None  # run before the op on a CPU: stands in for what liger asks a GPU
+
+
+def _ops() -> list[Op]:
+    import torch
+    import torch.nn.functional as F
+
+    ops = []
+
+    def add(**kw):
+        ops.append(Op(**kw))
+
+    # -- norms
+    add(name="rms_norm", sizes={"cpu": (16, 96), "gpu": (4096, 4096)},
+        build=lambda s: {"X": _rand(s, 2.0, (40.0, -35.0, 1e-3)), "W": _rand(s[-1:], 1.0, (3.0,))},
+        liger=lambda x: (_L("rms_norm").LigerRMSNormFunction.apply(x["X"], x["W"], 1e-6),),
+        ref=lambda x: (_rms(x["X"], 1e-6) * x["W"],),
+        grads=("X", "W"))
+    add(name="rms_norm_gemma", sizes={"cpu": (16, 96), "gpu": (4096, 4096)},
+        build=lambda s: {"X": _rand(s, 2.0, (40.0, -35.0)), "W": _rand(s[-1:], 0.5)},
+        liger=lambda x: (_L("rms_norm").LigerRMSNormFunction.apply(x["X"], x["W"], 1e-6, 1.0, "gemma"),),
+        ref=lambda x: (_rms(x["X"], 1e-6) * (1.0 + x["W"]),),
+        grads=("X", "W"), note="offset 1.0, casting_mode gemma")
+    add(name="layer_norm", sizes={"cpu": (16, 96), "gpu": (4096, 4096)},
+        build=lambda s: {"X": _rand(s, 2.0, (50.0, -45.0)), "W": _rand(s[-1:], 1.0), "B": _rand(s[-1:], 1.0)},
+        liger=lambda x: (_L("layer_norm").LigerLayerNormFunction.apply(x["X"], x["W"], x["B"], 1e-6),),
+        ref=lambda x: ((x["X"] - x["X"].mean(-1, keepdim=True))
+                       * torch.rsqrt(x["X"].var(-1, unbiased=False, keepdim=True) + 1e-6) * x["W"] + x["B"],),
+        grads=("X", "W", "B"))
+    add(name="fused_add_rms_norm", sizes={"cpu": (16, 96), "gpu": (4096, 4096)},
+        build=lambda s: {"X": _rand(s, 2.0, (30.0,)), "R": _rand(s, 1.0, (-25.0,)), "W": _rand(s[-1:], 1.0)},
+        liger=lambda x: tuple(_L("fused_add_rms_norm").LigerFusedAddRMSNormFunction.apply(
+            x["X"], x["R"], x["W"], 1e-6)),
+        ref=lambda x: (_rms(x["X"] + x["R"], 1e-6) * x["W"], x["X"] + x["R"]),
+        grads=("X", "R", "W"), backprop=(0, 1))
+    add(name="poly_norm", sizes={"cpu": (16, 96), "gpu": (4096, 4096)},
+        build=lambda s: {"X": _rand(s, 1.0, (4.0, -3.5)), "W": _rand((3,), 0.5), "B": _rand((), 0.5)},
+        liger=lambda x: (_L("poly_norm").LigerPolyNormFunction.apply(x["X"], x["W"], x["B"], 1e-6),),
+        ref=lambda x: (x["W"][0] * _rms(x["X"] ** 3, 1e-6) + x["W"][1] * _rms(x["X"] ** 2, 1e-6)
+                       + x["W"][2] * _rms(x["X"], 1e-6) + x["B"],),
+        grads=("X", "W", "B"), atol=1e-4)
+
+    def group_norm_ref(x):
+        X, G = x["X"], x["groups"]
+        b, c = X.shape[:2]
+        xg = X.reshape(b, G, -1)
+        y = (xg - xg.mean(-1, keepdim=True)) * torch.rsqrt(xg.var(-1, unbiased=False, keepdim=True) + 1e-6)
+        shape = (1, c) + (1,) * (X.dim() - 2)
+        return (y.reshape(X.shape) * x["W"].reshape(shape) + x["B"].reshape(shape),)
+
+    add(name="group_norm", sizes={"cpu": (4, 8, 24), "gpu": (32, 64, 4096)},
+        build=lambda s: {"X": _rand(s, 2.0, (30.0, -20.0)), "W": _rand(s[1:2], 1.0), "B": _rand(s[1:2], 1.0),
+                         "groups": 4},
+        liger=lambda x: (_L("group_norm").LigerGroupNormFunction.apply(
+            x["X"], x["W"], x["B"], x["X"].shape[1], x["groups"], 1e-6),),
+        ref=group_norm_ref, grads=("X", "W", "B"), atol=1e-4)
+
+    # -- activations
+    add(name="swiglu", sizes={"cpu": (16, 96), "gpu": (4096, 8192)},
+        build=lambda s: {"a": _rand(s, 2.0, (30.0, -30.0)), "b": _rand(s, 1.0)},
+        liger=lambda x: (_L("swiglu").LigerSiLUMulFunction.apply(x["a"], x["b"]),),
+        ref=lambda x: (F.silu(x["a"]) * x["b"],), grads=("a", "b"))
+    add(name="geglu", sizes={"cpu": (16, 96), "gpu": (4096, 8192)},
+        build=lambda s: {"a": _rand(s, 2.0, (12.0, -12.0)), "b": _rand(s, 1.0)},
+        liger=lambda x: (_L("geglu").LigerGELUMulFunction.apply(x["a"], x["b"]),),
+        ref=lambda x: (F.gelu(x["a"], approximate="tanh") * x["b"],), grads=("a", "b"))
+    add(name="swiglu_fused_gate_up", sizes={"cpu": (16, 192), "gpu": (4096, 16384)},
+        build=lambda s: {"y": _rand(s, 2.0, (30.0, -30.0))},
+        liger=lambda x: (_L("swiglu").LigerFusedGateUpSiLUMulFunction.apply(x["y"]),),
+        ref=lambda x: (F.silu(x["y"][..., :x["y"].shape[-1] // 2]) * x["y"][..., x["y"].shape[-1] // 2:],),
+        grads=("y",), note="gate and up concatenated in one tensor")
+    add(name="relu_squared", sizes={"cpu": (16, 96), "gpu": (4096, 8192)},
+        build=lambda s: {"X": _rand(s, 2.0, (30.0, -30.0))},
+        liger=lambda x: (_L("relu_squared").LigerReLUSquaredFunction.apply(x["X"]),),
+        ref=lambda x: (torch.relu(x["X"]) ** 2,), grads=("X",))
+    add(name="dyt", sizes={"cpu": (16, 96), "gpu": (4096, 4096)},
+        build=lambda s: {"x": _rand(s, 2.0, (30.0, -30.0)), "alpha": torch.tensor([0.7]),
+                         "gamma": _rand(s[-1:], 1.0), "beta": _rand(s[-1:], 1.0)},
+        liger=lambda x: (_L("dyt").LigerDyTFunction.apply(x["x"], x["alpha"], x["gamma"], x["beta"]),),
+        ref=lambda x: (torch.tanh(x["alpha"] * x["x"]) * x["gamma"] + x["beta"],),
+        grads=("x", "alpha", "gamma", "beta"), atol=1e-4, cpu_patch=_dyt_on_cpu,
+        note="on a CPU the backward's program count (the GPU's SM count in liger) is patched to 4")
+    add(name="softmax", sizes={"cpu": (16, 96), "gpu": (4096, 4096)},
+        build=lambda s: {"x": _rand(s, 3.0, (80.0, -80.0))},
+        liger=lambda x: (_L("softmax").LigerSoftmaxFunction.apply(x["x"]),),
+        ref=lambda x: (torch.softmax(x["x"], -1),), grads=("x",))
+    add(name="sparsemax", sizes={"cpu": (16, 96), "gpu": (4096, 1024)},
+        build=lambda s: {"x": _rand(s, 1.0, (6.0, -6.0))},
+        liger=lambda x: (_L("sparsemax").LigerSparsemaxFunction.apply(x["x"], -1),),
+        ref=lambda x: (_sparsemax(x["x"]),), grads=("x",))
+
+    # -- losses
+    def ce_build(s):
+        bt, v = s
+        return {"x": _rand(s, 3.0, (30.0, -30.0)), "target": _labels(bt, v)}
+
+    def ce_ref(x):
+        loss, z, keep = _ce_rows(x["x"], x["target"], -100, 0.1, 1e-4)
+        n = keep.sum()
+        return ((loss + z).sum() / n, z.sum() / n)
+
+    add(name="cross_entropy", sizes={"cpu": (16, 200), "gpu": (4096, 32768)},
+        build=ce_build,
+        liger=lambda x: tuple(_L("cross_entropy").LigerCrossEntropyFunction.apply(
+            x["x"], x["target"], None, -100, 1e-4, 0.1, "mean", None, True)[:2]),
+        ref=ce_ref, grads=("x",), note="label_smoothing 0.1, z-loss 1e-4, 1 in 5 targets ignored")
+
+    def flce_build(s):
+        bt, h, v = s
+        return {"x": _rand((bt, h), 1.0, (8.0,)), "W": _rand((v, h), 0.05), "b": _rand((v,), 0.1),
+                "target": _labels(bt, v)}
+
+    def flce_ref(x):
+        logits = x["x"] @ x["W"].T + x["b"]
+        loss, z, keep = _ce_rows(logits, x["target"], -100, 0.1, 0.0)
+        return (loss.sum() / keep.sum(),)
+
+    add(name="fused_linear_cross_entropy", sizes={"cpu": (16, 32, 200), "gpu": (4096, 4096, 32768)},
+        build=flce_build,
+        liger=lambda x: (_L("fused_linear_cross_entropy").LigerFusedLinearCrossEntropyFunction.apply(
+            x["x"], x["W"], x["target"], x["b"], None, -100, 0.0, 0.1)[0],),
+        ref=flce_ref, grads=("x", "W", "b"), atol=1e-5, gpu_atol=2e-3, note="bias, label_smoothing 0.1")
+
+    def kl_build(s):
+        return {"y_pred": torch.log_softmax(_rand(s, 2.0, (20.0,)), -1),
+                "y_true": torch.softmax(_rand(s, 2.0, (-20.0,)), -1)}
+
+    add(name="kl_div", sizes={"cpu": (16, 200), "gpu": (4096, 32768)},
+        build=kl_build,
+        liger=lambda x: (_L("kl_div").LigerKLDivLossFunction.apply(x["y_pred"], x["y_true"], "batchmean"),),
+        ref=lambda x: ((x["y_true"] * (torch.log(x["y_true"].clamp(min=1e-10)) - x["y_pred"])).sum()
+                       / x["y_pred"].shape[0],),
+        grads=("y_pred",))
+
+    def jsd_build(s):
+        bt, v = s
+        return {"x": torch.log_softmax(_rand(s, 2.0, (20.0,)), -1),
+                "y": torch.log_softmax(_rand(s, 2.0, (-20.0,)), -1), "labels": _labels(bt, v)}
+
+    add(name="jsd", sizes={"cpu": (16, 200), "gpu": (4096, 32768)},
+        build=jsd_build,
+        liger=lambda x: (_L("jsd").LigerJSDFunction.apply(x["x"], x["y"], x["labels"], 0.3),),
+        ref=lambda x: (_gen_jsd(x["x"], x["y"], 0.3, (x["labels"] != -100).double()),),
+        grads=("x",), note="beta 0.3, shift_labels with ignored rows")
+
+    def tvd_build(s):
+        bt, v = s
+        return {"p": torch.softmax(_rand(s, 2.0, (20.0,)), -1), "q": torch.softmax(_rand(s, 2.0), -1),
+                "labels": _labels(bt, v)}
+
+    def tvd_ref(x):
+        keep = (x["labels"] != -100).double()
+        return ((0.5 * (x["p"] - x["q"]).abs().sum(-1) * keep).sum() / keep.sum(),)
+
+    add(name="tvd", sizes={"cpu": (16, 200), "gpu": (4096, 32768)},
+        build=tvd_build,
+        liger=lambda x: (_L("tvd").LigerTVDLossFunction.apply(x["p"], x["q"], x["labels"], "batchmean"),),
+        ref=tvd_ref, grads=("p",))
+
+    def fljsd_build(s):
+        bt, h, v = s
+        return {"xs": _rand((bt, h), 1.0, (6.0,)), "Ws": _rand((v, h), 0.1), "xt": _rand((bt, h), 1.0),
+                "Wt": _rand((v, h), 0.1), "labels": _labels(bt, v)}
+
+    def fljsd_ref(x):
+        t = 2.0
+        log_q = torch.log_softmax(x["xs"] @ x["Ws"].T / t, -1)
+        log_p = torch.log_softmax(x["xt"] @ x["Wt"].T / t, -1)
+        return (_gen_jsd(log_q, log_p, 0.3, (x["labels"] != -100).double()),)
+
+    add(name="fused_linear_jsd", sizes={"cpu": (16, 32, 200), "gpu": (4096, 4096, 32768)},
+        build=fljsd_build,
+        liger=lambda x: (_L("fused_linear_jsd").LigerFusedLinearJSDFunction.apply(
+            x["xs"], x["Ws"], x["xt"], x["Wt"], x["labels"], 0.3, -100, 2.0),),
+        ref=fljsd_ref, grads=("xs", "Ws"), gpu_atol=2e-3, note="beta 0.3, temperature 2")
+
+    # -- positional embeddings
+    def rope_build(s):
+        b, hq, hk, seq, d = s
+        ang = torch.arange(seq, dtype=torch.float64)[:, None] * (1e4 ** (-torch.arange(0, d, 2) / d))[None]
+        emb = torch.cat((ang, ang), -1)[None]
+        return {"q": _rand((b, hq, seq, d), 1.0, (20.0,)), "k": _rand((b, hk, seq, d), 1.0, (-20.0,)),
+                "cos": emb.cos().float(), "sin": emb.sin().float()}
+
+    add(name="rope", sizes={"cpu": (2, 4, 2, 8, 32), "gpu": (8, 32, 8, 2048, 128)},
+        build=rope_build,
+        liger=lambda x: tuple(_L("rope").LigerRopeFunction.apply(x["q"], x["k"], x["cos"], x["sin"])),
+        ref=lambda x: tuple(t * x["cos"][:, None] + _rotate_half(t) * x["sin"][:, None] for t in (x["q"], x["k"])),
+        grads=("q", "k"), backprop=(0, 1))
+
+    def mrope_build(s):
+        b, hq, hk, seq, d = s
+        pos = torch.randint(0, 64, (3, b, seq)).double()
+        inv = 1e4 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        ang = pos[..., None] * inv
+        emb = torch.cat((ang, ang), -1)
+        sec = [d // 8, (d // 2 - d // 8) // 2, d // 2 - d // 8 - (d // 2 - d // 8) // 2]
+        return {"q": _rand((b, hq, seq, d), 1.0, (20.0,)), "k": _rand((b, hk, seq, d), 1.0),
+                "cos": emb.cos().float(), "sin": emb.sin().float(), "section": sec}
+
+    def mrope_ref(x):
+        sec = x["section"] * 2
+        cos = torch.cat([m[i % 3] for i, m in enumerate(x["cos"].split(sec, dim=-1))], -1)[:, None]
+        sin = torch.cat([m[i % 3] for i, m in enumerate(x["sin"].split(sec, dim=-1))], -1)[:, None]
+        return tuple(t * cos + _rotate_half(t) * sin for t in (x["q"], x["k"]))
+
+    add(name="qwen2vl_mrope", sizes={"cpu": (2, 4, 2, 8, 32), "gpu": (8, 32, 8, 2048, 128)},
+        build=mrope_build,
+        liger=lambda x: tuple(_L("qwen2vl_mrope").LigerQwen2VLMRopeFunction.apply(
+            x["q"], x["k"], x["cos"], x["sin"], x["section"])),
+        ref=mrope_ref, grads=("q", "k"), backprop=(0, 1))
+
+    def l4_build(s):
+        b, hq, hk, seq, d = s
+        ang = torch.arange(seq, dtype=torch.float64)[:, None] * (5e5 ** (-torch.arange(0, d, 2) / d))[None]
+        return {"q": _rand((b, seq, hq, d), 1.0, (20.0,)), "k": _rand((b, seq, hk, d), 1.0),
+                "freqs": torch.polar(torch.ones_like(ang), ang).to(torch.complex64)}
+
+    def l4_ref(x):
+        f = x["freqs"].to(torch.complex128)[None, :, None, :]
+        out = []
+        for t in (x["q"], x["k"]):
+            c = torch.view_as_complex(t.reshape(*t.shape[:-1], -1, 2).contiguous())
+            out.append(torch.view_as_real(c * f).flatten(3))
+        return tuple(out)
+
+    add(name="llama4_rope", sizes={"cpu": (2, 4, 2, 8, 32), "gpu": (8, 32, 8, 2048, 128)},
+        build=l4_build,
+        liger=lambda x: tuple(_L("llama4_rope").LigerLlama4RopeFunction.apply(x["q"], x["k"], x["freqs"])),
+        ref=l4_ref, grads=("q", "k"), backprop=(0, 1), note="complex freqs_cis")
+    def modrms_build(s):
+        b, t, h = s
+        return {"X": _rand(s, 2.0, (30.0,)), "W": _rand((h,), 1.0), "scale": _rand((b, h), 0.5),
+                "shift": _rand((b, h), 0.5)}
+
+    add(name="modulated_rms_norm", sizes={"cpu": (2, 8, 96), "gpu": (8, 1024, 4096)},
+        build=modrms_build,
+        liger=lambda x: (_L("modulated_rms_norm").LigerModulatedRMSNormFunction.apply(
+            x["X"], x["W"], x["scale"], x["shift"], 1e-6),),
+        ref=lambda x: ((1 + x["scale"][:, None]) * (_rms(x["X"], 1e-6) * x["W"]) + x["shift"][:, None],),
+        grads=("X", "W", "scale", "shift"), atol=1e-4, note="per-batch scale/shift (atomic accumulation)")
+
+    def mta_ref(x, sparse):
+        s = x["scores"]
+        L = s.shape[-1]
+        future = torch.ones(L, L, dtype=torch.bool, device=s.device).triu(1)
+        s = s.masked_fill(future, -1e9)
+        p = _sparsemax(s) if sparse else torch.softmax(s, -1)
+        out = F.conv2d(p, x["w"], x["b"], padding=x["w"].shape[-1] // 2)
+        return (out.masked_fill(future, 0.0),)
+
+    for sparse in (False, True):
+        add(name="multi_token_attention" + ("_sparse" if sparse else ""),
+            sizes={"cpu": (2, 4, 16), "gpu": (4, 16, 1024)},
+            build=lambda s: {"scores": _rand(s[:2] + (s[2], s[2]), 2.0, (20.0,)), "w": _rand((s[1], s[1], 3, 3), 0.3),
+                             "b": _rand((s[1],), 0.1)},
+            liger=lambda x, sparse=sparse: (_L("multi_token_attention").LigerMultiTokenAttentionFunction.apply(
+                x["scores"], x["w"], x["b"], 1, 1, 1, 1, sparse),),
+            ref=lambda x, sparse=sparse: mta_ref(x, sparse), grads=("scores", "w", "b"), atol=1e-4,
+            note="causal mask, 3x3 conv" + (", sparsemax" if sparse else ", softmax"))
+
+    def na_ref(x):
+        q, k, v = x["q"], x["k"], x["v"]
+        L, d = q.shape[-2], q.shape[-1]
+        i = torch.arange(L, device=q.device)
+        rel = i[None, :] - i[:, None]
+        keep = (rel.abs() <= (5 // 2) * 2) & (rel % 2 == 0)
+        s = (q @ k.transpose(-1, -2)) * d ** -0.5
+        return (torch.softmax(s.masked_fill(~keep, float("-inf")), -1) @ v,)
+
+    add(name="fused_neighborhood_attention", sizes={"cpu": (1, 2, 32, 16), "gpu": (4, 16, 2048, 64)},
+        build=lambda s: {"q": _rand(s, 1.0, (6.0,)), "k": _rand(s, 1.0), "v": _rand(s, 1.0)},
+        liger=lambda x: (_L("fused_neighborhood_attention").LigerFusedNeighborhoodAttentionFunction.apply(
+            x["q"], x["k"], x["v"], 5, 2),),
+        ref=na_ref, grads=("q", "k", "v"), atol=1e-4, gpu_atol=2e-2, gpu_rtol=2e-2,
+        note="kernel 5, dilation 2; fp32 tl.dot (TF32 on the GPU)")
+
+    def moe_build(s):
+        t, h, i, e, k = s
+        return {"x": _rand((t, h), 1.0, (5.0,)), "gu": _rand((e, 2 * i, h), h ** -0.5),
+                "down": _rand((e, h, i), i ** -0.5),
+                "idx": torch.stack([torch.randperm(e)[:k] for _ in range(t)]).to(torch.int32),
+                "w": torch.softmax(_rand((t, k), 1.0), -1)}
+
+    def moe_ref(x):
+        out = torch.zeros_like(x["x"])
+        inter = x["gu"].shape[1] // 2
+        for j in range(x["idx"].shape[1]):
+            e = x["idx"][:, j].long()
+            gu = torch.einsum("th,tnh->tn", x["x"], x["gu"][e])
+            a = F.silu(gu[:, :inter]) * gu[:, inter:]
+            out = out + x["w"][:, j:j + 1] * torch.einsum("ti,thi->th", a, x["down"][e])
+        return (out,)
+
+    add(name="fused_moe", sizes={"cpu": (16, 32, 16, 4, 2), "gpu": (4096, 2048, 1024, 8, 2)},
+        build=moe_build,
+        liger=lambda x: (_L("fused_moe").LigerFusedMoEFunction.apply(x["x"], x["gu"], x["down"], x["idx"], x["w"]),),
+        ref=moe_ref, grads=("x", "gu", "down", "w"), atol=1e-4, gpu_atol=2e-2, gpu_rtol=2e-2,
+        note="grouped GEMM + SwiGLU, top-2 of 4 (tl.sort, tl.associative_scan, tl.dot)")
+
+    def mlp_ref(x):
+        return ((F.silu(x["x"] @ x["Wg"].T) * (x["x"] @ x["Wu"].T)) @ x["Wd"].T,)
+
+    add(name="mlp", sizes={"cpu": (16, 64, 128), "gpu": (4096, 4096, 14336)},
+        build=lambda s: {"x": _rand(s[:2], 1.0, (5.0,)), "Wg": _rand((s[2], s[1]), s[1] ** -0.5),
+                         "Wu": _rand((s[2], s[1]), s[1] ** -0.5), "Wd": _rand((s[1], s[2]), s[2] ** -0.5)},
+        liger=lambda x: (_L("mlp").LigerMLPFunction.apply(x["x"], x["Wg"], x["Wu"], x["Wd"]),),
+        ref=mlp_ref, grads=("x", "Wg", "Wu", "Wd"), gpu_atol=2e-2, gpu_rtol=2e-2,
+        gpu_only="liger asserts CUDA tensors (host TensorDescriptors, TMA)",
+        note="SwiGLU MLP with host-side tensor descriptors")
+
+    def flkl_build(s):
+        bt, h, v = s
+        return {"x": _rand((bt, h), 1.0, (6.0,)), "W": _rand((v, h), 0.1),
+                "target": torch.softmax(_rand((bt, v), 2.0, (-20.0,)), -1)}
+
+    add(name="fused_linear_kl_div", sizes={"cpu": (16, 32, 200), "gpu": (4096, 4096, 32768)},
+        build=flkl_build,
+        liger=lambda x: (_L("fused_linear_kl_div").LigerFusedLinearKLDivFunction.apply(
+            x["x"], x["W"], x["target"], None, "batchmean", -100, 2.0),),
+        ref=lambda x: ((x["target"] * (torch.log(x["target"].clamp(min=1e-10))
+                                      - torch.log_softmax(x["x"] @ x["W"].T / 2.0, -1))).sum() / x["x"].shape[0],),
+        grads=("x", "W"), gpu_atol=2e-3, note="temperature 2")
+
+    def cetvd_build(s):
+        bt, v = s
+        return {"s": _rand(s, 3.0, (25.0,)), "t": _rand(s, 3.0, (-25.0,)), "target": _labels(bt, v)}
+
+    def cetvd_ref(x):
+        ce, _, keep = _ce_rows(x["s"], x["target"], -100, 0.0, 0.0)
+        tvd = 0.5 * (torch.softmax(x["s"], -1) - torch.softmax(x["t"], -1)).abs().sum(-1)
+        return (ce, torch.where(keep, tvd, torch.zeros_like(tvd)))
+
+    add(name="fused_ce_tvd", sizes={"cpu": (16, 200), "gpu": (4096, 32768)},
+        build=cetvd_build,
+        liger=lambda x: tuple(_L("fused_ce_tvd").LigerFusedCETVDFunction.apply(x["s"], x["t"], x["target"])),
+        ref=cetvd_ref, grads=("s",), backprop=(0, 1))
+
+    add(name="embedding", sizes={"cpu": (200, 64, 48), "gpu": (32768, 4096, 8192)},
+        build=lambda s: {"E": _rand(s[:2], 1.0, (9.0,)), "idx": torch.randint(0, s[0], (s[2],))},
+        liger=lambda x: (importlib.import_module("liger_kernel.ops.experimental.embedding")
+                         .LigerEmbeddingFunction.apply(x["E"], x["idx"]),),
+        ref=lambda x: (x["E"][x["idx"]],), grads=("E",), note="experimental; repeated indices (atomic adds)")
+    def sls_build(s):
+        b, l1, v = s
+        mask = torch.ones(b, l1 + 3, dtype=torch.int32)
+        mask[:, 1::4] = 0
+        return {"logits": _rand(s, 3.0, (30.0,)), "ids": torch.randint(0, v, (b, l1 + 3)), "mask": mask}
+
+    def sls_ref(x):
+        L = x["logits"].shape[1] - 1
+        logp = torch.log_softmax(x["logits"][:, :L] / 0.9, -1).gather(-1, x["ids"][:, -L:, None])[..., 0]
+        return (torch.where(x["mask"][:, -L:] != 0, logp, torch.zeros_like(logp)),)
+
+    add(name="grpo_selective_log_softmax", sizes={"cpu": (2, 9, 300), "gpu": (8, 1025, 32768)},
+        build=sls_build,
+        liger=lambda x: (_L("grpo_loss").fused_selective_log_softmax(x["logits"], x["ids"], 0.9, x["mask"]),),
+        ref=sls_ref, backprop=(), note="forward only (no grad); a masked-out token keeps 0; `MASK is not None`")
+    return ops
+
+
+def _dyt_on_cpu():
+    """liger's dyt backward sizes its grid by the GPU's SM count and leaves it unset on a CPU: stand in 4."""
+    m = _L("dyt")
+    m.infer_device = lambda: "npu"
+    m.get_npu_core_count = lambda *a, **k: 4
+
+
+def _L(mod):
+    return importlib.import_module(f"liger_kernel.ops.{mod}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Child: one op on one side
+
+
+def _to(x, dtype, device, grads=()):
+    import torch
+
+    out = {}
+    for k, v in x.items():
+        if isinstance(v, torch.Tensor):
+            v = v.to(device)
+            if v.is_floating_point():
+                v = v.to(dtype)
+            elif v.is_complex():
+                v = v.to(torch.complex128 if dtype == torch.float64 else torch.complex64)
+            if k in grads:
+                v = v.detach().requires_grad_(True)
+        out[k] = v
+    return out
+
+
+def _outs_and_grads(op, fn, x, gouts):
+    """Run `fn(x)`, backprop `gouts` through op.backprop outputs; returns (outputs, grads by name)."""
+    import torch
+
+    outs = fn(x)
+    diff = [outs[i] for i in op.backprop]
+    if diff:
+        torch.autograd.backward(diff, [g.to(o.dtype) for g, o in zip(gouts, diff)])
+    return [o.detach() for o in outs], {k: x[k].grad for k in op.grads}
+
+
+def _compare(got, ref, atol, rtol):
+    """(max abs error, max error / tolerance); both NaN-aware (a NaN where the reference has none is inf)."""
+    import torch
+
+    got, ref = got.detach().double().cpu(), ref.detach().double().cpu()
+    if got.shape != ref.shape:
+        return math.inf, math.inf
+    err = (got - ref).abs()
+    err = torch.where(torch.isnan(err) & ~torch.isnan(ref), torch.full_like(err, math.inf), err)
+    err = torch.nan_to_num(err, nan=0.0)
+    return err.max().item(), (err / (atol + rtol * ref.abs())).max().item()
+
+
+def _cause(exc: BaseException) -> str:
+    """The exception, and the innermost liger source line it came through (where the failing kernel is)."""
+    where = ""
+    for fs in traceback.extract_tb(exc.__traceback__):
+        if "liger_kernel" in fs.filename:
+            where = f" [{fs.filename.split('site-packages/')[-1]}:{fs.lineno}]"
+    msg = str(exc).strip().replace("\n", " | ")
+    msg = msg.replace(str(Path(importlib.util.find_spec("liger_kernel").origin).parents[1]) + os.sep, "")
+    return f"{type(exc).__name__}: {msg[:600]}{where}"
+
+
+def child(name: str, side: str, device: str) -> dict:
+    if device != "cuda":  # one config for fused_moe's autotuned GEMMs (32 configs would take minutes to interpret)
+        os.environ.setdefault("LIGER_FUSED_MOE_AUTOTUNE", "0")
+    if side == "kernellab":
+        import kernellab.compat
+
+        kernellab.compat.install()
+    elif device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+
+    op = {o.name: o for o in _ops()}[name]
+    res: dict = {"side": side}
+    if op.gpu_only and device != "cuda":
+        res.update(correct=None, skipped=f"GPU only: {op.gpu_only}")
+        return res
+    stage = "import"
+    try:
+        import triton
+
+        if device != "cuda" and op.cpu_patch:
+            op.cpu_patch()
+
+        torch.manual_seed(SEED)
+        size = op.sizes["gpu" if device == "cuda" else "cpu"]
+        res["shape"] = list(size)
+        with torch.device(device):  # made where they are used: the GPU shapes are large for a CPU reference
+            base = op.build(size)
+            # output gradients: random, fixed by the seed; a 0-d output gets 0.75 (not 1: that is a fast path)
+            with torch.no_grad():
+                probe = op.ref(_to(base, torch.float64, device))
+            gouts = [torch.full_like(probe[i], 0.75) if probe[i].dim() == 0 else _rand(probe[i].shape, 1.0)
+                     for i in op.backprop]
+        del probe
+        stage = "reference"
+        x64 = _to(base, torch.float64, device, op.grads)
+        ref_outs, ref_grads = _outs_and_grads(op, op.ref, x64, [g.double() for g in gouts])
+        stage = "forward+backward"
+        del x64
+        x = _to(base, torch.float32, device, op.grads)
+        # poison: with deterministic mode on, torch.empty fills floats with NaN (ints with their max), so an
+        # output element the library's kernels never write shows up as an error (off again before timing)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = True
+        try:
+            outs, grads = _outs_and_grads(op, op.liger, x, gouts)
+        finally:
+            torch.use_deterministic_algorithms(False)
+        stage = "check"
+        gpu = device == "cuda"
+        atol = op.gpu_atol if gpu and op.gpu_atol else op.atol
+        rtol = op.gpu_rtol if gpu and op.gpu_rtol else op.rtol
+        checks = {f"out{i}": _compare(o, r, atol, rtol) for i, (o, r) in enumerate(zip(outs, ref_outs))}
+        for k in op.grads:
+            checks[f"d{k}"] = (_compare(grads[k], ref_grads[k], atol, rtol) if grads[k] is not None
+                               else (math.inf, math.inf))
+        worst = max(checks, key=lambda k: checks[k][1])
+        res.update(correct=all(v[1] <= 1.0 for v in checks.values()),
+                   max_abs_err=max(v[0] for v in checks.values()), worst=worst,
+                   worst_err_over_tol=checks[worst][1], atol=atol, rtol=rtol)
+        if device == "cuda":
+            stage = "timing"
+            do_bench = triton.testing.do_bench
+            x = _to(base, torch.float32, device, op.grads)
+            gd = gouts
+
+            def fwd():
+                op.liger(x)
+
+            def fwd_bwd():
+                for k in op.grads:
+                    x[k].grad = None
+                outs = op.liger(x)
+                torch.autograd.backward([outs[i] for i in op.backprop], gd)
+
+            res["fwd_ms"] = do_bench(fwd, warmup=25, rep=100)
+            if op.backprop:
+                res["fwd_bwd_ms"] = do_bench(fwd_bwd, warmup=25, rep=100)
+    except Exception as e:  # a failing op is a result, not a crash of the benchmark
+        res.update(correct=False, stage=stage, error=_cause(e), traceback=traceback.format_exc()[-4000:])
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# Parent
+
+
+def _real_triton() -> bool:
+    spec = importlib.util.find_spec("triton")
+    return spec is not None and spec.origin is not None and "kernellab" not in spec.origin
+
+
+def _version(dist):
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _run_child(name, side, device, timeout):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    t0 = time.time()
+    try:
+        p = subprocess.run([sys.executable, __file__, "--child", name, side, device], capture_output=True,
+                           text=True, timeout=timeout, env=env, cwd=str(ROOT))
+    except subprocess.TimeoutExpired:
+        return {"side": side, "correct": False, "stage": "timeout", "error": f"timed out after {timeout} s",
+                "wall_s": time.time() - t0}
+    for line in p.stdout.splitlines():
+        if line.startswith(MARK):
+            r = json.loads(line[len(MARK):])
+            r["wall_s"] = time.time() - t0
+            return r
+    tail = (p.stderr or p.stdout)[-2000:]
+    return {"side": side, "correct": False, "stage": "crash", "error": f"child exited {p.returncode}: {tail[-600:]}",
+            "traceback": tail, "wall_s": time.time() - t0}
+
+
+def _ratio(row, key):
+    kl, tr = row.get("kernellab", {}).get(key), row.get("triton", {}).get(key)
+    return tr / kl if kl and tr else None
+
+
+def _fmt_table(rows, gpu):
+    def ms(r, k):
+        v = r.get(k)
+        return f"{v:8.3f}" if v is not None else "       -"
+
+    def ok(r):
+        if not r:
+            return "   -"
+        if r.get("skipped"):
+            return "skip"
+        return " yes" if r.get("correct") else ("  NO" if "error" not in r else " ERR")
+
+    head = f"{'op':<28} {'kl':>4} {'kl err':>8} {'tr':>4}"
+    if gpu:
+        head += f" {'kl fwd':>8} {'tr fwd':>8} {'ratio':>6} {'kl f+b':>8} {'tr f+b':>8} {'ratio':>6}"
+    lines = [head]
+    for row in rows:
+        kl, tr = row.get("kernellab", {}), row.get("triton")
+        err = f"{kl['max_abs_err']:8.1e}" if "max_abs_err" in kl else "       -"
+        line = f"{row['op']:<28} {ok(kl)} {err} {ok(tr)}"
+        if gpu:
+            rf, rb = (row.get(k) for k in ("kl_over_triton_fwd", "kl_over_triton_fwd_bwd"))
+            rf, rb = (f"{r:6.2f}" if r is not None else "     -" for r in (rf, rb))
+            line += (f" {ms(kl, 'fwd_ms')} {ms(tr or {}, 'fwd_ms')} {rf}"
+                     f" {ms(kl, 'fwd_bwd_ms')} {ms(tr or {}, 'fwd_bwd_ms')} {rb}")
+        if "error" in kl:
+            line += f"   {kl.get('stage')}: {kl['error'][:150]}"
+        elif kl.get("skipped"):
+            line += f"   {kl['skipped']}"
+        elif not kl.get("correct"):
+            line += f"   worst: {kl.get('worst')} at {kl.get('worst_err_over_tol', 0):.3g} x tolerance"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("ops", nargs="*", help="op names (default: all)")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per child process")
+    ap.add_argument("--no-write", action="store_true", help="print only, write no JSON")
+    ap.add_argument("--child", nargs=3, metavar=("OP", "SIDE", "DEVICE"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:  # OP may be a comma-separated list (one result line each, one process: tests use it)
+        for name in args.child[0].split(","):
+            r = child(name, *args.child[1:])
+            print(MARK + json.dumps(dict(r, op=name)), flush=True)
+        return 0
+    if importlib.util.find_spec("liger_kernel") is None:
+        print("libraries.py: liger-kernel is not installed (pip install liger-kernel --no-deps); skipped")
+        return 0
+    import torch
+
+    import kernellab
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    sides = ["kernellab"] + (["triton"] if _real_triton() else [])
+    notes = {o.name: o.note for o in _ops()}
+    names = list(notes)
+    unknown = [n for n in args.ops if n not in names]
+    if unknown:
+        ap.error(f"unknown op(s) {unknown}; known: {names}")
+    t0 = time.time()
+    rows = []
+    for name in args.ops or names:
+        row = {"op": name, "note": notes[name]}
+        for side in sides:
+            row[side] = _run_child(name, side, device, args.timeout)
+        for key in ("fwd_ms", "fwd_bwd_ms"):
+            if (r := _ratio(row, key)) is not None:
+                row[f"kl_over_triton_{key[:-3]}"] = r
+        rows.append(row)
+        kl = row["kernellab"]
+        status = ("ok" if kl.get("correct") else kl["skipped"] if kl.get("skipped")
+                  else f"FAIL {kl.get('stage', 'check')}: {kl.get('error', kl.get('worst'))}")
+        print(f"{name:<28} {status[:200]}", flush=True)
+    result = {
+        "date": datetime.date.today().isoformat(), "gpu": gpu, "device": device,
+        "versions": {"kernellab": kernellab.__version__, "triton": _version("triton") if _real_triton() else None,
+                     "torch": torch.__version__, "liger_kernel": _version("liger_kernel"),
+                     "python": platform.python_version()},
+        "sides": sides,
+        "method": "one child process per op and side; inputs float32 from seed 0 (edge values included); outputs "
+                  "and input gradients vs float64 torch references (outputs poisoned: torch.empty gives NaN): "
+                  "correct when |got-ref| <= atol + rtol*|ref| "
+                  "everywhere; ms = do_bench median (GPU only), fwd_bwd resets .grad each call",
+        "figure": "kl_over_triton = Triton ms / kernellab ms (> 1: kernellab faster)",
+        "rows": rows,
+        "summary": {side: {"correct": sum(bool(r.get(side, {}).get("correct")) for r in rows),
+                           "of": sum(not r.get(side, {}).get("skipped") for r in rows)} for side in sides},
+        "wall_s": time.time() - t0,
+    }
+    if not args.no_write:
+        from benchmarks.memory_bound import write_results
+
+        print(f"wrote {write_results(result, 'libraries')}")
+    print(_fmt_table(rows, device == "cuda"))
+    for side in sides:
+        print(f"{side}: {result['summary'][side]['correct']} of {result['summary'][side]['of']} ops correct")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
