@@ -75,7 +75,7 @@ from .random import (  # noqa: E402,F401
 
 def str_to_ty(name: str, c=None):
     """The dtype (or pointer type) a Triton signature string names: "fp32", "i8", "u1", "*fp16", "*kfp16"."""
-    from ..compiler.types import DTYPES, FP8_DTYPES, PointerType
+    from ..compiler.types import DTYPES, FP8_DTYPES
 
     if name.startswith("*"):
         inner = name[1:]
