@@ -470,7 +470,9 @@ class Semantic:
             "/": "divf", "//": "divsi" if ct.kind == "int" else "divui",
             "%": "remf" if f else ("remsi" if ct.kind == "int" else "remui"),
             "&": "andi", "|": "ori", "^": "xori", "<<": "shli",
-            ">>": "shrsi" if ct.kind == "int" else "shrui",
+            # as Triton: arithmetic or logical by the (tensor) left operand's own signedness, not the promoted
+            # type's, so int8 >> uint8 sign-extends into the uint8 result
+            ">>": "shrsi" if (tb if a_scalar and not b_scalar else ta).kind == "int" else "shrui",
         }.get(op)
         if name is None:
             raise SemanticError(f"unsupported operator {op}")
@@ -736,6 +738,11 @@ class Semantic:
         if not ptr.type.scalar.is_ptr():
             raise SemanticError(f"atomic_{kind} needs a pointer, got {ptr.type}")
         elem = ptr.type.scalar.elem
+        if elem.kind == "float" and elem.bits == 16 and kind != "add":
+            raise SemanticError(f"atomic_{kind} does not support {elem.name}: 16-bit floats have only atomic_add")
+        if elem.bits < 16 or (elem.bits == 16 and elem.kind != "float"):
+            raise SemanticError(f"atomic_{kind} does not support {elem.name} (as in Triton); use a 32-bit element "
+                                "type")
         val = self.cast(self.to_tensor(val), elem)
         shapes = [ptr.shape, val.shape] + ([self.to_tensor(unwrap(mask)).shape] if unwrap(mask) is not None else [])
         shape = self.broadcast_shapes(*shapes)
@@ -757,6 +764,9 @@ class Semantic:
         if not ptr.type.scalar.is_ptr():
             raise SemanticError(f"atomic_cas needs a pointer, got {ptr.type}")
         elem = ptr.type.scalar.elem
+        if elem.bits < 16:
+            raise SemanticError(f"atomic_cas does not support {elem.name} (as in Triton); use a 16-, 32- or 64-bit "
+                                "element type")
         cmp, val = self.cast(self.to_tensor(cmp), elem), self.cast(self.to_tensor(val), elem)
         shape = self.broadcast_shapes(ptr.shape, cmp.shape, val.shape)
         ops = [self.broadcast_to(v, shape) for v in (ptr, cmp, val)]
