@@ -188,7 +188,7 @@ CASES = [
     c("where_shapes", CE, "16|32", """
         v = tl.where(tl.arange(0, 16) > 3, tl.arange(0, 32), 0)  # E
     """),
-    c("program_id_axis", CE, "0, 1 or 2", """
+    c("program_id_axis", CE, "0, 1, or 2", """
         p = tl.program_id(3)  # E
     """),
     # ---------------------------------------------------------------- memory

@@ -238,7 +238,7 @@ class Semantic:
                                     f"{-rank} <= axis < {rank})")
         norm = [ax % rank for ax in axes]
         if len(set(norm)) != len(norm):
-            raise SemanticError(f"expand_dims received duplicate axes {axes} (normalized {norm})")
+            raise SemanticError(f"expand_dims received duplicate axes, normalized axes = {norm}")
         for ax in sorted(norm):
             shape = list(x.shape)
             shape.insert(ax, 1)
@@ -354,7 +354,8 @@ class Semantic:
             elif isinstance(item, slice) and item == slice(None):
                 dim += 1
             else:
-                raise SemanticError("tensors can only be indexed with None and ':' (e.g. x[:, None])")
+                raise SemanticError("unsupported tensor index: tensors can only be indexed with None and ':' "
+                                    "(e.g. x[:, None])")
         if dim - sum(1 for i in index if unwrap(i) is None) > max(len(x.shape), 1):
             raise SemanticError(f"too many ':' indices for a tensor of rank {len(x.shape)}")
         return out
@@ -927,7 +928,7 @@ class Semantic:
     def program_id(self, axis, num=False):
         axis = unwrap(axis)
         if axis not in (0, 1, 2):
-            raise SemanticError(f"program_id axis must be 0, 1 or 2, got {axis!r}")
+            raise SemanticError(f"program_id axis must be 0, 1, or 2 but got {axis!r}")
         return self.emit("tt.get_num_programs" if num else "tt.get_program_id", [], int32, {"axis": axis})
 
     def _bool_mask(self, mask, what):
