@@ -34,6 +34,7 @@ from .core import (  # noqa: F401
     uint64,
     void,
 )
+from .scaled_dot import dot_scaled  # noqa: F401
 from .standard import (  # noqa: F401
     bitonic_merge,
     flip,
