@@ -18,7 +18,8 @@ class base_knobs:
 
     @property
     def knob_descriptors(self) -> dict:
-        return {k: None for k in self.defaults}
+        """Per knob, the environment variable Triton reads it from (`.key`), e.g. TRITON_DEBUG."""
+        return {k: _Descriptor(f"TRITON_{k.upper()}") for k in self.defaults}
 
     def copy(self):
         return copy.copy(self)
@@ -35,6 +36,11 @@ class base_knobs:
         finally:
             self.__dict__.clear()
             self.__dict__.update(saved)
+
+
+class _Descriptor:
+    def __init__(self, key: str):
+        self.key = key
 
 
 def _group(name: str, **defaults):

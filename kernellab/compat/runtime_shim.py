@@ -44,7 +44,15 @@ def must_use_result(x, s=True):
     return lambda fn: fn
 
 
-_allocator = [None]
+class NullAllocator:
+    """The allocator in place until set_allocator is called: asking it for memory is an error."""
+
+    def __call__(self, size: int, alignment: int, stream=None):
+        raise KernelLabError("a kernel asked for scratch memory but no allocator is set; call "
+                             "triton.set_allocator(fn) with fn(size, alignment, stream) -> tensor")
+
+
+_allocator = [NullAllocator()]
 
 
 def set_allocator(allocator) -> None:

@@ -198,10 +198,8 @@ class CodeGenerator(ast.NodeVisitor):
             if not isinstance(v, _RuntimeArg):
                 return v
             arg = next(args)
-            if v.equal_to_1:
-                one = self.sem.const(1, v.type)
-                one.handle.hint = hint
-                return one
+            if v.equal_to_1:  # as in Triton, an integer argument equal to 1 is the compile-time constant 1
+                return constexpr(1)
             return tensor(arg, arg.type)
 
         for n in params:
