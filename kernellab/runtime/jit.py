@@ -5,6 +5,7 @@ interpreter, so every kernel and notebook works on a laptop.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -115,10 +116,8 @@ class CompiledKernel:
         """Run the GPU stages (layouts, shared memory, LLVM, PTX, cubin) for `target` without loading
         anything: works on a machine with no GPU, so the lab can show layouts and PTX anywhere.
         `target` defaults to sm_90 (the H200). Returns self; the stages land in `asm` and the trace."""
-        from ..compiler.backend import compile_to_cubin
         from ..compiler.codegen.target import Target
         from ..compiler.gpu.options import GpuOptions
-        from ..compiler.parser import parse_module
 
         target = target or Target(90)
         if "ptx" in self.asm and self._built_for == target.cpu:
@@ -129,6 +128,41 @@ class CompiledKernel:
                           fp_fusion=bool(self.options.get("enable_fp_fusion", True)),
                           wgmma=bool(self.options.get("enable_wgmma", True)),
                           tma=bool(self.options.get("enable_tma", True)))
+        while True:
+            start = len(self.trace.passes)
+            out = self._build_for(opts, target)
+            limit = _max_shared(target.arch)
+            if out["shared"] <= limit or opts.num_stages <= 1:
+                break
+            # Too many pipeline buffers for this GPU: fewer stages (down to one) rather than a kernel that
+            # cannot launch; the trace keeps the build that was used and says why.
+            del self.trace.passes[start:]
+            self.trace.notes.append(f"shared memory: {out['shared']} bytes with num_stages={opts.num_stages} is "
+                                    f"over sm_{target.arch}'s {limit}; built with num_stages={opts.num_stages - 1}")
+            opts = dataclasses.replace(opts, num_stages=opts.num_stages - 1)
+        for k in ("gpu", "llir", "ptx", "cubin"):
+            if k in out:
+                self.asm[k] = out[k]
+        self.shared = out["shared"]
+        self.shared_plan = out["shared_plan"]
+        self.report = out["report"]
+        for line in (self.report.get("log") or "").splitlines():
+            # e.g. C7514: ptxas serialized the wgmmas; the trace should say so, not only a log nobody reads
+            note = "ptxas: " + line.split(":", 1)[-1].strip()
+            if "Performance Loss" in line and note not in self.trace.notes:
+                self.trace.notes.append(note)
+        self.n_regs = out["report"].get("n_regs")
+        self.n_spills = out["report"].get("n_spills", 0)
+        self.num_warps = opts.num_warps
+        self.arg_kinds = out["arg_kinds"]
+        self._built_for = target.cpu
+        return self
+
+    def _build_for(self, opts, target) -> dict:
+        """The GPU stages for one option set (from the cache when it has them)."""
+        from ..compiler.backend import compile_to_cubin
+        from ..compiler.parser import parse_module
+
         key = _gpu_cache_key(self.asm["tile"], opts, target)
         out = _load_cached(key, self.trace)
         if out is None:
@@ -148,23 +182,7 @@ class CompiledKernel:
             else:
                 self.trace.notes.append("no ptxas or nvJitLink here: stopped at PTX (no cubin, no register report)")
                 out["report"] = {}
-        for k in ("gpu", "llir", "ptx", "cubin"):
-            if k in out:
-                self.asm[k] = out[k]
-        self.shared = out["shared"]
-        self.shared_plan = out["shared_plan"]
-        self.report = out["report"]
-        for line in (self.report.get("log") or "").splitlines():
-            # e.g. C7514: ptxas serialized the wgmmas; the trace should say so, not only a log nobody reads
-            note = "ptxas: " + line.split(":", 1)[-1].strip()
-            if "Performance Loss" in line and note not in self.trace.notes:
-                self.trace.notes.append(note)
-        self.n_regs = out["report"].get("n_regs")
-        self.n_spills = out["report"].get("n_spills", 0)
-        self.num_warps = opts.num_warps
-        self.arg_kinds = out["arg_kinds"]
-        self._built_for = target.cpu
-        return self
+        return out
 
     def _check_register_budget(self, num_warps: int):
         """Refuse, before LLVM sees it, a tile that gives each thread more than GPU_TILE_BYTES_PER_THREAD bytes
@@ -294,6 +312,11 @@ def _compiler_source_hash() -> str:
         h.update(path.relative_to(root).as_posix().encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
+
+
+def _max_shared(arch: int) -> int:
+    """Shared memory one block may opt into (bytes): H100/H200, A100, consumer Ampere/Ada."""
+    return 232448 if arch >= 90 else 166912 if arch == 80 else 101376
 
 
 def _gpu_cache_key(tile_ir: str, opts, target) -> str:
