@@ -89,8 +89,9 @@ def encode(fmt: str, x) -> np.ndarray:
     """float32 carriers (values on the grid; others are first rounded as a cast would) -> uint8 bytes.
     NaN becomes the format's NaN with the value's sign (fnuz: 0x80)."""
     a = np.asarray(x, np.float64)
-    a = np.asarray(round_to(fmt, a), np.float64)
     style = FORMATS[fmt][3]
+    keep = np.isinf(a) if style == "ieee" else np.zeros(a.shape, bool)  # e5's infinities are values
+    a = np.where(keep, a, np.asarray(round_to(fmt, a), np.float64))
     mags, codes = _MAGS[fmt]
     mag = np.abs(a)
     nan = a != a
