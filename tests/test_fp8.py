@@ -165,17 +165,16 @@ def test_upcast_every_byte(name, dst):
 def test_torch_fp8_arguments_copy_bytes(tdt, name):
     """torch fp8 tensors are kernel arguments of Triton's types; a load/store copy keeps every byte."""
     @kl.jit
-    def copy(X, Z, N: tl.constexpr):
+    def copy(X, Z, N: tl.constexpr, T: tl.constexpr):
         o = tl.arange(0, N)
-        tl.static_assert(X.dtype.element_ty == getattr(tl, NAME))
+        tl.static_assert(X.dtype.element_ty == T)
         tl.store(Z + o, tl.load(X + o))
 
-    copy.fn.__globals__["NAME"] = name
     raw = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     keep = ~torch.isnan(raw.view(tdt).float())  # NaN bytes come back as the canonical NaN
     x = raw.view(tdt)
     z = torch.full((256,), 0x33, dtype=torch.uint8).view(tdt)
-    copy[(1,)](x, z, N=256)
+    copy[(1,)](x, z, N=256, T=getattr(tl, name))
     assert torch.equal(z.view(torch.uint8)[keep], raw[keep])
     assert torch.isnan(z.float()[~keep]).all()
 
