@@ -16,6 +16,7 @@ from .pipeline import CompileTrace, run_gpu_pipeline
 def compile_to_cubin(module: Module, trace: CompileTrace, options: GpuOptions, target: Target,
                      assemble: bool = True) -> dict:
     """Lower a tile-IR module (mutated into GPU IR) and return every stage plus ptxas' report."""
+    _check_fp8_formats(module)
     run_gpu_pipeline(module, trace, options)
     name = module.kernel.name
     t0 = time.perf_counter()
@@ -46,3 +47,28 @@ def compile_to_cubin(module: Module, trace: CompileTrace, options: GpuOptions, t
         out["cubin"] = cubin
         out["report"] = report
     return out
+
+
+def _check_fp8_formats(module: Module):
+    """Triton's CUDA backend knows only the fp8 formats NVIDIA GPUs convert (e4m3, e5m2) and its own e4b15; the AMD
+    fnuz formats (float8e4b8, float8e5b16) are refused wherever they appear, as Triton refuses them."""
+    from .fp8 import FORMATS, GPU_SUPPORTED
+    from .types import DType
+
+    def bad(t):
+        s = getattr(t, "scalar", t)
+        s = getattr(s, "elem", s)
+        return isinstance(s, DType) and s.ir in FORMATS and s.ir not in GPU_SUPPORTED and s
+
+    fn = module.kernel
+    found = [(bad(a.type), fn.first_line) for a in fn.args if bad(a.type)]
+    for op in fn.walk():
+        for v in list(op.operands) + list(op.results):
+            if bad(v.type):
+                found.append((bad(v.type), getattr(op.loc, "line", None) or fn.first_line))
+    if found:
+        t, line = found[0]
+        names = tuple(f"fp8{x[2:]}" for x in GPU_SUPPORTED)
+        raise CompilationError(fn.name, f"type {t.name} not supported in this architecture. The supported fp8 dtypes "
+                               f"are {names} (float8e4b8 and float8e5b16 are AMD formats; the CPU interpreter runs "
+                               "them)", fn.source_file, line)

@@ -16,7 +16,8 @@ Semantics are Triton's on the GPU (LLVM lowered by NVPTX), decided here once:
   saturate to 16 bits and keep the low byte, as NVPTX lowers them (`cvt.rzi.s16` then a byte store);
 - `maxnumf`/`minnumf` return the non-NaN operand, `maximumf`/`minimumf` propagate NaN, and both
   order -0 below +0;
-- conversions to bf16 round once, from any source type;
+- conversions to bf16 round once, from any source type; conversions with an fp8 side (`tt.fp_to_fp`)
+  are Triton's on sm_90: see fp8.py;
 - transcendental functions are evaluated in float64 and rounded once to the result type.
 """
 from __future__ import annotations
@@ -24,6 +25,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from . import fp8
 
 _SIGNED = {1: np.dtype(np.int8), 2: np.dtype(np.int16), 4: np.dtype(np.int32), 8: np.dtype(np.int64)}
 _UNSIGNED = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
@@ -393,9 +396,25 @@ def _bf16_bits(x):
     return (np.asarray(x, F32).view(np.uint32) >> 16).astype(np.uint16)
 
 
+def _fp_to_fp(ins, out, attrs):
+    """`tt.fp_to_fp`: conversions with an fp8 side (fp8 carriers are float32 on the format's grid)."""
+    src = ins[0]
+    if fp8.is_fp8(out):
+        rounding = attrs.get("rounding", "rtne")
+        return lambda x: _out(fp8.convert_to(out.ir, src.ir, x, rounding))
+    dt = out.np  # fp8 -> f16 / bf16 (float32 carrier) / f32: exact
+    return lambda x: _out(np.asarray(x, F32).astype(dt))
+
+
 def _bitcast(ins, out, attrs):
     src = ins[0]
     dt = out.np
+    if fp8.is_fp8(src) and fp8.is_fp8(out):
+        return lambda x: _out(fp8.decode(out.ir, fp8.encode(src.ir, x)))
+    if fp8.is_fp8(src):
+        return lambda x: _out(fp8.encode(src.ir, x).view(dt))
+    if fp8.is_fp8(out):
+        return lambda x: _out(fp8.decode(out.ir, x))
     if src.ir == "bf16":
         return lambda x: _out(_bf16_bits(x).view(dt))
     if out.ir == "bf16":
@@ -455,6 +474,7 @@ EVALUATORS = {
     "arith.sitofp": _int_to_float("sitofp"), "arith.uitofp": _int_to_float("uitofp"),
     "arith.fptosi": _float_to_int("fptosi"), "arith.fptoui": _float_to_int("fptoui"),
     "arith.extf": _float_cast, "arith.truncf": _float_cast, "arith.bitcast": _bitcast,
+    "tt.fp_to_fp": _fp_to_fp,
 }
 
 REFUSALS = {

@@ -98,10 +98,11 @@ def gpu_passes():
         insert_barriers,
         pipeline_dot_operands,
         remove_layout_conversions,
+        upcast_fp8_dot,
     )
 
-    return [decompose_batched_dot, accelerate_matmul, assign_layouts, remove_layout_conversions, pipeline_dot_operands,
-            allocate_shared,
+    return [upcast_fp8_dot, decompose_batched_dot, accelerate_matmul, assign_layouts, remove_layout_conversions,
+            pipeline_dot_operands, allocate_shared,
             insert_barriers]
 
 

@@ -201,6 +201,10 @@ def _max_finite(p: int, emax: int) -> float:
 
 def round_float(x: float, t: DType) -> float:
     """The value of float type `t` nearest to the double `x` (ties to even), overflowing to infinity."""
+    if t.ir.startswith("f8"):  # the 8-bit formats saturate instead (see fp8.py)
+        from . import fp8
+
+        return float(fp8.round_to(t.ir, x))
     if t.ir == "f64" or x != x or x in (_INF, -_INF) or x == 0:
         return x
     p, emin, emax = FLOAT_FORMATS[t.ir]

@@ -120,10 +120,19 @@ def computation_type(a: DType, a_scalar: bool, b: DType, b_scalar: bool, div_or_
         if div_or_mod or a != b:
             return float32
         return bfloat16
+    if _is_fp8(a) and _is_fp8(b):  # two fp8 values: their type, or f16 when they differ (Triton)
+        return a if a == b else float16
+    if _is_fp8(a) or _is_fp8(b):
+        raise SemanticError(f"cannot combine {tl_name(a)} and {tl_name(b)}; convert the fp8 operand with "
+                            ".to(tl.float32) first")
     if div_or_mod and a.kind != b.kind and "bool" not in (a.kind, b.kind):
         raise SemanticError(f"Cannot use /, // or % with {tl_name(a)} and {tl_name(b)} because they have different "
                             "signedness; cast one operand first")
     return integer_promote(a, b)
+
+
+def _is_fp8(t) -> bool:
+    return getattr(t, "ir", "").startswith("f8")
 
 
 _CMP_INT = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
@@ -361,13 +370,15 @@ class Semantic:
         return out
 
     # ---------------------------------------------------------------- casts
-    def cast(self, x, dst, bitcast=False) -> tensor:
+    def cast(self, x, dst, bitcast=False, rounding=None) -> tensor:
         x = self.to_tensor(x)
         dst = as_dtype(dst, "tl.cast / .to()", pointers=True)
         src = x.type.scalar
         if src == dst:
             return x
         rty = block_of(x.shape, dst)
+        if not bitcast and (_is_fp8(src) or _is_fp8(dst)):
+            return self._cast_fp8(x, src, dst, rty, rounding)
         if bitcast:
             sbits = 64 if src.is_ptr() else src.bits
             dbits = 64 if dst.is_ptr() else dst.bits
@@ -410,6 +421,38 @@ class Semantic:
             return self.emit("arith.trunci", [x], rty)
         return self.emit("arith.bitcast", [x], rty)
 
+    def _cast_fp8(self, x, src, dst, rty, rounding):
+        """Conversions with an 8-bit float side, as Triton 3.6 allows them on NVIDIA GPUs (tt.fp_to_fp)."""
+        name = f"{tl_name(src)} to {tl_name(dst)}"
+        if src.is_ptr() or dst.is_ptr() or not (src.is_floating() and dst.is_floating()):
+            raise SemanticError(f"cannot cast {name}: fp8 values convert only to and from floating-point types "
+                                "(go through tl.float32, or use bitcast=True for the raw byte)")
+        if _is_fp8(src) and _is_fp8(dst):
+            raise SemanticError(f"cannot cast {name} directly (Triton has no fp8 -> fp8 conversion); go through "
+                                "tl.float16 or tl.float32")
+        if dst == float64 or (src == float64 and "f8e4b15" not in (src.ir, dst.ir)):
+            if _is_fp8(src):  # exact both ways: widen through f32
+                return self.cast(self.emit("tt.fp_to_fp", [x], block_of(x.shape, float32)), float64)
+            raise SemanticError(f"cannot cast {name}: Triton converts float64 to fp8 on no GPU; cast to "
+                                "tl.float32 first")
+        if "f8e4b15" in (src.ir, dst.ir) and (src.ir, dst.ir) not in (("f8e4b15", "f16"), ("f8e4b15", "f32"),
+                                                                     ("f16", "f8e4b15"), ("f32", "f8e4b15")):
+            raise SemanticError(f"cannot cast {name}: Triton converts float8e4b15 only to and from tl.float16 and "
+                                "tl.float32")
+        rounding = unwrap(rounding)
+        if _is_fp8(src):
+            if rounding is not None:
+                raise SemanticError("fp_downcast_rounding should be set only for truncating fp conversions; "
+                                    f"{name} widens")
+            return self.emit("tt.fp_to_fp", [x], rty)
+        rounding = (rounding or "rtne").lower()
+        if rounding not in ("rtne", "rtz"):
+            raise SemanticError(f"fp_downcast_rounding must be 'rtne' or 'rtz', got {rounding!r}")
+        if rounding == "rtz" and dst.ir != "f8e4b15" and not (src == float32 and dst.ir == "f8e5"):
+            raise SemanticError(f"rounding toward zero (rtz) is not supported for {name}; Triton supports it to "
+                                "fp8 only from float32 to float8e5: use the default 'rtne'")
+        return self.emit("tt.fp_to_fp", [x], rty, {"rounding": rounding})
+
     # ---------------------------------------------------------------- arithmetic
     def binary(self, op: str, a, b):
         a, b = unwrap(a), unwrap(b)
@@ -434,6 +477,9 @@ class Semantic:
                 raise SemanticError(f"invalid operands of type {tl_name(ta)} and {tl_name(tb)} for operator {op}: it "
                                     "needs integer operands")
         ct = computation_type(ta, a_scalar, tb, b_scalar, div_or_mod)
+        if _is_fp8(ct):
+            raise SemanticError(f"operator {op} on {tl_name(ct)} values is not supported (GPUs have no fp8 "
+                                "arithmetic); convert with .to(tl.float32) first")
         if op in ("//", "%") and ct.is_int() and _is_zero_constant(b_raw if b_scalar else b):
             raise SemanticError(f"integer {'division' if op == '//' else 'remainder'} by the constant 0 (`x {op} 0`) "
                                 "has no defined result on a GPU; guard the divisor or use a nonzero constant")
@@ -790,6 +836,10 @@ class Semantic:
             raise SemanticError(f"tl.dot needs K >= {min_k} for {a.type.scalar.name} operands (as Triton does), got "
                                 f"{list(a.shape)} @ {list(b.shape)}; use a larger K block")
         ta, tb = a.type.scalar, b.type.scalar
+        if _is_fp8(ta) and _is_fp8(tb) and (ta != tb or ta.ir == "f8e4b15"):
+            # mixed fp8 formats, and e4b15 (no tensor-core type): products are exact in f16, as Triton upcasts
+            a, b = self.cast(a, float16), self.cast(b, float16)
+            ta = tb = float16
         if ta != tb:
             if ta.is_floating() and tb.is_floating():
                 ct = computation_type(ta, False, tb, False, False)

@@ -202,12 +202,13 @@ _FLOAT_LAYOUT = {"f8e4b15": (3, 15), "f8e4nv": (3, 7), "f8e4b8": (3, 8), "f8e5":
 _ALL_TRITON_NAMES = set(DType.SINT_TYPES + DType.UINT_TYPES + DType.FP_TYPES)
 
 DTYPES = {t.ir: t for t in [int1, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
-                               float16, bfloat16, float32, float64]}
+                               float16, bfloat16, float32, float64, *FP8_DTYPES.values()]}
 
-_BY_NAME = {t.name: t for t in [*DTYPES.values(), *FP8_DTYPES.values()]}
+_BY_NAME = {t.name: t for t in DTYPES.values()}
 
-# bfloat16 has no NumPy dtype: the interpreter carries it in float32, rounded after every op.
-NUMPY_OF = {
+# bfloat16 and the fp8 formats have no NumPy dtype: the interpreter carries them in float32, on their value
+# grid (bf16 rounded after every op; fp8 values come only from loads, constants and conversions: see fp8.py).
+NUMPY_OF = {**{f: np.dtype(np.float32) for f in FP8_DTYPES},
     "i1": np.dtype(np.bool_), "i8": np.dtype(np.int8), "i16": np.dtype(np.int16),
     "i32": np.dtype(np.int32), "i64": np.dtype(np.int64), "u8": np.dtype(np.uint8),
     "u16": np.dtype(np.uint16), "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),

@@ -231,7 +231,7 @@ def div_rn(x, y, _sem=None):
 
 @builtin
 def cast(input, dtype, fp_downcast_rounding=None, bitcast=False, _sem=None):
-    return _sem.cast(input, unwrap(dtype), bitcast=unwrap(bitcast))
+    return _sem.cast(input, unwrap(dtype), bitcast=unwrap(bitcast), rounding=unwrap(fp_downcast_rounding))
 
 
 # --------------------------------------------------------------------------- shapes

@@ -168,7 +168,7 @@ class tensor:
 
     # Methods: the builtins that take the tensor first.
     def to(self, dtype, fp_downcast_rounding=None, bitcast=False):
-        return tensor._sem.cast(self, unwrap(dtype), bitcast=unwrap(bitcast))
+        return tensor._sem.cast(self, unwrap(dtype), bitcast=unwrap(bitcast), rounding=unwrap(fp_downcast_rounding))
 
     @property
     def T(self):

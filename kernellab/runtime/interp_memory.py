@@ -6,7 +6,8 @@ storage of the user's tensor/array as a writable uint8 NumPy array (no copy), so
 land in the user's memory and pointer arithmetic may reach anywhere in that storage.
 
 Values travel through the interpreter in a *carrier* dtype: the NumPy dtype of the element type,
-except bf16 (carried as float32, stored as the top 16 bits) and i1 (carried as bool, stored as a byte).
+except bf16 (carried as float32, stored as the top 16 bits), fp8 (float32 on the format's grid, stored
+as one byte: compiler/fp8.py) and i1 (carried as bool, stored as a byte).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import ctypes
 
 import numpy as np
 
+from ..compiler import fp8
 from ..compiler.types import DType, PointerType
 
 _REGION_SHIFT = 40
@@ -81,6 +83,11 @@ class MemKind:
             if elem.ir == "bf16":
                 self.mem, self.carrier = np.dtype(np.uint16), np.dtype(np.float32)
                 self.to_carrier, self.to_mem = bf16_from_bits, bf16_bits
+            elif elem.ir in fp8.FORMATS:  # float32 carrier on the format's grid, one byte in memory
+                fmt = elem.ir
+                self.mem, self.carrier = np.dtype(np.uint8), np.dtype(np.float32)
+                self.to_carrier = lambda raw: fp8.decode(fmt, raw)
+                self.to_mem = lambda v: fp8.encode(fmt, v)
             elif elem.ir == "i1":
                 self.mem, self.carrier = np.dtype(np.uint8), np.dtype(np.bool_)
                 self.to_carrier = lambda raw: raw != 0

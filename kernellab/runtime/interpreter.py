@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from ..compiler import op_eval, ops
+from ..compiler import fp8, op_eval, ops
 from ..compiler.ir import Function, Module, Op
 from ..compiler.ops import is_pure
 from ..compiler.types import BlockPtrType, DType, PointerType
@@ -69,6 +69,8 @@ def _typed_scalar(value, elem):
             value = int(value)
         v = int(value) & ((1 << elem.bits) - 1)
         return np.array(v, dtype=_UNSIGNED[elem.itemsize]).view(elem.np)[()]
+    if elem.ir in fp8.FORMATS:  # a constant of an fp8 type: rounded as a cast from f32 (Triton's scalar_constant)
+        return np.float32(fp8.convert_to(elem.ir, "f32", np.float32(value))[()])
     v = elem.np.type(value)
     return round_bf16(v) if elem.ir == "bf16" else v
 

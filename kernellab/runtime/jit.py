@@ -28,6 +28,9 @@ _TORCH_DTYPES = {
     "torch.bool": "i1", "torch.int8": "i8", "torch.int16": "i16", "torch.int32": "i32", "torch.int64": "i64",
     "torch.uint8": "u8", "torch.uint16": "u16", "torch.uint32": "u32", "torch.uint64": "u64",
     "torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32", "torch.float64": "f64",
+    # fp8 as Triton maps torch's formats (the fnuz ones are AMD's; the GPU backend rejects them)
+    "torch.float8_e4m3fn": "f8e4nv", "torch.float8_e5m2": "f8e5", "torch.float8_e4m3fnuz": "f8e4b8",
+    "torch.float8_e5m2fnuz": "f8e5b16",
 }
 
 
@@ -44,7 +47,7 @@ def dtype_of_array(a) -> DType | None:
         import numpy as np
 
         for name, d in DTYPES.items():
-            if name != "bf16" and d.np == np.dtype(a.dtype):
+            if name != "bf16" and not name.startswith("f8") and d.np == np.dtype(a.dtype):
                 return d
         raise LaunchError(f"arrays of dtype {a.dtype} are not supported")
     return None

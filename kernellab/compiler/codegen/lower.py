@@ -362,6 +362,8 @@ class KernelLowering:
         if name in ("arith.extsi", "arith.extui", "arith.trunci", "arith.sitofp", "arith.uitofp", "arith.fptosi",
                     "arith.fptoui", "arith.extf", "arith.truncf", "arith.bitcast", "tt.int_to_ptr", "tt.ptr_to_int"):
             return self.cast(name, st, rt, xs[0])
+        if name == "tt.fp_to_fp":
+            return self.fp8_convert(st, rt, xs[0], op.attrs.get("rounding", "rtne"))
         if name == "tt.addptr":
             off = xs[1]
             off_t = op.operands[1].type.scalar
@@ -379,6 +381,48 @@ class KernelLowering:
         if name == "tt.splat":
             return xs[0]
         raise LoweringError(f"the GPU backend cannot lower {name} yet (line {op.loc})")
+
+    def fp8_convert(self, st, rt, x, rounding):
+        """`tt.fp_to_fp` as Triton lowers it on sm_90 (fp8 values are i8 registers): PTX cvt for e4m3/e5m2
+        (exact upcasts; `cvt.rn.satfinite` downcasts from f32, which f16/bf16 reach exactly), f32 -> e5m2 toward
+        zero through f16, and Triton's bit manipulation for e4b15 (see compiler/fp8.py)."""
+        b = self.b
+        src, dst = st.ir, rt.ir
+        if src.startswith("f8"):
+            if src == "f8e4b15":  # the byte's 7 value bits are f16 bits 13..7; the sign moves to bit 15
+                w = b.zext(x, I16)
+                h = b.or_(b.shl(b.and_(w, ir.Constant(I16, 0x7F)), ir.Constant(I16, 7)),
+                          b.shl(b.and_(w, ir.Constant(I16, 0x80)), ir.Constant(I16, 8)))
+                h = b.bitcast(h, F16)
+            else:
+                kind = "e4m3x2" if src == "f8e4nv" else "e5m2x2"
+                pair = b.asm(ir.FunctionType(I32, [I16]), f"cvt.rn.f16x2.{kind} $0, $1;", "=r,h", [b.zext(x, I16)],
+                             False)
+                h = b.bitcast(b.trunc(pair, I16), F16)
+            if dst == "f16":
+                return h
+            f = b.fpext(h, F32)
+            return f if dst == "f32" else b.fptrunc(f, llty(rt))  # bf16: exact
+        if dst == "f8e4b15":
+            if src == "f32":
+                bits = b.asm(ir.FunctionType(I16, [F32]), "cvt.rz.f16.f32 $0, $1;", "=h,f", [x], False)
+            else:
+                bits = b.bitcast(x, I16)
+            mag = b.and_(bits, ir.Constant(I16, 0x7FFF))
+            big = b.icmp_unsigned(">", mag, ir.Constant(I16, 0x3F00))  # NaN and infinities too: 1.75
+            mag = b.select(big, ir.Constant(I16, 0x3F00), mag)
+            byte = b.lshr(b.add(mag, ir.Constant(I16, 0x40)), ir.Constant(I16, 7))
+            sign = b.lshr(b.and_(bits, ir.Constant(I16, 0x8000)), ir.Constant(I16, 8))
+            return b.trunc(b.or_(byte, sign), I8)
+        if dst not in ("f8e4nv", "f8e5"):
+            raise LoweringError(f"no GPU conversion from {src} to {dst}")
+        f = x if src == "f32" else b.fpext(x, F32)
+        if rounding == "rtz":  # f32 -> e5m2: toward zero to f16, then its high byte (also toward zero)
+            h = b.asm(ir.FunctionType(I16, [F32]), "cvt.rz.f16.f32 $0, $1;", "=h,f", [f], False)
+            return b.trunc(b.lshr(h, ir.Constant(I16, 8)), I8)
+        kind = "e4m3x2" if dst == "f8e4nv" else "e5m2x2"
+        pair = b.asm(ir.FunctionType(I16, [F32]), f"cvt.rn.satfinite.{kind}.f32 $0, $1, $1;", "=h,f", [f], False)
+        return b.trunc(pair, I8)
 
     def _int_operands(self, xs):
         if isinstance(xs[0].type, ir.PointerType):
@@ -414,6 +458,8 @@ class KernelLowering:
             neg = b.icmp_signed("<", xs[0], ir.Constant(xs[0].type, 0))
             return b.select(neg, b.neg(xs[0]), xs[0])
         ty = llty(t)
+        if t.ir.startswith("f8") and short == "absf":  # fp8 in an i8 register: clear the sign bit
+            return b.and_(xs[0], ir.Constant(I8, 0x7F))
         if t.ir in ("f16", "bf16"):  # compute in f32 and round back
             r = self.math(name, DType("f32", "float", 32), [b.fpext(x, F32) for x in xs])
             return b.fptrunc(r, ty)
@@ -509,6 +555,10 @@ def handles(*names):
 
 
 def const_value(t, v):
+    if isinstance(t, DType) and t.ir.startswith("f8"):  # its byte, rounded as a cast from f32 would
+        from ..fp8 import convert_to, encode
+
+        return ir.Constant(I8, int(encode(t.ir, convert_to(t.ir, "f32", float(v)))))
     ty = llty(t)
     if isinstance(ty, ir.IntType):
         if ty.width == 1:
