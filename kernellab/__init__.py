@@ -41,6 +41,8 @@ def next_power_of_2(n: int) -> int:
 
 
 from . import testing  # noqa: E402,F401
+from . import tools  # noqa: E402,F401
+from .tools import TensorDescriptor  # noqa: E402,F401
 from .runtime.autotuner import Config, autotune, heuristics  # noqa: E402,F401
 
 
