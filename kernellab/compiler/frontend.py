@@ -369,7 +369,7 @@ class CodeGenerator(ast.NodeVisitor):
             if in_then and in_else:
                 if tv is before.get(name, object()) and ev is before.get(name, object()):
                     continue
-                if is_node(unwrap(tv)) and is_node(unwrap(ev)) and not _same_py(tv, ev):
+                if is_node(unwrap(tv)) and is_node(unwrap(ev)) and tv is not ev:
                     # a tuple (or tensor descriptor): merge leaf by leaf, compile-time leaves must agree
                     tt, et = _runtime_template(tv), _runtime_template(ev)
                     if not _same_template(tt, et):
