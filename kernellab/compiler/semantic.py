@@ -862,16 +862,15 @@ class Semantic:
         return self.store(ptr, value, mask)
 
     # what Triton's reduction fallback (no native TMA reduce) takes, per kind
-    _DESC_ATOMIC_DTYPES = {"add": ("uint32", "int32", "uint64", "float32", "float16", "bfloat16"),
-                           "min": ("uint32", "int32", "uint64", "int64"), "max": ("uint32", "int32", "uint64", "int64"),
-                           "and": ("uint32", "int32", "uint64", "int64"), "or": ("uint32", "int32", "uint64", "int64"),
-                           "xor": ("uint32", "int32", "uint64", "int64")}
+    _DESC_ATOMIC_DTYPES = {"add": ("u32", "i32", "u64", "f32", "f16", "bf16"), "min": ("u32", "i32", "u64", "i64"),
+                           "max": ("u32", "i32", "u64", "i64"), "and": ("u32", "i32", "u64", "i64"),
+                           "or": ("u32", "i32", "u64", "i64"), "xor": ("u32", "i32", "u64", "i64")}
 
     def descriptor_atomic(self, desc, kind, offsets, value):
         """`desc.atomic_<kind>(offsets, value)`: an element-wise atomic read-modify-write of the block,
         out-of-bounds elements dropped."""
         ok = self._DESC_ATOMIC_DTYPES[kind]
-        if desc.dtype.name not in ok:
+        if str(desc.dtype) not in ok:
             raise SemanticError(f"descriptor atomic_{kind} does not support {desc.dtype}; supported: {', '.join(ok)}")
         value = self._descriptor_value(desc, value, f"descriptor atomic_{kind}")
         offsets = self._descriptor_offsets(desc, offsets, f"descriptor atomic_{kind}")
