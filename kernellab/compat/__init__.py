@@ -108,7 +108,8 @@ def _build() -> dict[str, types.ModuleType]:
     add("triton.runtime.driver", _module("triton.runtime.driver", "The active driver.", package=False,
                                          driver=driver.driver))
     add("triton.runtime._allocation", _module("triton.runtime._allocation", "Scratch allocator.", package=False,
-                                              set_allocator=runtime_shim.set_allocator))
+                                              set_allocator=runtime_shim.set_allocator,
+                                              NullAllocator=runtime_shim.NullAllocator))
     runtime.driver = driver.driver  # `triton.runtime.driver.active`: the object, as Triton has it
     compiler = add("triton.compiler", _module(
         "triton.compiler", "Compiler entry points.",
