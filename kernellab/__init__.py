@@ -40,8 +40,9 @@ def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-from . import testing  # noqa: E402,F401
+from . import testing, tools  # noqa: E402,F401
 from .runtime.autotuner import Config, autotune, heuristics  # noqa: E402,F401
+from .tools import TensorDescriptor  # noqa: E402,F401
 
 
 def load_ipython_extension(ipython):

@@ -139,6 +139,8 @@ def _build() -> dict[str, types.ModuleType]:
         TensorDescriptor=tools_shim.TensorDescriptor,
     ))
     tools.tensor_descriptor = mods["triton.tools.tensor_descriptor"]
+    add("triton.tools.mxfp", _module("triton.tools.mxfp", "Microscaling formats (not served).", package=False,
+                                     MXFP4Tensor=tools_shim.MXFP4Tensor, MXScaleTensor=tools_shim.MXScaleTensor))
     return mods
 
 

@@ -61,6 +61,14 @@ def set_allocator(allocator) -> None:
     _allocator[0] = allocator
 
 
+class NullAllocator:
+    """Triton's "no allocator set" allocator: calling it is an error (kernellab never calls it)."""
+
+    def __call__(self, size, alignment, stream):
+        raise RuntimeError("kernels using global scratch memory need an allocator; set one with "
+                           "triton.set_allocator")
+
+
 def compile_unsupported(*args, **kwargs):
     raise KernelLabError("triton.compile(...) (compiling an ASTSource or IR file) is not served by kernellab; "
                          "use the @triton.jit function itself: kernel.warmup(*args, grid=...) compiles without "

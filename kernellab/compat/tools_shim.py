@@ -1,31 +1,21 @@
-"""`triton.tools.tensor_descriptor.TensorDescriptor`: a host-side description of a tiled view of a tensor."""
+"""`triton.tools`: the host-side `TensorDescriptor` (kernellab.tools) and a placeholder `mxfp`."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..tools.tensor_descriptor import TensorDescriptor  # noqa: F401
 
 
-@dataclass
-class TensorDescriptor:
-    """`base` seen as `shape` with `strides`, read and written in tiles of `block_shape` (the last stride 1)."""
+class _NotServed:
+    """Triton's microscaling-format helpers (`triton.tools.mxfp`): importable so test modules that name
+    them load, but kernellab has no fp4 / block-scaled dot, so making one explains that."""
 
-    base: object
-    shape: list
-    strides: list
-    block_shape: list
-    padding: str = "zero"
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError(f"triton.tools.mxfp.{type(self).__name__} is not served by kernellab "
+                                  "(no fp4 / tl.dot_scaled support)")
 
-    def __post_init__(self):
-        from ..errors import LaunchError
 
-        self.shape, self.strides, self.block_shape = list(self.shape), list(self.strides), list(self.block_shape)
-        if not (len(self.shape) == len(self.strides) == len(self.block_shape)):
-            raise LaunchError(f"TensorDescriptor: shape {self.shape}, strides {self.strides} and block_shape "
-                              f"{self.block_shape} must have the same rank")
-        if self.strides and self.strides[-1] != 1:
-            raise LaunchError(f"TensorDescriptor: the last stride must be 1, got strides {self.strides}")
-        if self.padding not in ("zero", "nan"):
-            raise LaunchError(f"TensorDescriptor: padding is 'zero' or 'nan', got {self.padding!r}")
+class MXFP4Tensor(_NotServed):
+    pass
 
-    @staticmethod
-    def from_tensor(tensor, block_shape, padding="zero"):
-        return TensorDescriptor(tensor, list(tensor.shape), list(tensor.stride()), list(block_shape), padding)
+
+class MXScaleTensor(_NotServed):
+    pass

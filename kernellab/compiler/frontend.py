@@ -360,12 +360,24 @@ class CodeGenerator(ast.NodeVisitor):
         then_block, else_block = Block(), Block()
         then_scope, then_ret = self._gen_region(then_block, node.body, dict(before))
         else_scope, else_ret = self._gen_region(else_block, node.orelse, dict(before))
-        names, then_vals, else_vals = [], [], []
+        names, then_vals, else_vals, trees = [], [], [], []
         for name in list(dict.fromkeys(list(then_scope) + list(else_scope))):
             in_then, in_else = name in then_scope, name in else_scope
             tv, ev = then_scope.get(name), else_scope.get(name)
             if in_then and in_else:
                 if tv is before.get(name, object()) and ev is before.get(name, object()):
+                    continue
+                if is_node(unwrap(tv)) and is_node(unwrap(ev)) and tv is not ev:
+                    # a tuple (or tensor descriptor): merge leaf by leaf, compile-time leaves must agree
+                    tt, et = _runtime_template(tv), _runtime_template(ev)
+                    if not _same_template(tt, et):
+                        raise self.error(node, f"`{name}` gets tuples of different structure or compile-time "
+                                               "values on the two branches of a runtime `if`")
+                    tl_, el_ = _runtime_leaves(tv), _runtime_leaves(ev)
+                    trees.append((name, tt, len(names), len(tl_)))
+                    names += [f"{name}_{i}" for i in range(len(tl_))]
+                    then_vals += tl_
+                    else_vals += el_
                     continue
                 if not isinstance(tv, tensor) and not isinstance(ev, tensor):
                     if _same_py(tv, ev):
@@ -413,8 +425,13 @@ class CodeGenerator(ast.NodeVisitor):
         op = self.builder.create("scf.if", [cond.handle], types, None, [then_block, else_block],
                                  hints=[None] * n_ret + names)
         results = [tensor(r, r.type) for r in op.results]
-        for name, r in zip(names, results[n_ret:]):
-            self.scope[name] = r
+        leaf_names = {i for _, _, start, k in trees for i in range(start, start + k)}
+        for i, (name, r) in enumerate(zip(names, results[n_ret:])):
+            if i not in leaf_names:
+                self.scope[name] = r
+        for name, t, start, k in trees:
+            it = iter(results[n_ret + start:n_ret + start + k])
+            self.scope[name] = map_leaves(t, lambda x: next(it) if x is _RT else x)
         if returns:
             self.returned = ("ret", results[:n_ret], then_ret[2])
 
@@ -491,9 +508,47 @@ class CodeGenerator(ast.NodeVisitor):
             v = self.scope[n]
             if isinstance(v, tensor) or _is_num(unwrap(v)):
                 out.append(n)
-            elif isinstance(v, (tuple, list)):
-                raise self.error(node, f"`{n}` is a tuple reassigned inside a loop; loop-carried values must be "
-                                       "tensors or scalars")
+            elif is_node(v) and any(isinstance(x, tensor) or _is_num(unwrap(x)) for x in leaves(v)):
+                out.append(n)  # a tuple (or tensor descriptor): its runtime leaves are carried one by one
+        return out
+
+    def _flatten_carried(self, carried, scope):
+        """(templates, flat IR-name hints, flat values) of loop-carried variables: a tuple contributes one
+        carried value per runtime leaf; its compile-time leaves stay in the template."""
+        templates, hints, flat = [], [], []
+        for n in carried:
+            vals = []
+
+            def leaf(x):
+                x = unwrap(x)
+                if isinstance(x, tensor) or _is_num(x):
+                    vals.append(self.sem.to_tensor(x))
+                    return _RT
+                return x
+
+            templates.append(map_leaves(scope[n], leaf))
+            hints += [n] if len(vals) == 1 and not is_node(scope[n]) else [f"{n}_{i}" for i in range(len(vals))]
+            flat += vals
+        return templates, hints, flat
+
+    def _rebuild_carried(self, carried, templates, values) -> dict:
+        """name -> value with the templates' runtime leaves taken, in order, from `values`."""
+        it = iter(values)
+        return {n: map_leaves(t, lambda x: next(it) if x is _RT else x) for n, t in zip(carried, templates)}
+
+    def _carried_out(self, node, carried, templates, scope) -> list:
+        """The runtime leaves of the carried variables after the body, checked against the templates."""
+        out = []
+        for n, t in zip(carried, templates):
+            if not is_node(t):
+                out.append(scope[n])
+                continue
+            tv = map_leaves(scope[n], lambda x: _RT if isinstance(unwrap(x), tensor) or _is_num(unwrap(x))
+                            else unwrap(x))
+            if not _same_template(t, tv):
+                raise self.error(node, f"loop-carried variable `{n}` changes its structure or compile-time parts "
+                                       "inside the loop")
+            out += [unwrap(x) for x in leaves(scope[n]) if isinstance(unwrap(x), tensor) or _is_num(unwrap(x))]
         return out
 
     def runtime_for(self, node, start, end, step, num_stages=None):
@@ -518,35 +573,33 @@ class CodeGenerator(ast.NodeVisitor):
         carried = self._carried(node, node.body)
         carried = [n for n in carried if n != node.target.id]
         lb, ub, st = [self.sem.cast(self.sem.to_tensor(b), iv_type) for b in bounds]
-        inits = [self.sem.to_tensor(self.scope[n]) for n in carried]
+        templates, hints, inits = self._flatten_carried(carried, self.scope)
         outer = self.builder.block
         for attempt in range(3):
-            body = Block([iv_type] + [v.type for v in inits], [node.target.id] + carried)
+            body = Block([iv_type] + [v.type for v in inits], [node.target.id] + hints)
             scope = dict(self.scope)
             scope[node.target.id] = tensor(body.args[0], iv_type)
-            for n, a in zip(carried, body.args[1:]):
-                scope[n] = tensor(a, a.type)
+            scope.update(self._rebuild_carried(carried, templates, [tensor(a, a.type) for a in body.args[1:]]))
             new_scope, _ = self._gen_region(body, node.body, scope)
-            yields = self._yield_values(body, [new_scope[n] for n in carried])
+            yields = self._yield_values(body, self._carried_out(node, carried, templates, new_scope))
             mismatch = [i for i, (y, v) in enumerate(zip(yields, inits)) if y.type != v.type]
             if not mismatch:
                 break
             _discard(body)
             if attempt == 2:
                 i = mismatch[0]
-                raise self.error(node, f"loop-carried variable `{carried[i]}` has type {inits[i].type} before the "
+                raise self.error(node, f"loop-carried variable `{hints[i]}` has type {inits[i].type} before the "
                                        f"loop but {yields[i].type} inside it; initialise it with the loop's type "
                                        f"(e.g. tl.zeros(..., dtype))")
             for i in mismatch:
-                inits[i] = self._widen(node, carried[i], inits[i], yields[i])
+                inits[i] = self._widen(node, hints[i], inits[i], yields[i])
         self.builder.set_insertion_point_to_end(body)
         self.builder.create("scf.yield", [y.handle for y in yields], [])
         self.builder.set_insertion_point_to_end(outer)
         attrs = {"num_stages": num_stages} if num_stages is not None else None
         op = self.builder.create("scf.for", [lb.handle, ub.handle, st.handle] + [v.handle for v in inits],
-                                 [v.type for v in inits], attrs, [body], hints=carried)
-        for n, r in zip(carried, op.results):
-            self.scope[n] = tensor(r, r.type)
+                                 [v.type for v in inits], attrs, [body], hints=hints)
+        self.scope.update(self._rebuild_carried(carried, templates, [tensor(r, r.type) for r in op.results]))
         self._mark_loop_locals(node, node.body, carried + [node.target.id])
 
     def _mark_loop_locals(self, node, stmts, carried):
@@ -575,13 +628,12 @@ class CodeGenerator(ast.NodeVisitor):
         if _contains_return(node.body):
             raise self.error(_first_node(node.body, ast.Return), "`return` inside a loop is not supported")
         carried = self._carried(node, node.body)
-        inits = [self.sem.to_tensor(self.scope[n]) for n in carried]
+        templates, hints, inits = self._flatten_carried(carried, self.scope)
         outer = self.builder.block
         for attempt in range(3):
-            before = Block([v.type for v in inits], carried)
+            before = Block([v.type for v in inits], hints)
             scope = dict(self.scope)
-            for n, a in zip(carried, before.args):
-                scope[n] = tensor(a, a.type)
+            scope.update(self._rebuild_carried(carried, templates, [tensor(a, a.type) for a in before.args]))
             saved = (self.builder.block, self.builder.index, self.scope)
             self.builder.set_insertion_point_to_end(before)
             self.scope = scope
@@ -593,12 +645,11 @@ class CodeGenerator(ast.NodeVisitor):
                 self.builder.create("scf.condition", [cond.handle] + list(before.args), [])
             finally:
                 self.builder.block, self.builder.index, self.scope = saved
-            after = Block([v.type for v in inits], carried)
+            after = Block([v.type for v in inits], hints)
             scope = dict(self.scope)
-            for n, a in zip(carried, after.args):
-                scope[n] = tensor(a, a.type)
+            scope.update(self._rebuild_carried(carried, templates, [tensor(a, a.type) for a in after.args]))
             new_scope, _ = self._gen_region(after, node.body, scope)
-            yields = self._yield_values(after, [new_scope[n] for n in carried])
+            yields = self._yield_values(after, self._carried_out(node, carried, templates, new_scope))
             mismatch = [i for i, (y, v) in enumerate(zip(yields, inits)) if y.type != v.type]
             if not mismatch:
                 break
@@ -606,17 +657,16 @@ class CodeGenerator(ast.NodeVisitor):
             _discard(after)
             if attempt == 2:
                 i = mismatch[0]
-                raise self.error(node, f"loop-carried variable `{carried[i]}` has type {inits[i].type} before the "
+                raise self.error(node, f"loop-carried variable `{hints[i]}` has type {inits[i].type} before the "
                                        f"loop but {yields[i].type} inside it")
             for i in mismatch:
-                inits[i] = self._widen(node, carried[i], inits[i], yields[i])
+                inits[i] = self._widen(node, hints[i], inits[i], yields[i])
         self.builder.set_insertion_point_to_end(after)
         self.builder.create("scf.yield", [y.handle for y in yields], [])
         self.builder.set_insertion_point_to_end(outer)
         op = self.builder.create("scf.while", [v.handle for v in inits], [v.type for v in inits], None,
-                                 [before, after], hints=carried)
-        for n, r in zip(carried, op.results):
-            self.scope[n] = tensor(r, r.type)
+                                 [before, after], hints=hints)
+        self.scope.update(self._rebuild_carried(carried, templates, [tensor(r, r.type) for r in op.results]))
         self._mark_loop_locals(node, node.body, carried)
 
     def visit_Break(self, node):
@@ -918,6 +968,20 @@ class _RuntimeLeaf:
 
 
 _RT = _RuntimeLeaf()
+
+
+def _is_runtime_leaf(x) -> bool:
+    x = unwrap(x)
+    return isinstance(x, tensor) or _is_num(x)
+
+
+def _runtime_template(v):
+    """`v` with its runtime leaves (tensors, numbers) replaced by the _RT marker."""
+    return map_leaves(v, lambda x: _RT if _is_runtime_leaf(x) else unwrap(x))
+
+
+def _runtime_leaves(v) -> list:
+    return [unwrap(x) for x in leaves(v) if _is_runtime_leaf(x)]
 
 
 def _same_template(a, b) -> bool:

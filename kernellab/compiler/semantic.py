@@ -780,6 +780,153 @@ class Semantic:
             raise SemanticError(f"tl.advance got {len(offsets)} offsets for a rank-{len(bp.type.block_shape)} block")
         return self.emit("tt.advance", [bp] + [self.cast(self.to_tensor(o, int32), int32) for o in offsets], bp.type)
 
+    # ---------------------------------------------------------------- tensor descriptors
+    def make_tensor_descriptor(self, base, shape, strides, block_shape, padding_option="zero"):
+        """A `tensor_descriptor`, checked as Triton checks it: rank 1 to 5, a static block shape whose last
+        dim spans at least 16 bytes, a last stride of 1. Shapes become i32 scalars, strides i64."""
+        from ..language.core import _DescriptorLayout, tensor_descriptor
+
+        base = self.to_tensor(base)
+        if not base.type.is_ptr() or base.shape:
+            raise SemanticError(f"tl.make_tensor_descriptor needs a scalar pointer as base, got {base.type}")
+        shape, strides = list(unwrap(shape)), list(unwrap(strides))
+        block_shape = [unwrap(b) for b in unwrap(block_shape)]
+        n = len(shape)
+        if not 1 <= n <= 5:
+            raise SemanticError(f"Expected 1 <= ndim <= 5 but got {n} dimensions")
+        if len(strides) != n:
+            raise SemanticError(f"Expected {n} strides but got {len(strides)}")
+        if len(block_shape) != n:
+            raise SemanticError(f"Expected block_shape to have {n} dimensions but got {len(block_shape)}")
+        for b in block_shape:
+            if isinstance(b, tensor) or isinstance(b, bool) or not isinstance(b, int):
+                raise SemanticError(f"tensor descriptor block_shape must be compile-time ints (constexpr), got "
+                                    f"{block_shape}")
+            if b <= 0 or b & (b - 1):
+                raise SemanticError(f"tensor descriptor block_shape dims must be powers of 2, got {block_shape}")
+        self._check_descriptor(base.type.elem, block_shape, unwrap(strides[-1]), unwrap(padding_option))
+        shape = [self.cast(self.to_tensor(s, int32), int32) for s in shape]
+        strides = [self.cast(self.to_tensor(s, int64), int64) for s in strides]
+        return tensor_descriptor(base, shape, strides, _DescriptorLayout(block_shape, unwrap(padding_option)))
+
+    @staticmethod
+    def _check_descriptor(elem, block_shape, last_stride, padding):
+        """The checks shared by in-kernel and host descriptors (the launcher calls this too)."""
+        nbytes = max(elem.bits // 8, 1)
+        if block_shape[-1] * nbytes < 16:
+            raise SemanticError(f"Descriptor block shape must have at least 16 bytes in the last dimension, but "
+                                f"got {block_shape[-1]} * {nbytes} = {block_shape[-1] * nbytes} bytes")
+        if not isinstance(last_stride, tensor) and last_stride != 1:
+            raise SemanticError(f"Tensor descriptor last dim must be 1 but got {last_stride}")
+        if padding not in ("zero", "nan"):
+            raise SemanticError(f"padding_option must be 'zero' or 'nan', got {padding!r}")
+        if padding == "nan" and not elem.is_floating():
+            raise SemanticError("Padding option `nan` is not supported for integer blocks")
+
+    def _descriptor_offsets(self, desc, offsets, what):
+        offsets = list(unwrap(offsets)) if isinstance(unwrap(offsets), (list, tuple)) else [offsets]
+        n = len(desc.layout.block_shape)
+        if len(offsets) != n:
+            raise SemanticError(f"{what}: expected {n} offsets, but got {len(offsets)}")
+        return offsets
+
+    def _descriptor_block_ptr(self, desc, offsets, what):
+        """The block pointer a descriptor access at `offsets` is: the one mechanism behind load and store."""
+        offsets = self._descriptor_offsets(desc, offsets, what)
+        n = len(offsets)
+        return self.make_block_ptr(desc.base, list(desc.shape), list(desc.strides), offsets,
+                                   list(desc.layout.block_shape), list(range(n - 1, -1, -1)))
+
+    def descriptor_load(self, desc, offsets, cache="", evict=""):
+        bp = self._descriptor_block_ptr(desc, offsets, "tensor descriptor load")
+        n = len(desc.layout.block_shape)
+        out = self.load(bp, boundary_check=list(range(n)), padding_option=desc.layout.padding)
+        if cache or evict:
+            out.handle.defining_op.attrs.update(_cache_attrs("tensor descriptor load", cache, evict, _LOAD_CACHE))
+        return out
+
+    def _descriptor_value(self, desc, value, what):
+        value = self.to_tensor(value)
+        block = tuple(desc.layout.block_shape)
+        if value.shape and tuple(value.shape) != block:
+            raise SemanticError(f"{what}: the value has shape {list(value.shape)} but the descriptor's block shape "
+                                f"is {list(block)}; reshape it to the block shape")
+        return self.broadcast_to(self.cast(value, desc.dtype), block)
+
+    def descriptor_store(self, desc, offsets, value):
+        value = self._descriptor_value(desc, value, "tensor descriptor store")
+        bp = self._descriptor_block_ptr(desc, offsets, "tensor descriptor store")
+        return self.store(bp, value, boundary_check=list(range(len(desc.layout.block_shape))))
+
+    def _descriptor_tile(self, desc, starts, sizes):
+        """(pointers, in-bounds mask) of the tile whose dim d covers starts[d] + [0, sizes[d]) — or, where
+        starts[d] is a 1-D tensor, exactly those indices: for accesses a block pointer cannot express
+        (gather, scatter, atomic reductions)."""
+        n = len(sizes)
+        ptr, mask = self.to_tensor(desc.base), None
+        for d in range(n):
+            s = starts[d]
+            if isinstance(unwrap(s), tensor) and unwrap(s).shape:
+                idx = self.cast(unwrap(s), int32)
+            else:
+                idx = self.binary("+", self.arange(0, sizes[d]), self.cast(self.to_tensor(s, int32), int32))
+            for ax in range(n):
+                if ax != d:
+                    idx = self.expand_dims(idx, ax)
+            inb = self.logical("and", self.binary(">=", idx, 0), self.binary("<", idx, desc.shape[d]))
+            mask = inb if mask is None else self.binary("&", mask, inb)
+            ptr = self.binary("+", ptr, self.binary("*", self.cast(idx, int64), desc.strides[d]))
+        return self.broadcast_to(ptr, sizes), self.broadcast_to(mask, sizes)
+
+    def _gather_checks(self, desc, x_offsets, what):
+        bs = desc.layout.block_shape
+        if len(bs) != 2 or bs[0] != 1:
+            raise SemanticError(f"descriptor {what} needs a 2-D descriptor with blocks of 1 row, got block shape "
+                                f"{list(bs)}")
+        x = self.to_tensor(x_offsets)
+        if len(x.shape) != 1:
+            raise SemanticError(f"x offsets must be 1D, but got {list(x.shape)}")
+        if x.shape[0] < 8:
+            raise SemanticError(f"descriptor {what} must have at least 8 rows, but got {list(x.shape)}")
+        min_cols = 32 // desc.dtype.bits * 8
+        if bs[1] < min_cols:
+            raise SemanticError(f"descriptor {what} of {desc.dtype} must have at least {min_cols} columns, but got "
+                                f"{bs[1]}")
+        return x
+
+    def descriptor_gather(self, desc, x_offsets, y_offset, cache="", evict=""):
+        x = self._gather_checks(desc, x_offsets, "gather")
+        sizes = [x.shape[0], desc.layout.block_shape[1]]
+        ptr, mask = self._descriptor_tile(desc, [x, y_offset], sizes)
+        other = float("nan") if desc.layout.padding == "nan" else 0
+        return self.load(ptr, mask, other)
+
+    def descriptor_scatter(self, desc, value, x_offsets, y_offset):
+        x = self._gather_checks(desc, x_offsets, "scatter")
+        sizes = [x.shape[0], desc.layout.block_shape[1]]
+        value = self.to_tensor(value)
+        if tuple(value.shape) != tuple(sizes):
+            raise SemanticError(f"descriptor scatter: the value has shape {list(value.shape)}, expected {sizes}")
+        ptr, mask = self._descriptor_tile(desc, [x, y_offset], sizes)
+        return self.store(ptr, value, mask)
+
+    # what Triton's reduction fallback (no native TMA reduce) takes, per kind
+    _DESC_ATOMIC_DTYPES = {"add": ("u32", "i32", "u64", "f32", "f16", "bf16"), "min": ("u32", "i32", "u64", "i64"),
+                           "max": ("u32", "i32", "u64", "i64"), "and": ("u32", "i32", "u64", "i64"),
+                           "or": ("u32", "i32", "u64", "i64"), "xor": ("u32", "i32", "u64", "i64")}
+
+    def descriptor_atomic(self, desc, kind, offsets, value):
+        """`desc.atomic_<kind>(offsets, value)`: an element-wise atomic read-modify-write of the block,
+        out-of-bounds elements dropped."""
+        ok = self._DESC_ATOMIC_DTYPES[kind]
+        if str(desc.dtype) not in ok:
+            raise SemanticError(f"descriptor atomic_{kind} does not support {desc.dtype}; supported: {', '.join(ok)}")
+        value = self._descriptor_value(desc, value, f"descriptor atomic_{kind}")
+        offsets = self._descriptor_offsets(desc, offsets, f"descriptor atomic_{kind}")
+        ptr, mask = self._descriptor_tile(desc, offsets, list(desc.layout.block_shape))
+        self.atomic(kind, ptr, value, mask)
+        return None
+
     def atomic(self, kind, ptr, val, mask=None, sem=None, scope=None):
         ptr = self.to_tensor(ptr)
         if not ptr.type.scalar.is_ptr():

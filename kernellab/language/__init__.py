@@ -27,6 +27,8 @@ from .core import (  # noqa: F401
     range,
     static_range,
     tensor,
+    tensor_descriptor,
+    tensor_descriptor_base,
     tuple,
     uint8,
     uint16,

@@ -77,6 +77,21 @@ def make_block_ptr(base, shape, strides, offsets, block_shape, order, _sem=None)
 
 
 @builtin
+def make_tensor_descriptor(base, shape, strides, block_shape, padding_option="zero", _sem=None):
+    return _sem.make_tensor_descriptor(base, shape, strides, block_shape, padding_option)
+
+
+@builtin
+def load_tensor_descriptor(desc, offsets, _sem=None):
+    return _sem.descriptor_load(desc, offsets)
+
+
+@builtin
+def store_tensor_descriptor(desc, offsets, value, _sem=None):
+    return _sem.descriptor_store(desc, offsets, value)
+
+
+@builtin
 def advance(base, offsets, _sem=None):
     return _sem.advance(base, offsets)
 

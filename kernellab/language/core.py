@@ -208,6 +208,99 @@ class tuple(_py.tuple):
         return "(" + ", ".join(repr(x) for x in self) + ")"
 
 
+class _DescriptorLayout:
+    """The compile-time part of a tensor descriptor (block shape and padding): one leaf of the
+    descriptor's tree, so passing it to a helper, returning it or carrying it through a loop keeps it
+    compile-time instead of turning its numbers into runtime scalars."""
+
+    __slots__ = ("block_shape", "padding")
+
+    def __init__(self, block_shape, padding):
+        self.block_shape, self.padding = _py.tuple(int(b) for b in block_shape), str(padding)
+
+    def __eq__(self, other):
+        return isinstance(other, _DescriptorLayout) and (self.block_shape, self.padding) == \
+            (other.block_shape, other.padding)
+
+    def __hash__(self):
+        return hash((self.block_shape, self.padding))
+
+    def __repr__(self):
+        return f"block{list(self.block_shape)}{'' if self.padding == 'zero' else '_' + self.padding}"
+
+
+class tensor_descriptor(_py.tuple):
+    """`tl.tensor_descriptor`: a tensor in global memory (base pointer, shape, strides) read and written in
+    tiles of `block_shape`; made by `tl.make_tensor_descriptor` or passed from the host as a
+    `TensorDescriptor`. A tree of (base, shape, strides, layout) underneath, like a namedtuple, so it
+    crosses helper calls, returns, loops and branches the way tuples do. Its loads and stores are
+    block-pointer loads and stores checked on every dimension (out-of-bounds reads give the padding,
+    out-of-bounds writes are dropped), so they share the block pointer's code paths (TMA on sm_90)."""
+
+    _fields = ("base", "shape", "strides", "layout")
+
+    def __new__(cls, base, shape, strides, layout):
+        return _py.tuple.__new__(cls, (base, tuple(shape), tuple(strides), layout))
+
+    base = property(lambda self: _py.tuple.__getitem__(self, 0))
+    shape = property(lambda self: _py.tuple.__getitem__(self, 1))
+    strides = property(lambda self: _py.tuple.__getitem__(self, 2))
+    layout = property(lambda self: _py.tuple.__getitem__(self, 3))
+
+    @property
+    def block_shape(self):
+        return tuple(self.layout.block_shape)
+
+    @property
+    def padding(self):
+        return self.layout.padding
+
+    @property
+    def dtype(self):
+        return self.base.type.elem
+
+    @property
+    def block_type(self):
+        return TensorType(list(self.layout.block_shape), self.dtype)
+
+    def __repr__(self):
+        return f"tensor_descriptor<{self.dtype}, {self.layout!r}>"
+
+    def load(self, offsets, cache_modifier="", eviction_policy=""):
+        return tensor._sem.descriptor_load(self, offsets, unwrap(cache_modifier), unwrap(eviction_policy))
+
+    def store(self, offsets, value, store_reduce=""):
+        return tensor._sem.descriptor_store(self, offsets, value)
+
+    def gather(self, *args):
+        """Rows `x_offsets` (a 1-D tensor), columns from `y_offset`, of a 2-D descriptor with one-row blocks."""
+        return tensor._sem.descriptor_gather(self, *args)
+
+    def scatter(self, value, *args):
+        return tensor._sem.descriptor_scatter(self, value, *args)
+
+    def atomic_add(self, offsets, value):
+        return tensor._sem.descriptor_atomic(self, "add", offsets, value)
+
+    def atomic_min(self, offsets, value):
+        return tensor._sem.descriptor_atomic(self, "min", offsets, value)
+
+    def atomic_max(self, offsets, value):
+        return tensor._sem.descriptor_atomic(self, "max", offsets, value)
+
+    def atomic_and(self, offsets, value):
+        return tensor._sem.descriptor_atomic(self, "and", offsets, value)
+
+    def atomic_or(self, offsets, value):
+        return tensor._sem.descriptor_atomic(self, "or", offsets, value)
+
+    def atomic_xor(self, offsets, value):
+        return tensor._sem.descriptor_atomic(self, "xor", offsets, value)
+
+
+tensor_descriptor_base = tensor_descriptor
+
+
 class _AssignedScalar:
     """Mixin for a Python number a kernel assigned to a variable (`x = 1`). Triton turns such a value into
     a scalar tensor: it has a `.dtype` (int32 for 1, fp32 for 1.0) and, in arithmetic with tensors, it

@@ -18,7 +18,7 @@ from ..compiler.semantic import literal_dtype
 from ..compiler.types import DTYPES, DType, PointerType
 from ..compiler.verifier import verify
 from ..errors import CompilationError, LaunchError, ToolchainError
-from ..language.core import constexpr, unwrap
+from ..language.core import _DescriptorLayout, constexpr, tensor_descriptor, unwrap
 from .source import get_source
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "enable_wgmma", "enable_tma",
@@ -588,6 +588,8 @@ class JITFunction:
                 spec[name] = value
                 key.append((name, "c", _const_key(value)))
                 continue
+            if _is_host_descriptor(value):
+                value = self._descriptor_tree(name, value)
             if isinstance(value, tuple):  # like Triton: tuples (plain, named, torch.Size), not lists
                 def walk(v, label):
                     if isinstance(v, constexpr):
@@ -604,10 +606,26 @@ class JITFunction:
                        else (name, "c", _const_key(spec[name])))
         return spec, tuple(key), runtime_values, runtime_names
 
+    def _descriptor_tree(self, name, desc):
+        """A host `TensorDescriptor` as the tree the kernel sees (a `tl.tensor_descriptor`): base, shape and
+        strides become runtime leaves (kernel parameters), block shape and padding are compiled in."""
+        from ..compiler.semantic import Semantic, SemanticError
+
+        dt = self._dtype_of_argument(name, desc.base)
+        if dt is None:
+            raise LaunchError(f"kernel '{self.__name__}': TensorDescriptor argument '{name}' needs a tensor as base, "
+                              f"got {type(desc.base).__name__}")
+        try:
+            Semantic._check_descriptor(dt, list(desc.block_shape), desc.strides[-1], desc.padding)
+        except SemanticError as e:
+            raise LaunchError(f"kernel '{self.__name__}': TensorDescriptor argument '{name}': {e}") from None
+        return tensor_descriptor(desc.base, [int(s) for s in desc.shape], [int(s) for s in desc.strides],
+                                 _DescriptorLayout(desc.block_shape, desc.padding))
+
     def _specialize_leaf(self, name, value, runtime_values, runtime_names):
         """One argument (or tuple leaf): a Python value compiled in, or a RuntimeArg recorded with its value."""
         value = unwrap(value) if isinstance(value, constexpr) else value
-        if value is None or isinstance(value, (DType, PointerType, str)) \
+        if value is None or isinstance(value, (DType, PointerType, str, _DescriptorLayout)) \
                 or callable(value) and not hasattr(value, "data_ptr"):
             return value  # compiled in; functions are keyed by name, everything else by value
         dt = self._dtype_of_argument(name, value)
@@ -847,6 +865,12 @@ def _current_stream(device):
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         _STREAM_FN.append(raw if raw is not None else (lambda d: torch.cuda.current_stream(d).cuda_stream))
     return _STREAM_FN[0](device)
+
+
+def _is_host_descriptor(value) -> bool:
+    """kernellab's (= triton.tools') TensorDescriptor, or another with its fields (a real Triton's)."""
+    return type(value).__name__ == "TensorDescriptor" and all(
+        hasattr(value, f) for f in ("base", "shape", "strides", "block_shape"))
 
 
 def _const_key(value):

@@ -301,7 +301,8 @@ def _scf_if(op: Op) -> bool:
         if a is b and not is_defined_inside(a, op):
             r.replace_all_uses_with(a)
             changed = True
-        elif (r.type.scalar == r.type and r.type.ir == "i1" and int_const(a) == 1 and int_const(b) == 0):
+        elif (r.type.scalar == r.type and getattr(r.type, "ir", None) == "i1" and int_const(a) == 1
+              and int_const(b) == 0):
             r.replace_all_uses_with(op.operands[0])
             changed = True
     return changed
