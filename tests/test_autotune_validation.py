@@ -54,10 +54,29 @@ def test_all_configs_failing_is_reported():
     assert "2^20" in text and "power of 2" in text
 
 
-def test_unknown_key_is_refused_with_a_suggestion():
-    with pytest.raises(kl.LaunchError) as ei:
-        kl.autotune([GOOD], key=["N"])(add_one)
-    assert "'N'" in str(ei.value) and "did you mean 'n'" in str(ei.value) and "add_one" in str(ei.value)
+def test_unknown_key_is_ignored_with_a_suggestion():
+    """As in Triton, a key that names no parameter is ignored (code written for Triton keeps running), and
+    the warning says which parameter was probably meant."""
+    with pytest.warns(UserWarning) as rec:
+        tuned = kl.autotune([GOOD], key=["N", "n"])(add_one)
+    text = str(rec[0].message)
+    assert "'N'" in text and "did you mean 'n'" in text and "add_one" in text and tuned.key == ["n"]
+    x = torch.zeros(300)
+    tuned[_grid(300)](x, 300)
+    assert torch.equal(x, torch.ones(300))
+
+
+def test_early_prune_gets_positional_and_keyword_args_as_triton_passes_them():
+    seen = {}
+
+    def prune(configs, nargs, **kwargs):
+        seen.update(nargs=set(nargs), kwargs=set(kwargs))
+        return configs[:1]
+
+    tuned = kl.autotune([GOOD, GOOD], key=["n"], prune_configs_by={"early_config_prune": prune})(add_one)
+    x = torch.zeros(300)
+    tuned[_grid(300)](x, n=300)
+    assert seen == {"nargs": {"x_ptr"}, "kwargs": {"n"}} and torch.equal(x, torch.ones(300))
 
 
 @pytest.mark.parametrize("bad", [None, 3, ["BLOCK"], {1: 2}])

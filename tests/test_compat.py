@@ -215,3 +215,33 @@ def test_torch_dynamo_imports_under_install():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "ok True False" in out.stdout
+
+
+def test_tutorial_host_surface(triton):
+    """What Triton's tutorials touch besides kernels: warmup + _init_handles + n_regs / metadata.shared (02),
+    extern_libs and launch_pdl launch options (07, 11), gdc_wait (11), triton.profiler (09, 10)."""
+    import triton.language as tl
+    import triton.profiler as proton
+    from triton.language.extra import cuda
+
+    @triton.jit
+    def copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr, USE_GDC: tl.constexpr):
+        if USE_GDC:
+            cuda.gdc_wait()
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
+        if USE_GDC:
+            cuda.gdc_launch_dependents()
+
+    x = torch.randn(300, device=DEVICE)
+    y = torch.full_like(x, float("nan"))
+    k = copy.warmup(x, y, 300, BLOCK=128, USE_GDC=True, grid=(1,))
+    k._init_handles()
+    assert k.metadata.shared >= 0 and k.metadata.num_warps == 4 and (k.n_regs is None or k.n_regs > 0)
+    with pytest.warns(UserWarning, match="records nothing"):
+        proton.start("copy", hook="triton")
+    with proton.scope("copy"):
+        copy[(3,)](x, y, 300, BLOCK=128, USE_GDC=True, launch_pdl=True, extern_libs={"libdevice": "x"})
+    proton.finalize()
+    assert torch.equal(y, x)

@@ -41,7 +41,7 @@ def _build() -> dict[str, types.ModuleType]:
     from kernellab.language import core as tl_core
     from kernellab.language import extra, math, random
 
-    from . import driver, knobs, runtime_shim, testing_shim, tools_shim
+    from . import driver, knobs, profiler_shim, runtime_shim, testing_shim, tools_shim
 
     mods: dict[str, types.ModuleType] = {}
 
@@ -141,6 +141,7 @@ def _build() -> dict[str, types.ModuleType]:
     tools.tensor_descriptor = mods["triton.tools.tensor_descriptor"]
     add("triton.tools.mxfp", _module("triton.tools.mxfp", "Microscaling formats (not served).", package=False,
                                      MXFP4Tensor=tools_shim.MXFP4Tensor, MXScaleTensor=tools_shim.MXScaleTensor))
+    add("triton.profiler", profiler_shim.module(_module))
     return mods
 
 

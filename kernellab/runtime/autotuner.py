@@ -50,9 +50,14 @@ class Autotuner:
             hints = [f"'{k}'" + (f" (did you mean '{lower[m[0]]}'?)"
                                  if (m := difflib.get_close_matches(k.lower(), list(lower), 1)) else "")
                      for k in unknown]
-            raise LaunchError(f"kl.autotune for kernel '{self.__name__}': key {', '.join(hints)} is not a parameter "
-                              f"of the kernel; key names the arguments whose values pick a config, from: "
-                              f"{', '.join(self.arg_names)}")
+            # Triton ignores key names that are not parameters (its own grouped-GEMM tutorial has a typo in one),
+            # so code written for it must keep running: warn, and tune on the keys that exist.
+            import warnings
+
+            warnings.warn(f"kl.autotune for kernel '{self.__name__}': key {', '.join(hints)} is not a parameter "
+                          f"of the kernel and is ignored; key names the arguments whose values pick a config, from: "
+                          f"{', '.join(self.arg_names)}", UserWarning, stacklevel=3)
+            self.key = [k for k in self.key if k in self.arg_names]
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
@@ -62,11 +67,23 @@ class Autotuner:
         named.update(kwargs)
         return named
 
-    def _prune(self, named):
+    def _prune(self, args, kwargs):
+        """Triton's pruning: `early_config_prune(configs, positional args by name, **keyword args)`, then the
+        `top_k` configs by `perf_model(**args, **config)` when one is given."""
+        self.nargs = dict(zip(self.arg_names, args))
         configs = self.configs
         early = self.prune_configs_by.get("early_config_prune")
         if early:
-            configs = early(configs, named) or configs
+            configs = early(configs, self.nargs, **kwargs)
+            if not configs:
+                raise LaunchError(f"kl.autotune for kernel '{self.__name__}': early_config_prune returned no "
+                                  "config; it must keep at least one")
+        model, top_k = self.prune_configs_by.get("perf_model"), self.prune_configs_by.get("top_k")
+        if model and top_k:
+            top_k = int(len(self.configs) * top_k) if isinstance(top_k, float) and top_k <= 1.0 else int(top_k)
+            if len(configs) > top_k:
+                est = {c: model(**self.nargs, **kwargs, **c.all_kwargs()) for c in configs}
+                configs = sorted(configs, key=lambda c: est[c])[:max(top_k, 1)]
         return configs
 
     def run(self, *args, grid, **kwargs):
@@ -74,7 +91,7 @@ class Autotuner:
         key = tuple(str(getattr(named.get(k), "dtype", "")) + repr(named.get(k)) if not hasattr(named.get(k),
                     "data_ptr") else str(named[k].dtype) + str(tuple(named[k].shape)) for k in self.key)
         if key not in self.cache:
-            configs = self._prune(named)
+            configs = self._prune(args, kwargs)
             self.cache[key] = self._choose(configs, args, kwargs, grid)
         cfg = self.cache[key]
         self.best_config = cfg

@@ -22,7 +22,10 @@ from ..language.core import _DescriptorLayout, constexpr, tensor_descriptor, unw
 from .source import get_source
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "enable_wgmma", "enable_tma",
-                  "debug", "launch_cooperative_grid", "stream", "warmup")
+                  "debug", "launch_cooperative_grid", "stream", "warmup",
+                  # Triton's, accepted and without effect here: libdevice is always linked (extern_libs);
+                  # launches are not programmatically dependent (launch_pdl), so gdc_wait returns at once
+                  "extern_libs", "launch_pdl")
 
 _TORCH_DTYPES = {
     "torch.bool": "i1", "torch.int8": "i8", "torch.int16": "i16", "torch.int32": "i32", "torch.int64": "i64",
@@ -88,6 +91,21 @@ class CompiledKernel:
     @property
     def signature(self):
         return self.trace.signature
+
+    # Triton's CompiledKernel surface that host code reads (tutorial 02 sizes its grid from these).
+    def _init_handles(self):
+        """Build the GPU stages (and load the cubin where a GPU is present), as Triton's lazy handle init."""
+        self.build_gpu()
+        if self._loaded is None and "cubin" in self.asm and _can_load():
+            self.gpu(None)
+        return self
+
+    @property
+    def metadata(self):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(shared=self.shared, num_warps=self.options.get("num_warps", self.num_warps),
+                               num_stages=self.options.get("num_stages", 3), name=self.name, target=self._built_for)
 
     def __repr__(self):
         """One line (the dataclass repr printed the whole module and trace: screens of text in a notebook)."""
@@ -315,6 +333,16 @@ def _compiler_source_hash() -> str:
         h.update(path.relative_to(root).as_posix().encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
+
+
+def _can_load() -> bool:
+    """A CUDA GPU and driver are present (loading a cubin is possible)."""
+    try:
+        from .driver import driver_available
+
+        return driver_available()
+    except Exception:
+        return False
 
 
 def _max_shared(arch: int) -> int:
