@@ -37,6 +37,9 @@ CSS = """
 .kl-lab .kl-changed{background:rgba(255,190,0,.14);box-shadow:inset 3px 0 rgba(255,170,0,.8)}
 .kl-lab .kl-add{background:rgba(46,160,67,.18)}
 .kl-lab .kl-del{background:rgba(248,81,73,.18)}
+.kl-lab .kl-wadd{background:rgba(46,160,67,.45);border-radius:2px}
+.kl-lab .kl-wdel{background:rgba(248,81,73,.45);border-radius:2px;text-decoration:line-through}
+.kl-lab .kl-changed .kl-wadd{background:rgba(255,170,0,.45)}
 .kl-lab .kl-hit{background:rgba(70,150,255,.22)}
 .kl-lab .kl-sel{background:rgba(255,140,0,.28);box-shadow:inset 3px 0 rgba(255,120,0,.9)}
 .kl-lab .kl-dim{opacity:.6}
@@ -88,8 +91,47 @@ _CLASS = {"loc": "kc", "cm": "kc", "str": "ks", "lay": "kL", "ty": "kt", "val": 
           "sym": "ky", "op": "ko", "num": "kn"}
 
 
-def highlight(line: str) -> str:
-    """One line of IR / LLVM IR / PTX / SASS as HTML with token spans (escaped)."""
+def _marked(line: str, marks, mark_class: str, plain: bool = False) -> str:
+    """`line` highlighted, the character ranges `marks` wrapped in `<span class=mark_class>` as well: the
+    line is cut where a token class or the mark changes, and each piece gets both spans."""
+    cls = [""] * len(line)
+    if not plain:
+        for m in _TOKENS.finditer(line):
+            c = _CLASS[m.lastgroup]
+            for k in range(m.start(), m.end()):
+                cls[k] = c
+            if m.lastgroup == "ty":
+                for x in re.finditer(r"#L\d+", m.group()):
+                    for k in range(m.start() + x.start(), m.start() + x.end()):
+                        cls[k] = "kL"
+    marked = [False] * len(line)
+    for i, j in marks:
+        for k in range(max(i, 0), min(j, len(line))):
+            marked[k] = True
+    out, k = [], 0
+    while k < len(line):  # one run of marked (or unmarked) characters, then its token pieces
+        e = k
+        while e < len(line) and marked[e] == marked[k]:
+            e += 1
+        pieces, t = [], k
+        while t < e:
+            u = t
+            while u < e and cls[u] == cls[t]:
+                u += 1
+            piece = esc_text(line[t:u])
+            pieces.append(f'<span class="{cls[t]}">{piece}</span>' if cls[t] else piece)
+            t = u
+        run = "".join(pieces)
+        out.append(f'<span class="{mark_class}">{run}</span>' if marked[k] else run)
+        k = e
+    return "".join(out)
+
+
+def highlight(line: str, marks=None, mark_class: str = "kl-wadd") -> str:
+    """One line of IR / LLVM IR / PTX / SASS as HTML with token spans (escaped); `marks`, character ranges,
+    are wrapped in a `mark_class` span too (the words a pass changed)."""
+    if marks:
+        return _marked(line, marks, mark_class)
     out, pos = [], 0
     for m in _TOKENS.finditer(line):
         out.append(esc_text(line[pos:m.start()]))
@@ -103,9 +145,10 @@ def highlight(line: str) -> str:
     return "".join(out)
 
 
-def code_block(lines, classes=None, numbers=None, gutters=None, plain=False, max_lines=None) -> str:
+def code_block(lines, classes=None, numbers=None, gutters=None, plain=False, max_lines=None, marks=None) -> str:
     """A scrollable code box: `lines` (strings), optional per-line CSS classes, line numbers (None -> 1..n,
-    False -> none) and gutter marks (+/-); `max_lines` truncates with a note."""
+    False -> none) and gutter marks (+/-); `max_lines` truncates with a note. `marks`: per line, None or
+    (css class, character ranges) of words to mark (a word-level diff)."""
     lines = list(lines)
     n = len(lines)
     if numbers is None:
@@ -118,7 +161,11 @@ def code_block(lines, classes=None, numbers=None, gutters=None, plain=False, max
         cls = ("kl-l " + classes[i]) if classes and classes[i] else "kl-l"
         num = f'<span class="kl-n">{numbers[i]}</span>' if numbers is not False else ""
         gut = f'<span class="kl-g">{esc(gutters[i])}</span>' if gutters else ""
-        body = esc_text(line) if plain else highlight(line)
+        mk = marks[i] if marks else None
+        if mk and mk[1]:
+            body = _marked(line, mk[1], mk[0], plain)
+        else:
+            body = esc_text(line) if plain else highlight(line)
         rows.append(f'<span class="{cls}">{num}{gut}{body}</span>')
     return '<div class="kl-code">' + "".join(rows) + "</div>"
 
@@ -144,13 +191,31 @@ def changed_lines(before: str | None, after: str) -> set[int]:
     return out
 
 
+def changed_words(before: str | None, after: str) -> dict:
+    """{index of a changed line of `after`: character ranges of its added words, or None when the whole line
+    is new}."""
+    if before is None:
+        return {}
+    out, j = {}, 0
+    for tag, _, ranges in D.ir_diff_words(before, after):
+        if tag == "del":
+            continue
+        if tag == "add":
+            out[j] = ranges
+        j += 1
+    return out
+
+
 def ir_html(ir: str, changed=(), hits=(), selected=(), max_lines=None) -> str:
-    """IR text as a highlighted code box with changed / search-hit / selected lines marked."""
+    """IR text as a highlighted code box with changed / search-hit / selected lines marked. `changed` may be
+    a dict {line: added word ranges} (`changed_words`): then only those words are marked within the line."""
     lines = ir.splitlines()
+    words = changed if isinstance(changed, dict) else {}
     changed, hits, selected = set(changed), set(hits), set(selected)
     classes = [" ".join(c for c, s in (("kl-changed", changed), ("kl-hit", hits), ("kl-sel", selected)) if i in s)
                for i in range(len(lines))]
-    return code_block(lines, classes, max_lines=max_lines)
+    marks = [("kl-wadd", words[i]) if words.get(i) else None for i in range(len(lines))] if words else None
+    return code_block(lines, classes, max_lines=max_lines, marks=marks)
 
 
 def pass_table(trace, current: int | None = None) -> str:
@@ -175,7 +240,7 @@ def passes_html(compiled, max_lines: int = 3000) -> str:
         if prev is not None and p.ir == prev:  # saved notebooks stay small: say so instead of repeating
             parts.append(f'<p style="margin:2px 0 2px 1.1em">{head} <span class="kl-dim">— IR unchanged</span></p>')
             continue
-        changed = changed_lines(prev, p.ir) if p.changed else set()
+        changed = changed_words(prev, p.ir) if p.changed else {}
         mark = f' <span class="kl-badge kl-yes">{len(changed)} lines changed</span>' if changed else ""
         parts.append(f'<details><summary>{head}{mark}</summary>{ir_html(p.ir, changed, max_lines=max_lines)}'
                      '</details>')
@@ -185,7 +250,8 @@ def passes_html(compiled, max_lines: int = 3000) -> str:
 
 def diff_block(before: str, after: str, context: int | None = None, hits=None) -> str:
     """The +/- code box of `ir_diff` (optionally only `context` lines around changes)."""
-    diff = D.ir_diff(before, after)
+    wdiff = D.ir_diff_words(before, after)
+    diff = [(t, line) for t, line, _ in wdiff]
     keep = range(len(diff))
     if context is not None:
         near = set()
@@ -193,7 +259,7 @@ def diff_block(before: str, after: str, context: int | None = None, hits=None) -
             if tag != "same":
                 near.update(range(max(0, i - context), min(len(diff), i + context + 1)))
         keep = sorted(near)
-    lines, classes, gutters, numbers = [], [], [], []
+    lines, classes, gutters, numbers, marks = [], [], [], [], []
     a = b = 0
     last = -1
     counters = []
@@ -207,8 +273,11 @@ def diff_block(before: str, after: str, context: int | None = None, hits=None) -
             classes.append("kl-dim")
             gutters.append(" ")
             numbers.append("")
+            marks.append(None)
         tag, line = diff[i]
         lines.append(line)
+        ranges = wdiff[i][2]
+        marks.append(({"add": "kl-wadd", "del": "kl-wdel"}[tag], ranges) if ranges else None)
         cls = {"add": "kl-add", "del": "kl-del", "same": ""}[tag]
         if hits is not None and hits(line):
             cls += " kl-hit"
@@ -218,7 +287,7 @@ def diff_block(before: str, after: str, context: int | None = None, hits=None) -
         last = i
     if not any(t != "same" for t, _ in diff):
         return '<p class="kl-dim">no changes</p>' + code_block([l for _, l in diff])
-    return code_block(lines, classes, numbers=numbers, gutters=gutters)
+    return code_block(lines, classes, numbers=numbers, gutters=gutters, marks=marks)
 
 
 def ir_diff_html(before: str, after: str, context: int | None = None) -> str:

@@ -97,19 +97,31 @@ class PassesView(_View):
         # each pass with its one-line description, as the static table has it (a select's options are plain text)
         opts = [(f"{'●' if r['changed'] else '○'} {r['index']:>2} {r['name']:<26} {r['ms']:7.2f} ms  "
                  f"{r['description']}", r["index"]) for r in self.rows]
-        # start on the last pass whose IR still carries source locations (the final GPU IR)
-        start = next((r["index"] for r in reversed(self.rows) if "loc(" in self.trace.passes[r["index"]].ir),
-                     len(self.rows) - 1) if self.rows else None
-        self.pass_select = W.Select(options=opts, value=start, rows=min(20, len(opts) or 1),
-                                    layout=W.Layout(width="560px", max_width="45%", flex="0 0 auto"))
+        # start on the first pass after the frontend that changed something (not an "unchanged" one)
+        start = D.first_informative_pass(self.trace) if self.rows else None
+        self.pass_select = W.Dropdown(options=opts, value=start, layout=W.Layout(flex="1 1 auto", width="auto",
+                                                                                    min_width="0"))
+        self.prev_button = W.Button(description="previous", icon="arrow-left", tooltip="the pass before",
+                                    layout=W.Layout(width="auto", flex="0 0 auto"))
+        self.next_button = W.Button(description="next", icon="arrow-right", tooltip="the pass after",
+                                    layout=W.Layout(width="auto", flex="0 0 auto"))
+        self.prev_button.add_class("kl-prev")
+        self.next_button.add_class("kl-next")
+        self.prev_button.on_click(lambda _: self.step(-1))
+        self.next_button.on_click(lambda _: self.step(1))
         self.diff_toggle = W.ToggleButton(value=False, description="diff vs previous", icon="exchange",
-                                          tooltip="show the change this pass made")
+                                          tooltip="show the change this pass made",
+                                          layout=W.Layout(width="auto", flex="0 0 auto"))
         self.search = W.Text(value="", placeholder="search IR (regex or text)", continuous_update=True,
-                             layout=W.Layout(width="260px"))
-        self.only_matches = W.Checkbox(value=False, description="only matching lines", indent=False)
-        self.header = _html_pane()
-        self.ir_pane = _html_pane(height="520px")
-        self.source_pane = _html_pane(height="520px")
+                             layout=W.Layout(width="220px", flex="0 1 auto"))
+        self.only_matches = W.Checkbox(value=False, description="only matching lines", indent=False,
+                                       layout=W.Layout(width="auto", flex="0 0 auto"))
+        self.header = W.HTML(layout=W.Layout(width="100%"))
+        # one scroll box per pane (the code box inside does not scroll: no stacked scrollbars)
+        self.ir_pane = _html_pane(height="560px")
+        self.source_pane = _html_pane(height="560px")
+        self.ir_pane.add_class("kl-pane")
+        self.source_pane.add_class("kl-pane")
         self.status = W.HTML()
         self.ir_select = W.Select(options=[], rows=8, layout=W.Layout(width="100%"))
         self.src_select = W.Select(options=[], rows=8, layout=W.Layout(width="100%"))
@@ -125,15 +137,21 @@ class PassesView(_View):
         def col(children, grow):
             return W.VBox(children, layout=W.Layout(flex=f"{grow} 1 0%", min_width="0"))
 
-        controls = W.HBox([self.diff_toggle, self.search, self.only_matches])
-        panes = W.HBox([col([self.ir_pane], 3), col([self.source_pane], 2)], layout=W.Layout(width="100%"))
-        right = W.VBox([self.header, controls, panes], layout=W.Layout(flex="1 1 0%", min_width="0"))
+        stepper = W.HBox([self.prev_button, self.pass_select, self.next_button],
+                         layout=W.Layout(width="100%", flex_flow="row nowrap", align_items="center"))
+        controls = W.HBox([self.diff_toggle, self.search, self.only_matches],
+                          layout=W.Layout(width="100%", flex_flow="row wrap", align_items="center"))
+        panes = W.HBox([col([self.ir_pane], 3), col([self.source_pane], 2)],
+                       layout=W.Layout(width="100%", align_items="flex-start"))
         pickers = W.HBox([col([W.HTML("<b>IR line</b> (pick one to see its source line)"), self.ir_select], 3),
                           col([W.HTML("<b>kernel source</b> (pick a line to see the IR it became)"),
                                self.src_select], 2)], layout=W.Layout(width="100%"))
-        style = W.HTML(f"<style>{H.CSS} .kl-passes select{{font-family:{MONO};font-size:12px}}</style>")
-        self.children = [style, W.HBox([self.pass_select, right], layout=W.Layout(width="100%")), pickers,
-                         self.status]
+        style = W.HTML(f"<style>{H.CSS} .kl-passes select{{font-family:{MONO};font-size:12px}}"
+                       ".kl-passes .kl-pane .kl-code{max-height:none;overflow:visible;border:0;margin:0}"
+                       ".kl-passes .kl-pane{border:1px solid rgba(127,127,127,.3);border-radius:3px}"
+                       ".kl-passes .kl-pane>.widget-html-content{line-height:normal;height:auto;overflow:visible}"
+                       "</style>")
+        self.children = [style, stepper, controls, self.header, panes, pickers, self.status]
         self.add_class("kl-passes")
         self.refresh()
 
@@ -148,6 +166,11 @@ class PassesView(_View):
 
     def select_pass(self, i: int):
         self.pass_select.value = i if i >= 0 else len(self.rows) + i
+
+    def step(self, delta: int):
+        """Previous (-1) / next (+1) pass; stays at the ends."""
+        if self.rows:
+            self.pass_select.value = min(max(self.index + delta, 0), len(self.rows) - 1)
 
     def select_ir_line(self, k: int):
         self.ir_select.value = k
@@ -216,6 +239,8 @@ class PassesView(_View):
         i = self.index
         p = self.trace.passes[i]
         r = self.rows[i]
+        self.prev_button.disabled = i <= 0
+        self.next_button.disabled = i >= len(self.rows) - 1
         lines = p.ir.splitlines()
         match = self._matcher()
         hits = [k for k, s in enumerate(lines) if match and match(s)]
@@ -235,7 +260,7 @@ class PassesView(_View):
                                 ["kl-hit" if k in hits else "kl-sel" for k in keep], numbers=[k + 1 for k in keep])
         else:
             prev = self.trace.passes[i - 1].ir if i > 0 else None
-            body = H.ir_html(p.ir, H.changed_lines(prev, p.ir) if p.changed else (), hits, selected)
+            body = H.ir_html(p.ir, H.changed_words(prev, p.ir) if p.changed else {}, hits, selected)
         self.ir_pane.value = H.page(body)
         src_sel = [self.selected_src] if self.selected_src is not None else []
         first, last = self.src_range
