@@ -364,6 +364,25 @@ def tensor_values(gpu_ir: str) -> list[dict]:
     return out
 
 
+def dot_roles(gpu_ir: str) -> dict:
+    """{value name: its part in a tt.dot} — "A operand of the dot at line L" (B, accumulator likewise) and
+    "result of the dot at line L": which values of a matmul or attention the #mma layouts belong to."""
+    lines = gpu_ir.splitlines()
+    locs = _line_locs(lines)
+    out = {}
+    for i, line in enumerate(lines):
+        f = _op_fields(line)
+        if not f or f[1] != "tt.dot":
+            continue
+        results, _, operands, _ = f
+        where = f"the dot at line {locs[i]}" if locs[i] else "a dot"
+        for name, role in zip(operands, ("A operand", "B operand", "accumulator")):
+            out.setdefault(name, f"{role} of {where}")
+        for r in results:
+            out[r] = f"result of {where}"
+    return out
+
+
 def _vec(line: str):
     m = re.search(r"\bvec = (\d+)", line)
     return int(m.group(1)) if m else None

@@ -314,39 +314,91 @@ def warp_color(w: int) -> str:
     return PALETTE[w % len(PALETTE)]
 
 
+WINDOW = (32, 32)  # rows x columns of a tile drawn cell by cell, labelled (about 1000 x 720 px)
+
+
+def layout_period(layout_text, shape) -> tuple:
+    """Per dimension, after how many elements the layout's thread pattern repeats (its footprint: elements per
+    thread x lanes x warps along that dimension, at most the tile): beyond it the same threads hold the next
+    registers."""
+    lay = D._as_layout(layout_text)
+    return tuple(min(info.cta_extent, info.size) or info.size for info in lay.dims_info(tuple(shape)))
+
+
+def _drawing_shape(shape):
+    """(rows, cols) of the drawing: 2-D tiles as they are, 1-D tiles in rows of 32 elements."""
+    if len(shape) == 1:
+        cols = shape[0] if shape[0] <= 32 else 32
+        return -(-shape[0] // cols), cols
+    return shape
+
+
+def layout_overview_svg(g, shape, window_rows, window_cols, origin=(0, 0), max_px=(560, 160)) -> str:
+    """The whole tile small, one colour per warp (runs of a warp merged into one rectangle), with the drawn
+    window outlined: where the labelled cells below sit in a tile too big to label."""
+    rows, cols = _drawing_shape(shape)
+    px = max(1.0, min(8.0, max_px[0] / cols, max_px[1] / rows))
+    w, h = cols * px, rows * px
+
+    def pos(idx):
+        return divmod(idx[0], cols) if len(shape) == 1 else (idx[0], idx[1])
+
+    warp_at = {pos(idx): wl[0] for idx, wl in g["elements"].items()}
+    out = [f'<svg class="kl-overview" viewBox="0 0 {w + 2:.0f} {h + 2:.0f}" width="{w + 2:.0f}" height="{h + 2:.0f}" '
+           f'role="img"><title>the whole {"x".join(map(str, shape))} tile, one colour per warp; the outlined part '
+           f'is drawn below</title>']
+    for r in range(rows):
+        c = 0
+        while c < cols:
+            wr = warp_at.get((r, c))
+            e = c + 1
+            while e < cols and warp_at.get((r, e)) == wr:
+                e += 1
+            if wr is not None:
+                out.append(f'<rect x="{1 + c * px:.1f}" y="{1 + r * px:.1f}" width="{(e - c) * px:.1f}" '
+                           f'height="{px:.1f}" fill="{warp_color(wr)}" fill-opacity=".6"/>')
+            c = e
+    r0, c0 = origin
+    out.append(f'<rect class="kl-window" x="{1 + c0 * px:.1f}" y="{1 + r0 * px:.1f}" width="{window_cols * px:.1f}" '
+               f'height="{window_rows * px:.1f}" fill="none" stroke="currentColor" stroke-width="1.5"/></svg>')
+    return "".join(out)
+
+
 def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_bytes: int = 4,
-               max_labels: int = 2048, max_cells: int = 4096, title: str | None = None) -> str:
+               max_labels: int = 2048, max_cells: int | None = None, title: str | None = None,
+               origin=(0, 0), window=WINDOW) -> str:
     """SVG grid of a tile: each element colored by the warp of its representative copy and labeled
     `t<lane>` / `r<register>`; elements with copies in other threads hatched (hover lists them all);
-    with `vec`, each thread's vectorized access outlined. A legend follows the grid. Tiles of more than
-    `max_cells` elements are drawn in part (the first rows), with a note."""
+    with `vec`, each thread's vectorized access outlined. A legend follows the grid.
+
+    A tile bigger than `window` (rows x columns of the drawing; 1-D tiles are drawn in rows of 32) is drawn
+    legibly in part — the window at `origin` (first row, first column), every cell labelled — under a small
+    overview of the whole tile with the window outlined, and a note of where the pattern repeats."""
     g = D.layout_grid(layout_text, shape, num_warps, vec=vec, elem_bytes=elem_bytes)
     shape = tuple(shape)
     uid = next(_IDS)
-    if len(shape) == 1:
-        n = shape[0]
-        cols = n if n <= 32 else 32
-        rows = -(-n // cols)
-
-        def pos(idx):
-            return divmod(idx[0], cols)
-    elif len(shape) == 2:
-        rows, cols = shape
-
-        def pos(idx):
-            return idx[0], idx[1]
-    else:
+    if len(shape) not in (1, 2):
         return f'<p class="kl-dim">layout view supports 1-D and 2-D tiles (got shape {shape})</p>'
-    all_rows = rows
-    rows = max(1, min(rows, max_cells // max(cols, 1)))
-    total = rows * cols
-    labels = total <= max_labels
+    all_rows, all_cols = _drawing_shape(shape)
+    win_rows, win_cols = window
+    if max_cells is not None:  # the old knob: as many whole rows as fit
+        win_rows = min(win_rows, max(1, max_cells // max(all_cols, 1)))
+    win_rows, win_cols = min(win_rows, all_rows), min(win_cols, all_cols)
+    r0 = max(0, min(origin[0], all_rows - win_rows))
+    c0 = max(0, min(origin[1], all_cols - win_cols))
+
+    def pos(idx):  # position in the window (may fall outside it)
+        r, c = divmod(idx[0], all_cols) if len(shape) == 1 else (idx[0], idx[1])
+        return r - r0, c - c0
+
+    rows, cols = win_rows, win_cols
+    labels = rows * cols <= max_labels
     cw, ch = (30, 22) if labels else (12, 10)
     left, top = 40, 18
     width, height = left + cols * cw + 4, top + rows * ch + 4
     sc = f"klg{uid}"
     warp_css = "".join(f".{sc} .w{w}{{fill:{warp_color(w)}}}" for w in range(num_warps))
-    out = [f'<svg class="{sc}" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+    out = [f'<svg class="{sc} kl-grid" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
            f'style="max-width:100%;height:auto" role="img" font-size="8">',
            f'<style>.{sc} rect.c{{fill-opacity:.55;stroke:currentColor;stroke-opacity:.2}}'
            f'.{sc} text{{fill:currentColor;text-anchor:middle}}.{sc} text.r{{fill-opacity:.7}}'
@@ -358,16 +410,15 @@ def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_
         out.append(f"<title>{esc(title)}</title>")
     step = 8 if cols > 16 else 1
     for c in range(0, cols, step):
-        col_label = c if len(shape) == 2 else c
-        out.append(f'<text class="a" x="{left + c * cw + cw / 2}" y="{top - 5}">{col_label}</text>')
+        out.append(f'<text class="a" x="{left + c * cw + cw / 2}" y="{top - 5}">{c0 + c}</text>')
     rstep = 1 if rows <= 40 else 8
     for r in range(0, rows, rstep):
-        lab = r if len(shape) == 2 else r * cols
+        lab = r0 + r if len(shape) == 2 else (r0 + r) * all_cols
         out.append(f'<text class="a" x="{left - 4}" y="{top + r * ch + ch / 2 + 3}" style="text-anchor:end">'
                    f'{lab}</text>')
     for idx, (w, lane, reg) in sorted(g["elements"].items()):
         r, c = pos(idx)
-        if r >= rows:
+        if not (0 <= r < rows and 0 <= c < cols):
             continue
         x, y = left + c * cw, top + r * ch
         holders = g["copies"][idx]
@@ -393,17 +444,24 @@ def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_
         for cells in regs_of.values():
             rs = [p[0] for p in cells]
             cs = [p[1] for p in cells]
-            if (max(rs) - min(rs) + 1) * (max(cs) - min(cs) + 1) != len(cells) or max(rs) >= rows:
-                continue  # wrapped around a row of the drawing, or not drawn
+            if (max(rs) - min(rs) + 1) * (max(cs) - min(cs) + 1) != len(cells):
+                continue  # wrapped around a row of the drawing
+            if min(rs) < 0 or min(cs) < 0 or max(rs) >= rows or max(cs) >= cols:
+                continue  # not (wholly) in the window
             out.append(f'<rect x="{left + min(cs) * cw + 1}" y="{top + min(rs) * ch + 1}" '
                        f'width="{(max(cs) - min(cs) + 1) * cw - 2}" height="{(max(rs) - min(rs) + 1) * ch - 2}" '
                        f'fill="none" stroke="currentColor" stroke-width="1.4" rx="2"/>')
     out.append("</svg>")
-    more = ""
-    if rows < all_rows:
-        more = (f'<p class="kl-dim">showing the first {rows} of {all_rows} rows '
-                f'({rows * cols} of {all_rows * cols} elements)</p>')
-    return "".join(out) + more + _layout_legend(g, uid, num_warps, vec)
+    head = ""
+    if rows < all_rows or cols < all_cols:
+        period = layout_period(layout_text, shape)
+        where = (f"rows {r0}–{r0 + rows - 1} of {all_rows}" if len(shape) == 2 or rows < all_rows else "") + \
+            (f", columns {c0}–{c0 + cols - 1} of {all_cols}" if cols < all_cols else "")
+        elems = f"elements {r0 * all_cols}–{(r0 + rows) * all_cols - 1} of {shape[0]}" if len(shape) == 1 else where
+        head = (f'<p class="kl-note">showing {esc(elems.lstrip(", "))} ({rows * cols} of {all_rows * all_cols} '
+                f'elements); each thread\'s pattern repeats every {" x ".join(map(str, period))} elements</p>'
+                + layout_overview_svg(g, shape, rows, cols, (r0, c0)))
+    return head + "".join(out) + _layout_legend(g, uid, num_warps, vec)
 
 
 def _layout_legend(g, uid, num_warps, vec) -> str:
@@ -431,7 +489,7 @@ def _layout_legend(g, uid, num_warps, vec) -> str:
 def layout_info_html(value: dict, num_warps: int, access: dict | None = None) -> str:
     """A table explaining a layout: sizes per thread / lanes / warps / order, registers, replication,
     and for a load/store its vector width and coalescing."""
-    from ..compiler.gpu.layouts import Blocked, Slice, parse_layout
+    from ..compiler.gpu.layouts import Blocked, Mma, Slice, parse_layout
 
     lay = parse_layout(value["layout"])
     g = D.layout_grid(lay, value["shape"], num_warps)
@@ -442,8 +500,18 @@ def layout_info_html(value: dict, num_warps: int, access: dict | None = None) ->
     if isinstance(base, Blocked):
         rows += [("sizePerThread", list(base.spt)), ("threadsPerWarp", list(base.tpw)),
                  ("warpsPerCTA", list(base.wpc)), ("order (fastest first)", list(base.order))]
+    if isinstance(base, Mma):
+        rows += [("warpsPerCTA (M, N)", list(base.warps)),
+                 ("mma fragment", "each warp owns 16-row x 8-column tiles; in a tile, lane t holds rows t/4 and "
+                                  "t/4 + 8, columns 2·(t mod 4) and 2·(t mod 4) + 1, in 4 registers (r, r+1 on the "
+                                  "first row, r+2, r+3 eight rows down)"),
+                 ("as a dot operand", "the wgmma / mma.sync A fragment of a dot that follows reads these registers "
+                                      "as they are (no shuffle); B comes from shared memory")]
     if isinstance(lay, Slice):
         rows.append(("slice", f"dimension {lay.dim} of the parent removed (reduced)"))
+    if len(value["shape"]) in (1, 2):
+        rows.append(("pattern repeats every", " x ".join(map(str, layout_period(lay, value["shape"])))
+                     + " elements"))
     rows += [("registers per thread", g["registers"]),
              ("copies per element", g["replication"]),
              ("source line", value.get("line"))]

@@ -315,9 +315,11 @@ class LayoutView(_View):
         self.values = D.tensor_values(gpu)
         self.accesses = D.accesses(gpu, self.num_warps)
         self.entries = []  # (label, value dict, access dict or None)
+        roles = D.dot_roles(gpu)
         for v in self.values:
             acc = next((a for a in self.accesses if a["op"] == "tt.load" and a["name"] == v["name"]), None)
-            self.entries.append((f"{v['name']} = {v['op']} : {v['type']}  (line {v['line']})", v, acc))
+            role = f"  — {roles[v['name']]}" if v["name"] in roles else ""
+            self.entries.append((f"{v['name']} = {v['op']} : {v['type']}  (line {v['line']}){role}", v, acc))
         for a in self.accesses:
             if a["op"] == "tt.store":
                 v = {k: a[k] for k in ("name", "type", "shape", "elem", "alias", "layout", "line", "ir_line")}
@@ -331,8 +333,29 @@ class LayoutView(_View):
             start = next(k for k, e in enumerate(self.entries) if e[2])
         self.dropdown = W.Dropdown(options=[(e[0], k) for k, e in enumerate(self.entries)], value=start,
                                    description="value", layout=W.Layout(width="95%"))
-        self.dropdown.observe(lambda _: self.refresh(), names="value")
-        self.children = [self.dropdown, self.pane]
+        # which part of a tile bigger than the labelled window is drawn: first row / first column
+        self.row0 = W.IntSlider(value=0, min=0, max=0, description="first row", continuous_update=False,
+                                layout=W.Layout(width="360px"))
+        self.col0 = W.IntSlider(value=0, min=0, max=0, description="first column", continuous_update=False,
+                                layout=W.Layout(width="360px"))
+        self.window_box = W.HBox([self.row0, self.col0])
+        self.dropdown.observe(self._on_value, names="value")
+        self.row0.observe(lambda _: self.refresh(), names="value")
+        self.col0.observe(lambda _: self.refresh(), names="value")
+        self.children = [self.dropdown, self.window_box, self.pane]
+        self._on_value(None)
+
+    def _on_value(self, _):
+        """A new value: the window goes back to the tile's corner; the sliders step by one window."""
+        v = self.entries[self.dropdown.value][1]
+        rows, cols = H._drawing_shape(tuple(v["shape"])) if len(v["shape"]) in (1, 2) else (1, 1)
+        wr, wc = min(H.WINDOW[0], rows), min(H.WINDOW[1], cols)
+        with self.hold_trait_notifications():
+            self.row0.max, self.row0.step = max(rows - wr, 0), max(wr // 2, 1)
+            self.col0.max, self.col0.step = max(cols - wc, 0), max(wc // 2, 1)
+            self.row0.value = self.col0.value = 0
+        self.row0.layout.display = None if rows > wr else "none"
+        self.col0.layout.display = None if cols > wc else "none"
         self.refresh()
 
     @property
@@ -346,7 +369,7 @@ class LayoutView(_View):
     def refresh(self):
         label, v, acc = self.entries[self.dropdown.value]
         svg = H.layout_svg(v["layout"], v["shape"], self.num_warps, vec=acc["vec"] if acc else None,
-                           elem_bytes=D.elem_bytes(v["elem"]), title=label)
+                           elem_bytes=D.elem_bytes(v["elem"]), title=label, origin=(self.row0.value, self.col0.value))
         self.pane.value = H.page(H.layout_info_html(v, self.num_warps, acc) + svg)
 
     def static_html(self) -> str:

@@ -93,3 +93,44 @@ def test_passes_panes_scroll_once():
     assert ".kl-pane .kl-code{max-height:none;overflow:visible" in style
     assert v.ir_pane.layout.overflow == "auto" and v.source_pane.layout.overflow == "auto"
     assert "kl-pane" in v.ir_pane._dom_classes and "kl-pane" in v.source_pane._dom_classes
+
+
+# ----------------------------------------------------------------------------------------- layouts at real sizes
+def cell_labels(svg: str) -> list[tuple[int, int]]:
+    """(lane, register) of every labelled cell of a layout grid."""
+    return [(int(t), int(r)) for t, r in re.findall(r">t(\d+)</text><text class=\"r\"[^>]*>r(\d+)<", svg)]
+
+
+def test_a_4x128_tile_is_drawn_at_a_legible_size():
+    lay = "#blocked<[1, 4], [1, 32], [4, 1], [1, 0]>"
+    svg = H.layout_svg(lay, (4, 128), 4, vec=4)
+    grid = re.search(r'<svg class="klg\d+ kl-grid" viewBox="0 0 (\d+) (\d+)"', svg)
+    w, h = int(grid.group(1)), int(grid.group(2))
+    assert w <= 1200 and h >= 4 * 22  # 32 columns of 30 px: fits a 1280 px notebook unscaled
+    assert len(cell_labels(svg)) == 4 * 32
+    assert "columns 0–31 of 128" in svg and 'class="kl-overview"' in svg
+    # the window moves: columns 96..127 hold lanes 24..31
+    right = H.layout_svg(lay, (4, 128), 4, origin=(0, 96))
+    assert {t for t, _ in cell_labels(right)} == set(range(24, 32))
+
+
+@pytest.mark.parametrize("name,role", [("matmul", "result of the dot"), ("attention", "A operand of the dot")])
+def test_mma_values_of_a_dot_are_labelled_with_lane_and_register(name, role):
+    ck = getattr(R, name)()
+    v = kv.LayoutView(ck)
+    k = next(k for k, e in enumerate(v.entries) if role in e[0])
+    v.dropdown.value = k
+    assert "#mma" in v.current["layout"]
+    pane = v.pane.value
+    labels = cell_labels(pane)
+    assert len(labels) == 32 * 32  # a 32 x 32 window of the 128 x N tile, every cell labelled
+    # the mma fragment: in row 0, lane t holds columns 2(t%4), 2(t%4)+1 of each 8 columns, registers r, r+1
+    row0 = labels[:32]
+    assert [t for t, _ in row0[:8]] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert row0[0][1] + 1 == row0[1][1]
+    assert "lane t holds rows t/4 and" in text(pane) and "pattern repeats every 64 x" in text(pane)
+    assert v.row0.layout.display is None and v.row0.max > 0  # the tile is taller than the window: a slider
+    before = pane
+    v.row0.value = 16  # rows 16..47: warp 1's rows
+    assert v.pane.value != before and "rows 16–47" in text(v.pane.value)
+    assert 'class="c w1"' in v.pane.value
