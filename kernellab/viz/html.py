@@ -610,17 +610,16 @@ def smem_svg(plan, total: int, limit: int, barriers=(), points: int | None = Non
             ys = yp(b["offset"] + s * b.get("stage_bytes", 0))
             out.append(f'<line x1="{x0}" y1="{ys}" x2="{x0 + w}" y2="{ys}" stroke="currentColor" '
                        f'stroke-opacity=".6" stroke-dasharray="2,2"/>')
-        if h >= 11:
-            stages = f' · {b["stages"]} stages' if b.get("stages") else ""
-            out.append(f'<text x="{x0 + w + 3}" y="{y0 + min(h, 24) / 2 + 4}" fill="currentColor">'
-                       f'{esc(b["op"])} {_fmt_bytes(b["size"])}{stages}</text>')
-    for b in barriers:
+        if h >= 12 and w >= 14:  # the buffer's number inside it; names are in the legend under the chart
+            out.append(f'<text class="kl-buf" x="{x0 + w / 2}" y="{y0 + min(h, 24) / 2 + 4}" text-anchor="middle" '
+                       f'fill="currentColor">{k}</text>')
+    for b in barriers:  # no text on the chart (neighbouring barriers would collide): a tick, a tooltip, the legend
         p = b["point"] if isinstance(b, dict) else b
         x = xp(p)
         reason = b.get("reason", "barrier") if isinstance(b, dict) else "barrier"
         out.append(f'<g><title>bar.sync before op {p}: {esc(reason)}</title><line x1="{x}" y1="{top - 4}" x2="{x}" '
                    f'y2="{top + plot_h}" stroke="currentColor" stroke-dasharray="3,2" stroke-width="1.2"/>'
-                   f'<text x="{x}" y="{top - 5}" text-anchor="middle" fill="currentColor">bar</text></g>')
+                   f'<path d="M{x - 3},{top - 6} L{x + 3},{top - 6} L{x},{top - 1} Z" fill="currentColor"/></g>')
     # usage bar: total vs device limit
     by = H - 22
     frac = min(total / limit, 1.0) if limit else 0
@@ -636,6 +635,31 @@ def smem_svg(plan, total: int, limit: int, barriers=(), points: int | None = Non
                    f'fill="currentColor" fill-opacity=".7">no shared memory</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+def smem_legend(plan, barriers=(), highlight=None) -> str:
+    """The chart's key, one line per buffer (number, colour, op, size, stages, source line) and one for the
+    barriers: names live here, not on the chart, so they never collide."""
+    items = []
+    for k, b in enumerate(plan):
+        stages = f' · {b["stages"]} stages' if b.get("stages") else ""
+        strong = ' style="font-weight:600"' if highlight == k else ""
+        items.append(f'<div class="kl-key"{strong}><svg width="14" height="12"><rect width="14" height="12" '
+                     f'fill="{PALETTE[k % len(PALETTE)]}" fill-opacity=".7"/></svg> {k}: {esc(b["op"])} '
+                     f'{_fmt_bytes(b["size"])}{stages} <span class="kl-dim">(line {esc(b.get("line"))})</span></div>')
+    if barriers:
+        items.append(f'<div class="kl-key"><svg width="14" height="12"><line x1="7" y1="0" x2="7" y2="12" '
+                     f'stroke="currentColor" stroke-dasharray="3,2" stroke-width="1.2"/></svg> '
+                     f'{len(barriers)} barrier(s) between shared-memory ops</div>')
+    return '<div class="kl-legend" style="margin:.2em 0 .6em 64px">' + "".join(items) + "</div>"
+
+
+def ptx_barriers(ptx: str | None) -> list[str]:
+    """The CTA barrier instructions of a PTX text (bar.sync, barrier.sync, bar.arrive, bar.red, ...; not the
+    mbarrier ops of a pipeline), one string per instruction."""
+    if not ptx:
+        return []
+    return re.findall(r"^\s*(?:@!?%\w+\s+)?((?:bar|barrier)\.[\w.]+)", ptx, re.M)
 
 
 def _stages(b: dict) -> str:
@@ -669,16 +693,37 @@ def smem_table(m: dict) -> str:
     return out
 
 
-def smem_html(compiled, limit: int = D.SMEM_LIMIT_SM90, highlight=None) -> str:
+def smem_headline(compiled, m: dict) -> str:
+    """"shared memory: 48 KiB in 3 buffer(s), 4 barrier(s) in the PTX (3 between shared-memory ops, 1 from
+    reductions and layout conversions)": the barrier count is the PTX's, where the kernel has been built."""
+    ptx = (getattr(compiled, "asm", {}) or {}).get("ptx")
+    placed = len(m["barriers"])
+    if ptx is None:
+        bars = f"{placed} barrier(s) between shared-memory ops"
+    else:
+        n = len(ptx_barriers(ptx))
+        kinds = ", ".join(sorted(set(ptx_barriers(ptx))))
+        rest = n - placed
+        why = [f"{placed} between shared-memory ops"] if placed else []
+        if rest > 0:
+            why.append(f"{rest} from reductions and layout conversions in lowering")
+        bars = f"{n} barrier(s) in the PTX" + (f" ({kinds}: {', '.join(why)})" if n else "")
+    return f'<h4>shared memory: {_fmt_bytes(m["total"])} in {len(m["buffers"])} buffer(s), {bars}</h4>'
+
+
+def smem_html(compiled, limit: int = D.SMEM_LIMIT_SM90, highlight=None, swizzles: bool = True) -> str:
+    """Headline, memory map and its legend, buffer table; with `swizzles`, every pipelined buffer's encoding
+    (the live view shows the selected buffer's instead)."""
     m = D.smem_map(_trace(compiled), limit=limit, num_warps=getattr(compiled, "num_warps", None))
     if not m["available"]:
         return page(f'<p class="kl-dim">{esc(m["note"])}</p>')
-    head = (f'<h4>shared memory: {_fmt_bytes(m["total"])} in {len(m["buffers"])} buffer(s), '
-            f'{len(m["barriers"])} barrier(s)</h4>')
-    return page(head + smem_svg(m["buffers"], m["total"], m["limit"], m["barriers"], m["points"], highlight)
+    return page(smem_headline(compiled, m)
+                + smem_svg(m["buffers"], m["total"], m["limit"], m["barriers"], m["points"], highlight)
+                + smem_legend(m["buffers"], m["barriers"], highlight)
                 + smem_table(m) + '<p class="kl-dim">Bank model: 32 banks × 4 B, one register per warp access, '
                 'elements at their row-major index; N-way = N shared-memory wavefronts.</p>'
-                + "".join(stage_encoding_html(b) for b in m["buffers"] if b["op"] == "ttg.local_alloc"))
+                + ("".join(stage_encoding_html(b) for b in m["buffers"] if b["op"] == "ttg.local_alloc")
+                   if swizzles else ""))
 
 
 def stage_encoding_html(b: dict) -> str:

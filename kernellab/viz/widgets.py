@@ -396,8 +396,9 @@ class SharedMemoryView(_View):
         self.detail = _html_pane()
         opts = [("all buffers", None)] + [(f"{k}: {b['op']} @ {b['offset']} ({b['size']} B, line {b.get('line')})", k)
                                           for k, b in enumerate(self.map["buffers"])]
-        self.buffer_select = W.Dropdown(options=opts, value=None, description="buffer",
-                                        layout=W.Layout(width="60%"))
+        # starts on the first buffer: its IR, source line and encoding are shown at once
+        self.buffer_select = W.Dropdown(options=opts, value=0 if self.map["buffers"] else None,
+                                        description="buffer", layout=W.Layout(width="60%"))
         self.buffer_select.observe(lambda _: self.refresh(), names="value")
         self.children = [self.buffer_select, self.pane, self.detail]
         self.refresh()
@@ -407,7 +408,7 @@ class SharedMemoryView(_View):
         if note:
             self.pane.value, self.detail.value = H.page(f'<p class="kl-dim">{H.esc(note)}</p>'), ""
             return
-        self.pane.value = H.smem_html(self.compiled, self.limit, highlight=self.buffer_select.value)
+        self.pane.value = H.smem_html(self.compiled, self.limit, highlight=self.buffer_select.value, swizzles=False)
         k = self.buffer_select.value
         if k is None:
             self.detail.value = ""
@@ -419,7 +420,9 @@ class SharedMemoryView(_View):
         self.detail.value = H.page(
             f'<b>{H.esc(b["op"])}</b>: {H.esc(b.get("reason", ""))}<br>'
             f'IR: {H.code_block([b["ir_text"]], numbers=[(b["ir_line"] or 0) + 1])}'
-            f'source line {line}: {H.code_block([text], numbers=[line], plain=True)}')
+            f'source line {line}: {H.code_block([text], numbers=[line], plain=True)}'
+            + (H.stage_encoding_html(b) or '<p class="kl-dim">no swizzle or padding recorded for this buffer (not a '
+               'tensor-core operand staging buffer)</p>'))
 
     def static_html(self) -> str:
         return H.smem_html(self.compiled, self.limit)

@@ -134,3 +134,58 @@ def test_mma_values_of_a_dot_are_labelled_with_lane_and_register(name, role):
     v.row0.value = 16  # rows 16..47: warp 1's rows
     assert v.pane.value != before and "rows 16–47" in text(v.pane.value)
     assert 'class="c w1"' in v.pane.value
+
+
+# ----------------------------------------------------------------------------------------- shared memory
+def svg_text_boxes(svg: str) -> list[tuple[str, tuple]]:
+    """(text, approximate box) of every <text> of a chart: 6 px per character at 10 px, by its anchor."""
+    out = []
+    for attrs, t in re.findall(r"<text([^>]*)>(.*?)</text>", svg):
+        x, y = float(re.search(r' x="([-\d.]+)"', attrs).group(1)), float(re.search(r' y="([-\d.]+)"', attrs).group(1))
+        t, w = text(t), 6 * len(text(t))
+        anchor = (re.search(r'text-anchor="(\w+)"', attrs) or [None, "start"])[1]
+        x0 = {"start": x, "middle": x - w / 2, "end": x - w}[anchor]
+        out.append((t, (x0, y - 9, x0 + w, y)))
+    return out
+
+
+@pytest.mark.parametrize("name", ["matmul", "attention", "softmax", "layer_norm"])
+def test_smem_headline_counts_the_ptx_barriers(name):
+    ck = getattr(R, name)()
+    n = len(re.findall(r"^\s*(?:@!?%\w+\s+)?(?:bar|barrier)\.", ck.asm["ptx"], re.M))
+    assert n >= 2  # softmax and layer norm too: their reductions synchronize through shared memory
+    head = re.search(r"<h4>(.*?)</h4>", H.smem_html(ck)).group(1)
+    assert re.search(rf"\b{n} barrier\(s\) in the PTX", head), head
+    assert head == re.search(r"<h4>(.*?)</h4>", kv.SharedMemoryView(ck).pane.value).group(1)
+
+
+@pytest.mark.parametrize("name", ["matmul", "attention"])
+def test_smem_chart_labels_do_not_collide(name):
+    ck = getattr(R, name)()
+    m = D.smem_map(ck.trace, num_warps=ck.num_warps)
+    svg = H.smem_svg(m["buffers"], m["total"], m["limit"], m["barriers"], m["points"])
+    labels = svg_text_boxes(svg)
+    assert not any(t == "bar" or "barbar" in t for t, _ in labels) and len(labels) >= 5
+    for i, (ta, a) in enumerate(labels):  # no two labels share pixels
+        for tb, b in labels[i + 1:]:
+            assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (ta, a, tb, b)
+    legend = H.smem_legend(m["buffers"], m["barriers"])
+    for k, b in enumerate(m["buffers"]):
+        assert f"{k}: {b['op']}" in text(legend)
+
+
+@pytest.mark.parametrize("name", ["matmul", "attention"])
+def test_smem_view_starts_on_the_first_buffer_and_the_swizzle_follows(name):
+    ck = getattr(R, name)()
+    v = kv.SharedMemoryView(ck)
+    assert v.buffer_select.value == 0
+    bufs = v.map["buffers"]
+    assert "buffer at line" not in v.pane.value  # the encodings live in the detail pane, for the picked buffer
+    for k, b in enumerate(bufs):
+        v.buffer_select.value = k
+        d = text(v.detail.value)
+        if H.stage_encoding_html(b):
+            assert f"buffer at line {b.get('line')}" in d and d.count("buffer at line") == 1
+            assert text(H.stage_encoding_html(b)) in d
+        else:
+            assert "no swizzle or padding recorded" in d
