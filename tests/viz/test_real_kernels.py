@@ -189,3 +189,54 @@ def test_smem_view_starts_on_the_first_buffer_and_the_swizzle_follows(name):
             assert text(H.stage_encoding_html(b)) in d
         else:
             assert "no swizzle or padding recorded" in d
+
+
+# ----------------------------------------------------------------------------------------- roofline
+def _recorded():
+    from kernellab.viz.roofline import recorded_results
+
+    res = recorded_results()
+    if not res:
+        pytest.skip("no recorded results (benchmarks/results)")
+    return res[0]
+
+
+def test_roofline_legend_is_off_the_data_and_the_caption_has_no_local_path():
+    pytest.importorskip("matplotlib")
+    from kernellab.viz.roofline import PerformanceView, Placed
+
+    rec = _recorded()
+    view = PerformanceView(rec, placed=[Placed("matmul_kernel", 2 * 4096 ** 3, 3 * 4096 * 4096 * 2)])
+    fig = view.figures()[0]
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent(canvas.get_renderer())
+    axbox = ax.get_window_extent(canvas.get_renderer())
+    assert legend.x0 >= axbox.x1, "the legend sits on the axes"
+    for p in view.points:
+        x, y = ax.transData.transform((p.intensity, p.flops_per_s))
+        assert not legend.contains(x, y)
+    cap = view._caption()
+    assert "recorded on" in cap and "benchmarks/results/" in cap
+    assert not re.search(r"(^|[\s(])/(?:work|home|tmp|root|Users)/", cap), cap
+    html_ = view._repr_mimebundle_()["text/html"]
+    assert "/work/" not in html_.split("</div>")[-2] and str(rec["source"]) not in html_
+
+
+def test_the_users_kernel_is_placed_by_its_intensity_on_the_recorded_roofline():
+    pytest.importorskip("matplotlib")
+    from kernellab.viz.roofline import PerformanceView, Placed
+
+    rec = _recorded()
+    k = Placed("matmul_kernel", 2 * 4096 ** 3, 3 * 4096 * 4096 * 2)
+    view = PerformanceView(rec, placed=[k])
+    ax = view.figures()[0].axes[0]
+    assert "recorded on " + rec["gpu"] in ax.get_title()
+    lines = [ln for ln in ax.get_lines() if "not timed" in ln.get_label()]
+    assert len(lines) == 1 and lines[0].get_xdata()[0] == pytest.approx(k.intensity)
+    assert k.bound(view.peaks) == pytest.approx(min(view.peaks["bytes_per_s"] * k.intensity,
+                                                    view.peaks["flops_per_s"]))
+    assert any("matmul_kernel" in t.get_text() for t in ax.texts)
