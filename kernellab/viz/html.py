@@ -460,7 +460,8 @@ def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_
         elems = f"elements {r0 * all_cols}–{(r0 + rows) * all_cols - 1} of {shape[0]}" if len(shape) == 1 else where
         head = (f'<p class="kl-note">showing {esc(elems.lstrip(", "))} ({rows * cols} of {all_rows * all_cols} '
                 f'elements); each thread\'s pattern repeats every {" x ".join(map(str, period))} elements</p>'
-                + layout_overview_svg(g, shape, rows, cols, (r0, c0)))
+                + '<div class="kl-overview-box" style="margin:.2em 0 .5em 40px">'
+                + layout_overview_svg(g, shape, rows, cols, (r0, c0)) + "</div>")
     return head + "".join(out) + _layout_legend(g, uid, num_warps, vec)
 
 

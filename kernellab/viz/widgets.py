@@ -63,7 +63,8 @@ class _View(W.VBox):
 
 
 def _html_pane(value="", height=None):
-    layout = W.Layout(width="100%", overflow="auto")
+    # width auto, not 100%: a box stretches its children, and 100% plus the widget margins overflows by 4 px
+    layout = W.Layout(width="auto", overflow="auto")
     if height:
         layout.max_height = height
     return W.HTML(value=value, layout=layout)
@@ -116,15 +117,15 @@ class PassesView(_View):
                              layout=W.Layout(width="220px", flex="0 1 auto"))
         self.only_matches = W.Checkbox(value=False, description="only matching lines", indent=False,
                                        layout=W.Layout(width="auto", flex="0 0 auto"))
-        self.header = W.HTML(layout=W.Layout(width="100%"))
+        self.header = W.HTML(layout=W.Layout(width="auto"))
         # one scroll box per pane (the code box inside does not scroll: no stacked scrollbars)
         self.ir_pane = _html_pane(height="560px")
         self.source_pane = _html_pane(height="560px")
         self.ir_pane.add_class("kl-pane")
         self.source_pane.add_class("kl-pane")
         self.status = W.HTML()
-        self.ir_select = W.Select(options=[], rows=8, layout=W.Layout(width="100%"))
-        self.src_select = W.Select(options=[], rows=8, layout=W.Layout(width="100%"))
+        self.ir_select = W.Select(options=[], rows=8, layout=W.Layout(width="auto"))
+        self.src_select = W.Select(options=[], rows=8, layout=W.Layout(width="auto"))
         self._fill_source_select()
 
         self.pass_select.observe(self._on_pass, names="value")
@@ -138,14 +139,14 @@ class PassesView(_View):
             return W.VBox(children, layout=W.Layout(flex=f"{grow} 1 0%", min_width="0"))
 
         stepper = W.HBox([self.prev_button, self.pass_select, self.next_button],
-                         layout=W.Layout(width="100%", flex_flow="row nowrap", align_items="center"))
+                         layout=W.Layout(width="auto", flex_flow="row nowrap", align_items="center"))
         controls = W.HBox([self.diff_toggle, self.search, self.only_matches],
-                          layout=W.Layout(width="100%", flex_flow="row wrap", align_items="center"))
+                          layout=W.Layout(width="auto", flex_flow="row wrap", align_items="center"))
         panes = W.HBox([col([self.ir_pane], 3), col([self.source_pane], 2)],
-                       layout=W.Layout(width="100%", align_items="flex-start"))
+                       layout=W.Layout(width="auto", align_items="flex-start"))
         pickers = W.HBox([col([W.HTML("<b>IR line</b> (pick one to see its source line)"), self.ir_select], 3),
                           col([W.HTML("<b>kernel source</b> (pick a line to see the IR it became)"),
-                               self.src_select], 2)], layout=W.Layout(width="100%"))
+                               self.src_select], 2)], layout=W.Layout(width="auto"))
         style = W.HTML(f"<style>{H.CSS} .kl-passes select{{font-family:{MONO};font-size:12px}}"
                        ".kl-passes .kl-pane .kl-code{max-height:none;overflow:visible;border:0;margin:0}"
                        ".kl-passes .kl-pane{border:1px solid rgba(127,127,127,.3);border-radius:3px}"
