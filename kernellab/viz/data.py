@@ -69,6 +69,60 @@ def ir_diff(before: str, after: str) -> list[tuple[str, str]]:
     return out
 
 
+_WORD = re.compile(r"\s+|[\w.%#$@]+|[^\w\s]")
+
+
+def word_ranges(before: str, after: str) -> tuple[list, list]:
+    """Character ranges of the words that differ between two versions of one line: (removed from
+    `before`, added in `after`). Words are runs of identifier characters (with `%#@$.`), spaces and single
+    punctuation marks, so `tensor<4xf32>` -> `tensor<4xf32, #L0>` adds exactly `, #L0`."""
+    a = [(m.start(), m.end()) for m in _WORD.finditer(before)]
+    b = [(m.start(), m.end()) for m in _WORD.finditer(after)]
+    ta, tb = [before[i:j] for i, j in a], [after[i:j] for i, j in b]
+    dels, adds = [], []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes():
+        if tag in ("delete", "replace") and i2 > i1:
+            dels.append((a[i1][0], a[i2 - 1][1]))
+        if tag in ("insert", "replace") and j2 > j1:
+            adds.append((b[j1][0], b[j2 - 1][1]))
+    return dels, adds
+
+
+def ir_diff_words(before: str, after: str) -> list[tuple[str, str, list | None]]:
+    """`ir_diff` with word-level marks: (tag, line, ranges). A removed line and the added line that replaces
+    it (paired in order within a changed block, when more than 60% of their characters agree) carry the
+    character ranges of the words that changed; other added or removed lines carry None (the whole line)."""
+    a, b = before.splitlines(), after.splitlines()
+    out = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            out += [("same", line, None) for line in a[i1:i2]]
+            continue
+        dels = [("del", line, None) for line in a[i1:i2]]
+        adds = [("add", line, None) for line in b[j1:j2]]
+        j = 0
+        for k in range(len(dels)):  # pair in order: each removed line with the most similar of the next few added
+            x, best, at = dels[k][1], 0.6, None
+            for m in range(j, min(j + 8, len(adds))):
+                sm = difflib.SequenceMatcher(None, x, adds[m][1], autojunk=False)
+                if sm.real_quick_ratio() > best and sm.quick_ratio() > best and sm.ratio() > best:
+                    best, at = sm.ratio(), m
+            if at is not None:
+                y = adds[at][1]
+                rd, ra = word_ranges(x, y)
+                dels[k], adds[at] = ("del", x, rd), ("add", y, ra)
+                j = at + 1
+        out += dels + adds
+    return out
+
+
+def first_informative_pass(trace) -> int:
+    """The pass the stepper opens on: the first one after the frontend that changed the IR (the frontend's
+    output is the starting point, an unchanged pass has nothing to show); the last pass if none changed."""
+    passes = list(getattr(trace, "passes", trace))
+    return next((i for i, p in enumerate(passes) if i > 0 and p.changed), max(len(passes) - 1, 0))
+
+
 _LOC = re.compile(r'\s*\bloc\((?:"(?:[^"\\]|\\.)*":)?(\d+)(?::(\d+))?\)')
 
 
@@ -307,6 +361,25 @@ def tensor_values(gpu_ir: str) -> list[dict]:
             if info["layout"]:
                 out.append({"name": r, **info, "op": op, "line": locs[i], "ir_line": i,
                             "vec": vec if op == "tt.load" else None})
+    return out
+
+
+def dot_roles(gpu_ir: str) -> dict:
+    """{value name: its part in a tt.dot} — "A operand of the dot at line L" (B, accumulator likewise) and
+    "result of the dot at line L": which values of a matmul or attention the #mma layouts belong to."""
+    lines = gpu_ir.splitlines()
+    locs = _line_locs(lines)
+    out = {}
+    for i, line in enumerate(lines):
+        f = _op_fields(line)
+        if not f or f[1] != "tt.dot":
+            continue
+        results, _, operands, _ = f
+        where = f"the dot at line {locs[i]}" if locs[i] else "a dot"
+        for name, role in zip(operands, ("A operand", "B operand", "accumulator")):
+            out.setdefault(name, f"{role} of {where}")
+        for r in results:
+            out[r] = f"result of {where}"
     return out
 
 

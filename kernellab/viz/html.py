@@ -37,6 +37,9 @@ CSS = """
 .kl-lab .kl-changed{background:rgba(255,190,0,.14);box-shadow:inset 3px 0 rgba(255,170,0,.8)}
 .kl-lab .kl-add{background:rgba(46,160,67,.18)}
 .kl-lab .kl-del{background:rgba(248,81,73,.18)}
+.kl-lab .kl-wadd{background:rgba(46,160,67,.45);border-radius:2px}
+.kl-lab .kl-wdel{background:rgba(248,81,73,.45);border-radius:2px;text-decoration:line-through}
+.kl-lab .kl-changed .kl-wadd{background:rgba(255,170,0,.45)}
 .kl-lab .kl-hit{background:rgba(70,150,255,.22)}
 .kl-lab .kl-sel{background:rgba(255,140,0,.28);box-shadow:inset 3px 0 rgba(255,120,0,.9)}
 .kl-lab .kl-dim{opacity:.6}
@@ -88,8 +91,47 @@ _CLASS = {"loc": "kc", "cm": "kc", "str": "ks", "lay": "kL", "ty": "kt", "val": 
           "sym": "ky", "op": "ko", "num": "kn"}
 
 
-def highlight(line: str) -> str:
-    """One line of IR / LLVM IR / PTX / SASS as HTML with token spans (escaped)."""
+def _marked(line: str, marks, mark_class: str, plain: bool = False) -> str:
+    """`line` highlighted, the character ranges `marks` wrapped in `<span class=mark_class>` as well: the
+    line is cut where a token class or the mark changes, and each piece gets both spans."""
+    cls = [""] * len(line)
+    if not plain:
+        for m in _TOKENS.finditer(line):
+            c = _CLASS[m.lastgroup]
+            for k in range(m.start(), m.end()):
+                cls[k] = c
+            if m.lastgroup == "ty":
+                for x in re.finditer(r"#L\d+", m.group()):
+                    for k in range(m.start() + x.start(), m.start() + x.end()):
+                        cls[k] = "kL"
+    marked = [False] * len(line)
+    for i, j in marks:
+        for k in range(max(i, 0), min(j, len(line))):
+            marked[k] = True
+    out, k = [], 0
+    while k < len(line):  # one run of marked (or unmarked) characters, then its token pieces
+        e = k
+        while e < len(line) and marked[e] == marked[k]:
+            e += 1
+        pieces, t = [], k
+        while t < e:
+            u = t
+            while u < e and cls[u] == cls[t]:
+                u += 1
+            piece = esc_text(line[t:u])
+            pieces.append(f'<span class="{cls[t]}">{piece}</span>' if cls[t] else piece)
+            t = u
+        run = "".join(pieces)
+        out.append(f'<span class="{mark_class}">{run}</span>' if marked[k] else run)
+        k = e
+    return "".join(out)
+
+
+def highlight(line: str, marks=None, mark_class: str = "kl-wadd") -> str:
+    """One line of IR / LLVM IR / PTX / SASS as HTML with token spans (escaped); `marks`, character ranges,
+    are wrapped in a `mark_class` span too (the words a pass changed)."""
+    if marks:
+        return _marked(line, marks, mark_class)
     out, pos = [], 0
     for m in _TOKENS.finditer(line):
         out.append(esc_text(line[pos:m.start()]))
@@ -103,9 +145,10 @@ def highlight(line: str) -> str:
     return "".join(out)
 
 
-def code_block(lines, classes=None, numbers=None, gutters=None, plain=False, max_lines=None) -> str:
+def code_block(lines, classes=None, numbers=None, gutters=None, plain=False, max_lines=None, marks=None) -> str:
     """A scrollable code box: `lines` (strings), optional per-line CSS classes, line numbers (None -> 1..n,
-    False -> none) and gutter marks (+/-); `max_lines` truncates with a note."""
+    False -> none) and gutter marks (+/-); `max_lines` truncates with a note. `marks`: per line, None or
+    (css class, character ranges) of words to mark (a word-level diff)."""
     lines = list(lines)
     n = len(lines)
     if numbers is None:
@@ -118,7 +161,11 @@ def code_block(lines, classes=None, numbers=None, gutters=None, plain=False, max
         cls = ("kl-l " + classes[i]) if classes and classes[i] else "kl-l"
         num = f'<span class="kl-n">{numbers[i]}</span>' if numbers is not False else ""
         gut = f'<span class="kl-g">{esc(gutters[i])}</span>' if gutters else ""
-        body = esc_text(line) if plain else highlight(line)
+        mk = marks[i] if marks else None
+        if mk and mk[1]:
+            body = _marked(line, mk[1], mk[0], plain)
+        else:
+            body = esc_text(line) if plain else highlight(line)
         rows.append(f'<span class="{cls}">{num}{gut}{body}</span>')
     return '<div class="kl-code">' + "".join(rows) + "</div>"
 
@@ -144,13 +191,31 @@ def changed_lines(before: str | None, after: str) -> set[int]:
     return out
 
 
+def changed_words(before: str | None, after: str) -> dict:
+    """{index of a changed line of `after`: character ranges of its added words, or None when the whole line
+    is new}."""
+    if before is None:
+        return {}
+    out, j = {}, 0
+    for tag, _, ranges in D.ir_diff_words(before, after):
+        if tag == "del":
+            continue
+        if tag == "add":
+            out[j] = ranges
+        j += 1
+    return out
+
+
 def ir_html(ir: str, changed=(), hits=(), selected=(), max_lines=None) -> str:
-    """IR text as a highlighted code box with changed / search-hit / selected lines marked."""
+    """IR text as a highlighted code box with changed / search-hit / selected lines marked. `changed` may be
+    a dict {line: added word ranges} (`changed_words`): then only those words are marked within the line."""
     lines = ir.splitlines()
+    words = changed if isinstance(changed, dict) else {}
     changed, hits, selected = set(changed), set(hits), set(selected)
     classes = [" ".join(c for c, s in (("kl-changed", changed), ("kl-hit", hits), ("kl-sel", selected)) if i in s)
                for i in range(len(lines))]
-    return code_block(lines, classes, max_lines=max_lines)
+    marks = [("kl-wadd", words[i]) if words.get(i) else None for i in range(len(lines))] if words else None
+    return code_block(lines, classes, max_lines=max_lines, marks=marks)
 
 
 def pass_table(trace, current: int | None = None) -> str:
@@ -175,7 +240,7 @@ def passes_html(compiled, max_lines: int = 3000) -> str:
         if prev is not None and p.ir == prev:  # saved notebooks stay small: say so instead of repeating
             parts.append(f'<p style="margin:2px 0 2px 1.1em">{head} <span class="kl-dim">— IR unchanged</span></p>')
             continue
-        changed = changed_lines(prev, p.ir) if p.changed else set()
+        changed = changed_words(prev, p.ir) if p.changed else {}
         mark = f' <span class="kl-badge kl-yes">{len(changed)} lines changed</span>' if changed else ""
         parts.append(f'<details><summary>{head}{mark}</summary>{ir_html(p.ir, changed, max_lines=max_lines)}'
                      '</details>')
@@ -185,7 +250,8 @@ def passes_html(compiled, max_lines: int = 3000) -> str:
 
 def diff_block(before: str, after: str, context: int | None = None, hits=None) -> str:
     """The +/- code box of `ir_diff` (optionally only `context` lines around changes)."""
-    diff = D.ir_diff(before, after)
+    wdiff = D.ir_diff_words(before, after)
+    diff = [(t, line) for t, line, _ in wdiff]
     keep = range(len(diff))
     if context is not None:
         near = set()
@@ -193,7 +259,7 @@ def diff_block(before: str, after: str, context: int | None = None, hits=None) -
             if tag != "same":
                 near.update(range(max(0, i - context), min(len(diff), i + context + 1)))
         keep = sorted(near)
-    lines, classes, gutters, numbers = [], [], [], []
+    lines, classes, gutters, numbers, marks = [], [], [], [], []
     a = b = 0
     last = -1
     counters = []
@@ -207,8 +273,11 @@ def diff_block(before: str, after: str, context: int | None = None, hits=None) -
             classes.append("kl-dim")
             gutters.append(" ")
             numbers.append("")
+            marks.append(None)
         tag, line = diff[i]
         lines.append(line)
+        ranges = wdiff[i][2]
+        marks.append(({"add": "kl-wadd", "del": "kl-wdel"}[tag], ranges) if ranges else None)
         cls = {"add": "kl-add", "del": "kl-del", "same": ""}[tag]
         if hits is not None and hits(line):
             cls += " kl-hit"
@@ -218,7 +287,7 @@ def diff_block(before: str, after: str, context: int | None = None, hits=None) -
         last = i
     if not any(t != "same" for t, _ in diff):
         return '<p class="kl-dim">no changes</p>' + code_block([l for _, l in diff])
-    return code_block(lines, classes, numbers=numbers, gutters=gutters)
+    return code_block(lines, classes, numbers=numbers, gutters=gutters, marks=marks)
 
 
 def ir_diff_html(before: str, after: str, context: int | None = None) -> str:
@@ -245,39 +314,91 @@ def warp_color(w: int) -> str:
     return PALETTE[w % len(PALETTE)]
 
 
+WINDOW = (32, 32)  # rows x columns of a tile drawn cell by cell, labelled (about 1000 x 720 px)
+
+
+def layout_period(layout_text, shape) -> tuple:
+    """Per dimension, after how many elements the layout's thread pattern repeats (its footprint: elements per
+    thread x lanes x warps along that dimension, at most the tile): beyond it the same threads hold the next
+    registers."""
+    lay = D._as_layout(layout_text)
+    return tuple(min(info.cta_extent, info.size) or info.size for info in lay.dims_info(tuple(shape)))
+
+
+def _drawing_shape(shape):
+    """(rows, cols) of the drawing: 2-D tiles as they are, 1-D tiles in rows of 32 elements."""
+    if len(shape) == 1:
+        cols = shape[0] if shape[0] <= 32 else 32
+        return -(-shape[0] // cols), cols
+    return shape
+
+
+def layout_overview_svg(g, shape, window_rows, window_cols, origin=(0, 0), max_px=(560, 160)) -> str:
+    """The whole tile small, one colour per warp (runs of a warp merged into one rectangle), with the drawn
+    window outlined: where the labelled cells below sit in a tile too big to label."""
+    rows, cols = _drawing_shape(shape)
+    px = max(1.0, min(8.0, max_px[0] / cols, max_px[1] / rows))
+    w, h = cols * px, rows * px
+
+    def pos(idx):
+        return divmod(idx[0], cols) if len(shape) == 1 else (idx[0], idx[1])
+
+    warp_at = {pos(idx): wl[0] for idx, wl in g["elements"].items()}
+    out = [f'<svg class="kl-overview" viewBox="0 0 {w + 2:.0f} {h + 2:.0f}" width="{w + 2:.0f}" height="{h + 2:.0f}" '
+           f'role="img"><title>the whole {"x".join(map(str, shape))} tile, one colour per warp; the outlined part '
+           f'is drawn below</title>']
+    for r in range(rows):
+        c = 0
+        while c < cols:
+            wr = warp_at.get((r, c))
+            e = c + 1
+            while e < cols and warp_at.get((r, e)) == wr:
+                e += 1
+            if wr is not None:
+                out.append(f'<rect x="{1 + c * px:.1f}" y="{1 + r * px:.1f}" width="{(e - c) * px:.1f}" '
+                           f'height="{px:.1f}" fill="{warp_color(wr)}" fill-opacity=".6"/>')
+            c = e
+    r0, c0 = origin
+    out.append(f'<rect class="kl-window" x="{1 + c0 * px:.1f}" y="{1 + r0 * px:.1f}" width="{window_cols * px:.1f}" '
+               f'height="{window_rows * px:.1f}" fill="none" stroke="currentColor" stroke-width="1.5"/></svg>')
+    return "".join(out)
+
+
 def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_bytes: int = 4,
-               max_labels: int = 2048, max_cells: int = 4096, title: str | None = None) -> str:
+               max_labels: int = 2048, max_cells: int | None = None, title: str | None = None,
+               origin=(0, 0), window=WINDOW) -> str:
     """SVG grid of a tile: each element colored by the warp of its representative copy and labeled
     `t<lane>` / `r<register>`; elements with copies in other threads hatched (hover lists them all);
-    with `vec`, each thread's vectorized access outlined. A legend follows the grid. Tiles of more than
-    `max_cells` elements are drawn in part (the first rows), with a note."""
+    with `vec`, each thread's vectorized access outlined. A legend follows the grid.
+
+    A tile bigger than `window` (rows x columns of the drawing; 1-D tiles are drawn in rows of 32) is drawn
+    legibly in part — the window at `origin` (first row, first column), every cell labelled — under a small
+    overview of the whole tile with the window outlined, and a note of where the pattern repeats."""
     g = D.layout_grid(layout_text, shape, num_warps, vec=vec, elem_bytes=elem_bytes)
     shape = tuple(shape)
     uid = next(_IDS)
-    if len(shape) == 1:
-        n = shape[0]
-        cols = n if n <= 32 else 32
-        rows = -(-n // cols)
-
-        def pos(idx):
-            return divmod(idx[0], cols)
-    elif len(shape) == 2:
-        rows, cols = shape
-
-        def pos(idx):
-            return idx[0], idx[1]
-    else:
+    if len(shape) not in (1, 2):
         return f'<p class="kl-dim">layout view supports 1-D and 2-D tiles (got shape {shape})</p>'
-    all_rows = rows
-    rows = max(1, min(rows, max_cells // max(cols, 1)))
-    total = rows * cols
-    labels = total <= max_labels
+    all_rows, all_cols = _drawing_shape(shape)
+    win_rows, win_cols = window
+    if max_cells is not None:  # the old knob: as many whole rows as fit
+        win_rows = min(win_rows, max(1, max_cells // max(all_cols, 1)))
+    win_rows, win_cols = min(win_rows, all_rows), min(win_cols, all_cols)
+    r0 = max(0, min(origin[0], all_rows - win_rows))
+    c0 = max(0, min(origin[1], all_cols - win_cols))
+
+    def pos(idx):  # position in the window (may fall outside it)
+        r, c = divmod(idx[0], all_cols) if len(shape) == 1 else (idx[0], idx[1])
+        return r - r0, c - c0
+
+    rows, cols = win_rows, win_cols
+    labels = rows * cols <= max_labels
     cw, ch = (30, 22) if labels else (12, 10)
     left, top = 40, 18
     width, height = left + cols * cw + 4, top + rows * ch + 4
     sc = f"klg{uid}"
     warp_css = "".join(f".{sc} .w{w}{{fill:{warp_color(w)}}}" for w in range(num_warps))
-    out = [f'<svg class="{sc}" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+    out = [f'<svg class="{sc} kl-grid" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
            f'style="max-width:100%;height:auto" role="img" font-size="8">',
            f'<style>.{sc} rect.c{{fill-opacity:.55;stroke:currentColor;stroke-opacity:.2}}'
            f'.{sc} text{{fill:currentColor;text-anchor:middle}}.{sc} text.r{{fill-opacity:.7}}'
@@ -289,16 +410,15 @@ def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_
         out.append(f"<title>{esc(title)}</title>")
     step = 8 if cols > 16 else 1
     for c in range(0, cols, step):
-        col_label = c if len(shape) == 2 else c
-        out.append(f'<text class="a" x="{left + c * cw + cw / 2}" y="{top - 5}">{col_label}</text>')
+        out.append(f'<text class="a" x="{left + c * cw + cw / 2}" y="{top - 5}">{c0 + c}</text>')
     rstep = 1 if rows <= 40 else 8
     for r in range(0, rows, rstep):
-        lab = r if len(shape) == 2 else r * cols
+        lab = r0 + r if len(shape) == 2 else (r0 + r) * all_cols
         out.append(f'<text class="a" x="{left - 4}" y="{top + r * ch + ch / 2 + 3}" style="text-anchor:end">'
                    f'{lab}</text>')
     for idx, (w, lane, reg) in sorted(g["elements"].items()):
         r, c = pos(idx)
-        if r >= rows:
+        if not (0 <= r < rows and 0 <= c < cols):
             continue
         x, y = left + c * cw, top + r * ch
         holders = g["copies"][idx]
@@ -324,17 +444,25 @@ def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_
         for cells in regs_of.values():
             rs = [p[0] for p in cells]
             cs = [p[1] for p in cells]
-            if (max(rs) - min(rs) + 1) * (max(cs) - min(cs) + 1) != len(cells) or max(rs) >= rows:
-                continue  # wrapped around a row of the drawing, or not drawn
+            if (max(rs) - min(rs) + 1) * (max(cs) - min(cs) + 1) != len(cells):
+                continue  # wrapped around a row of the drawing
+            if min(rs) < 0 or min(cs) < 0 or max(rs) >= rows or max(cs) >= cols:
+                continue  # not (wholly) in the window
             out.append(f'<rect x="{left + min(cs) * cw + 1}" y="{top + min(rs) * ch + 1}" '
                        f'width="{(max(cs) - min(cs) + 1) * cw - 2}" height="{(max(rs) - min(rs) + 1) * ch - 2}" '
                        f'fill="none" stroke="currentColor" stroke-width="1.4" rx="2"/>')
     out.append("</svg>")
-    more = ""
-    if rows < all_rows:
-        more = (f'<p class="kl-dim">showing the first {rows} of {all_rows} rows '
-                f'({rows * cols} of {all_rows * cols} elements)</p>')
-    return "".join(out) + more + _layout_legend(g, uid, num_warps, vec)
+    head = ""
+    if rows < all_rows or cols < all_cols:
+        period = layout_period(layout_text, shape)
+        where = (f"rows {r0}–{r0 + rows - 1} of {all_rows}" if len(shape) == 2 or rows < all_rows else "") + \
+            (f", columns {c0}–{c0 + cols - 1} of {all_cols}" if cols < all_cols else "")
+        elems = f"elements {r0 * all_cols}–{(r0 + rows) * all_cols - 1} of {shape[0]}" if len(shape) == 1 else where
+        head = (f'<p class="kl-note">showing {esc(elems.lstrip(", "))} ({rows * cols} of {all_rows * all_cols} '
+                f'elements); each thread\'s pattern repeats every {" x ".join(map(str, period))} elements</p>'
+                + '<div class="kl-overview-box" style="margin:.2em 0 .5em 40px">'
+                + layout_overview_svg(g, shape, rows, cols, (r0, c0)) + "</div>")
+    return head + "".join(out) + _layout_legend(g, uid, num_warps, vec)
 
 
 def _layout_legend(g, uid, num_warps, vec) -> str:
@@ -362,7 +490,7 @@ def _layout_legend(g, uid, num_warps, vec) -> str:
 def layout_info_html(value: dict, num_warps: int, access: dict | None = None) -> str:
     """A table explaining a layout: sizes per thread / lanes / warps / order, registers, replication,
     and for a load/store its vector width and coalescing."""
-    from ..compiler.gpu.layouts import Blocked, Slice, parse_layout
+    from ..compiler.gpu.layouts import Blocked, Mma, Slice, parse_layout
 
     lay = parse_layout(value["layout"])
     g = D.layout_grid(lay, value["shape"], num_warps)
@@ -373,8 +501,18 @@ def layout_info_html(value: dict, num_warps: int, access: dict | None = None) ->
     if isinstance(base, Blocked):
         rows += [("sizePerThread", list(base.spt)), ("threadsPerWarp", list(base.tpw)),
                  ("warpsPerCTA", list(base.wpc)), ("order (fastest first)", list(base.order))]
+    if isinstance(base, Mma):
+        rows += [("warpsPerCTA (M, N)", list(base.warps)),
+                 ("mma fragment", "each warp owns 16-row x 8-column tiles; in a tile, lane t holds rows t/4 and "
+                                  "t/4 + 8, columns 2·(t mod 4) and 2·(t mod 4) + 1, in 4 registers (r, r+1 on the "
+                                  "first row, r+2, r+3 eight rows down)"),
+                 ("as a dot operand", "the wgmma / mma.sync A fragment of a dot that follows reads these registers "
+                                      "as they are (no shuffle); B comes from shared memory")]
     if isinstance(lay, Slice):
         rows.append(("slice", f"dimension {lay.dim} of the parent removed (reduced)"))
+    if len(value["shape"]) in (1, 2):
+        rows.append(("pattern repeats every", " x ".join(map(str, layout_period(lay, value["shape"])))
+                     + " elements"))
     rows += [("registers per thread", g["registers"]),
              ("copies per element", g["replication"]),
              ("source line", value.get("line"))]
@@ -473,17 +611,16 @@ def smem_svg(plan, total: int, limit: int, barriers=(), points: int | None = Non
             ys = yp(b["offset"] + s * b.get("stage_bytes", 0))
             out.append(f'<line x1="{x0}" y1="{ys}" x2="{x0 + w}" y2="{ys}" stroke="currentColor" '
                        f'stroke-opacity=".6" stroke-dasharray="2,2"/>')
-        if h >= 11:
-            stages = f' · {b["stages"]} stages' if b.get("stages") else ""
-            out.append(f'<text x="{x0 + w + 3}" y="{y0 + min(h, 24) / 2 + 4}" fill="currentColor">'
-                       f'{esc(b["op"])} {_fmt_bytes(b["size"])}{stages}</text>')
-    for b in barriers:
+        if h >= 12 and w >= 14:  # the buffer's number inside it; names are in the legend under the chart
+            out.append(f'<text class="kl-buf" x="{x0 + w / 2}" y="{y0 + min(h, 24) / 2 + 4}" text-anchor="middle" '
+                       f'fill="currentColor">{k}</text>')
+    for b in barriers:  # no text on the chart (neighbouring barriers would collide): a tick, a tooltip, the legend
         p = b["point"] if isinstance(b, dict) else b
         x = xp(p)
         reason = b.get("reason", "barrier") if isinstance(b, dict) else "barrier"
         out.append(f'<g><title>bar.sync before op {p}: {esc(reason)}</title><line x1="{x}" y1="{top - 4}" x2="{x}" '
                    f'y2="{top + plot_h}" stroke="currentColor" stroke-dasharray="3,2" stroke-width="1.2"/>'
-                   f'<text x="{x}" y="{top - 5}" text-anchor="middle" fill="currentColor">bar</text></g>')
+                   f'<path d="M{x - 3},{top - 6} L{x + 3},{top - 6} L{x},{top - 1} Z" fill="currentColor"/></g>')
     # usage bar: total vs device limit
     by = H - 22
     frac = min(total / limit, 1.0) if limit else 0
@@ -499,6 +636,31 @@ def smem_svg(plan, total: int, limit: int, barriers=(), points: int | None = Non
                    f'fill="currentColor" fill-opacity=".7">no shared memory</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+def smem_legend(plan, barriers=(), highlight=None) -> str:
+    """The chart's key, one line per buffer (number, colour, op, size, stages, source line) and one for the
+    barriers: names live here, not on the chart, so they never collide."""
+    items = []
+    for k, b in enumerate(plan):
+        stages = f' · {b["stages"]} stages' if b.get("stages") else ""
+        strong = ' style="font-weight:600"' if highlight == k else ""
+        items.append(f'<div class="kl-key"{strong}><svg width="14" height="12"><rect width="14" height="12" '
+                     f'fill="{PALETTE[k % len(PALETTE)]}" fill-opacity=".7"/></svg> {k}: {esc(b["op"])} '
+                     f'{_fmt_bytes(b["size"])}{stages} <span class="kl-dim">(line {esc(b.get("line"))})</span></div>')
+    if barriers:
+        items.append(f'<div class="kl-key"><svg width="14" height="12"><line x1="7" y1="0" x2="7" y2="12" '
+                     f'stroke="currentColor" stroke-dasharray="3,2" stroke-width="1.2"/></svg> '
+                     f'{len(barriers)} barrier(s) between shared-memory ops</div>')
+    return '<div class="kl-legend" style="margin:.2em 0 .6em 64px">' + "".join(items) + "</div>"
+
+
+def ptx_barriers(ptx: str | None) -> list[str]:
+    """The CTA barrier instructions of a PTX text (bar.sync, barrier.sync, bar.arrive, bar.red, ...; not the
+    mbarrier ops of a pipeline), one string per instruction."""
+    if not ptx:
+        return []
+    return re.findall(r"^\s*(?:@!?%\w+\s+)?((?:bar|barrier)\.[\w.]+)", ptx, re.M)
 
 
 def _stages(b: dict) -> str:
@@ -532,16 +694,37 @@ def smem_table(m: dict) -> str:
     return out
 
 
-def smem_html(compiled, limit: int = D.SMEM_LIMIT_SM90, highlight=None) -> str:
+def smem_headline(compiled, m: dict) -> str:
+    """"shared memory: 48 KiB in 3 buffer(s), 4 barrier(s) in the PTX (3 between shared-memory ops, 1 from
+    reductions and layout conversions)": the barrier count is the PTX's, where the kernel has been built."""
+    ptx = (getattr(compiled, "asm", {}) or {}).get("ptx")
+    placed = len(m["barriers"])
+    if ptx is None:
+        bars = f"{placed} barrier(s) between shared-memory ops"
+    else:
+        n = len(ptx_barriers(ptx))
+        kinds = ", ".join(sorted(set(ptx_barriers(ptx))))
+        rest = n - placed
+        why = [f"{placed} between shared-memory ops"] if placed else []
+        if rest > 0:
+            why.append(f"{rest} from reductions and layout conversions in lowering")
+        bars = f"{n} barrier(s) in the PTX" + (f" ({kinds}: {', '.join(why)})" if n else "")
+    return f'<h4>shared memory: {_fmt_bytes(m["total"])} in {len(m["buffers"])} buffer(s), {bars}</h4>'
+
+
+def smem_html(compiled, limit: int = D.SMEM_LIMIT_SM90, highlight=None, swizzles: bool = True) -> str:
+    """Headline, memory map and its legend, buffer table; with `swizzles`, every pipelined buffer's encoding
+    (the live view shows the selected buffer's instead)."""
     m = D.smem_map(_trace(compiled), limit=limit, num_warps=getattr(compiled, "num_warps", None))
     if not m["available"]:
         return page(f'<p class="kl-dim">{esc(m["note"])}</p>')
-    head = (f'<h4>shared memory: {_fmt_bytes(m["total"])} in {len(m["buffers"])} buffer(s), '
-            f'{len(m["barriers"])} barrier(s)</h4>')
-    return page(head + smem_svg(m["buffers"], m["total"], m["limit"], m["barriers"], m["points"], highlight)
+    return page(smem_headline(compiled, m)
+                + smem_svg(m["buffers"], m["total"], m["limit"], m["barriers"], m["points"], highlight)
+                + smem_legend(m["buffers"], m["barriers"], highlight)
                 + smem_table(m) + '<p class="kl-dim">Bank model: 32 banks × 4 B, one register per warp access, '
                 'elements at their row-major index; N-way = N shared-memory wavefronts.</p>'
-                + "".join(stage_encoding_html(b) for b in m["buffers"] if b["op"] == "ttg.local_alloc"))
+                + ("".join(stage_encoding_html(b) for b in m["buffers"] if b["op"] == "ttg.local_alloc")
+                   if swizzles else ""))
 
 
 def stage_encoding_html(b: dict) -> str:

@@ -465,8 +465,9 @@ class _KernelCell:
             self.say("warning", "--bench needs a CUDA GPU, and this machine has none",
                      "kernellab runs kernels on the CPU interpreter here: correct results, but CPU timings say "
                      "nothing about a GPU. Run this cell on a GPU machine to time the kernel against "
-                     f"`{o.bench}`. Below: results recorded on a GPU (benchmarks/results).")
-            self.show_recorded(None)
+                     f"`{o.bench}`. Below: results recorded on a GPU (benchmarks/results), with this kernel "
+                     "placed by its arithmetic intensity where --flops is given.")
+            self.show_recorded(None, placed=self.placed(kernel, args, kwargs))
             return None
         sweep = [(None, None)]
         if o.sizes:
@@ -568,16 +569,41 @@ class _KernelCell:
             out[name.strip()] = self.evaluate(value.strip(), dict(scope), f"-c {name.strip()}")
         return out
 
-    def show_recorded(self, note):
+    def placed(self, kernel, args, kwargs) -> list:
+        """This kernel as a roofline point without a time (no GPU): its FLOPs (--flops) over the bytes it moves
+        (--bytes, else the tensor arguments' sizes). None without --flops (a note says how to add it)."""
+        from .roofline import Placed
+
+        o = self.opts
+        if not o.flops:
+            self.say("info", "your kernel is not on the roofline: --flops was not given",
+                     "A kernel sits on a roofline at its arithmetic intensity, FLOPs / bytes. Add --flops EXPR (the "
+                     "FLOPs of one run, e.g. --flops \"2*M*N*K\") to place it by intensity on the recorded one.")
+            return []
+        scope = self.scope()
+        flops = self.evaluate(o.flops, dict(scope), "--flops")
+        nbytes = self.evaluate(o.bytes, dict(scope), "--bytes") if o.bytes else \
+            _tensor_bytes(list(args) + list(kwargs.values()))
+        if not flops or not nbytes:
+            return []
+        return [Placed(kernel.__name__, float(flops), float(nbytes))]
+
+    def show_recorded(self, note, placed=()):
+        """The recorded roofline (once per cell: --bench on a CPU and the perf view share it), with `placed`
+        kernels drawn on it by their intensity."""
         from .roofline import PerformanceView, recorded_results
 
+        if getattr(self, "_recorded_shown", False):
+            return
+        self._recorded_shown = True
         results = recorded_results()
         if not results:
             self.say("info", "no recorded GPU results found (benchmarks/results/*.json in the repository)")
             return
         if note:
             self.say("info", note)
-        display(PerformanceView(results[0]))
+        title = f"{placed[0].label} on the recorded roofline" if placed else None
+        display(PerformanceView(results[0], placed=placed, title=title))
 
 
 # --------------------------------------------------------------------------------------------- helpers

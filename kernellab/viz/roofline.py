@@ -225,7 +225,8 @@ def recorded_results(gpu_only: bool = True) -> list[dict]:
             fixed.append(row)
         if gpu_only and not fixed:  # a result file of another shape (idioms: rows by workload and variant)
             continue
-        out.append({"gpu": data.get("gpu"), "date": data.get("date"), "source": str(path), "versions":
+        out.append({"gpu": data.get("gpu"), "date": data.get("date"), "source": str(path),
+                    "file": f"benchmarks/results/{path.name}", "versions":
                     data.get("versions", {}), "rows": fixed, "recorded": True})
     return out
 
@@ -312,15 +313,36 @@ def _label_for(peaks: dict | None, recorded: bool, gpu: str | None, date: str | 
     return None
 
 
+@dataclass(frozen=True)
+class Placed:
+    """A kernel placed on a roofline by its arithmetic intensity alone (not timed: no GPU here): drawn as a
+    vertical line at FLOPs / bytes up to the roof, the most it could reach on the roofline's GPU."""
+
+    label: str
+    flops: float
+    bytes: float
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes
+
+    def bound(self, peaks: dict | None) -> float | None:
+        """The attainable FLOP/s on `peaks`: min(bandwidth x intensity, compute peak)."""
+        bw, pk = (peaks or {}).get("bytes_per_s"), (peaks or {}).get("flops_per_s")
+        roofs = [r for r in (bw * self.intensity if bw else None, pk) if r]
+        return min(roofs) if roofs else None
+
+
 def roofline_figure(points, peaks: dict | None, title: str = "Roofline", recorded: bool = False,
-                    gpu: str | None = None, date: str | None = None, note: str | None = None):
+                    gpu: str | None = None, date: str | None = None, note: str | None = None, placed=()):
     """A log-log roofline (matplotlib Figure): arithmetic intensity (FLOP/byte) against FLOP/s, the memory
     roof ``bytes_per_s * I`` and the compute roof ``flops_per_s`` from `peaks` (either may be None), and
     one marker per Point — kernellab's, PyTorch's (and Triton's). `recorded` adds "recorded on <GPU>,
     <date>" to the title (from `gpu`/`date` or the peaks)."""
     points = [p for p in points if p.flops > 0 and p.bytes > 0 and p.seconds > 0]
-    fig, (ax,) = _figure()
-    xs = [p.intensity for p in points] or [1.0]
+    placed = [k for k in placed if k.flops > 0 and k.bytes > 0]
+    fig, (ax,) = _figure(width=8.6)
+    xs = [p.intensity for p in points] + [k.intensity for k in placed] or [1.0]
     bw = (peaks or {}).get("bytes_per_s")
     pk = (peaks or {}).get("flops_per_s")
     ridge = pk / bw if bw and pk else None
@@ -342,6 +364,15 @@ def roofline_figure(points, peaks: dict | None, title: str = "Roofline", recorde
                    zorder=4 if p.impl == "kernellab" else 3, alpha=0.9,
                    label=p.impl if p.impl not in seen else None, edgecolors="white", linewidths=0.6)
         seen.add(p.impl)
+    for k in placed:  # the user's kernel: where it sits by intensity, and the most it could reach there
+        top = k.bound(peaks)
+        ax.axvline(k.intensity, color="C3", lw=1.4, ls="--", zorder=5,
+                   label=f"{k.label}: {k.intensity:.3g} FLOP/B (not timed)")
+        if top:
+            ax.scatter([k.intensity], [top], marker="*", s=160, color="C3", zorder=6, edgecolors="white",
+                       linewidths=0.6)
+            ax.annotate(f"{k.label}\n≤ {top / 1e12:.3g} TFLOP/s", (k.intensity, top), textcoords="offset points",
+                        xytext=(6, -22), fontsize=8, color="C3")
     for label, p in _annotations(points):
         ax.annotate(label, (p.intensity, p.flops_per_s), textcoords="offset points", xytext=(6, 4), fontsize=7,
                     color="0.3")
@@ -355,7 +386,8 @@ def roofline_figure(points, peaks: dict | None, title: str = "Roofline", recorde
     if note:
         ax.text(0.14, 0.02, note, transform=ax.transAxes, fontsize=7, color="0.4", ha="left", va="bottom")
     ax.grid(True, which="major", color="0.92")
-    ax.legend(fontsize=8, loc="lower right")
+    # the legend outside the axes, to the right: it never covers a point
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)
     return fig
 
 
@@ -442,14 +474,17 @@ class PerformanceView:
     Shown in a notebook as PNG images (static: saved notebooks and nbconvert keep them).
     """
 
-    def __init__(self, records, peaks: dict | None = None, title: str | None = None):
+    def __init__(self, records, peaks: dict | None = None, title: str | None = None, placed=()):
         if isinstance(records, dict):
             self.rows = list(records.get("rows", []))
             self.gpu, self.date = records.get("gpu"), records.get("date")
             self.recorded = bool(records.get("recorded"))
-            self.source = records.get("source")
+            # a path relative to the repository (`file`), never this machine's absolute path
+            src = records.get("file") or records.get("source")
+            self.source = Path(src).name if src and os.path.isabs(str(src)) else src
         else:
             self.rows, self.gpu, self.date, self.recorded, self.source = list(records), None, None, False, None
+        self.placed = list(placed)  # Placed kernels: the user's, by intensity only (no GPU to time it)
         if peaks is None:
             peaks = (recorded_peaks(self.gpu) if self.recorded and self.gpu else None) or cached_peaks() \
                 or (recorded_peaks(self.gpu) if self.gpu else None)
@@ -477,11 +512,11 @@ class PerformanceView:
         if self._figures is None:
             figs = []
             pts = self.points
-            if pts:
+            if pts or self.placed:
                 est = any(r.get("flops_estimated") for r in self.rows)
                 figs.append(roofline_figure(pts, self.peaks, self.title, recorded=self.recorded, gpu=self.gpu,
                                             date=self.date, note="FLOPs estimated from each case's elementwise "
-                                            "arithmetic" if est else None))
+                                            "arithmetic" if est else None, placed=self.placed))
             sweep = self._sweep()
             if sweep is not None:
                 figs.append(sweep)

@@ -63,7 +63,8 @@ class _View(W.VBox):
 
 
 def _html_pane(value="", height=None):
-    layout = W.Layout(width="100%", overflow="auto")
+    # width auto, not 100%: a box stretches its children, and 100% plus the widget margins overflows by 4 px
+    layout = W.Layout(width="auto", overflow="auto")
     if height:
         layout.max_height = height
     return W.HTML(value=value, layout=layout)
@@ -97,22 +98,34 @@ class PassesView(_View):
         # each pass with its one-line description, as the static table has it (a select's options are plain text)
         opts = [(f"{'●' if r['changed'] else '○'} {r['index']:>2} {r['name']:<26} {r['ms']:7.2f} ms  "
                  f"{r['description']}", r["index"]) for r in self.rows]
-        # start on the last pass whose IR still carries source locations (the final GPU IR)
-        start = next((r["index"] for r in reversed(self.rows) if "loc(" in self.trace.passes[r["index"]].ir),
-                     len(self.rows) - 1) if self.rows else None
-        self.pass_select = W.Select(options=opts, value=start, rows=min(20, len(opts) or 1),
-                                    layout=W.Layout(width="560px", max_width="45%", flex="0 0 auto"))
+        # start on the first pass after the frontend that changed something (not an "unchanged" one)
+        start = D.first_informative_pass(self.trace) if self.rows else None
+        self.pass_select = W.Dropdown(options=opts, value=start, layout=W.Layout(flex="1 1 auto", width="auto",
+                                                                                    min_width="0"))
+        self.prev_button = W.Button(description="previous", icon="arrow-left", tooltip="the pass before",
+                                    layout=W.Layout(width="auto", flex="0 0 auto"))
+        self.next_button = W.Button(description="next", icon="arrow-right", tooltip="the pass after",
+                                    layout=W.Layout(width="auto", flex="0 0 auto"))
+        self.prev_button.add_class("kl-prev")
+        self.next_button.add_class("kl-next")
+        self.prev_button.on_click(lambda _: self.step(-1))
+        self.next_button.on_click(lambda _: self.step(1))
         self.diff_toggle = W.ToggleButton(value=False, description="diff vs previous", icon="exchange",
-                                          tooltip="show the change this pass made")
+                                          tooltip="show the change this pass made",
+                                          layout=W.Layout(width="auto", flex="0 0 auto"))
         self.search = W.Text(value="", placeholder="search IR (regex or text)", continuous_update=True,
-                             layout=W.Layout(width="260px"))
-        self.only_matches = W.Checkbox(value=False, description="only matching lines", indent=False)
-        self.header = _html_pane()
-        self.ir_pane = _html_pane(height="520px")
-        self.source_pane = _html_pane(height="520px")
+                             layout=W.Layout(width="220px", flex="0 1 auto"))
+        self.only_matches = W.Checkbox(value=False, description="only matching lines", indent=False,
+                                       layout=W.Layout(width="auto", flex="0 0 auto"))
+        self.header = W.HTML(layout=W.Layout(width="auto"))
+        # one scroll box per pane (the code box inside does not scroll: no stacked scrollbars)
+        self.ir_pane = _html_pane(height="560px")
+        self.source_pane = _html_pane(height="560px")
+        self.ir_pane.add_class("kl-pane")
+        self.source_pane.add_class("kl-pane")
         self.status = W.HTML()
-        self.ir_select = W.Select(options=[], rows=8, layout=W.Layout(width="100%"))
-        self.src_select = W.Select(options=[], rows=8, layout=W.Layout(width="100%"))
+        self.ir_select = W.Select(options=[], rows=8, layout=W.Layout(width="auto"))
+        self.src_select = W.Select(options=[], rows=8, layout=W.Layout(width="auto"))
         self._fill_source_select()
 
         self.pass_select.observe(self._on_pass, names="value")
@@ -125,15 +138,21 @@ class PassesView(_View):
         def col(children, grow):
             return W.VBox(children, layout=W.Layout(flex=f"{grow} 1 0%", min_width="0"))
 
-        controls = W.HBox([self.diff_toggle, self.search, self.only_matches])
-        panes = W.HBox([col([self.ir_pane], 3), col([self.source_pane], 2)], layout=W.Layout(width="100%"))
-        right = W.VBox([self.header, controls, panes], layout=W.Layout(flex="1 1 0%", min_width="0"))
+        stepper = W.HBox([self.prev_button, self.pass_select, self.next_button],
+                         layout=W.Layout(width="auto", flex_flow="row nowrap", align_items="center"))
+        controls = W.HBox([self.diff_toggle, self.search, self.only_matches],
+                          layout=W.Layout(width="auto", flex_flow="row wrap", align_items="center"))
+        panes = W.HBox([col([self.ir_pane], 3), col([self.source_pane], 2)],
+                       layout=W.Layout(width="auto", align_items="flex-start"))
         pickers = W.HBox([col([W.HTML("<b>IR line</b> (pick one to see its source line)"), self.ir_select], 3),
                           col([W.HTML("<b>kernel source</b> (pick a line to see the IR it became)"),
-                               self.src_select], 2)], layout=W.Layout(width="100%"))
-        style = W.HTML(f"<style>{H.CSS} .kl-passes select{{font-family:{MONO};font-size:12px}}</style>")
-        self.children = [style, W.HBox([self.pass_select, right], layout=W.Layout(width="100%")), pickers,
-                         self.status]
+                               self.src_select], 2)], layout=W.Layout(width="auto"))
+        style = W.HTML(f"<style>{H.CSS} .kl-passes select{{font-family:{MONO};font-size:12px}}"
+                       ".kl-passes .kl-pane .kl-code{max-height:none;overflow:visible;border:0;margin:0}"
+                       ".kl-passes .kl-pane{border:1px solid rgba(127,127,127,.3);border-radius:3px}"
+                       ".kl-passes .kl-pane>.widget-html-content{line-height:normal;height:auto;overflow:visible}"
+                       "</style>")
+        self.children = [style, stepper, controls, self.header, panes, pickers, self.status]
         self.add_class("kl-passes")
         self.refresh()
 
@@ -148,6 +167,11 @@ class PassesView(_View):
 
     def select_pass(self, i: int):
         self.pass_select.value = i if i >= 0 else len(self.rows) + i
+
+    def step(self, delta: int):
+        """Previous (-1) / next (+1) pass; stays at the ends."""
+        if self.rows:
+            self.pass_select.value = min(max(self.index + delta, 0), len(self.rows) - 1)
 
     def select_ir_line(self, k: int):
         self.ir_select.value = k
@@ -216,6 +240,8 @@ class PassesView(_View):
         i = self.index
         p = self.trace.passes[i]
         r = self.rows[i]
+        self.prev_button.disabled = i <= 0
+        self.next_button.disabled = i >= len(self.rows) - 1
         lines = p.ir.splitlines()
         match = self._matcher()
         hits = [k for k, s in enumerate(lines) if match and match(s)]
@@ -235,7 +261,7 @@ class PassesView(_View):
                                 ["kl-hit" if k in hits else "kl-sel" for k in keep], numbers=[k + 1 for k in keep])
         else:
             prev = self.trace.passes[i - 1].ir if i > 0 else None
-            body = H.ir_html(p.ir, H.changed_lines(prev, p.ir) if p.changed else (), hits, selected)
+            body = H.ir_html(p.ir, H.changed_words(prev, p.ir) if p.changed else {}, hits, selected)
         self.ir_pane.value = H.page(body)
         src_sel = [self.selected_src] if self.selected_src is not None else []
         first, last = self.src_range
@@ -290,9 +316,11 @@ class LayoutView(_View):
         self.values = D.tensor_values(gpu)
         self.accesses = D.accesses(gpu, self.num_warps)
         self.entries = []  # (label, value dict, access dict or None)
+        roles = D.dot_roles(gpu)
         for v in self.values:
             acc = next((a for a in self.accesses if a["op"] == "tt.load" and a["name"] == v["name"]), None)
-            self.entries.append((f"{v['name']} = {v['op']} : {v['type']}  (line {v['line']})", v, acc))
+            role = f"  — {roles[v['name']]}" if v["name"] in roles else ""
+            self.entries.append((f"{v['name']} = {v['op']} : {v['type']}  (line {v['line']}){role}", v, acc))
         for a in self.accesses:
             if a["op"] == "tt.store":
                 v = {k: a[k] for k in ("name", "type", "shape", "elem", "alias", "layout", "line", "ir_line")}
@@ -306,8 +334,29 @@ class LayoutView(_View):
             start = next(k for k, e in enumerate(self.entries) if e[2])
         self.dropdown = W.Dropdown(options=[(e[0], k) for k, e in enumerate(self.entries)], value=start,
                                    description="value", layout=W.Layout(width="95%"))
-        self.dropdown.observe(lambda _: self.refresh(), names="value")
-        self.children = [self.dropdown, self.pane]
+        # which part of a tile bigger than the labelled window is drawn: first row / first column
+        self.row0 = W.IntSlider(value=0, min=0, max=0, description="first row", continuous_update=False,
+                                layout=W.Layout(width="360px"))
+        self.col0 = W.IntSlider(value=0, min=0, max=0, description="first column", continuous_update=False,
+                                layout=W.Layout(width="360px"))
+        self.window_box = W.HBox([self.row0, self.col0])
+        self.dropdown.observe(self._on_value, names="value")
+        self.row0.observe(lambda _: self.refresh(), names="value")
+        self.col0.observe(lambda _: self.refresh(), names="value")
+        self.children = [self.dropdown, self.window_box, self.pane]
+        self._on_value(None)
+
+    def _on_value(self, _):
+        """A new value: the window goes back to the tile's corner; the sliders step by one window."""
+        v = self.entries[self.dropdown.value][1]
+        rows, cols = H._drawing_shape(tuple(v["shape"])) if len(v["shape"]) in (1, 2) else (1, 1)
+        wr, wc = min(H.WINDOW[0], rows), min(H.WINDOW[1], cols)
+        with self.hold_trait_notifications():
+            self.row0.max, self.row0.step = max(rows - wr, 0), max(wr // 2, 1)
+            self.col0.max, self.col0.step = max(cols - wc, 0), max(wc // 2, 1)
+            self.row0.value = self.col0.value = 0
+        self.row0.layout.display = None if rows > wr else "none"
+        self.col0.layout.display = None if cols > wc else "none"
         self.refresh()
 
     @property
@@ -321,7 +370,7 @@ class LayoutView(_View):
     def refresh(self):
         label, v, acc = self.entries[self.dropdown.value]
         svg = H.layout_svg(v["layout"], v["shape"], self.num_warps, vec=acc["vec"] if acc else None,
-                           elem_bytes=D.elem_bytes(v["elem"]), title=label)
+                           elem_bytes=D.elem_bytes(v["elem"]), title=label, origin=(self.row0.value, self.col0.value))
         self.pane.value = H.page(H.layout_info_html(v, self.num_warps, acc) + svg)
 
     def static_html(self) -> str:
@@ -348,8 +397,9 @@ class SharedMemoryView(_View):
         self.detail = _html_pane()
         opts = [("all buffers", None)] + [(f"{k}: {b['op']} @ {b['offset']} ({b['size']} B, line {b.get('line')})", k)
                                           for k, b in enumerate(self.map["buffers"])]
-        self.buffer_select = W.Dropdown(options=opts, value=None, description="buffer",
-                                        layout=W.Layout(width="60%"))
+        # starts on the first buffer: its IR, source line and encoding are shown at once
+        self.buffer_select = W.Dropdown(options=opts, value=0 if self.map["buffers"] else None,
+                                        description="buffer", layout=W.Layout(width="60%"))
         self.buffer_select.observe(lambda _: self.refresh(), names="value")
         self.children = [self.buffer_select, self.pane, self.detail]
         self.refresh()
@@ -359,7 +409,7 @@ class SharedMemoryView(_View):
         if note:
             self.pane.value, self.detail.value = H.page(f'<p class="kl-dim">{H.esc(note)}</p>'), ""
             return
-        self.pane.value = H.smem_html(self.compiled, self.limit, highlight=self.buffer_select.value)
+        self.pane.value = H.smem_html(self.compiled, self.limit, highlight=self.buffer_select.value, swizzles=False)
         k = self.buffer_select.value
         if k is None:
             self.detail.value = ""
@@ -371,7 +421,9 @@ class SharedMemoryView(_View):
         self.detail.value = H.page(
             f'<b>{H.esc(b["op"])}</b>: {H.esc(b.get("reason", ""))}<br>'
             f'IR: {H.code_block([b["ir_text"]], numbers=[(b["ir_line"] or 0) + 1])}'
-            f'source line {line}: {H.code_block([text], numbers=[line], plain=True)}')
+            f'source line {line}: {H.code_block([text], numbers=[line], plain=True)}'
+            + (H.stage_encoding_html(b) or '<p class="kl-dim">no swizzle or padding recorded for this buffer (not a '
+               'tensor-core operand staging buffer)</p>'))
 
     def static_html(self) -> str:
         return H.smem_html(self.compiled, self.limit)

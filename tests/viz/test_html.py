@@ -259,8 +259,11 @@ def test_graph_html(cks, monkeypatch):
 def test_layout_svg_of_a_big_tile_is_drawn_in_part():
     svg = H.layout_svg("#blocked<[1, 4], [2, 16], [8, 1], [1, 0]>", (256, 256), 8, vec=4)
     well_formed(svg)
-    assert "showing the first 16 of 256 rows (4096 of 65536 elements)" in svg
-    assert len(re.findall(r'<rect class="c w\d"', svg)) == 4096
+    assert "showing rows 0–31 of 256, columns 0–31 of 256 (1024 of 65536 elements)" in svg
+    assert "pattern repeats every 16 x 64 elements" in svg
+    assert len(re.findall(r'<rect class="c w\d"', svg)) == 1024
+    assert len(re.findall(r">t\d+</text><text class=\"r\"[^>]*>r\d+<", svg)) == 1024  # every cell labelled
+    assert 'class="kl-overview"' in svg and 'class="kl-window"' in svg
     assert len(svg) < 600_000
 
 

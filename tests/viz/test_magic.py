@@ -469,6 +469,28 @@ def test_bench_without_gpu_says_so_and_shows_recorded_results(run, data, views):
     torch.testing.assert_close(data["z"], data["x"] + data["y"])  # it still ran on the interpreter
 
 
+@pytest.mark.skipif(HAS_GPU, reason="checks the CPU fallback of --bench")
+def test_bench_on_a_cpu_draws_the_recorded_roofline_once_with_the_kernel_placed(run, data, views, monkeypatch):
+    from kernellab.viz import roofline
+
+    made = []
+    orig = roofline.PerformanceView.__init__
+
+    def spy(self, *a, **k):
+        orig(self, *a, **k)
+        made.append(self)
+
+    monkeypatch.setattr(roofline.PerformanceView, "__init__", spy)
+    cell = run(f'%%kernel {RUN} --bench "x + y" --flops n --views passes,perf\n{ADD}')
+    pngs = [o for o in cell.cap.outputs if "image/png" in o.data]
+    assert len(made) == 1 and len(pngs) == 1, "the recorded roofline is drawn once"
+    (k,) = made[0].placed
+    assert k.label == "add_kernel" and k.flops == 1000 and k.bytes == 3 * 1000 * 4  # x, y, z float32
+    assert cell.has("recorded on NVIDIA H200")
+    cell = run(f'%%kernel {RUN} --bench "x + y" --views passes\n{ADD}')
+    assert not made[-1].placed and cell.has("--flops was not given")
+
+
 def test_perf_view_without_bench_shows_recorded_results(run, data, views):
     cell = run(f"%%kernel {RUN} --views perf\n{ADD}")
     assert cell.has("recorded on NVIDIA H200")

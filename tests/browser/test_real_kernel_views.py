@@ -1,0 +1,209 @@
+"""The views on a real matmul and causal attention (compiled for sm_90a, no GPU needed) in JupyterLab in
+headless Chromium, at 1280 and 1600 px: what is on screen. The pass stepper's panes are not clipped and
+scroll once (no stacked scrollbars), its next button steps; the layout of attention's p·v A operand (#mma)
+is drawn with legible, labelled cells; the shared-memory chart's labels do not overlap and its headline
+counts the PTX's barriers; the roofline image loads. Screenshots: artifacts/screenshots/real_*.png."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.browser.test_lab_browser import CHROMIUM_ARGS, ROOT, SHOTS, lab  # noqa: F401  (the JupyterLab fixture)
+
+pytestmark = pytest.mark.slow
+
+NOTEBOOK = "real_kernel_views.ipynb"
+CELLS = [
+    f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+    "import kernellab.viz as kv\nfrom tests.viz import real_kernels as R\n"
+    "from kernellab.viz.roofline import PerformanceView, Placed, recorded_results",
+    "passes = kv.PassesView(R.matmul()); passes",
+    "layout = kv.LayoutView(R.attention())\n"
+    "layout.dropdown.value = next(k for k, e in enumerate(layout.entries) if 'A operand' in e[0]); layout",
+    "smem = kv.SharedMemoryView(R.attention()); smem",
+    "PerformanceView(recorded_results()[0], placed=[Placed('matmul_kernel', 2 * 4096**3, 3 * 4096 * 4096 * 2)])",
+]
+
+
+def _notebook(cells):
+    return {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
+                       "source": src} for i, src in enumerate(cells)],
+            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+SCROLLERS = """pane => {
+    // elements inside the pane that scroll themselves: a second scrollbar inside the pane's own
+    const out = [];
+    for (const el of pane.querySelectorAll('*')) {
+        const cs = getComputedStyle(el);
+        const y = /(auto|scroll)/.test(cs.overflowY) && el.scrollHeight > el.clientHeight + 1;
+        const x = /(auto|scroll)/.test(cs.overflowX) && el.scrollWidth > el.clientWidth + 1;
+        if (x || y) out.push(el.className || el.tagName);
+    }
+    return out;
+}"""
+
+OUTSIDE = """view => {
+    // elements of the view that reach past the right edge of the cell's output area (clipped there)
+    const area = view.closest('.jp-OutputArea-output').getBoundingClientRect();
+    const out = [];
+    for (const el of [view, ...view.querySelectorAll('*')]) {
+        const r = el.getBoundingClientRect();
+        const inside = el.parentElement && el.parentElement.closest('.kl-pane');  // scrolled by its pane
+        if (r.width && r.right > area.right + 1 && !inside) out.push(
+            `${el.tagName}.${String(el.className).slice(0, 60)} right=${Math.round(r.right)} area=${Math.round(area.right)}`);
+    }
+    return out.slice(0, 12);
+}"""
+
+OVERLAPS = """svg => {
+    const boxes = [...svg.querySelectorAll('text')].filter(t => t.textContent.trim()).map(t => {
+        const r = t.getBoundingClientRect(); return [t.textContent, r.left, r.top, r.right, r.bottom];
+    });
+    const out = [];
+    for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+        const a = boxes[i], b = boxes[j];
+        if (a[1] < b[3] - 0.5 && b[1] < a[3] - 0.5 && a[2] < b[4] - 0.5 && b[2] < a[4] - 0.5) out.push([a[0], b[0]]);
+    }
+    return out;
+}"""
+
+
+@pytest.fixture(scope="module")
+def notebook_page(lab):  # noqa: F811
+    from playwright.sync_api import sync_playwright
+
+    (lab["root"] / NOTEBOOK).write_text(json.dumps(_notebook(CELLS)))
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        try:
+            browser = p.chromium.launch(executable_path=lab["chromium"], headless=True, args=CHROMIUM_ARGS)
+        except Exception as e:
+            pytest.skip(f"chromium does not start under Playwright: {e}")
+        context = browser.new_context(viewport={"width": 1600, "height": 1000}, device_scale_factor=1)
+        pg = context.new_page()
+        pg.goto(f"{lab['base']}/lab/tree/{NOTEBOOK}?token={lab['token']}")
+        pg.wait_for_selector(".jp-NotebookPanel .jp-CodeCell", timeout=60_000)
+        pg.wait_for_function("""() => { const s = document.querySelector('.jp-Notebook-ExecutionIndicator');
+            return !s || s.getAttribute('data-status') === 'idle'; }""", timeout=60_000)
+        pg.wait_for_timeout(1500)
+        dialog = pg.locator(".jp-Dialog")
+        if dialog.count():  # a kernel-choice or similar dialog on a slow start: take its default and say so
+            print("dialog:", dialog.first.inner_text()[:300])
+            pg.screenshot(path=str(SHOTS / "real_dialog.png"))
+            pg.locator(".jp-Dialog .jp-mod-accept").first.click()
+        pg.keyboard.press("Control+b")  # the file browser away: the notebook gets the width
+        for _ in range(2):
+            pg.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            pg.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+            try:
+                pg.wait_for_function("""() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
+                                        .some(p => /\\[(\\d+|\\*)\\]/.test(p.textContent))""", timeout=30_000)
+                break
+            except Exception:
+                pg.keyboard.press("Escape")
+        try:
+            pg.wait_for_function(f"""() => {{
+                if (document.querySelector('[data-mime-type="application/vnd.jupyter.error"]')) return true;
+                const p = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+                return p.length >= {len(CELLS)} && p.every(x => /\\[\\d+\\]/.test(x.textContent));
+            }}""", timeout=240_000)
+        except Exception:
+            pg.screenshot(path=str(SHOTS / "real_run_all_timeout.png"))
+            raise
+        errors = pg.locator('[data-mime-type="application/vnd.jupyter.error"]')
+        if errors.count():
+            pg.screenshot(path=str(SHOTS / "real_error.png"), full_page=True)
+            pytest.fail("a cell raised:\n" + errors.first.inner_text()[:3000])
+        pg.wait_for_selector(".kl-passes .kl-pane .kl-code", timeout=60_000)
+        try:
+            yield pg
+        finally:
+            context.close()
+            browser.close()
+
+
+def _at(page, width):
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.wait_for_timeout(600)
+    return page.locator(".jp-NotebookPanel .jp-WindowedPanel-outer, .jp-NotebookPanel .jp-Notebook").first \
+        .bounding_box()
+
+
+@pytest.mark.parametrize("width", [1280, 1600])
+def test_pass_stepper_panes_fit_and_step(notebook_page, width):
+    page = notebook_page
+    nb = _at(page, width)
+    view = page.locator(".kl-passes").first
+    view.scroll_into_view_if_needed()
+    panes = view.locator(".kl-pane")
+    assert panes.count() == 2
+    ir, src = panes.nth(0).bounding_box(), panes.nth(1).bounding_box()
+    right = min(nb["x"] + nb["width"], width)
+    for box in (ir, src):
+        assert box["x"] >= nb["x"] - 1 and box["x"] + box["width"] <= right + 1, (box, nb)  # not clipped
+    assert ir["width"] >= 0.45 * (right - nb["x"]) - 80 and src["width"] >= 220, (ir, src)
+    assert abs(ir["y"] - src["y"]) < 2  # side by side
+    for k in range(2):
+        assert panes.nth(k).evaluate(SCROLLERS) == [], "a scrollbar inside a pane"
+    assert view.evaluate(OUTSIDE) == []
+    header = view.locator(".widget-html").filter(has_text=" — ").first
+    first = header.inner_text()
+    assert "canonicalize" in first and "unchanged" not in first  # the first pass that changed after frontend
+    view.locator("button.kl-next").click()
+    page.wait_for_function("() => !document.querySelector('.kl-passes').innerText.includes('2. canonicalize —')",
+                           timeout=20_000)
+    assert "3. constant_fold" in view.inner_text()
+    view.locator("button", has_text="diff vs previous").click()
+    view.locator(".kl-wadd").first.wait_for(timeout=20_000)
+    view.screenshot(path=str(SHOTS / f"real_passes_{width}.png"))
+    view.locator("button.kl-prev").click()
+    page.wait_for_function("() => document.querySelector('.kl-passes').innerText.includes('2. canonicalize —')",
+                           timeout=20_000)
+    view.locator("button", has_text="diff vs previous").click()  # back off
+
+
+@pytest.mark.parametrize("width", [1280, 1600])
+def test_mma_layout_cells_are_legible_and_labelled(notebook_page, width):
+    page = notebook_page
+    _at(page, width)
+    grid = page.locator("svg.kl-grid").first
+    grid.scroll_into_view_if_needed()
+    cell = grid.locator("rect.c").first.bounding_box()
+    assert cell["height"] >= 16 and cell["width"] >= 22, cell  # drawn near 30 x 22 px, not squashed
+    box = grid.bounding_box()
+    assert box["height"] >= 32 * 16, box
+    labels = grid.evaluate("s => [...s.querySelectorAll('text')].map(t => t.textContent)")
+    assert sum(bool(re.fullmatch(r"t\d+", t)) for t in labels) == 32 * 32
+    assert sum(bool(re.fullmatch(r"r\d+", t)) for t in labels) == 32 * 32
+    page.locator(".jp-CodeCell", has=page.locator("svg.kl-grid")).first.screenshot(
+        path=str(SHOTS / f"real_layout_{width}.png"))
+
+
+@pytest.mark.parametrize("width", [1280, 1600])
+def test_smem_chart_and_headline(notebook_page, width):
+    page = notebook_page
+    _at(page, width)
+    cell = page.locator(".jp-CodeCell", has_text="SharedMemoryView").first
+    cell.scroll_into_view_if_needed()
+    head = cell.locator("h4", has_text="shared memory:").first.inner_text()
+    assert re.search(r"\b8 barrier\(s\) in the PTX", head), head  # attention's PTX: 8 bar.sync
+    chart = cell.locator("svg").filter(has=page.locator("line[stroke-dasharray]")).first
+    assert chart.evaluate(OVERLAPS) == []
+    sel = cell.locator("select").first
+    assert sel.evaluate("s => s.selectedIndex") == 1  # the first buffer, after "all buffers"
+    assert "buffer at line" in cell.inner_text()  # its swizzle panel
+    cell.screenshot(path=str(SHOTS / f"real_smem_{width}.png"))
+
+
+def test_roofline_image(notebook_page):
+    page = notebook_page
+    _at(page, 1280)
+    img = page.locator(".kl-perf img").first
+    img.scroll_into_view_if_needed()
+    assert img.evaluate("i => i.naturalWidth") > 100
+    assert "/work/" not in page.locator(".kl-perf").first.inner_text()
+    img.screenshot(path=str(SHOTS / "real_roofline_1280.png"))

@@ -1,0 +1,242 @@
+"""The lab's views on the kernels people come to understand — a 128x128x64 matmul and causal flash
+attention, compiled for sm_90a without a GPU — not only on a vector add: the pass stepper, the layout
+view at real tile sizes, the shared-memory view and the roofline. HTML / data assertions; the browser
+test (tests/browser) checks what is on screen."""
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+
+from kernellab.viz import data as D
+from kernellab.viz import html as H
+from tests.viz import real_kernels as R
+
+W = pytest.importorskip("ipywidgets")
+import kernellab.viz as kv  # noqa: E402
+
+KERNELS = ["matmul", "attention"]
+
+
+def text(markup: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+
+def marked(markup: str, cls: str) -> list[str]:
+    """Texts of the word marks `cls` in rendered HTML (marks wrap token spans, one level deep)."""
+    return [text(m) for m in re.findall(rf'<span class="{cls}">((?:<span class="\w+">[^<]*</span>|[^<])*)</span>',
+                                        markup)]
+
+
+# ----------------------------------------------------------------------------------------- pass stepper
+def test_word_ranges_of_an_appended_layout():
+    before = "%x = tt.load %p : tensor<128x64xf16> loc(3:8)"
+    after = "%x = tt.load %p : tensor<128x64xf16, #L3> loc(3:8)"
+    dels, adds = D.word_ranges(before, after)
+    assert dels == [] and [after[i:j] for i, j in adds] == [", #L3"]
+    html_ = H.highlight(after, adds)
+    assert marked(html_, "kl-wadd") == [", #L3"] and text(html_) == after
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_stepper_opens_on_the_first_pass_that_changed_after_the_frontend(name):
+    ck = getattr(R, name)()
+    v = kv.PassesView(ck)
+    first = next(i for i, p in enumerate(ck.trace.passes) if i > 0 and p.changed)
+    assert v.index == first == D.first_informative_pass(ck.trace)
+    assert ck.trace.passes[v.index].name != "insert_barriers" and "unchanged" not in v.header.value
+    assert v.prev_button.disabled is False
+    # next / previous step through every pass and stop at the ends
+    v.select_pass(0)
+    assert v.prev_button.disabled and not v.next_button.disabled
+    for k in range(1, len(ck.trace.passes)):
+        v.next_button.click()
+        assert v.index == k and ck.trace.passes[k].name in v.header.value
+    assert v.next_button.disabled
+    v.next_button.click()
+    assert v.index == len(ck.trace.passes) - 1
+    v.prev_button.click()
+    assert v.index == len(ck.trace.passes) - 2
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_assign_layouts_diff_marks_only_the_added_words(name):
+    ck = getattr(R, name)()
+    v = kv.PassesView(ck)
+    i = [p.name for p in ck.trace.passes].index("assign_layouts")
+    v.select_pass(i)
+    v.diff_toggle.value = True
+    pane = v.ir_pane.value
+    adds = marked(pane, "kl-wadd")
+    assert len(adds) >= 10
+    # lines whose only change is the appended layout: just ", #Lk" is marked, on both the + and the - side
+    layout_only = [w for w in adds if re.fullmatch(r", #L\d+", w)]
+    assert len(layout_only) >= 5, adds[:20]
+    words = D.ir_diff_words(ck.trace.passes[i - 1].ir, ck.trace.passes[i].ir)
+    paired = [(t, line, r) for t, line, r in words if t == "add" and r]
+    assert paired and all(sum(b - a for a, b in r) < len(line) / 2 for _, line, r in paired)
+    # the plain IR view marks the same words inside its changed lines
+    v.diff_toggle.value = False
+    assert "kl-changed" in v.ir_pane.value and set(layout_only) <= set(marked(v.ir_pane.value, "kl-wadd"))
+
+
+def test_static_passes_html_marks_words():
+    ck = R.matmul()
+    assert re.search(r'<span class="kl-wadd">(?:<span class="\w+">)?, (?:</span>)?', H.passes_html(ck))
+
+
+def test_passes_panes_scroll_once():
+    """Each pane is the one scroll box: the code box inside it neither scrolls nor caps its height."""
+    v = kv.PassesView(R.matmul())
+    style = v.children[0].value
+    assert ".kl-pane .kl-code{max-height:none;overflow:visible" in style
+    assert v.ir_pane.layout.overflow == "auto" and v.source_pane.layout.overflow == "auto"
+    assert "kl-pane" in v.ir_pane._dom_classes and "kl-pane" in v.source_pane._dom_classes
+
+
+# ----------------------------------------------------------------------------------------- layouts at real sizes
+def cell_labels(svg: str) -> list[tuple[int, int]]:
+    """(lane, register) of every labelled cell of a layout grid."""
+    return [(int(t), int(r)) for t, r in re.findall(r">t(\d+)</text><text class=\"r\"[^>]*>r(\d+)<", svg)]
+
+
+def test_a_4x128_tile_is_drawn_at_a_legible_size():
+    lay = "#blocked<[1, 4], [1, 32], [4, 1], [1, 0]>"
+    svg = H.layout_svg(lay, (4, 128), 4, vec=4)
+    grid = re.search(r'<svg class="klg\d+ kl-grid" viewBox="0 0 (\d+) (\d+)"', svg)
+    w, h = int(grid.group(1)), int(grid.group(2))
+    assert w <= 1200 and h >= 4 * 22  # 32 columns of 30 px: fits a 1280 px notebook unscaled
+    assert len(cell_labels(svg)) == 4 * 32
+    assert "columns 0–31 of 128" in svg and 'class="kl-overview"' in svg
+    # the window moves: columns 96..127 hold lanes 24..31
+    right = H.layout_svg(lay, (4, 128), 4, origin=(0, 96))
+    assert {t for t, _ in cell_labels(right)} == set(range(24, 32))
+
+
+@pytest.mark.parametrize("name,role", [("matmul", "result of the dot"), ("attention", "A operand of the dot")])
+def test_mma_values_of_a_dot_are_labelled_with_lane_and_register(name, role):
+    ck = getattr(R, name)()
+    v = kv.LayoutView(ck)
+    k = next(k for k, e in enumerate(v.entries) if role in e[0])
+    v.dropdown.value = k
+    assert "#mma" in v.current["layout"]
+    pane = v.pane.value
+    labels = cell_labels(pane)
+    assert len(labels) == 32 * 32  # a 32 x 32 window of the 128 x N tile, every cell labelled
+    # the mma fragment: in row 0, lane t holds columns 2(t%4), 2(t%4)+1 of each 8 columns, registers r, r+1
+    row0 = labels[:32]
+    assert [t for t, _ in row0[:8]] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert row0[0][1] + 1 == row0[1][1]
+    assert "lane t holds rows t/4 and" in text(pane) and "pattern repeats every 64 x" in text(pane)
+    assert v.row0.layout.display is None and v.row0.max > 0  # the tile is taller than the window: a slider
+    before = pane
+    v.row0.value = 16  # rows 16..47: warp 1's rows
+    assert v.pane.value != before and "rows 16–47" in text(v.pane.value)
+    assert 'class="c w1"' in v.pane.value
+
+
+# ----------------------------------------------------------------------------------------- shared memory
+def svg_text_boxes(svg: str) -> list[tuple[str, tuple]]:
+    """(text, approximate box) of every <text> of a chart: 6 px per character at 10 px, by its anchor."""
+    out = []
+    for attrs, t in re.findall(r"<text([^>]*)>(.*?)</text>", svg):
+        x, y = float(re.search(r' x="([-\d.]+)"', attrs).group(1)), float(re.search(r' y="([-\d.]+)"', attrs).group(1))
+        t, w = text(t), 6 * len(text(t))
+        anchor = (re.search(r'text-anchor="(\w+)"', attrs) or [None, "start"])[1]
+        x0 = {"start": x, "middle": x - w / 2, "end": x - w}[anchor]
+        out.append((t, (x0, y - 9, x0 + w, y)))
+    return out
+
+
+@pytest.mark.parametrize("name", ["matmul", "attention", "softmax", "layer_norm"])
+def test_smem_headline_counts_the_ptx_barriers(name):
+    ck = getattr(R, name)()
+    n = len(re.findall(r"^\s*(?:@!?%\w+\s+)?(?:bar|barrier)\.", ck.asm["ptx"], re.M))
+    assert n >= 2  # softmax and layer norm too: their reductions synchronize through shared memory
+    head = re.search(r"<h4>(.*?)</h4>", H.smem_html(ck)).group(1)
+    assert re.search(rf"\b{n} barrier\(s\) in the PTX", head), head
+    assert head == re.search(r"<h4>(.*?)</h4>", kv.SharedMemoryView(ck).pane.value).group(1)
+
+
+@pytest.mark.parametrize("name", ["matmul", "attention"])
+def test_smem_chart_labels_do_not_collide(name):
+    ck = getattr(R, name)()
+    m = D.smem_map(ck.trace, num_warps=ck.num_warps)
+    svg = H.smem_svg(m["buffers"], m["total"], m["limit"], m["barriers"], m["points"])
+    labels = svg_text_boxes(svg)
+    assert not any(t == "bar" or "barbar" in t for t, _ in labels) and len(labels) >= 5
+    for i, (ta, a) in enumerate(labels):  # no two labels share pixels
+        for tb, b in labels[i + 1:]:
+            assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (ta, a, tb, b)
+    legend = H.smem_legend(m["buffers"], m["barriers"])
+    for k, b in enumerate(m["buffers"]):
+        assert f"{k}: {b['op']}" in text(legend)
+
+
+@pytest.mark.parametrize("name", ["matmul", "attention"])
+def test_smem_view_starts_on_the_first_buffer_and_the_swizzle_follows(name):
+    ck = getattr(R, name)()
+    v = kv.SharedMemoryView(ck)
+    assert v.buffer_select.value == 0
+    bufs = v.map["buffers"]
+    assert "buffer at line" not in v.pane.value  # the encodings live in the detail pane, for the picked buffer
+    for k, b in enumerate(bufs):
+        v.buffer_select.value = k
+        d = text(v.detail.value)
+        if H.stage_encoding_html(b):
+            assert f"buffer at line {b.get('line')}" in d and d.count("buffer at line") == 1
+            assert text(H.stage_encoding_html(b)) in d
+        else:
+            assert "no swizzle or padding recorded" in d
+
+
+# ----------------------------------------------------------------------------------------- roofline
+def _recorded():
+    from kernellab.viz.roofline import recorded_results
+
+    res = recorded_results()
+    if not res:
+        pytest.skip("no recorded results (benchmarks/results)")
+    return res[0]
+
+
+def test_roofline_legend_is_off_the_data_and_the_caption_has_no_local_path():
+    pytest.importorskip("matplotlib")
+    from kernellab.viz.roofline import PerformanceView, Placed
+
+    rec = _recorded()
+    view = PerformanceView(rec, placed=[Placed("matmul_kernel", 2 * 4096 ** 3, 3 * 4096 * 4096 * 2)])
+    fig = view.figures()[0]
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent(canvas.get_renderer())
+    axbox = ax.get_window_extent(canvas.get_renderer())
+    assert legend.x0 >= axbox.x1, "the legend sits on the axes"
+    for p in view.points:
+        x, y = ax.transData.transform((p.intensity, p.flops_per_s))
+        assert not legend.contains(x, y)
+    cap = view._caption()
+    assert "recorded on" in cap and "benchmarks/results/" in cap
+    assert not re.search(r"(^|[\s(])/(?:work|home|tmp|root|Users)/", cap), cap
+    html_ = view._repr_mimebundle_()["text/html"]
+    assert "/work/" not in html_.split("</div>")[-2] and str(rec["source"]) not in html_
+
+
+def test_the_users_kernel_is_placed_by_its_intensity_on_the_recorded_roofline():
+    pytest.importorskip("matplotlib")
+    from kernellab.viz.roofline import PerformanceView, Placed
+
+    rec = _recorded()
+    k = Placed("matmul_kernel", 2 * 4096 ** 3, 3 * 4096 * 4096 * 2)
+    view = PerformanceView(rec, placed=[k])
+    ax = view.figures()[0].axes[0]
+    assert "recorded on " + rec["gpu"] in ax.get_title()
+    lines = [ln for ln in ax.get_lines() if "not timed" in ln.get_label()]
+    assert len(lines) == 1 and lines[0].get_xdata()[0] == pytest.approx(k.intensity)
+    assert k.bound(view.peaks) == pytest.approx(min(view.peaks["bytes_per_s"] * k.intensity,
+                                                    view.peaks["flops_per_s"]))
+    assert any("matmul_kernel" in t.get_text() for t in ax.texts)
