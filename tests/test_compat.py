@@ -245,3 +245,46 @@ def test_tutorial_host_surface(triton):
         copy[(3,)](x, y, 300, BLOCK=128, USE_GDC=True, launch_pdl=True, extern_libs={"libdevice": "x"})
     proton.finalize()
     assert torch.equal(y, x)
+
+
+def test_compiled_kernel_takes_every_argument_as_tritons_does(triton):
+    import triton.language as tl
+
+    @triton.jit
+    def scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr, FACTOR: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * FACTOR, mask=m)
+
+    x = torch.randn(100, device=DEVICE)
+    y = torch.full_like(x, float("nan"))
+    k = scale.warmup(x, y, 100, BLOCK=128, FACTOR=3, grid=(1,))
+    k[(1, 1, 1)](x, y, 100, 128, 3)  # Triton's form: constexprs included
+    assert torch.equal(y, x * 3)
+    y.fill_(float("nan"))
+    k[(1,)](x, y, 100)  # kernellab's form: runtime arguments only
+    assert torch.equal(y, x * 3)
+
+
+def test_autotune_pre_hook_runs_before_each_config_compiles(triton):
+    """Triton's attention tutorial makes descriptors with a placeholder block shape and lets each config's
+    pre_hook set the real one; compiling a config must see the hook's change."""
+    import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def set_block(nargs):
+        nargs["desc"].block_shape = [nargs["BLOCK"], 16]
+
+    @triton.autotune([triton.Config({"BLOCK": 16}, pre_hook=set_block), triton.Config({"BLOCK": 32}, pre_hook=set_block)],
+                     key=["n"])
+    @triton.jit
+    def copy_rows(desc, out_ptr, n, BLOCK: tl.constexpr):
+        tile = desc.load([tl.program_id(0) * BLOCK, 0])
+        rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + rows[:, None] * 16 + tl.arange(0, 16)[None, :], tile, mask=rows[:, None] < n)
+
+    x = torch.randn(64, 16, device=DEVICE)
+    out = torch.full_like(x, float("nan"))
+    desc = TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1])  # placeholder, as the tutorial does
+    copy_rows[lambda meta: (triton.cdiv(64, meta["BLOCK"]),)](desc, out, 64)
+    assert torch.equal(out, x)

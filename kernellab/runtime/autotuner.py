@@ -106,8 +106,11 @@ class Autotuner:
 
         self.failed_configs = {}
         ok = []
+        named = self._named(args, kwargs)
         for cfg in configs:
             try:
+                if cfg.pre_hook:  # the hook may set what compiling needs (e.g. a descriptor's block shape)
+                    cfg.pre_hook({**named, **cfg.all_kwargs()})
                 self.fn.warmup(*args, **{**kwargs, **cfg.all_kwargs()})
                 ok.append(cfg)
             except KernelLabError as e:

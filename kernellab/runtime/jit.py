@@ -87,6 +87,7 @@ class CompiledKernel:
     num_warps: int = 4
     arg_kinds: list = field(default_factory=list)
     _built_for: str | None = None
+    param_names: list = field(default_factory=list)  # every parameter of the @jit function, constexprs too
 
     @property
     def signature(self):
@@ -250,7 +251,17 @@ class CompiledKernel:
         self._loaded.launch(grid, self.num_warps, self.shared, stream, args)
 
     def __getitem__(self, grid):
-        return lambda *args: self.run(_normalize_grid(self.name, grid), list(args))
+        """`compiled[grid](*args)`: the runtime arguments, or (as Triton's compiled kernels take them) every
+        argument of the function, constexprs included, which are then dropped."""
+        def launch(*args):
+            args = list(args)
+            if len(args) == len(self.param_names) != len(self.arg_names):
+                by_name = dict(zip(self.param_names, args))
+                if all(n in by_name for n in self.arg_names):
+                    args = [by_name[n] for n in self.arg_names]
+            return self.run(_normalize_grid(self.name, grid), args)
+
+        return launch
 
 
 _TARGETS: dict = {}
@@ -717,6 +728,7 @@ class JITFunction:
                                     for label, _, a in runtime_leaves(n, v))
         full_lines = _file_lines(src)
         ck = CompiledKernel(self.__name__, module, trace, runtime_names, full_lines, dict(options))
+        ck.param_names = list(self.arg_names)
         ck.asm["tile"] = trace.final_ir
         ck.asm["ttir"] = ck.asm["tile"]
         return ck
