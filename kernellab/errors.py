@@ -33,6 +33,10 @@ class LaunchError(KernelLabError):
     """Bad launch arguments: wrong count, wrong types, a bad grid."""
 
 
+class ArgumentOverflowError(LaunchError, OverflowError):
+    """An integer argument beyond 64 bits; an OverflowError too, as Triton raises."""
+
+
 class ToolchainError(KernelLabError):
     """A piece of the GPU toolchain is missing or failed: libdevice or ptxas not found, LLVM left an unresolved
     call in the PTX, ptxas rejected the PTX. Names the kernel (when there is one) and what to install or check."""

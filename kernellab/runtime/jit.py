@@ -14,10 +14,9 @@ from ..compiler.frontend import FunctionSource, ModuleCompiler, RuntimeArg, runt
 from ..compiler.pipeline import CompileTrace, run_tile_pipeline
 from ..compiler.printer import print_module
 from ..compiler.pytree import is_node, map_leaves, rebuild_like
-from ..compiler.semantic import literal_dtype
 from ..compiler.types import DTYPES, DType, PointerType
 from ..compiler.verifier import verify
-from ..errors import CompilationError, LaunchError, ToolchainError
+from ..errors import ArgumentOverflowError, CompilationError, LaunchError, ToolchainError
 from ..language.core import _DescriptorLayout, constexpr, tensor_descriptor, unwrap
 from .source import get_source
 
@@ -521,6 +520,7 @@ class JITFunction:
         self.__module__ = fn.__module__
         self.__wrapped__ = fn
         self.do_not_specialize = set(do_not_specialize or ())
+        self.repr = repr  # Triton's: specialization -> the compiled kernel's name
         self.cache: dict = {}
         self._source = None
         found = get_source(fn)  # now, while the defining frames (exec) are still alive
@@ -675,10 +675,16 @@ class JITFunction:
         elif isinstance(value, bool):
             arg = RuntimeArg(DTYPES["i1"])
         elif isinstance(value, int):
-            try:
-                t = literal_dtype(value)
-            except Exception as e:
-                raise LaunchError(f"kernel '{self.__name__}': argument '{name}' = {value}: {e}") from None
+            # as Triton types integer arguments: int32, else int64, else uint64 (no uint32 for arguments)
+            if -2**31 <= value < 2**31:
+                t = DTYPES["i32"]
+            elif -2**63 <= value < 2**63:
+                t = DTYPES["i64"]
+            elif 0 <= value < 2**64:
+                t = DTYPES["u64"]
+            else:
+                raise ArgumentOverflowError(f"kernel '{self.__name__}': argument '{name}' = {value} does not fit in "
+                                            "64 bits (int64 or uint64)")
             attrs, one = {}, False
             if name not in self.do_not_specialize:
                 if value == 1:
@@ -718,6 +724,8 @@ class JITFunction:
         trace = CompileTrace(self.__name__)
         compiler = ModuleCompiler()
         module = self._compile_frontend(compiler, spec, src)
+        name = self._specialized_name(spec) if self.repr is not None else self.__name__
+        module.kernel.name = name
         verify(module, after="frontend")
         text = print_module(module)
         trace.record("frontend", "Python AST -> tile IR (types, shapes, structured control flow)", text,
@@ -727,11 +735,37 @@ class JITFunction:
         trace.signature = ", ".join(f"{label}: {a.type}" for n, v in spec.items()
                                     for label, _, a in runtime_leaves(n, v))
         full_lines = _file_lines(src)
-        ck = CompiledKernel(self.__name__, module, trace, runtime_names, full_lines, dict(options))
+        ck = CompiledKernel(name, module, trace, runtime_names, full_lines, dict(options))
         ck.param_names = list(self.arg_names)
         ck.asm["tile"] = trace.final_ir
         ck.asm["ttir"] = ck.asm["tile"]
         return ck
+
+    def _specialized_name(self, spec: dict) -> str:
+        """The name `repr(specialization)` gives this compile (Triton's `@jit(repr=...)`): the specialization
+        has `.signature` (parameter -> Triton type string, e.g. "i32", "*fp32") and `.constants`
+        (parameter -> value, for constexprs and integers specialized to 1)."""
+        import re
+        from types import SimpleNamespace
+
+        from ..compat.runtime_shim import TYPE_CANONICAL_NAMES
+
+        def type_str(t):
+            if isinstance(t, PointerType):
+                return "*" + type_str(t.elem)
+            return TYPE_CANONICAL_NAMES.get(t.name, t.ir)
+
+        signature, constants = {}, {}
+        for n, v in spec.items():
+            if isinstance(v, RuntimeArg):
+                signature[n] = type_str(v.type)
+                if v.equal_to_1:
+                    constants[n] = 1
+            else:
+                constants[n] = v
+                signature[n] = "constexpr"
+        name = str(self.repr(SimpleNamespace(signature=signature, constants=constants)))
+        return re.sub(r"\W", "_", name) or self.__name__
 
     def _compile_frontend(self, compiler, spec, src):
         """The frontend, with Python's own limits turned into errors that name the kernel: a very long
@@ -822,7 +856,7 @@ class JITFunction:
             if kind == "c":
                 sig.append(a if t in _HASHABLE else id(a))
             elif t is int:
-                # the integer's type class (i32 / u32 / i64 / u64, as literal_dtype decides), plus the
+                # the integer's type class (i32 / i64 / u64, as specialize decides; finer is harmless), plus the
                 # ==1 and %16 specializations unless the parameter is do_not_specialize
                 width = (-2**31 <= a < 2**31) + 2 * (0 <= a < 2**32) + 4 * (-2**63 <= a < 2**63)
                 sig.append(("i", width) if kind == "n" else ("i", width, a == 1, a % 16 == 0))
@@ -936,6 +970,6 @@ def _file_lines(src: FunctionSource) -> list:
 def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=None, repr=None, launch_metadata=None, **_):
     """Decorator: `@kl.jit` or `@kl.jit(do_not_specialize=["n"])`."""
     def wrap(f):
-        return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline)
+        return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline, repr=repr)
 
     return wrap(fn) if fn is not None else wrap
