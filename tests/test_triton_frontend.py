@@ -609,3 +609,22 @@ def test_data_dependent_early_return_runs_on_the_interpreter():
             assert done[p] == -1 and torch.isnan(y[rows]).all()
         else:
             assert done[p] == 1 and torch.equal(y[rows], x[rows] + 1.0)
+
+
+@kl.jit
+def _scaled_rows(x_ptr, offs: tl.constexpr, SCALE: tl.constexpr):
+    return tl.load(x_ptr + offs) * SCALE
+
+
+def test_helper_constexpr_parameter_takes_a_runtime_value():
+    """As in Triton, a @jit helper's parameter annotated tl.constexpr still accepts a runtime tensor (Triton's
+    attention tutorial passes per-program offsets so); it is then an ordinary argument."""
+    @kl.jit
+    def k(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, _scaled_rows(x_ptr, offs, 3.0))
+
+    x = torch.randn(256)
+    y = torch.full_like(x, float("nan"))
+    k[(2,)](x, y, BLOCK=128)
+    assert torch.equal(y, x * 3.0)

@@ -130,6 +130,17 @@ class CompiledKernel:
         return self._interpreter
 
     def run(self, grid, args):
+        """Run on the GPU when the tensor arguments are CUDA tensors, else on the CPU interpreter."""
+        if any(is_cuda(a) for a in args):
+            import torch
+
+            from ..compiler.codegen.target import detect_target
+
+            dev = torch.cuda.current_device()
+            target = _TARGETS.get(dev) or _TARGETS.setdefault(dev, detect_target())
+            self.gpu(target)
+            self.launch_gpu(grid, list(args), torch.cuda.current_stream().cuda_stream)
+            return
         self.interpreter().run(grid, args)
 
     # ------------------------------------------------------------------ GPU
