@@ -288,3 +288,21 @@ def test_autotune_pre_hook_runs_before_each_config_compiles(triton):
     desc = TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1])  # placeholder, as the tutorial does
     copy_rows[lambda meta: (triton.cdiv(64, meta["BLOCK"]),)](desc, out, 64)
     assert torch.equal(out, x)
+
+
+def test_unsafe_update_src_recompiles_a_template(triton):
+    """Triton's test suite (on a GPU) stamps expressions into template kernels with _unsafe_update_src."""
+    import triton.language as tl
+
+    @triton.jit
+    def template(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs)
+        tl.store(y_ptr + offs, GENERATE_HERE)  # noqa: F821
+
+    kernel = triton.JITFunction(template.fn)
+    kernel._unsafe_update_src(kernel.src.replace("GENERATE_HERE", "x * x + 1"))
+    x = torch.randn(64, device=DEVICE)
+    y = torch.full_like(x, float("nan"))
+    kernel[(1,)](x, y, BLOCK=64)
+    torch.testing.assert_close(y, x * x + 1)
