@@ -297,7 +297,7 @@ def test_unsafe_update_src_recompiles_a_template(triton):
     @triton.jit
     def template(x_ptr, y_ptr, BLOCK: tl.constexpr):
         offs = tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + offs)
+        x = tl.load(x_ptr + offs)  # noqa: F841 - used by the stamped expression
         tl.store(y_ptr + offs, GENERATE_HERE)  # noqa: F821
 
     kernel = triton.JITFunction(template.fn)
