@@ -362,7 +362,7 @@ def _emit_atomic(lw, kind, ptr, val, cmp, mask, elem, sem, scope):
         o1 = _emit_atomic(lw, pos_kind, ptr, bits, None, m_pos, it, sem, scope)
         o2 = _emit_atomic(lw, neg_kind, ptr, bits, None, m_neg, it, sem, scope)
         return b.bitcast(b.select(neg, o2, o1), ty)
-    if elem.bits == 16 and kind != "fadd":
+    if elem.bits == 16 and kind not in ("fadd", "cas"):
         raise NotImplementedError("16-bit integer atomics")
     con = "l" if (elem.is_ptr() or elem.bits == 64) else ("h" if elem.bits == 16 else ("f" if elem.ir == "f32"
                                                                                           else "r"))
@@ -372,11 +372,12 @@ def _emit_atomic(lw, kind, ptr, val, cmp, mask, elem, sem, scope):
     scope_q = {"gpu": ".gpu", "cta": ".cta", "sys": ".sys"}.get(scope, ".gpu")
     args = [b.ptrtoint(ptr, I64)]
     if kind == "cas":
-        body = f"atom{sem_q}{scope_q}.global.cas.b{elem.bits} $0, [$1], $2, $3;"
+        # spelled as Triton's PTX spells it: .gpu (the default scope) left out of cas, kept in rmw
+        body = f"atom.global{'' if scope_q == '.gpu' else scope_q}{sem_q}.cas.b{elem.bits} $0, [$1], $2, $3;"
         args += [cmp, val]
         cons = [f"={con}", "l", con, con]
     else:
-        body = f"atom{sem_q}{scope_q}.global.{_ATOM_OP[kind]}.{_atom_type(kind, elem)} $0, [$1], $2;"
+        body = f"atom.global{scope_q}{sem_q}.{_ATOM_OP[kind]}.{_atom_type(kind, elem)} $0, [$1], $2;"
         args += [val]
         cons = [f"={con}", "l", con]
     if mask is not None:
