@@ -191,6 +191,11 @@ def _dot_fma(lw: KernelLowering, op):
         rows.setdefault(offs[0], idx[i][0])
         cols.setdefault(offs[1], idx[i][1])
     init = lw.regs(c_v)
+    # a 16-bit float accumulator sums in fp32 within the dot and is rounded once at its end (as the
+    # interpreter does, and close to mma's f16 accumulation), not after every one of the K products
+    comp_ll = F32 if acc_t.is_floating() and acc_t.bits == 16 else acc_ll
+    if comp_ll is not acc_ll:
+        init = [b.fpext(v, comp_ll) for v in init]
     pre = b.block
     header = lw.fn.append_basic_block("dot.header")
     body = lw.fn.append_basic_block("dot.body")
@@ -201,7 +206,7 @@ def _dot_fma(lw: KernelLowering, op):
     k.add_incoming(_cint(0), pre)
     phis = []
     for v in init:
-        p = b.phi(acc_ll)
+        p = b.phi(comp_ll)
         p.add_incoming(v, pre)
         phis.append(p)
     b.cbranch(b.icmp_signed("<", k, _cint(K)), body, exit_)
@@ -209,8 +214,8 @@ def _dot_fma(lw: KernelLowering, op):
 
     def widen(x, e):
         if acc_t.is_floating():
-            return b.fpext(x, acc_ll) if x.type != acc_ll else x
-        return b.sext(x, acc_ll) if x.type != acc_ll else x
+            return b.fpext(x, comp_ll) if x.type != comp_ll else x
+        return b.sext(x, comp_ll) if x.type != comp_ll else x
 
     a_vals = {}
     for o, m in rows.items():
@@ -224,8 +229,8 @@ def _dot_fma(lw: KernelLowering, op):
     for i, offs in enumerate(offsets):
         x, y = a_vals[offs[0]], b_vals[offs[1]]
         if acc_t.is_floating():
-            suffix = "f32" if acc_ll == F32 else "f64"
-            fma = lw.intrinsic(f"llvm.fma.{suffix}", acc_ll, [acc_ll] * 3)
+            suffix = "f32" if comp_ll == F32 else "f64"
+            fma = lw.intrinsic(f"llvm.fma.{suffix}", comp_ll, [comp_ll] * 3)
             new.append(b.call(fma, [x, y, phis[i]]))
         else:
             new.append(b.add(phis[i], b.mul(x, y)))
@@ -235,5 +240,5 @@ def _dot_fma(lw: KernelLowering, op):
         p.add_incoming(v, end)
     b.branch(header)
     b.position_at_end(exit_)
-    lw.put(res, list(phis))
+    lw.put(res, [b.fptrunc(p, acc_ll) for p in phis] if comp_ll is not acc_ll else list(phis))
 
