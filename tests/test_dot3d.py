@@ -157,3 +157,33 @@ def test_dot3d_shape_errors():
 
     with pytest.raises(kl.CompilationError, match="batch dimensions differ"):
         bad[(1,)](torch.zeros(256), torch.zeros(256))
+
+
+@kl.jit
+def multidim_kernel(X, Y, Z, RANK: tl.constexpr, TRANS_A: tl.constexpr, TRANS_B: tl.constexpr):
+    x = tl.load(X + tl.arange(0, 256 << RANK)).reshape([2] * (RANK - 2) + [32, 32])
+    y = tl.load(Y + tl.arange(0, 256 << RANK)).reshape([2] * (RANK - 2) + [32, 32])
+    if TRANS_A:
+        x = tl.trans(x)  # no dims: the last two axes swap (a batched transpose), as in Triton
+    if TRANS_B:
+        y = tl.trans(y)
+    z = tl.dot(x, y)
+    tl.store(Z + tl.arange(0, 256 << RANK), z.reshape([256 << RANK]))
+
+
+@pytest.mark.parametrize("rank", [2, 3, 4, 5])
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, False), (False, True)])
+def test_dot_with_several_batch_dims(rank, trans_a, trans_b):
+    shape = (2,) * (rank - 2) + (32, 32)
+    g = torch.Generator().manual_seed(rank)
+    a = torch.randint(-4, 5, shape, generator=g).to(torch.float16)
+    b = torch.randint(-4, 5, shape, generator=g).to(torch.float16)
+    c = torch.full(shape, float("nan"))
+    multidim_kernel[(1,)](a, b, c, rank, trans_a, trans_b)
+    ta = a.transpose(-1, -2) if trans_a else a
+    tb = b.transpose(-1, -2) if trans_b else b
+    assert torch.equal(c, ta.float() @ tb.float())
+    if rank == 4:
+        ck = multidim_kernel.warmup(a, b, c, rank, trans_a, trans_b, grid=(1,))
+        ck.build_gpu()
+        assert "cubin" in ck.asm

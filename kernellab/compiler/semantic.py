@@ -970,6 +970,17 @@ class Semantic:
     # ---------------------------------------------------------------- compute
     def dot(self, a, b, acc=None, input_precision=None, out_dtype=float32):
         a, b = self.numeric(a, "tl.dot"), self.numeric(b, "tl.dot")
+        if len(a.shape) > 3 and len(b.shape) == len(a.shape) and a.shape[:-2] == b.shape[:-2]:
+            # several batch dimensions: one batch of their product, then the batch shape back
+            batch = a.shape[:-2]
+            n = 1
+            for d in batch:
+                n *= d
+            flat = self.dot(self.reshape(a, (n,) + a.shape[-2:]), self.reshape(b, (n,) + b.shape[-2:]),
+                            None if unwrap(acc) is None else self.reshape(self.to_tensor(unwrap(acc)),
+                                                                          (n, a.shape[-2], b.shape[-1])),
+                            input_precision, out_dtype)
+            return self.reshape(flat, batch + flat.shape[-2:])
         if len(a.shape) not in (2, 3) or len(b.shape) != len(a.shape):
             raise SemanticError(f"tl.dot needs two 2-D tensors (or two 3-D ones: a batch of products), got shapes "
                                 f"{list(a.shape)} and {list(b.shape)}")

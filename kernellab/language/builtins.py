@@ -257,7 +257,12 @@ def trans(input, *dims, _sem=None):
     dims = [unwrap(d) for d in dims]
     if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
         dims = list(dims[0])
-    return _sem.permute(input, dims or None)
+    if not dims:  # as in Triton: swap the last two axes (a batched 2-D transpose)
+        rank = len(_sem.to_tensor(input).shape)
+        if rank < 2:
+            raise ValueError("tl.trans needs a tensor of rank >= 2 (it swaps the last two axes)")
+        dims = list(range(rank - 2)) + [rank - 1, rank - 2]
+    return _sem.permute(input, dims)
 
 
 @builtin
