@@ -384,3 +384,24 @@ def test_gpu_host_descriptor_helpers_gather_atomics():
     r0 = o.clone()
     atomic_add_tiles[(2, 3)](o, v, 10, 40, 8, 16)
     assert torch.equal(o, r0 + v.repeat(2, 3)[:10, :40])
+
+
+@kl.jit
+def _bool_block_copy(a_ptr, b_ptr, N, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    src = tl.make_block_ptr(a_ptr, (N,), (1,), (pid * BLOCK,), (BLOCK,), (0,))
+    dst = tl.make_block_ptr(b_ptr, (N,), (1,), (pid * BLOCK,), (BLOCK,), (0,))
+    tl.store(dst, tl.load(src, boundary_check=(0,), padding_option="zero"), boundary_check=(0,))
+
+
+def test_bool_block_pointer_copy_builds_for_the_gpu():
+    """Regression (Triton's test_block_copy with bool): the vector-width planner divided by int1's 0 bytes."""
+    g = torch.Generator().manual_seed(1)
+    a = torch.rand(128, generator=g) > 0.5
+    b = torch.ones(128, dtype=torch.bool)
+    _bool_block_copy[(2,)](a, b, 100, 64)
+    assert torch.equal(b[:100], a[:100]) and b[100:].all()
+    ck = _bool_block_copy.warmup(a, b, 100, 64, grid=(2,))
+    ck.build_gpu()
+    assert "cubin" in ck.asm
+

@@ -84,7 +84,7 @@ def copy_vec(ld: Op, axis: AxisAnalysis) -> tuple[int, str | None]:
     mk, advances = found
     base, shape, strides, offs = parts(mk)
     fast = mk.attrs["order"][0]
-    esize = tile.scalar.bits // 8
+    esize = max(1, tile.scalar.bits // 8)  # int1 lives in bytes
     if _const(strides[fast]) != 1:
         return 1, f"the stride of the contiguous dim {fast} is not the constant 1"
     vec = min(16 // esize, tile.shape[fast], max(1, axis[base].div[0] // esize))
