@@ -59,3 +59,46 @@ def test_cas16_gpu(dt, tdt):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     _cas16("cuda", dt, tdt)
+
+
+@kl.jit
+def use_result_kernel(index_ptr, out_ptr, size: tl.constexpr, OP: tl.constexpr):
+    rows = tl.arange(0, size)[:, None]
+    if OP == "add":
+        old = tl.atomic_add(index_ptr + rows, rows.to(index_ptr.dtype.element_ty), sem="relaxed")
+    else:
+        old = tl.atomic_cas(index_ptr + rows, tl.zeros((size, 1), dtype=index_ptr.dtype.element_ty),
+                            rows.to(index_ptr.dtype.element_ty), sem="relaxed")
+    tl.store(out_ptr + old.to(tl.int32) * size + tl.arange(0, size)[None, :], 5)
+
+
+USE_CASES = [(op, dt, size) for op in ("add", "cas") for dt in (torch.int32, torch.float16) for size in (1, 4, 16)]
+
+
+def _use_result(device, op, dt, size):
+    """A tile smaller than the block: several threads hold copies of each element, one runs the atomic, and
+    every copy must see its old value (Triton's test_tensor_atomic_use_result)."""
+    index = torch.arange(0, size).to(dt).to(device)
+    out = torch.zeros((size, size), dtype=dt, device=device)
+    use_result_kernel[(1,)](index, out, size, op)
+    assert (out == 5).all()
+    want = torch.arange(0, size).to(dt) * (2 if op == "add" else 1)
+    if op == "cas":
+        want[0] = 0  # only the zero entry matched cmp = 0 and took val = 0
+    assert torch.equal(index.cpu(), want)
+
+
+@pytest.mark.parametrize("op,dt,size", USE_CASES, ids=[f"{o}-{d}-{s}" for o, d, s in USE_CASES])
+def test_atomic_old_values_reach_every_copy_interpreter_and_ptx(op, dt, size):
+    _use_result("cpu", op, dt, size)
+    ck = use_result_kernel.warmup(torch.zeros(size, dtype=dt), torch.zeros(size, size, dtype=dt), size, op, grid=(1,))
+    ck.build_gpu()
+    assert "cubin" in ck.asm
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op,dt,size", USE_CASES, ids=[f"{o}-{d}-{s}" for o, d, s in USE_CASES])
+def test_atomic_old_values_reach_every_copy_gpu(op, dt, size):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    _use_result("cuda", op, dt, size)

@@ -430,6 +430,16 @@ def _atomic(lw: KernelLowering, op):
         if valid is not None:
             m = valid[i] if m is None else lw.b.and_(m, valid[i])
         out.append(_emit_atomic(lw, kind, ptrs[i], vals[i], cmps[i] if cmps else None, m, elem, sem, scope))
+    if valid is not None and res.uses:
+        # only the representative copy of each element ran the atomic: it publishes the old value and every
+        # copy reads it back, so threads holding replicas see the same result
+        idx = lw.reg_indices(layout, shape)
+        slots = [lw.smem_ptr(op, lw.b.mul(lw.linear_index(ix, shape), _cint(mem_bytes(res.type)))) for ix in idx]
+        for v, p, ok in zip(out, slots, valid):
+            with lw.b.if_then(ok):
+                lw.b.store(v, p)
+        lw.barrier()
+        out = [lw.b.load(p, typ=v.type) for v, p in zip(out, slots)]
     lw.put(res, out)
 
 

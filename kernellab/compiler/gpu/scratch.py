@@ -129,6 +129,11 @@ def _other_ops(op):
         return 4 * op.attrs["num_bins"], f"histogram: {op.attrs['num_bins']} i32 counters (shared-memory atomics)"
     if name in ("tt.atomic_rmw", "tt.atomic_cas") and not op.results[0].type.shape:
         return 8, "broadcast of a scalar atomic's old value"
+    if name in ("tt.atomic_rmw", "tt.atomic_cas") and op.results[0].uses:
+        # one thread per element does the atomic; copies of the element held by other threads (a tile
+        # smaller than the block) read its old value from here
+        t = op.results[0].type
+        return _numel(t.shape) * mem_bytes(t), "old values of a tensor atomic, for the threads holding copies"
     return 0, ""
 
 
