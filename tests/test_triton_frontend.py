@@ -628,3 +628,25 @@ def test_helper_constexpr_parameter_takes_a_runtime_value():
     y = torch.full_like(x, float("nan"))
     k[(2,)](x, y, BLOCK=128)
     assert torch.equal(y, x * 3.0)
+
+
+@kl.jit
+def _precision_dot(x_ptr, y_ptr, z_ptr, P: tl.constexpr):
+    i = tl.arange(0, 32)
+    x = tl.load(x_ptr + i[:, None] * 32 + i[None, :])
+    y = tl.load(y_ptr + i[:, None] * 32 + i[None, :])
+    tl.store(z_ptr + i[:, None] * 32 + i[None, :], tl.dot(x, y, input_precision=P))
+
+
+@pytest.mark.parametrize("precision,bound", [("bf16x3", 2e-3), ("bf16x6", 2e-5)])
+def test_bf16_split_precisions(precision, bound):
+    """input_precision='bf16x3' / 'bf16x6': fp32 dots on bf16 tensor cores from split operands (Triton's)."""
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(32, 32, generator=g), torch.randn(32, 32, generator=g)
+    z = torch.full((32, 32), float("nan"))
+    _precision_dot[(1,)](x, y, z, precision)
+    ref = x.double() @ y.double()
+    assert (z.double() - ref).abs().max() < bound * ref.abs().max()
+    ck = _precision_dot.warmup(x, y, z, precision, grid=(1,))
+    ck.build_gpu()
+    assert "f32.bf16.bf16" in ck.asm["ptx"]

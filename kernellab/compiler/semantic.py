@@ -1022,9 +1022,32 @@ class Semantic:
                 raise SemanticError(f"tl.dot acc has shape {list(acc.shape)}, expected {list(shape)}")
             rt = acc.type.scalar
         prec = unwrap(input_precision) or ("tf32" if ta == float32 else "ieee")
-        if prec not in ("tf32", "tf32x3", "ieee"):
-            raise SemanticError(f"input_precision must be 'tf32', 'tf32x3' or 'ieee', got {prec!r}")
+        if prec not in ("tf32", "tf32x3", "ieee", "bf16x3", "bf16x6"):
+            raise SemanticError(f"input_precision must be 'tf32', 'tf32x3', 'ieee', 'bf16x3' or 'bf16x6', got "
+                                f"{prec!r}")
+        if prec in ("bf16x3", "bf16x6") and ta == float32:
+            return self._dot_split_bf16(a, b, acc, shape, rt, 3 if prec == "bf16x3" else 6)
         return self.emit("tt.dot", [a, b, acc], TensorType(shape, rt), {"input_precision": prec})
+
+    def _dot_split_bf16(self, a, b, acc, shape, rt, terms: int):
+        """fp32 dot on bf16 tensor cores, as Triton's bf16x3 / bf16x6: each operand is split into bf16 parts
+        (x = hi + mid + lo, each the bf16 rounding of what is left) and the largest cross products are
+        summed in fp32, smallest first: 3 products (hi*hi, hi*mid, mid*hi) or 6 (plus mid*mid, hi*lo, lo*hi)."""
+        def split(x):
+            parts, rest = [], x
+            for _ in range(3):
+                p = self.cast(rest, bfloat16)
+                parts.append(p)
+                rest = self.binary("-", rest, self.cast(p, float32))
+            return parts
+
+        (ah, am, al), (bh, bm, bl) = split(a), split(b)
+        pairs = [(ah, bh), (ah, bm), (am, bh)] if terms == 3 else \
+            [(ah, bh), (ah, bm), (am, bh), (am, bm), (ah, bl), (al, bh)]
+        out = acc
+        for x, y in reversed(pairs):
+            out = self.emit("tt.dot", [x, y, out], TensorType(shape, rt), {"input_precision": "ieee"})
+        return out
 
     def _region(self, arg_types):
         region = Block(arg_types)
