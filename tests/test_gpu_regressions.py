@@ -43,16 +43,10 @@ def test_warm_launch_respecializes_integers_by_width():
         assert out.item() == n
 
 
-@kl.jit
-def _bool_block_copy(a_ptr, b_ptr, N, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    src = tl.make_block_ptr(a_ptr, (N,), (1,), (pid * BLOCK,), (BLOCK,), (0,))
-    dst = tl.make_block_ptr(b_ptr, (N,), (1,), (pid * BLOCK,), (BLOCK,), (0,))
-    tl.store(dst, tl.load(src, boundary_check=(0,), padding_option="zero"), boundary_check=(0,))
-
-
 def test_bool_block_pointer_copy_on_the_gpu():
     """Triton's test_block_copy with bool (the vector-width planner divided by int1's 0 bytes)."""
+    from tests.test_tensor_descriptor import _bool_block_copy
+
     a = (torch.rand(1000) > 0.5).cuda()
     b = torch.ones(1000, dtype=torch.bool, device="cuda")
     _bool_block_copy[(16,)](a, b, 1000, 64)

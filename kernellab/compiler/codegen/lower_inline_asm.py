@@ -11,6 +11,7 @@ import llvmlite.ir as ir
 
 from ..types import TensorType
 from .lower import KernelLowering, LoweringError, handles, llty
+from .lower_map import operand_columns
 
 
 def _per_register(t, pack: int) -> int:
@@ -51,12 +52,7 @@ def _inline_asm(lw: KernelLowering, op):
     pack = int(op.attrs.get("pack", 1))
     asm, constraints = op.attrs["asm"], op.attrs["constraints"]
     side_effect = not op.attrs.get("pure", False)
-    res0 = op.results[0]
-    n = len(res0.type.layout.registers(res0.type.shape)) if isinstance(res0.type, TensorType) else 1
-    cols = []
-    for v in op.operands:
-        x = lw.get(v)
-        cols.append(x if isinstance(x, list) else [x] * n)
+    n, cols = operand_columns(lw, op)
     in_types = [v.type.scalar for v in op.operands]
     out_types = [r.type.scalar for r in op.results]
     in_per = [_per_register(t, pack) for t in in_types]

@@ -9,16 +9,23 @@ from ..types import TensorType
 from .lower import KernelLowering, handles
 
 
-@handles("tt.map_elementwise")
-def _map_elementwise(lw: KernelLowering, op):
-    pack = int(op.attrs.get("pack", 1))
-    region = op.regions[0]
+def operand_columns(lw: KernelLowering, op):
+    """(registers per thread of the result, per operand its values register by register; a scalar operand
+    repeated): the elementwise ops that apply a function per element read their inputs so."""
     res0 = op.results[0]
     n = len(res0.type.layout.registers(res0.type.shape)) if isinstance(res0.type, TensorType) else 1
     cols = []
     for v in op.operands:
         x = lw.get(v)
         cols.append(x if isinstance(x, list) else [x] * n)
+    return n, cols
+
+
+@handles("tt.map_elementwise")
+def _map_elementwise(lw: KernelLowering, op):
+    pack = int(op.attrs.get("pack", 1))
+    region = op.regions[0]
+    n, cols = operand_columns(lw, op)
     outs = [[] for _ in op.results]
     for g in range(-(-n // pack)):
         idx = [min(g * pack + j, n - 1) for j in range(pack)]  # a short last group repeats its last element
