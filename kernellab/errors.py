@@ -13,6 +13,7 @@ class CompilationError(KernelLabError):
                  col: int = 0, source_line: str | None = None):
         self.kernel, self.reason, self.filename = kernel, reason, filename
         self.line, self.col, self.source_line = line, col, source_line
+        self.error_message = reason  # Triton's attribute name for the bare reason
         super().__init__(self._format())
 
     def _format(self) -> str:

@@ -650,3 +650,35 @@ def test_bf16_split_precisions(precision, bound):
     ck = _precision_dot.warmup(x, y, z, precision, grid=(1,))
     ck.build_gpu()
     assert "f32.bf16.bf16" in ck.asm["ptx"]
+
+
+def test_const_pointer_parameters():
+    """`ptr: tl.const` makes the pointer's type const, as in Triton: loads work, stores and atomics are refused,
+    and a runtime choice between a const and a plain pointer is a type mismatch."""
+    @kl.jit
+    def copy(src: tl.const, dst, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.load(src + offs))
+
+    @kl.jit
+    def store_to_const(src: tl.const, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(src + offs, 1.0)
+
+    @kl.jit
+    def choose(src: tl.const, dst, pick, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        out = src if pick else dst
+        tl.store(dst + offs, tl.load(out + offs))
+
+    x = torch.randn(32)
+    y = torch.full_like(x, float("nan"))
+    ck = copy[(1,)](x, y, BLOCK=32)
+    assert torch.equal(x, y) and "!ptr<const f32>" in ck.asm["tile"]
+    with pytest.raises(kl.CompilationError, match="Cannot store to a constant pointer"):
+        store_to_const[(1,)](x, BLOCK=32)
+    with pytest.raises(kl.CompilationError, match="inconsistent type"):
+        choose[(1,)](x, y, 0, BLOCK=32)  # 0: a runtime condition (an argument equal to 1 is a constexpr)
+    ck = copy.warmup(x, y, BLOCK=32, grid=(1,))
+    ck.build_gpu()  # the const type survives the GPU pipeline's reparse of the tile IR
+    assert "cubin" in ck.asm

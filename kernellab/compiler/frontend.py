@@ -90,13 +90,15 @@ class FunctionSource:
         self.node: ast.FunctionDef = defs[0]
         self.lines = source.splitlines()
         self.signature = inspect.signature(fn)
-        self.constexpr_params = set()
+        self.constexpr_params, self.const_params = set(), set()
         for p in self.params:
             ann = p.annotation
             if ann is not None:
                 text = ast.unparse(ann)
                 if text.endswith("constexpr"):
                     self.constexpr_params.add(p.arg)
+                elif text == "const" or text.endswith(".const"):  # `ptr: tl.const`: a pointer to constant data
+                    self.const_params.add(p.arg)
         for name, p in self.signature.parameters.items():
             if p.annotation is constexpr or p.annotation is lcore.constexpr:
                 self.constexpr_params.add(name)
@@ -415,7 +417,8 @@ class CodeGenerator(ast.NodeVisitor):
             if a.type != b.type:
                 if self._unify(a, b, then_block, else_block, then_t, else_t, i)[0] is None:
                     label = f"return value {i}" if i < n_ret else f"`{names[i - n_ret]}`"
-                    raise self.error(node, f"{label} has type {a.type} on the then-branch but {b.type} on the "
+                    what = "Return type mismatch: " if i < n_ret else f"Mismatched type for {names[i - n_ret]}: "
+                    raise self.error(node, f"{what}{label} has type {a.type} on the then-branch but {b.type} on the "
                                            "else-branch; make them match (e.g. with .to())")
             types.append(then_t[i].type)
         for blk, vals in ((then_block, then_t), (else_block, else_t)):
@@ -804,8 +807,9 @@ class CodeGenerator(ast.NodeVisitor):
         types = []
         for i, (a, b) in enumerate(zip(then_t, else_t)):
             if a.type != b.type and self._unify(a, b, then_block, else_block, then_t, else_t, i)[0] is None:
-                raise self.error(node, f"the conditional expression gives {a.type} on one side and {b.type} on "
-                                       "the other; make them match (e.g. with .to())")
+                raise self.error(node, f"Ternary expression with dynamic condition has inconsistent type: "
+                                       f"{a.type} on one side and {b.type} on the other; make them match "
+                                       "(e.g. with .to())")
             types.append(then_t[i].type)
         outer = self.builder.block
         for blk, vals in ((then_block, then_t), (else_block, else_t)):

@@ -583,6 +583,9 @@ class Semantic:
         cond = self.cast(self.to_tensor(cond), int1)
         xs, ys = _is_py_number(unwrap(x)), _is_py_number(unwrap(y))
         x, y = self.to_tensor(unwrap(x)), self.to_tensor(unwrap(y))
+        if x.type.scalar.is_ptr() and y.type.scalar.is_ptr() and x.type.scalar != y.type.scalar:
+            raise SemanticError(f"Ternary expression with dynamic condition has inconsistent type: "
+                                f"{x.type.scalar} and {y.type.scalar} (a select needs one pointer type)")
         if x.type.scalar.is_ptr() or y.type.scalar.is_ptr():
             ct = x.type.scalar if x.type.scalar.is_ptr() else y.type.scalar
         else:
@@ -720,6 +723,8 @@ class Semantic:
             return None
         if not ptr.type.scalar.is_ptr():
             raise SemanticError(f"tl.store needs a pointer as its first argument, got a value of type {ptr.type}")
+        if ptr.type.scalar.const:
+            raise SemanticError("Cannot store to a constant pointer (the parameter is annotated tl.const)")
         elem = ptr.type.scalar.elem
         value = self.to_tensor(value)
         if value.shape and not ptr.shape:
@@ -931,6 +936,8 @@ class Semantic:
         ptr = self.to_tensor(ptr)
         if not ptr.type.scalar.is_ptr():
             raise SemanticError(f"atomic_{kind} needs a pointer, got {ptr.type}")
+        if ptr.type.scalar.const:
+            raise SemanticError(f"Cannot store to a constant pointer: atomic_{kind} writes through it")
         elem = ptr.type.scalar.elem
         if elem.kind == "float" and elem.bits == 16 and kind != "add":
             raise SemanticError(f"atomic_{kind} does not support {elem.name}: 16-bit floats have only atomic_add")

@@ -218,20 +218,24 @@ NUMPY_OF = {**{f: np.dtype(np.float32) for f in FP8_DTYPES},
 
 
 class PointerType(Type):
-    """A pointer into global memory (address space 1) to elements of `elem`."""
+    """A pointer into global memory (address space 1) to elements of `elem`; `const` (a parameter annotated
+    `tl.const`) forbids stores through it, and is part of the type as in Triton."""
 
-    def __init__(self, elem: Type, addrspace: int = 1):
-        self.elem, self.addrspace = elem, addrspace
+    def __init__(self, elem: Type, addrspace: int = 1, const: bool = False):
+        self.elem, self.addrspace, self.const = elem, addrspace, const
 
     @property
     def element_ty(self):
         return self.elem
 
     def _key(self):
-        return (self.elem._key(), self.addrspace)
+        return (self.elem._key(), self.addrspace, self.const)
 
     def __repr__(self):
-        return f"!ptr<{self.elem}>"
+        return f"!ptr<const {self.elem}>" if self.const else f"!ptr<{self.elem}>"
+
+    def is_const(self):
+        return self.const
 
     def is_ptr(self):
         return True
@@ -370,7 +374,10 @@ def parse_type(text: str) -> Type:
     if text in DTYPES:
         return DTYPES[text]
     if text.startswith("!ptr<") and text.endswith(">"):
-        return PointerType(parse_type(text[5:-1]))
+        inner = text[5:-1]
+        if inner.startswith("const "):
+            return PointerType(parse_type(inner[6:]), const=True)
+        return PointerType(parse_type(inner))
     if text.startswith("!blockptr<") and text.endswith(">"):
         inner = text[len("!blockptr<"):-1]
         elem, shape = inner.split(",")

@@ -695,7 +695,7 @@ class JITFunction:
         if dt is not None:
             ptr = data_ptr(value)
             attrs = {"tt.divisibility": 16} if ptr % 16 == 0 and name not in self.do_not_specialize else {}
-            arg = RuntimeArg(PointerType(dt), attrs)
+            arg = RuntimeArg(PointerType(dt, const=name in self._kl_source().const_params), attrs)
         elif isinstance(value, bool):
             arg = RuntimeArg(DTYPES["i1"])
         elif isinstance(value, int):
