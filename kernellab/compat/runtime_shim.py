@@ -1,23 +1,10 @@
 """Launch-side names of Triton's runtime that real code touches, mapped onto kernellab."""
 from __future__ import annotations
 
+from ..compiler.types import TYPE_CANONICAL_NAMES  # noqa: F401 - served as triton.runtime.jit's
 from ..errors import KernelLabError
 from ..language.builtins import constexpr_function  # noqa: F401 - served as triton.constexpr_function
 from ..runtime.wrappers import TensorWrapper, reinterpret  # noqa: F401 - served as triton.reinterpret ...
-
-# Triton's canonical dtype spellings, keyed by every alias it accepts (its signature strings use these).
-TYPE_CANONICAL_NAMES = {
-    "bool": "u1", "int1": "u1", "uint1": "u1", "i1": "u1",
-    "float8e4nv": "fp8e4nv", "float8_e4m3fn": "fp8e4nv", "float8e5": "fp8e5", "float8_e5m2": "fp8e5",
-    "float8e4b15": "fp8e4b15", "float8e4b8": "fp8e4b8", "float8_e4m3fnuz": "fp8e4b8",
-    "float8e5b16": "fp8e5b16", "float8_e5m2fnuz": "fp8e5b16",
-    "half": "fp16", "float16": "fp16", "bfloat16": "bf16", "float": "fp32", "float32": "fp32",
-    "double": "fp64", "float64": "fp64",
-    "int8": "i8", "int16": "i16", "int": "i32", "int32": "i32", "int64": "i64",
-    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64", "void": "void",
-}
-for _v in list(TYPE_CANONICAL_NAMES.values()):
-    TYPE_CANONICAL_NAMES[_v] = _v
 
 
 class MockTensor:

@@ -772,7 +772,7 @@ class JITFunction:
         import re
         from types import SimpleNamespace
 
-        from ..compat.runtime_shim import TYPE_CANONICAL_NAMES
+        from ..compiler.types import TYPE_CANONICAL_NAMES
 
         def type_str(t):
             if isinstance(t, PointerType):
