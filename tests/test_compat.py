@@ -306,3 +306,27 @@ def test_unsafe_update_src_recompiles_a_template(triton):
     y = torch.full_like(x, float("nan"))
     kernel[(1,)](x, y, BLOCK=64)
     torch.testing.assert_close(y, x * x + 1)
+
+
+def test_globaltimer_and_smid_reach_the_ptx():
+    """tl.extra.cuda.globaltimer() / smid(): PTX special registers; two timer readings stay two."""
+    from kernellab.language.extra import cuda
+
+    @kernellab.jit
+    def timed(out1, out2):
+        start = cuda.globaltimer()
+        off = kl_tl.arange(0, 128)
+        for _ in range(100):
+            kl_tl.store(out1 + off, kl_tl.load(out1 + off) + 1)
+        end = cuda.globaltimer()
+        kl_tl.store(out2, start)
+        kl_tl.store(out2 + 1, end)
+        kl_tl.store(out2 + 2, cuda.smid().to(kl_tl.int64))
+
+    o1, o2 = torch.zeros(128, dtype=torch.int64, device=DEVICE), torch.zeros(3, dtype=torch.int64, device=DEVICE)
+    ck = timed.warmup(o1, o2, grid=(1,))
+    ck.build_gpu()
+    assert ck.asm["ptx"].count("%globaltimer") == 2 and "%smid" in ck.asm["ptx"] and "cubin" in ck.asm
+    if DEVICE == "cuda":
+        timed[(1,)](o1, o2)
+        assert o2[1] > o2[0] and 0 <= o2[2] < 1024 and torch.all(o1 == 100)
