@@ -278,7 +278,19 @@ REF = {"tanh": np.tanh, "sinh": np.sinh, "cosh": np.cosh, "tan": np.tan, "asin":
        "hypot": np.hypot, "trunc": np.trunc, "round": lambda x: np.where(np.abs(x - np.trunc(x)) == 0.5,
                                                                          np.trunc(x) + np.sign(x), np.round(x)),
        "rint": np.round, "nearbyint": np.round, "copysign": np.copysign, "fmod": np.fmod, "isnan": np.isnan,
-       "isinf": np.isinf, "isfinited": np.isfinite, "signbit": np.signbit}
+       "isinf": np.isinf, "isfinited": np.isfinite, "signbit": np.signbit,
+       "erfinv": lambda x: torch.special.erfinv(torch.from_numpy(x)).numpy(),
+       "lgamma": lambda x: torch.lgamma(torch.from_numpy(x)).numpy(),
+       "tgamma": np.vectorize(lambda v: math.copysign(math.inf, v) if v == 0 else math.nan if (
+           v != v or v == -math.inf or (v < 0 and v == math.floor(v))) else math.inf if v == math.inf else
+           math.gamma(v) if v < 171 else math.inf, otypes=[np.float64]),
+       "j0": lambda x: torch.special.bessel_j0(torch.from_numpy(x)).numpy(),
+       "j1": lambda x: torch.special.bessel_j1(torch.from_numpy(x)).numpy(),
+       "y0": lambda x: torch.special.bessel_y0(torch.from_numpy(x)).numpy(),
+       "y1": lambda x: torch.special.bessel_y1(torch.from_numpy(x)).numpy(),
+       "cyl_bessel_i0": lambda x: torch.special.i0(torch.from_numpy(x)).numpy(),
+       "cyl_bessel_i1": lambda x: torch.special.i1(torch.from_numpy(x)).numpy(),
+       "nextafter": np.nextafter, "fast_dividef": np.divide}
 EXACT = {i.tl_name for i in MATH if i.folds}
 KERNEL_SRC = '''
 import kernellab as kl
@@ -321,7 +333,8 @@ def _kernels(name, spelling, tmp_path):
 def _inputs(name, dtype, n=300, seed=0):
     g = torch.Generator().manual_seed(seed + sum(map(ord, name)))
     lo, hi = {"asin": (-1, 1), "acos": (-1, 1), "atanh": (-1, 1), "acosh": (1, 20), "log10": (0, 50),
-              "log1p": (-1, 50), "pow": (0, 4), "exp10": (-8, 8), "sinh": (-20, 20), "cosh": (-20, 20)}.get(name, (-9, 9))
+              "log1p": (-1, 50), "pow": (0, 4), "exp10": (-8, 8), "sinh": (-20, 20), "cosh": (-20, 20),
+              "erfinv": (-1, 1), "y0": (0, 20), "y1": (0, 20)}.get(name, (-9, 9))
     x = torch.rand(n, generator=g, dtype=torch.float64) * (hi - lo) + lo
     y = torch.rand(n, generator=g, dtype=torch.float64) * 8 - 4
     edges = torch.tensor([0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, math.inf, -math.inf, math.nan, 1.0, -1.0],

@@ -485,3 +485,32 @@ REFUSALS = {
 
 erf = _torch("erf")
 erfc = _torch("erfc")
+erfinv = _torch("erfinv")
+lgamma = _torch("gammaln")
+bessel_j0, bessel_j1 = _torch("bessel_j0"), _torch("bessel_j1")
+bessel_y0, bessel_y1 = _torch("bessel_y0"), _torch("bessel_y1")
+bessel_i0, bessel_i1 = _torch("i0"), _torch("i1")
+
+
+def _gamma(v: float) -> float:
+    """C tgamma: +-0 -> +-inf, poles (negative integers) and -inf -> NaN, overflow -> inf."""
+    import math
+
+    if v != v or v == -math.inf:
+        return math.nan
+    if v == math.inf:
+        return math.inf
+    if v == 0:
+        return math.copysign(math.inf, v)
+    if v < 0 and v == int(v):
+        return math.nan
+    try:
+        return math.gamma(v)
+    except OverflowError:
+        return math.inf
+
+
+def tgamma(x):
+    """Gamma(x), with its sign (lgamma gives only the magnitude's log)."""
+    a = np.asarray(x, dtype=np.float64)
+    return np.vectorize(_gamma, otypes=[np.float64])(a) if a.size else a

@@ -155,10 +155,15 @@ _def("math.fma", "a * b + c rounded once", same_types=True)
 for _n, _f in [("tanh", np.tanh), ("sinh", np.sinh), ("cosh", np.cosh), ("tan", np.tan), ("asin", np.arcsin),
                ("acos", np.arccos), ("atan", np.arctan), ("asinh", np.arcsinh), ("acosh", np.arccosh),
                ("atanh", np.arctanh), ("log10", np.log10), ("log1p", np.log1p), ("expm1", np.expm1),
-               ("exp10", op_eval.exp10), ("cbrt", np.cbrt), ("erfc", op_eval.erfc)]:
+               ("exp10", op_eval.exp10), ("cbrt", np.cbrt), ("erfc", op_eval.erfc), ("erfinv", op_eval.erfinv),
+               ("lgamma", op_eval.lgamma), ("tgamma", op_eval.tgamma), ("j0", op_eval.bessel_j0),
+               ("j1", op_eval.bessel_j1), ("y0", op_eval.bessel_y0), ("y1", op_eval.bessel_y1),
+               ("cyl_bessel_i0", op_eval.bessel_i0), ("cyl_bessel_i1", op_eval.bessel_i1)]:
     _math(_n, _f, libdevice=_n, tl=_n)
-for _n, _f in [("atan2", np.arctan2), ("pow", np.power), ("hypot", np.hypot)]:
+for _n, _f in [("atan2", np.arctan2), ("pow", np.power), ("hypot", np.hypot), ("nextafter", np.nextafter)]:
     _math(_n, _f, libdevice=_n, tl=_n, arity=2)
+_math("fast_dividef", np.divide, libdevice=("__nv_fdiv_rn", "__nv_ddiv_rn"), tl="fast_dividef", arity=2,
+      summary="a / b (Triton's name for a fast approximate divide; kernellab divides exactly)")
 _math("trunc", np.trunc, exact=True, libdevice="trunc", tl="trunc", summary="round toward zero to an integer")
 _math("round", op_eval.round_half_away, exact=True, libdevice="round", tl="round",
       summary="round to the nearest integer, halfway cases away from zero")
