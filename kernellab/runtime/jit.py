@@ -132,16 +132,22 @@ class CompiledKernel:
     def run(self, grid, args):
         """Run on the GPU when the tensor arguments are CUDA tensors, else on the CPU interpreter."""
         if any(is_cuda(a) for a in args):
-            import torch
-
-            from ..compiler.codegen.target import detect_target
-
-            dev = torch.cuda.current_device()
-            target = _TARGETS.get(dev) or _TARGETS.setdefault(dev, detect_target())
-            self.gpu(target)
-            self.launch_gpu(grid, list(args), torch.cuda.current_stream().cuda_stream)
+            self.run_gpu(grid, list(args))
             return
         self.interpreter().run(grid, args)
+
+    def run_gpu(self, grid, args):
+        """Build (once) for the current device's target, load, and launch on torch's current stream."""
+        import torch
+
+        from ..compiler.codegen.target import detect_target
+
+        dev = torch.cuda.current_device()
+        target = _TARGETS.get(dev)
+        if target is None:
+            target = _TARGETS[dev] = detect_target()
+        self.gpu(target)
+        self.launch_gpu(grid, args, torch.cuda.current_stream().cuda_stream)
 
     # ------------------------------------------------------------------ GPU
     def build_gpu(self, target=None):
@@ -855,16 +861,7 @@ class JITFunction:
         return ck
 
     def _run_gpu(self, ck, grid, runtime_values):
-        import torch
-
-        from ..compiler.codegen.target import detect_target
-
-        dev = torch.cuda.current_device()
-        target = _TARGETS.get(dev)
-        if target is None:
-            target = _TARGETS[dev] = detect_target()
-        ck.gpu(target)
-        ck.launch_gpu(grid, runtime_values, torch.cuda.current_stream().cuda_stream)
+        ck.run_gpu(grid, runtime_values)
         return ck
 
     # ------------------------------------------------------------------ the warm-launch fast path
