@@ -487,9 +487,41 @@ erf = _torch("erf")
 erfc = _torch("erfc")
 erfinv = _torch("erfinv")
 lgamma = _torch("gammaln")
-bessel_j0, bessel_j1 = _torch("bessel_j0"), _torch("bessel_j1")
-bessel_y0, bessel_y1 = _torch("bessel_y0"), _torch("bessel_y1")
-bessel_i0, bessel_i1 = _torch("i0"), _torch("i1")
+
+
+def _at_infinity(fn, at_pos_inf, at_neg_inf):
+    """torch.special's Bessel functions give NaN at +-inf; C (libdevice, hence Triton on the GPU) gives the
+    limits: j0, j1, y0, y1 -> 0 at +inf, i0 -> inf, i1 -> +-inf (y0/y1 of -inf stay NaN)."""
+    def at(x):
+        a = np.asarray(x, F64)
+        r = np.asarray(fn(a))
+        return np.where(a == np.inf, at_pos_inf, np.where(a == -np.inf, at_neg_inf, r))
+    return at
+
+
+def _mpmath(kind, order):
+    """Bessel J/Y of integer order to double precision through mpmath (installed with torch): torch.special's
+    bessel_j0/j1/y0/y1 are only single-precision accurate (absolute errors near 5e-7), too coarse for f64."""
+    def fn(x):
+        import mpmath
+
+        f = getattr(mpmath, kind)
+        a = np.asarray(x, F64)
+        out = np.full(a.shape, np.nan)
+        ok = np.isfinite(a) & ((a > 0) if kind == "bessely" else True)
+        out[ok] = [float(f(order, float(v))) for v in a[ok]]
+        if kind == "bessely":
+            out[a == 0] = -np.inf
+        return out
+    return fn
+
+
+bessel_j0 = _at_infinity(_mpmath("besselj", 0), 0.0, 0.0)
+bessel_j1 = _at_infinity(_mpmath("besselj", 1), 0.0, -0.0)
+bessel_y0 = _at_infinity(_mpmath("bessely", 0), 0.0, np.nan)
+bessel_y1 = _at_infinity(_mpmath("bessely", 1), 0.0, np.nan)
+bessel_i0 = _at_infinity(_torch("i0"), np.inf, np.inf)
+bessel_i1 = _at_infinity(_torch("i1"), np.inf, -np.inf)
 
 
 def _gamma(v: float) -> float:
