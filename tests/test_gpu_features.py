@@ -1327,9 +1327,11 @@ def reduce1d_spec(N, num_warps, dtype) -> Spec:
 
 @gpu
 @pytest.mark.parametrize("dtype", ["float32", "int32", "int8"])
-@pytest.mark.parametrize("N,num_warps", [(16, 4), (32, 1), (2, 4), (128, 2), (1024, 8), (4096, 4)])
+@pytest.mark.parametrize("N,num_warps", [(16, 4), (32, 1), (2, 4), (128, 2), (1024, 8), (4096, 4), (4096, 16),
+                                         (8192, 32), (64, 16), (512, 16)])
 def test_reductions_1d(N, num_warps, dtype):
-    """1-D tiles, from 2 elements on 128 threads (each element held by many threads) to 4096."""
+    """1-D tiles, from 2 elements on 128 threads (each element held by many threads) to 8192; 8 warps and more
+    combine their partials by a butterfly over lanes, fewer by one load each."""
     both = run_spec(reduce1d_spec(N, num_warps, dtype))
     x = both.args[0]
     xn = x.numpy()
