@@ -453,7 +453,10 @@ def test_math_function_gpu_matches_interpreter(info, dtype, tmp_path):
         torch.testing.assert_close(gpu, cpu, atol=0, rtol=0, equal_nan=True)
     else:  # libdevice is within a few ulp of the correctly rounded float64 value
         rtol = {torch.float32: 4e-6, torch.float64: 1e-14, torch.float16: 1e-3}[dtype]
-        torch.testing.assert_close(gpu, cpu, atol=rtol, rtol=rtol, equal_nan=True)
+        atol = rtol
+        if dtype == torch.float64 and info.tl_name in ("j0", "j1", "y0", "y1"):
+            atol = 1e-12  # CUDA documents libdevice's double Bessel J/Y to ~1e-12 absolute for large |x|
+        torch.testing.assert_close(gpu, cpu, atol=atol, rtol=rtol, equal_nan=True)
 
 
 # ============================================================================== GPU vs interpreter: core ops
