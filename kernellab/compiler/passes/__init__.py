@@ -6,10 +6,20 @@ after constant folding and loop-invariant code motion.
 """
 from __future__ import annotations
 
-from . import canonicalize, constant_fold, cse, dce, fold_dot_accumulator, inline, licm, pipeline_loads
+from . import (
+    canonicalize,
+    constant_fold,
+    cse,
+    dce,
+    fold_dot_accumulator,
+    inline,
+    licm,
+    pipeline_loads,
+    split_loop_offsets,
+)
 
-TILE_PASSES = [inline, canonicalize, constant_fold, canonicalize, fold_dot_accumulator, cse, dce, licm, pipeline_loads,
-               cse, dce]
+TILE_PASSES = [inline, canonicalize, constant_fold, canonicalize, fold_dot_accumulator, split_loop_offsets, cse, dce,
+               licm, pipeline_loads, cse, dce]
 
 __all__ = ["TILE_PASSES", "canonicalize", "constant_fold", "cse", "dce", "fold_dot_accumulator", "inline", "licm",
-           "pipeline_loads"]
+           "pipeline_loads", "split_loop_offsets"]
