@@ -15,11 +15,11 @@ from . import (
     inline,
     licm,
     pipeline_loads,
-    split_loop_offsets,
+    strength_reduce_pointers,
 )
 
-TILE_PASSES = [inline, canonicalize, constant_fold, canonicalize, fold_dot_accumulator, split_loop_offsets, cse, dce,
-               licm, pipeline_loads, cse, dce]
+TILE_PASSES = [inline, canonicalize, constant_fold, canonicalize, fold_dot_accumulator, cse, dce, licm,
+               strength_reduce_pointers, pipeline_loads, cse, dce]
 
 __all__ = ["TILE_PASSES", "canonicalize", "constant_fold", "cse", "dce", "fold_dot_accumulator", "inline", "licm",
-           "pipeline_loads", "split_loop_offsets"]
+           "pipeline_loads", "strength_reduce_pointers"]

@@ -1,0 +1,225 @@
+"""strength_reduce_pointers: a pointer tile rebuilt from the loop counter becomes a loop-carried pointer."""
+import torch
+
+import kernellab as kl
+import kernellab.language as tl
+from kernellab.compiler.passes import canonicalize, constant_fold, cse, dce
+from kernellab.compiler.passes import strength_reduce_pointers as sr
+
+
+class _ThenCleanUp:
+    """The pass builds its start values and steps naively; folding, CSE and DCE make the result readable."""
+
+    NAME = sr.NAME
+
+    @staticmethod
+    def run(module):
+        stats = sr.run(module)
+        for p in (constant_fold, canonicalize, cse, dce):
+            p.run(module)
+        return stats
+
+
+REBUILT_1D = """tt.func @k(%pa: !ptr<f16>, %sb: i32, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %c16 = arith.constant {value = 16} : i32
+  %rng = tt.make_range {end = 16, start = 0} : tensor<16xi32>
+  %base = tt.splat %pa : tensor<16x!ptr<f16>>
+  %sbt = tt.splat %sb : tensor<16xi32>
+  scf.for %c0, %n, %c1 {
+  ^bb(%k: i32):
+    %kk = arith.muli %k, %c16 : i32
+    %s = tt.splat %kk : tensor<16xi32>
+    %o = arith.addi %s, %rng : tensor<16xi32>
+    %o2 = arith.muli %o, %sbt : tensor<16xi32>
+    %p = tt.addptr %base, %o2 : tensor<16x!ptr<f16>>
+    %x = tt.load %p : tensor<16xf16>
+    tt.print %x
+    scf.yield
+  }
+  tt.return
+}
+"""
+
+CARRIED_1D = """tt.func @k(%pa: !ptr<f16>, %sb: i32, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %c16 = arith.constant {value = 16} : i32
+  %rng = tt.make_range {end = 16, start = 0} : tensor<16xi32>
+  %base = tt.splat %pa : tensor<16x!ptr<f16>>
+  %sbt = tt.splat %sb : tensor<16xi32>
+  %0 = arith.muli %rng, %sbt : tensor<16xi32>
+  %1 = arith.muli %c16, %sb : i32
+  %2 = tt.addptr %base, %0 : tensor<16x!ptr<f16>>
+  %3 = tt.splat %c0 : tensor<16xi32>
+  %4 = tt.addptr %2, %3 : tensor<16x!ptr<f16>>
+  %5 = tt.splat %1 : tensor<16xi32>
+  %6 = scf.for %c0, %n, %c1, %4 : tensor<16x!ptr<f16>> {
+  ^bb(%k: i32, %p: tensor<16x!ptr<f16>>):
+    %x = tt.load %p : tensor<16xf16>
+    tt.print %x
+    %7 = tt.addptr %p, %5 : tensor<16x!ptr<f16>>
+    scf.yield %7
+  }
+  tt.return
+}
+"""
+
+
+def test_offsets_from_the_counter_become_a_carried_pointer(check):
+    # base + (splat(k*16) + r) * splat(sb): starts at base + r*sb, advances by splat(16*sb) per iteration
+    assert check(_ThenCleanUp, REBUILT_1D, CARRIED_1D) == {"carried": 1}
+
+
+REBUILT_2D = """tt.func @k(%pa: !ptr<f16>, %sa: i32, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %c8 = arith.constant {value = 8} : i32
+  %rm = tt.make_range {end = 4, start = 0} : tensor<4xi32>
+  %rk = tt.make_range {end = 8, start = 0} : tensor<8xi32>
+  %sat = tt.splat %sa : tensor<4xi32>
+  %rows = arith.muli %rm, %sat : tensor<4xi32>
+  %rows2 = tt.expand_dims %rows {axis = 1} : tensor<4x1xi32>
+  %pbase = tt.splat %pa : tensor<4x1x!ptr<f16>>
+  %prow = tt.addptr %pbase, %rows2 : tensor<4x1x!ptr<f16>>
+  %prowb = tt.broadcast %prow : tensor<4x8x!ptr<f16>>
+  scf.for %c0, %n, %c8 {
+  ^bb(%k0: i32):
+    %s = tt.splat %k0 : tensor<8xi32>
+    %ok = arith.addi %s, %rk : tensor<8xi32>
+    %ok2 = tt.expand_dims %ok {axis = 0} : tensor<1x8xi32>
+    %okb = tt.broadcast %ok2 : tensor<4x8xi32>
+    %p = tt.addptr %prowb, %okb : tensor<4x8x!ptr<f16>>
+    %x = tt.load %p : tensor<4x8xf16>
+    %q = tt.addptr %p, %okb : tensor<4x8x!ptr<f16>>
+    tt.store %q, %x
+    scf.yield
+  }
+  tt.return
+}
+"""
+
+CARRIED_2D = """tt.func @k(%pa: !ptr<f16>, %sa: i32, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c8 = arith.constant {value = 8} : i32
+  %rm = tt.make_range {end = 4, start = 0} : tensor<4xi32>
+  %rk = tt.make_range {end = 8, start = 0} : tensor<8xi32>
+  %sat = tt.splat %sa : tensor<4xi32>
+  %rows = arith.muli %rm, %sat : tensor<4xi32>
+  %rows2 = tt.expand_dims %rows {axis = 1} : tensor<4x1xi32>
+  %pbase = tt.splat %pa : tensor<4x1x!ptr<f16>>
+  %prow = tt.addptr %pbase, %rows2 : tensor<4x1x!ptr<f16>>
+  %prowb = tt.broadcast %prow : tensor<4x8x!ptr<f16>>
+  %0 = tt.expand_dims %rk {axis = 0} : tensor<1x8xi32>
+  %1 = tt.broadcast %0 : tensor<4x8xi32>
+  %2 = tt.addptr %prowb, %1 : tensor<4x8x!ptr<f16>>
+  %3 = arith.constant {value = 8} : tensor<4x8xi32>
+  %4 = tt.addptr %2, %1 : tensor<4x8x!ptr<f16>>
+  %5 = arith.constant {value = 16} : tensor<4x8xi32>
+  %6, %7 = scf.for %c0, %n, %c8, %2, %4 : tensor<4x8x!ptr<f16>>, tensor<4x8x!ptr<f16>> {
+  ^bb(%k0: i32, %p: tensor<4x8x!ptr<f16>>, %q: tensor<4x8x!ptr<f16>>):
+    %x = tt.load %p : tensor<4x8xf16>
+    tt.store %q, %x
+    %8 = tt.addptr %p, %3 : tensor<4x8x!ptr<f16>>
+    %9 = tt.addptr %q, %5 : tensor<4x8x!ptr<f16>>
+    scf.yield %8, %9
+  }
+  tt.return
+}
+"""
+
+
+def test_expand_dims_broadcast_and_pointer_chains(check):
+    # the store's pointer adds the per-iteration column offset twice: it advances twice as fast
+    assert check(_ThenCleanUp, REBUILT_2D, CARRIED_2D) == {"carried": 2}
+
+
+ALREADY_CARRIED = """
+tt.func @k(%pa: !ptr<f16>, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %c16 = arith.constant {value = 16} : tensor<16xi32>
+  %rng = tt.make_range {end = 16, start = 0} : tensor<16xi32>
+  %base = tt.splat %pa : tensor<16x!ptr<f16>>
+  %p0 = tt.addptr %base, %rng : tensor<16x!ptr<f16>>
+  %r = scf.for %c0, %n, %c1, %p0 : tensor<16x!ptr<f16>> {
+  ^bb(%k: i32, %p: tensor<16x!ptr<f16>>):
+    %x = tt.load %p : tensor<16xf16>
+    tt.print %x
+    %next = tt.addptr %p, %c16 : tensor<16x!ptr<f16>>
+    scf.yield %next
+  }
+  tt.return
+}
+"""
+
+
+def test_pointers_already_carried_are_left_alone(check):
+    assert check(sr, ALREADY_CARRIED, ALREADY_CARRIED) == {"carried": 0}
+
+
+ONE_SPLAT = """
+tt.func @k(%pa: !ptr<f16>, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %rng = tt.make_range {end = 16, start = 0} : tensor<16xi32>
+  %base = tt.splat %pa : tensor<16x!ptr<f16>>
+  %p0 = tt.addptr %base, %rng : tensor<16x!ptr<f16>>
+  scf.for %c0, %n, %c1 {
+  ^bb(%k: i32):
+    %s = tt.splat %k : tensor<16xi32>
+    %p = tt.addptr %p0, %s : tensor<16x!ptr<f16>>
+    %x = tt.load %p : tensor<16xf16>
+    tt.print %x
+    scf.yield
+  }
+  tt.return
+}
+"""
+
+
+def test_one_splat_added_per_iteration_is_left_alone(check):
+    assert check(sr, ONE_SPLAT, ONE_SPLAT) == {"carried": 0}
+
+
+def test_offsets_not_affine_in_the_counter_are_left_alone(check):
+    # k * k is not c * k + d
+    text = REBUILT_1D.replace("%kk = arith.muli %k, %c16 : i32", "%kk = arith.muli %k, %k : i32")
+    assert check(sr, text, text) == {"carried": 0}
+
+
+def test_offsets_of_another_width_are_left_alone(check):
+    # an extsi of a per-iteration value does not distribute over a wrapping add
+    text = REBUILT_1D.replace("%o = arith.addi %s, %rng : tensor<16xi32>",
+                              "%o32 = arith.addi %s, %rng : tensor<16xi32>\n    %o = arith.extsi %o32 : tensor<16xi64>")
+    text = text.replace("%sbt = tt.splat %sb : tensor<16xi32>", "%sb64 = arith.extsi %sb : i64\n"
+                        "  %sbt = tt.splat %sb64 : tensor<16xi64>")
+    text = text.replace("%o2 = arith.muli %o, %sbt : tensor<16xi32>", "%o2 = arith.muli %o, %sbt : tensor<16xi64>")
+    assert check(sr, text, text) == {"carried": 0}
+
+
+@kl.jit
+def _gather_columns(X, Y, n_rows, stride, START: tl.constexpr, STEP: tl.constexpr, ROWS: tl.constexpr,
+                    COLS: tl.constexpr):
+    # rows START, START + STEP, ... of a (n_rows, stride) tile, pointers rebuilt from the counter each time
+    r = tl.arange(0, ROWS)
+    c = tl.arange(0, COLS)
+    for k in range(START, n_rows, STEP):
+        rows = k + r
+        x = tl.load(X + rows[:, None] * stride + c[None, :])
+        tl.store(Y + (k - START) * COLS + r[:, None] * stride + c[None, :], x + 1.0)
+
+
+def test_interpreted_results_with_a_start_and_a_step():
+    x = torch.randn(64, 8)
+    y = torch.full((64, 8), float("nan"))
+    _gather_columns[(1,)](x, y, 40, 8, START=3, STEP=5, ROWS=2, COLS=8)
+    compiled = list(_gather_columns.cache.values())[-1]
+    assert "strength_reduce_pointers" in compiled.trace.summary()
+    rec = next(p for p in compiled.trace.passes if p.name == "strength_reduce_pointers")
+    assert rec.stats == {"carried": 2}
+    ref = torch.full((64, 8), float("nan"))
+    for k in range(3, 40, 5):
+        ref.view(-1)[(k - 3) * 8:(k - 3) * 8 + 16] = (x[k:k + 2] + 1.0).reshape(-1)
+    torch.testing.assert_close(y, ref, equal_nan=True)
