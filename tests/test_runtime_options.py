@@ -30,7 +30,7 @@ def test_compile_cache_keys_on_launch_options():
     nofuse = axpb[(1,)](*_axpb_args(), BLOCK=64, enable_fp_fusion=False)  # a launch after the default one
     assert nofuse is not base and nofuse.options["enable_fp_fusion"] is False
     assert axpb.warmup(*_axpb_args(), BLOCK=64, enable_fp_fusion=False) is nofuse
-    for opt in ({"enable_wgmma": False}, {"maxnreg": 128}, {"num_ctas": 2}):
+    for opt in ({"enable_wgmma": False}, {"maxnreg": 128}, {"num_ctas": 2}, {"enable_reflect_ftz": False}):
         assert axpb.warmup(*_axpb_args(), BLOCK=64, **opt) not in (base, nofuse), opt
 
 
@@ -41,6 +41,25 @@ def test_fp_fusion_option_reaches_the_ptx(tmp_path, monkeypatch):
     plain = axpb.warmup(*_axpb_args(), BLOCK=64, enable_fp_fusion=False).build_gpu()
     assert "fma.rn.f32" in fused.asm["ptx"]
     assert "fma.rn.f32" not in plain.asm["ptx"]
+
+
+@kl.jit
+def log_of(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.log(tl.load(x_ptr + offs, mask=m, other=1.0)), mask=m)
+
+
+def test_reflect_ftz_option_reaches_libdevice(tmp_path, monkeypatch):
+    """libdevice's subnormal-flushing variants by default (Triton's enable_reflect_ftz), exact ones on request."""
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(J, "_can_assemble", lambda: False)
+    args = (torch.rand(64) + 0.5, torch.empty(64), 64)
+    flush = log_of.warmup(*args, BLOCK=64).build_gpu()
+    exact = log_of.warmup(*args, BLOCK=64, enable_reflect_ftz=False).build_gpu()
+    assert exact is not flush
+    assert ".ftz.f32" in flush.asm["ptx"]
+    assert ".ftz.f32" not in exact.asm["ptx"]
 
 
 @kl.jit

@@ -28,7 +28,7 @@ def compile_to_cubin(module: Module, trace: CompileTrace, options: GpuOptions, t
     trace.record("to_llvm", "GPU IR -> LLVM IR (one function; registers per layout)", llir,
                  time.perf_counter() - t0, True, {})
     t0 = time.perf_counter()
-    ptx = llvm_to_ptx(llir, target, name)
+    ptx = llvm_to_ptx(llir, target, name, ftz=options.reflect_ftz)
     trace.record("to_ptx", f"LLVM O3 + NVPTX backend -> PTX for {target.cpu}", ptx, time.perf_counter() - t0, True,
                  {})
     out = {"gpu": trace.ir_after("insert_barriers"), "llir": llir, "ptx": ptx, "arg_kinds": arg_kinds,

@@ -21,7 +21,7 @@ from ..language.core import _DescriptorLayout, constexpr, tensor_descriptor, unw
 from .source import get_source
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "enable_wgmma", "enable_tma",
-                  "debug", "launch_cooperative_grid", "stream", "warmup",
+                  "enable_reflect_ftz", "debug", "launch_cooperative_grid", "stream", "warmup",
                   # Triton's, accepted and without effect here: libdevice is always linked (extern_libs);
                   # launches are not programmatically dependent (launch_pdl), so gdc_wait returns at once
                   "extern_libs", "launch_pdl")
@@ -164,6 +164,7 @@ class CompiledKernel:
         opts = GpuOptions(num_warps=self.options.get("num_warps", 4),
                           num_stages=self.options.get("num_stages", 3), arch=target.arch,
                           fp_fusion=bool(self.options.get("enable_fp_fusion", True)),
+                          reflect_ftz=bool(self.options.get("enable_reflect_ftz", True)),
                           wgmma=bool(self.options.get("enable_wgmma", True)),
                           tma=bool(self.options.get("enable_tma", True)))
         while True:
@@ -442,7 +443,7 @@ def _store_cached(key, out, records):
 # Launch options that can change the compiled code, with their defaults: the in-memory cache keys on all of
 # them (a launch that spells out a default shares the entry); stream, warmup, launch_cooperative_grid do not.
 _COMPILE_OPTIONS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None, "enable_fp_fusion": True,
-                    "enable_wgmma": True, "enable_tma": True, "debug": None}
+                    "enable_wgmma": True, "enable_tma": True, "enable_reflect_ftz": True, "debug": None}
 
 
 def _options_key(options: dict) -> tuple:

@@ -12,6 +12,9 @@ class GpuOptions:
     fp_fusion: bool = True  # let a*b+c become one fma (Triton's enable_fp_fusion); False keeps IEEE mul+add
     wgmma: bool = True  # sm_90: Hopper's warpgroup MMA where a dot allows it (`enable_wgmma=False`: mma.sync)
     tma: bool = True  # sm_90: TMA copies for block-pointer tiles where the access allows it (`enable_tma=False`)
+    # libdevice's functions flush subnormals (its "ftz" variants), as Triton's default enable_reflect_ftz does:
+    # fewer instructions and registers (e.g. logf); `enable_reflect_ftz=False` keeps subnormals exact
+    reflect_ftz: bool = True
 
     @property
     def num_threads(self):
