@@ -62,6 +62,19 @@ def test_reflect_ftz_option_reaches_libdevice(tmp_path, monkeypatch):
     assert ".ftz.f32" not in exact.asm["ptx"]
 
 
+def test_maxnreg_caps_the_registers(tmp_path, monkeypatch):
+    """maxnreg reaches ptxas: a kernel that holds many values in registers is built under the cap."""
+    import shutil
+
+    if shutil.which("ptxas") is None:
+        pytest.skip("ptxas (CUDA toolkit) is not on PATH")
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    args = (torch.rand(4096) + 0.5, torch.empty(4096), 4096)
+    free = log_of.warmup(*args, BLOCK=4096, num_warps=1).build_gpu()
+    capped = log_of.warmup(*args, BLOCK=4096, num_warps=1, maxnreg=32).build_gpu()
+    assert free.n_regs > 32 >= capped.n_regs
+
+
 @kl.jit
 def count_ones(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -144,7 +157,7 @@ def test_ptxas_failure_keeps_the_stages_in_asm(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(J, "_can_assemble", lambda: True)
 
-    def reject(ptx, target, name):
+    def reject(ptx, target, name, options=()):
         raise ToolchainError("ptxas fatal: fake failure")
 
     monkeypatch.setattr(backend, "ptx_to_cubin", reject)

@@ -1,6 +1,7 @@
 """Tile IR -> GPU IR -> LLVM IR -> PTX -> cubin, recording every stage in the CompileTrace."""
 from __future__ import annotations
 
+import re
 import time
 
 from ..errors import CompilationError, ToolchainError
@@ -29,6 +30,8 @@ def compile_to_cubin(module: Module, trace: CompileTrace, options: GpuOptions, t
                  time.perf_counter() - t0, True, {})
     t0 = time.perf_counter()
     ptx = llvm_to_ptx(llir, target, name, ftz=options.reflect_ftz)
+    if options.maxnreg:
+        ptx = _cap_registers(ptx, options.maxnreg)
     trace.record("to_ptx", f"LLVM O3 + NVPTX backend -> PTX for {target.cpu}", ptx, time.perf_counter() - t0, True,
                  {})
     out = {"gpu": trace.ir_after("insert_barriers"), "llir": llir, "ptx": ptx, "arg_kinds": arg_kinds,
@@ -72,3 +75,9 @@ def _check_fp8_formats(module: Module):
         raise CompilationError(fn.name, f"type {t.name} not supported in this architecture. The supported fp8 dtypes "
                                f"are {names} (float8e4b8 and float8e5b16 are AMD formats; the CPU interpreter runs "
                                "them)", fn.source_file, line)
+
+
+def _cap_registers(ptx: str, n: int) -> str:
+    """Triton's maxnreg: a `.maxnreg` directive on the entry (ptxas ignores --maxrregcount once `.maxntid` is
+    given)."""
+    return re.sub(r"^(\.maxntid[^\n]*)$", lambda m: f"{m.group(1)}\n.maxnreg {int(n)}", ptx, count=1, flags=re.M)

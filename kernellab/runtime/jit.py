@@ -165,6 +165,7 @@ class CompiledKernel:
                           num_stages=self.options.get("num_stages", 3), arch=target.arch,
                           fp_fusion=bool(self.options.get("enable_fp_fusion", True)),
                           reflect_ftz=bool(self.options.get("enable_reflect_ftz", True)),
+                          maxnreg=self.options.get("maxnreg"),
                           wgmma=bool(self.options.get("enable_wgmma", True)),
                           tma=bool(self.options.get("enable_tma", True)))
         while True:
@@ -383,9 +384,7 @@ def _gpu_cache_key(tile_ir: str, opts, target) -> str:
     the argument specialization (like Triton's key); options, target and toolchain versions complete it."""
     from .cache import cache_key
 
-    return cache_key("gpu", tile_ir, opts.num_warps, opts.num_stages, opts.fp_fusion, opts.wgmma, opts.tma, target.cpu,
-                     target.ptx_version,
-                     _toolchain_versions())
+    return cache_key("gpu", tile_ir, repr(opts), target.cpu, target.ptx_version, _toolchain_versions())
 
 
 def _load_cached(key, trace):

@@ -15,6 +15,7 @@ class GpuOptions:
     # libdevice's functions flush subnormals (its "ftz" variants), as Triton's default enable_reflect_ftz does:
     # fewer instructions and registers (e.g. logf); `enable_reflect_ftz=False` keeps subnormals exact
     reflect_ftz: bool = True
+    maxnreg: int | None = None  # a cap on registers per thread (Triton's maxnreg), given to ptxas
 
     @property
     def num_threads(self):
