@@ -286,10 +286,10 @@ class Memory:
         n = a.shape[0]
         act = np.ones(n, bool) if act is None else np.broadcast_to(act, addr.shape).reshape(-1)
         isz = mk.isz
-        rids = np.full(n, rid, np.int64) if rid is not None else a >> _REGION_SHIFT
+        rids = None if rid is not None else a >> _REGION_SHIFT
         ok = np.zeros(n, bool)
         groups = []
-        for r in np.unique(rids[act]).tolist():
+        for r in [rid] if rid is not None else np.unique(rids[act]).tolist():
             if 0 < r < len(self.regions):
                 reg = self.regions[r]
                 base, tv, lim = reg.typed(mk)
@@ -302,13 +302,13 @@ class Memory:
                     groups.append((reg, tv, lanes, pos[lanes] >> mk.shift))
         bad = act & ~ok
         if bad.any():
-            raise Fault(self._bad_lane_message(addr, a, bad, rids, mk, verb))
+            raise Fault(self._bad_lane_message(addr, a, bad, rid, rids, mk, verb))
         return groups
 
-    def _bad_lane_message(self, addr, a, bad, rids, mk: MemKind, verb: str) -> str:
+    def _bad_lane_message(self, addr, a, bad, rid, rids, mk: MemKind, verb: str) -> str:
         lane = int(np.argmax(bad))
         bad_addr = int(a[lane])
-        rid = int(rids[lane])
+        rid = rid if rid is not None else int(rids[lane])
         reg = self.regions[rid] if 0 < rid < len(self.regions) else None
         idx = [int(i) for i in np.unravel_index(lane, addr.shape)] if addr.ndim else []
         at = f" at tile index {idx}" if addr.size > 1 else ""
