@@ -434,6 +434,18 @@ def test_uninitialized_reads():
     acc.zero_()
     accumulate[(2,)](torch.ones(8, dtype=torch.int32), acc, BLOCK=4, sanitize=True)
     assert acc.item() == 8
+    # marking a stepped view marks its elements only
+    big = torch.zeros(2, 8)
+    kl.uninitialized(big[:, ::2])
+    assert torch.isnan(big[:, ::2]).all() and big[:, 1::2].eq(0).all()
+
+    @kl.jit
+    def odd_columns(x_ptr, out_ptr):
+        r = tl.arange(0, 8)
+        tl.store(out_ptr + r, tl.load(x_ptr + (r // 4) * 8 + (r % 4) * 2 + 1))
+
+    out8 = torch.full((8,), float("nan"))
+    assert odd_columns[(1,)](big, out8, sanitize=True).sanitizer_report.ok and out8.eq(0).all()
     # a plain torch.empty is not checked (its memory cannot be told from written memory)
     plain = torch.empty(8)
     partial_then_sum[(1,)](plain, out, BLOCK=8, sanitize=True)

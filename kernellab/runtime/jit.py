@@ -875,8 +875,9 @@ class JITFunction:
             self._remember_fast(args, kwargs, ck, runtime_values)
             return ck
         _notice_interpreter(self.__name__)
-        ck.run(grid, runtime_values, bounds=options.get("bounds", self.bounds),
-               sanitize=options.get("sanitize", self.sanitize))
+        bounds, sanitize = options.get("bounds", self.bounds), options.get("sanitize", self.sanitize)
+        extra = {**({"bounds": bounds} if bounds != "view" else {}), **({"sanitize": sanitize} if sanitize else {})}
+        ck.run(grid, runtime_values, **extra)  # (only what is not the default: tests replace CompiledKernel.run)
         return ck
 
     def _run_gpu(self, ck, grid, runtime_values):

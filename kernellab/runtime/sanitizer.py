@@ -219,12 +219,21 @@ def uninitialized(t):
 
     obj = getattr(t, "_kl_base", t)
     if getattr(getattr(obj, "device", None), "type", "cpu") != "cpu":
-        raise InterpreterError("kernellab.uninitialized: the sanitizer runs on the CPU interpreter; pass a CPU "
-                               "tensor")
+        # GPU memory: poisoned (so unwritten elements show), not tracked (the sanitizer runs on the CPU)
+        import torch
+
+        if obj.is_floating_point():
+            obj.fill_(float("nan"))
+        else:
+            obj.fill_(True if obj.dtype == torch.bool else int.from_bytes(b"\xa5" * obj.element_size(), "little",
+                                                                          signed=True))
+        return t
     try:
         reg = region_for(1, "t", obj)
     except TypeError as e:
         raise InterpreterError(f"kernellab.uninitialized: {e}") from None
+    if not reg.writable:
+        raise InterpreterError("kernellab.uninitialized: the array is read-only")
     lo, hi = reg.view_lo, reg.view_hi
     mask = None
     if hi - lo != reg.numel * reg.elem_size:  # not dense: only the bytes of its elements
