@@ -30,6 +30,15 @@ class InterpreterError(KernelLabError):
     failed device_assert). Names the kernel, the source line and the program id."""
 
 
+class SanitizerError(InterpreterError):
+    """A launch with `sanitize=True` raced, stored twice to one address, or read uninitialized memory.
+    `.report` is the SanitizerReport: every finding with both accesses (program, lane, line)."""
+
+    def __init__(self, message: str, report=None):
+        super().__init__(message)
+        self.report = report
+
+
 class LaunchError(KernelLabError):
     """Bad launch arguments: wrong count, wrong types, a bad grid."""
 

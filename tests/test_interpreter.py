@@ -628,11 +628,13 @@ def test_pointers_into_two_arguments_and_misaligned_bytes():
     g = gen(20)
     a, b = torch.randn(8, generator=g), torch.randn(8, generator=g)
     o, ob = torch.zeros(8), torch.full((8,), 9, dtype=torch.int32)
-    run(SELECT_PTR_IR, (1,), [a, b, o, ob])
+    # the select of two arguments' pointers works; the int32 load one byte past `a` is misaligned, which a GPU
+    # faults on: an error naming the argument and the offset
+    with pytest.raises(InterpreterError, match=r"line 5: program \(0, 0, 0\) reads a misaligned address: byte "
+                                               r"offset 1 of argument 'a'.*4-byte element size"):
+        run(SELECT_PTR_IR, (1,), [a, b, o, ob])
     assert torch.equal(o, torch.cat([a[:4], b[4:]]))
-    expect = np.frombuffer(a.numpy().view(np.uint8)[1:17].tobytes(), np.int32)
-    np.testing.assert_array_equal(ob.numpy()[:4], expect)
-    assert ob[4:].tolist() == [0] * 4
+    assert ob.tolist() == [9] * 8
 
 
 GENERIC_2D_IR = """

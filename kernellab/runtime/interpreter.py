@@ -22,7 +22,7 @@ from ..compiler.ir import Function, Module, Op
 from ..compiler.ops import is_pure
 from ..compiler.types import BlockPtrType, DType, PointerType
 from ..errors import InterpreterError, LaunchError
-from .interp_memory import Fault, Memory, bf16_bits, mem_kind, region_for, round_bf16
+from .interp_memory import BOUNDS, Fault, Memory, bf16_bits, mem_kind, region_for, round_bf16
 
 __all__ = ["Interpreter", "InterpreterError"]
 
@@ -166,6 +166,83 @@ class BlockPtr:
 
 
 # ---------------------------------------------------------------------------------------------
+# Pointer provenance
+
+# Ops whose pointer result points into the same argument as these operands.
+_PTR_FROM = {"tt.addptr": (0,), "tt.splat": (0,), "tt.broadcast": (0,), "tt.expand_dims": (0,), "tt.reshape": (0,),
+             "tt.trans": (0,), "tt.split": (0,), "tt.join": (0, 1), "tt.cat": (0, 1), "tt.hint": (0,),
+             "arith.select": (1, 2), "arith.bitcast": (0,), "tt.make_block_ptr": (0,), "tt.advance": (0,)}
+_UNKNOWN = -1
+
+
+def _is_pointer(v) -> bool:
+    return isinstance(v.type, BlockPtrType) or isinstance(getattr(v.type, "scalar", None), PointerType)
+
+
+def pointer_roots(fn: Function) -> dict:
+    """id(value) -> index of the kernel argument every pointer in `value` derives from, for the pointer values
+    of `fn` whose argument is known statically (arithmetic, reshapes, selects between pointers of one
+    argument, loop-carried pointers); values whose pointers may come from elsewhere (loaded, made from
+    integers, mixed) are absent. A fixpoint over the use-def graph, loop-carried values included."""
+    roots: dict = {id(a): i for i, a in enumerate(fn.args) if _is_pointer(a)}
+    incoming: dict = {}  # id(value) -> the values it may take (block arguments and region results)
+    ops = list(fn.walk())
+    for op in ops:
+        if op.name in ("scf.for", "scf.while", "scf.if") and op.regions:
+            ys = [(blk, blk.ops[-1].operands if blk.ops and blk.ops[-1].name in _TERMINATORS else [])
+                  for blk in op.regions]
+            if op.name == "scf.for":
+                body, y = ys[0]
+                for i, arg in enumerate(body.args[1:]):
+                    incoming[id(arg)] = [op.operands[3 + i]] + ([y[i]] if i < len(y) else [])
+                for i, r in enumerate(op.results):
+                    incoming[id(r)] = [op.operands[3 + i]] + ([y[i]] if i < len(y) else [])
+            elif op.name == "scf.while":
+                (before, cond), (after, y) = ys[0], ys[1]
+                for i, arg in enumerate(before.args):
+                    incoming[id(arg)] = [op.operands[i]] + ([y[i]] if i < len(y) else [])
+                for i, arg in enumerate(after.args):
+                    incoming[id(arg)] = [cond[1 + i]] if 1 + i < len(cond) else []
+                for i, r in enumerate(op.results):
+                    incoming[id(r)] = [cond[1 + i]] if 1 + i < len(cond) else []
+            else:
+                for i, r in enumerate(op.results):
+                    incoming[id(r)] = [y[i] for _, y in ys if i < len(y)]
+    sources = {}  # id(value) -> values it derives from, for every pointer value that is not an argument
+    for op in ops:
+        for blk in op.regions:
+            for a in blk.args:
+                if _is_pointer(a):
+                    sources[id(a)] = incoming.get(id(a))
+        for r in op.results:
+            if not _is_pointer(r):
+                continue
+            if id(r) in incoming:
+                sources[id(r)] = incoming[id(r)]
+            elif op.name in _PTR_FROM:
+                sources[id(r)] = [op.operands[i] for i in _PTR_FROM[op.name] if i < len(op.operands)]
+            else:
+                sources[id(r)] = None  # loaded, made from an integer, returned by a call: unknown
+    changed = True
+    while changed:
+        changed = False
+        for vid, srcs in sources.items():
+            old = roots.get(vid)
+            if old == _UNKNOWN:
+                continue
+            if not srcs:
+                new = _UNKNOWN
+            else:
+                known = {roots.get(id(s)) for s in srcs} - {None}
+                if not known:
+                    continue
+                new = known.pop() if len(known) == 1 else _UNKNOWN
+            if new != old:
+                roots[vid] = new
+                changed = True
+    return {k: v for k, v in roots.items() if v != _UNKNOWN}
+
+# ---------------------------------------------------------------------------------------------
 # Execution
 
 class _Ctx:
@@ -239,22 +316,23 @@ class _Units:
         self.key = None
         self.codes: dict = {}
         self.ptr_casts = any(_makes_raw_pointer(op) for fn in module.functions for op in fn.walk())
+        self.sites: list = []  # the memory ops of sanitizing compiles, by site id (sanitizer.Site)
 
-    def get(self, name, batched=False, hoist=False) -> _FnCode:
-        key = (name, batched, hoist)
+    def get(self, name, batched=False, hoist=False, sanitize=False) -> _FnCode:
+        key = (name, batched, hoist, sanitize)
         code = self.codes.get(key)
         if code is None:
             fn = self.module.lookup(name)
-            code = _Compiler(self, fn, batched, hoist).compile()
+            code = _Compiler(self, fn, batched, hoist, sanitize).compile()
             self.codes[key] = code
         return code
 
-    def getter(self, name, batched):
+    def getter(self, name, batched, sanitize=False):
         cell = []
 
         def get():
             if not cell:
-                cell.append(self.get(name, batched))
+                cell.append(self.get(name, batched, sanitize=sanitize))
             return cell[0]
         return get
 
@@ -294,10 +372,20 @@ def _units(module: Module) -> _Units:
     return u
 
 
+_MEMORY_OPS = ("tt.load", "tt.store", "tt.atomic_rmw", "tt.atomic_cas")
+
+
 class _Compiler:
-    def __init__(self, units: _Units, fn: Function, batched: bool, hoist: bool):
-        self.units, self.fn, self.batched, self.hoist = units, fn, batched, hoist
+    def __init__(self, units: _Units, fn: Function, batched: bool, hoist: bool, sanitize: bool = False):
+        self.units, self.fn, self.batched, self.hoist, self.sanitize = units, fn, batched, hoist, sanitize
         self.code = _FnCode(fn.name)
+        # Region id of each pointer value whose argument is known; only in the launched kernel (hoist), where
+        # the function's arguments are the launch's: pointer argument j (in order) is region j + 1.
+        self.rids: dict = {}
+        if hoist:
+            ptr_args = [i for i, a in enumerate(fn.args) if _is_pointer(a)]
+            rid_of = {i: j + 1 for j, i in enumerate(ptr_args)}
+            self.rids = {k: rid_of[i] for k, i in pointer_roots(fn).items()}
         self.slots: dict = {}
         # values some op reads (an atomic whose old values nobody reads can skip computing them)
         self.used = {id(v) for op in fn.walk() for v in op.operands}
@@ -319,9 +407,26 @@ class _Compiler:
         self.slots[id(v)] = self.s(src)
 
     def emit(self, f, op):
+        if self.sanitize and op.name in _MEMORY_OPS:
+            f = self._site(f, op)
         f._op = op
         f._fn = self.fn.name
         return f
+
+    def _site(self, inner, op):
+        """Sanitizing compiles only: tell the memory which op (site) the next access comes from."""
+        from .sanitizer import Site
+
+        site = Site(len(self.units.sites), op, self.fn.name)
+        self.units.sites.append(site)
+
+        def f(env):
+            env[0].mem.site = site
+            inner(env)
+        return f
+
+    def rid(self, v):
+        return self.rids.get(id(v))
 
     # -- functions and blocks ----------------------------------------------------------------
     def compile(self) -> _FnCode:
@@ -560,20 +665,21 @@ class _Compiler:
         p = slots[0]
         m = slots[1] if len(slots) > 1 else None
         other = slots[2] if len(slots) > 2 else None
+        rid = self.rid(op.operands[0])
         if ptr_t.shape == ():
             def f(env):
                 mask = None if m is None else np.array([env[m]], bool)
                 oth = None if other is None else env[other]
-                env[o] = env[0].mem.load(np.array([env[p]], np.int64), mask, oth, mk)[0]
+                env[o] = env[0].mem.load(np.array([env[p]], np.int64), mask, oth, mk, rid)[0]
         elif m is None:
             def f(env):
-                env[o] = env[0].mem.load(env[p], None, None, mk)
+                env[o] = env[0].mem.load(env[p], None, None, mk, rid)
         elif other is None:
             def f(env):
-                env[o] = env[0].mem.load(env[p], env[m], None, mk)
+                env[o] = env[0].mem.load(env[p], env[m], None, mk, rid)
         else:
             def f(env):
-                env[o] = env[0].mem.load(env[p], env[m], env[other], mk)
+                env[o] = env[0].mem.load(env[p], env[m], env[other], mk, rid)
         return f
 
     def op_store(self, op):
@@ -584,22 +690,24 @@ class _Compiler:
         slots = [self.s(v) for v in op.operands]
         p, v = slots[0], slots[1]
         m = slots[2] if len(slots) > 2 else None
+        rid = self.rid(op.operands[0])
         if ptr_t.shape == ():
             def f(env):
                 mask = None if m is None else np.array([env[m]], bool)
-                env[0].mem.store(np.array([env[p]], np.int64), np.array([env[v]]), mask, mk)
+                env[0].mem.store(np.array([env[p]], np.int64), np.array([env[v]]), mask, mk, rid)
         elif m is None:
             def f(env):
-                env[0].mem.store(env[p], env[v], None, mk)
+                env[0].mem.store(env[p], env[v], None, mk, rid)
         else:
             def f(env):
-                env[0].mem.store(env[p], env[v], env[m], mk)
+                env[0].mem.store(env[p], env[v], env[m], mk, rid)
         return f
 
     def _blockptr_access(self, op, o, v):
         bp_t = op.operands[0].type
         mk = mem_kind(bp_t.elem)
         p = self.s(op.operands[0])
+        rid = self.rid(op.operands[0])
         checked = frozenset(int(d) for d in (op.attrs.get("boundary_check") or ()))
         nd = len(bp_t.block_shape)
         aranges = []
@@ -615,11 +723,11 @@ class _Compiler:
 
             def f(env):
                 addr, mask = env[p].tile(aranges, checked, "reads")
-                env[o] = env[0].mem.load(addr, mask, padv, mk)
+                env[o] = env[0].mem.load(addr, mask, padv, mk, rid)
         else:
             def f(env):
                 addr, mask = env[p].tile(aranges, checked, "writes")
-                env[0].mem.store(addr, env[v], mask, mk)
+                env[0].mem.store(addr, env[v], mask, mk, rid)
         return f
 
     def op_make_block_ptr(self, op):
@@ -676,6 +784,7 @@ class _Compiler:
         need_old = bool(op.results) and id(op.results[0]) in self.used
         o = self.d(op.result) if op.results else None
         scalar = ptr_t.shape == ()
+        rid = self.rid(op.operands[0])
 
         def f(env):
             ptr = env[p]
@@ -683,7 +792,7 @@ class _Compiler:
             if scalar:
                 ptr = np.array([ptr], np.int64)
                 mask = None if mask is None else np.array([mask], bool)
-            old = env[0].mem.atomic_rmw(kind, ptr, env[v], mask, mk, comb, need_old, at)
+            old = env[0].mem.atomic_rmw(kind, ptr, env[v], mask, mk, comb, need_old, at, rid)
             if o is not None:
                 env[o] = old[0] if (scalar and old is not None) else old
         return f
@@ -694,12 +803,13 @@ class _Compiler:
         p, c, v = (self.s(x) for x in op.operands[:3])
         o = self.d(op.result)
         scalar = ptr_t.shape == ()
+        rid = self.rid(op.operands[0])
 
         def f(env):
             if scalar:
-                env[o] = env[0].mem.atomic_cas(np.array([env[p]], np.int64), env[c], env[v], mk)[0]
+                env[o] = env[0].mem.atomic_cas(np.array([env[p]], np.int64), env[c], env[v], mk, rid)[0]
             else:
-                env[o] = env[0].mem.atomic_cas(env[p], env[c], env[v], mk)
+                env[o] = env[0].mem.atomic_cas(env[p], env[c], env[v], mk, rid)
         return f
 
     # compute
@@ -975,7 +1085,7 @@ class _Compiler:
         return f
 
     def op_call(self, op):
-        get = self.units.getter(op.attrs["callee"], self.batched)
+        get = self.units.getter(op.attrs["callee"], self.batched, self.sanitize)
         try:
             self.units.module.lookup(op.attrs["callee"])
         except KeyError:
@@ -1121,34 +1231,54 @@ class Interpreter:
         self.units = _units(module)
         self.code = self.units.get(self.kernel.name, batched=False, hoist=True)
 
-    def run(self, grid, args: list) -> None:
+    def run(self, grid, args: list, bounds: str = "view", sanitize=False):
+        """Run the kernel over `grid` on `args` (in place).
+
+        `bounds`: "view" (default) faults on any access outside an argument's own view (its lowest to
+        highest element byte); "storage" lets a pointer reach anywhere in the tensor's underlying storage,
+        for kernels that address a view's parent on purpose. `sanitize`: True (or "raise") / "warn" record
+        every byte's accesses and report races, duplicate stores and uninitialized reads (runtime/sanitizer.py);
+        returns the `SanitizerReport` then (None otherwise)."""
         grid = _normalize_grid(grid)
+        name = self.kernel.name
+        if bounds not in BOUNDS:
+            raise LaunchError(f"kernel '{name}': bounds must be one of {', '.join(map(repr, BOUNDS))}, got {bounds!r}")
+        if sanitize not in (True, False, None, "raise", "warn"):
+            raise LaunchError(f"kernel '{name}': sanitize must be True, False, 'raise' or 'warn', got {sanitize!r}")
         params = self.kernel.args
         if len(args) != len(params):
-            raise LaunchError(f"kernel '{self.kernel.name}' takes {len(params)} arguments, got {len(args)}")
-        code = self.code
+            raise LaunchError(f"kernel '{name}' takes {len(params)} arguments, got {len(args)}")
+        code = self.code if not sanitize else self.units.get(name, batched=False, hoist=True, sanitize=True)
         env = code.template.copy()
         regions = []
         for i, (param, arg, slot) in enumerate(zip(params, args, code.arg_slots)):
-            name = self.arg_names[i]
+            arg_name = self.arg_names[i]
             ty = param.type
             if isinstance(ty, PointerType):
                 try:
-                    reg = region_for(len(regions) + 1, name, arg)
+                    reg = region_for(len(regions) + 1, arg_name, arg, bounds)
                 except TypeError as e:
-                    raise LaunchError(f"kernel '{self.kernel.name}': {e}") from None
+                    raise LaunchError(f"kernel '{name}': {e}") from None
                 regions.append(reg)
                 env[slot] = np.int64(reg.base_addr)
             elif isinstance(ty, DType):
-                env[slot] = _scalar_arg(self.kernel.name, name, arg, ty)
+                env[slot] = _scalar_arg(name, arg_name, arg, ty)
             else:
-                raise LaunchError(f"kernel '{self.kernel.name}': argument '{name}' has unsupported type {ty}")
+                raise LaunchError(f"kernel '{name}': argument '{arg_name}' has unsupported type {ty}")
         if 0 in grid:
-            return
+            return None
         check_align = self.units.ptr_casts or any(
             r.byte_offset % mem_kind(p.type.elem).isz for r, p in zip(regions, [p for p in params if p.type.is_ptr()]))
-        ctx = _Ctx(self.kernel.name, self.source_lines, Memory(regions, check_align),
-                   tuple(np.int32(g) for g in grid))
+        if sanitize:
+            from .sanitizer import SanitizingMemory
+
+            mem = SanitizingMemory(regions, check_align, name, grid, self.source_lines, sanitize)
+            mem._sites = self.units.sites
+        else:
+            mem = Memory(regions, check_align)
+        ctx = _Ctx(name, self.source_lines, mem, tuple(np.int32(g) for g in grid))
+        if sanitize:
+            mem.ctx = ctx
         env[0] = ctx
         ops = code.ops
         gx, gy, gz = grid
@@ -1168,6 +1298,7 @@ class Interpreter:
                                 pass
                         else:
                             _run(ops, env)
+        return mem.finish() if sanitize else None
 
     __call__ = run
 

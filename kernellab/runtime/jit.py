@@ -16,12 +16,14 @@ from ..compiler.printer import print_module
 from ..compiler.pytree import is_node, map_leaves, rebuild_like
 from ..compiler.types import DTYPES, DType, PointerType
 from ..compiler.verifier import verify
-from ..errors import ArgumentOverflowError, CompilationError, LaunchError, ToolchainError
+from ..errors import ArgumentOverflowError, CompilationError, LaunchError, SanitizerError, ToolchainError
 from ..language.core import _DescriptorLayout, constexpr, tensor_descriptor, unwrap
 from .source import get_source
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "enable_wgmma", "enable_tma",
                   "enable_reflect_ftz", "debug", "launch_cooperative_grid", "stream", "warmup",
+                  # the CPU interpreter's: how far pointers may reach, and the race / uninitialized-read checks
+                  "bounds", "sanitize",
                   # Triton's, accepted and without effect here: libdevice is always linked (extern_libs);
                   # launches are not programmatically dependent (launch_pdl), so gdc_wait returns at once
                   "extern_libs", "launch_pdl")
@@ -87,6 +89,7 @@ class CompiledKernel:
     arg_kinds: list = field(default_factory=list)
     _built_for: str | None = None
     param_names: list = field(default_factory=list)  # every parameter of the @jit function, constexprs too
+    sanitizer_report: object = None  # the last sanitized interpreter launch's SanitizerReport
 
     @property
     def signature(self):
@@ -129,12 +132,22 @@ class CompiledKernel:
             self._interpreter = Interpreter(self.module, self.name, self.source_lines, arg_names=self.arg_names)
         return self._interpreter
 
-    def run(self, grid, args):
-        """Run on the GPU when the tensor arguments are CUDA tensors, else on the CPU interpreter."""
+    def run(self, grid, args, bounds="view", sanitize=False):
+        """Run on the GPU when the tensor arguments are CUDA tensors, else on the CPU interpreter (`bounds` and
+        `sanitize`: see `Interpreter.run`)."""
         if any(is_cuda(a) for a in args):
+            if sanitize:
+                raise LaunchError(f"kernel '{self.name}': sanitize runs on the CPU interpreter; pass CPU tensors "
+                                  "(a GPU launch can be checked with `compute-sanitizer python ...`)")
             self.run_gpu(grid, list(args))
             return
-        self.interpreter().run(grid, args)
+        try:
+            report = self.interpreter().run(grid, args, bounds=bounds, sanitize=sanitize)
+        except SanitizerError as e:
+            self.sanitizer_report = e.report
+            raise
+        if sanitize:
+            self.sanitizer_report = report
 
     def run_gpu(self, grid, args):
         """Build (once) for the current device's target, load, and launch on torch's current stream."""
@@ -530,8 +543,10 @@ def check_options(name: str, options: dict) -> None:
 class JITFunction:
     """A kernel or device function written in the language; call it as `kernel[grid](*args)`."""
 
-    def __init__(self, fn, do_not_specialize=(), debug=None, noinline=None, repr=None, launch_metadata=None):
+    def __init__(self, fn, do_not_specialize=(), debug=None, noinline=None, repr=None, launch_metadata=None,
+                 sanitize=False, bounds="view"):
         self.fn = fn
+        self.sanitize, self.bounds = sanitize, bounds  # the interpreter's defaults for this kernel's launches
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self.__module__ = fn.__module__
@@ -853,11 +868,16 @@ class JITFunction:
             if any(hasattr(v, "data_ptr") and not is_cuda(v) for v in runtime_values):
                 raise LaunchError(f"kernel '{self.__name__}': some tensors are on the CPU and some on the GPU; "
                                   "move them all to the GPU (or all to the CPU to use the interpreter)")
+            if options.get("sanitize", self.sanitize):
+                raise LaunchError(f"kernel '{self.__name__}': sanitize runs on the CPU interpreter; pass CPU "
+                                  "tensors (a GPU launch can be checked with `compute-sanitizer python ...`)")
             self._run_gpu(ck, grid, runtime_values)
             self._remember_fast(args, kwargs, ck, runtime_values)
             return ck
         _notice_interpreter(self.__name__)
-        ck.run(grid, runtime_values)
+        bounds, sanitize = options.get("bounds", self.bounds), options.get("sanitize", self.sanitize)
+        extra = {**({"bounds": bounds} if bounds != "view" else {}), **({"sanitize": sanitize} if sanitize else {})}
+        ck.run(grid, runtime_values, **extra)  # (only what is not the default: tests replace CompiledKernel.run)
         return ck
 
     def _run_gpu(self, ck, grid, runtime_values):
@@ -988,9 +1008,15 @@ def _file_lines(src: FunctionSource) -> list:
     return [""] * (src.first_line - 1) + src.lines
 
 
-def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=None, repr=None, launch_metadata=None, **_):
-    """Decorator: `@kl.jit` or `@kl.jit(do_not_specialize=["n"])`."""
+def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=None, repr=None, launch_metadata=None,
+        sanitize=False, bounds="view", **_):
+    """Decorator: `@kl.jit` or `@kl.jit(do_not_specialize=["n"])`.
+
+    On the CPU interpreter, `sanitize=True` checks every launch for races, duplicate stores and uninitialized
+    reads, and `bounds="storage"` lets pointers reach a view's whole storage (launch options of the same names
+    override these)."""
     def wrap(f):
-        return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline, repr=repr)
+        return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline, repr=repr,
+                           sanitize=sanitize, bounds=bounds)
 
     return wrap(fn) if fn is not None else wrap

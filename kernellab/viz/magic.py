@@ -102,6 +102,9 @@ class KernelMagics(Magics):
     @magic_arguments.argument("--run", action="store_true",
                               help="launch the kernel on --args (CPU tensors: the CPU interpreter; CUDA tensors: the "
                                    "GPU). --check and --bench imply it")
+    @magic_arguments.argument("--sanitize", action="store_true",
+                              help="run on the CPU interpreter with sanitize=True: report races between programs, "
+                                   "duplicate stores and uninitialized reads (needs CPU tensors; implies --run)")
     @magic_arguments.argument("--check", metavar="EXPR", default=None,
                               help='evaluated after the run: true (or None, e.g. from an assert_close) passes, e.g. '
                                    '"torch.allclose(z, x + y)". With --out, EXPR is a reference the output must match')
@@ -226,7 +229,7 @@ class _KernelCell:
         kernels = self.define()
         names = ", ".join(kernels)
         kernel = self.choose(kernels)
-        wants_run = o.run or o.check is not None or o.bench is not None
+        wants_run = o.run or o.sanitize or o.check is not None or o.bench is not None
         if o.args is None:
             if wants_run:
                 raise _stop("error", "%%kernel: --run, --check and --bench need --args",
@@ -240,7 +243,10 @@ class _KernelCell:
         self.compiled = self.compile(kernel, args, {**kwargs, **launch})
         if wants_run:
             grid = self.eval_grid(kernel, args, kwargs)
-            self.compiled = self.launch(kernel, grid, args, {**kwargs, **launch}) or self.compiled
+            run_opts = {"sanitize": True} if o.sanitize else {}
+            self.compiled = self.launch(kernel, grid, args, {**kwargs, **launch, **run_opts}) or self.compiled
+            if o.sanitize:
+                self.say("ok", "the sanitizer found no races, duplicate stores or uninitialized reads")
         self.ns["_kl_last"] = self.compiled
         if o.check is not None:
             self.check()

@@ -343,6 +343,16 @@ def oob_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
     assert cell.has("InterpreterError") and cell.has("out of bounds")
 
 
+def test_sanitize_flag_reports_a_race_and_passes_a_correct_kernel(run, data, views):
+    cell = run(f'''%%kernel {RUN} --sanitize
+def racy_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
+    tl.store(z_ptr, tl.program_id(0).to(tl.float32))
+''')
+    assert cell.has("SanitizerError") and cell.has(r"race \(write-write\)") and cell.has(r"program \(1, 0, 0\)")
+    cell = run(f"%%kernel {RUN} --sanitize --check 'torch.equal(z, x + y)'\n{ADD}")
+    assert cell.has("sanitizer found no races") and cell.has("check passed")
+
+
 @pytest.mark.parametrize("line, expect", [
     ("--bogus", "bad options.*unrecognized arguments: --bogus"),
     ("--num-warps four", "bad options.*invalid int value"),
