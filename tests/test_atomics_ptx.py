@@ -102,3 +102,69 @@ def test_atomic_old_values_reach_every_copy_gpu(op, dt, size):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     _use_result("cuda", op, dt, size)
+
+
+@kl.jit
+def scatter_add_rows(g_ptr, w_ptr, idx_ptr, old_ptr, n_rows, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    # an embedding backward: rows of g added into the rows of w that idx names (duplicates meet in atomics)
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    m = (rm[:, None] < n_rows) & (rn[None, :] < D)
+    idx = tl.load(idx_ptr + rm, mask=rm < n_rows, other=0)
+    g = tl.load(g_ptr + rm[:, None] * D + rn[None, :], mask=m, other=0.0)
+    old = tl.atomic_add(w_ptr + idx[:, None] * D + rn[None, :], g, mask=m)
+    tl.store(old_ptr + rm[:, None] * D + rn[None, :], old, mask=m)
+
+
+def _scatter(device, dt, n_rows=200, vocab=37, D=96):
+    gen = torch.Generator().manual_seed(3)
+    g = (torch.randn(n_rows, D, generator=gen) * 0.5).to(dt)
+    idx = torch.randint(0, vocab, (n_rows,), generator=gen)
+    w = (torch.randn(vocab, D, generator=gen)).to(dt)
+    ref = w.double().index_add(0, idx, g.double())
+    w_d, old = w.to(device), torch.full((n_rows, D), float("nan"), dtype=dt, device=device)
+    scatter_add_rows[(triton_cdiv(n_rows, 64), triton_cdiv(D, 64))](g.to(device), w_d, idx.to(device), old, n_rows,
+                                                                    D=D, BM=64, BN=64)
+    return w_d.cpu(), ref, old.cpu(), w
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b
+
+
+VEC_DTYPES = [(torch.float32, "f32", 4, 1e-5), (torch.float16, "f16", 8, 2e-2), (torch.bfloat16, "bf16", 8, 1e-1)]
+
+
+@pytest.mark.parametrize("dt,name,vec,tol", VEC_DTYPES, ids=[v[1] for v in VEC_DTYPES])
+def test_float_add_atomics_are_vectors_on_sm90(dt, name, vec, tol):
+    """A contiguous float atomic add is one sm_90 vector instruction per run (Triton's form), in the operands'
+    own layout (no conversion through shared memory); sm_80 keeps one element per instruction."""
+    from kernellab.compiler.codegen.target import Target
+
+    w, ref, old, _ = _scatter("cpu", dt)
+    torch.testing.assert_close(w.double(), ref, atol=tol, rtol=tol)
+    ck = list(scatter_add_rows.cache.values())[-1]
+    ptx90 = ck.build_gpu().asm["ptx"]
+    suffix = "f32" if name == "f32" else f"noftz.v{vec}.{name}"
+    form = f"add.v{vec}.f32" if name == "f32" else f"add.{suffix}"
+    assert f"atom.global.gpu.acq_rel.{form}" in ptx90
+    assert "ttg.convert_layout" not in ck.asm["gpu"].split("tt.atomic_rmw")[0].rsplit("\n", 3)[-1]
+    if name != "bf16":  # (bf16 atomic add is an sm_90 instruction)
+        ptx80 = ck.build_gpu(Target(80)).asm["ptx"]
+        assert ".v4.f32" not in ptx80 and re.search(r"atom\.global\.gpu\.acq_rel\.add\.(f32|noftz\.f16 )", ptx80)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dt,name,vec,tol", VEC_DTYPES, ids=[v[1] for v in VEC_DTYPES])
+def test_float_add_atomics_on_the_gpu(dt, name, vec, tol):
+    w, ref, old, w0 = _scatter("cuda", dt)
+    torch.testing.assert_close(w.double(), ref, atol=tol, rtol=tol)
+    # the returned old values: a row named by one index only saw no other add, so it reads w's initial row
+    gen = torch.Generator().manual_seed(3)
+    torch.randn(200, 96, generator=gen)
+    idx = torch.randint(0, 37, (200,), generator=gen)
+    once = torch.bincount(idx, minlength=37)[idx] == 1
+    assert once.any()
+    torch.testing.assert_close(old[once], w0[idx[once]], atol=0, rtol=0)
+    assert not old.isnan().any()

@@ -390,6 +390,31 @@ def _emit_atomic(lw, kind, ptr, val, cmp, mask, elem, sem, scope):
     return b.asm(fty, body, ",".join(cons), args, side_effect=True)
 
 
+def _emit_vector_fadd(lw, ptr, vals, mask, elem, sem, scope):
+    """One sm_90 vector atomic add over a run of contiguous elements (`atom...add.v4.f32`, `.noftz.v8.f16`):
+    the mask is uniform over the run (the layout pass bounded the run by the mask's constancy)."""
+    b = lw.b
+    n = len(vals)
+    sem_q = {"acq_rel": ".acq_rel", "acquire": ".acquire", "release": ".release", "relaxed": ".relaxed"}.get(sem, "")
+    scope_q = {"gpu": ".gpu", "cta": ".cta", "sys": ".sys"}.get(scope, ".gpu")
+    ty = llty(elem)
+    con = "f" if elem.ir == "f32" else "h"
+    outs = ", ".join(f"${k}" for k in range(n))
+    ins = ", ".join(f"${n + 1 + k}" for k in range(n))
+    noftz = "" if elem.ir == "f32" else ".noftz"
+    body = f"atom.global{scope_q}{sem_q}.add{noftz}.v{n}.{elem.ir} {{{outs}}}, [${n}], {{{ins}}};"
+    args = [b.ptrtoint(ptr, I64)] + list(vals)
+    cons = [f"={con}"] * n + ["l"] + [con] * n
+    if mask is not None:
+        zero = "".join(f"mov.b{elem.bits} ${k}, 0; " for k in range(n))
+        body = f"{zero}@${2 * n + 1} {body}"
+        args.append(mask)
+        cons.append("b")
+    st = ir.LiteralStructType([ty] * n)
+    res = b.asm(ir.FunctionType(st, [a.type for a in args]), body, ",".join(cons), args, side_effect=True)
+    return [b.extract_value(res, k) for k in range(n)]
+
+
 @handles("tt.atomic_rmw", "tt.atomic_cas")
 def _atomic(lw: KernelLowering, op):
     res = op.results[0]
@@ -425,11 +450,16 @@ def _atomic(lw: KernelLowering, op):
         cmps, vals = None, lw.regs(op.operands[1])
         masks = lw.regs(op.operands[2]) if len(op.operands) > 2 else None
     out = []
-    for i in range(len(ptrs)):
+    vector = kind == "fadd" and op.attrs.get("vec", 1) > 1 and lw.arch >= 90
+    for g in (_groups(op, res.type) if vector else [[i] for i in range(len(ptrs))]):
+        i = g[0]
         m = masks[i] if masks else None
         if valid is not None:
             m = valid[i] if m is None else lw.b.and_(m, valid[i])
-        out.append(_emit_atomic(lw, kind, ptrs[i], vals[i], cmps[i] if cmps else None, m, elem, sem, scope))
+        if len(g) > 1:
+            out.extend(_emit_vector_fadd(lw, ptrs[i], [vals[j] for j in g], m, elem, sem, scope))
+        else:
+            out.append(_emit_atomic(lw, kind, ptrs[i], vals[i], cmps[i] if cmps else None, m, elem, sem, scope))
     if valid is not None and res.uses:
         # only the representative copy of each element ran the atomic: it publishes the old value and every
         # copy reads it back, so threads holding replicas see the same result

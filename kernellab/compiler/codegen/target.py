@@ -14,6 +14,8 @@ _MIN_PTX_ARCH_SPECIFIC = {90: 80}
 _HAS_ARCH_SPECIFIC = frozenset({90, 100, 101, 103, 110, 120, 121})
 # PTX 8.0 (CUDA 12.0) is understood by every CUDA 12+ driver and ptxas; we never emit less than that.
 _DEFAULT_PTX_FLOOR = 80
+# Newer defaults where codegen uses a later feature: sm_90a's vector float atomics (atom .v4.f32) are PTX 8.1.
+_DEFAULT_PTX_ARCH_SPECIFIC = {90: 81}
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,8 @@ class Target:
             raise ValueError(f"Target.arch must be a compute capability like 80 or 90, got {self.arch!r}")
         needed = self.min_ptx_version
         if self.ptx_version is None:
-            object.__setattr__(self, "ptx_version", max(_DEFAULT_PTX_FLOOR, needed))
+            preferred = _DEFAULT_PTX_ARCH_SPECIFIC.get(self.arch, 0) if self.has_arch_specific_features else 0
+            object.__setattr__(self, "ptx_version", max(_DEFAULT_PTX_FLOOR, needed, preferred))
         elif self.ptx_version < needed:
             raise ValueError(f"{self.cpu} needs PTX ISA {needed // 10}.{needed % 10} or newer, "
                              f"got ptx_version={self.ptx_version}")

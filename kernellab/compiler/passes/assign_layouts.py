@@ -40,15 +40,20 @@ def coalesced_layout(op: Op, axis: AxisAnalysis, num_warps: int) -> tuple[Blocke
     mask_index = {"tt.load": 1, "tt.store": 2, "tt.atomic_rmw": 2}.get(op.name)
     if mask_index is not None and len(op.operands) > mask_index:
         vec = min(vec, axis[op.operands[mask_index]].const[fast])
-    if op.name in ("tt.atomic_rmw", "tt.atomic_cas"):
-        vec = 1
     vec = 1 << (max(1, vec).bit_length() - 1)
     numel = 1
     for s in shape:
         numel *= s
     per_thread = max(1, numel // (32 * num_warps))
     spt = max(1, min(vec, per_thread))
-    return default_blocked(shape, num_warps, order=order, spt_fast=spt), min(vec, spt)
+    layout = default_blocked(shape, num_warps, order=order, spt_fast=spt)
+    # Atomics keep the coalesced layout (their operands then need no conversion through shared memory) but
+    # run one element per instruction, except float adds, which sm_90 has as one vector instruction
+    # (atom .v2/.v4 f32, .v2-.v8 f16/bf16; codegen falls back to scalars before sm_90), as in Triton.
+    if op.name == "tt.atomic_cas" or (op.name == "tt.atomic_rmw" and
+                                      not (op.attrs.get("kind") == "fadd" and elem.ir in ("f32", "f16", "bf16"))):
+        return layout, 1
+    return layout, min(vec, spt)
 
 
 _INDEX_OPS = ("tt.make_range", "tt.splat", "arith.constant", "tt.broadcast", "tt.expand_dims", "ttg.convert_layout")
