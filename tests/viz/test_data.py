@@ -101,11 +101,11 @@ def test_ir_lines_with_locs_strips_and_reads_locations(kernels):
         if own:
             assert loc == int(own[-1])
             assert raw.startswith(text.rstrip())
-        elif raw.strip().startswith("scf.for") or (raw.strip().endswith("{") and "tt.reduce" in raw):
+        elif re.match(r"(%\S+(, %\S+)* = )?scf\.for\b", raw.strip()) or (raw.strip().endswith("{") and "tt.reduce" in raw):
             # region ops print their loc on the closing brace; the header line inherits it
             assert loc is not None
     # the scf.for header and its closing brace point at the `for` statement of the source
-    k = next(i for i, l in enumerate(lines) if l.strip().startswith("scf.for"))
+    k = next(i for i, l in enumerate(lines) if re.match(r"(%\S+(, %\S+)* = )?scf\.for\b", l.strip()))
     src = kernels["softmax"].source_lines
     assert src[got[k][1] - 1].strip().startswith("for r in range(")
 

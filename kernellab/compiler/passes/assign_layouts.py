@@ -100,6 +100,12 @@ class LayoutAssigner:
                     best[rank] = (size, layout)
         for rank, (_, layout) in best.items():
             self.dominant[rank] = layout
+        # A gather (no contiguity along any dim: W[channel_of(i)], table[idx]) gains nothing from a layout of
+        # its own; in the kernel's dominant layout its result needs no conversion through shared memory
+        for op in self.fn.walk():
+            anchor = self.anchors.get(id(op))
+            if anchor is not None and anchor[1] == 1 and max(self.axis[op.operands[0]].contig) == 1:
+                self.anchors[id(op)] = (self.dominant[len(op.operands[0].type.shape)], 1)
 
     def default(self, shape) -> Blocked:
         lay = self.dominant.get(len(shape))
