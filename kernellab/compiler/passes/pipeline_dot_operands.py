@@ -76,7 +76,7 @@ from ..gpu.scratch import MMA_PAD, _numel, is_wgmma, scratch_bytes, wgmma_stagin
 from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
 from ..ops import is_pure
-from ..rewrite import clone_op, extend_for_iter_args, insert_before, int_const, pure_slice
+from ..rewrite import extend_for_iter_args, insert_before, int_const, pure_slice
 from ..types import DTYPES, MemDescType, PointerType, TensorType, int1
 from . import dce
 
@@ -379,7 +379,7 @@ def _issue(bld: _Builder, plans, bufs, slot, mapping, pred, bps: _BlockPtrs, tma
     for (ld, sl), buf, desc in zip(plans, bufs, descs):
         for op in sl:
             if id(op.results[0]) not in mapping:
-                insert_before(bld.anchor, clone_op(op, mapping))
+                insert_before(bld.anchor, op.clone(mapping))
         ptrs = mapping.get(id(ld.operands[0]), ld.operands[0])
         if desc is not None and bar is None:
             bar = bld.op("ttg.memdesc_index", [bars, slot], [bars.type.tile()]).result
@@ -413,7 +413,7 @@ def _advance(bld: _Builder, for_op: Op, carried, mapping) -> dict:
         if d is not None and d.block is body:
             for op in pure_slice(d, body) + [d]:
                 if id(op.results[0]) not in inner:
-                    insert_before(bld.anchor, clone_op(op, inner))
+                    insert_before(bld.anchor, op.clone(inner))
         nxt[id(iter_args[i])] = inner.get(id(y), mapping.get(id(y), y))
     return nxt
 
