@@ -104,7 +104,7 @@ def main():
                     row[name] = {"seconds": t, "tflops": flops / t / 1e12, "rel_err": err,
                                  "n_regs": getattr(compiled, "n_regs", None)}
                     if hasattr(compiled, "trace"):
-                        st = next(p.stats for p in compiled.trace.passes if p.name == "pipeline_dot_operands")
+                        st = next(p.stats for p in compiled.trace.passes if p.name == "fill_stages_with_tma")
                         row[name]["tma_buffers"] = st.get("tma", 0)
                 except Exception as e:
                     row[name] = {"error": f"{type(e).__name__}: {e}"[:300]}

@@ -25,6 +25,11 @@ class CompilationError(KernelLabError):
         return text
 
 
+class SemanticError(Exception):
+    """A user error found while typing a kernel (`tl.arange(0, 3)`, `float_tensor << 1`). It carries only the
+    reason: the frontend re-raises it as a CompilationError with the kernel's name and source line."""
+
+
 class InterpreterError(KernelLabError):
     """A kernel did something illegal while running on the CPU interpreter (out-of-bounds access,
     failed device_assert). Names the kernel, the source line and the program id."""

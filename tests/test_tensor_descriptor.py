@@ -308,7 +308,7 @@ def test_sm90_matmul_uses_tma(which, tmp_path, monkeypatch):
     ptx = ck.asm["ptx"]
     assert ck.asm["cubin"][:4] == b"\x7fELF"
     if which == "host":  # the helper call is inlined before the pipeliner, so both should get TMA
-        stats = next(p.stats for p in ck.trace.passes if p.name == "pipeline_dot_operands")
+        stats = next(p.stats for p in ck.trace.passes if p.name == "fill_stages_with_tma")
         assert stats.get("tma", 0) == 2, stats
         assert "cp.async.bulk.tensor.2d" in ptx
 

@@ -75,6 +75,16 @@ class Block:
     def terminator(self) -> Op | None:
         return self.ops[-1] if self.ops else None
 
+    def clone(self, mapping: dict) -> Block:
+        """A detached copy of this block and everything nested in it; `mapping` (keyed by `id(value)`) maps
+        values defined outside to their stand-ins and learns the copy's arguments and results."""
+        new = Block([a.type for a in self.args], [a.hint for a in self.args])
+        for a, na in zip(self.args, new.args):
+            mapping[id(a)] = na
+        for op in self.ops:
+            new.append(op.clone(mapping))
+        return new
+
 
 class Op:
     """One operation: name, operands, results, attributes, regions and source location."""
@@ -98,6 +108,17 @@ class Op:
     def result(self) -> Value:
         assert len(self.results) == 1, f"{self.name} has {len(self.results)} results"
         return self.results[0]
+
+    def clone(self, mapping: dict) -> Op:
+        """A detached copy of this op and everything nested in it. Operands are looked up in `mapping` (keyed
+        by `id(value)`; values not in it are used as they are) and `mapping` learns the copy's results and
+        block arguments. Attributes are copied (lists too); types and locations are immutable and shared."""
+        regions = [r.clone(mapping) for r in self.regions]
+        new = Op(self.name, [mapping.get(id(v), v) for v in self.operands], [r.type for r in self.results],
+                 copy_attrs(self.attrs), regions, self.loc, [r.hint for r in self.results])
+        for r, nr in zip(self.results, new.results):
+            mapping[id(r)] = nr
+        return new
 
     def set_operand(self, i: int, v: Value):
         self.operands[i].uses.remove(self)
@@ -125,6 +146,18 @@ class Op:
 
     def __repr__(self):
         return f"<Op {self.name} at {self.loc}>"
+
+
+def copy_attrs(attrs: dict) -> dict:
+    """A copy of an attribute dict that shares no list with it (attribute values are numbers, strings, None and
+    lists or tuples of them)."""
+    return {k: _copy_attr(v) for k, v in attrs.items()}
+
+
+def _copy_attr(v):
+    if isinstance(v, (list, tuple)):
+        return type(v)(_copy_attr(x) for x in v)
+    return v
 
 
 def _remove_from(block: Block, op: Op):
@@ -213,6 +246,10 @@ class Function:
         for op in self.body.ops:
             yield from op.walk()
 
+    def clone(self) -> Function:
+        return Function(self.name, self.body.clone({}), list(self.result_types),
+                        [copy_attrs(a) for a in self.arg_attrs], self.source_file, self.first_line)
+
 
 @dataclass
 class Module:
@@ -223,6 +260,12 @@ class Module:
     @property
     def kernel(self) -> Function:
         return self.functions[0]
+
+    def clone(self) -> Module:
+        """A copy with its own ops, blocks and values, so passes run on it leave this module as it was: what
+        printing and parsing the text back gave, without the text. It copies the IR only; facts the GPU passes
+        attach to a module (its shared-memory plan) stay behind."""
+        return Module([f.clone() for f in self.functions])
 
     def lookup(self, name: str) -> Function:
         for f in self.functions:

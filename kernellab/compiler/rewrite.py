@@ -145,29 +145,6 @@ def rebuild_op(op: Op, operands, keep_results) -> Op:
     return new
 
 
-def clone_op(op: Op, mapping: dict) -> Op:
-    """A detached copy of `op` and everything nested in it. Operands are looked up in `mapping`
-    (keyed by `id(value)`; values not in it are used as they are) and `mapping` learns the copy's
-    results and block arguments."""
-    regions = []
-    for r in op.regions:
-        nb = Block([a.type for a in r.args], [a.hint for a in r.args])
-        for a, na in zip(r.args, nb.args):
-            mapping[id(a)] = na
-        for inner in r.ops:
-            nb.append(clone_op(inner, mapping))
-        regions.append(nb)
-    new = Op(op.name, [mapping.get(id(v), v) for v in op.operands], [r.type for r in op.results],
-             _copy_attrs(op.attrs), regions, op.loc, [r.hint for r in op.results])
-    for r, nr in zip(op.results, new.results):
-        mapping[id(r)] = nr
-    return new
-
-
-def _copy_attrs(attrs: dict) -> dict:
-    return {k: (list(v) if isinstance(v, list) else v) for k, v in attrs.items()}
-
-
 def inline_block_before(block: Block, anchor: Op, arg_values) -> list[Value]:
     """Move `block`'s ops (all but its terminator) right before `anchor`, with the block arguments
     replaced by `arg_values`. The terminator is erased; returns the values it passed out."""

@@ -7,9 +7,9 @@ through the builder at the current source location.
 """
 from __future__ import annotations
 
-import math
 import numbers
 
+from ..errors import SemanticError
 from ..language.core import TRITON_MAX_TENSOR_NUMEL, _AssignedScalar, tensor, unwrap
 from .ir import Block, Builder
 from .types import (
@@ -26,37 +26,13 @@ from .types import (
     int1,
     int32,
     int64,
-    uint32,
-    uint64,
+    literal_dtype,
 )
-
-
-class SemanticError(Exception):
-    """A user error found while typing; the frontend adds the kernel name and source line."""
 
 
 def _is_py_number(x):
     """A weak Python literal; a number the kernel assigned to a variable is a typed scalar instead."""
     return isinstance(x, numbers.Number) and not isinstance(x, (tensor, _AssignedScalar))
-
-
-def literal_dtype(v) -> DType:
-    """The type Triton gives a Python literal."""
-    if isinstance(v, bool):
-        return int1
-    if isinstance(v, numbers.Integral):
-        if -2**31 <= v < 2**31:
-            return int32
-        if 2**31 <= v < 2**32:
-            return uint32
-        if -2**63 <= v < 2**63:
-            return int64
-        if 2**63 <= v < 2**64:
-            return uint64
-        raise SemanticError(f"integer literal {v} does not fit in 64 bits")
-    if isinstance(v, numbers.Real):
-        return float32 if (math.isinf(v) or math.isnan(v) or abs(v) <= 3.4028234663852886e38) else float64
-    raise SemanticError(f"{v!r} is not a number")
 
 
 _TL_NAMES = {"i1": "int1", "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}

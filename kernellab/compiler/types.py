@@ -1,7 +1,12 @@
 """IR types. The scalar dtypes double as the language's `tl.float32`, `tl.int32`, ..."""
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
+
+from ..errors import SemanticError
 
 
 class Type:
@@ -205,6 +210,25 @@ DTYPES = {t.ir: t for t in [int1, int8, int16, int32, int64, uint8, uint16, uint
                                float16, bfloat16, float32, float64, *FP8_DTYPES.values()]}
 
 _BY_NAME = {t.name: t for t in DTYPES.values()}
+
+
+def literal_dtype(v) -> DType:
+    """The type Triton gives a Python literal."""
+    if isinstance(v, bool):
+        return int1
+    if isinstance(v, numbers.Integral):
+        if -2**31 <= v < 2**31:
+            return int32
+        if 2**31 <= v < 2**32:
+            return uint32
+        if -2**63 <= v < 2**63:
+            return int64
+        if 2**63 <= v < 2**64:
+            return uint64
+        raise SemanticError(f"integer literal {v} does not fit in 64 bits")
+    if isinstance(v, numbers.Real):
+        return float32 if (math.isinf(v) or math.isnan(v) or abs(v) <= 3.4028234663852886e38) else float64
+    raise SemanticError(f"{v!r} is not a number")
 
 # bfloat16 and the fp8 formats have no NumPy dtype: the interpreter carries them in float32, on their value
 # grid (bf16 rounded after every op; fp8 values come only from loads, constants and conversions: see fp8.py).

@@ -23,6 +23,7 @@ from ..compiler.types import (  # noqa: F401 - re-exported as tl.*
     int16,
     int32,
     int64,
+    literal_dtype,
     uint8,
     uint16,
     uint32,
@@ -311,8 +312,6 @@ class _AssignedScalar:
 
     @property
     def dtype(self):
-        from ..compiler.semantic import literal_dtype
-
         return literal_dtype(self.base())
 
     @property

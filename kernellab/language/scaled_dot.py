@@ -13,8 +13,8 @@ final cast is exact.
 """
 from __future__ import annotations
 
-from ..compiler.semantic import SemanticError
 from ..compiler.types import bfloat16, float16, float32, uint8, uint32
+from ..errors import SemanticError
 from .core import builtin, tensor, unwrap
 
 # format -> (exponent bits, mantissa bits, has inf/NaN encodings like IEEE)

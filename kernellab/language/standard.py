@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import builtins as _py
 
-from ..compiler.semantic import SemanticError
 from ..compiler.types import int8, int16, int32, int64
+from ..errors import SemanticError
 from .core import builtin, tensor, unwrap
 
 _INT_OF_WIDTH = {8: int8, 16: int16, 32: int32, 64: int64}

@@ -214,12 +214,11 @@ class CompiledKernel:
     def _build_for(self, opts, target) -> dict:
         """The GPU stages for one option set (from the cache when it has them)."""
         from ..compiler.backend import compile_to_cubin
-        from ..compiler.parser import parse_module
 
         key = _gpu_cache_key(self.asm["tile"], opts, target)
         out = _load_cached(key, self.trace)
         if out is None:
-            module = parse_module(self.asm["tile"])
+            module = self.module.clone()  # the GPU passes rewrite it; the interpreter keeps the tile IR
             start = len(self.trace.passes)
             assemble = _can_assemble()
             try:

@@ -24,6 +24,16 @@ def run_gpu_pass(pass_module, text_in: str, options: GpuOptions = OPTIONS):
     return m, stats
 
 
+def run_gpu_passes(pass_modules, text_in: str, options: GpuOptions = OPTIONS):
+    """Parse `text_in` and run the passes in order, verifying after each; returns (module, [stats of each])."""
+    m = parse_module(text_in)
+    stats = []
+    for p in pass_modules:
+        stats.append(p.run(m, options) or {})
+        verify(m, after=p.NAME)
+    return m, stats
+
+
 def printed(module) -> str:
     return print_module(module, with_locs=False)
 
@@ -49,3 +59,9 @@ def check():
 def run_pass():
     """`run_pass(pass_module, text_in, options=OPTIONS) -> (module, stats)` without a text comparison."""
     return run_gpu_pass
+
+
+@pytest.fixture
+def run_passes():
+    """`run_passes([pass_module, ...], text_in, options=OPTIONS) -> (module, [stats, ...])`: passes in a row."""
+    return run_gpu_passes

@@ -1,8 +1,7 @@
 """pipeline_dot_operands on block-pointer loads (`tl.load(block_ptr, boundary_check=...)` carried through the
 loop by `tl.advance`): the same stages and structure as pointer tiles, filled by cp.async from the block's
-addresses and bounds mask (zeros outside), or on sm_90 for swizzled wgmma stages by TMA (a tensor map made from
-the kernel's arguments, one mbarrier per stage, the phase parity carried by the loop); what cannot be pipelined
-or put on TMA says why."""
+addresses and bounds mask (zeros outside); what cannot be pipelined says why. On sm_90 fill_stages_with_tma
+then puts swizzled stages on TMA (test_fill_stages_with_tma.py)."""
 from __future__ import annotations
 
 from kernellab.compiler.gpu.options import GpuOptions
@@ -109,102 +108,23 @@ tt.func @k(%a_ptr: !ptr<f16> {tt.divisibility = 16}, %b_ptr: !ptr<f16> {tt.divis
 WGMMA_LOOP = MMA_SYNC_LOOP.replace("#L1 = #mma<[2, 2]>", "#L1 = #mma<[4, 1]>").replace(
     'mma = [2, 2]}', 'instr = "wgmma.m64n64k16.f16", mma = [4, 1]}')
 
-TMA_2 = """
-#L0 = #mma<[4, 1]>
-
-tt.func @k(%a_ptr: !ptr<f16> {tt.divisibility = 16}, %b_ptr: !ptr<f16> {tt.divisibility = 16}, %c_ptrs: tensor<64x64x!ptr<f32>, #L0>, %M: i32, %N: i32 {tt.divisibility = 16}, %K: i32 {tt.divisibility = 16}, %sa: i32 {tt.divisibility = 16}, %sb: i32 {tt.divisibility = 16}) {
-  %c0 = arith.constant {value = 0} : i32
-  %c32 = arith.constant {value = 32} : i32
-  %one = arith.constant {value = 1} : i64
-  %m64 = arith.extsi %M : i64
-  %n64 = arith.extsi %N : i64
-  %k64 = arith.extsi %K : i64
-  %sa64 = arith.extsi %sa : i64
-  %sb64 = arith.extsi %sb : i64
-  %pa = tt.make_block_ptr %a_ptr, %m64, %k64, %sa64, %one, %c0, %c0 {block_shape = [64, 32], order = [1, 0]} : !blockptr<f16, 64x32>
-  %pb = tt.make_block_ptr %b_ptr, %k64, %n64, %sb64, %one, %c0, %c0 {block_shape = [32, 64], order = [1, 0]} : !blockptr<f16, 32x64>
-  %zero = arith.constant {value = 0.0} : tensor<64x64xf32, #L0>
-  %a_tensormap = ttg.tensormap %a_ptr, %K, %M, %sa {box = [32, 64], swizzle = 64} : i64
-  %a_stages = ttg.local_alloc {fill = "tma", operand = "a", stages = 2} : !memdesc<2x64x32xf16, order=1,0, pad=0, swizzle=64>
-  %b_tensormap = ttg.tensormap %b_ptr, %N, %K, %sb {box = [64, 32], swizzle = 128} : i64
-  %b_stages = ttg.local_alloc {fill = "tma", operand = "b", stages = 2} : !memdesc<2x32x64xf16, order=1,0, pad=0, swizzle=128>
-  %stage_bars = ttg.mbarrier_alloc {stages = 2} : !memdesc<2x1x1xi64, order=1,0, pad=0>
-  %0 = arith.constant {value = 0} : i32
-  %1 = arith.cmpi %c0, %K {predicate = "slt"} : i1
-  %2 = ttg.memdesc_index %stage_bars, %0 : !memdesc<1x1xi64, order=1,0, pad=0>
-  ttg.mbarrier_expect %2, %1 {bytes = 8192}
-  %3 = ttg.memdesc_index %a_stages, %0 : !memdesc<64x32xf16, order=1,0, pad=0, swizzle=64>
-  ttg.tma_copy %a_tensormap, %pa, %3, %2, %1
-  %4 = ttg.memdesc_index %b_stages, %0 : !memdesc<32x64xf16, order=1,0, pad=0, swizzle=128>
-  ttg.tma_copy %b_tensormap, %pb, %4, %2, %1
-  %pa1 = tt.advance %pa, %c0, %c32 : !blockptr<f16, 64x32>
-  %pb1 = tt.advance %pb, %c32, %c0 : !blockptr<f16, 32x64>
-  %5 = arith.constant {value = 0} : i32
-  %6 = arith.constant {value = 1} : i32
-  %7 = arith.constant {value = 0} : i32
-  %acc, %8, %9, %10, %11, %12 = scf.for %c0, %K, %c32, %zero, %pa1, %pb1, %5, %6, %7 {pipelined_stages = 2} : tensor<64x64xf32, #L0>, !blockptr<f16, 64x32>, !blockptr<f16, 32x64>, i32, i32, i32 {
-  ^bb(%k: i32, %acc0: tensor<64x64xf32, #L0>, %pa0_ahead: !blockptr<f16, 64x32>, %pb0_ahead: !blockptr<f16, 32x64>, %read_stage: i32, %write_stage: i32, %phase: i32):
-    %13 = ttg.memdesc_index %stage_bars, %read_stage : !memdesc<1x1xi64, order=1,0, pad=0>
-    ttg.mbarrier_wait %13, %phase
-    %14 = ttg.memdesc_index %a_stages, %read_stage : !memdesc<64x32xf16, order=1,0, pad=0, swizzle=64>
-    %15 = ttg.memdesc_index %b_stages, %read_stage : !memdesc<32x64xf16, order=1,0, pad=0, swizzle=128>
-    %d = tt.dot %14, %15, %acc0 {input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [4, 1], wgmma_async = true} : tensor<64x64xf32, #L0>
-    %d_1 = ttg.dot_wait %d {pending = 1} : tensor<64x64xf32, #L0>
-    ttg.barrier {reason = "every warpgroup's previous wgmma has read the stage refilled next"}
-    %16 = arith.constant {value = 32} : i32
-    %17 = arith.addi %k, %16 : i32
-    %18 = arith.cmpi %17, %K {predicate = "slt"} : i1
-    %19 = ttg.memdesc_index %stage_bars, %write_stage : !memdesc<1x1xi64, order=1,0, pad=0>
-    ttg.mbarrier_expect %19, %18 {bytes = 8192}
-    %20 = ttg.memdesc_index %a_stages, %write_stage : !memdesc<64x32xf16, order=1,0, pad=0, swizzle=64>
-    ttg.tma_copy %a_tensormap, %pa0_ahead, %20, %19, %18
-    %21 = ttg.memdesc_index %b_stages, %write_stage : !memdesc<32x64xf16, order=1,0, pad=0, swizzle=128>
-    ttg.tma_copy %b_tensormap, %pb0_ahead, %21, %19, %18
-    %pa1_1 = tt.advance %pa0_ahead, %c0, %c32 : !blockptr<f16, 64x32>
-    %pb1_1 = tt.advance %pb0_ahead, %c32, %c0 : !blockptr<f16, 32x64>
-    %22 = arith.constant {value = 1} : i32
-    %23 = arith.constant {value = 1} : i32
-    %24 = arith.cmpi %read_stage, %23 {predicate = "eq"} : i1
-    %25 = arith.constant {value = 0} : i32
-    %26 = arith.addi %read_stage, %22 : i32
-    %27 = arith.select %24, %25, %26 : i32
-    %28 = arith.xori %phase, %22 : i32
-    %29 = arith.select %24, %28, %phase : i32
-    %30 = arith.cmpi %write_stage, %23 {predicate = "eq"} : i1
-    %31 = arith.constant {value = 0} : i32
-    %32 = arith.addi %write_stage, %22 : i32
-    %33 = arith.select %30, %31, %32 : i32
-    scf.yield %d_1, %pa1_1, %pb1_1, %27, %33, %29
-  }
-  %acc_1 = ttg.dot_wait %acc {pending = 0} : tensor<64x64xf32, #L0>
-  ttg.async_wait %a_stages, %b_stages {pending = 0}
-  ttg.mbarrier_inval %stage_bars
-  tt.store %c_ptrs, %acc_1
-  tt.return
-}
-"""
-
 
 def test_block_pointer_tiles_are_copied_by_cp_async(check):
     _, stats = check(pipeline_dot_operands, MMA_SYNC_LOOP, CP_ASYNC_2, GpuOptions(num_warps=4, num_stages=2, arch=80))
-    assert stats["pipelined"] == 1 and stats["buffers"] == 2 and stats["skipped"] == []
-    assert stats["no_tma"] == ["line ? operand a: sm_80 has no TMA", "line ? operand b: sm_80 has no TMA"]
-
-
-def test_block_pointer_tiles_are_filled_by_tma_on_sm90(check):
-    _, stats = check(pipeline_dot_operands, WGMMA_LOOP, TMA_2, GpuOptions(num_warps=4, num_stages=2, arch=90))
-    assert stats["tma"] == 2 and "no_tma" not in stats and stats["overlapped_wgmma"] == 1
+    assert stats == {"pipelined": 1, "buffers": 2, "skipped": []}
 
 
 def _ops(m):
     return [op.name for op in m.kernel.walk()]
 
 
-def test_tma_disabled_keeps_cp_async(run_pass):
-    m, stats = run_pass(pipeline_dot_operands, WGMMA_LOOP, GpuOptions(num_warps=4, num_stages=3, tma=False))
+def test_wgmma_stages_are_swizzled_and_still_filled_by_cp_async(run_pass):
+    m, stats = run_pass(pipeline_dot_operands, WGMMA_LOOP, GpuOptions(num_warps=4, num_stages=3, arch=90))
+    assert stats["pipelined"] == 1 and stats["overlapped_wgmma"] == 1
     assert "ttg.tma_copy" not in _ops(m) and _ops(m).count("ttg.async_copy") == 2 * 3
-    assert stats["no_tma"] == ["line ? operand a: TMA disabled (enable_tma=False)",
-                               "line ? operand b: TMA disabled (enable_tma=False)"]
+    assert _ops(m).count("ttg.block_ptr_addresses") == 2 * 3
+    allocs = [op for op in m.kernel.walk() if op.name == "ttg.local_alloc"]
+    assert [a.result.type.swizzle for a in allocs] == [64, 128] and all("fill" not in a.attrs for a in allocs)
 
 
 def test_nan_padding_is_not_pipelined(run_pass):
@@ -221,37 +141,3 @@ def test_unknown_stride_alignment_keeps_the_register_path(run_pass):
     m, stats = run_pass(pipeline_dot_operands, text, GpuOptions(num_warps=4, num_stages=3, arch=80))
     assert any("operand a: 2-byte runs" in s for s in stats["skipped"])
     assert _ops(m).count("tt.load") == 1
-
-
-def test_per_program_base_or_computed_shape_means_no_tma(run_pass):
-    # the base moved by a per-program offset: the tensor map cannot be made on the host
-    text = WGMMA_LOOP.replace("%pa = tt.make_block_ptr %a_ptr,", "%a_off = tt.addptr %a_ptr, %c32 : !ptr<f16>\n"
-                              "  %pa = tt.make_block_ptr %a_off,")
-    m, stats = run_pass(pipeline_dot_operands, text, GpuOptions(num_warps=4, num_stages=3, arch=90))
-    assert stats["tma"] == 1 and _ops(m).count("ttg.tma_copy") == 3
-    assert stats["no_tma"] == ["line ? operand a: the base has a per-program offset (pass offsets= to "
-                               "tl.make_block_ptr instead)"]
-    # a shape computed in the kernel
-    text = WGMMA_LOOP.replace("%n64 = arith.extsi %N : i64", "%n2 = arith.addi %N, %N : i32\n"
-                              "  %n64 = arith.extsi %n2 : i64")
-    m, stats = run_pass(pipeline_dot_operands, text, GpuOptions(num_warps=4, num_stages=3, arch=90))
-    assert stats["no_tma"] == ["line ? operand b: its shape is computed in the kernel (the host makes the tensor "
-                               "map from arguments)"]
-
-
-def test_mbarriers_and_tma_buffers_in_the_shared_plan(run_pass):
-    from kernellab.compiler.passes import allocate_shared, insert_barriers
-
-    m, _ = run_pass(pipeline_dot_operands, WGMMA_LOOP, GpuOptions(num_warps=4, num_stages=3, arch=90))
-    allocate_shared.run(m)
-    assert insert_barriers.run(m) == {"barriers": 0}
-    plan = {b["op"] + str(b["line"]) + str(i): b for i, b in enumerate(m.shared_plan)}
-    bufs = [b for b in plan.values() if b["op"] == "ttg.local_alloc"]
-    bars = [b for b in plan.values() if b["op"] == "ttg.mbarrier_alloc"]
-    assert len(bars) == 1 and bars[0]["size"] == 3 * 16 and bars[0]["stages"] == 3
-    assert bars[0]["mbarriers"] == [bars[0]["offset"] + 16 * s for s in range(3)]
-    assert [(b["filled_by"], b["stages"], b["swizzle"][:7]) for b in bufs] == [("TMA", 3, "64-byte"),
-                                                                              ("TMA", 3, "128-byt")]
-    assert all(b["mbarriers"] == bars[0]["mbarriers"] and b["offset"] % 1024 == 0 for b in bufs)
-    # the barriers live from their initialization to their invalidation after the loop, apart from the stages
-    assert all(bars[0]["offset"] >= b["offset"] + b["size"] or b["offset"] >= bars[0]["offset"] + 48 for b in bufs)

@@ -1,12 +1,18 @@
 """pipeline_dot_operands: a loop feeding a tensor-core dot gets multi-stage shared-memory buffers filled by
-cp.async num_stages-1 iterations ahead (prologue, steady state, drain; num_stages-2 ahead when a wgmma stays
-in flight); loops it cannot pipeline keep the register path and say why."""
+cp.async num_stages-1 iterations ahead (prologue, steady state, drain; the copies after the wait when a wgmma
+stays in flight); loops it cannot pipeline keep the register path and say why. TMA fills and warpgroup turns
+are later passes (test_fill_stages_with_tma.py, test_warpgroup_turns.py)."""
 from __future__ import annotations
 
 import pytest
 
 from kernellab.compiler.gpu.options import GpuOptions
-from kernellab.compiler.passes import allocate_shared, insert_barriers, pipeline_dot_operands
+from kernellab.compiler.passes import (
+    allocate_shared,
+    insert_barriers,
+    pipeline_dot_operands,
+    stage_invariant_dot_operands,
+)
 
 LOOP = """
 #L0 = #blocked<[1, 8], [8, 4], [4, 1], [1, 0]>
@@ -100,7 +106,7 @@ tt.func @k(%a_ptrs: tensor<32x32x!ptr<f16>, #L0>, %b_ptrs: tensor<32x32x!ptr<f16
 
 def test_three_stages_prologue_steady_state_and_drain(check):
     _, stats = check(pipeline_dot_operands, LOOP, PIPELINED_3, GpuOptions(num_warps=4, num_stages=3))
-    assert stats == {"pipelined": 1, "staged_once": 0, "buffers": 2, "skipped": []}
+    assert stats == {"pipelined": 1, "buffers": 2, "skipped": []}
 
 
 def _ops(module):
@@ -175,31 +181,6 @@ def test_shared_plan_and_barriers_of_the_pipelined_loop(run_pass):
     # the waits are the barriers: nothing else is inserted (the dot reads shared memory it does not own)
     stats = insert_barriers.run(m, GpuOptions(num_warps=4))
     assert stats == {"barriers": 0}
-
-
-INVARIANT_A = LOOP.replace(
-    "%acc, %pa, %pb = scf.for",
-    "%q = tt.load %a_ptrs {vec = 8} : tensor<32x32xf16, #L0>\n  %acc, %pa, %pb = scf.for").replace(
-    "%a = tt.load %pa0 {vec = 8} : tensor<32x32xf16, #L0>\n", "").replace(
-    "tt.dot %a, %b", "tt.dot %q, %b")
-
-
-def test_a_tile_loaded_once_is_staged_once_and_stays_live_across_the_loop(run_pass):
-    m, stats = run_pass(pipeline_dot_operands, INVARIANT_A, GpuOptions(num_warps=4, num_stages=3))
-    assert stats["staged_once"] == 1 and stats["pipelined"] == 1 and stats["buffers"] == 2
-    ops = list(m.kernel.walk())
-    names = [op.name for op in ops]
-    assert "tt.load" not in names
-    first = ops[names.index("ttg.local_alloc")]
-    assert first.result.type.shape == (1, 32, 32) and first.attrs["stages"] == 1
-    # copied where it was loaded, and waited for before anything reads it
-    i = names.index("ttg.local_alloc")
-    assert names[i:i + 6] == ["ttg.local_alloc", "arith.constant", "ttg.memdesc_index", "arith.constant",
-                              "ttg.async_copy", "ttg.async_commit"] and names[i + 6] == "ttg.async_wait"
-    allocate_shared.run(m, GpuOptions(num_warps=4))
-    loop_end = max(k for k, op in enumerate(m.kernel.walk()) if op.block is not m.kernel.body)
-    tile = m.shared_plan[0]
-    assert tile["stages"] == 1 and tile["live"][1] >= loop_end  # read again by every iteration
 
 
 WGMMA_LOOP = """
@@ -290,12 +271,13 @@ tt.func @k(%q_ptrs: tensor<{rows}x64x!ptr<f16>, #L0>, %k_ptrs: tensor<64x64x!ptr
 
 
 @pytest.mark.parametrize("warps", [4])
-def test_attention_keeps_the_second_wgmma_in_flight_behind_the_next_first_one(run_pass, warps):
-    """s = dot(q, k); acc = dot(p, v, acc * ..) on wgmma with one warpgroup: the p·v group is not waited for in
-    its iteration; the next iteration's q·k wait retires it, then a dot_wait ties the carried acc (every read of
-    it comes after), a barrier, and only then the copies refill the stage both dots read."""
-    m, stats = run_pass(pipeline_dot_operands, _attention_loop(warps), GpuOptions(num_warps=warps, num_stages=3))
-    assert stats["overlapped_wgmma"] == 1 and stats["pipelined"] == 1 and stats["staged_once"] == 1
+def test_attention_keeps_the_second_wgmma_in_flight_behind_the_next_first_one(run_passes, warps):
+    """s = dot(q, k); acc = dot(p, v, acc * ..) on wgmma with one warpgroup (q staged once before): the p·v group
+    is not waited for in its iteration; the next iteration's q·k wait retires it, then a dot_wait ties the
+    carried acc (every read of it comes after), a barrier, and only then the copies refill the stage both read."""
+    m, (staged, stats) = run_passes([stage_invariant_dot_operands, pipeline_dot_operands], _attention_loop(warps),
+                                    GpuOptions(num_warps=warps, num_stages=3))
+    assert stats["overlapped_wgmma"] == 1 and stats["pipelined"] == 1 and staged["staged_once"] == 1
     top = m.kernel.body.ops
     names = [op.name for op in top]
     loop = top[names.index("scf.for")]
@@ -313,52 +295,3 @@ def test_attention_keeps_the_second_wgmma_in_flight_behind_the_next_first_one(ru
     assert body[-1].operands[0] is second.result  # yielded without a wait
     after = top[names.index("scf.for") + 1]
     assert after.name == "ttg.dot_wait" and after.attrs["pending"] == 0 and after.operands[0] is loop.results[0]
-
-
-def test_attention_with_two_warpgroups_takes_turns_on_mbarriers(run_pass):
-    """8 warps: no CTA-wide barrier in the loop. Copies complete on per-stage "full" mbarriers (every thread
-    arrives), warps release stages on "empty" mbarriers (one arrival per warp), and the warpgroups take turns:
-    q·k is issued async and the turn passes before its wait; the refill waits for the release after the
-    softmax; the turn is taken back right before p·v. Around the loop: start, then finish after the last wait."""
-    m, stats = run_pass(pipeline_dot_operands, _attention_loop(8), GpuOptions(num_warps=8, num_stages=3))
-    assert stats["mbarrier_sync"] == 1 and stats["warpgroup_turns"] == 1 and stats["overlapped_wgmma"] == 1
-    top = m.kernel.body.ops
-    names = [op.name for op in top]
-    allocs = [op for op in top if op.name == "ttg.mbarrier_alloc"]
-    assert [(a.attrs["purpose"], a.attrs["count"], a.attrs["stages"]) for a in allocs] == \
-        [("full", 256, 3), ("empty", 8, 3)]
-    at = names.index("scf.for")
-    assert names[:at].count("ttg.async_arrive") == 2 and names[at - 1] == "ttg.warpgroup_turn"
-    assert top[at - 1].attrs["kind"] == "start"
-    loop = top[at]
-    body = loop.regions[0].ops
-    kinds = [op.name for op in body]
-    assert "ttg.barrier" not in kinds and "ttg.async_wait" not in kinds
-    first, second = [op for op in body if op.name == "tt.dot"]
-    assert first.attrs["wgmma_async"] and second.attrs["wgmma_async"]
-    waits = [op for op in body if op.name == "ttg.mbarrier_wait"]
-    full_wait, empty_wait = waits
-    assert full_wait.attrs.get("fence_proxy") and not empty_wait.attrs.get("fence_proxy")
-    turns = [op for op in body if op.name == "ttg.warpgroup_turn"]
-    assert [t.attrs["kind"] for t in turns] == ["pass", "wait"]
-    s_wait = next(op for op in body if op.name == "ttg.dot_wait" and op.operands[0] is first.result)
-    release = next(op for op in body if op.name == "ttg.mbarrier_arrive")
-    mul = next(op for op in body if op.name == "arith.mulf")
-    i = body.index
-    assert i(full_wait) < i(first) < i(turns[0]) < i(s_wait) < i(release) < i(mul) < i(empty_wait) \
-        < kinds.index("ttg.async_copy") < kinds.index("ttg.async_arrive") < i(turns[1]) < i(second)
-    # the release and the refill's wait name the same stage: the one the previous iteration read
-    assert release.operands[0].defining_op.operands[1] is empty_wait.operands[0].defining_op.operands[1]
-    after = [op.name for op in top[at + 1:]]
-    assert after[:3] == ["ttg.dot_wait", "ttg.warpgroup_turn", "ttg.async_wait"]
-    assert after.count("ttg.mbarrier_inval") == 2
-
-
-def test_attention_keeps_cta_barriers_when_the_warpgroups_must_meet(run_pass):
-    """A CTA-wide barrier in the body (here `tl.debug_barrier()`) would deadlock against the turns: such a loop
-    keeps bar.sync and no mbarriers, as does a split of the rows over fewer than eight warps."""
-    text = _attention_loop(8).replace("    %p = arith.truncf", "    tt.debug_barrier\n    %p = arith.truncf")
-    m, stats = run_pass(pipeline_dot_operands, text, GpuOptions(num_warps=8, num_stages=3))
-    assert stats["overlapped_wgmma"] == 1 and "mbarrier_sync" not in stats and "warpgroup_turns" not in stats
-    names = [op.name for op in m.kernel.walk()]
-    assert "ttg.mbarrier_alloc" not in names and "ttg.warpgroup_turn" not in names and "ttg.barrier" in names

@@ -1,5 +1,6 @@
-"""Parse -> print -> parse -> print is stable on IR with nested regions, and the full tile
-pipeline leaves valid IR behind."""
+"""Parse -> print -> parse -> print is stable on IR with nested regions, the full tile pipeline leaves
+valid IR behind, and Module.clone gives a copy that prints like the original and shares no op, block, value
+or attribute list with it (passes run on the copy, as the GPU build does, leave the original as it was)."""
 from kernellab.compiler import passes
 from kernellab.compiler.parser import parse_module
 from kernellab.compiler.printer import print_module
@@ -106,3 +107,68 @@ def test_pass_modules_have_metadata():
     for p in passes.TILE_PASSES:
         assert isinstance(p.DESCRIPTION, str) and p.DESCRIPTION and "\n" not in p.DESCRIPTION
         assert callable(p.run)
+
+
+def _objects(module):
+    """ids of every op, block and value of the module."""
+    out = set()
+    for fn in module.functions:
+        out |= {id(fn), id(fn.body)} | {id(a) for a in fn.args}
+        for op in fn.walk():
+            out |= {id(op)} | {id(r) for r in op.results}
+            for reg in op.regions:
+                out |= {id(reg)} | {id(a) for a in reg.args}
+    return out
+
+
+def test_a_clone_prints_like_the_original(check_uses):
+    m = parse_module(SAMPLE)
+    c = m.clone()
+    assert print_module(c) == print_module(m)
+    assert print_module(c, with_locs=False) == print_module(m, with_locs=False)
+    fn, cf = m.kernel, c.kernel
+    assert (cf.name, cf.source_file, cf.first_line, cf.arg_attrs) == (fn.name, fn.source_file, fn.first_line,
+                                                                        fn.arg_attrs)
+    check_uses(c)
+    check_uses(m)  # cloning added no use to the original's values
+
+
+def test_a_clone_shares_nothing_mutable():
+    m = parse_module(SAMPLE)
+    c = m.clone()
+    assert not _objects(m) & _objects(c)
+    for a, b in zip(m.kernel.walk(), c.kernel.walk()):
+        assert a.attrs == b.attrs and a.attrs is not b.attrs
+        for k, v in a.attrs.items():
+            assert not isinstance(v, list) or v is not b.attrs[k]
+    assert m.kernel.arg_attrs[0] is not c.kernel.arg_attrs[0]
+
+
+def test_rewriting_the_clone_leaves_the_original(check_uses):
+    m = parse_module(SAMPLE)
+    before = print_module(m)
+    c = m.clone()
+    for p in passes.TILE_PASSES:
+        p.run(c)
+    ops = list(c.kernel.walk())
+    next(op for op in ops if op.name == "tt.make_range").attrs["end"] = 32
+    next(op for op in ops if op.name == "tt.print").attrs["prefix"] = "changed"
+    c.kernel.arg_attrs[0]["tt.divisibility"] = 1
+    c.kernel.args[0].hint = "renamed"
+    c.functions.append(c.kernel.clone())
+    assert print_module(c) != before
+    assert print_module(m) == before
+    check_uses(m)
+    check_uses(c)
+
+
+def test_nested_attribute_lists_are_copied():
+    m = parse_module(SAMPLE)
+    op = next(op for op in m.kernel.walk() if op.name == "tt.make_range")
+    op.attrs["nested"] = [[1, 2], (3, [4])]
+    c = m.clone()
+    twin = next(op for op in c.kernel.walk() if op.name == "tt.make_range")
+    twin.attrs["nested"][0].append(9)
+    twin.attrs["nested"][1][1].append(9)
+    assert op.attrs["nested"] == [[1, 2], (3, [4])]
+    assert isinstance(twin.attrs["nested"][1], tuple)

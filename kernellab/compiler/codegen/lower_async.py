@@ -11,7 +11,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..gpu.layouts import Blocked
-from .lower import I8, I32, I64, VOID, KernelLowering, _cint, handles
+from .lowering_core import I8, I32, I64, VOID, KernelLowering, _cint, handles
 
 
 def tile_byte_offset(lw: KernelLowering, t, r, c):

@@ -1,7 +1,7 @@
 """Structured control flow -> basic blocks, with one phi per register of every carried value."""
 from __future__ import annotations
 
-from .lower import KernelLowering, handles
+from .lowering_core import KernelLowering, handles
 
 
 def _flat(lw, values):

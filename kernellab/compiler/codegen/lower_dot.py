@@ -6,9 +6,9 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..gpu.scratch import a_from_registers, is_wgmma, mem_bytes, mma_instr, mma_staging
-from .lower import F32, I8, I32, KernelLowering, _cint, _log2, handles, llty, memty
 from .lower_async import store_tile
 from .lower_wgmma import a_fragment_from_accumulator, dot_wgmma
+from .lowering_core import F32, I8, I32, KernelLowering, _cint, _log2, handles, llty, memty
 
 
 def _align16(n: int) -> int:

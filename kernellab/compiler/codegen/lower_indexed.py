@@ -6,8 +6,8 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..gpu.scratch import mem_bytes
-from .lower import I32, I64, KernelLowering, _cint, handles, memty
 from .lower_shape import _from_mem, store_linear
+from .lowering_core import I32, I64, KernelLowering, _cint, handles, memty
 
 
 def _as_i32(lw: KernelLowering, v, t):

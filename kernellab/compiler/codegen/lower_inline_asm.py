@@ -10,8 +10,8 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..types import TensorType
-from .lower import KernelLowering, LoweringError, handles, llty
 from .lower_map import operand_columns
+from .lowering_core import KernelLowering, LoweringError, handles, llty
 
 
 def _per_register(t, pack: int) -> int:

@@ -6,7 +6,7 @@ the region becomes branches around each copy, so only the chosen side of an `if`
 from __future__ import annotations
 
 from ..types import TensorType
-from .lower import KernelLowering, handles
+from .lowering_core import KernelLowering, handles
 
 
 def operand_columns(lw: KernelLowering, op):

@@ -6,7 +6,21 @@ import llvmlite.ir as ir
 
 from ..gpu.scratch import mem_bytes
 from ..types import TensorType
-from .lower import GPTR, I1, I8, I16, I32, I64, VOID, KernelLowering, _cint, handles, llty, memty
+from .lowering_core import (
+    GPTR,
+    I1,
+    I8,
+    I16,
+    I32,
+    I64,
+    VOID,
+    KernelLowering,
+    _bf16_bits,
+    _cint,
+    handles,
+    llty,
+    memty,
+)
 
 
 def _word_plan(nbytes):
@@ -83,8 +97,6 @@ def _const_words(elem, value, n):
         return None
     name = elem.ir
     if name == "bf16":
-        from .lower import _bf16_bits
-
         raw = struct.pack("<H", _bf16_bits(float(value)))
     elif name == "f16":
         raw = struct.pack("<e", float(value))

@@ -12,8 +12,8 @@ import llvmlite.ir as ir
 from ..gpu.layouts import Slice
 from ..gpu.scratch import mem_bytes
 from ..types import TensorType
-from .lower import F32, F64, I1, I32, I64, KernelLowering, _cint, _log2, handles, memty
 from .lower_shape import _from_mem, _to_mem
+from .lowering_core import F32, F64, I1, I32, I64, KernelLowering, _cint, _log2, handles, memty
 
 # From this many warp partials on, the cross-warp step is a butterfly over lanes rather than one load per partial.
 _TREE_FROM_PARTIALS = 8

@@ -6,7 +6,7 @@ import llvmlite.ir as ir
 
 from ..gpu.scratch import contiguous_run, conversion_pitch, mem_bytes
 from ..types import TensorType
-from .lower import I32, KernelLowering, _cint, const_value, handles, memty
+from .lowering_core import I32, KernelLowering, _cint, const_value, handles, memty
 
 
 @handles("arith.constant")

@@ -20,7 +20,7 @@ import llvmlite.ir as ir
 
 from ..gpu.block_ptr import unwiden
 from ..ir import Function
-from .lower import I8, I32, I64, VOID, KernelLowering, LoweringError, _cint, handles
+from .lowering_core import I8, I32, I64, VOID, KernelLowering, LoweringError, _cint, handles
 
 TENSORMAP_BYTES = 128
 

@@ -14,8 +14,8 @@ import llvmlite.ir as ir
 
 from ..gpu.scratch import a_from_registers, wgmma_staging
 from ..gpu.smem_layout import descriptor_fields
-from .lower import F32, I8, I32, I64, VOID, KernelLowering, _cint, handles
 from .lower_async import fence_proxy_async, store_tile, tile_byte_offset
+from .lowering_core import F32, I8, I32, I64, VOID, KernelLowering, _cint, handles
 
 
 def _stage_swizzled(lw: KernelLowering, v, t, base: int):

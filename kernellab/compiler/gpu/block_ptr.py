@@ -111,11 +111,11 @@ def _kernel_value(v: Value, fn_args) -> bool:
     return d.name == "arith.constant"
 
 
-def tma_operands(ld: Op, fn_args, axis: AxisAnalysis) -> tuple[list | None, str]:
+def tma_operands(bp: Value, elem_bytes: int, boundary_check, fn_args, axis: AxisAnalysis) -> tuple[list | None, str]:
     """([base, extent of the contiguous dim, extent of the other dim, stride of the other dim], unwidened: kernel
-    arguments or constants) when a
-    host-made tensor map can serve this 2-D block-pointer load, else (None, why not)."""
-    found = origin(ld.operands[0])
+    arguments or constants) when a host-made tensor map can serve the 2-D tiles of block pointer `bp` (elements
+    of `elem_bytes`, read with `boundary_check`), else (None, why not)."""
+    found = origin(bp)
     if isinstance(found, str):
         return None, found
     mk, _ = found
@@ -132,9 +132,8 @@ def tma_operands(ld: Op, fn_args, axis: AxisAnalysis) -> tuple[list | None, str]
     for what, v in (("shape", shape[0]), ("shape", shape[1]), ("stride", strides[slow])):
         if not _kernel_value(v, fn_args):
             return None, f"its {what} is computed in the kernel (the host makes the tensor map from arguments)"
-    esize = ld.result.type.scalar.bits // 8
-    if (axis[strides[slow]].div[0] * esize) % 16:
+    if (axis[strides[slow]].div[0] * elem_bytes) % 16:
         return None, f"the stride of dim {slow} is not known to be a multiple of 16 bytes"
-    if sorted(ld.attrs.get("boundary_check", [])) != [0, 1]:
+    if sorted(boundary_check or []) != [0, 1]:
         return None, "a dim is not boundary-checked (TMA zero-fills everything outside the shape)"
     return [unwiden(v) for v in (base, shape[fast], shape[slow], strides[slow])], ""

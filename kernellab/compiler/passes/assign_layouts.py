@@ -376,15 +376,12 @@ def _converted_into(arg, y, body):
 
 
 def run(module: Module, options) -> dict:
-    from ..parser import parse_module
-    from ..printer import print_module
-
-    before = print_module(module)
+    before = module.clone()
     a = LayoutAssigner(module, options.num_warps)
     a.run()
     hints = loop_layout_hints(module)
     if hints:  # assign again from the original IR, the loops entered in the layouts their bodies produce
-        module.functions[:] = parse_module(before).functions
+        module.functions[:] = before.functions
         a = LayoutAssigner(module, options.num_warps, hints)
         a.run()
     stats = {"anchors": len(a.anchors), "converts_inserted": a.converts}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...errors import CompilationError
 from ..ir import Function, Module, Op
-from ..rewrite import clone_op, insert_before, replace_op
+from ..rewrite import insert_before, replace_op
 
 NAME = "inline"
 DESCRIPTION = "inline every tt.call into the kernel and drop the helper functions"
@@ -40,7 +40,7 @@ def _inline_call(call: Op, callee: Function, caller: Function):
                       f"it returns {len(ret.operands)}", call)
     mapping = {id(a): v for a, v in zip(body.args, call.operands)}
     for op in body.ops[:-1]:
-        insert_before(call, clone_op(op, mapping))
+        insert_before(call, op.clone(mapping))
     outs = [mapping.get(id(v), v) for v in ret.operands]
     for r, v in zip(call.results, outs):
         # A value computed by the inlined body takes the name the caller gave the call's result.

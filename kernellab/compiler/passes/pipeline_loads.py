@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..ir import Module, Op
 from ..ops import is_pure
-from ..rewrite import clone_op, extend_for_iter_args, insert_before, int_const, pure_slice
+from ..rewrite import extend_for_iter_args, insert_before, int_const, pure_slice
 from ..types import TensorType, int1
 
 NAME = "pipeline_loads"
@@ -37,7 +37,7 @@ def _guarded(mask_op_anchor: Op, mask, cond, shape, loc):
 def _emit_load(anchor: Op, load: Op, slice_ops, mapping, cond):
     """Clone `slice_ops` + `load` before `anchor` under `mapping`, masking the load with `cond`."""
     for op in slice_ops:
-        insert_before(anchor, clone_op(op, mapping))
+        insert_before(anchor, op.clone(mapping))
     ptr = mapping.get(id(load.operands[0]), load.operands[0])
     mask = mapping.get(id(load.operands[1]), load.operands[1]) if len(load.operands) > 1 else None
     other = mapping.get(id(load.operands[2]), load.operands[2]) if len(load.operands) > 2 else None
@@ -57,7 +57,7 @@ def _value_before(v, anchor: Op, body):
     mapping: dict = {}
     for dep in pure_slice(op, body) + [op]:
         if order.get(id(dep), -1) >= order[id(anchor)] and id(dep) not in mapping:
-            insert_before(anchor, clone_op(dep, mapping))
+            insert_before(anchor, dep.clone(mapping))
     return mapping.get(id(v), v)
 
 

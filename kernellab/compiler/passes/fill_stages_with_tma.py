@@ -1,0 +1,130 @@
+"""On sm_90, fill the stages of block-pointer tiles by TMA instead of cp.async, in loops `pipeline_dot_operands`
+pipelined.
+
+TMA (the tensor memory accelerator) copies a whole tile from a tensor map: one thread issues it, no thread
+computes an address, and the copy completes by counting its bytes on an mbarrier. A tile qualifies when its
+stages are swizzled for wgmma (TMA writes the same swizzle) and the host can describe the tensor from the
+kernel's arguments: base, shape and strides are kernel arguments (or constants), 16-byte aligned, both dims
+boundary-checked (TMA zero-fills everything outside the shape). Its copies become:
+
+    before:    tensor maps (kernel parameters), one mbarrier per stage
+    issue:     mbarrier_expect(stage's bytes) + tma_copy(tiles -> stage)          # one thread
+    body i:    mbarrier_wait(stage i % S, phase) [+ bar.sync unless a wgmma overlaps]
+    after:     mbarrier_inval
+
+replacing the cp.async copies, their commit group (when nothing else is in it) and their wait. The phase parity
+is carried by the loop and flips each time the read stage wraps. Why a block-pointer tile keeps cp.async is
+recorded in the stats (`no_tma`).
+"""
+from __future__ import annotations
+
+from ..gpu import block_ptr
+from ..gpu.axis_info import AxisAnalysis
+from ..gpu.scratch import _numel
+from ..ir import Module, Op
+from .dot_stages import I32, I64, Builder, PipelinedLoop, mbarrier_ring, next_op, pipelined_loops
+
+NAME = "fill_stages_with_tma"
+DESCRIPTION = "fill block-pointer stages by TMA (sm_90): tensor maps, one mbarrier per stage, the phase carried"
+
+
+class _Tma:
+    """Whether TMA can fill a stage buffer, from the options and the kernel's axis analysis (made on first use)."""
+
+    def __init__(self, module: Module, options):
+        self.fn = module.kernel
+        self.arch = getattr(options, "arch", 90)
+        self.enabled = getattr(options, "tma", True)
+        self._axis = None
+
+    @property
+    def axis(self) -> AxisAnalysis:
+        if self._axis is None:
+            self._axis = AxisAnalysis(self.fn)
+        return self._axis
+
+    def operands(self, buf_t, addresses: Op):
+        """(tensor-map operands, "") when TMA can fill the stages of `buf_t`, which `addresses` (the
+        ttg.block_ptr_addresses of a copy) feeds today, else (None, why not)."""
+        if self.arch < 90:
+            return None, f"sm_{self.arch} has no TMA"
+        if not self.enabled:
+            return None, "TMA disabled (enable_tma=False)"
+        if not buf_t.swizzle:
+            return None, "the dot reads padded rows (mma.sync); TMA fills swizzled wgmma stages only"
+        if buf_t.shape[1:][buf_t.order[1]] > 256:
+            return None, "the tile is over 256 rows (a TMA box dim holds at most 256)"
+        return block_ptr.tma_operands(addresses.operands[0], buf_t.elem.bits // 8,
+                                      addresses.attrs.get("boundary_check"), self.fn.args, self.axis)
+
+
+def _tensormap(bld: Builder, operands, buf_t, hint: str, loc):
+    """The `ttg.tensormap` a TMA copy into `buf_t` reads: the kernel arguments (or constants) that describe the
+    whole tensor; the box is one swizzle atom wide (all of the tile's rows)."""
+    host = [v if v.defining_op is None else bld.const(v.defining_op.attrs["value"], I64) for v in operands]
+    box = [buf_t.swizzle // (buf_t.elem.bits // 8), buf_t.shape[1:][buf_t.order[1]]]
+    return bld.op("ttg.tensormap", host, [I64], {"box": box, "swizzle": buf_t.swizzle}, [hint], loc=loc).result
+
+
+def _fill_by_tma(loop: PipelinedLoop, stats: dict, tma: _Tma) -> None:
+    loc = loop.loc
+    descs = {}  # id(buffer) -> its tensor map
+    for buf, _, addresses, copy in loop.body_fill.copies:
+        if addresses is None:
+            continue  # a tensor of pointers: only block pointers name a tile TMA can fetch
+        dot, index = loop.reads[id(buf)]
+        operands, why = tma.operands(buf.type, addresses)
+        if operands is None:
+            stats.setdefault("no_tma", []).append(f"line {dot.loc.line if dot.loc else '?'} operand "
+                                                  f"{'ab'[index]}: {why}")
+            continue
+        alloc = buf.defining_op
+        descs[id(buf)] = _tensormap(Builder(alloc, loc), operands, buf.type, f"{'ab'[index]}_tensormap", copy.loc)
+        alloc.attrs["fill"] = "tma"
+    if not descs:
+        return
+    stats["tma"] += len(descs)
+    bars = mbarrier_ring(Builder(next_op(loop.allocs[-1]), loc), loop.stages, "stage_bars")
+    nbytes = sum(_numel(b.type.shape[1:]) * b.type.elem.bits // 8 for b in loop.bufs if id(b) in descs)
+    for fill in loop.prologue_fills + [loop.body_fill]:
+        bar = None
+        for buf, view, addresses, copy in fill.copies:
+            if id(buf) not in descs:
+                continue
+            if bar is None:  # every TMA copy of the stage completes on its mbarrier, announced once
+                at = Builder(view, loc)
+                bar = at.op("ttg.memdesc_index", [bars, fill.slot], [bars.type.tile()]).result
+                at.op("ttg.mbarrier_expect", [bar, fill.pred], [], {"bytes": nbytes})
+            Builder(copy, loc).op("ttg.tma_copy", [descs[id(buf)], addresses.operands[0], view.result, bar, fill.pred],
+                                  [], loc=copy.loc)
+            copy.erase()
+            addresses.erase()
+        if all(id(buf) in descs for buf, *_ in fill.copies):
+            fill.commit.erase()  # no cp.async left in the group
+    # the body waits for its stage's mbarrier (and for the cp.async copies still there)
+    body = loop.body
+    phase = body.add_arg(I32, "phase")
+    top = Builder(loop.top_wait, loc)
+    bar = top.op("ttg.memdesc_index", [bars, loop.read_slot], [bars.type.tile()]).result
+    top.op("ttg.mbarrier_wait", [bar, phase], [])
+    cp_bufs = [b for b in loop.bufs if id(b) not in descs]
+    if cp_bufs:
+        top.op("ttg.async_wait", cp_bufs, [], dict(loop.top_wait.attrs))
+    elif not any(d.attrs.get("wgmma_async") for d in loop.dots):
+        top.op("ttg.barrier", [], [], {"reason": "every warp has finished reading the stage refilled next"})
+    loop.top_wait.erase()
+    # the phase the read stage completes next flips each time the read stage wraps
+    sel, at_end, one = loop.rotation(loop.read_slot)
+    end = Builder(next_op(sel), loc)
+    flipped = end.op("arith.xori", [phase, one], [I32]).result
+    phase_next = end.op("arith.select", [at_end, flipped, phase], [I32]).result
+    loop.carry([Builder(loop.for_op, loc).const(0)], [phase_next])
+    Builder(next_op(loop.drain()), loc).op("ttg.mbarrier_inval", [bars], [])
+
+
+def run(module: Module, options=None) -> dict:
+    stats = {"tma": 0}
+    tma = _Tma(module, options)
+    for loop in pipelined_loops(module):
+        _fill_by_tma(loop, stats, tma)
+    return stats
