@@ -99,14 +99,15 @@ def gpu_passes():
         insert_barriers,
         pipeline_dot_operands,
         remove_layout_conversions,
+        share_uniform_runs,
         stage_invariant_dot_operands,
         upcast_fp8_dot,
         warpgroup_turns,
     )
 
     return [upcast_fp8_dot, decompose_batched_dot, accelerate_matmul, assign_layouts, remove_layout_conversions,
-            stage_invariant_dot_operands, pipeline_dot_operands, fill_stages_with_tma, warpgroup_turns,
-            allocate_shared, insert_barriers]
+            share_uniform_runs, stage_invariant_dot_operands, pipeline_dot_operands, fill_stages_with_tma,
+            warpgroup_turns, allocate_shared, insert_barriers]
 
 
 def run_gpu_pipeline(module: Module, trace: CompileTrace, options) -> Module:

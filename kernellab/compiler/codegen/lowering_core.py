@@ -296,9 +296,20 @@ class KernelLowering:
         res = op.results[0]
         operands = [self.get(v) for v in op.operands]
         if isinstance(res.type, TensorType):
-            n = len(res.type.layout.registers(res.type.shape))
+            offsets = res.type.layout.registers(res.type.shape)
+            n = len(offsets)
             cols = [x if isinstance(x, list) else [x] * n for x in operands]
-            out = [self.scalar_op(op, [c[i] for c in cols]) for i in range(n)]
+            k = op.attrs.get("uniform_run", 1)
+            if k > 1:  # equal over aligned runs of k registers along the fastest dim (share_uniform_runs)
+                fast = res.type.layout.order[0]
+                index = {o: i for i, o in enumerate(offsets)}
+                firsts = [index.get(o[:fast] + (o[fast] - o[fast] % k,) + o[fast + 1:], i)
+                          for i, o in enumerate(offsets)]
+            else:
+                firsts = range(n)
+            out = []
+            for i, first in enumerate(firsts):
+                out.append(out[first] if first < i else self.scalar_op(op, [c[i] for c in cols]))
             self.put(res, out)
         else:
             self.put(res, self.scalar_op(op, operands))
