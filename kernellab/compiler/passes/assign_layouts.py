@@ -369,11 +369,14 @@ def run(module: Module, options) -> dict:
     from ..printer import print_module
 
     before = print_module(module)
+    origins = [op.origin for fn in module.functions for op in fn.walk()]
     a = LayoutAssigner(module, options.num_warps)
     a.run()
     hints = loop_layout_hints(module)
     if hints:  # assign again from the original IR, the loops entered in the layouts their bodies produce
         module.functions[:] = parse_module(before).functions
+        for op, origin in zip((op for fn in module.functions for op in fn.walk()), origins):
+            op.origin = origin  # the copy's ops were made by the passes that made the originals
         a = LayoutAssigner(module, options.num_warps, hints)
         a.run()
     stats = {"anchors": len(a.anchors), "converts_inserted": a.converts}
