@@ -7,6 +7,7 @@ barriers. Nothing here parses text.
 """
 from __future__ import annotations
 
+from .gpu.scratch import mem_bytes
 from .layout_model import coalescing
 from .printer import Printed
 from .trace import (
@@ -30,12 +31,11 @@ def positions(printed: Printed) -> Positions:
 
 
 def elem_bytes(t) -> int:
-    """Bytes of one element of `t` in memory (i1 is stored as a byte, pointers as 8 bytes); 0 when unsized."""
+    """Bytes of one element of `t` in memory (scratch.mem_bytes; a block pointer is a pointer); 0 when unsized."""
     s = t.scalar
-    if s.is_ptr() or s.is_block_ptr():
+    if s.is_block_ptr():
         return 8
-    bits = getattr(s, "bits", None)
-    return max(1, bits // 8) if bits else 0
+    return mem_bytes(t) if s.is_ptr() or getattr(s, "bits", None) else 0
 
 
 def shared_tile(t) -> SharedTile:
