@@ -174,15 +174,15 @@ def test_pipelined_matmul_assembles(arch, stages, trans, tmp_path, monkeypatch):
     assert ("wgmma.wait_group.sync.aligned 1" in ptx) == (arch == 90)
     # ptxas would serialize every wgmma (C7514) if one were in flight where other code reads accumulators
     assert "C7514" not in ck.report.get("log", "") and not any("Performance Loss" in n for n in ck.trace.notes)
-    plan = [b for b in ck.trace.shared_plan if b["op"] == "ttg.local_alloc"]
-    assert [b["stages"] for b in plan] == [stages, stages]
+    plan = [b for b in ck.trace.shared_plan if b.op == "ttg.local_alloc"]
+    assert [b.stages for b in plan] == [stages, stages]
     if arch == 90:  # 128 rows over 8 warps: one m64 block per warpgroup, read from swizzled stages
         assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in ptx and "ldmatrix" not in ptx
         assert "fence.proxy.async.shared::cta" in ptx and "wgmma.wait_group.sync.aligned 0" in ptx
         # the swizzle spans the contiguous extent: 32 halves of K (64 bytes) or 128 of M or N (128 bytes)
         want = [128 if trans[0] else 64, 64 if trans[1] else 128]
-        assert [int(b["swizzle"].split("-")[0]) for b in plan] == want
-        assert all(b["offset"] % 1024 == 0 for b in plan)
+        assert [int(b.swizzle.split("-")[0]) for b in plan] == want
+        assert all(b.offset % 1024 == 0 for b in plan)
         # a transposed operand is read MN-major: the instruction's transpose flags say which
         flags = re.search(r"wgmma\.mma_async[^;]*, p, 1, 1, (\d), (\d);", ptx).groups()
         assert flags == (str(int(trans[0])), str(int(not trans[1])))

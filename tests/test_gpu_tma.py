@@ -180,12 +180,12 @@ def test_tma_ptx_assembles(stages, a_colmajor, tmp_path, monkeypatch):
     kinds = ck.arg_kinds
     assert [k["tensormap"]["box"] for k in kinds[12:]] == [[64, 64] if a_colmajor else [64, 128], [64, 64]]
     plan = ck.trace.shared_plan
-    bars = [b for b in plan if b["op"] == "ttg.mbarrier_alloc"]
-    stages_bufs = [b for b in plan if b["op"] == "ttg.local_alloc"]
-    assert len(bars) == 1 and bars[0]["mbarriers"] == [bars[0]["offset"] + 16 * i for i in range(stages)]
-    assert [b["filled_by"] for b in stages_bufs] == ["TMA", "TMA"]
-    assert all(b["mbarriers"] == bars[0]["mbarriers"] and b["stages"] == stages and b["offset"] % 1024 == 0
-               and b["swizzle"].startswith("128-byte") for b in stages_bufs)
+    bars = [b for b in plan if b.op == "ttg.mbarrier_alloc"]
+    stages_bufs = [b for b in plan if b.op == "ttg.local_alloc"]
+    assert len(bars) == 1 and list(bars[0].mbarriers) == [bars[0].offset + 16 * i for i in range(stages)]
+    assert [b.filled_by for b in stages_bufs] == ["TMA", "TMA"]
+    assert all(b.mbarriers == bars[0].mbarriers and b.stages == stages and b.offset % 1024 == 0
+               and b.swizzle.startswith("128-byte") for b in stages_bufs)
     assert ck.n_spills == 0
 
 
@@ -205,7 +205,7 @@ def test_cp_async_ptx_for_block_pointers(arch, tma, tmp_path, monkeypatch):
     assert stats["pipelined"] == 1 and stats["tma"] == 0
     why = "sm_80 has no TMA" if arch == 80 else "TMA disabled (enable_tma=False)"
     assert stats["no_tma"] == [f"line 30 operand a: {why}", f"line 30 operand b: {why}"]
-    assert [b["filled_by"] for b in ck.trace.shared_plan if b["op"] == "ttg.local_alloc"] == ["cp.async"] * 2
+    assert [b.filled_by for b in ck.trace.shared_plan if b.op == "ttg.local_alloc"] == ["cp.async"] * 2
     # each iteration adds one offset per advanced block pointer; the per-element part of the addresses is
     # loop invariant (before, every 16-byte run recomputed its 64-bit position: 5 multiplies per iteration here)
     from tests.ptx import loop_bodies  # here, not at the top: the expected stats name the kernel's source lines

@@ -27,15 +27,15 @@ def compile_to_cubin(module: Module, trace: CompileTrace, options: GpuOptions, t
         raise CompilationError(name, f"GPU code generation failed: {e}", module.kernel.source_file,
                                module.kernel.first_line) from None
     trace.record("to_llvm", "GPU IR -> LLVM IR (one function; registers per layout)", llir,
-                 time.perf_counter() - t0, True, {})
+                 time.perf_counter() - t0, True, {}, stage="llir")
     t0 = time.perf_counter()
     ptx = llvm_to_ptx(llir, target, name, ftz=options.reflect_ftz)
     if options.maxnreg:
         ptx = _cap_registers(ptx, options.maxnreg)
     trace.record("to_ptx", f"LLVM O3 + NVPTX backend -> PTX for {target.cpu}", ptx, time.perf_counter() - t0, True,
-                 {})
-    out = {"gpu": trace.ir_after("insert_barriers"), "llir": llir, "ptx": ptx, "arg_kinds": arg_kinds,
-           "shared": getattr(module, "shared_bytes", 0), "shared_plan": getattr(module, "shared_plan", [])}
+                 {}, stage="ptx")
+    out = {"gpu": trace.stage("gpu").ir, "llir": llir, "ptx": ptx, "arg_kinds": arg_kinds,
+           "shared": module.shared_bytes, "shared_plan": module.shared_plan}
     if assemble:
         t0 = time.perf_counter()
         try:
@@ -46,7 +46,8 @@ def compile_to_cubin(module: Module, trace: CompileTrace, options: GpuOptions, t
             raise err from None
         trace.record("to_cubin", f"ptxas -> cubin ({report.get('n_regs')} registers, "
                      f"{report.get('n_spills', 0)} bytes spilled)", report.get("log", ""), time.perf_counter() - t0,
-                     True, {k: v for k, v in report.items() if k in ("n_regs", "n_spills", "shared", "local")})
+                     True, {k: v for k, v in report.items() if k in ("n_regs", "n_spills", "shared", "local")},
+                     stage="cubin")
         out["cubin"] = cubin
         out["report"] = report
     return out

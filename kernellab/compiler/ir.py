@@ -86,11 +86,32 @@ class Block:
         return new
 
 
+# The pass creating ops now (pipeline.run_passes sets it): each op remembers it as `origin`, which the trace
+# reports as the value's defining pass. None outside a pass (the frontend, the parser).
+_CREATING_PASS: list = [None]
+
+
+class creating_pass:
+    """Within this context every new op records `name` as its origin."""
+
+    def __init__(self, name: str | None):
+        self.name = name
+
+    def __enter__(self):
+        _CREATING_PASS.append(self.name)
+        return self
+
+    def __exit__(self, *exc):
+        _CREATING_PASS.pop()
+        return False
+
+
 class Op:
-    """One operation: name, operands, results, attributes, regions and source location."""
+    """One operation: name, operands, results, attributes, regions, source location, and the pass that made it."""
 
     def __init__(self, name: str, operands=(), result_types=(), attrs=None, regions=(), loc=None,
                  result_hints=None):
+        self.origin: str | None = _CREATING_PASS[-1]
         self.name = name
         self.operands: list[Value] = list(operands)
         for v in self.operands:
@@ -116,6 +137,7 @@ class Op:
         regions = [r.clone(mapping) for r in self.regions]
         new = Op(self.name, [mapping.get(id(v), v) for v in self.operands], [r.type for r in self.results],
                  copy_attrs(self.attrs), regions, self.loc, [r.hint for r in self.results])
+        new.origin = self.origin  # a copy was made by the pass that made the original
         for r, nr in zip(self.results, new.results):
             mapping[id(r)] = nr
         return new
@@ -253,9 +275,13 @@ class Function:
 
 @dataclass
 class Module:
-    """A kernel plus the `@jit` functions it calls (until the inliner folds them in)."""
+    """A kernel plus the `@jit` functions it calls (until the inliner folds them in). `shared_plan` (one dict per
+    buffer: op, line, offset, size, live range, reason ...) and `shared_bytes` are allocate_shared's results.
+    Its text comes from `printer.print_module` (the IR knows nothing of printing)."""
 
     functions: list
+    shared_plan: list = field(default_factory=list)
+    shared_bytes: int = 0
 
     @property
     def kernel(self) -> Function:
@@ -273,10 +299,8 @@ class Module:
                 return f
         raise KeyError(name)
 
-    def __str__(self):
-        from .printer import print_module
-
-        return print_module(self)
+    def __repr__(self):
+        return f"<Module {', '.join(f.name for f in self.functions)}>"
 
 
 class Builder:

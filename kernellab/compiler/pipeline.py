@@ -1,59 +1,19 @@
-"""The ordered pass list, and the CompileTrace that records what each pass did.
+"""The ordered pass list; running it records the CompileTrace (kernellab.compiler.trace).
 
-The trace is the seam between the compiler and everything that shows it (widgets, CLI, tests):
-for every stage it keeps the IR text after it, the time it took and what it changed.
+Every pass's record holds the IR text after it, the time it took, whether it changed anything, what it
+found, and where the printer put each line's source location; the last pass of the tile stage and of the
+GPU stage also keep a Snapshot of the IR as records (values, ops, accesses, the shared-memory plan).
 """
 from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
 
-from .ir import Module, batched_erase
-from .printer import print_module
+from . import snapshot
+from .ir import Module, batched_erase, creating_pass
+from .printer import Printed, print_positions
+from .trace import CompileTrace, PassRecord  # noqa: F401  (the trace's home is trace.py; imported from here too)
 from .verifier import verify
-
-
-@dataclass
-class PassRecord:
-    name: str
-    description: str
-    ir: str
-    seconds: float
-    changed: bool
-    stats: dict = field(default_factory=dict)
-
-
-@dataclass
-class CompileTrace:
-    """Everything the compiler did for one specialization of one kernel."""
-
-    kernel: str
-    passes: list = field(default_factory=list)
-    key: str = ""
-    signature: str = ""
-    notes: list = field(default_factory=list)
-
-    def record(self, name, description, ir, seconds, changed, stats=None):
-        self.passes.append(PassRecord(name, description, ir, seconds, changed, dict(stats or {})))
-
-    def ir_after(self, name: str) -> str:
-        for p in reversed(self.passes):
-            if p.name == name:
-                return p.ir
-        raise KeyError(f"no pass named {name!r} in the trace of {self.kernel}")
-
-    @property
-    def final_ir(self) -> str:
-        return self.passes[-1].ir
-
-    def summary(self) -> str:
-        """A table of the passes: name, changed or not, time, what it found."""
-        rows = [f"{'pass':<18} {'changed':<8} {'ms':>8}  details"]
-        for p in self.passes:
-            details = ", ".join(f"{k}={v}" for k, v in p.stats.items() if v)
-            rows.append(f"{p.name:<18} {'yes' if p.changed else 'no':<8} {p.seconds * 1e3:8.2f}  {details}")
-        return "\n".join(rows)
 
 
 def tile_passes():
@@ -67,26 +27,49 @@ def tile_passes():
 _BATCHED_PASSES = {"constant_fold", "cse"}
 
 
-def run_passes(module: Module, trace: CompileTrace, passes, options=None, check=True) -> Module:
-    """Run `passes` in order, verifying and recording the IR after each. Tile passes take the module
-    alone; GPU passes also take the options (warps, architecture)."""
-    before = print_module(module)
+def record_module(trace: CompileTrace, name: str, description: str, module: Module, seconds: float,
+                  stats=None, stage: str = "tile", changed: bool = True, with_snapshot: bool = False) -> Printed:
+    """Print `module` and record it as the result of stage `name` (the frontend records itself this way)."""
+    printed = print_positions(module)
+    rec = trace.record(name, description, printed.text, seconds, changed, stats, stage, snapshot.positions(printed))
+    if with_snapshot:
+        rec.snapshot = snapshot.build(module, printed)
+    return printed
+
+
+def _run(module: Module, trace: CompileTrace, passes, options, check: bool, stage: str, on_pass=None):
+    """Run `passes` in order, verifying and recording the IR after each; the Printed of the last state."""
+    printed = print_positions(module)
+    before = printed.text
     for p in passes:
         t0 = time.perf_counter()
-        with batched_erase() if p.NAME in _BATCHED_PASSES else contextlib.nullcontext():
+        with creating_pass(p.NAME), batched_erase() if p.NAME in _BATCHED_PASSES else contextlib.nullcontext():
             stats = (p.run(module) if options is None else p.run(module, options)) or {}
         dt = time.perf_counter() - t0
+        if on_pass is not None:
+            on_pass(p.NAME)
         if check:
             verify(module, after=p.NAME)
-        text = print_module(module)
-        trace.record(p.NAME, p.DESCRIPTION, text, dt, text != before, stats)
-        before = text
+        printed = print_positions(module)
+        trace.record(p.NAME, p.DESCRIPTION, printed.text, dt, printed.text != before, stats, stage,
+                     snapshot.positions(printed))
+        before = printed.text
+    return printed
+
+
+def run_passes(module: Module, trace: CompileTrace, passes, options=None, check=True, stage=None) -> Module:
+    """Run `passes` in order, verifying and recording the IR after each. Tile passes take the module
+    alone; GPU passes also take the options (warps, architecture)."""
+    _run(module, trace, passes, options, check, stage or ("tile" if options is None else "gpu"))
     return module
 
 
 def run_tile_pipeline(module: Module, trace: CompileTrace, passes=None, check=True) -> Module:
-    """The tile-level passes (inlining ... DCE)."""
-    return run_passes(module, trace, tile_passes() if passes is None else passes, check=check)
+    """The tile-level passes (inlining ... DCE); the last record keeps a Snapshot of the tile IR."""
+    printed = _run(module, trace, tile_passes() if passes is None else passes, None, check, "tile")
+    if trace.passes:
+        trace.passes[-1].snapshot = snapshot.build(module, printed)
+    return module
 
 
 def gpu_passes():
@@ -110,8 +93,31 @@ def gpu_passes():
             warpgroup_turns, allocate_shared, insert_barriers]
 
 
+def _restore_origins(module: Module, tile) -> None:
+    """A module parsed back from the tile IR text: give its ops the defining passes the tile Snapshot recorded
+    (same ops in the same order), so the GPU Snapshot still says which tile pass made each value."""
+    if tile is None:
+        return
+    ops = [op for fn in module.functions for op in fn.walk()]
+    if len(ops) != len(tile.ops) or any(op.name != rec.name for op, rec in zip(ops, tile.ops)):
+        return
+    for op, rec in zip(ops, tile.ops):
+        if op.origin is None:
+            op.origin = rec.defined_by
+
+
 def run_gpu_pipeline(module: Module, trace: CompileTrace, options) -> Module:
-    """Tile IR -> GPU IR: layouts, conversions, shared-memory plan, barriers (recorded per pass)."""
-    run_passes(module, trace, gpu_passes(), options)
-    trace.shared_plan = getattr(module, "shared_plan", [])
+    """Tile IR -> GPU IR: layouts, conversions, shared-memory plan, barriers (recorded per pass); the last
+    record keeps a Snapshot with the accesses, the plan and the barriers at allocate_shared's program points."""
+    _restore_origins(module, trace.snapshot("tile"))
+    points: dict = {}
+
+    def on_pass(name):
+        if name == "allocate_shared":  # its op numbering: the plan's live ranges are in these points
+            points.clear()
+            points.update({id(op): (i, op) for i, op in enumerate(module.kernel.walk())})
+
+    printed = _run(module, trace, gpu_passes(), options, True, "gpu", on_pass)
+    trace.passes[-1].snapshot = snapshot.build(module, printed, default_origin="tile IR",
+                                               num_warps=options.num_warps, points=points)
     return module

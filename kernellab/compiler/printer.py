@@ -77,7 +77,56 @@ class Namer:
             return f"%<undefined {v.type}>"
 
 
-def print_op(op: Op, namer: Namer, indent: int, lines: list, with_locs: bool):
+class Printed:
+    """Text of a module and where everything in it was printed, so a reader maps a line back to its op or
+    value without parsing the text. Per line of `text`, `rows` holds (kind, object, region):
+    "layout" (an alias line at the top; object = alias), "blank", "func" (the function header; a Function),
+    "op" (an op, or a region op's header line), "args" (a region's `^bb(...)` line; the op, region number),
+    "next" (the `} {` between two regions of an op), "end" (a region op's closing `}`), "func_end".
+    `loc_spans` per line: the (start, end) characters of its ` loc(...)` text, or None; `names` maps id(value)
+    to its printed name; `aliases` maps layout text to its alias."""
+
+    __slots__ = ("text", "rows", "loc_spans", "names", "aliases", "with_locs")
+
+    def __init__(self, text, rows, loc_spans, names, aliases, with_locs):
+        self.text, self.rows, self.loc_spans, self.names, self.aliases = text, rows, loc_spans, names, aliases
+        self.with_locs = with_locs
+
+    def source_lines(self) -> tuple:
+        """Per line: the kernel source line it came from, or None. A region op's header line carries the loc
+        printed on its closing line; a function header its `def` line."""
+        out = []
+        for kind, obj, _ in self.rows:
+            if not self.with_locs:
+                out.append(None)
+            elif kind == "func":
+                out.append(obj.first_line)
+            elif kind in ("op", "end"):
+                out.append(obj.loc.line if obj.loc is not None else None)
+            else:
+                out.append(None)
+        return tuple(out)
+
+
+class _Out:
+    """Lines being printed, what each one shows, and the lengths of its loc and of the text after it."""
+
+    __slots__ = ("lines", "rows", "locs")
+
+    def __init__(self):
+        self.lines, self.rows, self.locs = [], [], []
+
+    def add(self, text: str, kind: str, obj=None, region: int = 0, loc: str = "", tail: str = ""):
+        self.lines.append(text + loc + tail)
+        self.rows.append((kind, obj, region))
+        self.locs.append((len(loc), len(tail)) if loc else None)
+
+
+def _loc(op, with_locs: bool) -> str:
+    return f" loc({op.loc})" if with_locs and op.loc is not None else ""
+
+
+def print_op(op: Op, namer: Namer, indent: int, out: _Out, with_locs: bool):
     pad = "  " * indent
     operands = ", ".join(namer[v] for v in op.operands)
     results = ", ".join(namer.define(r) for r in op.results)
@@ -93,28 +142,27 @@ def print_op(op: Op, namer: Namer, indent: int, lines: list, with_locs: bool):
         text += " " + format_attrs(attrs)
     if op.results:
         text += " : " + ", ".join(str(r.type) for r in op.results)
-    if op.regions:
-        lines.append(text + " {")
-        for i, region in enumerate(op.regions):
-            if i:
-                lines.append(pad + "} {")
-            print_block(region, namer, indent + 1, lines, with_locs, show_args=True)
-        text = pad + "}"
-    if with_locs and op.loc is not None:
-        text += f" loc({op.loc})"
-    lines.append(text)
+    if not op.regions:
+        out.add(text, "op", op, loc=_loc(op, with_locs))
+        return
+    out.add(text + " {", "op", op)
+    for i, region in enumerate(op.regions):
+        if i:
+            out.add(pad + "} {", "next", op, i)
+        print_block(region, namer, indent + 1, out, with_locs, show_args=True, owner=(op, i))
+    out.add(pad + "}", "end", op, loc=_loc(op, with_locs))
 
 
-def print_block(block: Block, namer: Namer, indent: int, lines: list, with_locs: bool, show_args: bool):
+def print_block(block: Block, namer: Namer, indent: int, out: _Out, with_locs: bool, show_args: bool,
+                owner=(None, 0)):
     if show_args and block.args:
         args = ", ".join(f"{namer.define(a)}: {a.type}" for a in block.args)
-        lines.append("  " * (indent - 1) + f"^bb({args}):")
+        out.add("  " * (indent - 1) + f"^bb({args}):", "args", *owner)
     for op in block.ops:
-        print_op(op, namer, indent, lines, with_locs)
+        print_op(op, namer, indent, out, with_locs)
 
 
-def print_function(fn: Function, with_locs: bool = True) -> str:
-    namer = Namer()
+def _print_function(fn: Function, namer: Namer, out: _Out, with_locs: bool):
     params = []
     for i, a in enumerate(fn.args):
         p = f"{namer.define(a)}: {a.type}"
@@ -125,16 +173,46 @@ def print_function(fn: Function, with_locs: bool = True) -> str:
     head = f"tt.func @{fn.name}({', '.join(params)})"
     if fn.result_types:
         head += " -> " + ", ".join(map(str, fn.result_types))
-    if with_locs:
-        head += f" loc({json.dumps(fn.source_file)}:{fn.first_line})"
-    lines = [head + " {"]
-    print_block(fn.body, namer, 1, lines, with_locs, show_args=False)
-    lines.append("}")
-    return "\n".join(lines)
+    loc = f" loc({json.dumps(fn.source_file)}:{fn.first_line})" if with_locs else ""
+    out.add(head, "func", fn, loc=loc, tail=" {") if loc else out.add(head + " {", "func", fn)
+    print_block(fn.body, namer, 1, out, with_locs, show_args=False)
+    out.add("}", "func_end", fn)
+
+
+def print_function(fn: Function, with_locs: bool = True) -> str:
+    out = _Out()
+    _print_function(fn, Namer(), out, with_locs)
+    return "\n".join(out.lines)
+
+
+def print_positions(module: Module, with_locs: bool = True) -> Printed:
+    """The module's text (as `print_module`) with the position of every op, region and value in it."""
+    out = _Out()
+    names: dict = {}
+    for k, f in enumerate(module.functions):
+        if k:
+            out.add("", "blank")
+        namer = Namer()
+        _print_function(f, namer, out, with_locs)
+        names.update(namer.names)
+    text, aliases = _alias("\n".join(out.lines) + "\n")
+    rows, locs = out.rows, out.locs
+    if aliases:  # the alias lines and a blank line above the functions
+        head = [("layout", alias, 0) for alias in aliases.values()] + [("blank", None, 0)]
+        rows, locs = head + rows, [None] * len(head) + locs
+    lines = text.split("\n")
+    spans = []
+    for line, lt in zip(lines, locs):
+        if lt is None:
+            spans.append(None)
+        else:  # aliasing shortened the text before the loc, never the loc or what follows it
+            end = len(line) - lt[1]
+            spans.append((end - lt[0], end))
+    return Printed(text, rows, spans, names, aliases, with_locs)
 
 
 def print_module(module: Module, with_locs: bool = True) -> str:
-    return alias_layouts("\n\n".join(print_function(f, with_locs) for f in module.functions) + "\n")
+    return print_positions(module, with_locs).text
 
 
 _LAYOUT_START = re.compile(r"#(?:blocked|slice|mma)<")
@@ -165,9 +243,14 @@ def _layout_spans(text: str):
 
 def alias_layouts(text: str) -> str:
     """Name each distinct layout once at the top (`#L0 = #blocked<...>`) and use the alias below."""
+    return _alias(text)[0]
+
+
+def _alias(text: str) -> tuple[str, dict]:
+    """(`alias_layouts(text)`, {layout text: its alias})."""
     spans = _layout_spans(text)
     if not spans:
-        return text
+        return text, {}
     names: dict[str, str] = {}
     out, prev = [], 0
     for a, b in spans:
@@ -178,4 +261,4 @@ def alias_layouts(text: str) -> str:
         prev = b
     out.append(text[prev:])
     header = "".join(f"{alias} = {lay}\n" for lay, alias in names.items())
-    return header + "\n" + "".join(out)
+    return header + "\n" + "".join(out), names

@@ -11,8 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..compiler.frontend import FunctionSource, ModuleCompiler, RuntimeArg, runtime_leaves
-from ..compiler.pipeline import CompileTrace, run_tile_pipeline
-from ..compiler.printer import print_module
+from ..compiler.pipeline import CompileTrace, record_module, run_tile_pipeline
 from ..compiler.pytree import is_node, map_leaves, rebuild_like
 from ..compiler.types import DTYPES, DType, PointerType
 from ..compiler.verifier import verify
@@ -402,7 +401,7 @@ def _gpu_cache_key(tile_ir: str, opts, target) -> str:
 def _load_cached(key, trace):
     import json
 
-    from ..compiler.pipeline import PassRecord
+    from ..compiler.trace import TRACE_SCHEMA, PassRecord, from_json
     from .cache import ELF_MAGIC, DiskCache
 
     try:
@@ -416,11 +415,11 @@ def _load_cached(key, trace):
         if files["cubin"][:4] != ELF_MAGIC:
             raise ValueError("the cached cubin is not an ELF file")
         meta = json.loads(files["meta.json"])
+        if meta.get("trace_schema") != TRACE_SCHEMA:
+            raise ValueError("the cached trace has another schema")
         for rec in meta["passes"]:
-            trace.passes.append(PassRecord(rec["name"], rec["description"], rec["ir"], rec["seconds"],
-                                           rec["changed"], rec["stats"]))
+            trace.passes.append(from_json(PassRecord, rec))
         trace.notes.append("GPU stages loaded from the disk cache (times are from the original compile)")
-        trace.shared_plan = meta["shared_plan"]
         return {"gpu": files["gpu"].decode(), "llir": files["llir"].decode(), "ptx": files["ptx"].decode(),
                 "cubin": files["cubin"], "arg_kinds": meta["arg_kinds"], "shared": meta["shared"],
                 "shared_plan": meta["shared_plan"], "report": meta["report"]}
@@ -438,12 +437,11 @@ def _load_cached(key, trace):
 def _store_cached(key, out, records):
     import json
 
+    from ..compiler.trace import TRACE_SCHEMA, to_json
     from .cache import DiskCache
 
     meta = {"arg_kinds": out["arg_kinds"], "shared": out["shared"], "shared_plan": out["shared_plan"],
-            "report": out["report"],
-            "passes": [{"name": r.name, "description": r.description, "ir": r.ir, "seconds": r.seconds,
-                        "changed": r.changed, "stats": r.stats} for r in records]}
+            "report": out["report"], "trace_schema": TRACE_SCHEMA, "passes": [to_json(r) for r in records]}
     try:
         DiskCache().put(key, {"gpu": out["gpu"].encode(), "llir": out["llir"].encode(), "ptx": out["ptx"].encode(),
                               "cubin": out["cubin"], "meta.json": json.dumps(meta, default=str).encode()})
@@ -771,9 +769,8 @@ class JITFunction:
         name = self._specialized_name(spec) if self.repr is not None else self.__name__
         module.kernel.name = name
         verify(module, after="frontend")
-        text = print_module(module)
-        trace.record("frontend", "Python AST -> tile IR (types, shapes, structured control flow)", text,
-                     time.perf_counter() - t0, True, {"functions": len(module.functions)})
+        record_module(trace, "frontend", "Python AST -> tile IR (types, shapes, structured control flow)", module,
+                      time.perf_counter() - t0, {"functions": len(module.functions)})
         run_tile_pipeline(module, trace)
         trace.key = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
         trace.signature = ", ".join(f"{label}: {a.type}" for n, v in spec.items()

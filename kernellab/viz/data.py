@@ -1,14 +1,19 @@
-"""What each lab view draws, derived from a CompiledKernel's trace and IR text (pure functions).
+"""What each lab view draws, derived from a CompiledKernel's CompileTrace (pure functions).
 
-Everything here reads text and plain data: pass records, IR text with `loc(LINE:COL)` suffixes,
-`#Lk = #blocked<...>` layout aliases, the shared-memory plan, the ptxas report. The layout math
-comes from `kernellab.compiler.gpu.layouts` (the same object the code generator uses), so a grid
-drawn here is the mapping the kernel really runs with.
+Everything here reads the trace's records (kernellab.compiler.trace), never the IR text: per pass its text
+and where each line's source location is (`PassRecord.positions`); the Snapshots of the final tile and GPU
+IR (ops and values with names, types, layouts, source lines and defining passes; global accesses with
+their vector width and coalescing; the shared-memory plan; the barriers). The layout math comes from
+`kernellab.compiler.layout_model` (the code the code generator uses), so a grid drawn here is the mapping
+the kernel really runs with.
+
+Functions that read IR take a `source`: a CompiledKernel, its CompileTrace (the last record of the stage
+asked for), a PassRecord or a Snapshot.
 
 Models (simple, stated so a reader can judge them):
-- coalescing: addresses of a tile are taken to be dense, contiguous along the layout's fastest
-  dimension (`order[0]`, which assign_layouts aligns with the pointers' contiguous axis) and then
-  along the next ones; a warp's access instruction touches 32-byte sectors; efficiency = useful
+- coalescing (layout_model.coalescing): addresses of a tile are taken to be dense, contiguous along the
+  layout's fastest dimension (`order[0]`, which assign_layouts aligns with the pointers' contiguous axis)
+  and then along the next ones; a warp's access instruction touches 32-byte sectors; efficiency = useful
   bytes / bytes in the touched sectors; coalesced means no wasted sector bytes.
 - bank conflicts: 32 banks of 4 bytes; all lanes of a warp execute one register's store (or load)
   together; the elements go to shared memory at their row-major linear index (what the code
@@ -19,6 +24,7 @@ Models (simple, stated so a reader can judge them):
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import os
@@ -28,9 +34,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..compiler.gpu.layouts import WARP_SIZE, Layout, parse_layout, sliced_infos
-from ..compiler.gpu.scratch import contiguous_run, conversion_pitch
+from ..compiler import layout_model as LM
+from ..compiler.trace import PassRecord, SharedTile, Snapshot
 
+WARP_SIZE = LM.WARP_SIZE
 SMEM_LIMIT_SM90 = 228 * 1024
 REGS_PER_SM = 65536
 MAX_WARPS_PER_SM = 64
@@ -39,7 +46,7 @@ REG_ALLOC_UNIT = 256  # registers, per warp
 SMEM_RESERVED_PER_BLOCK = 1024
 BANKS = 32
 BANK_BYTES = 4
-SECTOR_BYTES = 32
+SECTOR_BYTES = LM.SECTOR_BYTES
 
 # --------------------------------------------------------------------------- passes
 
@@ -123,335 +130,153 @@ def first_informative_pass(trace) -> int:
     return next((i for i, p in enumerate(passes) if i > 0 and p.changed), max(len(passes) - 1, 0))
 
 
-_LOC = re.compile(r'\s*\bloc\((?:"(?:[^"\\]|\\.)*":)?(\d+)(?::(\d+))?\)')
+# --------------------------------------------------------------------------- reading the trace
 
 
-def _last_loc(line: str):
-    m = None
-    for m in _LOC.finditer(line):
-        pass
-    return m
+def _trace(obj):
+    return getattr(obj, "trace", obj)
 
 
-def _line_locs(lines: list[str]) -> list:
-    """Per line: its source line, from its own `loc(...)`; a region op's header line (which prints
-    without a loc) takes the loc printed on its closing `} loc(...)` line."""
-    locs: list = []
-    stack: list = []
-    for i, line in enumerate(lines):
-        m = _last_loc(line)
-        loc = int(m.group(1)) if m else None
-        s = line.strip()
-        if s.startswith("}") and not s.endswith("{"):
-            if stack:
-                h = stack.pop()
-                if loc is not None and locs[h] is None:
-                    locs[h] = loc
-        elif s.endswith("{") and not s.startswith("}"):
-            stack.append(i)
-        locs.append(loc)
-    return locs
+def record_of(source, stage: str = "gpu") -> PassRecord:
+    """The PassRecord a `source` stands for: itself, or the last record of `stage` of a trace (or of a
+    CompiledKernel's trace)."""
+    if isinstance(source, PassRecord):
+        return source
+    if isinstance(source, str):
+        raise TypeError("the lab reads the CompileTrace, not IR text: pass compiled.trace (or one of its records)")
+    return _trace(source).stage(stage)
 
 
-def strip_loc(line: str) -> str:
-    m = _last_loc(line)
-    return (line[:m.start()] + line[m.end():]).rstrip() if m else line.rstrip()
+def snapshot_of(source, stage: str = "gpu") -> Snapshot:
+    """The Snapshot of a `source` (see `record_of`); ValueError when that record keeps none."""
+    if isinstance(source, Snapshot):
+        return source
+    rec = record_of(source, stage)
+    if rec.snapshot is None:
+        raise ValueError(f"the trace's {rec.name} record keeps no IR snapshot (only the last tile and GPU passes do)")
+    return rec.snapshot
 
 
-def ir_lines_with_locs(ir: str) -> list[tuple[str, int | None]]:
-    """(line text without its `loc(...)`, source line number or None) for every line of `ir`."""
-    lines = ir.splitlines()
-    return [(strip_loc(line), loc) for line, loc in zip(lines, _line_locs(lines))]
+def _positions(rec: PassRecord, n: int):
+    """(source line, loc span) per line of a record's IR; None and None where the printer recorded none."""
+    pos = rec.positions
+    if pos is None or len(pos.source) != n:
+        return [None] * n, [None] * n
+    return pos.source, pos.loc
 
 
-def op_source_map(ir: str) -> tuple[dict, dict]:
-    """({ir_line_index: source_line}, {source_line: [ir_line_index, ...]}) for lines with a location."""
-    fwd = {i: loc for i, loc in enumerate(_line_locs(ir.splitlines())) if loc is not None}
+def ir_lines_with_locs(source) -> list[tuple[str, int | None]]:
+    """(line text without its `loc(...)`, source line number or None) for every line of a pass's IR."""
+    rec = record_of(source)
+    lines = rec.ir.splitlines()
+    locs, spans = _positions(rec, len(lines))
+    return [((line[:s[0]] + line[s[1]:]).rstrip() if s else line.rstrip(), loc)
+            for line, loc, s in zip(lines, locs, spans)]
+
+
+def op_source_map(source) -> tuple[dict, dict]:
+    """({ir_line_index: source_line}, {source_line: [ir_line_index, ...]}) for a pass's lines with a location."""
+    rec = record_of(source)
+    locs, _ = _positions(rec, len(rec.ir.splitlines()))
+    fwd = {i: loc for i, loc in enumerate(locs) if loc is not None}
     rev: dict = {}
     for i, loc in fwd.items():
         rev.setdefault(loc, []).append(i)
     return fwd, rev
 
 
-def kernel_source_range(ir: str) -> tuple[int, int] | None:
+def kernel_source_range(source) -> tuple[int, int] | None:
     """(first, last) source lines of the kernel: its `def` line to the last line an op came from."""
-    locs = [loc for loc in _line_locs(ir.splitlines()) if loc is not None]
-    if not locs:
-        return None
-    m = re.search(r'tt\.func @\S+\(.*\) loc\("(?:[^"\\]|\\.)*":(\d+)\)', ir)
-    first = int(m.group(1)) if m else min(locs)
-    return min(first, min(locs)), max(locs)
+    rec = record_of(source)
+    locs = [loc for loc in _positions(rec, len(rec.ir.splitlines()))[0] if loc is not None]
+    return (min(locs), max(locs)) if locs else None
 
 
-# --------------------------------------------------------------------------- IR text parsing
-
-_ALIAS = re.compile(r"^(#L\d+) = (#.*)$")
-_RESULTS = re.compile(r"^\s*(%[\w.]+(?:, %[\w.]+)*) = ([a-z_][\w]*(?:\.[\w]+)+)(.*)$")
-_OPNAME = re.compile(r"^\s*(?:(%[\w.]+(?:, %[\w.]+)*) = )?([a-z_][\w]*(?:\.[\w]+)+)\b(.*)$")
-_TENSOR = re.compile(r"^tensor<(.*)>$")
-_MEMDESC = re.compile(r"^!memdesc<((?:\d+x)+)(\w+),.*>$")
-_VALUE = re.compile(r"%[\w.]+")
-ELEM_BYTES = {"i1": 1, "i8": 1, "u8": 1, "i16": 2, "u16": 2, "f16": 2, "bf16": 2, "i32": 4, "u32": 4, "f32": 4,
-              "i64": 8, "u64": 8, "f64": 8}
+def _type_dict(v) -> dict:
+    return {"type": v.type, "shape": tuple(v.shape), "elem": v.elem, "alias": v.alias, "layout": v.layout,
+            "elem_bytes": v.elem_bytes, "shared": v.shared}
 
 
-def _split_top(s: str, sep: str = ",") -> list[str]:
-    """Split at `sep` outside brackets and quotes."""
-    out, depth, cur, quote = [], 0, [], False
-    for ch in s:
-        if ch == '"':
-            quote = not quote
-        elif not quote:
-            if ch in "<([{":
-                depth += 1
-            elif ch in ">)]}":
-                depth -= 1
-            elif ch == sep and depth == 0:
-                out.append("".join(cur).strip())
-                cur = []
-                continue
-        cur.append(ch)
-    if "".join(cur).strip():
-        out.append("".join(cur).strip())
-    return out
+def value_types(source, stage: str = "gpu") -> dict:
+    """{"%name": {type, shape, elem, alias, layout, elem_bytes, shared}} for every value of a stage's IR:
+    parameters, block arguments, results."""
+    return {v.name: _type_dict(v) for v in snapshot_of(source, stage).values}
 
 
-def _last_colon(s: str) -> int:
-    """Index of the last ` : ` (operands/attributes : types) outside brackets and quotes, or -1."""
-    depth, quote, found = 0, False, -1
-    for i, ch in enumerate(s):
-        if ch == '"':
-            quote = not quote
-        elif not quote:
-            if ch in "<([{":
-                depth += 1
-            elif ch in ">)]}":
-                depth -= 1
-            elif ch == ":" and depth == 0 and s[i - 1:i + 2] == " : ":
-                found = i
-    return found
-
-
-def elem_bytes(elem: str) -> int:
-    """Bytes of one element in memory (pointers 8, i1 stored as a byte)."""
-    return 8 if elem.startswith("!ptr") else ELEM_BYTES.get(elem, 4)
-
-
-def parse_type(text: str, aliases: dict) -> dict:
-    """{type, shape, elem, alias, layout} of a type's text; shape is () and layout None for scalars."""
-    text = text.strip()
-    md = _MEMDESC.match(text)
-    if md:  # a tile in shared memory: no thread owns its elements, so no layout to draw
-        dims = md.group(1).rstrip("x").split("x")
-        return {"type": text, "shape": tuple(int(d) for d in dims), "elem": md.group(2), "alias": None,
-                "layout": None, "shared": True}
-    m = _TENSOR.match(text)
-    if not m:
-        return {"type": text, "shape": (), "elem": text, "alias": None, "layout": None}
-    parts = _split_top(m.group(1))
-    body, lay = parts[0], (parts[1] if len(parts) > 1 else None)
-    dims = re.match(r"^((?:\d+x)*)(.+)$", body)
-    shape = tuple(int(d) for d in dims.group(1).split("x") if d)
-    alias = lay if lay and lay.startswith("#L") else None
-    layout = aliases.get(lay, lay) if lay else None
-    return {"type": text, "shape": shape, "elem": dims.group(2), "alias": alias, "layout": layout}
-
-
-def layout_aliases(ir: str) -> dict:
-    """{"#L0": "#blocked<...>", ...} from the alias lines at the top of GPU IR."""
-    out = {}
-    for line in ir.splitlines():
-        m = _ALIAS.match(line)
-        if m:
-            out[m.group(1)] = m.group(2).strip()
-    return out
-
-
-def _op_fields(line: str):
-    """(result names, op name, operand names, result type texts) of an op line, or None."""
-    s = strip_loc(line)
-    if s.strip().startswith(("}", "^bb", "#", "tt.func")):
-        return None
-    m = _OPNAME.match(s)
-    if not m:
-        return None
-    results = [r.strip() for r in m.group(1).split(",")] if m.group(1) else []
-    rest = m.group(3)
-    if rest.rstrip().endswith("{"):
-        rest = rest.rstrip()[:-1]
-    colon = _last_colon(rest)
-    head, types = (rest[:colon], _split_top(rest[colon + 2:])) if colon >= 0 and results else (rest, [])
-    # operands end where the attribute dictionary starts
-    depth, cut = 0, len(head)
-    for i, ch in enumerate(head):
-        if ch == "{" and depth == 0:
-            cut = i
-            break
-        if ch in "<([":
-            depth += 1
-        elif ch in ">)]":
-            depth -= 1
-    operands = _VALUE.findall(head[:cut])
-    return results, m.group(2), operands, types
-
-
-def value_types(ir: str) -> dict:
-    """{"%name": parsed type} for every value defined in the IR: parameters, block arguments, results."""
-    aliases = layout_aliases(ir)
-    out = {}
-    for line in ir.splitlines():
-        s = line.strip()
-        if s.startswith("tt.func"):
-            inside = s[s.index("(") + 1:]
-            for p in _split_top(inside[:_matching_paren(inside)]):
-                name, _, t = p.partition(":")
-                t = re.sub(r"\s*\{.*\}\s*$", "", t.strip())
-                out[name.strip()] = parse_type(t, aliases)
-        elif s.startswith("^bb("):
-            for p in _split_top(s[4:s.rindex(")")]):
-                name, _, t = p.partition(":")
-                out[name.strip()] = parse_type(t, aliases)
-        else:
-            f = _op_fields(line)
-            if f:
-                for r, t in zip(f[0], f[3]):
-                    out[r] = parse_type(t, aliases)
-    return out
-
-
-def _matching_paren(s: str) -> int:
-    depth = 1
-    for i, ch in enumerate(s):
-        depth += (ch == "(") - (ch == ")")
-        if depth == 0:
-            return i
-    return len(s)
-
-
-def tensor_values(gpu_ir: str) -> list[dict]:
-    """Every value of GPU IR with a layout: {name, type, shape, elem, layout, alias, op, line, ir_line, vec}.
-    `layout` is the full layout text, `line` the source line, `ir_line` the index of the defining line;
-    block arguments have op "block argument of <op>"; load results carry `vec`."""
-    aliases = layout_aliases(gpu_ir)
-    lines = gpu_ir.splitlines()
-    locs = _line_locs(lines)
-    out, stack = [], []
-    for i, line in enumerate(lines):
-        s = line.strip()
-        if s.startswith("^bb("):
-            parent = stack[-1] if stack else "region"
-            for p in _split_top(s[4:s.rindex(")")]):
-                name, _, t = p.partition(":")
-                info = parse_type(t, aliases)
-                if info["layout"]:
-                    out.append({"name": name.strip(), **info, "op": f"block argument of {parent}", "line": locs[i],
-                                "ir_line": i, "vec": None})
+def tensor_values(source) -> list[dict]:
+    """Every value of the GPU IR with a layout: {name, type, shape, elem, elem_bytes, layout, alias, op, line,
+    ir_line, vec, defined_by}. `layout` is the full layout text, `line` the source line, `ir_line` the index of
+    the defining line, `defined_by` the pass that made it; block arguments have op "block argument of <op>";
+    load results carry `vec`."""
+    snap = snapshot_of(source)
+    out = []
+    for v in snap.values:
+        if v.layout is None:
             continue
-        f = _op_fields(line)
-        if f and s.endswith("{"):
-            stack.append(f[1])
-        elif s.startswith("}") and not s.endswith("{") and stack:
-            stack.pop()
-        if not f:
-            continue
-        results, op, _, types = f
-        vec = _vec(line)
-        for r, t in zip(results, types):
-            info = parse_type(t, aliases)
-            if info["layout"]:
-                out.append({"name": r, **info, "op": op, "line": locs[i], "ir_line": i,
-                            "vec": vec if op == "tt.load" else None})
+        vec = snap.ops[v.op_index].attr("vec") if v.op == "tt.load" else None
+        out.append({"name": v.name, **_type_dict(v), "op": v.op, "line": v.line, "ir_line": v.ir_line, "vec": vec,
+                    "defined_by": v.defined_by})
     return out
 
 
-def dot_roles(gpu_ir: str) -> dict:
+def dot_roles(source) -> dict:
     """{value name: its part in a tt.dot} — "A operand of the dot at line L" (B, accumulator likewise) and
     "result of the dot at line L": which values of a matmul or attention the #mma layouts belong to."""
-    lines = gpu_ir.splitlines()
-    locs = _line_locs(lines)
     out = {}
-    for i, line in enumerate(lines):
-        f = _op_fields(line)
-        if not f or f[1] != "tt.dot":
+    for op in snapshot_of(source).ops:
+        if op.name != "tt.dot":
             continue
-        results, _, operands, _ = f
-        where = f"the dot at line {locs[i]}" if locs[i] else "a dot"
-        for name, role in zip(operands, ("A operand", "B operand", "accumulator")):
+        where = f"the dot at line {op.line}" if op.line else "a dot"
+        for name, role in zip(op.operands, ("A operand", "B operand", "accumulator")):
             out.setdefault(name, f"{role} of {where}")
-        for r in results:
+        for r in op.results:
             out[r] = f"result of {where}"
     return out
 
 
-def _vec(line: str):
-    m = re.search(r"\bvec = (\d+)", line)
-    return int(m.group(1)) if m else None
-
-
-def accesses(gpu_ir: str, num_warps: int | None = None) -> list[dict]:
-    """Every tt.load / tt.store of tensors: {op, name, ir_line, line, vec, type, shape, elem, layout,
-    elem_bytes, coalescing}. For a store, `name` and the layout are those of the stored value."""
-    types = value_types(gpu_ir)
-    lines = gpu_ir.splitlines()
-    locs = _line_locs(lines)
-    nw = num_warps or guess_num_warps(gpu_ir)
+def accesses(source, num_warps: int | None = None) -> list[dict]:
+    """Every tt.load / tt.store of tensors: {op, name, ir_line, line, vec, type, shape, elem, layout, alias,
+    elem_bytes, coalescing}. For a store, `name` and the layout are those of the stored value. The coalescing
+    is the trace's, or worked out again for `num_warps` when that differs from the compile's."""
+    snap = snapshot_of(source)
+    nw = num_warps or snap.num_warps or 4
     out = []
-    for i, line in enumerate(lines):
-        f = _op_fields(line)
-        if not f or f[1] not in ("tt.load", "tt.store"):
-            continue
-        results, op, operands, _ = f
-        name = results[0] if op == "tt.load" else (operands[1] if len(operands) > 1 else None)
-        info = types.get(name)
-        if not info or not info["layout"]:
-            continue
-        vec = _vec(line) or 1
-        eb = elem_bytes(info["elem"])
-        out.append({"op": op, "name": name, "ir_line": i, "line": locs[i], "vec": vec, **info, "elem_bytes": eb,
-                    "coalescing": coalescing(info["layout"], info["shape"], nw, vec, eb)})
+    for a in snap.accesses:
+        v = snap.value_by_name[a.value]
+        c = a.coalescing if (a.coalescing is not None and nw == snap.num_warps) else \
+            LM.coalescing(v.layout, v.shape, nw, a.vec, a.elem_bytes)
+        out.append({"op": a.op, "name": a.value, "ir_line": a.ir_line, "line": a.line, "vec": a.vec,
+                    "type": v.type, "shape": tuple(v.shape), "elem": v.elem, "alias": v.alias, "layout": v.layout,
+                    "elem_bytes": a.elem_bytes, "coalescing": dataclasses.asdict(c), "defined_by": v.defined_by})
     return out
 
 
-def guess_num_warps(ir: str, default: int = 4) -> int:
-    """Warps per program from the first blocked layout in the IR (product of warpsPerCTA)."""
-    for text in layout_aliases(ir).values():
-        try:
-            return _as_layout(text).num_warps
-        except ValueError:
-            continue
-    return default
-
-
-def _as_layout(layout) -> Layout:
-    return layout if isinstance(layout, Layout) else parse_layout(layout)
+def num_warps_of(source) -> int:
+    """Warps per program the GPU stage was compiled for."""
+    return snapshot_of(source).num_warps or 4
 
 
 # --------------------------------------------------------------------------- layouts
 
 
-def _thread_part(info, lane: int, warp: int) -> int:
-    return (((warp // info.warp_div) % info.warps) * info.warp_stride
-            + ((lane // info.lane_div) % info.lanes) * info.lane_stride)
-
-
 def layout_grid(layout, shape, num_warps: int, vec: int | None = None, elem_bytes: int = 4) -> dict:
-    """Which warp, lane and register hold each element of `shape` under `layout`.
+    """Which warp, lane and register hold each element of `shape` under `layout` (a Layout or its text).
 
     Returns {layout, shape, num_warps, registers (per thread), elements: {index: (warp, lane, register)}
     of the representative copy, copies: {index: [(warp, lane, register, representative), ...]} of every
     holder, replication (max holders per element), holders (list of (index, warp, lane, register,
     representative) for every thread register), fast_dim, access (coalescing info when `vec` is given)}.
     Indices are tuples, also for 1-D shapes."""
-    lay = _as_layout(layout)
+    lay = LM.as_layout(layout)
     shape = tuple(shape)
     infos = lay.dims_info(shape)
-    extra = sliced_infos(lay, shape)
+    extra = LM.sliced_infos(lay, shape)
     regs = lay.registers(shape)
     elements, copies, holders = {}, {}, []
     for t in range(num_warps * WARP_SIZE):
         lane, warp = t % WARP_SIZE, t // WARP_SIZE
-        parts = [_thread_part(info, lane, warp) for info in infos]
-        first_copy = all(_thread_part(info, lane, warp) == 0 for info in extra)
+        parts = [LM.thread_part(info, lane, warp) for info in infos]
+        first_copy = all(LM.thread_part(info, lane, warp) == 0 for info in extra)
         for r, offs in enumerate(regs):
             raw = [p + o for p, o in zip(parts, offs)]
             idx = tuple(x % info.size for x, info in zip(raw, infos))
@@ -469,61 +294,11 @@ def layout_grid(layout, shape, num_warps: int, vec: int | None = None, elem_byte
     return out
 
 
-def _dense_strides(lay: Layout, shape) -> list[int]:
-    strides, acc = [0] * len(shape), 1
-    for d in lay.reg_order():
-        strides[d] = acc
-        acc *= shape[d]
-    return strides
-
-
 def coalescing(layout, shape, num_warps: int, vec: int = 1, elem_bytes: int = 4) -> dict:
-    """How one warp's global accesses look under the dense-tile model (see the module docstring).
-
-    Returns {vec, elem_bytes, bytes_per_access, fast_dim, lanes_along_fast, instructions (per thread),
-    sectors (per warp instruction, average), ideal_sectors, efficiency, consecutive_lanes, coalesced}."""
-    lay = _as_layout(layout)
-    shape = tuple(shape)
-    infos = lay.dims_info(shape)
-    regs = lay.registers(shape)
-    fast = lay.reg_order()[0]
-    vec = max(1, vec)
-    if len(regs) % vec or any(regs[g + k][fast] != regs[g][fast] + k for g in range(0, len(regs), vec)
-                              for k in range(vec)):
-        vec = 1  # the registers are not grouped in runs of `vec` along the fast dim
-    strides = _dense_strides(lay, shape)
-    nbytes = vec * elem_bytes
-
-    def addr(lane, warp, r):
-        offs = regs[r]
-        idx = [(_thread_part(info, lane, warp) + o) % info.size for info, o in zip(infos, offs)]
-        return sum(i * s for i, s in zip(idx, strides)) * elem_bytes
-
-    total_sectors, total_ideal, useful, fetched, n = 0, 0, 0, 0, 0
-    for warp in range(num_warps):
-        for g in range(0, len(regs), vec):
-            starts = [addr(lane, warp, g) for lane in range(WARP_SIZE)]
-            sectors = set()
-            cells = set()
-            for a in starts:
-                sectors.update(range(a // SECTOR_BYTES, (a + nbytes - 1) // SECTOR_BYTES + 1))
-                cells.update(range(a, a + nbytes, elem_bytes))
-            total_sectors += len(sectors)
-            total_ideal += -(-len(cells) * elem_bytes // SECTOR_BYTES)
-            useful += len(cells) * elem_bytes
-            fetched += len(sectors) * SECTOR_BYTES
-            n += 1
-    finfo = infos[fast]
-    lanes_fast = finfo.lanes if finfo.lane_div == 1 else 1
-    starts0 = [addr(lane, 0, 0) for lane in range(WARP_SIZE)]
-    pairs = [(a, b) for l, (a, b) in enumerate(zip(starts0, starts0[1:])) if (l + 1) % max(lanes_fast, 1)]
-    consecutive = lanes_fast > 1 and all(b - a == nbytes for a, b in pairs)
-    eff = useful / fetched if fetched else 1.0
-    return {"vec": vec, "elem_bytes": elem_bytes, "bytes_per_access": nbytes, "fast_dim": fast,
-            "lanes_along_fast": lanes_fast, "instructions": len(regs) // vec,
-            "sectors": total_sectors / max(n, 1), "ideal_sectors": total_ideal / max(n, 1),
-            "efficiency": eff, "consecutive_lanes": consecutive, "coalesced": eff >= 0.999}
-
+    """`layout_model.coalescing` as a dict: {vec, elem_bytes, bytes_per_access, fast_dim, lanes_along_fast,
+    instructions (per thread), sectors (per warp instruction, average), ideal_sectors, efficiency,
+    consecutive_lanes, coalesced}."""
+    return dataclasses.asdict(LM.coalescing(layout, shape, num_warps, vec, elem_bytes))
 
 def bank_conflicts(layout, shape, num_warps: int, elem_bytes: int = 4, base: int = 0, pitch: int | None = None,
                    vec: int = 1) -> dict:
@@ -532,7 +307,7 @@ def bank_conflicts(layout, shape, num_warps: int, elem_bytes: int = 4, base: int
     consecutive registers per access. Returns {ways (worst), avg_ways, instructions}: ways = wavefronts one
     phase of a warp's access takes (1 = conflict-free); accesses wider than 4 bytes run in phases of
     128 bytes (16 lanes for 8-byte accesses, 8 for 16-byte ones)."""
-    lay = _as_layout(layout)
+    lay = LM.as_layout(layout)
     shape = tuple(shape)
     infos = lay.dims_info(shape)
     regs = lay.registers(shape)
@@ -544,7 +319,7 @@ def bank_conflicts(layout, shape, num_warps: int, elem_bytes: int = 4, base: int
     per_phase = WARP_SIZE if width <= BANK_BYTES else max(1, WARP_SIZE * BANK_BYTES // width)
     worst, total, n = 1, 0, 0
     for warp in range(num_warps):
-        parts = [[_thread_part(info, lane, warp) for info in infos] for lane in range(WARP_SIZE)]
+        parts = [[LM.thread_part(info, lane, warp) for info in infos] for lane in range(WARP_SIZE)]
         for offs in regs[::vec]:
             ways = 1
             for first in range(0, WARP_SIZE, per_phase):
@@ -561,112 +336,88 @@ def bank_conflicts(layout, shape, num_warps: int, elem_bytes: int = 4, base: int
     return {"ways": worst, "avg_ways": total / max(n, 1), "instructions": len(regs[::vec])}
 
 
+
 # --------------------------------------------------------------------------- shared memory
 
-
-def _is_op_line(line: str) -> bool:
-    return _op_fields(line) is not None
-
-
-def _program_points(lines: list[str]) -> list[int]:
-    """Indices of op lines, in the order allocate_shared numbers program points (pre-order walk)."""
-    return [i for i, line in enumerate(lines) if _is_op_line(line)]
+_OPTIONAL = ("stages", "stage_bytes", "swizzle", "filled_by", "align", "mbarriers")
 
 
 def smem_map(trace, limit: int = SMEM_LIMIT_SM90, num_warps: int | None = None) -> dict:
     """The shared-memory plan with what the lab needs to draw it.
 
-    Returns {available, buffers: [{op, line, size, offset, end, live, reason, ir_line, ir_text, bank}],
-    total, limit, fits, fraction, barriers: [{point, ir_line, line, reason}], points (program points),
-    num_warps, note}. Program points are allocate_shared's op numbering (pre-order walk of the kernel);
-    a barrier's point is that of the op it precedes. `bank` is a bank-conflict estimate or None."""
-    try:
-        alloc_ir = trace.ir_after("allocate_shared")
-    except KeyError:
+    Returns {available, buffers: [{op, line, size, offset, end, live, reason, ir_line, ir_text, bank,
+    encoding}], total, limit, fits, fraction, barriers: [{point, ir_line, line, reason}], points (program
+    points), num_warps, note}. Program points are allocate_shared's op numbering (pre-order walk of the
+    kernel); a barrier's point is that of the op it precedes (its own, for an op the plan numbered). `bank`
+    is a bank-conflict estimate or None; `encoding` the SharedTile of a pipelined stage buffer."""
+    tr = _trace(trace)
+    snap = tr.snapshot("gpu")
+    if snap is None:
         return {"available": False, "buffers": [], "total": 0, "limit": limit, "fits": True, "fraction": 0.0,
                 "barriers": [], "points": 0, "num_warps": num_warps,
                 "note": "no GPU stages in this trace: call compiled.build_gpu() (works without a GPU)"}
-    try:
-        gpu_ir = trace.ir_after("insert_barriers")
-    except KeyError:
-        gpu_ir = alloc_ir
-    nw = num_warps or guess_num_warps(gpu_ir)
-    types = value_types(gpu_ir)
-    glines = gpu_ir.splitlines()
-    glocs = _line_locs(glines)
-    # final IR op lines, barriers removed, line up with allocate_shared's program points
-    non_barrier, barriers = [], []
-    for i in _program_points(glines):
-        f = _op_fields(glines[i])
-        if f[1] == "ttg.barrier":
-            m = re.search(r'reason = "((?:[^"\\]|\\.)*)"', glines[i])
-            barriers.append({"point": len(non_barrier), "ir_line": i, "line": glocs[i],
-                             "reason": m.group(1) if m else ""})
-        else:
-            if f[1] == "ttg.async_wait":  # a program point of its own, and a bar.sync
-                m = re.search(r"pending = (\d+)", glines[i])
-                barriers.append({"point": len(non_barrier), "ir_line": i, "line": glocs[i],
-                                 "reason": f"cp.async.wait_group {m.group(1) if m else '?'}, then bar.sync: "
-                                           "the stage read next has landed and every warp is past the last read"})
-            non_barrier.append(i)
-    points = len(_program_points(alloc_ir.splitlines()))
+    nw = num_warps or snap.num_warps or 4
+    lines = ir_lines_with_locs(tr.stage("gpu"))
+    barriers = [{"point": b.point, "ir_line": b.ir_line, "line": b.line, "reason": b.reason} for b in snap.barriers]
     buffers = []
-    for b in getattr(trace, "shared_plan", None) or []:
-        b = dict(b)
-        p = b.get("live", [0, 0])[0]
-        ir_line = non_barrier[p] if p < len(non_barrier) else None
-        b["end"] = b["offset"] + b["size"]
-        b["ir_line"] = ir_line
-        b["ir_text"] = strip_loc(glines[ir_line]).strip() if ir_line is not None else ""
-        b["bank"] = _buffer_banks(glines[ir_line], types, nw) if ir_line is not None else None
+    for plan in snap.shared_plan:
+        b = {k: v for k, v in dataclasses.asdict(plan).items() if k not in _OPTIONAL or v}
+        b["end"] = plan.offset + plan.size
+        op = snap.ops[plan.op_index] if plan.op_index is not None else None
+        b["ir_line"] = op.ir_line if op else None
+        b["ir_text"] = lines[op.ir_line][0].strip() if op else ""
+        b["bank"] = _buffer_banks(op, snap, nw) if op else None
+        shared = snap.value_by_name[op.results[0]].shared if op and op.results else None
+        b["encoding"] = dataclasses.asdict(shared) if shared else None
         buffers.append(b)
     total = max((b["end"] for b in buffers), default=0)
     return {"available": True, "buffers": buffers, "total": total, "limit": limit, "fits": total <= limit,
-            "fraction": total / limit if limit else 0.0, "barriers": barriers, "points": points,
+            "fraction": total / limit if limit else 0.0, "barriers": barriers, "points": snap.program_points,
             "num_warps": nw, "note": ""}
 
 
-def _buffer_banks(line: str, types: dict, num_warps: int):
+def _buffer_banks(op, snap: Snapshot, num_warps: int):
     """Bank-conflict estimate of the op owning a buffer: writes in the operands' layouts, reads in the
     result's; None (with the reason) for ops whose shared-memory traffic is not modeled."""
-    f = _op_fields(line)
-    if not f:
-        return None
-    results, op, operands, _ = f
+    results, name, operands = op.results, op.name, op.operands
+    values = snap.value_by_name
 
-    def est(name, base=0, shape=None):
-        t = types.get(name)
-        if not t or not t["layout"]:
+    def layout_of(v):
+        return values[v].layout if v in values else None
+
+    def est(v, base=0):
+        if not layout_of(v):
             return None
-        return bank_conflicts(t["layout"], shape or t["shape"], num_warps, elem_bytes(t["elem"]), base)
+        t = values[v]
+        return bank_conflicts(t.layout, t.shape, num_warps, t.elem_bytes, base)
 
     phases = {}
-    if op == "ttg.local_alloc" and results and types.get(results[0]):
-        return stage_buffer_banks(types[results[0]]["type"])
-    if op == "ttg.convert_layout" and operands and types.get(operands[0]) and types[operands[0]]["layout"]:
+    if name == "ttg.local_alloc" and results and results[0] in values and values[results[0]].shared:
+        return stage_buffer_banks(values[results[0]].shared)
+    if name == "ttg.convert_layout" and operands and layout_of(operands[0]):
         # padded rows and vector accesses, as codegen lowers it
-        t = types[operands[0]]
-        shape, eb = tuple(t["shape"]), elem_bytes(t["elem"])
-        pitch = conversion_pitch(shape, eb)
-        for side, name in (("write", operands[0]), ("read", results[0] if results else None)):
-            lay = types.get(name, {}).get("layout") if name else None
+        t = values[operands[0]]
+        shape, eb = tuple(t.shape), t.elem_bytes
+        pitch = LM.conversion_pitch(shape, eb)
+        for side, v in (("write", operands[0]), ("read", results[0] if results else None)):
+            lay = layout_of(v) if v else None
             if lay:
-                vec = contiguous_run(_as_layout(lay), shape, eb, pitch)
-                phases[f"{side} {name} ({vec * eb} B)"] = bank_conflicts(lay, shape, num_warps, eb, 0, pitch, vec)
-    elif op in ("ttg.convert_layout", "tt.reshape", "tt.cat", "tt.join", "tt.split"):
-        for k, v in enumerate(operands[:2] if op in ("tt.cat", "tt.join") else operands[:1]):
+                vec = LM.contiguous_run(LM.as_layout(lay), shape, eb, pitch)
+                phases[f"{side} {v} ({vec * eb} B)"] = bank_conflicts(lay, shape, num_warps, eb, 0, pitch, vec)
+    elif name in ("ttg.convert_layout", "tt.reshape", "tt.cat", "tt.join", "tt.split"):
+        for v in operands[:2] if name in ("tt.cat", "tt.join") else operands[:1]:
             phases[f"write {v}"] = est(v)
         for r in results:
             phases[f"read {r}"] = est(r)
-    elif op == "tt.dot" and len(operands) >= 2:
-        a = types.get(operands[0])
+    elif name == "tt.dot" and len(operands) >= 2:
+        a = values.get(operands[0])
         a_bytes = 0
-        if a and a["shape"]:
-            a_bytes = -(-(a["shape"][0] * a["shape"][1] * elem_bytes(a["elem"])) // 16) * 16
+        if a and len(a.shape) >= 2:
+            a_bytes = -(-(a.shape[0] * a.shape[1] * a.elem_bytes) // 16) * 16
         phases[f"write {operands[0]} (A)"] = est(operands[0])
         phases[f"write {operands[1]} (B)"] = est(operands[1], base=a_bytes)
     else:
-        return {"ways": None, "phases": {}, "note": f"{op}: per-warp partials, not modeled"}
+        return {"ways": None, "phases": {}, "note": f"{name}: per-warp partials, not modeled"}
     phases = {k: v for k, v in phases.items() if v}
     if not phases:
         return {"ways": None, "phases": {}, "note": "operand layouts not found"}
@@ -675,22 +426,23 @@ def _buffer_banks(line: str, types: dict, num_warps: int):
                     "vector accesses)"}
 
 
-def stage_buffer_banks(type_text: str) -> dict:
-    """Bank conflicts of a pipelined stage buffer (`!memdesc`), from its encoding: the tensor cores (ldmatrix
-    for a padded tile, wgmma for a swizzled one) read 8 rows x 16 bytes at a time, one 16-byte chunk per row;
-    cp.async writes 16 bytes per thread, 8 threads per shared-memory wavefront, consecutive threads along a
-    row. Each access is conflict-free when its 8 chunks fall in 8 different groups of 4 banks."""
-    from ..compiler.gpu.smem_layout import element_byte
-    from ..compiler.types import parse_type as parse_ir_type
+def _tile(tile) -> SharedTile:
+    return tile if isinstance(tile, SharedTile) else SharedTile(**tile)
 
-    t = parse_ir_type(type_text)
+
+def stage_buffer_banks(tile) -> dict:
+    """Bank conflicts of a pipelined stage buffer (a SharedTile, or its dict), from its encoding: the tensor
+    cores (ldmatrix for a padded tile, wgmma for a swizzled one) read 8 rows x 16 bytes at a time, one 16-byte
+    chunk per row; cp.async writes 16 bytes per thread, 8 threads per shared-memory wavefront, consecutive
+    threads along a row. Each access is conflict-free when its 8 chunks fall in 8 different groups of 4 banks."""
+    t = _tile(tile)
     rows, cols = t.shape[-2:]
-    e = t.scalar.bits // 8
+    e = t.elem_bytes
     fast, slow = (rows, cols) if t.order[0] == 0 else (cols, rows)
     per_chunk = max(1, 16 // e)
 
     def at(s_idx, f_idx):  # byte of (slow, fast) index
-        return element_byte(t, f_idx, s_idx) if t.order[0] == 0 else element_byte(t, s_idx, f_idx)
+        return LM.shared_byte(t, f_idx, s_idx) if t.order[0] == 0 else LM.shared_byte(t, s_idx, f_idx)
 
     def ways(addresses):
         groups = {}
@@ -710,15 +462,12 @@ def stage_buffer_banks(type_text: str) -> dict:
             "note": "16-byte accesses: 8 per wavefront, conflict-free in 8 distinct 16-byte bank groups"}
 
 
-def swizzle_grid(type_text: str, rows: int = 8) -> dict:
-    """Where the 16-byte chunks of the first `rows` rows of a stage buffer land: {chunks, rows: [[bank group
-    of logical chunk c of row r]]} for the shared-memory view's picture."""
-    from ..compiler.gpu.smem_layout import element_byte
-    from ..compiler.types import parse_type as parse_ir_type
-
-    t = parse_ir_type(type_text)
+def swizzle_grid(tile, rows: int = 8) -> dict:
+    """Where the 16-byte chunks of the first `rows` rows of a stage buffer (a SharedTile, or its dict) land:
+    {chunks, rows: [[bank group of logical chunk c of row r]]} for the shared-memory view's picture."""
+    t = _tile(tile)
     r_ext, c_ext = t.shape[-2:]
-    e = t.scalar.bits // 8
+    e = t.elem_bytes
     fast, slow = (r_ext, c_ext) if t.order[0] == 0 else (c_ext, r_ext)
     per_chunk = max(1, 16 // e)
     chunks = min(8, max(1, fast // per_chunk))
@@ -727,7 +476,7 @@ def swizzle_grid(type_text: str, rows: int = 8) -> dict:
         row = []
         for c in range(chunks):
             f_idx = c * per_chunk
-            b = element_byte(t, f_idx, s_idx) if t.order[0] == 0 else element_byte(t, s_idx, f_idx)
+            b = LM.shared_byte(t, f_idx, s_idx) if t.order[0] == 0 else LM.shared_byte(t, s_idx, f_idx)
             row.append((b // 16) % 8)
         grid.append(row)
     return {"chunks": chunks, "rows": grid, "swizzle": t.swizzle, "pad": t.pad * e}
@@ -890,6 +639,7 @@ def code_summary(compiled, with_sass: bool = True) -> dict:
     return out
 
 
+
 # --------------------------------------------------------------------------- dataflow graph
 
 _DIALECT_COLORS = {"tt": "#4e79a788", "arith": "#59a14f88", "math": "#b07aa188", "scf": "#f28e2b88",
@@ -900,12 +650,24 @@ def _dot_str(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def dataflow_dot(tile_ir: str, max_label: int = 48) -> str:
-    """DOT text of the IR's dataflow graph: one node per op (and per function parameter and block
-    argument), an edge per SSA use, each region of a structured op as a cluster."""
-    lines = tile_ir.splitlines()
-    locs = _line_locs(lines)
-    types = value_types(tile_ir)
+def dataflow_dot(source, max_label: int = 48) -> str:
+    """DOT text of the tile IR's dataflow graph (`source`: a trace, or the tile record or Snapshot): one node
+    per op (and per function parameter and block argument), an edge per SSA use, each region of a
+    structured op as a cluster. Node `n<i>` is the op printed on line i of the tile IR."""
+    snap = snapshot_of(source, "tile")
+    types = {v.name: v for v in snap.values}
+    events = [(f.ir_line, "func", f) for f in snap.functions]
+    args_at: dict = {}
+    for v in snap.values:
+        if v.kind == "arg":
+            args_at.setdefault(v.ir_line, []).append(v)
+    events += [(line, "args", vs) for line, vs in args_at.items()]
+    for op in snap.ops:
+        events.append((op.ir_line, "op", op))
+        events += [(at, "next", (op, k)) for k, at in enumerate(op.region_lines[1:], 1)]
+        if op.region_lines:
+            events.append((op.end_line, "end", op))
+    events.sort(key=lambda e: e[0])
     body, edges, defs = [], [], {}
     depth = [0]
     cluster = [0]
@@ -913,9 +675,9 @@ def dataflow_dot(tile_ir: str, max_label: int = 48) -> str:
     def short(t):
         if not t:
             return ""
-        if t["shape"]:
-            return "x".join(map(str, t["shape"])) + "x" + t["elem"]
-        return t["elem"]
+        if t.shape:
+            return "x".join(map(str, t.shape)) + "x" + t.elem
+        return t.elem
 
     def emit(s):
         body.append("  " * (depth[0] + 1) + s)
@@ -930,55 +692,43 @@ def dataflow_dot(tile_ir: str, max_label: int = 48) -> str:
         depth[0] -= 1
         emit("}")
 
-    stack = []  # per open region op: its name
-    for i, line in enumerate(lines):
-        s = line.strip()
-        if s.startswith("tt.func"):
-            inside = s[s.index("(") + 1:]
-            for p in _split_top(inside[:_matching_paren(inside)]):
-                name = p.partition(":")[0].strip()
+    for i, kind, what in events:
+        if kind == "func":
+            for name in what.params:
                 nid = f"p{len(defs)}"
                 defs[name] = nid
                 emit(f"{nid} [label={_dot_str(name + ': ' + short(types.get(name)))}, shape=invhouse, "
                      f"style=\"filled\", fillcolor=\"#9c755f55\"];")
-            continue
-        if s.startswith("^bb("):
-            for p in _split_top(s[4:s.rindex(")")]):
-                name = p.partition(":")[0].strip()
+        elif kind == "args":
+            for v in what:
                 nid = f"b{i}_{len(defs)}"
-                defs[name] = nid
-                emit(f"{nid} [label={_dot_str(name + ': ' + short(types.get(name)))}, shape=ellipse];")
-            continue
-        if s.startswith("}"):
-            if s.endswith("{"):  # "} {": the next region of the same op
-                close_cluster()
-                open_cluster(f"{stack[-1] if stack else 'region'} (region 2)")
-            elif stack:
-                stack.pop()
-                close_cluster()
-            continue
-        f = _op_fields(line)
-        if not f:
-            continue
-        results, op, operands, _ = f
-        nid = f"n{i}"
-        res = ", ".join(results)
-        label = (f"{res} = {op}" if res else op)
-        if len(label) > max_label:
-            label = label[:max_label - 1] + "…"
-        t = short(types.get(results[0])) if results else ""
-        loc = f"  (line {locs[i]})" if locs[i] else ""
-        color = _DIALECT_COLORS.get(op.split(".")[0], "#bab0ac88")
-        emit(f"{nid} [label={_dot_str(label + (chr(10) + t if t else '') + loc)}, shape=box, "
-             f"style=\"filled,rounded\", fillcolor=\"{color}\"];")
-        for v in dict.fromkeys(operands):
-            if v in defs:
-                edges.append(f"  {defs[v]} -> {nid};")
-        for r in results:
-            defs[r] = nid
-        if s.endswith("{"):
-            stack.append(op)
-            open_cluster(op)
+                defs[v.name] = nid
+                emit(f"{nid} [label={_dot_str(v.name + ': ' + short(v))}, shape=ellipse];")
+        elif kind == "next":  # the next region of the same op
+            op, k = what
+            close_cluster()
+            open_cluster(f"{op.name} (region {k + 1})")
+        elif kind == "end":
+            close_cluster()
+        else:
+            op = what
+            nid = f"n{i}"
+            res = ", ".join(op.results)
+            label = (f"{res} = {op.name}" if res else op.name)
+            if len(label) > max_label:
+                label = label[:max_label - 1] + "…"
+            t = short(types.get(op.results[0])) if op.results else ""
+            loc = f"  (line {op.line})" if op.line else ""
+            color = _DIALECT_COLORS.get(op.name.split(".")[0], "#bab0ac88")
+            emit(f"{nid} [label={_dot_str(label + (chr(10) + t if t else '') + loc)}, shape=box, "
+                 f"style=\"filled,rounded\", fillcolor=\"{color}\"];")
+            for v in dict.fromkeys(op.operands):
+                if v in defs:
+                    edges.append(f"  {defs[v]} -> {nid};")
+            for r in op.results:
+                defs[r] = nid
+            if op.region_lines:
+                open_cluster(op.name)
     head = ["digraph dataflow {", "  rankdir=TB; bgcolor=\"transparent\";",
             "  node [fontname=\"monospace\", fontsize=10];", "  edge [arrowsize=0.6];"]
     return "\n".join(head + body + edges + ["}"]) + "\n"

@@ -7,6 +7,7 @@ import html as _html
 import itertools
 import re
 
+from ..compiler import layout_model as LM
 from . import data as D
 
 _IDS = itertools.count()
@@ -321,7 +322,7 @@ def layout_period(layout_text, shape) -> tuple:
     """Per dimension, after how many elements the layout's thread pattern repeats (its footprint: elements per
     thread x lanes x warps along that dimension, at most the tile): beyond it the same threads hold the next
     registers."""
-    lay = D._as_layout(layout_text)
+    lay = LM.as_layout(layout_text)
     return tuple(min(info.cta_extent, info.size) or info.size for info in lay.dims_info(tuple(shape)))
 
 
@@ -490,9 +491,9 @@ def _layout_legend(g, uid, num_warps, vec) -> str:
 def layout_info_html(value: dict, num_warps: int, access: dict | None = None) -> str:
     """A table explaining a layout: sizes per thread / lanes / warps / order, registers, replication,
     and for a load/store its vector width and coalescing."""
-    from ..compiler.gpu.layouts import Blocked, Mma, Slice, parse_layout
+    Blocked, Mma, Slice = LM.Blocked, LM.Mma, LM.Slice
 
-    lay = parse_layout(value["layout"])
+    lay = LM.parse_layout(value["layout"])
     g = D.layout_grid(lay, value["shape"], num_warps)
     rows = [("value", f'{value["name"]} = {value["op"]}'), ("type", value["type"]), ("layout", value["layout"])]
     base = lay
@@ -516,6 +517,8 @@ def layout_info_html(value: dict, num_warps: int, access: dict | None = None) ->
     rows += [("registers per thread", g["registers"]),
              ("copies per element", g["replication"]),
              ("source line", value.get("line"))]
+    if value.get("defined_by"):
+        rows.append(("made by pass", value["defined_by"]))
     if access:
         c = access["coalescing"]
         verdict = ('<span class="kl-ok">coalesced</span>' if c["coalesced"]
@@ -533,17 +536,17 @@ def layout_info_html(value: dict, num_warps: int, access: dict | None = None) ->
 
 def layout_html(compiled, value: str | None = None) -> str:
     """Static layout view of one tensor value of the GPU IR (default: the first load's result)."""
-    gpu = (getattr(compiled, "asm", {}) or {}).get("gpu")
-    if not gpu:
+    snap = _trace(compiled).snapshot("gpu")
+    if snap is None:
         return page('<p class="kl-dim">no GPU IR: call compiled.build_gpu() (works without a GPU)</p>')
-    values = D.tensor_values(gpu)
+    values = D.tensor_values(snap)
     if not values:
         return page('<p class="kl-dim">no tensor values with layouts</p>')
-    nw = getattr(compiled, "num_warps", None) or D.guess_num_warps(gpu)
+    nw = getattr(compiled, "num_warps", None) or D.num_warps_of(snap)
     v = pick_value(values, value)
-    acc = next((a for a in D.accesses(gpu, nw) if a["name"] == v["name"]), None)
+    acc = next((a for a in D.accesses(snap, nw) if a["name"] == v["name"]), None)
     svg = layout_svg(v["layout"], v["shape"], nw, vec=acc["vec"] if acc else None,
-                     elem_bytes=D.elem_bytes(v["elem"]), title=f'{v["name"]}: {v["type"]}')
+                     elem_bytes=v["elem_bytes"], title=f'{v["name"]}: {v["type"]}')
     return page(f'<h4>{esc(v["name"])} : {esc(v["type"])}</h4>' + layout_info_html(v, nw, acc) + svg)
 
 
@@ -729,10 +732,9 @@ def smem_html(compiled, limit: int = D.SMEM_LIMIT_SM90, highlight=None, swizzles
 
 def stage_encoding_html(b: dict) -> str:
     """A pipelined buffer's encoding: where the 16-byte chunks of its first 8 rows land (bank groups)."""
-    m = re.search(r"!memdesc<[^>]*>", b.get("ir_text", ""))
-    if not m:
+    if not b.get("encoding"):
         return ""
-    grid = D.swizzle_grid(m.group(0))
+    grid = D.swizzle_grid(b["encoding"])
     how = (f'{grid["swizzle"]}-byte swizzle: chunk c of row r is stored at c XOR (r mod 8)' if grid["swizzle"]
            else f'rows padded by {grid["pad"]} bytes: each row starts one bank group further')
     return (f'<h4>buffer at line {esc(b.get("line"))}: {esc(how)}</h4>' + swizzle_svg(grid)
@@ -810,8 +812,7 @@ def code_html(compiled, summary: dict | None = None, max_lines: int = 4000) -> s
 def graph_html(compiled) -> str:
     from .graph import INSTALL_HINT, render_dot
 
-    tile = (getattr(compiled, "asm", {}) or {}).get("tile") or _trace(compiled).final_ir
-    dot = D.dataflow_dot(tile)
+    dot = D.dataflow_dot(_trace(compiled))
     svg = render_dot(dot)
     if svg is not None:
         return page(f"<h4>dataflow of the tile IR</h4>{svg}")

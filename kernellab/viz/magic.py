@@ -452,10 +452,10 @@ class _KernelCell:
         display(Message("ok", f"check passed: {o.check}"))
 
     def build_gpu(self, target):
-        from ..compiler.codegen.target import Target, detect_target
         from ..errors import KernelLabError
+        from ..runtime.targets import native_target
 
-        target = target or detect_target() or Target(90)
+        target = target or native_target()
         try:
             self.compiled.build_gpu(target)
         except KernelLabError as e:
@@ -635,7 +635,7 @@ def parse_views(text: str) -> list[str]:
 
 def parse_target(text: str):
     """"sm_90a" / "sm_90" / "90" / "sm_80" -> Target; a bad name stops the magic with a message."""
-    from ..compiler.codegen.target import Target
+    from ..runtime.targets import Target
 
     m = re.fullmatch(r"\s*(?:sm_?)?(\d{2,3})(a?)\s*", text or "", re.IGNORECASE)
     if not m:

@@ -24,11 +24,11 @@ def ensure_gpu_stages(compiled) -> None:
         return
     if getattr(compiled, "_gpu_build_error", None):
         return  # tried once already: the note says why
-    from ..compiler.codegen.target import Target, detect_target
     from ..errors import KernelLabError
+    from ..runtime.targets import native_target
 
     try:
-        compiled.build_gpu(detect_target() or Target(90))
+        compiled.build_gpu(native_target())
     except KernelLabError as e:
         compiled._gpu_build_error = f"{type(e).__name__}: {e}"
 
@@ -89,7 +89,7 @@ class PassesView(_View):
         self.trace = compiled.trace
         self.rows = D.pass_rows(self.trace)
         self.source_lines = list(getattr(compiled, "source_lines", []) or [])
-        rng = D.kernel_source_range(self.trace.passes[0].ir) if self.trace.passes else None
+        rng = D.kernel_source_range(self.trace.passes[0]) if self.trace.passes else None
         self.src_range = rng or (1, len(self.source_lines))
         self.selected_src: int | None = None   # source line picked (-> IR lines highlighted)
         self.selected_ir: int | None = None    # IR line picked (-> source line highlighted)
@@ -165,6 +165,10 @@ class PassesView(_View):
     def ir(self) -> str:
         return self.trace.passes[self.index].ir if self.trace.passes else ""
 
+    @property
+    def record(self):
+        return self.trace.passes[self.index]
+
     def select_pass(self, i: int):
         self.pass_select.value = i if i >= 0 else len(self.rows) + i
 
@@ -209,7 +213,7 @@ class PassesView(_View):
         if self._busy:
             return
         self.selected_ir = change["new"]
-        fwd, _ = D.op_source_map(self.ir)
+        fwd, _ = D.op_source_map(self.record)
         loc = fwd.get(self.selected_ir) if self.selected_ir is not None else None
         self._busy = True
         try:
@@ -231,7 +235,7 @@ class PassesView(_View):
     def ir_lines_for_source(self, line: int | None) -> list[int]:
         if line is None:
             return []
-        return D.op_source_map(self.ir)[1].get(line, [])
+        return D.op_source_map(self.record)[1].get(line, [])
 
     def refresh(self, keep_selects: bool = False):
         if not self.rows:
@@ -270,7 +274,7 @@ class PassesView(_View):
         if not keep_selects:
             self._busy = True
             try:
-                locs = D.ir_lines_with_locs(p.ir)
+                locs = D.ir_lines_with_locs(p)
                 shown = [k for k in range(len(lines)) if not (match and self.only_matches.value) or k in hits]
                 self.ir_select.options = [(f"{k + 1:>4}  {_trunc(locs[k][0].strip(), 90)}"
                                            + (f"   [line {locs[k][1]}]" if locs[k][1] else ""), k) for k in shown]
@@ -281,7 +285,7 @@ class PassesView(_View):
         if match:
             msg.append(f"{len(hits)} line(s) match “{H.esc(self.search.value)}”")
         if self.selected_ir is not None:
-            loc = D.op_source_map(p.ir)[0].get(self.selected_ir)
+            loc = D.op_source_map(p)[0].get(self.selected_ir)
             msg.append(f"IR line {self.selected_ir + 1} → source line {loc}" if loc
                        else f"IR line {self.selected_ir + 1} has no source location")
         elif self.selected_src is not None:
@@ -311,8 +315,8 @@ class LayoutView(_View):
             self.pane.value = H.page(f'<p class="kl-dim">{H.esc(note)}</p>')
             self.children = [self.dropdown, self.pane]
             return
-        gpu = compiled.asm["gpu"]
-        self.num_warps = getattr(compiled, "num_warps", None) or D.guess_num_warps(gpu)
+        gpu = compiled.trace.snapshot("gpu")
+        self.num_warps = getattr(compiled, "num_warps", None) or D.num_warps_of(gpu)
         self.values = D.tensor_values(gpu)
         self.accesses = D.accesses(gpu, self.num_warps)
         self.entries = []  # (label, value dict, access dict or None)
@@ -323,7 +327,8 @@ class LayoutView(_View):
             self.entries.append((f"{v['name']} = {v['op']} : {v['type']}  (line {v['line']}){role}", v, acc))
         for a in self.accesses:
             if a["op"] == "tt.store":
-                v = {k: a[k] for k in ("name", "type", "shape", "elem", "alias", "layout", "line", "ir_line")}
+                v = {k: a[k] for k in ("name", "type", "shape", "elem", "elem_bytes", "alias", "layout", "line",
+                                       "ir_line", "defined_by")}
                 v["op"] = "stored by tt.store"
                 self.entries.append((f"tt.store of {a['name']} : {a['type']}  (line {a['line']})", v, a))
         start = 0
@@ -370,7 +375,7 @@ class LayoutView(_View):
     def refresh(self):
         label, v, acc = self.entries[self.dropdown.value]
         svg = H.layout_svg(v["layout"], v["shape"], self.num_warps, vec=acc["vec"] if acc else None,
-                           elem_bytes=D.elem_bytes(v["elem"]), title=label, origin=(self.row0.value, self.col0.value))
+                           elem_bytes=v["elem_bytes"], title=label, origin=(self.row0.value, self.col0.value))
         self.pane.value = H.page(H.layout_info_html(v, self.num_warps, acc) + svg)
 
     def static_html(self) -> str:

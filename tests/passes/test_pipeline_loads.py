@@ -4,6 +4,7 @@ import torch
 
 from kernellab.compiler.parser import parse_module
 from kernellab.compiler.passes import pipeline_loads
+from kernellab.compiler.printer import print_module
 from kernellab.runtime.interpreter import Interpreter
 
 LOOP = """
@@ -54,7 +55,7 @@ def test_prefetch_structure():
     m = parse_module(LOOP)
     stats = pipeline_loads.run(m)
     assert stats == {"prefetched_loads": 1}
-    text = str(m)
+    text = print_module(m)
     body_start = text.index("scf.for")
     prologue, loop = text[:body_start], text[body_start:]
     assert "tt.load" in prologue and 'predicate = "slt"' in prologue  # first iteration, guarded by lb < ub
@@ -71,7 +72,7 @@ def test_same_results_before_and_after_including_zero_trip():
     a = torch.randn(16 * 16 + 16 * 8, generator=g)
     m = parse_module(LOOP)
     pipeline_loads.run(m)
-    after = str(m)
+    after = print_module(m)
     for n in (0, 1, 3, 8):
         before_c, after_c = _run(LOOP, n, a), _run(after, n, a)
         assert torch.equal(torch.nan_to_num(before_c, nan=7.0), torch.nan_to_num(after_c, nan=7.0)), n

@@ -94,7 +94,8 @@ def test_ir_diff_reconstructs_both_sides(kernels):
 
 def test_ir_lines_with_locs_strips_and_reads_locations(kernels):
     ir = kernels["softmax"].asm["gpu"]
-    got = D.ir_lines_with_locs(ir)
+    assert kernels["softmax"].trace.stage("gpu").ir == ir
+    got = D.ir_lines_with_locs(kernels["softmax"].trace)
     lines = ir.splitlines()
     assert len(got) == len(lines)
     for (text, loc), raw in zip(got, lines):
@@ -120,7 +121,7 @@ def test_op_source_map_points_at_the_kernel_source(kernels, name):
               "ttg.async_copy": "tl.load", "ttg.local_alloc": "tl.load"}
     for stage in ("tile", "gpu"):
         ir = ck.asm[stage]
-        fwd, rev = D.op_source_map(ir)
+        fwd, rev = D.op_source_map(ck.trace.stage(stage))
         lines = ir.splitlines()
         seen = set()
         for i, line in enumerate(lines):
@@ -136,12 +137,12 @@ def test_op_source_map_points_at_the_kernel_source(kernels, name):
 
 def test_op_source_map_of_the_brief_kernel_hits_tl_load(kernels):
     ck = kernels["add"]
-    fwd, _ = D.op_source_map(ck.asm["gpu"])
+    fwd, _ = D.op_source_map(ck.trace)
     loads = [i for i, l in enumerate(ck.asm["gpu"].splitlines()) if " tt.load " in l]
     assert len(loads) == 2
     for i in loads:
         assert "tl.load" in ck.source_lines[fwd[i] - 1]
-    lo, hi = D.kernel_source_range(ck.asm["gpu"])
+    lo, hi = D.kernel_source_range(ck.trace)
     assert ck.source_lines[lo - 1].lstrip().startswith("def add(")
     assert "tl.store" in ck.source_lines[hi - 1]
 
@@ -156,7 +157,7 @@ def _aliases_by_regex(ir):
 def test_tensor_values_find_the_load_with_the_layout_the_ir_says(kernels, name):
     ir = kernels[name].asm["gpu"]
     aliases = _aliases_by_regex(ir)
-    values = D.tensor_values(ir)
+    values = D.tensor_values(kernels[name].trace)
     by_name = {v["name"]: v for v in values}
     loads = re.findall(r"^\s*(%[\w.]+) = tt\.load .*?\{vec = (\d+)\} : tensor<([^,]+), (#L\d+)>", ir, flags=re.M)
     assert loads or (name == "matmul" and "ttg.async_copy" in ir)
@@ -174,7 +175,7 @@ def test_tensor_values_find_the_load_with_the_layout_the_ir_says(kernels, name):
 
 
 def test_tensor_values_of_the_add_kernel(kernels):
-    vals = D.tensor_values(kernels["add"].asm["gpu"])
+    vals = D.tensor_values(kernels["add"].trace)
     loads = [v for v in vals if v["op"] == "tt.load"]
     assert len(loads) == 2
     for v in loads:
@@ -186,7 +187,7 @@ def test_tensor_values_of_the_add_kernel(kernels):
 def _all_layouts(kernels):
     seen = {}
     for ck in kernels.values():
-        for v in D.tensor_values(ck.asm["gpu"]):
+        for v in D.tensor_values(ck.trace):
             seen[(v["layout"], v["shape"])] = ck.num_warps
     return sorted(seen.items())
 
@@ -258,7 +259,7 @@ def test_layout_grid_matches_hand_derived_mappings():
 
 
 def test_coalescing_of_real_and_bad_accesses(kernels):
-    acc = D.accesses(kernels["add"].asm["gpu"], 4)
+    acc = D.accesses(kernels["add"].trace, 4)
     assert [a["op"] for a in acc] == ["tt.load", "tt.load", "tt.store"]
     for a in acc:
         c = a["coalescing"]
@@ -266,7 +267,7 @@ def test_coalescing_of_real_and_bad_accesses(kernels):
         assert c["vec"] == 4 and c["bytes_per_access"] == 16 and c["sectors"] == 16 == c["ideal_sectors"]
         assert c["coalesced"] and c["consecutive_lanes"] and c["instructions"] == 2
     # transposed store: the layout's fastest dim is 0 (rows of y are columns of x), still coalesced
-    st = [a for a in D.accesses(kernels["transpose"].asm["gpu"], 4) if a["op"] == "tt.store"][0]
+    st = [a for a in D.accesses(kernels["transpose"].trace, 4) if a["op"] == "tt.store"][0]
     assert st["coalescing"]["fast_dim"] == 0 and st["coalescing"]["coalesced"]
     # 8 elements per thread but 4 per access: lane l starts at 32*l bytes, every sector half used
     bad = D.coalescing("#blocked<[8], [32], [4], [0]>", (1024,), 4, vec=4, elem_bytes=4)
@@ -317,7 +318,7 @@ def test_smem_map_agrees_with_the_plan_and_the_module(kernels, name):
     assert m["total"] == ck.shared
     assert m["limit"] == 228 * 1024 and m["fits"]
     assert [(b["offset"], b["size"], b["live"], b["op"]) for b in m["buffers"]] == \
-        [(b["offset"], b["size"], b["live"], b["op"]) for b in ck.trace.shared_plan]
+        [(b.offset, b.size, b.live, b.op) for b in ck.trace.shared_plan]
     for b in m["buffers"]:
         # the buffer's op line in the GPU IR is the op that owns it
         assert re.match(r"^(?:%[\w.]+(?:, %[\w.]+)* = )?(\S+)", b["ir_text"]).group(1) == b["op"]
@@ -447,7 +448,7 @@ def test_sass_through_a_wheels_nvdisasm(monkeypatch, tmp_path):
 @pytest.mark.parametrize("name", ["softmax", "matmul", "cumsum"])
 def test_dataflow_dot_nodes_edges_and_clusters(kernels, name):
     ir = kernels[name].asm["tile"]
-    dot = D.dataflow_dot(ir)
+    dot = D.dataflow_dot(kernels[name].trace)
     lines = ir.splitlines()
     n_ops = sum(1 for l in lines if re.match(r"^\s*(%[\w.]+(, %[\w.]+)* = )?[a-z_]+\.[\w.]+", l.strip())
                 and not l.strip().startswith("tt.func"))
@@ -467,11 +468,19 @@ def test_dataflow_dot_nodes_edges_and_clusters(kernels, name):
 def test_render_dot_when_graphviz_is_installed(kernels):
     from kernellab.viz.graph import find_dot, render_dot
 
-    svg = render_dot(D.dataflow_dot(kernels["softmax"].asm["tile"]))
+    svg = render_dot(D.dataflow_dot(kernels["softmax"].trace))
     if find_dot() is None:
         assert svg is None
         return
     assert svg.startswith("<svg") and "tt.load" in svg and 'stroke="black"' not in svg
+
+
+def _tile(type_text):
+    """The trace's record of a shared-memory tile, from its IR type (read by the compiler's own type parser)."""
+    from kernellab.compiler.snapshot import shared_tile
+    from kernellab.compiler.types import parse_type
+
+    return shared_tile(parse_type(type_text))
 
 
 @pytest.mark.parametrize("type_text, reads, writes", [
@@ -484,14 +493,14 @@ def test_render_dot_when_graphviz_is_installed(kernels):
     ("!memdesc<3x128x32xf16, order=1,0, pad=0>", 4, 1),
 ])
 def test_stage_buffer_bank_conflicts(type_text, reads, writes):
-    est = D.stage_buffer_banks(type_text)
+    est = D.stage_buffer_banks(_tile(type_text))
     (r_name, r), (w_name, w) = est["phases"].items()
     assert r["ways"] == reads and w["ways"] == writes and est["ways"] == max(reads, writes)
     assert r_name.startswith("wgmma" if "swizzle" in type_text else "ldmatrix")
 
 
 def test_swizzle_grid_is_a_latin_square():
-    g = D.swizzle_grid("!memdesc<3x128x64xf16, order=1,0, pad=0, swizzle=128>")
+    g = D.swizzle_grid(_tile("!memdesc<3x128x64xf16, order=1,0, pad=0, swizzle=128>"))
     assert g["chunks"] == 8 and len(g["rows"]) == 8
     assert g["rows"][0] == list(range(8)) and g["rows"][3][0] == 3  # chunk 0 of row 3 sits in group 3
     for row in g["rows"]:

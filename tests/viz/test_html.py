@@ -195,7 +195,7 @@ def test_smem_svg_and_html(cks, name):
     titles = re.findall(r"<g><title>([^<]*)</title><rect", svg)
     assert len(titles) == len(m["buffers"])
     for t, b in zip(titles, ck.trace.shared_plan):
-        assert t.startswith(b["op"]) and f"{b['size']} B at offset {b['offset']}" in t
+        assert t.startswith(b.op) and f"{b.size} B at offset {b.offset}" in t
     assert svg.count("bar.sync before op") == len(m["barriers"])
     assert "of 228 KiB" in svg
     out = H.smem_html(ck)

@@ -175,6 +175,27 @@ def test_smem_chart_labels_do_not_collide(name):
 
 
 @pytest.mark.parametrize("name", ["matmul", "attention"])
+def test_smem_buffers_and_barriers_sit_at_their_ops(name):
+    """The pipelines insert barriers before the plan is made: each buffer's IR line is still the op that owns
+    it (its offset and size printed on it), and each barrier's line is a barrier."""
+    ck = getattr(R, name)()
+    m = D.smem_map(ck.trace)
+    lines = ck.asm["gpu"].splitlines()
+    assert m["buffers"] and m["barriers"]
+    for b in m["buffers"]:
+        line = lines[b["ir_line"]]
+        assert re.match(r"^\s*(?:%[\w.]+(?:, %[\w.]+)* = )?(\S+)", line).group(1) == b["op"]
+        assert f"smem_offset = {b['offset']}" in line and f"smem_bytes = {b['size']}" in line
+        assert b["ir_text"] == re.sub(r" loc\(\d+:\d+\)$", "", line).strip()
+    stage_bufs = [b for b in m["buffers"] if b["op"] == "ttg.local_alloc"]
+    assert stage_bufs and all(b["encoding"] and b["bank"]["ways"] for b in stage_bufs)
+    for bar in m["barriers"]:
+        assert re.search(r"\bttg\.(barrier|async_wait)\b", lines[bar["ir_line"]])
+    points = [b["point"] for b in m["barriers"]]
+    assert points == sorted(points) and max(points) < m["points"]
+
+
+@pytest.mark.parametrize("name", ["matmul", "attention"])
 def test_smem_view_starts_on_the_first_buffer_and_the_swizzle_follows(name):
     ck = getattr(R, name)()
     v = kv.SharedMemoryView(ck)

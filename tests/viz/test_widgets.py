@@ -140,7 +140,7 @@ def test_passes_view_ir_line_to_source_line_and_back(cks):
     # source -> IR: picking the line of `z = x - tl.max(x, axis=0)` highlights the IR it became
     line = next(n for n, t in enumerate(ck.source_lines, 1) if "tl.max(x" in t)
     v.select_source_line(line)
-    fwd, rev = D.op_source_map(ck.trace.passes[v.index].ir)
+    fwd, rev = D.op_source_map(ck.trace.passes[v.index])
     marked = {n - 1 for n, (cls, _) in pane_lines(v.ir_pane.value).items() if "kl-sel" in cls}
     assert marked == set(rev[line])
     assert any("tt.reduce" in ir[i] for i in marked) and any("arith.subf" in ir[i] for i in marked)
