@@ -134,6 +134,7 @@ class CodeGenerator(ast.NodeVisitor):
         self.builder = Builder()
         self.sem = Semantic(self.builder)
         self.sem.call_jit = self.call_jit
+        self.sem.options = getattr(compiler, "options", {})
         self.scope: dict = {}
         self.undefined: dict[str, str] = {}
         self.returned = None  # ("ret", runtime values, template) once a `return` was generated
@@ -1058,10 +1059,13 @@ def _call_key(value) -> str:
 class ModuleCompiler:
     """Builds a Module: the kernel plus every specialization of the @jit functions it calls."""
 
-    def __init__(self):
+    def __init__(self, options: dict | None = None):
         self.module = Module([])
         self.cache: dict = {}
         self.stack: list[str] = []
+        # the launch options (num_warps, ...): builtins such as tl.extra.cuda.num_warps() read them at trace
+        # time, so the compile cache keys on them (jit._options_key)
+        self.options = dict(options or {})
 
     def compile_kernel(self, jitfn, bound: dict) -> Module:
         src = jitfn._kl_source()

@@ -752,7 +752,7 @@ class JITFunction:
         t0 = time.perf_counter()
         src = self._kl_source()
         trace = CompileTrace(self.__name__)
-        compiler = ModuleCompiler()
+        compiler = ModuleCompiler(options)
         module = self._compile_frontend(compiler, spec, src)
         name = self._specialized_name(spec) if self.repr is not None else self.__name__
         module.kernel.name = name
