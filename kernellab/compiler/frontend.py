@@ -877,10 +877,10 @@ class CodeGenerator(ast.NodeVisitor):
             for a in args[1:]:
                 out = f(out, a, _sem=self.sem)
             return out
-        if fn is builtins.print:
+        if fn is builtins.print:  # as in Triton: Python's print in a kernel is tl.device_print (runs on device)
             from ..language import builtins as B
 
-            return B.static_print(*args, _sem=self.sem)
+            return B.device_print(*(args or ("",)), hex=kwargs.get("hex", False), _sem=self.sem)
         if callable(fn):
             # Plain Python helpers (kl.cdiv, constexpr functions, ...) run directly; operators on
             # tensors inside them go through the Semantic.
