@@ -394,6 +394,9 @@ class _Compiler:
     def op_constant(self, op):
         self.d(op.result, _const(op.attrs["value"], op.result.type))
 
+    def op_poison(self, op):
+        self.d(op.result, _const(op_eval.poison_value(op.result.type.scalar), op.result.type))
+
     def op_make_range(self, op):
         arr = np.arange(op.attrs["start"], op.attrs["end"], dtype=np.int32)
         arr.flags.writeable = False
@@ -1036,6 +1039,7 @@ class _Compiler:
 
 _HANDLERS = {
     "arith.constant": _Compiler.op_constant,
+    "ub.poison": _Compiler.op_poison,
     "tt.make_range": _Compiler.op_make_range,
     "tt.hint": _Compiler.op_alias,
     "tt.int_to_ptr": _Compiler.op_alias,

@@ -65,6 +65,29 @@ def is_cuda(a) -> bool:
     return getattr(a, "is_cuda", False)
 
 
+class _Stages(dict):
+    """`CompiledKernel.asm`: reading a GPU stage that was not built yet (`asm["ptx"]`, as Triton's tests do after
+    `warmup`) builds it, on any machine (no GPU needed). `in` and `.get` only look."""
+
+    GPU_STAGES = ("gpu", "llir", "ptx", "cubin")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.owner = None
+
+    def __missing__(self, key):
+        owner = self.owner
+        if key in self.GPU_STAGES and owner is not None and "tile" in self:
+            self.owner = None  # once: a failed build raises its own error, then a plain KeyError
+            try:
+                owner.build_gpu()
+            finally:
+                self.owner = owner
+            if dict.__contains__(self, key):
+                return dict.__getitem__(self, key)
+        raise KeyError(key)
+
+
 @dataclass
 class CompiledKernel:
     """One specialization: IR of every stage, the trace, and how to run it."""
@@ -75,7 +98,7 @@ class CompiledKernel:
     arg_names: list
     source_lines: list
     options: dict = field(default_factory=dict)
-    asm: dict = field(default_factory=dict)
+    asm: dict = field(default_factory=_Stages)
     _interpreter: object = None
     _loaded: object = None
     shared: int = 0
@@ -87,6 +110,10 @@ class CompiledKernel:
     arg_kinds: list = field(default_factory=list)
     _built_for: str | None = None
     param_names: list = field(default_factory=list)  # every parameter of the @jit function, constexprs too
+
+    def __post_init__(self):
+        if isinstance(self.asm, _Stages):
+            self.asm.owner = self
 
     @property
     def signature(self):
