@@ -139,7 +139,8 @@ def _build() -> dict[str, types.ModuleType]:
         TensorDescriptor=tools_shim.TensorDescriptor,
     ))
     tools.tensor_descriptor = mods["triton.tools.tensor_descriptor"]
-    add("triton.tools.mxfp", _module("triton.tools.mxfp", "Microscaling formats (not served).", package=False,
+    add("triton.tools.mxfp", _module("triton.tools.mxfp", "Microscaling (MX) host data: fp4 e2m1, e8m0 scales.",
+                                     package=False,
                                      MXFP4Tensor=tools_shim.MXFP4Tensor, MXScaleTensor=tools_shim.MXScaleTensor))
     add("triton.profiler", profiler_shim.module(_module))
     return mods
