@@ -87,6 +87,11 @@ def k_2d(X, BX: tl.constexpr, BY: tl.constexpr):
 
 
 @kl.jit
+def k_percent(X):
+    tl.device_print("100% ", tl.load(X))
+
+
+@kl.jit
 def k_floats(X, BLOCK: tl.constexpr, HEX: tl.constexpr):
     """Beyond Triton (which cannot print them): bf16 and fp8 print their values, hex floats their bits."""
     x = tl.load(X + tl.arange(0, BLOCK))
@@ -186,6 +191,9 @@ def expected(case, device_scalar_copies=1):
     if case == "2d":
         x = sample(torch.int32, 4).reshape(4, 32)
         return elem_lines(x.numpy(), ": ", dec), Launch(k_2d, (1,), x, BX=4, BY=32)
+    if case == "percent":
+        x = torch.tensor([5], dtype=torch.int32)
+        return ["pid (0, 0, 0) idx () 100%: 5"] * device_scalar_copies, Launch(k_percent, (1,), x)
     if case in ("floats", "floats_hex"):
         h = case == "floats_hex"
         x = torch.tensor([1.5, -2.0, 0.375, 6.0, -0.0, 448.0, 3.0, -1.0])
@@ -205,7 +213,7 @@ def expected(case, device_scalar_copies=1):
 
 CASES = ([f"device_print_{d}" for d in INT_DTYPES] + [f"scalar_{d}" for d in INT_DTYPES]
          + ["print_int32", "hex_int8", "hex_int16", "hex_int32", "hex_int64", "hex_uint8", "large", "multiple",
-            "no_operand", "2d", "floats", "floats_hex"])
+            "no_operand", "2d", "floats", "floats_hex", "percent"])
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -266,12 +274,12 @@ def test_print_prefix_must_be_a_string():
 
 GPU_CASES = ["device_print_int8", "device_print_uint8", "device_print_int64", "device_print_float16",
              "device_print_float64", "scalar_int32", "scalar_float32", "print_int32", "hex_int16", "hex_int64",
-             "large", "multiple", "no_operand", "2d", "floats", "floats_hex"]
+             "large", "multiple", "no_operand", "2d", "floats", "floats_hex", "percent"]
 
 
 @needs_ptxas
 @pytest.mark.parametrize("case", ["device_print_int8", "device_print_float16", "hex_int64", "multiple",
-                                  "no_operand", "2d", "floats_hex"])
+                                  "no_operand", "2d", "floats_hex", "percent"])
 def test_print_assembles(case):
     """The GPU build's printf formats are Triton's (checked on the LLVM IR strings), and ptxas takes them."""
     ck = expected(case)[1].build()
@@ -284,6 +292,8 @@ def test_print_assembles(case):
         assert fmts == ["pid (%u, %u, %u) idx (%3u) x: 0x%016llx"]
     if case == "2d":
         assert fmts == ["pid (%u, %u, %u) idx (%1u, %2u): %i"]
+    if case == "percent":  # a '%' in the prefix prints as itself
+        assert fmts == ["pid (%u, %u, %u) idx () 100%%: %i"]
 
 
 @gpu
@@ -299,7 +309,7 @@ def test_print_format_gpu(case):
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    copies = 128 if case.startswith("scalar_") or case == "no_operand" else 1  # default num_warps=4: 128 threads
+    copies = 128 if case.startswith("scalar_") or case in ("no_operand", "percent") else 1  # default num_warps=4: 128 threads
     lines, _ = expected(case, copies)
     got = collections.Counter(ln for ln in proc.stdout.splitlines() if ln.startswith("pid"))
     want = collections.Counter(lines)

@@ -66,12 +66,17 @@ def line_format(prefix: str, shape, elem, hex_: bool, operand: int, num_operands
     tidied (`triton_prefix`)."""
     idx = ", ".join(f"%{w}u" for w in index_widths(shape))
     operand_text = f"(operand {operand}) " if num_operands > 1 else ""
-    return f"{pid_format()} idx ({idx}){prefix}{operand_text}{value_spec(elem, hex_)}"
+    return f"{pid_format()} idx ({idx}){_escape(prefix)}{operand_text}{value_spec(elem, hex_)}"
 
 
 def no_operand_format(prefix: str) -> str:
     """A print without operands: the program ids and the prefix."""
-    return pid_format() + prefix
+    return pid_format() + _escape(prefix)
+
+
+def _escape(prefix: str) -> str:
+    """The prefix as printf text: a '%' in it prints as itself."""
+    return prefix.replace("%", "%%")
 
 
 def _host_value(v, elem, hex_: bool):
