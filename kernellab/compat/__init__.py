@@ -163,6 +163,10 @@ def install() -> None:
     mods = _build()
     sys.modules.update(mods)
     _installed.update(mods)
+    from ..runtime import jit
+
+    knobs = mods["triton.knobs"]  # its groups get replaced (Triton's fresh_knobs fixture): read them per launch
+    jit.option_defaults = lambda: {} if knobs.language.default_fp_fusion else {"enable_fp_fusion": False}
 
 
 def uninstall() -> None:
@@ -171,6 +175,9 @@ def uninstall() -> None:
         if sys.modules.get(name) is mod:
             del sys.modules[name]
     _installed.clear()
+    from ..runtime import jit
+
+    jit.option_defaults = None
 
 
 def installed() -> bool:

@@ -466,6 +466,11 @@ def _store_cached(key, out, records):
         pass  # a read-only or full disk only costs the next process a recompile
 
 
+# Defaults of launch options set by a settings layer (kernellab.compat serves Triton's
+# `knobs.language.default_fp_fusion` so): None, or a function returning {option: value} for options a launch
+# did not give.
+option_defaults = None
+
 # Launch options that can change the compiled code, with their defaults: the in-memory cache keys on all of
 # them (a launch that spells out a default shares the entry); stream, warmup, launch_cooperative_grid do not.
 _COMPILE_OPTIONS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None, "enable_fp_fusion": True,
@@ -620,6 +625,9 @@ class JITFunction:
         for k in options:  # a kernel parameter named like an option (num_stages) gets the value too
             if k not in self.arg_names:
                 del kwargs[k]
+        if option_defaults is not None:
+            for k, v in option_defaults().items():
+                options.setdefault(k, v)
         for p in src.signature.parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 star = "*" if p.kind == p.VAR_POSITIONAL else "**"
@@ -921,6 +929,8 @@ class JITFunction:
                     return None
             sig.append(tuple(sorted(kwargs.items())))
         sig.append(len(args))
+        if option_defaults is not None:  # a changed default (a knob) is another compile
+            sig.append(tuple(option_defaults().items()))
         return tuple(sig)
 
     def _fast_launch(self, args, kwargs, grid):
