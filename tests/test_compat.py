@@ -330,3 +330,46 @@ def test_globaltimer_and_smid_reach_the_ptx():
     if DEVICE == "cuda":
         timed[(1,)](o1, o2)
         assert o2[1] > o2[0] and 0 <= o2[2] < 1024 and torch.all(o1 == 100)
+
+
+def _mul_add_kernel(triton):
+    import triton.language as tl
+
+    @triton.jit
+    def mul_add(data):
+        ptrs = data + tl.arange(0, 128)
+        tl.store(ptrs, tl.load(ptrs) * 1.5 + 1.0)
+
+    return mul_add
+
+
+@pytest.mark.parametrize("fusion", [False, True])
+def test_knob_default_fp_fusion_is_the_launch_default(triton, fusion):
+    """`triton.knobs.language.default_fp_fusion` decides `enable_fp_fusion` when a launch does not say."""
+    import re
+
+    mul_add = _mul_add_kernel(triton)
+    data = torch.randn(128)
+    with triton.knobs.language.scope():
+        triton.knobs.language.default_fp_fusion = fusion
+        ck = mul_add.warmup(data, grid=(1,))
+        assert (re.search(r"(mad|fma)\.r[nzmp]\.(ftz\.)?f32", ck.asm["ptx"]) is not None) == fusion
+        explicit = mul_add.warmup(data, grid=(1,), enable_fp_fusion=not fusion)
+        assert (re.search(r"(mad|fma)\.r[nzmp]\.(ftz\.)?f32", explicit.asm["ptx"]) is not None) == (not fusion)
+
+
+@pytest.mark.gpu
+def test_knob_default_fp_fusion_gpu(triton):
+    """Without fusion the GPU rounds the product and the sum separately, as torch's two ops do."""
+    mul_add = _mul_add_kernel(triton)
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(128, generator=g) * 1e3).cuda()
+    with triton.knobs.language.scope():
+        triton.knobs.language.default_fp_fusion = False
+        y = x.clone()
+        mul_add[(1,)](y)
+        assert torch.equal(y, x * 1.5 + 1.0)
+        triton.knobs.language.default_fp_fusion = True
+        z = x.clone()
+        mul_add[(1,)](z)  # a new compile (the knob is part of the launch's key)
+        torch.testing.assert_close(z.double(), x.double() * 1.5 + 1.0, rtol=1e-7, atol=0)

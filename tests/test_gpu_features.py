@@ -2211,9 +2211,11 @@ def test_device_print():
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "DONE" in proc.stdout
-    printed = {int(v) for v in re.findall(r"val=\s*(-?\d+)", out)}
-    assert printed == set(values), f"printed {sorted(printed)}, expected {values}:\n{out[-3000:]}"
-    assert {int(v) for v in re.findall(r"prog=\s*(-?\d+)", out)} == {0, 1}, out[-3000:]
+    # Triton's format: `pid (x, y, z) idx (i) val=: value`, each element once; a scalar from every thread
+    printed = sorted(re.findall(r"^pid \((\d+), 0, 0\) idx \(\s*(\d+)\) val=: (-?\d+)$", out, re.M))
+    assert printed == sorted((str(p), str(i), str(values[p * 8 + i])) for p in range(2) for i in range(8)), out[-3000:]
+    progs = re.findall(r"^pid \((\d+), 0, 0\) idx \(\) prog=: (\d+)$", out, re.M)
+    assert sorted(set(progs)) == [("0", "0"), ("1", "1")] and len(progs) == 2 * 128, out[-3000:]
 
 
 @gpu

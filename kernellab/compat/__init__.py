@@ -139,7 +139,8 @@ def _build() -> dict[str, types.ModuleType]:
         TensorDescriptor=tools_shim.TensorDescriptor,
     ))
     tools.tensor_descriptor = mods["triton.tools.tensor_descriptor"]
-    add("triton.tools.mxfp", _module("triton.tools.mxfp", "Microscaling formats (not served).", package=False,
+    add("triton.tools.mxfp", _module("triton.tools.mxfp", "Microscaling (MX) host data: fp4 e2m1, e8m0 scales.",
+                                     package=False,
                                      MXFP4Tensor=tools_shim.MXFP4Tensor, MXScaleTensor=tools_shim.MXScaleTensor))
     add("triton.profiler", profiler_shim.module(_module))
     return mods
@@ -162,6 +163,10 @@ def install() -> None:
     mods = _build()
     sys.modules.update(mods)
     _installed.update(mods)
+    from ..runtime import jit
+
+    knobs = mods["triton.knobs"]  # its groups get replaced (Triton's fresh_knobs fixture): read them per launch
+    jit.option_defaults = lambda: {} if knobs.language.default_fp_fusion else {"enable_fp_fusion": False}
 
 
 def uninstall() -> None:
@@ -170,6 +175,9 @@ def uninstall() -> None:
         if sys.modules.get(name) is mod:
             del sys.modules[name]
     _installed.clear()
+    from ..runtime import jit
+
+    jit.option_defaults = None
 
 
 def installed() -> bool:

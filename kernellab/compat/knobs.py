@@ -1,7 +1,8 @@
 """`triton.knobs`: Triton's settings objects, with their `scope()` context managers.
 
 kernellab reads its own options (launch keywords, environment), so most knobs are accepted and kept
-without effect; code that sets them in fixtures or scopes keeps running."""
+without effect; code that sets them in fixtures or scopes keeps running. `language.default_fp_fusion` is
+honoured: it is the default of the `enable_fp_fusion` launch option (compat.install wires it)."""
 from __future__ import annotations
 
 import contextlib

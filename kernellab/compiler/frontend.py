@@ -54,6 +54,10 @@ def _contains_return(stmts) -> bool:
     return any(isinstance(n, ast.Return) for s in stmts for n in ast.walk(s))
 
 
+def _contains_value_return(stmts) -> bool:
+    return any(isinstance(n, ast.Return) and n.value is not None for s in stmts for n in ast.walk(s))
+
+
 def _first_node(stmts, types):
     """The first node of one of `types` inside `stmts` (source order), or None."""
     found = [n for s in stmts for n in ast.walk(s) if isinstance(n, types)]
@@ -134,6 +138,7 @@ class CodeGenerator(ast.NodeVisitor):
         self.builder = Builder()
         self.sem = Semantic(self.builder)
         self.sem.call_jit = self.call_jit
+        self.sem.options = getattr(compiler, "options", {})
         self.scope: dict = {}
         self.undefined: dict[str, str] = {}
         self.returned = None  # ("ret", runtime values, template) once a `return` was generated
@@ -141,6 +146,7 @@ class CodeGenerator(ast.NodeVisitor):
         self.return_node = None  # the first `return value` of a kernel, for the error that refuses it
         self.node = None
         self.globals = src.globals
+        self.assigned_bools: set[str] = set()  # names a plain `x = True/False` assigned (a tensor in Triton)
 
     # ------------------------------------------------------------------ errors and locations
     def file_line(self, node) -> int:
@@ -276,6 +282,8 @@ class CodeGenerator(ast.NodeVisitor):
         value = map_leaves(unwrap(self.visit(node.value)), lambda v: lcore.as_assigned(unwrap(v)))
         for t in node.targets:
             self.assign(t, value, node)
+            if isinstance(t, ast.Name):
+                (self.assigned_bools.add if type(value) is bool else self.assigned_bools.discard)(t.id)
 
     def visit_AnnAssign(self, node):
         if node.value is None:
@@ -327,9 +335,45 @@ class CodeGenerator(ast.NodeVisitor):
     def visit_If(self, node):
         cond = unwrap(self.visit(node.test))
         if not isinstance(cond, tensor):
+            if self._assigned_value(node.test, cond) and _contains_value_return(node.body + node.orelse):
+                # Triton makes an assigned literal (`a = False`) a scalar tensor, so this is a runtime `if` there:
+                # its `return` sets the function's result type even if never taken (the other path gives poison)
+                self.runtime_if(node, self.sem.to_tensor(cond))
+                return
             self.visit_stmts(node.body if cond else node.orelse)
             return
         self.runtime_if(node, cond)
+
+    def _assigned_value(self, test, cond) -> bool:
+        """Whether `if test` tests a value the kernel assigned (`a = 1` / `a = False`), not a constexpr."""
+        if isinstance(cond, lcore._AssignedScalar):
+            return True
+        return isinstance(test, ast.Name) and test.id in self.assigned_bools and type(cond) is bool
+
+    def _poison_like(self, block: Block, vals) -> list:
+        """Values of the types of `vals` (tensors or numbers) with undefined contents (`ub.poison`), made at the
+        end of `block`: what a path that falls off a function returns when others return values (Triton's
+        rule). None if a value has a type that cannot be poisoned (block pointers, descriptors)."""
+        from .semantic import literal_dtype
+        from .types import DType, PointerType
+
+        types = []
+        for v in vals:
+            t = v.type if isinstance(v, tensor) else v.dtype if isinstance(v, lcore._AssignedScalar) \
+                else literal_dtype(v)
+            if not isinstance(t.scalar, (DType, PointerType)) or t.is_block_ptr():
+                return None
+            types.append(t)
+        saved = (self.builder.block, self.builder.index)
+        self.builder.set_insertion_point_to_end(block)
+        try:
+            out = []
+            for t in types:
+                p = self.sem.emit("ub.poison", [], t.scalar)
+                out.append(self.sem.splat(p, t.shape) if t.shape else p)
+            return out
+        finally:
+            self.builder.block, self.builder.index = saved
 
     def _cond_scalar(self, node, cond):
         if cond.shape and cond.numel == 1:  # a 1-element tensor decides like its element (Triton unsplats it)
@@ -399,6 +443,12 @@ class CodeGenerator(ast.NodeVisitor):
         if (then_ret is None) != (else_ret is None) and self.returns_void(then_ret or else_ret):
             # after the early-return rewrite nothing follows this `if`: falling off a branch returns
             then_ret, else_ret = then_ret or ("ret", [], None), else_ret or ("ret", [], None)
+        elif (then_ret is None) != (else_ret is None) and not self.is_kernel:
+            # falling off returns values of the other path's types, undefined (Triton's ub.poison)
+            live = then_ret or else_ret
+            poison = self._poison_like(then_block if then_ret is None else else_block, live[1])
+            if poison is not None:
+                then_ret, else_ret = then_ret or ("ret", poison, live[2]), else_ret or ("ret", poison, live[2])
         returns = then_ret is not None and else_ret is not None
         if (then_ret is None) != (else_ret is None):
             raise self.error(node, "one branch of this `if` returns a value and the other does not; return "
@@ -876,10 +926,10 @@ class CodeGenerator(ast.NodeVisitor):
             for a in args[1:]:
                 out = f(out, a, _sem=self.sem)
             return out
-        if fn is builtins.print:
+        if fn is builtins.print:  # as in Triton: Python's print in a kernel is tl.device_print (runs on device)
             from ..language import builtins as B
 
-            return B.static_print(*args, _sem=self.sem)
+            return B.device_print(*(args or ("",)), hex=kwargs.get("hex", False), _sem=self.sem)
         if callable(fn):
             # Plain Python helpers (kl.cdiv, constexpr functions, ...) run directly; operators on
             # tensors inside them go through the Semantic.
@@ -1058,10 +1108,13 @@ def _call_key(value) -> str:
 class ModuleCompiler:
     """Builds a Module: the kernel plus every specialization of the @jit functions it calls."""
 
-    def __init__(self):
+    def __init__(self, options: dict | None = None):
         self.module = Module([])
         self.cache: dict = {}
         self.stack: list[str] = []
+        # the launch options (num_warps, ...): builtins such as tl.extra.cuda.num_warps() read them at trace
+        # time, so the compile cache keys on them (jit._options_key)
+        self.options = dict(options or {})
 
     def compile_kernel(self, jitfn, bound: dict) -> Module:
         src = jitfn._kl_source()

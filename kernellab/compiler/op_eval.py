@@ -33,6 +33,15 @@ _UNSIGNED = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint3
 F32, F64, BOOL = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.bool_)
 
 
+def poison_value(elem):
+    """What `ub.poison` holds when evaluated (its contents are undefined; on the GPU any bits): NaN for floats,
+    the bytes 0x7f.. for integers and pointers, so a value that was never defined shows (and a poison pointer
+    faults when dereferenced)."""
+    if getattr(elem, "kind", None) == "float":
+        return float("nan")
+    return 0x7F7F7F7F7F7F7F7F
+
+
 def _out(r):
     """A 0-d result as a NumPy scalar (so scalars stay scalars)."""
     return r[()] if isinstance(r, np.ndarray) and r.ndim == 0 else r

@@ -64,6 +64,7 @@ def _def(name, summary, **traits):
 
 # Creation and shape.
 _def("arith.constant", "a scalar, or a tensor filled with one value {value}")
+_def("ub.poison", "a scalar with undefined contents (what a function returns on a path without `return`)")
 _def("tt.get_program_id", "this program's index along grid {axis}")
 _def("tt.get_num_programs", "the grid's size along {axis}")
 _def("tt.make_range", "the i32 tensor [start, start+1, ..., end-1]")

@@ -119,6 +119,7 @@ class Semantic:
     def __init__(self, builder: Builder):
         self.b = builder
         self.call_jit = None  # set by the frontend: (JITFunction, args, kwargs) -> results
+        self.options: dict = {}  # the launch options (num_warps, ...), set by the frontend
 
     # ---------------------------------------------------------------- helpers
     def emit(self, name, operands, result_type, attrs=None, regions=()):

@@ -576,13 +576,43 @@ def static_assert(cond, msg="", _sem=None):
 
 @builtin
 def static_print(*values, sep=" ", end="\n", file=None, flush=False, _sem=None):
-    print(*[unwrap(v) for v in values], sep=sep, end=end, flush=flush)
+    """Print while compiling, as Python prints (a tensor shows as Triton shows it: `int32[constexpr[128]]`)."""
+    from ..compiler.print_format import static_text
+
+    print(*[static_text(v) for v in values], sep=sep, end=end, flush=flush)
+
+
+def _print_operand(x, hex_, _sem):
+    """A print operand in a form both backends print as Triton would: fp8 (which Triton cannot print) as its
+    float32 value, bf16 as float32 (the same value), and with hex=True a float as its bits."""
+    from ..compiler.fp8 import is_fp8
+    from ..compiler.types import DTYPES
+
+    el = x.type.scalar
+    if el.is_ptr() or not el.is_floating():
+        return x
+    if hex_:
+        return _sem.cast(x, DTYPES[f"u{el.bits}"], bitcast=True)
+    return _sem.cast(x, float32) if is_fp8(el) or el == bfloat16 else x
 
 
 @builtin
 def device_print(prefix, *args, hex=False, _sem=None):
-    vals = [_sem.to_tensor(a) for a in args]
-    _sem.emit("tt.print", vals, None, {"prefix": str(unwrap(prefix)), "hex": bool(unwrap(hex))})
+    """Print values at run time, one line per element: `pid (x, y, z) idx (i, ...) prefix: value` (Triton's
+    format; see compiler/print_format.py). Python's `print(...)` in a kernel is this function."""
+    import string
+
+    from ..compiler.print_format import triton_prefix
+
+    prefix = unwrap(prefix)
+    if not isinstance(prefix, str):
+        raise TypeError(f"{prefix!r} is not string: the first argument of tl.device_print / print is a prefix "
+                        "string, e.g. tl.device_print(\"x\", x)")
+    if any(ch not in string.printable for ch in prefix):
+        raise ValueError(f"{prefix!r} is not an ascii string: a print's prefix must be printable ASCII")
+    hex_ = bool(unwrap(hex))
+    vals = [_print_operand(_sem.to_tensor(a), hex_, _sem) for a in args]
+    _sem.emit("tt.print", vals, None, {"prefix": triton_prefix(prefix, len(vals)), "hex": hex_})
 
 
 @builtin

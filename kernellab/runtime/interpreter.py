@@ -20,9 +20,10 @@ import numpy as np
 from ..compiler import fp8, op_eval, ops
 from ..compiler.ir import Function, Module, Op
 from ..compiler.ops import is_pure
+from ..compiler.print_format import host_lines
 from ..compiler.types import BlockPtrType, DType, PointerType
 from ..errors import InterpreterError, LaunchError
-from .interp_memory import BOUNDS, Fault, Memory, bf16_bits, mem_kind, region_for, round_bf16
+from .interp_memory import BOUNDS, Fault, Memory, mem_kind, region_for, round_bf16
 
 __all__ = ["Interpreter", "InterpreterError"]
 
@@ -497,6 +498,9 @@ class _Compiler:
     # creation / identity
     def op_constant(self, op):
         self.d(op.result, _const(op.attrs["value"], op.result.type))
+
+    def op_poison(self, op):
+        self.d(op.result, _const(op_eval.poison_value(op.result.type.scalar), op.result.type))
 
     def op_make_range(self, op):
         arr = np.arange(op.attrs["start"], op.attrs["end"], dtype=np.int32)
@@ -973,16 +977,12 @@ class _Compiler:
     def op_print(self, op):
         slots = [self.s(v) for v in op.operands]
         types = [v.type for v in op.operands]
-        prefix = str(op.attrs.get("prefix") or "").strip()
+        prefix = str(op.attrs.get("prefix") or "")
         hex_ = bool(op.attrs.get("hex", False))
 
-        def f(env):
-            x, y, z = (int(p) for p in env[0].pid)
-            parts = [_format_value(env[s], t, hex_) for s, t in zip(slots, types)]
-            head = f"pid ({x}, {y}, {z})"
-            if prefix:
-                head += " " + prefix
-            sys.stdout.write(head + (" " + " ".join(parts) if parts else "") + "\n")
+        def f(env):  # Triton's GPU format, one line per element (compiler/print_format.py)
+            lines = host_lines(env[0].pid, prefix, [(env[s], t) for s, t in zip(slots, types)], hex_)
+            sys.stdout.write("".join(line + "\n" for line in lines))
         return f
 
     def op_assert(self, op):
@@ -1147,25 +1147,9 @@ class _Compiler:
         return f
 
 
-def _format_value(v, ty, hex_):
-    a = np.asarray(v)
-    if hex_:
-        if _is_bf16(ty):
-            a = bf16_bits(a)
-        elif a.dtype.kind in "fi":
-            a = a.view(_UNSIGNED[a.dtype.itemsize])
-        elif a.dtype == np.bool_:
-            a = a.astype(np.uint8)
-        if a.ndim == 0:
-            return hex(int(a))
-        return np.array2string(a, formatter={"int": lambda x: hex(int(x))}, threshold=sys.maxsize)
-    if a.ndim == 0:
-        return str(a[()])
-    return np.array2string(a, threshold=sys.maxsize)
-
-
 _HANDLERS = {
     "arith.constant": _Compiler.op_constant,
+    "ub.poison": _Compiler.op_poison,
     "tt.make_range": _Compiler.op_make_range,
     "tt.hint": _Compiler.op_alias,
     "tt.int_to_ptr": _Compiler.op_alias,

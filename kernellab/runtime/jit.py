@@ -66,6 +66,29 @@ def is_cuda(a) -> bool:
     return getattr(a, "is_cuda", False)
 
 
+class _Stages(dict):
+    """`CompiledKernel.asm`: reading a GPU stage that was not built yet (`asm["ptx"]`, as Triton's tests do after
+    `warmup`) builds it, on any machine (no GPU needed). `in` and `.get` only look."""
+
+    GPU_STAGES = ("gpu", "llir", "ptx", "cubin")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.owner = None
+
+    def __missing__(self, key):
+        owner = self.owner
+        if key in self.GPU_STAGES and owner is not None and "tile" in self:
+            self.owner = None  # once: a failed build raises its own error, then a plain KeyError
+            try:
+                owner.build_gpu()
+            finally:
+                self.owner = owner
+            if dict.__contains__(self, key):
+                return dict.__getitem__(self, key)
+        raise KeyError(key)
+
+
 @dataclass
 class CompiledKernel:
     """One specialization: IR of every stage, the trace, and how to run it."""
@@ -76,7 +99,7 @@ class CompiledKernel:
     arg_names: list
     source_lines: list
     options: dict = field(default_factory=dict)
-    asm: dict = field(default_factory=dict)
+    asm: dict = field(default_factory=_Stages)
     _interpreter: object = None
     _loaded: object = None
     shared: int = 0
@@ -89,6 +112,10 @@ class CompiledKernel:
     _built_for: str | None = None
     param_names: list = field(default_factory=list)  # every parameter of the @jit function, constexprs too
     sanitizer_report: object = None  # the last sanitized interpreter launch's SanitizerReport
+
+    def __post_init__(self):
+        if isinstance(self.asm, _Stages):
+            self.asm.owner = self
 
     @property
     def signature(self):
@@ -449,6 +476,11 @@ def _store_cached(key, out, records):
         pass  # a read-only or full disk only costs the next process a recompile
 
 
+# Defaults of launch options set by a settings layer (kernellab.compat serves Triton's
+# `knobs.language.default_fp_fusion` so): None, or a function returning {option: value} for options a launch
+# did not give.
+option_defaults = None
+
 # Launch options that can change the compiled code, with their defaults: the in-memory cache keys on all of
 # them (a launch that spells out a default shares the entry); stream, warmup, launch_cooperative_grid do not.
 _COMPILE_OPTIONS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None, "enable_fp_fusion": True,
@@ -605,6 +637,9 @@ class JITFunction:
         for k in options:  # a kernel parameter named like an option (num_stages) gets the value too
             if k not in self.arg_names:
                 del kwargs[k]
+        if option_defaults is not None:
+            for k, v in option_defaults().items():
+                options.setdefault(k, v)
         for p in src.signature.parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 star = "*" if p.kind == p.VAR_POSITIONAL else "**"
@@ -764,7 +799,7 @@ class JITFunction:
         t0 = time.perf_counter()
         src = self._kl_source()
         trace = CompileTrace(self.__name__)
-        compiler = ModuleCompiler()
+        compiler = ModuleCompiler(options)
         module = self._compile_frontend(compiler, spec, src)
         name = self._specialized_name(spec) if self.repr is not None else self.__name__
         module.kernel.name = name
@@ -910,6 +945,8 @@ class JITFunction:
                     return None
             sig.append(tuple(sorted(kwargs.items())))
         sig.append(len(args))
+        if option_defaults is not None:  # a changed default (a knob) is another compile
+            sig.append(tuple(option_defaults().items()))
         return tuple(sig)
 
     def _fast_launch(self, args, kwargs, grid):

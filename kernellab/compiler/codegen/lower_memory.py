@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from .. import print_format
 from ..gpu.scratch import mem_bytes
 from ..types import TensorType
 from .lowering_core import (
@@ -497,23 +498,15 @@ def _cstring(lw: KernelLowering, text: str):
     return lw.b.addrspacecast(lw.strings[text], ir.PointerType())
 
 
-def _fmt(elem, hex_):
-    if elem.is_ptr():
-        return "%p"
-    if elem.is_floating():
-        return "%f"
-    if hex_:
-        return "0x%llx" if elem.bits == 64 else "0x%x"
-    if elem.kind == "uint":
-        return "%llu" if elem.bits == 64 else "%u"
-    return "%lld" if elem.bits == 64 else "%d"
-
-
-def _printf_arg(lw, v, elem):
+def _printf_arg(lw, v, elem, hex_=False):
+    """A value as C varargs pass it: pointers generic, floats as double (their bits with hex=True), narrower
+    integers widened to 32 bits by their signedness."""
     b = lw.b
     if elem.is_ptr():
         return b.addrspacecast(v, ir.PointerType())
-    if elem.is_floating():
+    if elem.is_floating() and hex_:
+        v = b.bitcast(v, ir.IntType(elem.bits))
+    elif elem.is_floating():
         return b.fpext(v, ir.DoubleType()) if v.type != ir.DoubleType() else v
     if elem.bits < 32:
         return b.sext(v, I32) if elem.kind == "int" else b.zext(v, I32)
@@ -522,12 +515,29 @@ def _printf_arg(lw, v, elem):
 
 @handles("tt.print")
 def _print(lw: KernelLowering, op):
+    """Triton's format (compiler/print_format.py): per element this thread holds, one vprintf of
+    `pid (x, y, z) idx (...)<prefix>[(operand n) ]<value>`; replicated copies print once."""
     b = lw.b
     vprintf = lw.intrinsic("vprintf", I32, [ir.PointerType(), ir.PointerType()])
     pids = [lw.eb.call(lw.intrinsic(f"llvm.nvvm.read.ptx.sreg.ctaid.{a}", I32, []), []) for a in "xyz"]
     prefix = op.attrs.get("prefix", "")
     hex_ = op.attrs.get("hex", False)
-    for v in op.operands:
+
+    def printf(fmt, args, cond=None):
+        st = ir.LiteralStructType([a.type for a in args])
+        buf = lw.eb.alloca(st)
+        buf.type = ir.PointerType()  # opaque, so the GEP below is typed by source_etype
+        for k, a in enumerate(args):
+            b.store(a, b.gep(buf, [_cint(0), _cint(k)], source_etype=st))
+        if cond is not None:
+            with b.if_then(cond):
+                b.call(vprintf, [_cstring(lw, fmt + "\n"), buf])
+        else:
+            b.call(vprintf, [_cstring(lw, fmt + "\n"), buf])
+
+    if not op.operands:
+        printf(print_format.no_operand_format(prefix), pids)
+    for n, v in enumerate(op.operands):
         elem = v.type.scalar
         if isinstance(v.type, TensorType):
             layout, shape = v.type.layout, v.type.shape
@@ -536,21 +546,9 @@ def _print(lw: KernelLowering, op):
             regs = lw.regs(v)
         else:
             idxs, valid, regs, shape = [[]], None, [lw.get(v)], ()
+        fmt = print_format.line_format(prefix, shape, elem, hex_, n, len(op.operands))
         for i, (x, ix) in enumerate(zip(regs, idxs)):
-            idx_fmt = ", ".join("%d" for _ in ix)
-            fmt = f"pid ({'%d, %d, %d'}) idx ({idx_fmt}) {prefix}{_fmt(elem, hex_)}\n"
-            args = pids + list(ix) + [_printf_arg(lw, x, elem)]
-            st = ir.LiteralStructType([a.type for a in args])
-            buf = lw.eb.alloca(st)
-            buf.type = ir.PointerType()  # opaque, so the GEP below is typed by source_etype
-            for k, a in enumerate(args):
-                b.store(a, b.gep(buf, [_cint(0), _cint(k)], source_etype=st))
-            cond = valid[i] if valid is not None else None
-            if cond is not None:
-                with b.if_then(cond):
-                    b.call(vprintf, [_cstring(lw, fmt), buf])
-            else:
-                b.call(vprintf, [_cstring(lw, fmt), buf])
+            printf(fmt, pids + list(ix) + [_printf_arg(lw, x, elem, hex_)], valid[i] if valid is not None else None)
 
 
 @handles("tt.assert")

@@ -6,7 +6,7 @@ import llvmlite.ir as ir
 
 from ..gpu.scratch import contiguous_run, conversion_pitch, mem_bytes
 from ..types import TensorType
-from .lowering_core import I32, KernelLowering, _cint, const_value, handles, memty
+from .lowering_core import I32, KernelLowering, _cint, const_value, handles, llty, memty
 
 
 @handles("arith.constant")
@@ -17,6 +17,12 @@ def _constant(lw: KernelLowering, op):
         lw.put(r, [c] * len(r.type.layout.registers(r.type.shape)))
     else:
         lw.put(r, c)
+
+
+@handles("ub.poison")
+def _poison(lw: KernelLowering, op):
+    """An undefined scalar: LLVM's `poison`."""
+    lw.put(op.results[0], ir.FormattedConstant(llty(op.results[0].type), "poison"))
 
 
 @handles("tt.get_program_id", "tt.get_num_programs")
