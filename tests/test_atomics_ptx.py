@@ -158,13 +158,15 @@ def test_float_add_atomics_are_vectors_on_sm90(dt, name, vec, tol):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dt,name,vec,tol", VEC_DTYPES, ids=[v[1] for v in VEC_DTYPES])
 def test_float_add_atomics_on_the_gpu(dt, name, vec, tol):
-    w, ref, old, w0 = _scatter("cuda", dt)
+    w, ref, old, w0 = _scatter("cuda", dt)  # 200 rows into 37: many adds meet on each row
     torch.testing.assert_close(w.double(), ref, atol=tol, rtol=tol)
     # the returned old values: a row named by one index only saw no other add, so it reads w's initial row
+    w, ref, old, w0 = _scatter("cuda", dt, vocab=400)
+    torch.testing.assert_close(w.double(), ref, atol=tol, rtol=tol)
     gen = torch.Generator().manual_seed(3)
     torch.randn(200, 96, generator=gen)
-    idx = torch.randint(0, 37, (200,), generator=gen)
-    once = torch.bincount(idx, minlength=37)[idx] == 1
+    idx = torch.randint(0, 400, (200,), generator=gen)
+    once = torch.bincount(idx, minlength=400)[idx] == 1
     assert once.any()
     torch.testing.assert_close(old[once], w0[idx[once]], atol=0, rtol=0)
     assert not old.isnan().any()

@@ -27,7 +27,10 @@ def _run_length(op, axis: AxisAnalysis) -> int:
     if not (t.scalar.is_int() or t.scalar.kind == "bool"):
         return 1
     fast = t.layout.order[0]
-    k = min(axis[res].const[fast], t.layout.spt[fast], t.shape[fast])
+    const = axis[res].const
+    if len(const) != len(t.shape):  # values the analysis does not track at this rank
+        return 1
+    k = min(const[fast], t.layout.spt[fast], t.shape[fast])
     return k if k >= 2 and k & (k - 1) == 0 else 1
 
 
