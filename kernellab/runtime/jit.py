@@ -66,6 +66,19 @@ def is_cuda(a) -> bool:
     return getattr(a, "is_cuda", False)
 
 
+def _on_gpu(values, sanitize=False) -> bool:
+    """Where a launch runs: on the GPU when its tensors are CUDA tensors, and, as in Triton, when it has no
+    tensor at all and a GPU is there (a kernel of scalars and prints); else on the CPU interpreter."""
+    if any(is_cuda(v) for v in values):
+        return True
+    if sanitize or any(hasattr(v, "data_ptr") for v in values):
+        return False
+    import sys
+
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_available())
+
+
 class _Stages(dict):
     """`CompiledKernel.asm`: reading a GPU stage that was not built yet (`asm["ptx"]`, as Triton's tests do after
     `warmup`) builds it, on any machine (no GPU needed). `in` and `.get` only look."""
@@ -161,7 +174,7 @@ class CompiledKernel:
     def run(self, grid, args, bounds="view", sanitize=False):
         """Run on the GPU when the tensor arguments are CUDA tensors, else on the CPU interpreter (`bounds` and
         `sanitize`: see `Interpreter.run`)."""
-        if any(is_cuda(a) for a in args):
+        if _on_gpu(args):
             if sanitize:
                 raise LaunchError(f"kernel '{self.name}': sanitize runs on the CPU interpreter; pass CPU tensors "
                                   "(a GPU launch can be checked with `compute-sanitizer python ...`)")
@@ -891,7 +904,7 @@ class JITFunction:
         grid = _normalize_grid(self.__name__, grid)
         if 0 in grid:
             return ck
-        if any(is_cuda(v) for v in runtime_values):
+        if _on_gpu(runtime_values, options.get("sanitize", self.sanitize)):
             devices = {str(v.device) for v in runtime_values if hasattr(v, "device")}
             if len(devices) > 1:
                 raise LaunchError(f"kernel '{self.__name__}': tensors are on different devices {sorted(devices)}; "
