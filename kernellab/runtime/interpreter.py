@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 import sys
+import time
+import warnings
 
 import numpy as np
 
@@ -1267,6 +1269,7 @@ class Interpreter:
         ops = code.ops
         gx, gy, gz = grid
         pids = [np.int32(i) for i in range(max(grid))]
+        clock = _LaunchClock(name, gx * gy * gz)
         with np.errstate(all="ignore"):
             _run(code.prologue, env)
             for x in range(gx):
@@ -1282,9 +1285,53 @@ class Interpreter:
                                 pass
                         else:
                             _run(ops, env)
+                        clock.tick()
         return mem.finish() if sanitize else None
 
     __call__ = run
+
+
+class SlowLaunchWarning(UserWarning):
+    """An interpreted launch will take minutes: said once, early, with the estimate."""
+
+
+# Warn when an interpreted launch is estimated to take longer than this many seconds.
+SLOW_LAUNCH_SECONDS = 60.0
+
+
+class _LaunchClock:
+    """Estimates an interpreted launch's duration from its first programs (checked at 1, 2, 4, ... programs
+    and after 2 s) and warns once when the whole grid would take over SLOW_LAUNCH_SECONDS."""
+
+    def __init__(self, name: str, programs: int):
+        self.name, self.programs, self.done = name, programs, 0
+        self.start = time.perf_counter()
+        self.next_check = 1 if programs > 1 else programs + 1
+
+    def tick(self):
+        self.done += 1
+        if self.done < self.next_check:
+            return
+        self.next_check = self.programs + 1  # unless an estimate is not yet trustworthy, below
+        elapsed = time.perf_counter() - self.start
+        if elapsed < 2.0 and self.done < 64:
+            self.next_check = self.done * 2
+            return
+        total = elapsed / self.done * self.programs
+        if total > SLOW_LAUNCH_SECONDS:
+            warnings.warn(
+                f"kernellab: kernel '{self.name}' runs {self.programs} programs on the CPU interpreter; at "
+                f"{elapsed / self.done * 1e3:.0f} ms per program (measured over the first {self.done}) the launch "
+                f"takes about {_duration(total)}. Shrink the grid while developing, or pass CUDA tensors to run on "
+                "a GPU.", SlowLaunchWarning, stacklevel=4)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds / 3600:.1f} hours"
 
 
 def _normalize_grid(grid):
