@@ -66,15 +66,25 @@ class Message:
 
 
 class _Stop(Exception):
-    """Raised inside the magic once a message explains why it stops; caught by the magic itself."""
+    """Raised inside the magic once a message explains why it stops; caught by the magic itself (`shown`: the
+    message is on screen already)."""
 
-    def __init__(self, message: Message):
+    def __init__(self, message: Message, shown: bool = False):
         super().__init__(message.title)
         self.message = message
+        self.shown = shown
 
 
 def _stop(kind, title, text=""):
     return _Stop(Message(kind, title, text))
+
+
+def _show_access_map(report):
+    from IPython.display import HTML
+
+    from .access_map import access_map_html
+
+    display(HTML(access_map_html(report)))
 
 
 # --------------------------------------------------------------------------------------------- the magic
@@ -173,7 +183,8 @@ class KernelMagics(Magics):
             strict = strict or opts.strict
             _KernelCell(self.shell, opts, line, cell).run()
         except _Stop as s:
-            display(s.message)
+            if not s.shown:
+                display(s.message)
             if strict and s.message.kind == "error":
                 raise _strict_error(s.message) from None
         except Exception as e:  # a bug of ours or of a view: say so, keep the notebook's kernel alive
@@ -247,6 +258,9 @@ class _KernelCell:
             self.compiled = self.launch(kernel, grid, args, {**kwargs, **launch, **run_opts}) or self.compiled
             if o.sanitize:
                 self.say("ok", "the sanitizer found no races, duplicate stores or uninitialized reads")
+                report = getattr(self.compiled, "sanitizer_report", None)
+                if report is not None and not o.quiet:
+                    _show_access_map(report)
         self.ns["_kl_last"] = self.compiled
         if o.check is not None:
             self.check()
@@ -413,7 +427,12 @@ class _KernelCell:
             raise _stop("error", "the kernel crashed on the GPU", f"{e}\nRestart the notebook's kernel: the CUDA "
                         "context is unusable after a fault.") from None
         except KernelLabError as e:
-            raise _Stop(self.error_message(e)) from None
+            message = self.error_message(e)
+            if getattr(e, "report", None) is not None:  # a SanitizerError: the message, then who touched what
+                display(message)
+                _show_access_map(e.report)
+                raise _Stop(message, shown=True) from None
+            raise _Stop(message) from None
         except Exception as e:
             raise _stop("error", f"launching {kernel.__name__} failed ({type(e).__name__})", str(e)) from None
         where = "on the GPU" if on_gpu else "on the CPU interpreter"

@@ -1,0 +1,91 @@
+"""The sanitizer's access map view: colours by the program that wrote each element, outlines what a finding
+names, and %%kernel --sanitize shows it."""
+import re
+
+import pytest
+import torch
+
+import kernellab as kl
+import kernellab.language as tl
+from kernellab.errors import SanitizerError
+from kernellab.viz.access_map import access_map_html, program_color
+
+
+@kl.jit
+def blocks(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, offs.to(tl.float32))
+
+
+@kl.jit
+def overlapping(x_ptr, BLOCK: tl.constexpr):
+    # each program writes its block and the first element of the next one: a race with that program
+    r = tl.arange(0, 2 * BLOCK)
+    offs = tl.program_id(0) * BLOCK + r
+    tl.store(x_ptr + offs, tl.program_id(0).to(tl.float32) + offs * 0.0, mask=(r <= BLOCK) & (offs < 4 * BLOCK))
+
+
+def _report(kernel, n=64, block=16):
+    x = torch.zeros(n)
+    try:
+        kernel[(n // block,)](x, BLOCK=block, sanitize=True)
+    except SanitizerError as e:
+        return e.report
+    return list(kernel.cache.values())[-1].sanitizer_report
+
+
+def test_each_program_gets_its_colour():
+    report = _report(blocks)
+    assert report.ok
+    html = access_map_html(report)
+    # 64 elements, 4 programs of 16: four colours, each 16 times, no outline
+    fills = re.findall(r'<rect [^>]*fill="(#[0-9a-f]{6})"', html)
+    assert len(fills) == 64
+    assert [fills.count(program_color(p)) for p in range(4)] == [16, 16, 16, 16]
+    assert 'stroke="#d62728"' not in html and "no findings" in html
+
+
+def test_a_race_is_outlined_where_it_happens():
+    report = _report(overlapping)
+    assert not report.ok
+    html = access_map_html(report)
+    flagged = re.findall(r'<rect [^>]*stroke="#d62728"[^>]*><title>element (\d+)', html)
+    assert flagged and {int(e) for e in flagged} <= {16, 32, 48}
+    assert re.search(r"\d+ findings?", html)
+
+
+def test_large_arguments_show_a_window():
+    report = _report(blocks, n=8192, block=1024)
+    html = access_map_html(report, columns=64, max_rows=8)
+    assert len(re.findall(r"<rect ", html)) == 512
+    assert "the first 512 of 8192 elements" in html
+
+
+def test_kernel_magic_shows_the_map(tmp_path):
+    pytest.importorskip("IPython")
+    from IPython.testing.globalipapp import start_ipython
+
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "kernellab")
+    ip.user_ns["torch"] = torch
+    ip.run_cell("x = torch.zeros(64)")
+    captured = []
+    import kernellab.viz.magic as M
+
+    orig = M.display
+    M.display = lambda obj, *a, **k: captured.append(obj)
+    try:
+        ip.run_cell_magic("kernel", "--args x --grid 4 -c BLOCK=16 --sanitize --views none", '''
+import kernellab as kl
+import kernellab.language as tl
+
+@kl.jit
+def overlap2(x_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, 2 * BLOCK)
+    offs = tl.program_id(0) * BLOCK + r
+    tl.store(x_ptr + offs, tl.program_id(0).to(tl.float32) + offs * 0.0, mask=(r <= BLOCK) & (offs < 4 * BLOCK))
+''')
+    finally:
+        M.display = orig
+    html = [getattr(c, "data", "") for c in captured if "access map" in getattr(c, "data", "")]
+    assert html and 'stroke="#d62728"' in html[0]
