@@ -76,3 +76,16 @@ def access_map_html(report, columns: int = COLUMNS, max_rows: int = MAX_ROWS) ->
              ".kl-am-key{margin-right:12px;white-space:nowrap}.kl-am-key i{display:inline-block;width:12px;"
              "height:12px;margin-right:4px;vertical-align:middle}</style>")
     return page(style + head + "".join(panels))
+
+
+class AccessMapView:
+    """`display(AccessMapView(report))`: the map as HTML, with a one-line text form for plain front ends."""
+
+    def __init__(self, report):
+        self.report = report
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        r = self.report
+        text = (f"access map of {r.kernel} over {len(r.maps)} argument(s): "
+                + (f"{len(r.findings)} finding(s)" if r.findings else "no findings"))
+        return {"text/plain": text, "text/html": access_map_html(r)}

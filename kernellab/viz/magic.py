@@ -80,11 +80,9 @@ def _stop(kind, title, text=""):
 
 
 def _show_access_map(report):
-    from IPython.display import HTML
+    from .access_map import AccessMapView
 
-    from .access_map import access_map_html
-
-    display(HTML(access_map_html(report)))
+    display(AccessMapView(report))
 
 
 # --------------------------------------------------------------------------------------------- the magic

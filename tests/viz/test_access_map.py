@@ -1,8 +1,7 @@
 """The sanitizer's access map view: colours by the program that wrote each element, outlines what a finding
-names, and %%kernel --sanitize shows it."""
+names (tests/viz/test_magic.py checks that %%kernel --sanitize shows it)."""
 import re
 
-import pytest
 import torch
 
 import kernellab as kl
@@ -59,33 +58,3 @@ def test_large_arguments_show_a_window():
     html = access_map_html(report, columns=64, max_rows=8)
     assert len(re.findall(r"<rect ", html)) == 512
     assert "the first 512 of 8192 elements" in html
-
-
-def test_kernel_magic_shows_the_map(tmp_path):
-    pytest.importorskip("IPython")
-    from IPython.testing.globalipapp import start_ipython
-
-    ip = start_ipython()
-    ip.run_line_magic("load_ext", "kernellab")
-    ip.user_ns["torch"] = torch
-    ip.run_cell("x = torch.zeros(64)")
-    captured = []
-    import kernellab.viz.magic as M
-
-    orig = M.display
-    M.display = lambda obj, *a, **k: captured.append(obj)
-    try:
-        ip.run_cell_magic("kernel", "--args x --grid 4 -c BLOCK=16 --sanitize --views none", '''
-import kernellab as kl
-import kernellab.language as tl
-
-@kl.jit
-def overlap2(x_ptr, BLOCK: tl.constexpr):
-    r = tl.arange(0, 2 * BLOCK)
-    offs = tl.program_id(0) * BLOCK + r
-    tl.store(x_ptr + offs, tl.program_id(0).to(tl.float32) + offs * 0.0, mask=(r <= BLOCK) & (offs < 4 * BLOCK))
-''')
-    finally:
-        M.display = orig
-    html = [getattr(c, "data", "") for c in captured if "access map" in getattr(c, "data", "")]
-    assert html and 'stroke="#d62728"' in html[0]

@@ -349,8 +349,11 @@ def racy_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
     tl.store(z_ptr, tl.program_id(0).to(tl.float32))
 ''')
     assert cell.has("SanitizerError") and cell.has(r"race \(write-write\)") and cell.has(r"program \(1, 0, 0\)")
+    maps = [h for h in cell.htmls if 'aria-label="access map of z_ptr"' in h]
+    assert maps and 'stroke="#d62728"' in maps[0]  # the access map, the raced element outlined
     cell = run(f"%%kernel {RUN} --sanitize --check 'torch.equal(z, x + y)'\n{ADD}")
     assert cell.has("sanitizer found no races") and cell.has("check passed")
+    assert any('aria-label="access map of z_ptr"' in h and "no findings" in h for h in cell.htmls)
 
 
 @pytest.mark.parametrize("line, expect", [
