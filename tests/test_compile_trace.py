@@ -194,3 +194,32 @@ def test_gpu_records_come_back_from_the_disk_cache(tmp_path, monkeypatch):
     assert any("loaded from the disk cache" in n for n in second.trace.notes)
     assert second.trace.snapshot("gpu") == first.trace.snapshot("gpu")
     assert second.trace.stage("gpu").positions == first.trace.stage("gpu").positions
+
+
+def test_one_stage_table_from_source_to_cubin(tmp_path, monkeypatch):
+    """compile (launch) runs STAGES "frontend".."tile", build_gpu runs "gpu".."cubin" (or "ptx" without ptxas):
+    the trace's records come in the table's order, every stage leaving its artifact."""
+    import torch
+
+    import kernellab as kl
+    import kernellab.language as tl
+    from kernellab.compiler.backend import STAGES
+    from kernellab.runtime import jit as J
+
+    assert [s.name for s in STAGES] == ["frontend", "tile", "gpu", "llir", "ptx", "cubin"]
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(J, "_can_assemble", lambda: False)
+
+    @kl.jit
+    def double(x_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+    ck = double.warmup(torch.ones(64), 64, BLOCK=64, grid=(1,))
+    stages = [p.stage for p in ck.trace.passes]
+    assert ck.trace.passes[0].name == "frontend" and set(stages) == {"tile"}
+    ck.build_gpu()
+    order = [p.stage for p in ck.trace.passes]
+    firsts = [s for i, s in enumerate(order) if i == 0 or order[i - 1] != s]
+    assert firsts == ["tile", "gpu", "llir", "ptx"]  # no ptxas here: the table stops at "ptx"
+    assert all(k in ck.asm for k in ("tile", "gpu", "llir", "ptx"))

@@ -1,8 +1,11 @@
-"""Tile IR -> GPU IR -> LLVM IR -> PTX -> cubin, recording every stage in the CompileTrace."""
+"""Source -> tile IR -> GPU IR -> LLVM IR -> PTX -> cubin: one table of stages (STAGES), each recording what it
+did in the CompileTrace."""
 from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass, field
+from typing import Callable
 
 from ..errors import CompilationError, ToolchainError
 from .codegen.llvm_to_ptx import llvm_to_ptx
@@ -11,46 +14,117 @@ from .codegen.ptx_to_cubin import ptx_to_cubin
 from .codegen.target import Target
 from .gpu.options import GpuOptions
 from .ir import Module
-from .pipeline import CompileTrace, run_gpu_pipeline
+from .pipeline import CompileTrace, record_module, run_gpu_pipeline, run_tile_pipeline
+from .verifier import verify
+
+
+@dataclass
+class Build:
+    """One compile of one kernel specialization, as the stages see it: each stage reads what the stages before
+    it left here and adds its own artifact to `out` (and its records to `trace`)."""
+
+    trace: CompileTrace
+    module: Module | None = None
+    options: GpuOptions | None = None
+    target: Target | None = None
+    make_module: Callable[[], Module] | None = None  # the frontend's work: Python source -> tile-IR module
+    out: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.module.kernel.name
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step from source to cubin: `run(build)` with the same signature for every stage."""
+
+    name: str  # the artifact it makes: "tile", "gpu", "llir", "ptx", "cubin" (and "frontend" before them)
+    description: str
+    run: Callable[[Build], None]
+
+
+def _frontend(b: Build):
+    t0 = time.perf_counter()
+    b.module = b.make_module()
+    verify(b.module, after="frontend")
+    record_module(b.trace, "frontend", "Python AST -> tile IR (types, shapes, structured control flow)", b.module,
+                  time.perf_counter() - t0, {"functions": len(b.module.functions)})
+
+
+def _tile(b: Build):
+    run_tile_pipeline(b.module, b.trace)
+    b.out["tile"] = b.trace.final_ir
+
+
+def _gpu(b: Build):
+    _check_fp8_formats(b.module)
+    run_gpu_pipeline(b.module, b.trace, b.options)
+    b.out.update(gpu=b.trace.stage("gpu").ir, shared=b.module.shared_bytes, shared_plan=b.module.shared_plan)
+
+
+def _llir(b: Build):
+    t0 = time.perf_counter()
+    try:
+        b.out["llir"], b.out["arg_kinds"] = lower_kernel(b.module, b.options, b.target.arch)
+    except (LoweringError, NotImplementedError) as e:
+        raise CompilationError(b.name, f"GPU code generation failed: {e}", b.module.kernel.source_file,
+                               b.module.kernel.first_line) from None
+    b.trace.record("to_llvm", "GPU IR -> LLVM IR (one function; registers per layout)", b.out["llir"],
+                   time.perf_counter() - t0, True, {}, stage="llir")
+
+
+def _ptx(b: Build):
+    t0 = time.perf_counter()
+    ptx = llvm_to_ptx(b.out["llir"], b.target, b.name, ftz=b.options.reflect_ftz)
+    if b.options.maxnreg:
+        ptx = _cap_registers(ptx, b.options.maxnreg)
+    b.out["ptx"] = ptx
+    b.trace.record("to_ptx", f"LLVM O3 + NVPTX backend -> PTX for {b.target.cpu}", ptx, time.perf_counter() - t0,
+                   True, {}, stage="ptx")
+
+
+def _cubin(b: Build):
+    t0 = time.perf_counter()
+    try:
+        cubin, report = ptx_to_cubin(b.out["ptx"], b.target, b.name)
+    except ToolchainError as e:
+        err = ToolchainError(f"kernel '{b.name}': ptxas rejected the generated PTX; see compiled.asm['ptx']\n{e}")
+        err.stages = {k: b.out[k] for k in ("gpu", "llir", "ptx")}  # build_gpu keeps them for that asm['ptx']
+        raise err from None
+    b.trace.record("to_cubin", f"ptxas -> cubin ({report.get('n_regs')} registers, "
+                   f"{report.get('n_spills', 0)} bytes spilled)", report.get("log", ""), time.perf_counter() - t0,
+                   True, {k: v for k, v in report.items() if k in ("n_regs", "n_spills", "shared", "local")},
+                   stage="cubin")
+    b.out["cubin"] = cubin
+    b.out["report"] = report
+
+
+# Source to cubin, in order. The runtime runs "frontend".."tile" when a specialization is first launched (the
+# interpreter needs no more) and "gpu".."cubin" when it is built for a GPU; each stage records what it did.
+STAGES = (
+    Stage("frontend", "Python AST -> tile IR", _frontend),
+    Stage("tile", "tile passes (catalogue-driven simplification, loops)", _tile),
+    Stage("gpu", "GPU passes: layouts, dot operands, shared memory, barriers", _gpu),
+    Stage("llir", "GPU IR -> LLVM IR", _llir),
+    Stage("ptx", "LLVM -> PTX", _ptx),
+    Stage("cubin", "ptxas -> cubin", _cubin),
+)
+
+
+def run_stages(build: Build, first: str, last: str) -> Build:
+    """Run the stages from `first` to `last` (names in STAGES) on `build`."""
+    names = [s.name for s in STAGES]
+    for stage in STAGES[names.index(first):names.index(last) + 1]:
+        stage.run(build)
+    return build
 
 
 def compile_to_cubin(module: Module, trace: CompileTrace, options: GpuOptions, target: Target,
                      assemble: bool = True) -> dict:
     """Lower a tile-IR module (mutated into GPU IR) and return every stage plus ptxas' report."""
-    _check_fp8_formats(module)
-    run_gpu_pipeline(module, trace, options)
-    name = module.kernel.name
-    t0 = time.perf_counter()
-    try:
-        llir, arg_kinds = lower_kernel(module, options, target.arch)
-    except (LoweringError, NotImplementedError) as e:
-        raise CompilationError(name, f"GPU code generation failed: {e}", module.kernel.source_file,
-                               module.kernel.first_line) from None
-    trace.record("to_llvm", "GPU IR -> LLVM IR (one function; registers per layout)", llir,
-                 time.perf_counter() - t0, True, {}, stage="llir")
-    t0 = time.perf_counter()
-    ptx = llvm_to_ptx(llir, target, name, ftz=options.reflect_ftz)
-    if options.maxnreg:
-        ptx = _cap_registers(ptx, options.maxnreg)
-    trace.record("to_ptx", f"LLVM O3 + NVPTX backend -> PTX for {target.cpu}", ptx, time.perf_counter() - t0, True,
-                 {}, stage="ptx")
-    out = {"gpu": trace.stage("gpu").ir, "llir": llir, "ptx": ptx, "arg_kinds": arg_kinds,
-           "shared": module.shared_bytes, "shared_plan": module.shared_plan}
-    if assemble:
-        t0 = time.perf_counter()
-        try:
-            cubin, report = ptx_to_cubin(ptx, target, name)
-        except ToolchainError as e:
-            err = ToolchainError(f"kernel '{name}': ptxas rejected the generated PTX; see compiled.asm['ptx']\n{e}")
-            err.stages = {k: out[k] for k in ("gpu", "llir", "ptx")}  # build_gpu keeps them for that asm['ptx']
-            raise err from None
-        trace.record("to_cubin", f"ptxas -> cubin ({report.get('n_regs')} registers, "
-                     f"{report.get('n_spills', 0)} bytes spilled)", report.get("log", ""), time.perf_counter() - t0,
-                     True, {k: v for k, v in report.items() if k in ("n_regs", "n_spills", "shared", "local")},
-                     stage="cubin")
-        out["cubin"] = cubin
-        out["report"] = report
-    return out
+    build = run_stages(Build(trace, module, options, target), "gpu", "cubin" if assemble else "ptx")
+    return build.out
 
 
 def _check_fp8_formats(module: Module):

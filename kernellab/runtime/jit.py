@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import time
 from dataclasses import dataclass, field
 
 from ..compiler.frontend import FunctionSource, ModuleCompiler, RuntimeArg, runtime_leaves
-from ..compiler.pipeline import CompileTrace, record_module, run_tile_pipeline
+from ..compiler.pipeline import CompileTrace
 from ..compiler.pytree import is_node, map_leaves, rebuild_like
 from ..compiler.types import DTYPES, DType, PointerType
-from ..compiler.verifier import verify
 from ..errors import ArgumentOverflowError, CompilationError, LaunchError, SanitizerError, ToolchainError
 from ..language.core import _DescriptorLayout, constexpr, tensor_descriptor, unwrap
 from .source import get_source
@@ -809,17 +807,18 @@ class JITFunction:
 
     # ------------------------------------------------------------------ compile
     def compile(self, spec: dict, key, runtime_names, options) -> CompiledKernel:
-        t0 = time.perf_counter()
+        from ..compiler.backend import Build, run_stages
+
         src = self._kl_source()
         trace = CompileTrace(self.__name__)
-        compiler = ModuleCompiler(options)
-        module = self._compile_frontend(compiler, spec, src)
         name = self._specialized_name(spec) if self.repr is not None else self.__name__
-        module.kernel.name = name
-        verify(module, after="frontend")
-        record_module(trace, "frontend", "Python AST -> tile IR (types, shapes, structured control flow)", module,
-                      time.perf_counter() - t0, {"functions": len(module.functions)})
-        run_tile_pipeline(module, trace)
+
+        def frontend():
+            module = self._compile_frontend(ModuleCompiler(options), spec, src)
+            module.kernel.name = name
+            return module
+
+        module = run_stages(Build(trace, make_module=frontend), "frontend", "tile").module
         trace.key = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
         trace.signature = ", ".join(f"{label}: {a.type}" for n, v in spec.items()
                                     for label, _, a in runtime_leaves(n, v))
