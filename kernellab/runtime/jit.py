@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import sys
 from dataclasses import dataclass, field
 
 from ..compiler.frontend import FunctionSource, ModuleCompiler, RuntimeArg, runtime_leaves
@@ -71,9 +72,7 @@ def _on_gpu(values, sanitize=False) -> bool:
         return True
     if sanitize or any(hasattr(v, "data_ptr") for v in values):
         return False
-    import sys
-
-    torch = sys.modules.get("torch")
+    torch = sys.modules.get("torch")  # only if the user has it: no import on the launch path
     return bool(torch is not None and torch.cuda.is_available())
 
 

@@ -356,6 +356,12 @@ def _atom_type(kind, elem):
     return f"b{bits}"
 
 
+def _qualifiers(sem, scope):
+    """PTX's memory-order and scope qualifiers of an atomic (`.acq_rel`, `.gpu`)."""
+    return ({"acq_rel": ".acq_rel", "acquire": ".acquire", "release": ".release", "relaxed": ".relaxed"}.get(sem, ""),
+            {"gpu": ".gpu", "cta": ".cta", "sys": ".sys"}.get(scope, ".gpu"))
+
+
 def _emit_atomic(lw, kind, ptr, val, cmp, mask, elem, sem, scope):
     b = lw.b
     ty = llty(elem)
@@ -381,8 +387,7 @@ def _emit_atomic(lw, kind, ptr, val, cmp, mask, elem, sem, scope):
                                                                                           else "r"))
     if elem.ir == "f64":
         con = "d"
-    sem_q = {"acq_rel": ".acq_rel", "acquire": ".acquire", "release": ".release", "relaxed": ".relaxed"}.get(sem, "")
-    scope_q = {"gpu": ".gpu", "cta": ".cta", "sys": ".sys"}.get(scope, ".gpu")
+    sem_q, scope_q = _qualifiers(sem, scope)
     args = [b.ptrtoint(ptr, I64)]
     if kind == "cas":
         # spelled as Triton's PTX spells it: .gpu (the default scope) left out of cas, kept in rmw
@@ -408,8 +413,7 @@ def _emit_vector_fadd(lw, ptr, vals, mask, elem, sem, scope):
     the mask is uniform over the run (the layout pass bounded the run by the mask's constancy)."""
     b = lw.b
     n = len(vals)
-    sem_q = {"acq_rel": ".acq_rel", "acquire": ".acquire", "release": ".release", "relaxed": ".relaxed"}.get(sem, "")
-    scope_q = {"gpu": ".gpu", "cta": ".cta", "sys": ".sys"}.get(scope, ".gpu")
+    sem_q, scope_q = _qualifiers(sem, scope)
     ty = llty(elem)
     con = "f" if elem.ir == "f32" else "h"
     outs = ", ".join(f"${k}" for k in range(n))

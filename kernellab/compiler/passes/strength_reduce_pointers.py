@@ -112,24 +112,24 @@ class _Loop:
             return None, self.affine(p[1])
         if p[0] == "splat_ptr":
             base, off = p[1].operands
-            return self._emit("tt.splat", [base], v.type), self.affine(off)
+            return self.emit("tt.splat", [base], v.type), self.affine(off)
         op = p[0]
         if op.name in _SHAPE_OPS:
             inv, aff = self.split(op.operands[0])
-            return (None if inv is None else self._emit(op.name, [inv], op.result.type, dict(op.attrs))), aff
+            return (None if inv is None else self.emit(op.name, [inv], op.result.type, dict(op.attrs))), aff
         if op.name == "tt.addptr":
             (pi, pa), (oi, oa) = self.split(op.operands[0]), self.split(op.operands[1])
             if pi is None:
                 raise _Unsupported
-            inv = pi if oi is None else self._emit("tt.addptr", [pi, oi], op.result.type)
+            inv = pi if oi is None else self.emit("tt.addptr", [pi, oi], op.result.type)
             return inv, self._add("arith.addi", pa, oa)
         if op.name == "arith.muli":
             u = op.operands[p[1]]
             inv, aff = self.split(op.operands[1 - p[1]])
-            inv = None if inv is None else self._emit("arith.muli", [inv, u], op.result.type)
+            inv = None if inv is None else self.emit("arith.muli", [inv, u], op.result.type)
             if aff is not None:
                 s = self._scalar_of(u)
-                aff = tuple(self._emit("arith.muli", [x, s], x.type) for x in aff)
+                aff = tuple(self.emit("arith.muli", [x, s], x.type) for x in aff)
             return inv, aff
         (ai, aa), (bi, ba) = self.split(op.operands[0]), self.split(op.operands[1])
         if op.name == "arith.subi" and ai is None and bi is not None:
@@ -153,7 +153,7 @@ class _Loop:
             for i in (0, 1):
                 if not is_defined_inside(op.operands[i], self.loop):
                     u = op.operands[i]
-                    return tuple(self._emit("arith.muli", [x, u], x.type) for x in self.affine(op.operands[1 - i]))
+                    return tuple(self.emit("arith.muli", [x, u], x.type) for x in self.affine(op.operands[1 - i]))
         raise _Unsupported
 
     def _add(self, name, a, b):
@@ -161,12 +161,12 @@ class _Loop:
             return a if b is None else b
         if a[0].type != b[0].type:
             raise _Unsupported
-        return tuple(self._emit(name, [x, y], x.type) for x, y in zip(a, b))
+        return tuple(self.emit(name, [x, y], x.type) for x, y in zip(a, b))
 
     def _add_tiles(self, name, a, b):
         if a is None or b is None:
             return a if b is None else b
-        return self._emit(name, [a, b], a.type)
+        return self.emit(name, [a, b], a.type)
 
     def _scalar_of(self, u: Value) -> Value:
         op = u.defining_op
@@ -175,9 +175,9 @@ class _Loop:
         return self._const(u.type.scalar, const_attr(u))
 
     def _const(self, type, value) -> Value:
-        return self._emit("arith.constant", [], type, {"value": value})
+        return self.emit("arith.constant", [], type, {"value": value})
 
-    def _emit(self, name, operands, type, attrs=None, anchor=None) -> Value:
+    def emit(self, name, operands, type, attrs=None, anchor=None) -> Value:
         op = Op(name, operands, [type], attrs or {}, (), self.loop.loc)
         insert_before(anchor or self.loop, op)
         return op.result
@@ -202,15 +202,15 @@ def _rewrite(root: Op, loop: Op, state: _Loop) -> Op | None:
     if lb.type != c.type:
         return None
     offsets_type = TensorType(ptr.type.shape, c.type)
-    start = state._emit("arith.addi", [state._emit("arith.muli", [c, lb], c.type), d], c.type)
-    init = state._emit("tt.addptr", [inv, state._emit("tt.splat", [start], offsets_type)], ptr.type)
-    delta = state._emit("tt.splat", [state._emit("arith.muli", [c, step], c.type)], offsets_type)
+    start = state.emit("arith.addi", [state.emit("arith.muli", [c, lb], c.type), d], c.type)
+    init = state.emit("tt.addptr", [inv, state.emit("tt.splat", [start], offsets_type)], ptr.type)
+    delta = state.emit("tt.splat", [state.emit("arith.muli", [c, step], c.type)], offsets_type)
     body = loop.regions[0]
     hint = ptr.hint or (f"{root.results[0].hint}_ptrs" if root.results and root.results[0].hint else None)
     carried = body.add_arg(ptr.type, hint)
     root.set_operand(0, carried)
     yield_op = body.terminator
-    advanced = state._emit("tt.addptr", [carried, delta], ptr.type, anchor=yield_op)
+    advanced = state.emit("tt.addptr", [carried, delta], ptr.type, anchor=yield_op)
     yield_op.operands.append(advanced)
     advanced.uses.append(yield_op)
     return extend_for_iter_args(loop, [init])
