@@ -186,3 +186,21 @@ def test_read_regular_file_refuses_devices_and_directories(tmp_path):
     assert C.read_regular_file(f, 3) == b"abc"
     with pytest.raises(ValueError):
         C.read_regular_file(f, 2)
+
+
+def test_gpu_cache_key_changes_with_the_compiler_source(monkeypatch):
+    """A cubin built by another version of the passes or codegen must be a miss (an upgrade or a local
+    edit of the compiler never runs stale code): the key includes a hash of kernellab/compiler."""
+    from kernellab.compiler.codegen.target import Target
+
+    target = Target(90)
+    before = J._gpu_cache_key("tile ir", {"num_warps": 4}, target)
+    assert before == J._gpu_cache_key("tile ir", {"num_warps": 4}, target)
+    monkeypatch.setattr(C, "_COMPILER_HASH", ["another-compiler"])
+    assert J._gpu_cache_key("tile ir", {"num_warps": 4}, target) != before
+
+
+def test_compiler_hash_reads_the_compiler_sources(monkeypatch):
+    monkeypatch.setattr(C, "_COMPILER_HASH", [])
+    first = C.compiler_hash()
+    assert len(first) == 16 and C.compiler_hash() == first

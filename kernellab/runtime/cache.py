@@ -54,6 +54,22 @@ def cache_key(*parts) -> str:
     return h.hexdigest()
 
 
+def compiler_hash() -> str:
+    """A hash of the compiler's source (every .py file under kernellab/compiler): a cubin built by another
+    version of the passes or of codegen is a miss, so an upgrade or an edit never runs stale code."""
+    if not _COMPILER_HASH:
+        h = hashlib.sha256(b"compiler")
+        root = Path(__file__).resolve().parent.parent / "compiler"
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode() + b"\0")
+            try:
+                h.update(path.read_bytes())
+            except OSError:
+                pass
+        _COMPILER_HASH.append(h.hexdigest()[:16])
+    return _COMPILER_HASH[0]
+
+
 def runtime_hash() -> str:
     """A hash of the runtime code that writes and reads cache entries (this file and jit.py, which
     defines the meta schema): an entry written by another version is a miss, never misread."""
@@ -69,6 +85,7 @@ def runtime_hash() -> str:
     return _RUNTIME_HASH[0]
 
 
+_COMPILER_HASH: list[str] = []
 _RUNTIME_HASH: list = []
 _SWEPT: set = set()
 

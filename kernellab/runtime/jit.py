@@ -429,10 +429,12 @@ def _max_shared(arch: int) -> int:
 
 def _gpu_cache_key(tile_ir: str, opts, target) -> str:
     """The disk-cache key of a GPU compile. The tile IR already encodes the source, the constexprs and
-    the argument specialization (like Triton's key); options, target and toolchain versions complete it."""
-    from .cache import cache_key
+    the argument specialization (like Triton's key); options, target, the compiler's own source and the
+    toolchain versions complete it."""
+    from .cache import cache_key, compiler_hash
 
-    return cache_key("gpu", tile_ir, repr(opts), target.cpu, target.ptx_version, _toolchain_versions())
+    return cache_key("gpu", tile_ir, repr(opts), target.cpu, target.ptx_version, compiler_hash(),
+                     _toolchain_versions())
 
 
 def _load_cached(key, trace):

@@ -13,6 +13,14 @@ import llvmlite.ir as ir
 from ..gpu.layouts import Blocked
 from .lowering_core import I8, I32, I64, VOID, KernelLowering, _cint, handles
 
+# cp.async fills a stage through the generic proxy and wgmma reads it through the async proxy. NVIDIA's own
+# cp.async + GMMA mainloops (CUTLASS's MainloopSm90CpAsyncGmma*: cp.async.mbarrier.arrive, then the consumer's
+# mbarrier wait and wgmma) and Triton 3.6 (its proxy fences cover register-to-shared stores only) put no
+# fence.proxy.async between them. The fence is a MEMBAR.ALL.CTA per iteration in SASS (a 128x128x64 matmul on
+# the H200: 4-7% of its time), so codegen emits none there either. Register-to-shared stores read by wgmma keep
+# theirs (lower_wgmma); set this to True to fence after every cp.async wait as well.
+CP_ASYNC_PROXY_FENCE = False
+
 
 def tile_byte_offset(lw: KernelLowering, t, r, c):
     """Byte offset of element (r, c) inside one stage of `t` (LLVM i32), padded or swizzled as the
@@ -28,6 +36,52 @@ def tile_byte_offset(lw: KernelLowering, t, r, c):
     lin = b.add(b.add(b.mul(b.udiv(f, _cint(w)), _cint(slow * z)), b.mul(s, _cint(z))),
                 b.mul(b.urem(f, _cint(w)), _cint(e)))
     return b.xor(lin, b.shl(b.and_(b.lshr(lin, _cint(7)), _cint(z // 16 - 1)), _cint(4)))
+
+
+def linear_delta(t, dr: int, dc: int):
+    """The constant byte distance between elements (r + dr, c + dc) and (r, c) of one stage of `t`, when
+    it is the same for every (r, c) a thread can hold, else None. A padded layout is linear; a swizzled
+    one keeps its XOR pattern only across whole swizzle periods (8 rows of `swizzle` bytes) and whole
+    `swizzle`-byte column blocks. Lets codegen address a thread's copies as one base plus immediates."""
+    rows, cols = t.shape[-2:]
+    e = t.scalar.bits // 8
+    df, ds, slow = (dr, dc, cols) if t.order[0] == 0 else (dc, dr, rows)
+    if not t.swizzle:
+        return (ds * ((rows if t.order[0] == 0 else cols) + t.pad) + df) * e
+    z = t.swizzle
+    w = z // e
+    if df % w:
+        return None
+    delta = (df // w) * slow * z + ds * z
+    return delta if delta % (8 * z) == 0 else None
+
+
+def register_tile_addresses(lw: KernelLowering, t, layout, shape, groups, base):
+    """Per register index in `groups`: the i32 shared-memory address of that register's element in stage
+    `base` (a byte offset) of `t`. A register whose element lies a constant distance (see `linear_delta`)
+    from an earlier one's reuses that address plus a constant, which ptxas folds into the instruction's
+    immediate. The constant is added to the full address, not to the offset: on an offset whose bits LLVM
+    knows it would become an `or`, which ptxas does not fold."""
+    b = lw.b
+    idx = lw.reg_indices(layout, shape)
+    offs = layout.registers(shape)
+    replicated = [i.replicated for i in layout.dims_info(shape)]
+    reps, out = [], {}
+    for g in groups:
+        for rg, addr in reps:
+            d = [offs[g][k] - offs[rg][k] for k in range(2)]
+            if any(d[k] and replicated[k] for k in range(2)):
+                continue
+            delta = linear_delta(t, *d)
+            if delta is not None:
+                out[g] = b.add(addr, _cint(delta))
+                break
+        else:
+            r, c = idx[g]
+            offset = b.add(base, tile_byte_offset(lw, t, r, c))
+            out[g] = b.ptrtoint(b.gep(lw.smem, [offset], source_etype=I8), I32)
+            reps.append((g, out[g]))
+    return out
 
 
 def store_tile(lw: KernelLowering, v, regs, offset_of, esize: int, vectorize: bool = True):
@@ -80,7 +134,6 @@ def _async_copy(lw: KernelLowering, op):
     nbytes = vec * esize
     ptrs = lw.regs(ptr_v)
     masks = lw.regs(mask_v) if mask_v is not None else None
-    idx = lw.reg_indices(t.layout, t.shape)
     valid = lw.reg_valid(t.layout, t.shape)
     base = lw.get(view_v)
     pred = lw.get(pred_v)
@@ -94,9 +147,9 @@ def _async_copy(lw: KernelLowering, op):
                f"{nbytes}, $2; }}")
         fty = ir.FunctionType(VOID, [I32, I64, I32, I32])
         cons = "r,l,r,r"
+    addresses = register_tile_addresses(lw, view, t.layout, t.shape, range(0, len(ptrs), vec), base)
     for g in range(0, len(ptrs), vec):
-        r, c = idx[g]
-        dst = b.ptrtoint(b.gep(lw.smem, [b.add(base, tile_byte_offset(lw, view, r, c))], source_etype=I8), I32)
+        dst = addresses[g]
         ok = pred if masks is None else b.and_(pred, masks[g])
         src_bytes = b.select(ok, _cint(nbytes), _cint(0))
         args = [dst, b.ptrtoint(ptrs[g], I64), src_bytes]
@@ -114,7 +167,7 @@ def _async_commit(lw: KernelLowering, op):
 def _async_wait(lw: KernelLowering, op):
     n = int(op.attrs.get("pending", 0))
     lw.b.asm(ir.FunctionType(VOID, []), f"cp.async.wait_group {n};", "~{memory}", [], side_effect=True)
-    if lw.arch >= 90:  # the copies were generic-proxy writes; wgmma reads through the async proxy
+    if lw.arch >= 90 and CP_ASYNC_PROXY_FENCE:
         fence_proxy_async(lw)
     lw.barrier()
 

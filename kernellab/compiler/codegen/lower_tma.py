@@ -20,6 +20,7 @@ import llvmlite.ir as ir
 
 from ..gpu.block_ptr import unwiden
 from ..ir import Function
+from .lower_async import CP_ASYNC_PROXY_FENCE
 from .lowering_core import I8, I32, I64, VOID, KernelLowering, LoweringError, _cint, handles
 
 TENSORMAP_BYTES = 128
@@ -141,7 +142,7 @@ def _mbarrier_wait(lw: KernelLowering, op):
     bar, phase = lw.get(op.operands[0]), lw.get(op.operands[1])
     _asm(lw, "{ .reg .pred done; wait_phase: mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1; "
          "@!done bra.uni wait_phase; }", "r,r,~{memory}", [_saddr(lw, bar), phase])
-    if op.attrs.get("fence_proxy"):  # cp.async wrote the stage through the generic proxy; wgmma reads the async one
+    if op.attrs.get("fence_proxy") and CP_ASYNC_PROXY_FENCE:  # cp.async wrote the stage (see lower_async)
         _asm(lw, "fence.proxy.async.shared::cta;", "~{memory}", [])
 
 
