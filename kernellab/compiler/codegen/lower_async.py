@@ -11,6 +11,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..gpu.layouts import Blocked
+from ..gpu.smem_layout import linear_delta
 from .lowering_core import I8, I32, I64, VOID, KernelLowering, _cint, handles
 
 # cp.async fills a stage through the generic proxy and wgmma reads it through the async proxy. NVIDIA's own
@@ -36,24 +37,6 @@ def tile_byte_offset(lw: KernelLowering, t, r, c):
     lin = b.add(b.add(b.mul(b.udiv(f, _cint(w)), _cint(slow * z)), b.mul(s, _cint(z))),
                 b.mul(b.urem(f, _cint(w)), _cint(e)))
     return b.xor(lin, b.shl(b.and_(b.lshr(lin, _cint(7)), _cint(z // 16 - 1)), _cint(4)))
-
-
-def linear_delta(t, dr: int, dc: int):
-    """The constant byte distance between elements (r + dr, c + dc) and (r, c) of one stage of `t`, when
-    it is the same for every (r, c) a thread can hold, else None. A padded layout is linear; a swizzled
-    one keeps its XOR pattern only across whole swizzle periods (8 rows of `swizzle` bytes) and whole
-    `swizzle`-byte column blocks. Lets codegen address a thread's copies as one base plus immediates."""
-    rows, cols = t.shape[-2:]
-    e = t.scalar.bits // 8
-    df, ds, slow = (dr, dc, cols) if t.order[0] == 0 else (dc, dr, rows)
-    if not t.swizzle:
-        return (ds * ((rows if t.order[0] == 0 else cols) + t.pad) + df) * e
-    z = t.swizzle
-    w = z // e
-    if df % w:
-        return None
-    delta = (df // w) * slow * z + ds * z
-    return delta if delta % (8 * z) == 0 else None
 
 
 def register_tile_addresses(lw: KernelLowering, t, layout, shape, groups, base):

@@ -50,6 +50,24 @@ def element_byte(t: MemDescType, r: int, c: int) -> int:
     return lin ^ (((lin >> 7) & (z // 16 - 1)) << 4)
 
 
+def linear_delta(t, dr: int, dc: int):
+    """The constant byte distance between elements (r + dr, c + dc) and (r, c) of one stage of `t`, when
+    it is the same for every (r, c) a thread can hold, else None. A padded layout is linear; a swizzled
+    one keeps its XOR pattern only across whole swizzle periods (8 rows of `swizzle` bytes) and whole
+    `swizzle`-byte column blocks. Lets codegen address a thread's copies as one base plus immediates."""
+    rows, cols = t.shape[-2:]
+    e = t.scalar.bits // 8
+    df, ds, slow = (dr, dc, cols) if t.order[0] == 0 else (dc, dr, rows)
+    if not t.swizzle:
+        return (ds * ((rows if t.order[0] == 0 else cols) + t.pad) + df) * e
+    z = t.swizzle
+    w = z // e
+    if df % w:
+        return None
+    delta = (df // w) * slow * z + ds * z
+    return delta if delta % (8 * z) == 0 else None
+
+
 def descriptor_fields(t: MemDescType, k_major: bool, k0: int, mn0: int) -> tuple[int, int, int, int]:
     """(byte offset of the start, LBO, SBO, swizzle mode) of the wgmma descriptor that reads 16 k from
     k0 and the instruction's M or N extent from mn0 (a multiple of 8, of the atom width when MN-major)."""
