@@ -1011,7 +1011,26 @@ class Semantic:
                                 f"{prec!r}")
         if prec in ("bf16x3", "bf16x6") and ta == float32:
             return self._dot_split_bf16(a, b, acc, shape, rt, 3 if prec == "bf16x3" else 6)
+        if prec == "tf32x3" and ta == float32:
+            return self._dot_split_tf32(a, b, acc, shape, rt)
         return self.emit("tt.dot", [a, b, acc], TensorType(shape, rt), {"input_precision": prec})
+
+    def _dot_split_tf32(self, a, b, acc, shape, rt):
+        """fp32 dot on tf32 tensor cores, as Triton's tf32x3: each operand is split into a tf32 part (its low 13
+        mantissa bits cleared) and the rest (exact in fp32, rounded to tf32 by the tensor cores); the two cross
+        products are summed first, with NaN (an infinite operand's inf - inf rest) read as 0 so infinities
+        come from the big product alone, then the big product is added."""
+        def split(x):
+            bits = self.cast(x, int32, bitcast=True)
+            hi = self.cast(self.binary("&", bits, self.const(-8192, int32)), float32, bitcast=True)
+            return hi, self.binary("-", x, hi)
+
+        (ah, al), (bh, bl) = split(a), split(b)
+        t = TensorType(shape, rt)
+        small = self.emit("tt.dot", [al, bh, self.const(0.0, t)], t, {"input_precision": "tf32"})
+        small = self.emit("tt.dot", [ah, bl, small], t, {"input_precision": "tf32"})
+        small = self.where(self.binary("!=", small, small), self.const(0.0, t), small)
+        return self.emit("tt.dot", [ah, bh, self.binary("+", acc, small)], t, {"input_precision": "tf32"})
 
     def _dot_split_bf16(self, a, b, acc, shape, rt, terms: int):
         """fp32 dot on bf16 tensor cores, as Triton's bf16x3 / bf16x6: each operand is split into bf16 parts

@@ -836,6 +836,13 @@ class _Compiler:
                     env[o] = (prod + env[c].astype(np.int64)).astype(out_dt)
             return f
         ct = np.float64 if (at.ir == "f64" or out_dt == np.float64) else np.float32
+        if out_dt == np.float16:
+            # an fp16 accumulator, as Triton's interpreter has it: the product (summed in fp32) rounded to
+            # fp16, then added to the accumulator in fp16 (one more rounding)
+            def f(env):
+                p = np.matmul(env[a].astype(ct, copy=False), env[b].astype(ct, copy=False)).astype(np.float16)
+                env[o] = p + env[c].astype(np.float16, copy=False)
+            return f
 
         def f(env):
             r = np.matmul(env[a].astype(ct, copy=False), env[b].astype(ct, copy=False)) + env[c]

@@ -1,5 +1,6 @@
-"""accelerate_matmul: which mma.sync instruction each dot gets (fp16/bf16 m16n8k16, tf32 m16n8k8, int8
-m16n8k32), how the warps split the tile, and the recorded reason when a dot stays on CUDA cores."""
+"""accelerate_matmul: which mma.sync instruction each dot gets (fp16/bf16 m16n8k16 with fp32 or fp16
+accumulation, tf32 m16n8k8, int8 m16n8k32), which wgmma form on sm_90a (per operand and accumulator type, as
+Triton picks), how the warps split the tile, and the recorded reason when a dot stays on CUDA cores."""
 from __future__ import annotations
 
 import pytest
@@ -27,6 +28,7 @@ def the_dot(m):
     ("bf16", "f32", "ieee", "mma.sync.m16n8k16.bf16"),
     ("f32", "f32", "tf32", "mma.sync.m16n8k8.tf32"),
     ("i8", "i32", "ieee", "mma.sync.m16n8k32.s8"),
+    ("f16", "f16", "ieee", "mma.sync.m16n8k16.f16.f16acc"),
 ])
 def test_instruction_per_dtype(run_pass, ab, acc, prec, instr):
     m, stats = run_pass(accelerate_matmul, dot_ir(128, 128, 64, ab, acc, prec), GpuOptions(num_warps=8, arch=80))
@@ -57,8 +59,8 @@ def test_wgmma_with_several_m64_blocks_per_warpgroup(run_pass, m, warps):
     (64, 128, 64, "f16", "f32", 8, "multiple of 16 x num_warps"),
     (96, 128, 64, "f16", "f32", 4, "multiple of 16 x num_warps"),
     (128, 128, 64, "f16", "f32", 2, "whole warpgroups"),
-    (128, 128, 64, "f32", "f32", 8, "f32 operands"),
     (128, 128, 48, "f16", "f32", 8, "BLOCK_K = 48 cannot be swizzled"),
+    (128, 128, 24, "f32", "f32", 8, "BLOCK_K = 24 cannot be swizzled"),
 ])
 def test_why_not_wgmma_is_recorded(run_pass, m, n, k, ab, acc, warps, why):
     mod, _ = run_pass(accelerate_matmul, dot_ir(m, n, k, ab, acc, "tf32" if ab == "f32" else "ieee"),
@@ -67,9 +69,26 @@ def test_why_not_wgmma_is_recorded(run_pass, m, n, k, ab, acc, warps, why):
     assert d.attrs["instr"].startswith("mma.sync") and why in d.attrs["not_wgmma"]
 
 
+@pytest.mark.parametrize("ab, acc, prec, instr", [
+    ("f16", "f32", "ieee", "wgmma.m64n128k16.f16"),
+    ("f16", "f16", "ieee", "wgmma.m64n128k16.f16.f16acc"),
+    ("f32", "f32", "tf32", "wgmma.m64n128k8.tf32"),
+    ("i8", "i32", "ieee", "wgmma.m64n128k32.s8"),
+    ("f8e4nv", "f32", "ieee", "wgmma.m64n128k32.e4m3"),
+    ("f8e5", "f32", "ieee", "wgmma.m64n128k32.e5m2"),
+    ("f8e4nv", "f16", "ieee", "wgmma.m64n128k32.e4m3.f16acc"),
+])
+def test_wgmma_form_per_dtype(run_pass, ab, acc, prec, instr):
+    """The wgmma form Triton's test_dot expects per (operand, accumulator) type: 32 bytes of K per instruction."""
+    m, stats = run_pass(accelerate_matmul, dot_ir(128, 128, 64, ab, acc, prec), GpuOptions(num_warps=8, arch=90))
+    d = the_dot(m)
+    assert d.attrs["instr"] == instr and d.attrs["mma"] == [8, 1] and stats == {"mma": 1, "cuda_core": 0}
+
+
 @pytest.mark.parametrize("m, n, k, ab, acc, prec, reason", [
     (128, 128, 64, "f32", "f32", "ieee", "IEEE fp32 runs on CUDA cores"),
-    (128, 128, 64, "f16", "f16", "ieee", "f16 accumulator"),
+    (128, 128, 64, "bf16", "f16", "ieee", "f16 accumulator"),
+    (32, 128, 64, "f8e4nv", "f32", "ieee", "multiple of 16 x num_warps"),
     (128, 128, 24, "f16", "f32", "ieee", "not a multiple of the 16x8x16"),
     (128, 128, 16, "i8", "i32", "ieee", "not a multiple of the 16x8x32"),
     (8, 64, 16, "f16", "f32", "ieee", "not a multiple"),

@@ -7,7 +7,7 @@ import llvmlite.ir as ir
 
 from ..gpu.scratch import a_from_registers, is_wgmma, mem_bytes, mma_instr, mma_staging
 from .lower_async import store_tile
-from .lower_wgmma import a_fragment_from_accumulator, dot_wgmma
+from .lower_wgmma import a_fragment_from_accumulator, dot_wgmma, pack_halves, unpack_halves
 from .lowering_core import F32, I8, I32, KernelLowering, _cint, _log2, handles, llty, memty
 
 
@@ -128,9 +128,16 @@ def _dot_mma(lw: KernelLowering, op):
 
     acc = list(lw.regs(c_v))
     acc_t, con = (F32, "f") if instr.acc == "f32" else (I32, "r")
-    asm = instr.ptx + " {$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};"
-    fty = ir.FunctionType(ir.LiteralStructType([acc_t] * 4), [I32] * 6 + [acc_t] * 4)
-    cons = ",".join([f"={con}"] * 4 + ["r"] * 6 + ["0", "1", "2", "3"])
+    # an fp16 accumulator: each 16x8 tile's four halves in two f16x2 registers (same elements, same order)
+    nc = 2 if instr.acc == "f16" else 4
+    if nc == 2:
+        acc = pack_halves(lw, acc)
+    d_ops = ", ".join(f"${i}" for i in range(nc))
+    c_ops = ", ".join(f"${nc + 6 + i}" for i in range(nc))
+    asm = (f"{instr.ptx} {{{d_ops}}}, {{${nc}, ${nc + 1}, ${nc + 2}, ${nc + 3}}}, {{${nc + 4}, ${nc + 5}}}, "
+           f"{{{c_ops}}};")
+    fty = ir.FunctionType(ir.LiteralStructType([acc_t] * nc), [I32] * 6 + [acc_t] * nc)
+    cons = ",".join([f"={con}"] * nc + ["r"] * 6 + [str(i) for i in range(nc)])
     n_mt, n_nt = tm // 16, tn // 8
     for k0 in range(0, K, instr.k):
         a_frags = []
@@ -159,11 +166,11 @@ def _dot_mma(lw: KernelLowering, op):
                 b_frags.append(_ldmatrix(lw, p, 2, trans=not b_kc))
         for i in range(n_mt):
             for j in range(n_nt):
-                base = (i * n_nt + j) * 4
-                out = b.asm(fty, asm, cons, a_frags[i] + b_frags[j] + acc[base:base + 4], side_effect=False)
-                for q in range(4):
+                base = (i * n_nt + j) * nc
+                out = b.asm(fty, asm, cons, a_frags[i] + b_frags[j] + acc[base:base + nc], side_effect=False)
+                for q in range(nc):
                     acc[base + q] = b.extract_value(out, q)
-    lw.put(res, acc)
+    lw.put(res, unpack_halves(lw, acc) if nc == 2 else acc)
 
 
 def _dot_fma(lw: KernelLowering, op):

@@ -1,27 +1,56 @@
 """`tl.dot` on Hopper's warpgroup MMA (wgmma.mma_async, sm_90a), emitted as inline PTX (LLVM has no
 intrinsic for it).
 
-Warpgroup g (warps 4g..4g+3) computes rows 64g..64g+63 of the tile with one m64nNk16 instruction per
-16 of K; each thread's N/2 accumulators are exactly its registers in the #mma layout with every warp
-along M. Both operands are read from swizzled shared memory through 64-bit matrix descriptors: a
-pipelined stage (`!memdesc`), or a register tile staged here into the dot's scratch. The sequence is
-wgmma.fence, the k-steps, commit, and a wait that takes the accumulators as operands so LLVM cannot
-read them before the tensor cores have written them.
+Warpgroup g (warps 4g..4g+3) computes rows 64g..64g+63 of the tile with one m64nNkK instruction per
+K elements (32 bytes) of K; each thread's N/2 accumulators are exactly its registers in the #mma layout with
+every warp along M. An fp16 accumulator holds the same elements two to a b32 register (N/4 registers),
+packed before the instructions and unpacked after the wait. Both operands are read from swizzled shared
+memory through 64-bit matrix descriptors: a pipelined stage (`!memdesc`), or a register tile staged here
+into the dot's scratch (B K-major for the 8- and 32-bit types, which wgmma cannot transpose; fp32 rounded
+to tf32 on the way, as the mma.sync path does). The sequence is wgmma.fence, the k-steps, commit, and a
+wait that takes the accumulators as operands so LLVM cannot read them before the tensor cores have
+written them.
 """
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..gpu.scratch import a_from_registers, wgmma_staging
+from ..gpu.scratch import a_from_registers, wgmma_kind, wgmma_staging
 from ..gpu.smem_layout import descriptor_fields
 from .lower_async import fence_proxy_async, store_tile, tile_byte_offset
-from .lowering_core import F32, I8, I32, I64, VOID, KernelLowering, _cint, handles
+from .lowering_core import F16, F32, I8, I32, I64, VOID, KernelLowering, _cint, handles
 
 
-def _stage_swizzled(lw: KernelLowering, v, t, base: int):
-    """Store a register tile into scratch at `base` in the swizzled encoding `t` (16-byte runs stay whole)."""
+def _stage_swizzled(lw: KernelLowering, v, t, base: int, tf32: bool = False):
+    """Store a register tile into scratch at `base` in the swizzled encoding `t` (16-byte runs along a row stay
+    whole where the encoding keeps rows contiguous), fp32 rounded to tf32 when `tf32`."""
     b = lw.b
-    store_tile(lw, v, lw.regs(v), lambda r, c: b.add(_cint(base), tile_byte_offset(lw, t, r, c)), t.scalar.bits // 8)
+    regs = lw.regs(v)
+    if tf32:
+        cvt = ir.FunctionType(I32, [F32])
+        regs = [b.asm(cvt, "cvt.rna.tf32.f32 $0, $1;", "=r,f", [x], side_effect=False) for x in regs]
+    store_tile(lw, v, regs, lambda r, c: b.add(_cint(base), tile_byte_offset(lw, t, r, c)), t.scalar.bits // 8,
+               vectorize=t.order[0] == 1)
+
+
+def pack_halves(lw: KernelLowering, regs: list) -> list:
+    """f16 registers two to a b32 (an fp16 accumulator's form in mma.sync and wgmma)."""
+    b = lw.b
+    out = []
+    for i in range(0, len(regs), 2):
+        vec = ir.Constant(ir.VectorType(F16, 2), None)
+        vec = b.insert_element(b.insert_element(vec, regs[i], _cint(0)), regs[i + 1], _cint(1))
+        out.append(b.bitcast(vec, I32))
+    return out
+
+
+def unpack_halves(lw: KernelLowering, words: list) -> list:
+    b = lw.b
+    out = []
+    for w in words:
+        vec = b.bitcast(w, ir.VectorType(F16, 2))
+        out += [b.extract_element(vec, _cint(0)), b.extract_element(vec, _cint(1))]
+    return out
 
 
 class _Descriptors:
@@ -77,16 +106,17 @@ def dot_wgmma(lw: KernelLowering, op):
     a_v, b_v, c_v = op.operands
     M, K = a_v.type.shape
     N = b_v.type.shape[1]
-    ty = a_v.type.scalar.ir
+    kind = wgmma_kind(op)
     nw = op.attrs["mma"][0]
     reps = M // (16 * nw)  # m64 instructions per warpgroup and k-step (the layout interleaves warps by 16 rows)
     a_regs = a_from_registers(op)
     sa, sb = wgmma_staging(op)
     base = op.attrs.get("smem_offset", 0)
+    tf32 = kind.ptx == "tf32"
     if sa is not None:
-        _stage_swizzled(lw, a_v, sa, base)
+        _stage_swizzled(lw, a_v, sa, base, tf32)
     if sb is not None:
-        _stage_swizzled(lw, b_v, sb, base + (sa.tile_bytes if sa is not None else 0))
+        _stage_swizzled(lw, b_v, sb, base + (sa.tile_bytes if sa is not None else 0), tf32)
     if sa is not None or sb is not None:
         fence_proxy_async(lw)  # generic-proxy stores, read next by the async proxy
         lw.barrier()
@@ -96,36 +126,45 @@ def dot_wgmma(lw: KernelLowering, op):
     b_off = _cint(base + (sa.tile_bytes if sa is not None else 0)) if sb is not None else lw.get(b_v)
     a_kmajor = a_regs or a_t.order[0] == 1   # A [M][K], K contiguous
     b_kmajor = b_t.order[0] == 0   # B stored [N][K], K contiguous
+    assert not kind.k_major_only or (a_kmajor and b_kmajor), "wgmma reads 8/32-bit operands K-major only"
     wg = b.lshr(lw.warp, _cint(2))
-    n_acc = N // 2
+    half_acc = kind.acc == "f16"
+    acc_t, con = {"f32": (F32, "f"), "f16": (I32, "r"), "s32": (I32, "r")}[kind.acc]
+    n_acc = N // 4 if half_acc else N // 2  # b32 accumulator registers per thread and instruction
     acc = list(lw.regs(c_v))
-    assert len(acc) == reps * n_acc, (len(acc), reps, n_acc)
+    assert len(acc) == reps * N // 2, (len(acc), reps, N)
     zero_acc = _is_zero(c_v)
     if zero_acc:  # the first k-step ignores the accumulator (scale-d = 0): no registers to zero first
-        acc = [ir.Constant(F32, ir.Undefined)] * len(acc)
+        acc = [ir.Constant(acc_t, ir.Undefined)] * (reps * n_acc)
+    elif half_acc:
+        acc = pack_halves(lw, acc)
     outs = ", ".join(f"${i}" for i in range(n_acc))
-    shape = f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{ty}.{ty}"
+    shape = kind.shape(N)
+    if kind.k_major_only:  # no transpose operands: both sides are K-major
+        tail_a, tail_b = kind.scale_args, kind.scale_args
+    else:
+        tail_a = f", 1, 1, {0 if b_kmajor else 1}"
+        tail_b = f", 1, 1, {0 if a_kmajor else 1}, {0 if b_kmajor else 1}"
     if a_regs:  # A's fragment in four b32 registers per thread, as mma.sync's m16k16 one for this warp's rows
         a_ops = "{" + ", ".join(f"${n_acc + i}" for i in range(4)) + "}"
         asm = (f"{{ .reg .pred p; setp.ne.b32 p, ${n_acc + 5}, 0; "
-               f"{shape} {{{outs}}}, {a_ops}, ${n_acc + 4}, p, 1, 1, {0 if b_kmajor else 1}; }}")
+               f"{shape} {{{outs}}}, {a_ops}, ${n_acc + 4}, p{tail_a}; }}")
         ins = [I32] * 4 + [I64, I32]
-        cons = ",".join(["=f"] * n_acc + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(n_acc)])
+        cons = ",".join([f"={con}"] * n_acc + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(n_acc)])
     else:
         asm = (f"{{ .reg .pred p; setp.ne.b32 p, ${n_acc + 2}, 0; "
-               f"{shape} {{{outs}}}, ${n_acc}, ${n_acc + 1}, p, 1, 1, "
-               f"{0 if a_kmajor else 1}, {0 if b_kmajor else 1}; }}")
+               f"{shape} {{{outs}}}, ${n_acc}, ${n_acc + 1}, p{tail_b}; }}")
         ins = [I64, I64, I32]
-        cons = ",".join(["=f"] * n_acc + ["l", "l", "r"] + [str(i) for i in range(n_acc)])
-    fty = ir.FunctionType(ir.LiteralStructType([F32] * n_acc), ins + [F32] * n_acc)
+        cons = ",".join([f"={con}"] * n_acc + ["l", "l", "r"] + [str(i) for i in range(n_acc)])
+    fty = ir.FunctionType(ir.LiteralStructType([acc_t] * n_acc), ins + [acc_t] * n_acc)
     # A's fragments are packed before the fence: ptxas serializes wgmmas (C7514) when other instructions
     # run between them while a group is being issued
     frags = {(k0, r): a_fragment_from_accumulator(lw, lw.regs(a_v), r, k0, K)
-             for k0 in range(0, K, 16) for r in range(reps)} if a_regs else {}
+             for k0 in range(0, K, kind.k) for r in range(reps)} if a_regs else {}
     b.asm(ir.FunctionType(VOID, []), "wgmma.fence.sync.aligned;", "~{memory}", [], side_effect=True)
     b_desc = _Descriptors(lw, b_off, b_t, b_kmajor)
     a_desc = None if a_regs else _Descriptors(lw, a_off, a_t, a_kmajor)
-    for k0 in range(0, K, 16):
+    for k0 in range(0, K, kind.k):
         db = b_desc.at(k0)
         for r in range(reps):
             if a_regs:
@@ -140,9 +179,11 @@ def dot_wgmma(lw: KernelLowering, op):
     b.asm(ir.FunctionType(VOID, []), "wgmma.commit_group.sync.aligned;", "~{memory}", [], side_effect=True)
     if op.attrs.get("wgmma_async"):
         # the group stays in flight: the ttg.dot_wait that the pipeliner put after this dot ties the registers
+        assert not half_acc, "an fp16 accumulator is unpacked after its wait: the pipeliner waits at once"
         lw.put(op.results[0], acc)
     else:
-        lw.put(op.results[0], wgmma_wait(lw, acc, 0))
+        acc = wgmma_wait(lw, acc, 0)
+        lw.put(op.results[0], unpack_halves(lw, acc) if half_acc else acc)
 
 
 def _is_zero(v) -> bool:
@@ -155,8 +196,10 @@ def wgmma_wait(lw: KernelLowering, acc: list, pending: int) -> list:
     tensor cores wrote, and LLVM cannot move a read of them above the wait."""
     b = lw.b
     n = len(acc)
-    ty = ir.FunctionType(ir.LiteralStructType([F32] * n), [F32] * n)
-    out = b.asm(ty, f"wgmma.wait_group.sync.aligned {pending};", ",".join(["=f"] * n + [str(i) for i in range(n)]),
+    t = acc[0].type
+    con = "f" if t == F32 else "r"
+    ty = ir.FunctionType(ir.LiteralStructType([t] * n), [t] * n)
+    out = b.asm(ty, f"wgmma.wait_group.sync.aligned {pending};", ",".join([f"={con}"] * n + [str(i) for i in range(n)]),
                 acc, side_effect=True)
     return [b.extract_value(out, i) for i in range(n)]
 

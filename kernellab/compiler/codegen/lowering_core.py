@@ -409,6 +409,8 @@ class KernelLowering:
                 h = b.or_(b.shl(b.and_(w, ir.Constant(I16, 0x7F)), ir.Constant(I16, 7)),
                           b.shl(b.and_(w, ir.Constant(I16, 0x80)), ir.Constant(I16, 8)))
                 h = b.bitcast(h, F16)
+            elif self.arch < 89:  # no fp8 cvt before sm_89: the same exact upcast by bits
+                h = self._fp8_to_f16_bits(src, x)
             else:
                 kind = "e4m3x2" if src == "f8e4nv" else "e5m2x2"
                 pair = b.asm(ir.FunctionType(I32, [I16]), f"cvt.rn.f16x2.{kind} $0, $1;", "=r,h", [b.zext(x, I16)],
@@ -438,6 +440,19 @@ class KernelLowering:
         kind = "e4m3x2" if dst == "f8e4nv" else "e5m2x2"
         pair = b.asm(ir.FunctionType(I16, [F32]), f"cvt.rn.satfinite.{kind}.f32 $0, $1, $1;", "=h,f", [f], False)
         return b.trunc(pair, I8)
+
+    def _fp8_to_f16_bits(self, src, x):
+        """e5m2 or e4m3 to f16 without cvt (sm_80, where fp8 dots are upcast): e5m2 is an f16's high byte; an
+        e4m3 byte's 7 value bits placed at f16 bits 13..7 read 2^-8 of the value (subnormals too), so one exact
+        multiply by 256 restores it; 0x7f / 0xff (e4m3's NaN) become NaN."""
+        b = self.b
+        w = b.zext(x, I16)
+        if src == "f8e5":
+            return b.bitcast(b.shl(w, ir.Constant(I16, 8)), F16)
+        mag = b.and_(w, ir.Constant(I16, 0x7F))
+        bits = b.or_(b.shl(mag, ir.Constant(I16, 7)), b.shl(b.and_(w, ir.Constant(I16, 0x80)), ir.Constant(I16, 8)))
+        h = b.fmul(b.bitcast(bits, F16), ir.Constant(F16, 256.0))
+        return b.select(b.icmp_unsigned("==", mag, ir.Constant(I16, 0x7F)), ir.Constant(F16, float("nan")), h)
 
     def _int_operands(self, xs):
         if isinstance(xs[0].type, ir.PointerType):

@@ -79,15 +79,56 @@ def is_wgmma(op) -> bool:
     return op.name == "tt.dot" and str(op.attrs.get("instr", "")).startswith("wgmma")
 
 
+@dataclass(frozen=True)
+class WgmmaKind:
+    """What one wgmma.mma_async takes for a dot's element types: the operand type in PTX (`f16`, `bf16`, `tf32`,
+    `e4m3`, `e5m2`, `s8`), the k of one instruction (32 bytes of each operand row), the accumulator type in
+    PTX (`f32`, `f16`, `s32`) and whether both operands must be K-major in shared memory (wgmma transposes
+    16-bit operands only)."""
+
+    ptx: str
+    k: int
+    acc: str
+
+    @property
+    def k_major_only(self) -> bool:
+        return self.ptx not in ("f16", "bf16")
+
+    @property
+    def esize(self) -> int:
+        return 32 // self.k
+
+    def shape(self, n: int) -> str:
+        sat = ".satfinite" if self.ptx == "s8" else ""  # integer sums clamp to the s32 range, as mma.sync's do
+        return f"wgmma.mma_async.sync.aligned.m64n{n}k{self.k}{sat}.{self.acc}.{self.ptx}.{self.ptx}"
+
+    @property
+    def scale_args(self) -> str:
+        """The immediate operands after scale-d: scale-a and scale-b (none for integers)."""
+        return "" if self.ptx == "s8" else ", 1, 1"
+
+
+WGMMA_OPERANDS = {"f16": ("f16", 16), "bf16": ("bf16", 16), "f32": ("tf32", 8), "f8e4nv": ("e4m3", 32),
+                  "f8e5": ("e5m2", 32), "i8": ("s8", 32)}
+
+
+def wgmma_kind(op) -> WgmmaKind:
+    """The wgmma form of a dot (its operand types decide; fp32 operands run as tf32)."""
+    ptx, k = WGMMA_OPERANDS[op.operands[0].type.scalar.ir]
+    acc = op.operands[2].type.scalar.ir
+    return WgmmaKind(ptx, k, "s32" if acc == "i32" else acc)
+
+
 def wgmma_staging(op) -> tuple:
     """The swizzled encodings a wgmma dot stages its register operands in (None for operands already in
-    shared memory, and for an A that wgmma reads from registers): A K-major [M][K], B [K][N] with N
-    contiguous."""
+    shared memory, and for an A that wgmma reads from registers): A K-major [M][K]; B [K][N] with N
+    contiguous for 16-bit types, else K-major (stored [N][K]: wgmma transposes 16-bit operands only)."""
     from .smem_layout import swizzled
 
     a, b = op.operands[0].type, op.operands[1].type
     sa = None if a.is_memdesc() or a_from_registers(op) else swizzled(a.shape, a.scalar, (1, 0))
-    sb = None if b.is_memdesc() else swizzled(b.shape, b.scalar, (1, 0))
+    b_order = (0, 1) if wgmma_kind(op).k_major_only else (1, 0)
+    sb = None if b.is_memdesc() else swizzled(b.shape, b.scalar, b_order)
     return sa, sb
 
 
@@ -161,7 +202,7 @@ class MmaInstr:
     k: int
     esize: int
     ptx: str
-    acc: str  # "f32" or "s32"
+    acc: str  # "f32", "f16" or "s32"
 
     @property
     def pad(self) -> int:
@@ -179,7 +220,11 @@ MMA_INSTRS = {
     "f16": MmaInstr("mma.sync.m16n8k16.f16", 16, 2, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "f32"),
     "bf16": MmaInstr("mma.sync.m16n8k16.bf16", 16, 2, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "f32"),
     "tf32": MmaInstr("mma.sync.m16n8k8.tf32", 8, 4, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "f32"),
-    "s8": MmaInstr("mma.sync.m16n8k32.s8", 32, 1, "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", "s32"),
+    "s8": MmaInstr("mma.sync.m16n8k32.s8", 32, 1, "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32",
+                   "s32"),
+    # fp16 accumulation: C and D are two f16x2 registers per 16x8 tile, the same elements as the f32 form's four
+    "f16acc": MmaInstr("mma.sync.m16n8k16.f16.f16acc", 16, 2, "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16",
+                       "f16"),
 }
 
 

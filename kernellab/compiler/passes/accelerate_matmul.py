@@ -1,14 +1,17 @@
 """Choose tensor cores for `tt.dot` where an instruction can take it.
 
-A dot whose shape is a multiple of an mma.sync instruction (sm_80+) — m16n8k16 for fp16/bf16, m16n8k8
-for fp32 with input_precision="tf32", m16n8k32 for int8 with int32 accumulation — gets
-`mma = [warps along M, warps along N]` and `instr`: layout assignment then gives its result the #mma
-accumulator layout and codegen issues that mma.sync. Every other dot keeps the
-CUDA-core path and records why (`mma_fallback`), so the trace says why a faster one was not used.
+A dot whose shape is a multiple of an mma.sync instruction (sm_80+) — m16n8k16 for fp16/bf16 (fp32 or, for
+fp16, fp16 accumulation), m16n8k8 for fp32 with input_precision="tf32", m16n8k32 for int8 with int32
+accumulation — gets `mma = [warps along M, warps along N]` and `instr`: layout assignment then gives its
+result the #mma accumulator layout and codegen issues that mma.sync. On sm_90a a dot whose tile fits whole
+warpgroups gets wgmma instead, in the form Triton picks for its types: f16/bf16 (k16, fp32 or fp16
+accumulator), tf32 (k8), e4m3/e5m2 (k32, fp32 or fp16 accumulator) and s8 (k32). fp8 dots reach here only
+where wgmma takes them (`upcast_fp8_dot` widens the others to fp16). Every other dot keeps the CUDA-core
+path and records why (`mma_fallback`), so the trace says why a faster one was not used.
 """
 from __future__ import annotations
 
-from ..gpu.scratch import MMA_INSTRS
+from ..gpu.scratch import MMA_INSTRS, WGMMA_OPERANDS, wgmma_kind
 from ..ir import Module
 
 NAME = "accelerate_matmul"
@@ -26,7 +29,9 @@ def plan(op, num_warps: int, arch: int):
         return None, None, f"sm_{arch} has no mma.sync"
     if ea != eb:
         return None, None, f"{ea} x {eb} operands: mma.sync takes two operands of one type"
-    if ea in ("f16", "bf16"):
+    if ea == "f16" and acc.scalar.ir == "f16":
+        instr, want_acc = MMA_INSTRS["f16acc"], "f16"
+    elif ea in ("f16", "bf16"):
         instr, want_acc = MMA_INSTRS[ea], "f32"
     elif ea == "f32" and prec == "tf32":
         instr, want_acc = MMA_INSTRS["tf32"], "f32"
@@ -35,7 +40,7 @@ def plan(op, num_warps: int, arch: int):
     elif ea == "i8":
         instr, want_acc = MMA_INSTRS["s8"], "i32"
     else:
-        return None, None, f"{ea} operands: tensor cores here take fp16, bf16, fp32 (as tf32) or int8"
+        return None, None, f"{ea} operands: mma.sync takes fp16, bf16, fp32 (as tf32) or int8"
     if acc.scalar.ir != want_acc:
         return None, None, f"{acc.scalar.ir} accumulator: {instr.name} accumulates in {want_acc}"
     if m % 16 or n % 8 or k % instr.k:
@@ -55,33 +60,52 @@ def plan(op, num_warps: int, arch: int):
     return min(splits, key=lambda s: (m // s[0] + n // s[1], -s[0])), instr, None
 
 
+# the accumulators wgmma takes for each operand type, as Triton lets tl.dot ask for them
+_WGMMA_ACC = {"f16": ("f32", "f16"), "bf16": ("f32",), "f32": ("f32",), "f8e4nv": ("f32", "f16"),
+              "f8e5": ("f32", "f16"), "i8": ("i32",)}
+
+
+def _swizzles(extent_bytes: int) -> bool:
+    return extent_bytes in (32, 64) or extent_bytes % 128 == 0
+
+
 def wgmma_plan(op, num_warps: int, arch: int, enabled: bool):
     """The wgmma instruction name for this dot, or (a str starting with "no") why mma.sync is used.
 
-    wgmma.m64nNk16 runs on a warpgroup (4 warps): warp w of it computes rows 16w..16w+15 of the
+    wgmma.m64nNkK runs on a warpgroup (4 warps): warp w of it computes rows 16w..16w+15 of the
     instruction's 64, every column; that is the #mma layout with all warps along M, whose warps interleave
     by 16 rows, when each warpgroup issues M / (16 x num_warps) instructions per k-step. B is read from
     swizzled shared memory through a descriptor; A too, or from registers when it is another dot's
-    accumulator (attention's probabilities)."""
-    a, b = op.operands[0].type, op.operands[1].type
+    accumulator (attention's probabilities). One instruction reads 32 bytes of K per row: k16 for 16-bit
+    types, k8 for tf32, k32 for fp8 and int8; the 8- and 32-bit types must be K-major in shared memory."""
+    a, b, acc = (v.type for v in op.operands[:3])
+    if len(a.shape) != 2:
+        return "no wgmma: a batched dot (split into 2-D dots first)"
     m, k = a.shape
     n = b.shape[1]
+    ea = a.scalar.ir
     if arch < 90:
         return f"no wgmma: sm_{arch} (wgmma needs sm_90a)"
     if not enabled:
         return "no wgmma: enable_wgmma=False"
-    if a.scalar.ir not in ("f16", "bf16"):
-        return f"no wgmma: {a.scalar.ir} operands (kernellab's wgmma path takes fp16/bf16)"
+    if ea not in WGMMA_OPERANDS or b.scalar.ir != ea:
+        return f"no wgmma: {ea} x {b.scalar.ir} operands"
+    if ea == "f32" and op.attrs.get("input_precision", "ieee") != "tf32":
+        return f"no wgmma: f32 operands with input_precision={op.attrs.get('input_precision')!r} (IEEE fp32)"
+    if acc.scalar.ir not in _WGMMA_ACC[ea]:
+        return f"no wgmma: a {acc.scalar.ir} accumulator for {ea} operands"
+    kind = wgmma_kind(op)
     if num_warps % 4 or m % (16 * num_warps):
         return (f"no wgmma: a {m}-row tile over {num_warps} warps; wgmma needs whole warpgroups and BLOCK_M a "
                 "multiple of 16 x num_warps (m64 blocks per warpgroup)")
-    if n % 8 or not 8 <= n <= 256 or k % 16:
-        return f"no wgmma: {m}x{n}x{k} (wgmma takes N = 8..256 in steps of 8, K a multiple of 16)"
-    if k * 2 not in (32, 64) and (k * 2) % 128:
-        return f"no wgmma: BLOCK_K = {k} cannot be swizzled (16, 32 or a multiple of 64)"
-    if n * 2 not in (32, 64) and (n * 2) % 128:
-        return f"no wgmma: BLOCK_N = {n} cannot be swizzled (16, 32 or a multiple of 64)"
-    return f"wgmma.m64n{n}k16.{a.scalar.ir}"
+    if n % 8 or not 8 <= n <= 256 or k % kind.k:
+        return f"no wgmma: {m}x{n}x{k} (wgmma takes N = 8..256 in steps of 8, K a multiple of {kind.k})"
+    if not _swizzles(k * kind.esize):
+        return f"no wgmma: BLOCK_K = {k} cannot be swizzled ({k * kind.esize} bytes: 32, 64 or a multiple of 128)"
+    if not kind.k_major_only and not _swizzles(n * kind.esize):
+        return f"no wgmma: BLOCK_N = {n} cannot be swizzled ({n * kind.esize} bytes: 32, 64 or a multiple of 128)"
+    acc_note = ".f16acc" if kind.acc == "f16" else ""
+    return f"wgmma.m64n{n}k{kind.k}.{kind.ptx}{acc_note}"
 
 
 def _dot_chain(op, forward: bool, depth: int = 24) -> bool:
@@ -111,6 +135,14 @@ def run(module: Module, options=None) -> dict:
         if op.name != "tt.dot":
             continue
         warps, instr, why = plan(op, num_warps, arch)
+        if warps is None and op.operands[0].type.scalar.ir in ("f8e4nv", "f8e5"):
+            wg = wgmma_plan(op, num_warps, arch, getattr(options, "wgmma", True))
+            if not wg.startswith("no wgmma"):  # fp8 has no mma.sync form here: wgmma or CUDA cores
+                op.attrs["mma"] = [num_warps, 1]
+                op.attrs["instr"] = wg
+                used += 1
+                continue
+            why = wg
         if warps is not None:
             wg = wgmma_plan(op, num_warps, arch, getattr(options, "wgmma", True))
             if wg.startswith("no wgmma"):

@@ -79,7 +79,7 @@ def _overlappable_wgmma(body, dots, targets, stages: int):
     tiles pipelined, acc only yielded) that can leave one wgmma in flight across iterations. The copies then
     move to the end of the body, after the wait (wait_group 1) and a barrier: the stage they refill was last
     read by the previous iteration's wgmma, which every warpgroup has finished by then."""
-    if stages < 2 or len(dots) != 1 or not is_wgmma(dots[0]):
+    if stages < 2 or len(dots) != 1 or not is_wgmma(dots[0]) or _half_acc(dots[0]):
         return None
     dot = dots[0]
     if {i for d, i in targets if d is dot} != {0, 1}:
@@ -95,6 +95,12 @@ def _overlappable_wgmma(body, dots, targets, stages: int):
     return dot, j
 
 
+def _half_acc(dot) -> bool:
+    """An fp16 accumulator is packed two to a register for wgmma and unpacked after its wait: reading it while
+    the group is in flight would serialize every wgmma (C7514), so such a dot waits at once."""
+    return dot.result.type.scalar.ir == "f16"
+
+
 def _overlappable_chain(body, dots, targets, stages: int):
     """(first dot, second dot, iter-arg index) when the loop is attention's pair of wgmma dots: scores
     `s = tl.dot(q, kT)` read at once, then `acc = tl.dot(p, v, f(acc))` whose result is only yielded. The
@@ -106,6 +112,8 @@ def _overlappable_chain(body, dots, targets, stages: int):
         return None
     ops = list(body.ops)
     first, second = sorted(dots, key=ops.index)
+    if _half_acc(second):
+        return None
     if any(d not in (first, second) for d, _ in targets) or (second, 1) not in targets:
         return None
     y = body.terminator
