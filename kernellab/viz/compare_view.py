@@ -383,7 +383,7 @@ def _buffers_html(p: dict, k: int) -> str:
         for i, buf in enumerate(p["smem"]["buffers"]):
             st = f'{buf["stages"]} × {W._fmt_bytes(buf["stage_bytes"])}' if buf.get("stages") else "—"
             rows.append(f'<tr><td class="kl-r">{i}</td><td class="kl-r">{_esc(buf["line"])}</td>'
-                        f'<td class="kl-r">{W._fmt_bytes(buf["size"])}</td><td>{_esc(st)}</td>'
+                        f'<td class="kl-r">{W._fmt_bytes(buf["size"])}</td><td class="kl-r">{_esc(st)}</td>'
                         f'<td>{_esc(buf["reason"])}</td></tr>')
         rows.append("</table>")
     return "<div>" + "".join(rows) + "</div>"
