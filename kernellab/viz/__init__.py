@@ -3,6 +3,7 @@
     import kernellab.viz as kv
     kv.show(compiled)                      # a Tab of every view
     kv.PassesView(compiled)                # or one view: LayoutView, SharedMemoryView, CodeView, GraphView
+    kv.compare(kernel, *args, a=dict(BLOCK=64), b=dict(BLOCK=128), grid=...)   # two compiles side by side
 
 Pure data in `kernellab.viz.data`, static HTML/SVG in `kernellab.viz.html`. The widget classes need
 ipywidgets; they are imported on first use, so the data and HTML parts work without it.
@@ -10,7 +11,7 @@ ipywidgets; they are imported on first use, so the data and HTML parts work with
 
 _WIDGETS = ("show", "PassesView", "LayoutView", "SharedMemoryView", "CodeView", "GraphView")
 
-__all__ = list(_WIDGETS) + ["PerformanceView", "load_ipython_extension"]
+__all__ = list(_WIDGETS) + ["PerformanceView", "compare", "CompareView", "load_ipython_extension"]
 
 
 def __getattr__(name):
@@ -22,6 +23,10 @@ def __getattr__(name):
         from .roofline import PerformanceView
 
         return PerformanceView
+    if name in ("compare", "CompareView"):  # two compiles side by side (static HTML, no ipywidgets needed)
+        from . import compare_view
+
+        return getattr(compare_view, name)
     raise AttributeError(f"module 'kernellab.viz' has no attribute {name!r}")
 
 

@@ -134,8 +134,13 @@ class KernelMagics(Magics):
                               help="bytes the kernel moves, per size (default: the sum of the tensor arguments' sizes)")
     @magic_arguments.argument("--flops", metavar="EXPR", default=None,
                               help='FLOPs the kernel does, per size, e.g. "n" for a vector add: places the runs on a '
-                                   "roofline (without it there is no point: FLOPs are not guessed from the "
-                                   "arguments)")
+                                   "roofline. Without it the FLOPs (and, without --bytes, the bytes) are estimated "
+                                   "from the kernel's tile IR, the grid and the arguments, and labelled estimated")
+    @magic_arguments.argument("--compare", metavar="OPTIONS", nargs=2, default=None,
+                              help='compile twice and show the two compiles side by side with their differences '
+                                   '(layouts, shared memory, registers, PTX, passes; time on a GPU): two keyword '
+                                   'lists, e.g. --compare "BLOCK=64, num_warps=4" "BLOCK=128, num_warps=8"; also '
+                                   'target=\'sm_80\', kernel=other_kernel (a before/after edit), label=\'...\'')
     @magic_arguments.argument("--views", metavar="LIST", default=DEFAULT_VIEWS,
                               help=f"comma-separated views among {', '.join(VIEWS)}; 'all' or 'none' "
                                    f"(default {DEFAULT_VIEWS})")
@@ -237,7 +242,7 @@ class _KernelCell:
                         "--check gives the reference that --out is compared with")
         kernels = self.define()
         names = ", ".join(kernels)
-        kernel = self.choose(kernels)
+        kernel = self._kernel = self.choose(kernels)
         wants_run = o.run or o.sanitize or o.check is not None or o.bench is not None
         if o.args is None:
             if wants_run:
@@ -249,6 +254,9 @@ class _KernelCell:
         args, kwargs = self.eval_args(o.args, self.scope())
         kwargs.update(consts)
         launch = {k: v for k, v in (("num_warps", o.num_warps), ("num_stages", o.num_stages)) if v is not None}
+        if o.compare:
+            self.compare(kernel, args, kwargs, launch, target)
+            return
         self.compiled = self.compile(kernel, args, {**kwargs, **launch})
         if wants_run:
             grid = self.eval_grid(kernel, args, kwargs)
@@ -274,6 +282,49 @@ class _KernelCell:
         if "perf" in views and bench is None:
             self.show_recorded("the perf view shows --bench results; this cell ran no benchmark, so here are "
                                "the recorded ones")
+
+    def compare(self, kernel, args, kwargs, launch, target):
+        """--compare A B: both option sets compiled (GPU stages too), shown side by side (kernellab.viz.compare)."""
+        from ..errors import KernelLabError
+        from .compare_view import compare
+
+        sides = []
+        for k, spec in enumerate(self.opts.compare):
+            extra, side = self.eval_args(spec, self.scope())
+            if extra:
+                raise _stop("error", f"%%kernel: --compare takes NAME=VALUE pairs, got {spec!r}",
+                            'e.g. --compare "BLOCK=64, num_warps=4" "BLOCK=128, num_warps=8"')
+            side.setdefault("label", "AB"[k])
+            if self.opts.grid is not None:
+                side["grid"] = self.eval_grid(kernel, args, {**kwargs, **launch, **side})
+            sides.append(side)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                view = compare(kernel, *args, a=sides[0], b=sides[1], target=target, **{**kwargs, **launch})
+        except KernelLabError as e:
+            raise _Stop(self.error_message(e)) from None
+        self.ns["_kl_compare"] = view
+        self.ns["_kl_last"] = self.compiled = view.compiled[1]
+        display(view)
+
+    def estimated(self, compiled, args, kwargs, scope=None) -> dict | None:
+        """FLOPs and bytes of one launch estimated from the tile IR (kernellab.viz.cost), with the --grid;
+        None without a grid or when the estimate fails."""
+        from .cost import estimate, runtime_args
+
+        if self.opts.grid is None or compiled is None:
+            return None
+        try:
+            grid = self.eval_grid(self._kernel, args, kwargs, scope)
+            if callable(grid):
+                meta = dict(zip(getattr(self._kernel, "arg_names", []), args))
+                meta.update(kwargs)
+                grid = grid(meta)
+            grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+            return estimate(compiled, runtime_args(compiled, args, kwargs), grid)
+        except Exception:
+            return None
 
     def scope(self, extra=None) -> dict:
         """The notebook's names plus kl, tl, cdiv, next_power_of_2 and torch (a copy: evaluating never leaks).
@@ -536,10 +587,14 @@ class _KernelCell:
                 raise _Stop(self.error_message(e)) from None
             except Exception as e:
                 raise _stop("error", f"--bench failed ({type(e).__name__})", str(e)) from None
-            nbytes = self.evaluate(o.bytes, scope, "--bytes") if o.bytes else _tensor_bytes(list(a) + list(kw.values()))
-            flops = self.evaluate(o.flops, scope, "--flops") if o.flops else None
+            est = None if o.flops else self.estimated(self.compiled, a, kw, scope)
+            nbytes = self.evaluate(o.bytes, scope, "--bytes") if o.bytes else \
+                est["bytes"] if est and est["bytes"] else _tensor_bytes(list(a) + list(kw.values()))
+            flops = self.evaluate(o.flops, scope, "--flops") if o.flops else (est["flops"] or None) if est else None
             row = {"case": f"{kernel.__name__}" + (f" {name}={value}" if name else ""), "bytes": nbytes,
                    "flops": flops, "kernellab": {"seconds": t_kernel}, "torch": {"seconds": t_torch}}
+            if est and flops:
+                row["flops_estimated"], row["flops_how"] = True, "the kernel's tile IR"
             if name:
                 row["size"] = {name: value}
             for impl in ("kernellab", "torch"):
@@ -598,12 +653,19 @@ class _KernelCell:
         from .roofline import Placed
 
         o = self.opts
-        if not o.flops:
-            self.say("info", "your kernel is not on the roofline: --flops was not given",
-                     "A kernel sits on a roofline at its arithmetic intensity, FLOPs / bytes. Add --flops EXPR (the "
-                     "FLOPs of one run, e.g. --flops \"2*M*N*K\") to place it by intensity on the recorded one.")
-            return []
         scope = self.scope()
+        if not o.flops:
+            est = self.estimated(self.compiled, args, kwargs)
+            if not est or not est["flops"] or not est["bytes"]:
+                self.say("info", "your kernel is not on the roofline: no --flops, and no estimate without --grid",
+                         "A kernel sits on a roofline at its arithmetic intensity, FLOPs / bytes. Give --grid (the "
+                         "FLOPs are then estimated from the IR) or --flops EXPR (the FLOPs of one run, e.g. --flops "
+                         "\"2*M*N*K\") to place it by intensity on the recorded one.")
+                return []
+            nbytes = self.evaluate(o.bytes, dict(scope), "--bytes") if o.bytes else est["bytes"]
+            self.say("info", f"{kernel.__name__}: {est['flops']:.4g} FLOPs and {nbytes:.4g} bytes, estimated from "
+                     "its tile IR (--flops / --bytes override)", "; ".join(est["notes"]))
+            return [Placed(f"{kernel.__name__} (estimated)", float(est["flops"]), float(nbytes))]
         flops = self.evaluate(o.flops, dict(scope), "--flops")
         nbytes = self.evaluate(o.bytes, dict(scope), "--bytes") if o.bytes else \
             _tensor_bytes(list(args) + list(kwargs.values()))

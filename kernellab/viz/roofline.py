@@ -513,10 +513,11 @@ class PerformanceView:
             figs = []
             pts = self.points
             if pts or self.placed:
-                est = any(r.get("flops_estimated") for r in self.rows)
+                est = [r for r in self.rows if r.get("flops_estimated")]
+                how = est[0].get("flops_how", "each case's elementwise arithmetic") if est else ""
                 figs.append(roofline_figure(pts, self.peaks, self.title, recorded=self.recorded, gpu=self.gpu,
-                                            date=self.date, note="FLOPs estimated from each case's elementwise "
-                                            "arithmetic" if est else None, placed=self.placed))
+                                            date=self.date, note=f"FLOPs estimated from {how}" if est else None,
+                                            placed=self.placed))
             sweep = self._sweep()
             if sweep is not None:
                 figs.append(sweep)

@@ -500,8 +500,25 @@ def test_bench_on_a_cpu_draws_the_recorded_roofline_once_with_the_kernel_placed(
     (k,) = made[0].placed
     assert k.label == "add_kernel" and k.flops == 1000 and k.bytes == 3 * 1000 * 4  # x, y, z float32
     assert cell.has("recorded on NVIDIA H200")
+    # without --flops: estimated from the tile IR and the grid (4 tiles of 256 adds), labelled so
     cell = run(f'%%kernel {RUN} --bench "x + y" --views passes\n{ADD}')
-    assert not made[-1].placed and cell.has("--flops was not given")
+    (k,) = made[-1].placed
+    assert k.label == "add_kernel (estimated)" and k.flops == 4 * 256 and k.bytes == 3 * 1000 * 4
+    assert cell.has("estimated from its tile IR")
+
+
+def test_compare_two_option_sets(run, ip, data, views):
+    cell = run(f'%%kernel {RUN} --compare "BLOCK=128, num_warps=4" "BLOCK=512, num_warps=8"\n{ADD}')
+    view = ip.user_ns["_kl_compare"]
+    a, b = view.profiles
+    assert (a["options"]["BLOCK"], b["options"]["BLOCK"]) == (128, 512) and (a["num_warps"], b["num_warps"]) == (4, 8)
+    assert a["cost"]["flops"] == 8 * 128 and b["cost"]["flops"] == 2 * 512  # the grid follows each side's BLOCK
+    assert not view.same and cell.has("compare add_kernel") and any("what changed" in h for h in cell.htmls)
+    assert isinstance(ip.user_ns["_kl_last"], CompiledKernel)
+    cell = run(f'%%kernel {RUN} --compare "num_warps=4" "num_warps=4"\n{ADD}')
+    assert cell.has("no differences")
+    cell = run(f'%%kernel {RUN} --compare "128" "BLOCK=512"\n{ADD}')
+    assert cell.has("--compare takes NAME=VALUE pairs")
 
 
 def test_perf_view_without_bench_shows_recorded_results(run, data, views):
