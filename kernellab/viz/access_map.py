@@ -79,13 +79,14 @@ def access_map_html(report, columns: int = COLUMNS, max_rows: int = MAX_ROWS) ->
 
 
 class AccessMapView:
-    """`display(AccessMapView(report))`: the map as HTML, with a one-line text form for plain front ends."""
+    """`display(AccessMapView(report))`: the map as HTML, with a one-line text form for plain front ends.
+    `columns`: elements per row of the drawing (a 2-D argument's row length draws it as its matrix)."""
 
-    def __init__(self, report):
-        self.report = report
+    def __init__(self, report, columns: int = COLUMNS):
+        self.report, self.columns = report, columns
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         r = self.report
         text = (f"access map of {r.kernel} over {len(r.maps)} argument(s): "
                 + (f"{len(r.findings)} finding(s)" if r.findings else "no findings"))
-        return {"text/plain": text, "text/html": access_map_html(r)}
+        return {"text/plain": text, "text/html": access_map_html(r, columns=self.columns)}
