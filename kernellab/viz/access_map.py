@@ -28,7 +28,8 @@ def _cells(m, findings: set, columns: int, rows: int) -> str:
             fill, who = "#ffffff", f"only read, last by program {rd}"
         else:
             fill, who = "#e8e8e8", "not touched"
-        stroke = ' stroke="#d62728" stroke-width="2"' if i in findings else ' stroke="#ffffff" stroke-width="0.5"'
+        edge = "#bbbbbb" if fill == "#ffffff" else "#ffffff"  # white (only read) cells need a visible edge
+        stroke = ' stroke="#d62728" stroke-width="2"' if i in findings else f' stroke="{edge}" stroke-width="0.5"'
         x, y = c * CELL, r * CELL
         hatch = (f'<line x1="{x + 2}" y1="{y + CELL - 2}" x2="{x + CELL - 2}" y2="{y + 2}" stroke="#333" '
                  'stroke-width="1"/>' if at >= 0 else "")
