@@ -84,6 +84,7 @@ def _text(cell) -> str:
 def test_notebooks_exist():
     names = [p.name for p in NOTEBOOKS]
     assert names[:4] == ["01_vector_add.ipynb", "02_softmax.ipynb", "03_layer_norm.ipynb", "04_matmul.ipynb"], names
+    assert {"05_attention.ipynb", "07_debugging.ipynb", "08_porting.ipynb"} <= set(names), names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -28,7 +28,8 @@ def _cells(m, findings: set, columns: int, rows: int) -> str:
             fill, who = "#ffffff", f"only read, last by program {rd}"
         else:
             fill, who = "#e8e8e8", "not touched"
-        stroke = ' stroke="#d62728" stroke-width="2"' if i in findings else ' stroke="#ffffff" stroke-width="0.5"'
+        edge = "#bbbbbb" if fill == "#ffffff" else "#ffffff"  # white (only read) cells need a visible edge
+        stroke = ' stroke="#d62728" stroke-width="2"' if i in findings else f' stroke="{edge}" stroke-width="0.5"'
         x, y = c * CELL, r * CELL
         hatch = (f'<line x1="{x + 2}" y1="{y + CELL - 2}" x2="{x + CELL - 2}" y2="{y + 2}" stroke="#333" '
                  'stroke-width="1"/>' if at >= 0 else "")
@@ -79,13 +80,14 @@ def access_map_html(report, columns: int = COLUMNS, max_rows: int = MAX_ROWS) ->
 
 
 class AccessMapView:
-    """`display(AccessMapView(report))`: the map as HTML, with a one-line text form for plain front ends."""
+    """`display(AccessMapView(report))`: the map as HTML, with a one-line text form for plain front ends.
+    `columns`: elements per row of the drawing (a 2-D argument's row length draws it as its matrix)."""
 
-    def __init__(self, report):
-        self.report = report
+    def __init__(self, report, columns: int = COLUMNS):
+        self.report, self.columns = report, columns
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         r = self.report
         text = (f"access map of {r.kernel} over {len(r.maps)} argument(s): "
                 + (f"{len(r.findings)} finding(s)" if r.findings else "no findings"))
-        return {"text/plain": text, "text/html": access_map_html(r)}
+        return {"text/plain": text, "text/html": access_map_html(r, columns=self.columns)}

@@ -194,17 +194,18 @@ def results_dir() -> Path | None:
     return None
 
 
-def recorded_results(gpu_only: bool = True) -> list[dict]:
+def recorded_results(gpu_only: bool = True, benchmark: str | None = None) -> list[dict]:
     """Every ``benchmarks/results/*.json``, newest first, as ``{gpu, date, source, versions, rows,
     recorded: True}``. Rows keep the files' shape: ``{case, bytes, kernellab: {seconds, gbps, ...},
     torch: {...}, triton: {...}}``, plus ``flops`` (estimated from the case where the file has none) and
     ``flops_estimated``. With ``gpu_only`` (default), files without GPU rows (the CPU interpreter's) are
-    left out. Unreadable files are skipped."""
+    left out. ``benchmark``: only that benchmark's files (``<date>-<gpu>-<benchmark>.json``), so a reader
+    does not depend on which other benchmark ran last. Unreadable files are skipped."""
     root = results_dir()
     if root is None:
         return []
     out = []
-    for path in sorted(root.glob("*.json"), reverse=True):
+    for path in sorted(root.glob("*.json" if benchmark is None else f"*-{benchmark}.json"), reverse=True):
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -229,6 +230,23 @@ def recorded_results(gpu_only: bool = True) -> list[dict]:
                     "file": f"benchmarks/results/{path.name}", "versions":
                     data.get("versions", {}), "rows": fixed, "recorded": True})
     return out
+
+
+def recorded_benchmark(benchmark: str, gpu: str = "NVIDIA H200") -> dict | None:
+    """The newest ``benchmarks/results/<date>-<gpu>-<benchmark>.json`` as the benchmark wrote it, plus ``file``
+    (its path from the repository root) and ``recorded: True``; None when there is none. For files of any shape
+    (idioms, libraries, sweeps); the notebooks quote their recorded figures through it, labelled with the file's
+    date and GPU, so a newer run of a benchmark refreshes them all."""
+    root = results_dir()
+    if root is None:
+        return None
+    for path in sorted(root.glob(f"*-{gpu.replace(' ', '_')}-{benchmark}.json"), reverse=True):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        return dict(data, file=f"benchmarks/results/{path.name}", recorded=True)
+    return None
 
 
 # FLOPs per element of the recorded benchmark cases (elementwise arithmetic, exp counted as one):

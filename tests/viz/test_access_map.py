@@ -58,3 +58,13 @@ def test_large_arguments_show_a_window():
     html = access_map_html(report, columns=64, max_rows=8)
     assert len(re.findall(r"<rect ", html)) == 512
     assert "the first 512 of 8192 elements" in html
+
+
+def test_the_view_draws_a_matrix_with_its_row_length():
+    """AccessMapView(report, columns=N) lays a 2-D argument out as its rows (the notebooks draw M x N this way)."""
+    from kernellab.viz.access_map import AccessMapView
+
+    report = blocks[(4,)](torch.zeros(64), BLOCK=16, sanitize=True).sanitizer_report
+    html = AccessMapView(report, columns=16)._repr_mimebundle_()["text/html"]
+    ys = {int(y) for y in re.findall(r'<rect x="\d+" y="(\d+)"', html)}
+    assert len(ys) == 4 and 'width="224"' in html  # 64 elements in 4 rows of 16 cells of 14 px

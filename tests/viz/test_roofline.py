@@ -219,3 +219,15 @@ def test_measure_peaks_on_the_gpu(tmp_path, monkeypatch):
     peaks = roofline.measure_peaks(copy_bytes=2**28, matmul_n=4096)
     assert 1e11 < peaks["bytes_per_s"] < 2e13 and 1e12 < peaks["flops_per_s"] < 5e15
     assert roofline.cached_peaks() == peaks
+
+
+def test_recorded_results_of_one_benchmark_and_its_raw_file():
+    """Readers pick their benchmark by name (not "the newest file with rows"), and get other shapes raw."""
+    (mb,) = [r for r in roofline.recorded_results(benchmark="memory_bound") if r["source"].endswith(H200)]
+    assert any(r["case"].startswith("vector_add") for r in mb["rows"])
+    assert all(r["source"].endswith("-memory_bound.json") for r in roofline.recorded_results(benchmark="memory_bound"))
+    idioms = roofline.recorded_benchmark("idioms")
+    assert idioms["recorded"] and idioms["gpu"] == "NVIDIA H200" and idioms["file"].endswith("-NVIDIA_H200-idioms.json")
+    newest = sorted(p.name for p in roofline.results_dir().glob("*-NVIDIA_H200-idioms.json"))[-1]
+    assert idioms["file"] == f"benchmarks/results/{newest}" and idioms["date"] == newest[:10]
+    assert roofline.recorded_benchmark("no-such-benchmark") is None
