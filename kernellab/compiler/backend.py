@@ -87,7 +87,9 @@ def _ptx(b: Build):
 def _cubin(b: Build):
     t0 = time.perf_counter()
     try:
-        cubin, report = ptx_to_cubin(b.out["ptx"], b.target, b.name)
+        # -lineinfo: keep the PTX's .loc lines as a line table in the cubin (the SASS view maps instructions to
+        # source lines); it does not change the SASS
+        cubin, report = ptx_to_cubin(b.out["ptx"], b.target, b.name, ["-lineinfo"] if b.options.line_info else ())
     except ToolchainError as e:
         err = ToolchainError(f"kernel '{b.name}': ptxas rejected the generated PTX; see compiled.asm['ptx']\n{e}")
         err.stages = {k: b.out[k] for k in ("gpu", "llir", "ptx")}  # build_gpu keeps them for that asm['ptx']
