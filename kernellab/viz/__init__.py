@@ -3,6 +3,7 @@
     import kernellab.viz as kv
     kv.show(compiled)                      # a Tab of every view
     kv.PassesView(compiled)                # or one view: LayoutView, SharedMemoryView, CodeView, GraphView
+    kv.linked_view(compiled)               # source <-> any IR stage, PTX, SASS (anywidget; static without)
 
 Pure data in `kernellab.viz.data`, static HTML/SVG in `kernellab.viz.html`. The widget classes need
 ipywidgets; they are imported on first use, so the data and HTML parts work without it.
@@ -10,7 +11,7 @@ ipywidgets; they are imported on first use, so the data and HTML parts work with
 
 _WIDGETS = ("show", "PassesView", "LayoutView", "SharedMemoryView", "CodeView", "GraphView")
 
-__all__ = list(_WIDGETS) + ["PerformanceView", "load_ipython_extension"]
+__all__ = list(_WIDGETS) + ["LinkedView", "linked_view", "PerformanceView", "load_ipython_extension"]
 
 
 def __getattr__(name):
@@ -18,6 +19,10 @@ def __getattr__(name):
         from . import widgets
 
         return getattr(widgets, name)
+    if name in ("LinkedView", "linked_view"):  # anywidget's; LinkedView is None without it
+        from . import linked
+
+        return getattr(linked, name)
     if name == "PerformanceView":  # matplotlib, imported on first use
         from .roofline import PerformanceView
 

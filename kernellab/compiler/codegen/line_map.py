@@ -15,7 +15,6 @@ _DILOC = re.compile(r"^!(\d+) = !DILocation\(([^)]*)\)", re.M)
 _LINE = re.compile(r"\bline: (\d+)")
 _PTX_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+\d+")
 _PTX_FILE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"', re.M)
-_PTX_CODE = re.compile(r"^\s+[@a-z]")  # an instruction (or a predicated one); directives start with '.'
 
 
 def llvm_positions(text: str) -> Positions:
@@ -58,6 +57,8 @@ def ptx_positions(text: str, file_index: int | None = None) -> Positions:
         elif line.startswith("}"):
             current = None
             source.append(None)
-        else:
-            source.append(current if _PTX_CODE.match(line) and not line.lstrip().startswith(".") else None)
+        else:  # instructions, inline-asm blocks and the comments around them; not directives, labels, blanks
+            st = line.strip()
+            code = st and not st.startswith(".") and not (st.endswith(":") and " " not in st)
+            source.append(current if code else None)
     return Positions(tuple(source), (None,) * len(source))
