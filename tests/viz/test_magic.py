@@ -267,7 +267,7 @@ def test_default_target_builds_gpu_stages_for_the_views(run, ip, data, views):
     run(f"%%kernel {RUN}\n{ADD}")
     ck = ip.user_ns["_kl_last"]
     assert "ptx" in ck.asm and ck._built_for is not None
-    assert views[-1][0] is ck and views[-1][1] == ("passes", "layout", "smem", "code")
+    assert views[-1][0] is ck and views[-1][1] == ("passes", "linked", "layout", "smem", "code")
 
 
 def test_views_option(run, data, views):
@@ -275,7 +275,7 @@ def test_views_option(run, data, views):
     assert views[-1][1] == ("passes", "graph")
     run(f"%%kernel {RUN} --views none\n{ADD}")
     run(f"%%kernel {RUN} --views all\n{ADD}")
-    assert views[-1][1] == ("passes", "layout", "smem", "code", "graph")  # perf is drawn by the magic itself
+    assert views[-1][1] == ("passes", "linked", "layout", "smem", "code", "graph")  # perf is drawn by the magic itself
     assert len(views) == 2  # 'none' showed nothing
 
 

@@ -46,8 +46,8 @@ def pane_lines(markup: str) -> dict:
 def test_show_builds_a_tab_of_every_view(cks):
     tab = kv.show(cks["softmax"])
     assert isinstance(tab, W.Tab)
-    assert tuple(tab.titles) == ("passes", "layout", "shared memory", "code", "graph")
-    assert [type(c).__name__ for c in tab.children] == ["PassesView", "LayoutView", "SharedMemoryView",
+    assert tuple(tab.titles) == ("passes", "linked", "layout", "shared memory", "code", "graph")
+    assert [type(c).__name__ for c in tab.children] == ["PassesView", "LinkedView", "LayoutView", "SharedMemoryView",
                                                         "CodeView", "GraphView"]
     bundle = tab._repr_mimebundle_()
     assert WIDGET_MIME in bundle and bundle[WIDGET_MIME]["model_id"] == tab.model_id
