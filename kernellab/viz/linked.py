@@ -104,7 +104,7 @@ def _stage(sid, title, group, text_lines, src, dim=None, note=""):
 
 def linked_data(compiled, with_sass: bool = True) -> dict:
     """What the view draws, as JSON-ready data: the kernel's source lines and one entry per stage — every tile or
-    GPU pass that changed the IR (and the first), LLVM IR, PTX and SASS — with its text lines, the source line of
+    GPU pass that changed the IR (and the first, and the last of each: ids "tile" and "gpu"), LLVM IR, PTX and SASS — with its text lines, the source line of
     each (None where none) and the character span of each line's location text (dimmed). `panes`: the stages
     the two stage panes open on."""
     trace = compiled.trace
@@ -114,15 +114,15 @@ def linked_data(compiled, with_sass: bool = True) -> dict:
     for i, p in enumerate(passes):
         if p.stage not in ("frontend", "tile", "gpu", "llir", "ptx"):
             continue
-        if p.stage in ("tile", "gpu") and i > 0 and not p.changed:
-            continue
         last_of_stage = all(q.stage != p.stage for q in passes[i + 1:])
+        if p.stage in ("tile", "gpu") and i > 0 and not p.changed and not last_of_stage:
+            continue
         group = _GROUPS.get(p.stage, p.stage)
         if p.stage in ("llir", "ptx"):
             title, sid = group, p.stage
         else:
             title = f"{group} · {i}. {p.name}" + (" (final)" if last_of_stage else "")
-            sid = "gpu" if (p.stage == "gpu" and last_of_stage) else f"p{i}"
+            sid = p.stage if (p.stage in ("tile", "gpu") and last_of_stage) else f"p{i}"
         pos = p.positions
         lines = p.ir.splitlines()
         stages.append(_stage(sid, title, group, lines, pos.source if pos else None, pos.loc if pos else None,
