@@ -84,7 +84,8 @@ function render({ model, el }) {
   bar.className = "kl-lk-bar";
   const search = document.createElement("input");
   search.type = "search";
-  search.placeholder = "search every pane (regex; Enter: next)";
+  search.placeholder = "search all panes (regex)";
+  search.title = "marks matches in every pane; Enter: the next match";
   search.className = "kl-lk-search";
   const onlyLabel = document.createElement("label");
   const only = document.createElement("input");

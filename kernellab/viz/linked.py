@@ -104,7 +104,8 @@ def _stage(sid, title, group, text_lines, src, dim=None, note=""):
 
 def linked_data(compiled, with_sass: bool = True) -> dict:
     """What the view draws, as JSON-ready data: the kernel's source lines and one entry per stage — every tile or
-    GPU pass that changed the IR (and the first, and the last of each: ids "tile" and "gpu"), LLVM IR, PTX and SASS — with its text lines, the source line of
+    GPU pass that changed the IR (and the first, and the last of each: ids "tile" and "gpu"), LLVM IR, PTX and
+    SASS — with its text lines, the source line of
     each (None where none) and the character span of each line's location text (dimmed). `panes`: the stages
     the two stage panes open on."""
     trace = compiled.trace
