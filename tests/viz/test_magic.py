@@ -360,7 +360,7 @@ def racy_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
     ("--bogus", "bad options.*unrecognized arguments: --bogus"),
     ("--num-warps four", "bad options.*invalid int value"),
     ('--args "x, y', "bad options.*(closing quotation|No closing)"),
-    (f"{RUN} --views passes,flames", "unknown view 'flames'.*passes, layout, smem, code, graph, perf"),
+    (f"{RUN} --views passes,flames", "unknown view 'flames'.*passes, linked, layout, smem, code, graph, perf"),
     (f"{RUN} --target gfx90a", "bad --target 'gfx90a'"),
     (f"{RUN} --target sm_20", "bad --target"),
     (f"{RUN} -c BLOCK", r"bad -c/--const 'BLOCK'"),
