@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import CompilationError, ToolchainError
+from .codegen.line_map import llvm_positions, ptx_positions
 from .codegen.llvm_to_ptx import llvm_to_ptx
 from .codegen.lower import LoweringError, lower_kernel
 from .codegen.ptx_to_cubin import ptx_to_cubin
@@ -70,8 +71,9 @@ def _llir(b: Build):
     except (LoweringError, NotImplementedError) as e:
         raise CompilationError(b.name, f"GPU code generation failed: {e}", b.module.kernel.source_file,
                                b.module.kernel.first_line) from None
+    positions = llvm_positions(b.out["llir"]) if b.options.line_info else None
     b.trace.record("to_llvm", "GPU IR -> LLVM IR (one function; registers per layout)", b.out["llir"],
-                   time.perf_counter() - t0, True, {}, stage="llir")
+                   time.perf_counter() - t0, True, {}, stage="llir", positions=positions)
 
 
 def _ptx(b: Build):
@@ -80,14 +82,17 @@ def _ptx(b: Build):
     if b.options.maxnreg:
         ptx = _cap_registers(ptx, b.options.maxnreg)
     b.out["ptx"] = ptx
+    positions = ptx_positions(ptx) if b.options.line_info else None
     b.trace.record("to_ptx", f"LLVM O3 + NVPTX backend -> PTX for {b.target.cpu}", ptx, time.perf_counter() - t0,
-                   True, {}, stage="ptx")
+                   True, {}, stage="ptx", positions=positions)
 
 
 def _cubin(b: Build):
     t0 = time.perf_counter()
     try:
-        cubin, report = ptx_to_cubin(b.out["ptx"], b.target, b.name)
+        # -lineinfo: keep the PTX's .loc lines as a line table in the cubin (the SASS view maps instructions to
+        # source lines); it does not change the SASS
+        cubin, report = ptx_to_cubin(b.out["ptx"], b.target, b.name, ["-lineinfo"] if b.options.line_info else ())
     except ToolchainError as e:
         err = ToolchainError(f"kernel '{b.name}': ptxas rejected the generated PTX; see compiled.asm['ptx']\n{e}")
         err.stages = {k: b.out[k] for k in ("gpu", "llir", "ptx")}  # build_gpu keeps them for that asm['ptx']

@@ -17,14 +17,16 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 # Bump when a record's fields change: a disk-cache entry written with another schema is recompiled.
-TRACE_SCHEMA = 1
+TRACE_SCHEMA = 2  # 2: the LLVM IR and PTX records carry Positions (source lines from !dbg / .loc)
 
 
 @dataclass(frozen=True)
 class Positions:
     """Where the printer put things, per line of a pass's IR text: `source`, the kernel source line the line
     came from (a region op's header carries the loc printed on its closing line) or None; `loc`, the
-    (start, end) characters of the line's ` loc(...)` text or None."""
+    (start, end) characters of the line's ` loc(...)` text (in LLVM IR its `, !dbg !N`) or None. The tile and GPU
+    IR records have them from the printer, the LLVM IR and PTX records from codegen's line info
+    (codegen/line_map.py; absent when GpuOptions.line_info is off)."""
 
     source: tuple = ()
     loc: tuple = ()
@@ -226,7 +228,7 @@ class Snapshot:
 @dataclass
 class PassRecord:
     """One stage of the compile: `stage` names what its `ir` is ("tile", "gpu", "llir", "ptx", "cubin");
-    `stats` is what the pass found; `positions` where the printer put each line's loc (tile and GPU IR);
+    `stats` is what the pass found; `positions` each line's source line (tile and GPU IR, LLVM IR, PTX);
     `snapshot` the IR as records, kept for the last pass of the tile and GPU stages."""
 
     name: str

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import sys
 from dataclasses import dataclass, field
 
@@ -216,7 +217,8 @@ class CompiledKernel:
                           reflect_ftz=bool(self.options.get("enable_reflect_ftz", True)),
                           maxnreg=self.options.get("maxnreg"),
                           wgmma=bool(self.options.get("enable_wgmma", True)),
-                          tma=bool(self.options.get("enable_tma", True)))
+                          tma=bool(self.options.get("enable_tma", True)),
+                          line_info=_line_info_on())
         while True:
             start = len(self.trace.passes)
             out = self._build_for(opts, target)
@@ -425,6 +427,13 @@ def _can_load() -> bool:
 def _max_shared(arch: int) -> int:
     """Shared memory one block may opt into (bytes): H100/H200, A100, consumer Ampere/Ada."""
     return 232448 if arch >= 90 else 166912 if arch == 80 else 101376
+
+
+def _line_info_on() -> bool:
+    """Source lines in the PTX and SASS (GpuOptions.line_info) unless KERNELLAB_DISABLE_LINE_INFO (or Triton's
+    TRITON_DISABLE_LINE_INFO) is set to something other than 0."""
+    return not any(os.environ.get(v, "0") not in ("", "0")
+                   for v in ("KERNELLAB_DISABLE_LINE_INFO", "TRITON_DISABLE_LINE_INFO"))
 
 
 def _gpu_cache_key(tile_ir: str, opts, target) -> str:

@@ -4,6 +4,7 @@
     kv.show(compiled)                      # a Tab of every view
     kv.PassesView(compiled)                # or one view: LayoutView, SharedMemoryView, CodeView, GraphView
     kv.compare(kernel, *args, a=dict(BLOCK=64), b=dict(BLOCK=128), grid=...)   # two compiles side by side
+    kv.linked_view(compiled)               # source <-> any IR stage, PTX, SASS (anywidget; static without)
 
 Pure data in `kernellab.viz.data`, static HTML/SVG in `kernellab.viz.html`. The widget classes need
 ipywidgets; they are imported on first use, so the data and HTML parts work without it.
@@ -11,7 +12,8 @@ ipywidgets; they are imported on first use, so the data and HTML parts work with
 
 _WIDGETS = ("show", "PassesView", "LayoutView", "SharedMemoryView", "CodeView", "GraphView")
 
-__all__ = list(_WIDGETS) + ["PerformanceView", "compare", "CompareView", "load_ipython_extension"]
+__all__ = list(_WIDGETS) + ["LinkedView", "linked_view", "PerformanceView", "compare", "CompareView",
+                            "load_ipython_extension"]
 
 
 def __getattr__(name):
@@ -19,6 +21,10 @@ def __getattr__(name):
         from . import widgets
 
         return getattr(widgets, name)
+    if name in ("LinkedView", "linked_view"):  # anywidget's; LinkedView is None without it
+        from . import linked
+
+        return getattr(linked, name)
     if name == "PerformanceView":  # matplotlib, imported on first use
         from .roofline import PerformanceView
 

@@ -30,11 +30,11 @@ from IPython.core import magic_arguments
 from IPython.core.magic import Magics, cell_magic, magics_class, no_var_expand
 from IPython.display import display
 
-VIEWS = ("passes", "layout", "smem", "code", "graph", "perf")
-DEFAULT_VIEWS = "passes,layout,smem,code"
+VIEWS = ("passes", "linked", "layout", "smem", "code", "graph", "perf")
+DEFAULT_VIEWS = "passes,linked,layout,smem,code"
 _ALIASES = {"shared": "smem", "shared_memory": "smem", "roofline": "perf", "ptx": "code", "ir": "code",
-            "pass": "passes", "layouts": "layout"}
-_GPU_VIEWS = {"layout", "smem", "code", "graph"}
+            "pass": "passes", "layouts": "layout", "source": "linked"}
+_GPU_VIEWS = {"linked", "layout", "smem", "code", "graph"}
 _COUNTER = itertools.count(1)
 # A message's colours: a translucent tint of its kind over whatever the theme's background is, and the theme's
 # text colour (inherit). Not JupyterLab's --jp-*-color3: its dark theme keeps those light (#ffcdd2) under white

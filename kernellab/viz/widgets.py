@@ -13,6 +13,7 @@ import ipywidgets as W
 
 from . import data as D
 from . import html as H
+from .linked import linked_view
 
 MONO = "var(--jp-code-font-family, ui-monospace, Menlo, monospace)"
 
@@ -492,7 +493,7 @@ class GraphView(_View):
 
 
 VIEWS = {"passes": PassesView, "layout": LayoutView, "smem": SharedMemoryView, "code": CodeView,
-         "graph": GraphView}
+         "graph": GraphView, "linked": linked_view}
 
 
 class LabTab(W.Tab):
@@ -508,7 +509,7 @@ class LabTab(W.Tab):
         return data
 
 
-def show(compiled, views=("passes", "layout", "smem", "code", "graph")) -> W.Tab:
+def show(compiled, views=("passes", "linked", "layout", "smem", "code", "graph")) -> W.Tab:
     """A Tab with one live view per name in `views` (passes, layout, smem, code, graph). A kernel compiled for a
     CPU run gets its GPU stages built here (for this machine's GPU, else sm_90a; no GPU needed)."""
     unknown = [v for v in views if v not in VIEWS]

@@ -267,7 +267,7 @@ def test_default_target_builds_gpu_stages_for_the_views(run, ip, data, views):
     run(f"%%kernel {RUN}\n{ADD}")
     ck = ip.user_ns["_kl_last"]
     assert "ptx" in ck.asm and ck._built_for is not None
-    assert views[-1][0] is ck and views[-1][1] == ("passes", "layout", "smem", "code")
+    assert views[-1][0] is ck and views[-1][1] == ("passes", "linked", "layout", "smem", "code")
 
 
 def test_views_option(run, data, views):
@@ -275,7 +275,7 @@ def test_views_option(run, data, views):
     assert views[-1][1] == ("passes", "graph")
     run(f"%%kernel {RUN} --views none\n{ADD}")
     run(f"%%kernel {RUN} --views all\n{ADD}")
-    assert views[-1][1] == ("passes", "layout", "smem", "code", "graph")  # perf is drawn by the magic itself
+    assert views[-1][1] == ("passes", "linked", "layout", "smem", "code", "graph")  # perf is drawn by the magic itself
     assert len(views) == 2  # 'none' showed nothing
 
 
@@ -360,7 +360,7 @@ def racy_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
     ("--bogus", "bad options.*unrecognized arguments: --bogus"),
     ("--num-warps four", "bad options.*invalid int value"),
     ('--args "x, y', "bad options.*(closing quotation|No closing)"),
-    (f"{RUN} --views passes,flames", "unknown view 'flames'.*passes, layout, smem, code, graph, perf"),
+    (f"{RUN} --views passes,flames", "unknown view 'flames'.*passes, linked, layout, smem, code, graph, perf"),
     (f"{RUN} --target gfx90a", "bad --target 'gfx90a'"),
     (f"{RUN} --target sm_20", "bad --target"),
     (f"{RUN} -c BLOCK", r"bad -c/--const 'BLOCK'"),

@@ -46,8 +46,8 @@ def pane_lines(markup: str) -> dict:
 def test_show_builds_a_tab_of_every_view(cks):
     tab = kv.show(cks["softmax"])
     assert isinstance(tab, W.Tab)
-    assert tuple(tab.titles) == ("passes", "layout", "shared memory", "code", "graph")
-    assert [type(c).__name__ for c in tab.children] == ["PassesView", "LayoutView", "SharedMemoryView",
+    assert tuple(tab.titles) == ("passes", "linked", "layout", "shared memory", "code", "graph")
+    assert [type(c).__name__ for c in tab.children] == ["PassesView", "LinkedView", "LayoutView", "SharedMemoryView",
                                                         "CodeView", "GraphView"]
     bundle = tab._repr_mimebundle_()
     assert WIDGET_MIME in bundle and bundle[WIDGET_MIME]["model_id"] == tab.model_id
@@ -218,7 +218,8 @@ def test_show_builds_the_gpu_stages_of_a_cpu_run():
     assert "gpu" not in ck.asm
     tab = kv.show(ck)
     assert "gpu" in ck.asm and "ptx" in ck.asm and ck.num_warps == 2
-    passes, layout, smem, code, graph = tab.children
+    passes, linked, layout, smem, code, graph = tab.children
+    assert linked.static_html().count('class="kl-lk-pane') >= 3  # source and two stages
     assert len(passes.pass_select.options) == len(ck.trace.passes)
     assert layout.entries and "<svg" in layout.pane.value
     assert "build_gpu" not in tab._repr_mimebundle_()["text/html"]
@@ -239,7 +240,8 @@ def test_views_say_why_when_the_gpu_stages_cannot_be_built(monkeypatch):
 
     monkeypatch.setattr(ck, "build_gpu", broken)
     tab = kv.show(ck)
-    passes, layout, smem, code, graph = tab.children
+    passes, linked, layout, smem, code, graph = tab.children
+    assert "tile IR" in linked.static_html()  # the linked view still shows the tile IR passes
     assert len(calls) == 1  # tried once, not once per view
     for pane in (layout.pane.value, smem.pane.value, code.static_html()):
         assert "could not be built" in pane and "ptxas exploded" in pane
@@ -269,7 +271,7 @@ def test_every_view_builds_for_every_corpus_kernel(case, recwarn):
         bundle = tab._repr_mimebundle_()
         assert WIDGET_MIME in bundle and len(bundle["text/html"]) > 1000
         assert D.smem_map(ck.trace)["total"] == ck.shared
-        layout = tab.children[1]
+        layout = tab.children[2]
         for k in range(len(layout.entries)):
             layout.dropdown.value = k
             assert "<svg" in layout.pane.value

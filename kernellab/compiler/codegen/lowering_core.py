@@ -118,6 +118,7 @@ class KernelLowering:
         self.strings: dict[str, ir.GlobalVariable] = {}
         self.arg_kinds: list[str] = []
         self._make_function(tensormaps)
+        self.debug = DebugLines(self) if getattr(options, "line_info", True) else None
 
     # ------------------------------------------------------------------ setup
     def _make_function(self, tensormaps):
@@ -284,6 +285,12 @@ class KernelLowering:
                 self.op(op)
 
     def op(self, op: Op):
+        if self.debug is not None:
+            with self.debug.at(op.loc):
+                return self._op(op)
+        return self._op(op)
+
+    def _op(self, op: Op):
         handler = _HANDLERS.get(op.name)
         if handler is None:
             if is_elementwise(op.name):
@@ -570,6 +577,69 @@ class KernelLowering:
                 return x
             return b.bitcast(x, to)
         raise LoweringError(name)
+
+
+class DebugLines:
+    """Source lines for the LLVM IR: a line-tables-only compile unit (`DebugDirectivesOnly`: LLVM's NVPTX backend
+    then writes `.file`/`.loc` directives into the PTX and no DWARF sections, which is what nvcc -lineinfo gives
+    ptxas) and a `!dbg` DILocation on every instruction an op lowers to. Both builders carry the location of the
+    op being lowered (index math hoisted into the entry block belongs to the op that first needed it); what is
+    built before any op (thread and warp ids) gets the kernel's `def` line. Line info does not change the code:
+    tests/test_line_info.py compares PTX instructions and ptxas' register counts with and without it."""
+
+    def __init__(self, lw: KernelLowering):
+        import os
+
+        fn, mod = lw.ir_fn, lw.mod
+        directory, name = os.path.split(fn.source_file or "<kernel>")
+        self.mod = mod
+        self.file = mod.add_debug_info("DIFile", {"filename": name, "directory": directory})
+        unit = mod.add_debug_info("DICompileUnit", {
+            "language": ir.DIToken("DW_LANG_Python"), "file": self.file, "producer": "kernellab",
+            "isOptimized": True, "runtimeVersion": 0, "emissionKind": ir.DIToken("DebugDirectivesOnly")},
+            is_distinct=True)
+        fty = mod.add_debug_info("DISubroutineType", {"types": mod.add_metadata([])})
+        self.scope = mod.add_debug_info("DISubprogram", {
+            "name": fn.name, "scope": self.file, "file": self.file, "line": fn.first_line, "type": fty,
+            "scopeLine": fn.first_line, "unit": unit,
+            "spFlags": ir.DIToken("DISPFlagDefinition | DISPFlagOptimized")}, is_distinct=True)
+        lw.fn.set_metadata("dbg", self.scope)
+        mod.add_named_metadata("llvm.dbg.cu", unit)
+        for key, value in (("Debug Info Version", 3), ("Dwarf Version", 4)):
+            mod.add_named_metadata("llvm.module.flags", mod.add_metadata([I32(2), key, I32(value)]))
+        self.lw = lw
+        self._locs: dict = {}
+        start = self.location(fn.first_line, 0)
+        for inst in lw.fn.blocks[0].instructions:  # what _make_function built: the thread and warp ids
+            inst.set_metadata("dbg", start)
+        lw.b.debug_metadata = lw.eb.debug_metadata = start
+
+    def location(self, line: int, col: int):
+        key = (line, col)
+        if key not in self._locs:
+            self._locs[key] = self.mod.add_debug_info("DILocation", {"line": line, "column": col,
+                                                                    "scope": self.scope})
+        return self._locs[key]
+
+    def at(self, loc):
+        """A context in which both builders stamp `loc` (an ir.Loc, or None: keep the enclosing op's)."""
+        return _AtLocation(self, loc)
+
+
+class _AtLocation:
+    def __init__(self, debug: DebugLines, loc):
+        self.debug, self.loc = debug, loc
+
+    def __enter__(self):
+        lw = self.debug.lw
+        self.saved = lw.b.debug_metadata, lw.eb.debug_metadata
+        if self.loc is not None and getattr(self.loc, "line", None):
+            lw.b.debug_metadata = lw.eb.debug_metadata = self.debug.location(self.loc.line, self.loc.col or 0)
+
+    def __exit__(self, *exc):
+        lw = self.debug.lw
+        lw.b.debug_metadata, lw.eb.debug_metadata = self.saved
+        return False
 
 
 _HANDLERS: dict = {}

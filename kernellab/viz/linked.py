@@ -1,0 +1,295 @@
+"""The linked view: kernel source beside any stage of its compile (tile IR after each pass, GPU IR, LLVM IR, PTX,
+SASS), every line coloured by the source line it came from, as Compiler Explorer does; hovering or clicking a line
+highlights it and its counterparts in every pane and scrolls them into view, a search box marks matches everywhere.
+
+The interaction runs in the browser (linked.js, an anywidget front-end module: no Python round trip, no build step,
+no CDN). Without anywidget, and in a notebook reopened without its kernel, the same panes come as static HTML with
+the colours (the widget's `text/html`).
+
+The line maps come from the CompileTrace's `Positions` (tile and GPU IR from the printer, LLVM IR and PTX from
+codegen's line info); the SASS map from the cubin's line table (ptxas -lineinfo), read with `nvdisasm -g` here,
+since the compiler does not disassemble.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from . import data as D
+from . import html as H
+
+try:  # the live widget needs anywidget (the lab extra); the static HTML does not
+    import anywidget
+    import traitlets
+except ImportError:  # pragma: no cover - exercised where anywidget is missing
+    anywidget = None
+
+_JS = Path(__file__).with_name("linked.js")
+_GROUPS = {"frontend": "tile IR", "tile": "tile IR", "gpu": "GPU IR", "llir": "LLVM IR", "ptx": "PTX", "sass": "SASS"}
+
+
+def color(line: int, alpha: float = 0.22) -> str:
+    """The colour of source line `line`: hues a golden angle apart, so neighbouring lines differ (linked.js has
+    the same formula)."""
+    return f"hsla({round(line * 137.508) % 360},75%,55%,{alpha})"
+
+
+# --------------------------------------------------------------------------- SASS with source lines
+
+_SASS_CACHE: dict = {}
+_SASS_LINE = re.compile(r'^\s*//## File "[^"]*", line (\d+)')
+_SASS_INSTR = re.compile(r"^\s*(/\*[0-9a-f]{4,}\*/)\s+")
+
+
+def sass_lines(cubin: bytes | None) -> tuple[list, list, str]:
+    """(SASS lines, source line per line or None, why there are none): nvdisasm -g's listing, tidied as the code
+    view's (encodings and ELF directives dropped, indentation shortened), its `//## File ..., line N` comments
+    turned into the per-line map. A cubin built without line info gives the SASS with an empty map."""
+    if not cubin:
+        return [], [], "no cubin: call compiled.build_gpu() first"
+    key = hashlib.sha256(cubin).hexdigest()
+    if key in _SASS_CACHE:
+        return _SASS_CACHE[key]
+    found = D.find_nvdisasm()
+    if found is None:
+        text, why = D.sass(cubin)  # cuobjdump, perhaps: the SASS without its source lines
+        if text is None:
+            return [], [], why
+        lines = [_SASS_INSTR.sub(r"\1  ", x) for x in text.splitlines()]
+        return lines, [None] * len(lines), "no source lines for SASS: nvdisasm was not found"
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "kernel.cubin")
+        Path(path).write_bytes(cubin)
+        try:
+            r = subprocess.run([found, "-c", "-g", path], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return [], [], f"nvdisasm failed: {e}"
+    if r.returncode != 0:
+        return [], [], f"nvdisasm failed: {(r.stderr or r.stdout).strip()}"
+    lines, src, current = [], [], None
+    for x in D._tidy_nvdisasm(r.stdout).splitlines():
+        m = _SASS_LINE.match(x)
+        if m:
+            current = int(m.group(1))
+            continue
+        x = re.sub(r"\s*/\* 0x[0-9a-f]{16} \*/\s*$", "", x)
+        if not x.strip():
+            continue
+        instr = _SASS_INSTR.match(x)
+        if instr is None and not x.lstrip().startswith(("Function", ".L_", ".target")):
+            continue
+        lines.append(_SASS_INSTR.sub(r"\1  ", x).replace("\t\tFunction", "Function"))
+        src.append(current if instr else None)
+    out = (lines, src, "" if any(s is not None for s in src) else "no source lines in the cubin (built without "
+                                                                     "line info)")
+    _SASS_CACHE[key] = out
+    return out
+
+
+# --------------------------------------------------------------------------- the data the view draws
+
+
+def _stage(sid, title, group, text_lines, src, dim=None, note=""):
+    n = len(text_lines)
+    src = list(src) if src is not None and len(src) == n else [None] * n
+    dim = [list(s) if s else None for s in dim] if dim is not None and len(dim) == n else None
+    return {"id": sid, "title": title, "group": group, "lines": text_lines, "src": src, "dim": dim,
+            "note": note or ("" if any(s is not None for s in src) else "no source lines recorded for this stage"),
+            "count": sum(s is not None for s in src)}
+
+
+def linked_data(compiled, with_sass: bool = True) -> dict:
+    """What the view draws, as JSON-ready data: the kernel's source lines and one entry per stage — every tile or
+    GPU pass that changed the IR (and the first, and the last of each: ids "tile" and "gpu"), LLVM IR, PTX and
+    SASS — with its text lines, the source line of
+    each (None where none) and the character span of each line's location text (dimmed). `panes`: the stages
+    the two stage panes open on."""
+    trace = compiled.trace
+    source_lines = _source_text(compiled)
+    stages = []
+    passes = list(trace.passes)
+    for i, p in enumerate(passes):
+        if p.stage not in ("frontend", "tile", "gpu", "llir", "ptx"):
+            continue
+        last_of_stage = all(q.stage != p.stage for q in passes[i + 1:])
+        if p.stage in ("tile", "gpu") and i > 0 and not p.changed and not last_of_stage:
+            continue
+        group = _GROUPS.get(p.stage, p.stage)
+        if p.stage in ("llir", "ptx"):
+            title, sid = group, p.stage
+        else:
+            title = f"{group} · {i}. {p.name}" + (" (final)" if last_of_stage else "")
+            sid = p.stage if (p.stage in ("tile", "gpu") and last_of_stage) else f"p{i}"
+        pos = p.positions
+        lines = p.ir.splitlines()
+        stages.append(_stage(sid, title, group, lines, pos.source if pos else None, pos.loc if pos else None,
+                             "" if pos else "no line info in this stage (built with line_info off, or an older "
+                                            "cache entry)"))
+    if with_sass and "cubin" in (getattr(compiled, "asm", {}) or {}):
+        lines, src, why = sass_lines(compiled.asm["cubin"])
+        if lines:
+            stages.append(_stage("sass", "SASS", "SASS", lines, src, note=why))
+        else:
+            stages.append(_stage("sass", "SASS", "SASS", [why], [None], note=why))
+    ids = [s["id"] for s in stages]
+    # the kernel's lines, and those of the @jit functions inlined into it (same file, above it perhaps)
+    used = sorted({x for s in stages for x in s["src"] if x is not None})
+    rng = D.kernel_source_range(trace.passes[0]) if trace.passes else None
+    first = min(used + ([rng[0]] if rng else [])) if used or rng else 1
+    last = max(used + ([rng[1]] if rng else [])) if used or rng else len(source_lines)
+    src = [{"n": n, "text": source_lines[n - 1].rstrip("\n") if 0 < n <= len(source_lines) else ""}
+           for n in range(first, last + 1)]
+    panes = [x for x in ("ptx", "sass") if x in ids]
+    if len(panes) < 2:
+        panes = [x for x in ("gpu", "ptx", "llir") if x in ids][:2] or ids[-2:]
+    return {"kernel": getattr(compiled, "name", ""), "source": src, "stages": stages, "panes": panes}
+
+
+def _source_text(compiled) -> list:
+    """The lines of the kernel's file (or notebook cell, which the magic registers in linecache): the kernel's own
+    `source_lines` hold only its function, not the @jit helpers inlined into it."""
+    import linecache
+
+    own = list(getattr(compiled, "source_lines", []) or [])
+    try:
+        snap = compiled.trace.snapshot("tile")
+        path = snap.functions[0].source_file if snap and snap.functions else None
+    except Exception:
+        path = None
+    lines = linecache.getlines(path) if path else []
+    if not lines or (own and len(lines) < len(own)):
+        return own
+    return lines
+
+
+def counterparts(data: dict, stage_id: str, source_line: int) -> list[int]:
+    """The 0-based lines of stage `stage_id` that came from `source_line` (what the view highlights)."""
+    st = next(s for s in data["stages"] if s["id"] == stage_id)
+    return [i for i, s in enumerate(st["src"]) if s == source_line]
+
+
+# --------------------------------------------------------------------------- static HTML (no JavaScript)
+
+STATIC_CSS = """
+.kl-lk{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;color:inherit}
+.kl-lk .kl-lk-panes{display:flex;gap:8px;align-items:stretch;width:100%}
+.kl-lk .kl-lk-pane{flex:1 1 0;min-width:0;display:flex;flex-direction:column;border:1px solid rgba(127,127,127,.35);
+ border-radius:3px}
+.kl-lk .kl-lk-pane.kl-lk-src{flex:0.9 1 0}
+.kl-lk .kl-lk-head{padding:3px 6px;border-bottom:1px solid rgba(127,127,127,.35);font-weight:600;white-space:nowrap;
+ overflow:hidden;text-overflow:ellipsis}
+.kl-lk .kl-lk-body{overflow:auto;max-height:520px;font-family:var(--jp-code-font-family,ui-monospace,Menlo,monospace);
+ font-size:12px;line-height:17px;tab-size:4;position:relative}
+.kl-lk .kl-lk-l{white-space:pre;padding-right:8px;min-width:max-content}
+.kl-lk .kl-lk-n{display:inline-block;width:4.2em;text-align:right;padding-right:8px;opacity:.55;user-select:none}
+.kl-lk .kl-lk-d{opacity:.45}
+.kl-lk .kl-lk-note{opacity:.7;padding:4px 6px;font-style:italic}
+"""
+
+
+def _line_html(n, text, src, dim=None) -> str:
+    style = f' style="background:{color(src)}"' if src is not None else ""
+    if dim:
+        s, e = dim
+        body = H.esc_text(text[:s]) + f'<span class="kl-lk-d">{H.esc_text(text[s:e])}</span>' + H.esc_text(text[e:])
+    else:
+        body = H.esc_text(text)
+    return f'<div class="kl-lk-l"{style}><span class="kl-lk-n">{n}</span>{body}</div>'
+
+
+def linked_html(data: dict, panes=None) -> str:
+    """The view without JavaScript: the source and the stage panes (`panes`, default the data's), coloured."""
+    stages = {s["id"]: s for s in data["stages"]}
+    cols = ['<div class="kl-lk-pane kl-lk-src"><div class="kl-lk-head">kernel source</div><div class="kl-lk-body">'
+            + "".join(_line_html(x["n"], x["text"], x["n"]) for x in data["source"]) + "</div></div>"]
+    for sid in panes or data["panes"]:
+        st = stages[sid]
+        dims = st["dim"] or [None] * len(st["lines"])
+        note = f'<div class="kl-lk-note">{H.esc(st["note"])}</div>' if st["note"] else ""
+        cols.append(f'<div class="kl-lk-pane"><div class="kl-lk-head">{H.esc(st["title"])}</div>{note}'
+                    '<div class="kl-lk-body">'
+                    + "".join(_line_html(i + 1, t, s, d) for i, (t, s, d) in enumerate(zip(st["lines"], st["src"],
+                                                                                          dims)))
+                    + "</div></div>")
+    return (f'<div class="kl-lk"><style>{STATIC_CSS}</style><div class="kl-lk-head" style="border:0">'
+            f'{H.esc(data["kernel"])}: each line coloured by the source line it came from '
+            '<span style="font-weight:400;opacity:.7">(static copy: run the cell for hover, click and search)</span>'
+            f'</div><div class="kl-lk-panes">{"".join(cols)}</div></div>')
+
+
+# --------------------------------------------------------------------------- the view
+
+
+def _prepare(compiled):
+    from .widgets import ensure_gpu_stages
+
+    ensure_gpu_stages(compiled)
+    return linked_data(compiled)
+
+
+if anywidget is not None:
+
+    class LinkedView(anywidget.AnyWidget):
+        """Kernel source | two stage panes (each: any tile/GPU pass, LLVM IR, PTX or SASS), lines coloured by
+        source line; hover or click a line to highlight its counterparts everywhere, search across all panes."""
+
+        title = "linked"
+        needs_gpu = True
+        _esm = _JS.read_text()
+        data = traitlets.Dict().tag(sync=True)
+
+        def __init__(self, compiled, **kwargs):
+            super().__init__(data=_prepare(compiled), **kwargs)
+            self.compiled = compiled
+
+        def static_html(self) -> str:
+            return linked_html(self.data)
+
+        def _repr_mimebundle_(self, **kwargs):
+            out = super()._repr_mimebundle_(**kwargs)
+            data, meta = out if isinstance(out, tuple) else (out, {})
+            data = dict(data or {})
+            data["text/html"] = self.static_html()  # a saved notebook reopened without its kernel shows this
+            return data, meta
+
+else:
+    LinkedView = None
+
+
+def linked_view(compiled):
+    """The live view where anywidget is installed; else the static one (in an ipywidgets HTML when ipywidgets is
+    there, so it still fits in the lab's tab; else an object with `_repr_html_`)."""
+    if LinkedView is not None:
+        return LinkedView(compiled)
+    html = linked_html(_prepare(compiled))
+    try:
+        import ipywidgets as W
+    except ImportError:
+        return StaticHTML(html)
+    box = W.HTML(value=html)
+    box.title = "linked"
+    box.static_html = lambda: html
+    return box
+
+
+linked_view.title = "linked"
+linked_view.needs_gpu = True
+
+
+class StaticHTML:
+    """HTML shown as is (the linked view where neither anywidget nor ipywidgets is installed)."""
+
+    title = "linked"
+
+    def __init__(self, html: str):
+        self.html = html
+
+    def static_html(self) -> str:
+        return self.html
+
+    def _repr_html_(self) -> str:
+        return self.html

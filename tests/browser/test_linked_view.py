@@ -1,0 +1,152 @@
+"""The linked view live in JupyterLab (anywidget) in headless Chromium, on the real matmul and flash attention:
+hovering a source line highlights its lines in the PTX and SASS panes and scrolls them into view, a click pins it,
+the search box marks matches in every pane, and nothing reaches past the output area at 1280 and 1600 px.
+Screenshots: artifacts/screenshots/linked_*.png."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.browser.test_lab_browser import CHROMIUM_ARGS, ROOT, SHOTS, lab  # noqa: F401  (the JupyterLab fixture)
+from tests.browser.test_real_kernel_views import _notebook
+
+pytestmark = pytest.mark.slow
+
+NOTEBOOK = "linked_view.ipynb"
+CELLS = [
+    f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+    "import kernellab.viz as kv\nfrom tests.viz import real_kernels as R",
+    "mm = kv.linked_view(R.matmul()); mm",
+    "at = kv.linked_view(R.attention()); at",
+]
+
+OUTSIDE = """view => {
+    // the view, its bar and its panes within the output area (a long line scrolls inside its pane)
+    const area = view.closest('.jp-OutputArea-output').getBoundingClientRect();
+    return [view, ...view.querySelectorAll('.kl-lk-bar, .kl-lk-pane, .kl-lk-head')]
+        .map(el => [el.className, el.getBoundingClientRect().right]).filter(([c, r]) => r > area.right + 1);
+}"""
+
+PANE_STATE = """view => [...view.querySelectorAll('.kl-lk-pane')].map(p => {
+    const body = p.querySelector('.kl-lk-body');
+    const on = [...p.querySelectorAll('.kl-lk-on')];
+    const vis = on.filter(l => l.offsetTop >= body.scrollTop - 1 && l.offsetTop + l.offsetHeight <= body.scrollTop + body.clientHeight + 1);
+    const sel = p.querySelector('select');
+    return {stage: sel ? sel.value : 'source', on: on.length, visible: vis.length,
+            marks: p.querySelectorAll('mark').length, height: body.clientHeight, width: body.clientWidth};
+})"""
+
+
+@pytest.fixture(scope="module")
+def page(lab):  # noqa: F811
+    pytest.importorskip("anywidget", reason="anywidget is not installed (pip install -e '.[lab]')")
+    from playwright.sync_api import sync_playwright
+
+    (lab["root"] / NOTEBOOK).write_text(json.dumps(_notebook(CELLS)))
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=lab["chromium"], headless=True, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1600, "height": 1000}, device_scale_factor=1)
+        pg = context.new_page()
+        errors = []
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.errors = errors
+        pg.goto(f"{lab['base']}/lab/tree/{NOTEBOOK}?token={lab['token']}")
+        pg.wait_for_selector(".jp-NotebookPanel .jp-CodeCell", timeout=60_000)
+        pg.wait_for_function("""() => { const s = document.querySelector('.jp-Notebook-ExecutionIndicator');
+            return !s || s.getAttribute('data-status') === 'idle'; }""", timeout=60_000)
+        pg.wait_for_timeout(1500)
+        if pg.locator(".jp-Dialog").count():
+            pg.locator(".jp-Dialog .jp-mod-accept").first.click()
+        pg.keyboard.press("Control+b")
+        for _ in range(2):
+            pg.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            pg.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+            try:
+                pg.wait_for_function("""() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
+                                        .some(p => /\\[(\\d+|\\*)\\]/.test(p.textContent))""", timeout=30_000)
+                break
+            except Exception:
+                pg.keyboard.press("Escape")
+        try:
+            pg.wait_for_function("() => document.querySelectorAll('.kl-lk .kl-lk-panes').length >= 2 || "
+                                 "!!document.querySelector('[data-mime-type=\"application/vnd.jupyter.error\"]')",
+                                 timeout=240_000)
+        except Exception:
+            pg.screenshot(path=str(SHOTS / "linked_timeout.png"))
+            raise
+        err = pg.locator('[data-mime-type="application/vnd.jupyter.error"]')
+        if err.count():
+            pytest.fail("a cell raised:\n" + err.first.inner_text()[:3000])
+        try:
+            yield pg
+        finally:
+            context.close()
+            browser.close()
+
+
+def _view(page, k, width):
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.wait_for_timeout(500)
+    view = page.locator(".kl-lk").nth(k)
+    view.scroll_into_view_if_needed()
+    return view
+
+
+@pytest.mark.parametrize("width", [1280, 1600])
+def test_hover_highlights_the_ptx_and_search_marks(page, width):
+    view = _view(page, 0, width)
+    assert view.evaluate(OUTSIDE) == []
+    state = view.evaluate(PANE_STATE)
+    assert [s["stage"] for s in state] == ["source", "ptx", "sass"]
+    assert all(s["height"] > 300 and s["width"] > 250 for s in state), state
+    dot = view.locator(".kl-lk-src .kl-lk-l", has_text="tl.dot(").first
+    dot.hover()
+    page.wait_for_timeout(200)
+    state = view.evaluate(PANE_STATE)
+    assert state[0]["on"] == 1 and state[1]["on"] > 0 and state[1]["visible"] > 0, state
+    assert state[2]["on"] > 0 and state[2]["visible"] > 0, state  # the SASS has the line table (ptxas -lineinfo)
+    assert "wgmma" in " ".join(view.locator(".kl-lk-pane").nth(1).locator(".kl-lk-on").all_inner_texts())
+    page.screenshot(path=str(SHOTS / f"linked_matmul_hover_{width}.png"))
+    # hovering a PTX line highlights its source line; a click pins it while the mouse moves on
+    ptx_line = view.locator(".kl-lk-pane").nth(1).locator(".kl-lk-l[data-s]").nth(40)
+    ptx_line.click()
+    src = int(ptx_line.get_attribute("data-s"))
+    view.locator(".kl-lk-src .kl-lk-l").first.hover()
+    page.wait_for_timeout(100)
+    assert view.locator(".kl-lk-src .kl-lk-on").get_attribute("data-s") == str(src)
+    ptx_line.click()  # released
+    # search: matches marked in every pane, each scrolled to its first
+    view.locator(".kl-lk-search").fill("tl.load|ld\\.|LDG|LDC")
+    page.wait_for_timeout(400)
+    state = view.evaluate(PANE_STATE)
+    assert all(s["marks"] > 0 for s in state), state
+    page.screenshot(path=str(SHOTS / f"linked_matmul_search_{width}.png"))
+    view.locator(".kl-lk-only").check()
+    page.wait_for_timeout(200)
+    shown = view.locator(".kl-lk-pane").nth(1).locator(".kl-lk-l:not(.kl-lk-hide)").count()
+    assert 0 < shown < len(view.locator(".kl-lk-pane").nth(1).locator(".kl-lk-l").all())
+    view.locator(".kl-lk-only").uncheck()
+    view.locator(".kl-lk-search").fill("")
+    assert not page.errors, page.errors
+
+
+@pytest.mark.parametrize("width", [1280, 1600])
+def test_attention_view_and_stage_choice(page, width):
+    view = _view(page, 1, width)
+    assert view.evaluate(OUTSIDE) == []
+    line = view.locator(".kl-lk-src .kl-lk-l", has_text="tl.exp2(m_i - m_new)").first
+    line.hover()
+    page.wait_for_timeout(200)
+    state = view.evaluate(PANE_STATE)
+    assert state[1]["on"] > 0 and state[1]["visible"] > 0, state
+    page.screenshot(path=str(SHOTS / f"linked_attention_hover_{width}.png"))
+    view.locator(".kl-lk-stage").first.select_option("gpu")
+    line.hover()
+    page.wait_for_timeout(200)
+    state = view.evaluate(PANE_STATE)
+    assert state[1]["stage"] == "gpu" and state[1]["on"] > 0, state
+    page.screenshot(path=str(SHOTS / f"linked_attention_gpu_{width}.png"))
+    view.locator(".kl-lk-stage").first.select_option("ptx")
+    assert not page.errors, page.errors

@@ -1,0 +1,60 @@
+"""The linked view's data and its fallbacks: every stage from the tile IR to SASS with a source line per text line,
+the counterparts of a source line in each, the static HTML (coloured, no script) and the widget's bundle."""
+from __future__ import annotations
+
+import pytest
+
+from kernellab.viz import linked as L
+from tests.viz import real_kernels as R
+
+
+@pytest.fixture(scope="module")
+def mm():
+    return R.matmul()
+
+
+def test_linked_data_has_every_stage_with_source_lines(mm):
+    d = L.linked_data(mm)
+    ids = [s["id"] for s in d["stages"]]
+    assert ids[0] == "p0" and "gpu" in ids and ids.index("gpu") < ids.index("llir") < ids.index("ptx")
+    for s in d["stages"]:
+        assert len(s["src"]) == len(s["lines"])
+        if s["id"] != "sass" or not s["note"]:
+            assert s["count"] > 0.5 * len(s["lines"]) or s["id"] == "llir" and s["count"] > 1000, s["id"]
+    lines = {x["n"]: x["text"] for x in d["source"]}
+    dot = next(n for n, t in lines.items() if "tl.dot(" in t)
+    assert L.counterparts(d, "gpu", dot) and L.counterparts(d, "ptx", dot)
+    ptx = next(s for s in d["stages"] if s["id"] == "ptx")
+    assert any("wgmma.mma_async" in ptx["lines"][i] for i in L.counterparts(d, "ptx", dot))
+    assert d["panes"][0] == "ptx"
+
+
+def test_source_text_includes_inlined_helpers():
+    d = L.linked_data(R.attention(), with_sass=False)
+    text = "\n".join(x["text"] for x in d["source"])
+    assert "def _attn_fwd_inner" in text and "def attention_fwd_kernel" in text
+    helper = next(x["n"] for x in d["source"] if "tl.exp2(m_i - m_new)" in x["text"])
+    assert L.counterparts(d, "ptx", helper)
+
+
+def test_static_html_is_coloured_and_has_no_script(mm):
+    d = L.linked_data(mm, with_sass=False)
+    html = L.linked_html(d)
+    assert "<script" not in html and "kernel source" in html and "hsla(" in html
+    assert html.count("class=\"kl-lk-pane") == 2 + len(d["panes"])  # and the "kl-lk-panes" row
+
+
+def test_widget_bundle_carries_the_static_copy(mm):
+    if L.LinkedView is None:
+        pytest.skip("anywidget is not installed")
+    v = L.linked_view(mm)
+    assert v.title == "linked" and v.data["kernel"] == "matmul_kernel"
+    assert "export default" in v._esm
+    data, _ = v._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in data and "kl-lk-pane" in data["text/html"]
+
+
+def test_without_anywidget_the_view_is_static(mm, monkeypatch):
+    monkeypatch.setattr(L, "LinkedView", None)
+    v = L.linked_view(mm)
+    assert "kl-lk-pane" in v.static_html() and v.title == "linked"
