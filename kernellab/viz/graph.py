@@ -52,6 +52,7 @@ _EDGE_STYLE = {
     "back": 'color="#f28e2b", style=dashed, penwidth=1.6, constraint=false, fontcolor="#f28e2b", fontsize=10',
     "init": 'color="#8a8a8a", style=dotted, fontsize=10',
     "invis": "style=invis, weight=4",
+    "sync": 'color="#76b7b2", style=dotted, weight=0',
     "region": 'color="#b07aa1", style=dotted, arrowhead=none, fontcolor="#b07aa1", fontsize=10',
 }
 _CLUSTER_COLOR = {"loop": "#f28e2b", "if": "#f28e2b", "reduce": "#b07aa1", "region": "#9a9a9a", "op": "#9a9a9a"}

@@ -85,6 +85,7 @@ _BIN = {"arith.addi": ("+", 4), "arith.subi": ("-", 4), "arith.muli": ("*", 5), 
 _CMP = {"slt": "<", "sle": "<=", "sgt": ">", "sge": ">=", "eq": "==", "ne": "!=", "ult": "<", "ule": "<=",
         "ugt": ">", "uge": ">="}
 _CALLS = {"arith.minsi": "min", "arith.minui": "min", "arith.maxsi": "max", "arith.maxui": "max"}
+_SYNC = {"ttg.async_wait", "ttg.barrier", "ttg.async_commit", "ttg.mbarrier_wait"}
 _SHAPE_OPS = {"tt.expand_dims", "tt.broadcast", "tt.splat"}  # on data: folded onto the edge, as `[:, None]`
 _TRANSPARENT = {"tt.splat", "tt.broadcast", "ttg.convert_layout", "arith.extsi", "arith.extui", "arith.trunci",
                 "arith.index_cast", "tt.reshape", "tt.int_to_ptr"}
@@ -137,7 +138,8 @@ class Graph:
     n_ops: int
 
     def check(self) -> None:
-        """Every op of the snapshot is drawn or folded into a drawn node (tt.return alone may be None)."""
+        """Every op of the kernel is drawn or folded into a drawn node (None: the function's end `tt.return`, and
+        the ops of functions the kernel calls, before inlining puts them in the kernel)."""
         missing = [i for i in range(self.n_ops) if i not in self.owner]
         assert not missing, f"ops neither drawn nor folded: {missing}"
         bad = [i for i, n in self.owner.items() if n is not None and n not in self.nodes]
@@ -193,24 +195,40 @@ def _cut(s: str, n: int = MAX_LINE) -> str:
 
 def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
     """The Graph of a Snapshot (see the module's docstring); `gpu` adds layout tags to the types."""
-    ops, values = snap.ops, snap.value_by_name
-    n = len(ops)
+    # the kernel's function only: before inlining, a called function's ops are drawn where they are inlined
+    # (and its value names may repeat the kernel's)
+    ops, n = snap.ops, len(snap.ops)
+    kops = [op for op in ops if op.function == 0]
+    kernel_params = set(snap.functions[0].params) if snap.functions else set()
+    kvalues = [v for v in snap.values if (v.kind == "param" and v.name in kernel_params
+                                          and v.ir_line == snap.functions[0].ir_line)
+               or (v.op_index is not None and ops[v.op_index].function == 0)]
+    values = {v.name: v for v in kvalues}
     uses: dict = {}  # value name -> [(op index, operand position)]
-    for op in ops:
+    for op in kops:
         for k, v in enumerate(op.operands):
             uses.setdefault(v, []).append((op.index, k))
     children: dict = {}  # (op index, region) -> [op index]
-    for op in ops:
+    for op in kops:
         if op.parent is not None:
             children.setdefault((op.parent, op.region), []).append(op.index)
     args_of: dict = {}  # (op index, region) -> [block argument names]
-    for v in snap.values:
+    for v in kvalues:
         if v.kind == "arg":
             args_of.setdefault((v.op_index, _region_of_arg(snap, v)), []).append(v.name)
     region_count = {}
-    for op in ops:
+    for op in kops:
         region_count[op.index] = max(len(op.region_lines), 0)
-    is_const = {op.index for op in ops if op.name == "arith.constant" and not op.operands}
+    # used constants (a dead one, before DCE removes it, is drawn as a box of its own)
+    is_const = {op.index for op in kops if op.name == "arith.constant" and not op.operands and op.results
+                and uses.get(op.results[0])}
+    const_root: dict = {k: k for k in is_const}  # a splat / broadcast of a constant is that constant
+    for op in kops:
+        if op.name in _SHAPE_OPS and op.operands and op.results and uses.get(op.results[0]):
+            d = values.get(op.operands[0])
+            if d is not None and d.kind == "result" and d.op_index in const_root:
+                const_root[op.index] = const_root[d.op_index]
+    is_const = set(const_root)
 
     def terminator(p, r):
         kids = children.get((p, r), [])
@@ -237,12 +255,14 @@ def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
             return index_like and owner == "scf.for"
         op = ops[v.op_index]
         if op.name == "scf.for":
-            return index_like
+            return index_like  # an unused loop result folds with its loop-carried value
+        if not uses.get(name):
+            return False  # dead (DCE removes it later): drawn, not folded into nothing
         if op.name not in FOLDABLE:
             return False
         return op.index in is_const or index_like
 
-    F = {v.name for v in snap.values if fold and candidate(v.name)}
+    F = {v.name for v in kvalues if fold and candidate(v.name)}
 
     def expr_use(i, k):
         op = ops[i]
@@ -295,7 +315,7 @@ def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
             if not ok:
                 F.discard(name)
                 changed = True
-    folded_op = {op.index for op in ops if op.results and all(r in F for r in op.results)
+    folded_op = {op.index for op in kops if op.results and all(r in F for r in op.results)
                  and op.name in FOLDABLE} | (is_const if fold else set())
 
     # ---- expressions
@@ -310,7 +330,7 @@ def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
             return _disp(name), 9
         op = ops[v.op_index]
         if op.index in is_const:
-            return _const_text(op), 9
+            return _const_text(ops[const_root[op.index]]), 9
         if name not in F or op.index not in folded_op:
             return _disp(name), 9
         if named_leaves and depth > 0 and _named(name):
@@ -427,7 +447,7 @@ def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
     def source_bits(op):
         return f"  L{op.line}" if op.line else ""
 
-    for op in ops:
+    for op in kops:
         if not op.region_lines:
             continue
         parent = cluster_of(op.index)
@@ -448,7 +468,7 @@ def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
         return node
 
     # parameters that are drawn
-    for fn in snap.functions:
+    for fn in snap.functions[:1]:
         for name in fn.params:
             if name in F or not uses.get(name):
                 continue
@@ -473,7 +493,7 @@ def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
                      values=[name], detail=[f"argument {j} of {op.name}'s region {r + 1}: {v.type}"]))
             producer[name] = nid
 
-    for op in ops:
+    for op in kops:
         cl = cluster_of(op.index)
         if op.index in folded_op:
             continue  # owner set by the expression node it lands in
@@ -515,7 +535,7 @@ def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
                 lines = [f"{_disp(name)} ⟲", short_type(v, gpu)]
                 iv_ = values.get(init)
                 if iv_ is not None and iv_.kind == "result" and iv_.op_index in is_const:
-                    lines.append(f"initially {_const_text(ops[iv_.op_index])}")
+                    lines.append(f"initially {_const_text(ops[const_root[iv_.op_index]])}")
                     owner.setdefault(iv_.op_index, f"a{op.index}_0_{j + 1}")
                 elif init in F:
                     lines.append(_cut("initially " + expr(init, True, [])[0]))
@@ -562,6 +582,10 @@ def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
         nid = f"o{op.index}"
         kind = "yield" if op.name in ("scf.yield", "scf.condition", "tt.reduce.return", "tt.scan.return") else "op"
         title = f"{res} = {short}" if res else short
+        if op.name == "tt.store" and len(op.operands) > 1:
+            title = f"store {_disp(op.operands[1])}"
+        elif op.name == "ttg.async_copy" and len(op.operands) > 1:
+            title = f"{short} → {expr(op.operands[1], True, [])[0]}"
         attrs = []
         if op.name in ("tt.reduce", "tt.scan", "tt.expand_dims", "tt.trans") and op.attr("axis") is not None:
             attrs.append(f"axis={op.attr('axis')}")
@@ -576,7 +600,7 @@ def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
         if op.attr("stages"):
             attrs.append(f"{op.attr('stages')} stages")
         if consts:
-            attrs.append("with " + ", ".join(_const_text(ops[values[x].op_index]) for _, x in consts))
+            attrs.append("with " + ", ".join(_const_text(ops[const_root[values[x].op_index]]) for _, x in consts))
         lines = [_cut(title)]
         t = short_type(values.get(op.results[0]), gpu) if op.results else ""
         lines.append(_cut((t + "  " if t else "") + (f"L{op.line}" if op.line else "")).strip())
@@ -598,8 +622,9 @@ def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
                 continue  # a loop-carried expression: drawn in the nodes that use it
             xid = f"x{op.index}"
             folded_in, inputs = folded_slice([x for _, x in exprs])
-            what = {"tt.load": "address of " + res, "tt.store": "address of the store",
-                    "ttg.async_copy": "address of the copy", "arith.select": "condition of " + res,
+            what = {"tt.load": "address of " + res, "tt.store": "address of the " + title,
+                    "ttg.async_copy": "address of the copy" + title[len(short):],
+                    "arith.select": "condition of " + res,
                     "tt.dot": "shared-memory operands of " + res}.get(op.name, f"index operands of {title}")
             body = expansion(items)
             shown = [_cut(s) for s in body[:MAX_LINES]]
@@ -614,7 +639,7 @@ def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
                 vedges.append((x, xid, "data", ""))
 
     # data edges of drawn ops (after all producers are known)
-    for op in ops:
+    for op in kops:
         nid = owner.get(op.index)
         if nid is None or op.index in folded_op or op.name in ("scf.for", "scf.if"):
             continue
@@ -640,7 +665,11 @@ def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
         for k in through:
             owner.setdefault(k, dst)
         text = " ".join(labels) if labels else label
-        edges.append(Edge(src, dst, kind if kind != "data" or not labels else "shape", text))
+        if labels and kind == "data":
+            kind = "shape"
+        elif dst.startswith("o") and nodes[dst].op is not None and ops[nodes[dst].op].name in _SYNC:
+            kind = "sync"  # a wait or barrier names the buffers it orders: drawn faint
+        edges.append(Edge(src, dst, kind, text))
     for k, (x, _, _) in shape_ops.items():  # a shape op nobody drawn uses: folded into its operand's maker
         while x in alias:
             x = alias[x][0]
@@ -648,7 +677,7 @@ def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
     edges = [e for e in edges if e.src in nodes and e.dst in nodes]
 
     # loop back edges: yield operand j -> loop-carried value j
-    for op in ops:
+    for op in kops:
         if op.name != "scf.for":
             continue
         y = terminator(op.index, 0)
@@ -676,6 +705,17 @@ def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
         inside = {nid for nid, nd in nodes.items() if nd.cluster == c.id and nid != hid}
         fed = {e.dst for e in edges if e.kind not in ("back", "invis") and e.src in inside}
         edges += [Edge(hid, nid, "invis") for nid in sorted(inside - fed)]
+    # a constant (or its splat) belongs to the box that uses it: the op that writes it in its label
+    for _ in range(3):
+        for k in sorted(is_const):
+            if owner.get(k) is None and ops[k].results:
+                users = [owner.get(i) for i, _ in uses.get(ops[k].results[0], ())]
+                found = next((u for u in users if u is not None), None)
+                if found is not None:
+                    owner[k] = found
+    for op in ops:
+        if op.function != 0:
+            owner[op.index] = None  # a called function's op: drawn after inlining, where it lands
     dedup = list(dict.fromkeys((e.src, e.dst, e.kind, e.label) for e in edges))
     return Graph(nodes, [Edge(*e) for e in dedup], clusters, owner, fold, n)
 

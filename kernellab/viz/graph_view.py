@@ -38,7 +38,7 @@ CSS = """
 .kl-graph .kl-gvp svg text{font-family:"DejaVu Sans Mono",Menlo,Consolas,monospace !important}
 .kl-graph .kl-gvp g.node text{stroke:currentColor;stroke-width:.35px;paint-order:stroke}
 .kl-graph .kl-gvp g.node text:first-of-type{font-weight:bold}
-.kl-graph .kl-gside{flex:0 0 330px;max-width:330px;height:700px;overflow:auto;box-sizing:border-box;
+.kl-graph .kl-gside{flex:0 0 280px;max-width:280px;height:700px;overflow:auto;box-sizing:border-box;
  border:1px solid rgba(127,127,127,.3);border-radius:3px;padding:6px 8px;font-size:12px}
 .kl-graph .kl-gside pre{white-space:pre-wrap;word-break:break-all;margin:2px 0 6px;font-size:11.5px;
  font-family:var(--jp-code-font-family,ui-monospace,Menlo,monospace)}
@@ -202,7 +202,9 @@ def graph_page(compiled, index: int | None = None, fold: bool = True, source_lin
     p = trace.passes[index]
     n_ops = len(snap.ops)
     n_folded = sum(1 for o in g.owner.values() if o is not None and not o.startswith(("o", "p")))
-    title = (f"<h4>dataflow after {index}. {H.esc(p.name)} ({'GPU IR, with layouts' if gpu else 'tile IR'})"
+    same = "" if rec is p else f"; unchanged, the IR after {H.esc(rec.name)}"
+    title = (f"<h4>dataflow after {index}. {H.esc(p.name)} ({'GPU IR, with layouts' if p.stage == 'gpu' else 'tile IR'}"
+             f"{same})"
              f" <span class='kl-dim' style='font-weight:normal'>— {len(g.nodes)} boxes for {n_ops} ops"
              f"{f'; {n_folded} folded into address and mask boxes' if fold else '; unfolded'}</span></h4>")
     svg = G.render_graph_svg(dot)
@@ -210,10 +212,12 @@ def graph_page(compiled, index: int | None = None, fold: bool = True, source_lin
         return H.page(title + f'<p class="kl-warn">{H.esc(G.INSTALL_HINT)}</p>'
                       + H.code_block(dot.splitlines(), plain=True))
     w, h = G.svg_size(svg)
-    # opens at 100 % (13 px text; "fit" shows the whole graph): legible first, the box scrolls and drags
-    svg = svg.replace("<svg", f'<svg style="width:{w:.0f}px;height:{h:.0f}px"', 1)
+    # opens as wide as the box, between 75 % and 100 % (text 10-13 px; "fit" shows the whole graph): a wider
+    # graph scrolls and drags
+    svg = svg.replace("<svg", f'<svg style="width:100%;max-width:{w:.0f}px;min-width:{0.75 * w:.0f}px;'
+                              f'height:auto"', 1)
     lines = source_lines if source_lines is not None else _source_lines(compiled, snap)
-    bar = ('<div class="kl-gbar"><button data-kz="out" title="zoom out">−</button><span class="kl-gz">100%</span>'
+    bar = ('<div class="kl-gbar"><button data-kz="out" title="zoom out">−</button><span class="kl-gz">auto</span>'
            '<button data-kz="in" title="zoom in">+</button><button data-kz="fit" title="whole graph">fit</button>'
            '<button data-kz="1" title="actual size">100%</button>'
            '<span class="kl-dim">ctrl+wheel zooms · drag pans · click a box for its source line and op</span></div>')
