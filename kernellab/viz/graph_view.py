@@ -31,8 +31,11 @@ CSS = """
 .kl-graph .kl-legend{display:flex;flex-wrap:wrap;gap:2px 12px;font-size:12px;margin:2px 0 6px}
 .kl-graph .kl-sw{display:inline-block;width:12px;height:12px;border:1.5px solid;border-radius:3px;
  vertical-align:-2px;margin-right:4px}
-.kl-graph .kl-gbody{display:flex;gap:8px;align-items:stretch}
-.kl-graph .kl-gvp{flex:1 1 auto;min-width:0;height:700px;overflow:auto;border:1px solid rgba(127,127,127,.3);
+.kl-graph{width:100%;min-width:0;max-width:100%;box-sizing:border-box}
+.kl-graphview .widget-html,.kl-graphview .widget-html-content{min-width:0;width:100%;height:auto;
+ line-height:normal;overflow:visible;white-space:normal}
+.kl-graph .kl-gbody{display:flex;gap:8px;align-items:stretch;width:100%;min-width:0}
+.kl-graph .kl-gvp{flex:1 1 0;width:0;min-width:0;height:700px;overflow:auto;border:1px solid rgba(127,127,127,.3);
  border-radius:3px;cursor:grab}
 .kl-graph .kl-gvp svg{display:block;margin:0 auto}
 .kl-graph .kl-gvp svg text{font-family:"DejaVu Sans Mono",Menlo,Consolas,monospace !important}
@@ -121,6 +124,7 @@ def _source_lines(compiled, snap) -> list:
 def _details(g, snap, rec, source_lines, prefix: str, gpu: bool) -> str:
     """The hidden per-node blocks the side panel shows: op, source line, the op's full text, types."""
     ir = D.ir_lines_with_locs(rec)
+    files = list(dict.fromkeys(f.source_file for f in snap.functions if f.source_file))
     ops = snap.ops
     layouts = dict(snap.layouts)
     out = []
@@ -129,6 +133,10 @@ def _details(g, snap, rec, source_lines, prefix: str, gpu: bool) -> str:
         if not line:
             return '<div class="kl-dim">no source line</div>'
         text = source_lines[line - 1].strip() if 0 < line <= len(source_lines) else ""
+        for f in files if not text else ():  # a line of an inlined @jit function (the compile keeps only the kernel's)
+            text = linecache.getline(f, line).strip()
+            if text:
+                break
         return (f'<div>source line <b>{line}</b>:</div><pre class="kl-src">{H.esc_text(text) or "(not available)"}'
                 "</pre>")
 
