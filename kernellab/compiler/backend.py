@@ -50,7 +50,7 @@ def _frontend(b: Build):
     b.module = b.make_module()
     verify(b.module, after="frontend")
     record_module(b.trace, "frontend", "Python AST -> tile IR (types, shapes, structured control flow)", b.module,
-                  time.perf_counter() - t0, {"functions": len(b.module.functions)})
+                  time.perf_counter() - t0, {"functions": len(b.module.functions)}, with_snapshot=True)
 
 
 def _tile(b: Build):

@@ -1,8 +1,9 @@
 """The ordered pass list; running it records the CompileTrace (kernellab.compiler.trace).
 
 Every pass's record holds the IR text after it, the time it took, whether it changed anything, what it
-found, and where the printer put each line's source location; the last pass of the tile stage and of the
-GPU stage also keep a Snapshot of the IR as records (values, ops, accesses, the shared-memory plan).
+found, and where the printer put each line's source location. Every pass that changed the IR keeps a Snapshot of
+it as records (the lab's graph view draws the dataflow after any pass); the last pass of the tile stage and of
+the GPU stage always keep one, the GPU one with the accesses, the shared-memory plan and the barriers.
 """
 from __future__ import annotations
 
@@ -51,8 +52,10 @@ def _run(module: Module, trace: CompileTrace, passes, options, check: bool, stag
         if check:
             verify(module, after=p.NAME)
         printed = print_positions(module)
-        trace.record(p.NAME, p.DESCRIPTION, printed.text, dt, printed.text != before, stats, stage,
-                     snapshot.positions(printed))
+        changed = printed.text != before
+        rec = trace.record(p.NAME, p.DESCRIPTION, printed.text, dt, changed, stats, stage, snapshot.positions(printed))
+        if changed:  # cheap (a few ms): the graph view reads the IR after each pass from these records
+            rec.snapshot = snapshot.build(module, printed, default_origin="frontend" if stage == "tile" else "tile IR")
         before = printed.text
     return printed
 

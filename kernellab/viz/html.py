@@ -810,10 +810,7 @@ def code_html(compiled, summary: dict | None = None, max_lines: int = 4000) -> s
 
 
 def graph_html(compiled) -> str:
-    from .graph import INSTALL_HINT, render_dot
+    """The graph view's static HTML (graph_view.graph_page: the final tile IR, address arithmetic folded)."""
+    from .graph_view import graph_page
 
-    dot = D.dataflow_dot(_trace(compiled))
-    svg = render_dot(dot)
-    if svg is not None:
-        return page(f"<h4>dataflow of the tile IR</h4>{svg}")
-    return page(f'<p class="kl-warn">{esc(INSTALL_HINT)}</p>' + code_block(dot.splitlines(), plain=True))
+    return graph_page(compiled)

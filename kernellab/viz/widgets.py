@@ -13,6 +13,7 @@ import ipywidgets as W
 
 from . import data as D
 from . import html as H
+from .graph_view import GraphView  # noqa: F401  (one of VIEWS)
 from .linked import linked_view
 
 MONO = "var(--jp-code-font-family, ui-monospace, Menlo, monospace)"
@@ -477,19 +478,7 @@ class CodeView(_View):
 # --------------------------------------------------------------------------- graph
 
 
-class GraphView(_View):
-    """The tile IR's dataflow graph, drawn by graphviz `dot` when installed (else how to install it)."""
-
-    title = "graph"
-
-    def __init__(self, compiled, **kwargs):
-        super().__init__(compiled, **kwargs)
-        self._html = H.graph_html(compiled)
-        self.pane = _html_pane(self._html, height="700px")
-        self.children = [self.pane]
-
-    def static_html(self) -> str:
-        return self._html
+# GraphView (per-pass graph, folding, zoom, side panel) lives in graph_view.py
 
 
 VIEWS = {"passes": PassesView, "layout": LayoutView, "smem": SharedMemoryView, "code": CodeView,
