@@ -3,12 +3,10 @@ px: no box's text runs out of its box, a click on a box shows its source line an
 the zoom buttons resize the drawing. Screenshots: artifacts/screenshots/graph_*.png."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.browser.test_lab_browser import CHROMIUM_ARGS, ROOT, SHOTS, lab  # noqa: F401  (the JupyterLab fixture)
-from tests.browser.test_real_kernel_views import _notebook
+from tests.browser.lab_page import run_notebook
+from tests.browser.test_lab_browser import ROOT, SHOTS, lab  # noqa: F401  (the JupyterLab fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -39,50 +37,9 @@ OVERFLOW = """root => {
 
 @pytest.fixture(scope="module")
 def graph_page(lab):  # noqa: F811
-    from playwright.sync_api import sync_playwright
-
-    (lab["root"] / NOTEBOOK).write_text(json.dumps(_notebook(CELLS)))
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        try:
-            browser = p.chromium.launch(executable_path=lab["chromium"], headless=True, args=CHROMIUM_ARGS)
-        except Exception as e:
-            pytest.skip(f"chromium does not start under Playwright: {e}")
-        context = browser.new_context(viewport={"width": 1600, "height": 1000}, device_scale_factor=1)
-        pg = context.new_page()
-        pg.goto(f"{lab['base']}/lab/tree/{NOTEBOOK}?token={lab['token']}")
-        pg.wait_for_selector(".jp-NotebookPanel .jp-CodeCell", timeout=60_000)
-        pg.wait_for_function("""() => { const s = document.querySelector('.jp-Notebook-ExecutionIndicator');
-            return !s || s.getAttribute('data-status') === 'idle'; }""", timeout=60_000)
-        pg.wait_for_timeout(1500)
-        dialog = pg.locator(".jp-Dialog")
-        if dialog.count():
-            pg.locator(".jp-Dialog .jp-mod-accept").first.click()
-        pg.keyboard.press("Control+b")
-        for _ in range(2):
-            pg.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            pg.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-            try:
-                pg.wait_for_function("""() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
-                                        .some(p => /\\[(\\d+|\\*)\\]/.test(p.textContent))""", timeout=30_000)
-                break
-            except Exception:
-                pg.keyboard.press("Escape")
-        pg.wait_for_function(f"""() => {{
-            if (document.querySelector('[data-mime-type="application/vnd.jupyter.error"]')) return true;
-            const p = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
-            return p.length >= {len(CELLS)} && p.every(x => /\\[\\d+\\]/.test(x.textContent));
-        }}""", timeout=240_000)
-        errors = pg.locator('[data-mime-type="application/vnd.jupyter.error"]')
-        if errors.count():
-            pg.screenshot(path=str(SHOTS / "graph_error.png"), full_page=True)
-            pytest.fail("a cell raised:\n" + errors.first.inner_text()[:3000])
-        pg.wait_for_function("() => document.querySelectorAll('.kl-graph svg g.node').length > 0", timeout=60_000)
-        try:
-            yield pg
-        finally:
-            context.close()
-            browser.close()
+    ready = "document.querySelectorAll('.kl-graph svg g.node').length > 0"
+    with run_notebook(lab, NOTEBOOK, CELLS, ready, 'graph') as pg:
+        yield pg
 
 
 def _at(page, width):

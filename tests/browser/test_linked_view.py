@@ -4,12 +4,10 @@ the search box marks matches in every pane, and nothing reaches past the output 
 Screenshots: artifacts/screenshots/linked_*.png."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.browser.test_lab_browser import CHROMIUM_ARGS, ROOT, SHOTS, lab  # noqa: F401  (the JupyterLab fixture)
-from tests.browser.test_real_kernel_views import _notebook
+from tests.browser.lab_page import run_notebook
+from tests.browser.test_lab_browser import ROOT, SHOTS, lab  # noqa: F401  (the JupyterLab fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -41,49 +39,9 @@ PANE_STATE = """view => [...view.querySelectorAll('.kl-lk-pane')].map(p => {
 @pytest.fixture(scope="module")
 def page(lab):  # noqa: F811
     pytest.importorskip("anywidget", reason="anywidget is not installed (pip install -e '.[lab]')")
-    from playwright.sync_api import sync_playwright
-
-    (lab["root"] / NOTEBOOK).write_text(json.dumps(_notebook(CELLS)))
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=lab["chromium"], headless=True, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1600, "height": 1000}, device_scale_factor=1)
-        pg = context.new_page()
-        errors = []
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.errors = errors
-        pg.goto(f"{lab['base']}/lab/tree/{NOTEBOOK}?token={lab['token']}")
-        pg.wait_for_selector(".jp-NotebookPanel .jp-CodeCell", timeout=60_000)
-        pg.wait_for_function("""() => { const s = document.querySelector('.jp-Notebook-ExecutionIndicator');
-            return !s || s.getAttribute('data-status') === 'idle'; }""", timeout=60_000)
-        pg.wait_for_timeout(1500)
-        if pg.locator(".jp-Dialog").count():
-            pg.locator(".jp-Dialog .jp-mod-accept").first.click()
-        pg.keyboard.press("Control+b")
-        for _ in range(2):
-            pg.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            pg.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-            try:
-                pg.wait_for_function("""() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
-                                        .some(p => /\\[(\\d+|\\*)\\]/.test(p.textContent))""", timeout=30_000)
-                break
-            except Exception:
-                pg.keyboard.press("Escape")
-        try:
-            pg.wait_for_function("() => document.querySelectorAll('.kl-lk .kl-lk-panes').length >= 2 || "
-                                 "!!document.querySelector('[data-mime-type=\"application/vnd.jupyter.error\"]')",
-                                 timeout=240_000)
-        except Exception:
-            pg.screenshot(path=str(SHOTS / "linked_timeout.png"))
-            raise
-        err = pg.locator('[data-mime-type="application/vnd.jupyter.error"]')
-        if err.count():
-            pytest.fail("a cell raised:\n" + err.first.inner_text()[:3000])
-        try:
-            yield pg
-        finally:
-            context.close()
-            browser.close()
+    ready = "document.querySelectorAll('.kl-lk .kl-lk-panes').length >= 2"
+    with run_notebook(lab, NOTEBOOK, CELLS, ready, 'linked') as pg:
+        yield pg
 
 
 def _view(page, k, width):

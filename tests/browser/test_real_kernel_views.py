@@ -5,12 +5,12 @@ is drawn with legible, labelled cells; the shared-memory chart's labels do not o
 counts the PTX's barriers; the roofline image loads. Screenshots: artifacts/screenshots/real_*.png."""
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 
-from tests.browser.test_lab_browser import CHROMIUM_ARGS, ROOT, SHOTS, lab  # noqa: F401  (the JupyterLab fixture)
+from tests.browser.lab_page import run_notebook
+from tests.browser.test_lab_browser import ROOT, SHOTS, lab  # noqa: F401  (the JupyterLab fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -25,13 +25,6 @@ CELLS = [
     "smem = kv.SharedMemoryView(R.attention()); smem",
     "PerformanceView(recorded_results()[0], placed=[Placed('matmul_kernel', 2 * 4096**3, 3 * 4096 * 4096 * 2)])",
 ]
-
-
-def _notebook(cells):
-    return {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
-                       "source": src} for i, src in enumerate(cells)],
-            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
-            "nbformat": 4, "nbformat_minor": 5}
 
 
 SCROLLERS = """pane => {
@@ -74,56 +67,9 @@ OVERLAPS = """svg => {
 
 @pytest.fixture(scope="module")
 def notebook_page(lab):  # noqa: F811
-    from playwright.sync_api import sync_playwright
-
-    (lab["root"] / NOTEBOOK).write_text(json.dumps(_notebook(CELLS)))
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        try:
-            browser = p.chromium.launch(executable_path=lab["chromium"], headless=True, args=CHROMIUM_ARGS)
-        except Exception as e:
-            pytest.skip(f"chromium does not start under Playwright: {e}")
-        context = browser.new_context(viewport={"width": 1600, "height": 1000}, device_scale_factor=1)
-        pg = context.new_page()
-        pg.goto(f"{lab['base']}/lab/tree/{NOTEBOOK}?token={lab['token']}")
-        pg.wait_for_selector(".jp-NotebookPanel .jp-CodeCell", timeout=60_000)
-        pg.wait_for_function("""() => { const s = document.querySelector('.jp-Notebook-ExecutionIndicator');
-            return !s || s.getAttribute('data-status') === 'idle'; }""", timeout=60_000)
-        pg.wait_for_timeout(1500)
-        dialog = pg.locator(".jp-Dialog")
-        if dialog.count():  # a kernel-choice or similar dialog on a slow start: take its default and say so
-            print("dialog:", dialog.first.inner_text()[:300])
-            pg.screenshot(path=str(SHOTS / "real_dialog.png"))
-            pg.locator(".jp-Dialog .jp-mod-accept").first.click()
-        pg.keyboard.press("Control+b")  # the file browser away: the notebook gets the width
-        for _ in range(2):
-            pg.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            pg.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-            try:
-                pg.wait_for_function("""() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
-                                        .some(p => /\\[(\\d+|\\*)\\]/.test(p.textContent))""", timeout=30_000)
-                break
-            except Exception:
-                pg.keyboard.press("Escape")
-        try:
-            pg.wait_for_function(f"""() => {{
-                if (document.querySelector('[data-mime-type="application/vnd.jupyter.error"]')) return true;
-                const p = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
-                return p.length >= {len(CELLS)} && p.every(x => /\\[\\d+\\]/.test(x.textContent));
-            }}""", timeout=240_000)
-        except Exception:
-            pg.screenshot(path=str(SHOTS / "real_run_all_timeout.png"))
-            raise
-        errors = pg.locator('[data-mime-type="application/vnd.jupyter.error"]')
-        if errors.count():
-            pg.screenshot(path=str(SHOTS / "real_error.png"), full_page=True)
-            pytest.fail("a cell raised:\n" + errors.first.inner_text()[:3000])
-        pg.wait_for_selector(".kl-passes .kl-pane .kl-code", timeout=60_000)
-        try:
-            yield pg
-        finally:
-            context.close()
-            browser.close()
+    ready = "!!document.querySelector('.kl-passes .kl-pane .kl-code')"
+    with run_notebook(lab, NOTEBOOK, CELLS, ready, 'real') as pg:
+        yield pg
 
 
 def _at(page, width):

@@ -1,0 +1,77 @@
+"""One notebook opened in the test JupyterLab in headless Chromium and run to the end, shared by the browser
+tests of the lab's views: they differ only in their cells and in what says their view has drawn."""
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+
+import pytest
+
+from tests.browser.test_lab_browser import CHROMIUM_ARGS, SHOTS
+
+ERROR = '[data-mime-type="application/vnd.jupyter.error"]'
+
+
+def notebook_json(cells) -> dict:
+    return {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {},
+                       "outputs": [], "source": src} for i, src in enumerate(cells)],
+            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+@contextmanager
+def run_notebook(lab, name: str, cells, ready_js: str, shot: str):
+    """Write `cells` as notebook `name` into the lab's root, open it at 1600x1000, Run All, wait until every
+    cell ran (or one raised: the test fails with its traceback and a screenshot `<shot>_error.png`), then
+    until `ready_js` (a JS expression) holds; yields the page. Page errors are collected in `page.errors`."""
+    from playwright.sync_api import sync_playwright
+
+    (lab["root"] / name).write_text(json.dumps(notebook_json(cells)))
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        try:
+            browser = p.chromium.launch(executable_path=lab["chromium"], headless=True, args=CHROMIUM_ARGS)
+        except Exception as e:
+            pytest.skip(f"chromium does not start under Playwright: {e}")
+        context = browser.new_context(viewport={"width": 1600, "height": 1000}, device_scale_factor=1)
+        try:
+            pg = context.new_page()
+            pg.errors = []
+            pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+            pg.goto(f"{lab['base']}/lab/tree/{name}?token={lab['token']}")
+            pg.wait_for_selector(".jp-NotebookPanel .jp-CodeCell", timeout=60_000)
+            pg.wait_for_function("""() => { const s = document.querySelector('.jp-Notebook-ExecutionIndicator');
+                return !s || s.getAttribute('data-status') === 'idle'; }""", timeout=60_000)
+            pg.wait_for_timeout(1500)
+            dialog = pg.locator(".jp-Dialog")
+            if dialog.count():  # a kernel-choice or similar dialog on a slow start: take its default and say so
+                print("dialog:", dialog.first.inner_text()[:300])
+                pg.locator(".jp-Dialog .jp-mod-accept").first.click()
+            pg.keyboard.press("Control+b")  # the file browser away: the notebook gets the width
+            for _ in range(2):
+                pg.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+                pg.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+                try:
+                    pg.wait_for_function("""() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
+                                            .some(p => /\\[(\\d+|\\*)\\]/.test(p.textContent))""", timeout=30_000)
+                    break
+                except Exception:
+                    pg.keyboard.press("Escape")
+            try:
+                pg.wait_for_function(f"""() => {{
+                    if (document.querySelector('{ERROR}')) return true;
+                    const p = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+                    return p.length >= {len(cells)} && p.every(x => /\\[\\d+\\]/.test(x.textContent));
+                }}""", timeout=240_000)
+            except Exception:
+                pg.screenshot(path=str(SHOTS / f"{shot}_run_all_timeout.png"))
+                raise
+            errors = pg.locator(ERROR)
+            if errors.count():
+                pg.screenshot(path=str(SHOTS / f"{shot}_error.png"), full_page=True)
+                pytest.fail("a cell raised:\n" + errors.first.inner_text()[:3000])
+            pg.wait_for_function(f"() => {ready_js}", timeout=60_000)
+            yield pg
+        finally:
+            context.close()
+            browser.close()
