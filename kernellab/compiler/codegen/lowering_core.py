@@ -306,11 +306,10 @@ class KernelLowering:
             offsets = res.type.layout.registers(res.type.shape)
             n = len(offsets)
             cols = [x if isinstance(x, list) else [x] * n for x in operands]
-            k = op.attrs.get("uniform_run", 1)
-            if k > 1:  # equal over aligned runs of k registers along the fastest dim (share_uniform_runs)
-                fast = res.type.layout.order[0]
-                index = {o: i for i, o in enumerate(offsets)}
-                firsts = [index.get(o[:fast] + (o[fast] - o[fast] % k,) + o[fast + 1:], i)
+            blocks = op.attrs.get("uniform_blocks")
+            if blocks:  # registers whose offsets agree on offset // block hold one value (share_uniform_runs)
+                first_of = {}
+                firsts = [first_of.setdefault(tuple(x // b for x, b in zip(o, blocks)), i)
                           for i, o in enumerate(offsets)]
             else:
                 firsts = range(n)
