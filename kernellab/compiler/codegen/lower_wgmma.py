@@ -18,7 +18,7 @@ import llvmlite.ir as ir
 from ..gpu.scratch import a_from_registers, wgmma_kind, wgmma_staging
 from ..gpu.smem_layout import descriptor_fields
 from .lower_async import fence_proxy_async, store_tile, tile_byte_offset
-from .lowering_core import F16, F32, I8, I32, I64, VOID, KernelLowering, _cint, handles
+from .lowering_core import F16, F32, I32, I64, VOID, KernelLowering, _cint, handles
 
 
 def _stage_swizzled(lw: KernelLowering, v, t, base: int, tf32: bool = False):
@@ -63,7 +63,7 @@ class _Descriptors:
         b = lw.b
         self.lw, self.t, self.k_major = lw, t, k_major
         _, lbo, sbo, mode = descriptor_fields(t, k_major, 0, 0)
-        smem_addr = b.ptrtoint(b.gep(lw.smem, [tile_off], source_etype=I8), I32)
+        smem_addr = b.add(lw.smem32, tile_off)
         lo = b.zext(b.lshr(b.and_(smem_addr, _cint(0x3FFFF)), _cint(4)), I64)
         const = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (mode << 62)
         self.base = b.or_(lo, ir.Constant(I64, const))

@@ -170,6 +170,9 @@ class KernelLowering:
         smem.align = 1024  # swizzled (wgmma) tiles need 1024-byte aligned addresses
         smem.type = SPTR  # use it as an opaque pointer (see toolchain notes)
         self.smem = smem
+        # its 32-bit shared-window address: arithmetic on it stays 32-bit (through a 64-bit gep, LLVM does the
+        # address math of wgmma descriptors in 64 bits, which ptxas turns into more uniform-datapath ops)
+        self.smem32 = self.eb.ptrtoint(smem, I32, name="smem32")
         md = self.mod.add_metadata([self.fn, ir.MetaDataString(self.mod, "maxntidx"),
                                     _cint(self.opts.num_warps * 32)])
         md2 = self.mod.add_metadata([self.fn, ir.MetaDataString(self.mod, "kernel"), _cint(1)])
