@@ -1,7 +1,7 @@
 """Library benchmark: Liger-Kernel's ops run unchanged, compiled by kernellab (through `kernellab.compat`) and by
 Triton, checked against float64 torch references and timed side by side.
 
-    python benchmarks/libraries.py [op ...] [--timeout S] [--no-write]
+    python benchmarks/libraries.py [op ...] [--rounds N] [--timeout S] [--no-write]
 
 Installs nothing: it needs `liger-kernel` (`pip install liger-kernel --no-deps`) and torch; a real `triton`
 is optional (without it only the kernellab side runs). Each op runs in its own child process per side:
@@ -10,12 +10,20 @@ library is a kernellab kernel; `triton` imports the real Triton (with TRITON_INT
 A child builds the op's inputs from a fixed seed (random values with a few edge values: large
 magnitudes, tiny ones; never zeros), runs the Liger op forward and backward, and compares every output
 and every input gradient with the same op written in plain torch on float64 copies of the inputs.
-On a GPU it then times forward and forward+backward with `triton.testing.do_bench` (which is
-`kernellab.testing.do_bench` under compat). On a CPU the shapes are small and only correctness is checked.
+On a CPU the shapes are small and only correctness is checked.
+
+On a GPU both sides' children stay up after their check (which compiled and autotuned every kernel for
+these shapes) and time forward and forward+backward in `--rounds` rounds (default 5), alternating between
+the two children and which one goes first, so drifts in clocks or load fall on both alike. Both time with
+the same code (`_time_gpu`; Triton's do_bench returns a mean, kernellab's a median): per round a first call
+and 50 ms of calls as warm-up, then `ms` = the median of 20..200 CUDA-event timings, each after an L2 flush
+and a GPU sleep that covers the launch (the GPU's time), and `wall_ms` = back-to-back calls (host included).
 
 Writes benchmarks/results/<date>-<gpu or cpu>-libraries.json (date, GPU, versions; per op and side:
-correct, max error, error and its cause when the child failed, ms; kl_over_triton = Triton ms /
-kernellab ms, > 1: kernellab faster) and prints a table last.
+correct, max error, error and its cause when the child failed; `rounds`, every round's figures, and per
+figure its median over rounds (`fwd_ms`, `fwd_bwd_ms`, `fwd_wall_ms`, ...) with `_min` and `_max`;
+kl_over_triton_<fwd|fwd_bwd>[_wall] = Triton median / kernellab median, > 1: kernellab faster, with the
+paired rounds' ratios as `..._rounds`) and prints a table last (spread = the larger side's (max-min)/median).
 """
 from __future__ import annotations
 

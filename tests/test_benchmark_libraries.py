@@ -123,3 +123,40 @@ def test_main_writes_every_round_into_the_json(monkeypatch, tmp_path):
     kl = result["rows"][0]["kernellab"]
     assert kl["correct"] and len(kl["rounds"]) == 3
     assert (kl["fwd_ms"], kl["fwd_ms_min"], kl["fwd_wall_ms_max"]) == (1.0, 1.0, 2.0)
+
+
+class _FakeEvent:
+    def __init__(self, enable_timing=False):
+        self.t = None
+
+    def record(self):
+        import time
+
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1e3
+
+
+def test_time_gpu_runs_its_steps_with_cuda_stubbed(monkeypatch):
+    """The GPU timing's code path on a CPU (events = host clock, sleep and sync do nothing): warm-up first,
+    then wall, host and event timings, in ms, with the rep count clamped."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    sleeps = []
+    monkeypatch.setattr(torch.cuda, "_sleep", sleeps.append)
+    calls = []
+    x = torch.randn(256, 256)
+
+    def fn():
+        calls.append(1)
+        x @ x
+
+    cycles: list = []
+    t = lib._time_gpu(fn, torch.empty(16), cycles, warmup_s=0.01, rep_s=0.02)
+    assert set(t) == {"ms", "wall_ms", "host_ms", "reps"}
+    assert 20 <= t["reps"] <= 200 and len(calls) > t["reps"] + 5
+    assert 0 < t["ms"] < 1e3 and 0 < t["wall_ms"] < 1e3 and 0 < t["host_ms"] < 1e3
+    assert len(cycles) == 1 and sleeps[0] == 10_000_000 and len(sleeps) == 1 + t["reps"]
