@@ -1,7 +1,7 @@
 """Library benchmark: Liger-Kernel's ops run unchanged, compiled by kernellab (through `kernellab.compat`) and by
 Triton, checked against float64 torch references and timed side by side.
 
-    python benchmarks/libraries.py [op ...] [--timeout S] [--no-write]
+    python benchmarks/libraries.py [op ...] [--rounds N] [--timeout S] [--no-write]
 
 Installs nothing: it needs `liger-kernel` (`pip install liger-kernel --no-deps`) and torch; a real `triton`
 is optional (without it only the kernellab side runs). Each op runs in its own child process per side:
@@ -10,12 +10,20 @@ library is a kernellab kernel; `triton` imports the real Triton (with TRITON_INT
 A child builds the op's inputs from a fixed seed (random values with a few edge values: large
 magnitudes, tiny ones; never zeros), runs the Liger op forward and backward, and compares every output
 and every input gradient with the same op written in plain torch on float64 copies of the inputs.
-On a GPU it then times forward and forward+backward with `triton.testing.do_bench` (which is
-`kernellab.testing.do_bench` under compat). On a CPU the shapes are small and only correctness is checked.
+On a CPU the shapes are small and only correctness is checked.
+
+On a GPU both sides' children stay up after their check (which compiled and autotuned every kernel for
+these shapes) and time forward and forward+backward in `--rounds` rounds (default 5), alternating between
+the two children and which one goes first, so drifts in clocks or load fall on both alike. Both time with
+the same code (`_time_gpu`; Triton's do_bench returns a mean, kernellab's a median): per round a first call
+and 50 ms of calls as warm-up, then `ms` = the median of 20..200 CUDA-event timings, each after an L2 flush
+and a GPU sleep that covers the launch (the GPU's time), and `wall_ms` = back-to-back calls (host included).
 
 Writes benchmarks/results/<date>-<gpu or cpu>-libraries.json (date, GPU, versions; per op and side:
-correct, max error, error and its cause when the child failed, ms; kl_over_triton = Triton ms /
-kernellab ms, > 1: kernellab faster) and prints a table last.
+correct, max error, error and its cause when the child failed; `rounds`, every round's figures, and per
+figure its median over rounds (`fwd_ms`, `fwd_bwd_ms`, `fwd_wall_ms`, ...) with `_min` and `_max`;
+kl_over_triton_<fwd|fwd_bwd>[_wall] = Triton median / kernellab median, > 1: kernellab faster, with the
+paired rounds' ratios as `..._rounds`) and prints a table last (spread = the larger side's (max-min)/median).
 """
 from __future__ import annotations
 
@@ -27,8 +35,12 @@ import json
 import math
 import os
 import platform
+import queue
+import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -41,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 MARK = "@@libraries-result "
 SIDES = ("kernellab", "triton")
 SEED = 0
+FAKE_ROUNDS = "KERNELLAB_LIBRARIES_FAKE_ROUNDS"  # set: a CPU child times with made-up figures (tests)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -579,7 +592,8 @@ def _cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {msg[:600]}{where}"
 
 
-def child(name: str, side: str, device: str) -> dict:
+def child(name: str, side: str, device: str):
+    """Check `name` on `side`: (result dict, round timer or None). The timer exists on a GPU when the op ran."""
     if device != "cuda":  # one config for fused_moe's autotuned GEMMs (32 configs would take minutes to interpret)
         os.environ.setdefault("LIGER_FUSED_MOE_AUTOTUNE", "0")
     if side == "kernellab":
@@ -594,10 +608,10 @@ def child(name: str, side: str, device: str) -> dict:
     res: dict = {"side": side}
     if op.gpu_only and device != "cuda":
         res.update(correct=None, skipped=f"GPU only: {op.gpu_only}")
-        return res
-    stage = "import"
+        return res, None
+    stage, timer = "import", None
     try:
-        import triton
+        import triton  # noqa: F401  (kernellab's under compat: liger must find it)
 
         if device != "cuda" and op.cpu_patch:
             op.cpu_patch()
@@ -640,26 +654,104 @@ def child(name: str, side: str, device: str) -> dict:
                    max_abs_err=max(v[0] for v in checks.values()), worst=worst,
                    worst_err_over_tol=checks[worst][1], atol=atol, rtol=rtol)
         if device == "cuda":
-            stage = "timing"
-            do_bench = triton.testing.do_bench
-            x = _to(base, torch.float32, device, op.grads)
-            gd = gouts
-
-            def fwd():
-                op.liger(x)
-
-            def fwd_bwd():
-                for k in op.grads:
-                    x[k].grad = None
-                outs = op.liger(x)
-                torch.autograd.backward([outs[i] for i in op.backprop], gd)
-
-            res["fwd_ms"] = do_bench(fwd, warmup=25, rep=100)
-            if op.backprop:
-                res["fwd_bwd_ms"] = do_bench(fwd_bwd, warmup=25, rep=100)
+            res["timed"] = True
+            timer = _timer(op, _to(base, torch.float32, device, op.grads), gouts)
     except Exception as e:  # a failing op is a result, not a crash of the benchmark
         res.update(correct=False, stage=stage, error=_cause(e), traceback=traceback.format_exc()[-4000:])
-    return res
+        timer = None
+    if device != "cuda" and os.environ.get(FAKE_ROUNDS) and timer is None and "error" not in res:
+        res["timed"] = True  # tests of the rounds on a CPU: fixed figures, each round stamped like a real one
+        timer = lambda: {"fwd_ms": 1.0, "fwd_wall_ms": 2.0, "at": time.time()}  # noqa: E731
+    return res, timer
+
+
+def _timer(op, x, gouts):
+    """A function timing one round of `op` on `x` (forward, and forward+backward where the op has a
+    backward): {fwd_ms, fwd_wall_ms, fwd_host_ms, fwd_reps, ...}. Built after the correctness run, which
+    compiled (and autotuned) every kernel for these shapes, so no round times a compile."""
+    import torch
+
+    def fwd():
+        op.liger(x)
+
+    def fwd_bwd():
+        for k in op.grads:
+            x[k].grad = None
+        outs = op.liger(x)
+        torch.autograd.backward([outs[i] for i in op.backprop], gouts)
+
+    fns = {"fwd": fwd}
+    if op.backprop:
+        fns["fwd_bwd"] = fwd_bwd
+    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+    cycles: list = []
+
+    def one_round():
+        out = {"at": time.time()}
+        for key, fn in fns.items():
+            t = _time_gpu(fn, flush, cycles)
+            out.update({f"{key}_{k}": v for k, v in t.items()})
+        return out
+
+    return one_round
+
+
+def _time_gpu(fn, flush, cycles, warmup_s=0.05, rep_s=0.1, min_reps=20, max_reps=200):
+    """Time `fn` on the GPU (ms): the same code on both sides (Triton's do_bench returns a mean,
+    kernellab's a median: neither is used).
+
+    After a first call and `warmup_s` of back-to-back calls (clocks up, allocator warm):
+    - wall_ms: back-to-back calls, host included (what a training loop sees when launches are the limit);
+    - host_ms: enqueue time of one call (median of 5), for sizing the sleep below;
+    - ms: the median over reps of CUDA events around one call, each rep after an L2 flush and a
+      `torch.cuda._sleep` twice as long as the enqueue, so the events time the GPU's work, not the launches
+      (an op that syncs inside, as liger's cross_entropy does with .item(), still shows what follows the sync)."""
+    import torch
+
+    sync = torch.cuda.synchronize
+    fn()
+    sync()
+    t0, n = time.perf_counter(), 0
+    while n < 3 or time.perf_counter() - t0 < warmup_s:
+        fn()
+        n += 1
+    sync()
+    per_call = (time.perf_counter() - t0) / n
+    n_wall = max(5, min(1000, int(rep_s / per_call)))
+    t0 = time.perf_counter()
+    for _ in range(n_wall):
+        fn()
+    sync()
+    wall_ms = (time.perf_counter() - t0) / n_wall * 1e3
+    host = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        fn()
+        host.append(time.perf_counter() - t0)
+        sync()
+    host_ms = sorted(host)[2] * 1e3
+    if not cycles:  # GPU clock cycles per ms, measured once per process (clocks are up by now)
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        torch.cuda._sleep(10_000_000)
+        b.record()
+        sync()
+        cycles.append(10_000_000 / a.elapsed_time(b))
+    sleep = int(cycles[0] * (2 * host_ms + 0.05))
+    reps = max(min_reps, min(max_reps, int(rep_s * 1e3 / wall_ms)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        flush.zero_()
+        torch.cuda._sleep(sleep)
+        starts[i].record()
+        fn()
+        ends[i].record()
+    sync()
+    ms = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return {"ms": statistics.median(ms), "wall_ms": wall_ms, "host_ms": host_ms, "reps": reps}
+
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -678,34 +770,157 @@ def _version(dist):
         return None
 
 
-def _run_child(name, side, device, timeout):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    t0 = time.time()
-    try:
-        p = subprocess.run([sys.executable, __file__, "--child", name, side, device], capture_output=True,
-                           text=True, timeout=timeout, env=env, cwd=str(ROOT))
-    except subprocess.TimeoutExpired:
-        return {"side": side, "correct": False, "stage": "timeout", "error": f"timed out after {timeout} s",
-                "wall_s": time.time() - t0}
-    for line in p.stdout.splitlines():
-        if line.startswith(MARK):
-            r = json.loads(line[len(MARK):])
-            r["wall_s"] = time.time() - t0
+class _Child:
+    """One child process (one op, one side) that checks the op, then times a round each time it is asked
+    (`--serve`): both sides' children of an op stay up, so rounds can alternate between them without
+    paying the imports, the compile and the reference again. Result lines come through a reader thread,
+    so every wait has a timeout."""
+
+    def __init__(self, name, side, device, serve=True):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        self.side, self.t0, self.closed = side, time.time(), False
+        self.err = tempfile.TemporaryFile(mode="w+")
+        cmd = [sys.executable, __file__, "--child", name, side, device] + (["--serve"] if serve else [])
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, text=True,
+                                  env=env, cwd=str(ROOT))
+        self.q: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            if line.startswith(MARK):
+                self.q.put(json.loads(line[len(MARK):]))
+        self.q.put(None)
+
+    def result(self, timeout, stage="crash"):
+        """The next result line; an error dict when the child times out or exits first."""
+        try:
+            r = self.q.get(timeout=timeout)
+        except queue.Empty:
+            self.close(kill=True)
+            return {"side": self.side, "correct": False, "stage": "timeout", "error": f"timed out after {timeout} s"}
+        if r is not None:
             return r
-    tail = (p.stderr or p.stdout)[-2000:]
-    return {"side": side, "correct": False, "stage": "crash", "error": f"child exited {p.returncode}: {tail[-600:]}",
-            "traceback": tail, "wall_s": time.time() - t0}
+        self.p.wait()
+        tail = ""
+        if not self.closed:
+            self.err.seek(0)
+            tail = self.err.read()[-2000:]
+        return {"side": self.side, "correct": False, "stage": stage,
+                "error": f"child exited {self.p.returncode}: {tail[-600:]}", "traceback": tail}
+
+    def round(self, timeout):
+        if self.closed:
+            return {"side": self.side, "stage": "timing", "error": "child already closed"}
+        try:
+            self.p.stdin.write("round\n")
+            self.p.stdin.flush()
+        except OSError:  # it exited: result() says how
+            pass
+        return self.result(timeout, stage="timing")
+
+    def close(self, kill=False):
+        if self.closed:
+            return
+        self.closed = True
+        if kill:
+            self.p.kill()
+        try:
+            self.p.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        self.err.close()
+
+
+def _round_order(rounds, sides):
+    """(round, side) in running order: the sides alternate which goes first, so a drift in clocks or load
+    over the run falls on both alike."""
+    return [(r, side) for r in range(rounds) for side in (sides if r % 2 == 0 else sides[::-1])]
+
+
+TIMES = ("fwd_ms", "fwd_bwd_ms", "fwd_wall_ms", "fwd_bwd_wall_ms")
+
+
+def _summarize_rounds(res):
+    """Per time key of `res["rounds"]`: the median over rounds (under the key itself), `_min` and `_max`."""
+    for key in TIMES:
+        ts = [r[key] for r in res.get("rounds", ()) if r.get(key) is not None]
+        if ts:
+            res.update({key: statistics.median(ts), f"{key}_min": min(ts), f"{key}_max": max(ts)})
+    return res
 
 
 def _ratio(row, key):
+    """Triton median / kernellab median for `key` (> 1: kernellab faster), or None."""
     kl, tr = row.get("kernellab", {}).get(key), row.get("triton", {}).get(key)
     return tr / kl if kl and tr else None
+
+
+def _add_ratios(row):
+    """kl_over_triton_<fwd|fwd_bwd>[_wall] from the medians, with the per-round ratios (rounds paired in
+    running order) beside them as `..._rounds`."""
+    for key in TIMES:
+        if (r := _ratio(row, key)) is None:
+            continue
+        name = "kl_over_triton_" + key[:-3].replace("_wall", "") + ("_wall" if "_wall" in key else "")
+        row[name] = r
+        pairs = zip(row["kernellab"].get("rounds", ()), row["triton"].get("rounds", ()))
+        row[name + "_rounds"] = [t[key] / k[key] for k, t in pairs if k.get(key) and t.get(key)]
+    return row
+
+
+def _run_op(name, note, sides, device, timeout, rounds):
+    """Both sides' children started together (checking runs in parallel), then `rounds` timing rounds
+    alternating between them (one child runs at a time); returns the op's row."""
+    row = {"op": name, "note": note}
+    kids = {side: _Child(name, side, device) for side in sides}
+    try:
+        for side, kid in kids.items():
+            row[side] = kid.result(timeout)
+            row[side]["wall_s"] = time.time() - kid.t0
+            if row[side].get("timed"):
+                row[side]["rounds"] = []
+        for _, side in _round_order(rounds, sides):
+            res = row[side]
+            if "rounds" not in res or "timing_error" in res:
+                continue
+            r = kids[side].round(timeout)
+            if "error" in r:
+                res.update(timing_error=r["error"], timing_stage=r.get("stage", "timing"))
+            else:
+                r.pop("op", None)
+                res["rounds"].append(r)
+    finally:
+        for kid in kids.values():
+            kid.close()
+    for side in sides:
+        _summarize_rounds(row[side])
+    return _add_ratios(row)
+
+
+def _spread(res, key):
+    """(max - min) / median over the rounds, or None."""
+    if res and res.get(key) and f"{key}_max" in res:
+        return (res[f"{key}_max"] - res[f"{key}_min"]) / res[key]
+    return None
 
 
 def _fmt_table(rows, gpu):
     def ms(r, k):
         v = r.get(k)
         return f"{v:8.3f}" if v is not None else "       -"
+
+    def ratio(v):
+        return f"{v:6.2f}" if v is not None else "     -"
+
+    def spread(row, key):  # the larger of the two sides' (max - min) / median, in %
+        v = [s for s in (_spread(row.get(side), key) for side in SIDES) if s is not None]
+        return f"{100 * max(v):5.0f}%" if v else "     -"
 
     def ok(r):
         if not r:
@@ -716,37 +931,69 @@ def _fmt_table(rows, gpu):
 
     head = f"{'op':<28} {'kl':>4} {'kl err':>8} {'tr':>4}"
     if gpu:
-        head += f" {'kl fwd':>8} {'tr fwd':>8} {'ratio':>6} {'kl f+b':>8} {'tr f+b':>8} {'ratio':>6}"
+        head += (f" {'kl fwd':>8} {'tr fwd':>8} {'ratio':>6} {'spread':>6} {'kl f+b':>8} {'tr f+b':>8} {'ratio':>6}"
+                 f" {'spread':>6} {'wall f':>6} {'wall fb':>7}")
     lines = [head]
     for row in rows:
-        kl, tr = row.get("kernellab", {}), row.get("triton")
+        kl, tr = row.get("kernellab", {}), row.get("triton") or {}
         err = f"{kl['max_abs_err']:8.1e}" if "max_abs_err" in kl else "       -"
         line = f"{row['op']:<28} {ok(kl)} {err} {ok(tr)}"
         if gpu:
-            rf, rb = (row.get(k) for k in ("kl_over_triton_fwd", "kl_over_triton_fwd_bwd"))
-            rf, rb = (f"{r:6.2f}" if r is not None else "     -" for r in (rf, rb))
-            line += (f" {ms(kl, 'fwd_ms')} {ms(tr or {}, 'fwd_ms')} {rf}"
-                     f" {ms(kl, 'fwd_bwd_ms')} {ms(tr or {}, 'fwd_bwd_ms')} {rb}")
+            line += (f" {ms(kl, 'fwd_ms')} {ms(tr, 'fwd_ms')} {ratio(row.get('kl_over_triton_fwd'))}"
+                     f" {spread(row, 'fwd_ms')}"
+                     f" {ms(kl, 'fwd_bwd_ms')} {ms(tr, 'fwd_bwd_ms')} {ratio(row.get('kl_over_triton_fwd_bwd'))}"
+                     f" {spread(row, 'fwd_bwd_ms')} {ratio(row.get('kl_over_triton_fwd_wall'))}"
+                     f"  {ratio(row.get('kl_over_triton_fwd_bwd_wall'))}")
         if "error" in kl:
             line += f"   {kl.get('stage')}: {kl['error'][:150]}"
         elif kl.get("skipped"):
             line += f"   {kl['skipped']}"
         elif not kl.get("correct"):
             line += f"   worst: {kl.get('worst')} at {kl.get('worst_err_over_tol', 0):.3g} x tolerance"
+        for side in SIDES:
+            if (row.get(side) or {}).get("timing_error"):
+                line += f"   {side} timing: {row[side]['timing_error'][:150]}"
         lines.append(line)
     return "\n".join(lines)
+
+
+def _serve(name, side, device):
+    """Child side of `_Child`: the check's result line, then one round's line per `round` read from stdin."""
+    res, timer = child(name, side, device)
+    print(MARK + json.dumps(dict(res, op=name)), flush=True)
+    if timer is None:
+        return
+    for line in sys.stdin:
+        if line.strip() != "round":
+            break
+        try:
+            r = timer()
+        except Exception as e:
+            r = {"side": side, "stage": "timing", "error": _cause(e)}
+        print(MARK + json.dumps(r), flush=True)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("ops", nargs="*", help="op names (default: all)")
-    ap.add_argument("--timeout", type=float, default=600, help="seconds per child process")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per child process and step "
+                    "(the check, each round)")
+    ap.add_argument("--rounds", type=int, default=5, help="timing rounds per op and side (GPU only; default 5)")
     ap.add_argument("--no-write", action="store_true", help="print only, write no JSON")
     ap.add_argument("--child", nargs=3, metavar=("OP", "SIDE", "DEVICE"), help=argparse.SUPPRESS)
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    if args.child and args.serve:
+        _serve(*args.child)
+        return 0
     if args.child:  # OP may be a comma-separated list (one result line each, one process: tests use it)
         for name in args.child[0].split(","):
-            r = child(name, *args.child[1:])
+            r, timer = child(name, *args.child[1:])
+            if timer is not None:  # one round, its keys flat in the line
+                r["rounds"] = [timer()]
+                _summarize_rounds(r)
             print(MARK + json.dumps(dict(r, op=name)), flush=True)
         return 0
     if importlib.util.find_spec("liger_kernel") is None:
@@ -767,16 +1014,15 @@ def main(argv=None):
     t0 = time.time()
     rows = []
     for name in args.ops or names:
-        row = {"op": name, "note": notes[name]}
-        for side in sides:
-            row[side] = _run_child(name, side, device, args.timeout)
-        for key in ("fwd_ms", "fwd_bwd_ms"):
-            if (r := _ratio(row, key)) is not None:
-                row[f"kl_over_triton_{key[:-3]}"] = r
+        row = _run_op(name, notes[name], sides, device, args.timeout, args.rounds)
         rows.append(row)
         kl = row["kernellab"]
         status = ("ok" if kl.get("correct") else kl["skipped"] if kl.get("skipped")
                   else f"FAIL {kl.get('stage', 'check')}: {kl.get('error', kl.get('worst'))}")
+        if row.get("kl_over_triton_fwd") is not None:
+            status += f"  fwd {row['kl_over_triton_fwd']:.2f}"
+            if row.get("kl_over_triton_fwd_bwd") is not None:
+                status += f"  fwd+bwd {row['kl_over_triton_fwd_bwd']:.2f}"
         print(f"{name:<28} {status[:200]}", flush=True)
     result = {
         "date": datetime.date.today().isoformat(), "gpu": gpu, "device": device,
@@ -784,11 +1030,18 @@ def main(argv=None):
                      "torch": torch.__version__, "liger_kernel": _version("liger_kernel"),
                      "python": platform.python_version()},
         "sides": sides,
-        "method": "one child process per op and side; inputs float32 from seed 0 (edge values included); outputs "
-                  "and input gradients vs float64 torch references (outputs poisoned: torch.empty gives NaN): "
-                  "correct when |got-ref| <= atol + rtol*|ref| "
-                  "everywhere; ms = do_bench median (GPU only), fwd_bwd resets .grad each call",
-        "figure": "kl_over_triton = Triton ms / kernellab ms (> 1: kernellab faster)",
+        "rounds": args.rounds,
+        "method": "one child process per op and side (compat serves `import triton`, so the sides cannot share "
+                  "one); inputs float32 from seed 0 (edge values included); outputs and input gradients vs "
+                  "float64 torch references (outputs poisoned: torch.empty gives NaN): correct when "
+                  "|got-ref| <= atol + rtol*|ref| everywhere. GPU: both children stay up after the check (which "
+                  "compiled every kernel) and time `rounds` rounds, alternating sides and which goes first; a "
+                  "round = 1 call + 50 ms of calls as warm-up, then ms = median of 20..200 CUDA-event timings, "
+                  "each after an L2 flush and a GPU sleep covering the launch (GPU time), and wall_ms = "
+                  "back-to-back calls over ~100 ms (host included); fwd_bwd resets .grad each call. Per side: "
+                  "rounds (all figures), and per time key its median over rounds, _min and _max",
+        "figure": "kl_over_triton_<fwd|fwd_bwd> = Triton median ms / kernellab median ms (> 1: kernellab faster); "
+                  "_wall: the same for wall_ms; _rounds: the ratio in each round (rounds paired in running order)",
         "rows": rows,
         "summary": {side: {"correct": sum(bool(r.get(side, {}).get("correct")) for r in rows),
                            "of": sum(not r.get(side, {}).get("skipped") for r in rows)} for side in sides},

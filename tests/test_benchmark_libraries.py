@@ -1,0 +1,162 @@
+"""benchmarks/libraries.py's rounds on a CPU: the running order, the medians and ratios from made-up
+timings, the table, and the serve protocol of a real child (made-up figures: KERNELLAB_LIBRARIES_FAKE_ROUNDS).
+The GPU timing itself (`_time_gpu`) runs only on the device: `python benchmarks/libraries.py`."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from benchmarks import libraries as lib
+
+needs_liger = pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is None,
+                                 reason="liger_kernel is not installed")
+SIDES = ["kernellab", "triton"]
+
+
+def test_round_order_alternates_which_side_goes_first():
+    assert lib._round_order(3, SIDES) == [(0, "kernellab"), (0, "triton"), (1, "triton"), (1, "kernellab"),
+                                          (2, "kernellab"), (2, "triton")]
+    assert lib._round_order(2, ["kernellab"]) == [(0, "kernellab"), (1, "kernellab")]
+
+
+def test_summary_is_the_median_over_rounds_with_min_and_max():
+    res = {"rounds": [{"fwd_ms": 3.0, "fwd_bwd_ms": 9.0}, {"fwd_ms": 1.0}, {"fwd_ms": 50.0, "fwd_bwd_ms": 7.0},
+                      {"fwd_ms": 2.0, "fwd_bwd_ms": 8.0}, {"fwd_ms": 2.5, "fwd_bwd_ms": None}]}
+    lib._summarize_rounds(res)
+    assert (res["fwd_ms"], res["fwd_ms_min"], res["fwd_ms_max"]) == (2.5, 1.0, 50.0)  # one outlier: no effect
+    assert (res["fwd_bwd_ms"], res["fwd_bwd_ms_min"], res["fwd_bwd_ms_max"]) == (8.0, 7.0, 9.0)
+    assert "fwd_wall_ms" not in res
+    assert lib._spread(res, "fwd_ms") == pytest.approx(49.0 / 2.5)
+    assert lib._summarize_rounds({"correct": False}) == {"correct": False}
+
+
+def test_ratio_is_of_the_medians_with_the_paired_rounds_beside_it():
+    kl = lib._summarize_rounds({"rounds": [{"fwd_ms": t, "fwd_wall_ms": 2 * t} for t in (1.0, 2.0, 4.0)]})
+    tr = lib._summarize_rounds({"rounds": [{"fwd_ms": t, "fwd_wall_ms": t} for t in (2.0, 2.0, 2.0)]})
+    row = lib._add_ratios({"op": "x", "kernellab": kl, "triton": tr})
+    assert row["kl_over_triton_fwd"] == 1.0
+    assert row["kl_over_triton_fwd_rounds"] == [2.0, 1.0, 0.5]
+    assert row["kl_over_triton_fwd_wall"] == 0.5
+    assert row["kl_over_triton_fwd_wall_rounds"] == [1.0, 0.5, 0.25]
+    assert "kl_over_triton_fwd_bwd" not in row
+    one_side = lib._add_ratios({"op": "x", "kernellab": kl})
+    assert not any(k.startswith("kl_over") for k in one_side)
+
+
+class _FakeChild:
+    """Stands in for lib._Child: kernellab takes 1.0 + 0.1 * round ms, Triton 2.0; `fail` sides error on
+    their second round."""
+
+    log: list = []
+    fail: set = set()
+
+    def __init__(self, name, side, device, serve=True):
+        self.side, self.t0, self.n = side, 0.0, 0
+
+    def result(self, timeout, stage="crash"):
+        return {"side": self.side, "correct": True, "timed": True}
+
+    def round(self, timeout):
+        self.log.append(self.side)
+        self.n += 1
+        if self.side in self.fail and self.n == 2:
+            return {"side": self.side, "stage": "timing", "error": "boom"}
+        t = 1.0 + 0.1 * (self.n - 1) if self.side == "kernellab" else 2.0
+        return {"fwd_ms": t, "fwd_bwd_ms": 2 * t, "fwd_wall_ms": t, "fwd_bwd_wall_ms": 2 * t}
+
+    def close(self, kill=False):
+        pass
+
+
+def test_run_op_alternates_children_and_summarizes(monkeypatch):
+    monkeypatch.setattr(lib, "_Child", _FakeChild)
+    _FakeChild.log, _FakeChild.fail = [], set()
+    row = lib._run_op("rms_norm", "", SIDES, "cuda", 10, 5)
+    assert _FakeChild.log == ["kernellab", "triton", "triton", "kernellab"] * 2 + ["kernellab", "triton"]
+    kl = row["kernellab"]
+    assert [r["fwd_ms"] for r in kl["rounds"]] == pytest.approx([1.0, 1.1, 1.2, 1.3, 1.4])
+    assert kl["fwd_ms"] == pytest.approx(1.2) and kl["fwd_ms_min"] == 1.0 and kl["fwd_ms_max"] == pytest.approx(1.4)
+    assert row["kl_over_triton_fwd"] == pytest.approx(2.0 / 1.2)
+    assert row["kl_over_triton_fwd_bwd"] == pytest.approx(2.0 / 1.2)
+    assert len(row["kl_over_triton_fwd_rounds"]) == 5
+    table = lib._fmt_table([row], gpu=True)
+    assert "1.67" in table and "33%" in table  # ratio; spread (1.4 - 1.0) / 1.2 of kernellab (Triton 0 %)
+    # a side whose round fails keeps its earlier rounds, is asked no more, and the error is shown
+    _FakeChild.log, _FakeChild.fail = [], {"triton"}
+    row = lib._run_op("rms_norm", "", SIDES, "cuda", 10, 4)
+    assert _FakeChild.log == ["kernellab", "triton", "triton", "kernellab", "kernellab", "kernellab"]
+    assert row["triton"]["timing_error"] == "boom" and len(row["triton"]["rounds"]) == 1
+    assert len(row["kernellab"]["rounds"]) == 4
+    assert "triton timing: boom" in lib._fmt_table([row], gpu=True)
+
+
+def test_rounds_must_be_positive():
+    with pytest.raises(SystemExit):
+        lib.main(["--rounds", "0", "rms_norm"])
+
+
+@needs_liger
+def test_a_served_child_checks_then_times_a_round_per_request(monkeypatch):
+    monkeypatch.setenv(lib.FAKE_ROUNDS, "1")
+    kid = lib._Child("rms_norm", "kernellab", "cpu")
+    try:
+        res = kid.result(300)
+        assert res["correct"] and res["timed"], res
+        rounds = [kid.round(60) for _ in range(3)]
+    finally:
+        kid.close()
+    assert [r["fwd_ms"] for r in rounds] == [1.0] * 3
+    assert rounds[0]["at"] < rounds[1]["at"] < rounds[2]["at"]
+    assert kid.round(5)["error"]  # closed: an error, not a hang
+
+
+@needs_liger
+def test_main_writes_every_round_into_the_json(monkeypatch, tmp_path):
+    monkeypatch.setenv(lib.FAKE_ROUNDS, "1")
+    monkeypatch.setenv("KERNELLAB_RESULTS_DIR", str(tmp_path))
+    assert lib.main(["rms_norm", "--rounds", "3"]) == 0
+    (path,) = tmp_path.glob("*-cpu-libraries.json")
+    result = json.loads(path.read_text())
+    assert result["rounds"] == 3 and result["sides"] == ["kernellab"]
+    kl = result["rows"][0]["kernellab"]
+    assert kl["correct"] and len(kl["rounds"]) == 3
+    assert (kl["fwd_ms"], kl["fwd_ms_min"], kl["fwd_wall_ms_max"]) == (1.0, 1.0, 2.0)
+
+
+class _FakeEvent:
+    def __init__(self, enable_timing=False):
+        self.t = None
+
+    def record(self):
+        import time
+
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1e3
+
+
+def test_time_gpu_runs_its_steps_with_cuda_stubbed(monkeypatch):
+    """The GPU timing's code path on a CPU (events = host clock, sleep and sync do nothing): warm-up first,
+    then wall, host and event timings, in ms, with the rep count clamped."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    sleeps = []
+    monkeypatch.setattr(torch.cuda, "_sleep", sleeps.append)
+    calls = []
+    x = torch.randn(256, 256)
+
+    def fn():
+        calls.append(1)
+        x @ x
+
+    cycles: list = []
+    t = lib._time_gpu(fn, torch.empty(16), cycles, warmup_s=0.01, rep_s=0.02)
+    assert set(t) == {"ms", "wall_ms", "host_ms", "reps"}
+    assert 20 <= t["reps"] <= 200 and len(calls) > t["reps"] + 5
+    assert 0 < t["ms"] < 1e3 and 0 < t["wall_ms"] < 1e3 and 0 < t["host_ms"] < 1e3
+    assert len(cycles) == 1 and sleeps[0] == 10_000_000 and len(sleeps) == 1 + t["reps"]
