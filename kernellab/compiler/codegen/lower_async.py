@@ -131,10 +131,12 @@ def _async_copy(lw: KernelLowering, op):
         fty = ir.FunctionType(VOID, [I32, I64, I32, I32])
         cons = "r,l,r,r"
     addresses = register_tile_addresses(lw, view, t.layout, t.shape, range(0, len(ptrs), vec), base)
+    # the stage predicate (uniform) picks the byte count once; each run's mask then picks it or 0, so no
+    # predicate stays live per copy (ptxas has 7 and re-made the uniform one before every select)
+    stage_bytes = b.select(pred, _cint(nbytes), _cint(0))
     for g in range(0, len(ptrs), vec):
         dst = addresses[g]
-        ok = pred if masks is None else b.and_(pred, masks[g])
-        src_bytes = b.select(ok, _cint(nbytes), _cint(0))
+        src_bytes = stage_bytes if masks is None else b.select(masks[g], stage_bytes, _cint(0))
         args = [dst, b.ptrtoint(ptrs[g], I64), src_bytes]
         if valid is not None:
             args.append(b.zext(valid[g], I32))
