@@ -166,6 +166,16 @@ def _source_text(compiled) -> list:
     return lines
 
 
+def lazy_data(data: dict) -> dict:
+    """`data` as the widget first sends it: the text of the stages its panes open on, only the titles of the
+    others (their lines come when the user picks one: linked.js asks, `LinkedView` answers). The LLVM IR alone
+    is two thirds of a real kernel's data (6,500 lines), and few open it."""
+    out = dict(data)
+    out["stages"] = [s if s["id"] in data["panes"] else {**s, "lines": None, "src": None, "dim": None,
+                                                          "n": len(s["lines"])} for s in data["stages"]]
+    return out
+
+
 def counterparts(data: dict, stage_id: str, source_line: int) -> list[int]:
     """The 0-based lines of stage `stage_id` that came from `source_line` (what the view highlights)."""
     st = next(s for s in data["stages"] if s["id"] == stage_id)
@@ -183,41 +193,53 @@ STATIC_CSS = """
 .kl-lk .kl-lk-head{padding:3px 6px;border-bottom:1px solid rgba(127,127,127,.35);font-weight:600;white-space:nowrap;
  overflow:hidden;text-overflow:ellipsis}
 .kl-lk .kl-lk-body{overflow:auto;max-height:520px;font-family:var(--jp-code-font-family,ui-monospace,Menlo,monospace);
- font-size:12px;line-height:17px;tab-size:4;position:relative}
-.kl-lk .kl-lk-l{white-space:pre;padding-right:8px;min-width:max-content}
-.kl-lk .kl-lk-n{display:inline-block;width:4.2em;text-align:right;padding-right:8px;opacity:.55;user-select:none}
-.kl-lk .kl-lk-d{opacity:.45}
+ font-size:12px;line-height:17px;tab-size:4;position:relative;counter-reset:kl-n var(--n0,0)}
+.kl-lk .kl-lk-body>div{white-space:pre;padding-right:8px;min-width:max-content}
+.kl-lk .kl-lk-body>div::before{counter-increment:kl-n;content:counter(kl-n);display:inline-block;width:4.2em;
+ text-align:right;padding-right:8px;opacity:.55;user-select:none}
+.kl-lk .kl-lk-body i{font-style:normal;opacity:.45}
 .kl-lk .kl-lk-note{opacity:.7;padding:4px 6px;font-style:italic}
 """
 
 
-def _line_html(n, text, src, dim=None) -> str:
-    style = f' style="background:{color(src)}"' if src is not None else ""
+def _line_html(text, src, dim=None) -> str:
+    """One line, small: its colour is a class per source line (`s27`), its number a CSS counter."""
+    cls = f' class="s{src}"' if src is not None else ""
     if dim:
         s, e = dim
-        body = H.esc_text(text[:s]) + f'<span class="kl-lk-d">{H.esc_text(text[s:e])}</span>' + H.esc_text(text[e:])
+        body = H.esc_text(text[:s]) + f"<i>{H.esc_text(text[s:e])}</i>" + H.esc_text(text[e:])
     else:
         body = H.esc_text(text)
-    return f'<div class="kl-lk-l"{style}><span class="kl-lk-n">{n}</span>{body}</div>'
+    return f"<div{cls}>{body}</div>"
 
 
 def linked_html(data: dict, panes=None) -> str:
-    """The view without JavaScript: the source and the stage panes (`panes`, default the data's), coloured."""
+    """The view without JavaScript (a notebook reopened without its kernel): the source and the stage panes
+    (`panes`, default PTX alone: this copy is saved into the notebook with every cell), coloured."""
     stages = {s["id"]: s for s in data["stages"]}
-    cols = ['<div class="kl-lk-pane kl-lk-src"><div class="kl-lk-head">kernel source</div><div class="kl-lk-body">'
-            + "".join(_line_html(x["n"], x["text"], x["n"]) for x in data["source"]) + "</div></div>"]
-    for sid in panes or data["panes"]:
+    if panes is None:
+        panes = [x for x in ("ptx",) if x in stages] or data["panes"][:1]
+    used = {x["n"] for x in data["source"]}
+    first = data["source"][0]["n"] if data["source"] else 1
+    cols = ['<div class="kl-lk-pane kl-lk-src"><div class="kl-lk-head">kernel source</div>'
+            f'<div class="kl-lk-body" style="--n0:{first - 1}">'
+            + "".join(_line_html(x["text"], x["n"]) for x in data["source"]) + "</div></div>"]
+    for sid in panes:
         st = stages[sid]
+        if st["lines"] is None:
+            continue
+        used |= {x for x in st["src"] if x is not None}
         dims = st["dim"] or [None] * len(st["lines"])
         note = f'<div class="kl-lk-note">{H.esc(st["note"])}</div>' if st["note"] else ""
         cols.append(f'<div class="kl-lk-pane"><div class="kl-lk-head">{H.esc(st["title"])}</div>{note}'
                     '<div class="kl-lk-body">'
-                    + "".join(_line_html(i + 1, t, s, d) for i, (t, s, d) in enumerate(zip(st["lines"], st["src"],
-                                                                                          dims)))
+                    + "".join(_line_html(t, s, d) for t, s, d in zip(st["lines"], st["src"], dims))
                     + "</div></div>")
-    return (f'<div class="kl-lk"><style>{STATIC_CSS}</style><div class="kl-lk-head" style="border:0">'
+    colours = "".join(f".kl-lk .s{n}{{background:{color(n)}}}" for n in sorted(used))
+    return (f'<div class="kl-lk"><style>{STATIC_CSS}{colours}</style><div class="kl-lk-head" style="border:0">'
             f'{H.esc(data["kernel"])}: each line coloured by the source line it came from '
-            '<span style="font-weight:400;opacity:.7">(static copy: run the cell for hover, click and search)</span>'
+            '<span style="font-weight:400;opacity:.7">(static copy: run the cell for hover, click, search and the '
+            'other stages)</span>'
             f'</div><div class="kl-lk-panes">{"".join(cols)}</div></div>')
 
 
@@ -243,11 +265,21 @@ if anywidget is not None:
         data = traitlets.Dict().tag(sync=True)
 
         def __init__(self, compiled, **kwargs):
-            super().__init__(data=_prepare(compiled), **kwargs)
+            full = _prepare(compiled)
+            super().__init__(data=lazy_data(full), **kwargs)
             self.compiled = compiled
+            self.full_data = full
+            self.on_msg(self._on_msg)
+
+        def _on_msg(self, _widget, content, _buffers):
+            """linked.js asks for a stage's lines when the user picks a stage it was not sent."""
+            if isinstance(content, dict) and content.get("type") == "stage":
+                st = next((s for s in self.full_data["stages"] if s["id"] == content.get("id")), None)
+                if st is not None:
+                    self.send({"type": "stage", "stage": st})
 
         def static_html(self) -> str:
-            return linked_html(self.data)
+            return linked_html(self.full_data)
 
         def _repr_mimebundle_(self, **kwargs):
             out = super()._repr_mimebundle_(**kwargs)

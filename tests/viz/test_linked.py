@@ -41,7 +41,8 @@ def test_static_html_is_coloured_and_has_no_script(mm):
     d = L.linked_data(mm, with_sass=False)
     html = L.linked_html(d)
     assert "<script" not in html and "kernel source" in html and "hsla(" in html
-    assert html.count("class=\"kl-lk-pane") == 2 + len(d["panes"])  # and the "kl-lk-panes" row
+    assert html.count("class=\"kl-lk-pane") == 3  # source, PTX (and the "kl-lk-panes" row)
+    assert "PTX" in html and "LLVM IR" not in html
 
 
 def test_widget_bundle_carries_the_static_copy(mm):
@@ -52,6 +53,30 @@ def test_widget_bundle_carries_the_static_copy(mm):
     assert "export default" in v._esm
     data, _ = v._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in data and "kl-lk-pane" in data["text/html"]
+
+
+def test_widget_sends_only_its_open_panes_and_the_rest_on_request():
+    """The payload bound: a %%kernel cell's linked view of the causal attention was 1.5 MB of widget state and
+    0.68 MB of static HTML (the LLVM IR's 6,700 lines and every pass); now the open panes (PTX, SASS) only, the
+    others' lines on request, and a static copy of the source and the PTX."""
+    import json
+
+    if L.LinkedView is None:
+        pytest.skip("anywidget is not installed")
+    v = L.linked_view(R.attention())
+    state = len(json.dumps(v.get_state()))
+    static = len(v.static_html())
+    assert state < 350_000 and static < 250_000, (state, static)
+    sent = {s["id"]: s for s in v.data["stages"]}
+    assert sent["llir"]["lines"] is None and sent["llir"]["n"] > 1000
+    assert all(sent[p]["lines"] for p in v.data["panes"])
+    out = []
+    v.send = out.append
+    v._on_msg(v, {"type": "stage", "id": "llir"}, [])
+    assert out and out[0]["type"] == "stage" and out[0]["stage"]["id"] == "llir"
+    assert len(out[0]["stage"]["lines"]) == sent["llir"]["n"] == len(out[0]["stage"]["src"])
+    v._on_msg(v, {"type": "stage", "id": "nope"}, [])
+    assert len(out) == 1
 
 
 def test_without_anywidget_the_view_is_static(mm, monkeypatch):
