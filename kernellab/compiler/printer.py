@@ -107,6 +107,21 @@ class Printed:
                 out.append(None)
         return tuple(out)
 
+    def source_files(self) -> tuple:
+        """Per line: the file of its source line when it is not its function's own file (an @jit helper from
+        another module, inlined), else None; () when there is none such."""
+        out, fn, any_other = [], None, False
+        for kind, obj, _ in self.rows:
+            f = None
+            if kind == "func":
+                fn = obj
+            elif kind in ("op", "end") and self.with_locs and obj.loc is not None and obj.loc.file:
+                own = fn.source_file if fn is not None else None
+                if obj.loc.file != own:
+                    f, any_other = obj.loc.file, True
+            out.append(f)
+        return tuple(out) if any_other else ()
+
 
 class _Out:
     """Lines being printed, what each one shows, and the lengths of its loc and of the text after it."""

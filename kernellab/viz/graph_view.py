@@ -173,9 +173,13 @@ def _details(g, snap, rec, source_lines, prefix: str, gpu: bool) -> str:
     layouts = dict(snap.layouts)
     out = []
 
-    def src(line):
+    def src(line, file=None):
         if not line:
             return '<div class="kl-dim">no source line</div>'
+        if file:  # an @jit helper from another module, inlined: its own file's line
+            text = linecache.getline(file, line).strip()
+            return (f'<div>source line <b>{line}</b> of {H.esc(file.rsplit("/", 1)[-1])}:</div>'
+                    f'<pre class="kl-src">{H.esc_text(text) or "(not available)"}</pre>')
         text = source_lines[line - 1].strip() if 0 < line <= len(source_lines) else ""
         for f in files if not text else ():  # a line of an inlined @jit function (the compile keeps only the kernel's)
             text = linecache.getline(f, line).strip()
@@ -188,18 +192,22 @@ def _details(g, snap, rec, source_lines, prefix: str, gpu: bool) -> str:
         op = ops[i]
         return ir[op.ir_line][0].strip() if op.ir_line < len(ir) else op.name
 
+    def file_of(n):
+        k = n.op if n.op is not None else (int(n.id[1:]) if n.kind == "expr" and n.id[1:].isdigit() else None)
+        return getattr(ops[k], "file", None) if k is not None and k < len(ops) else None
+
     for n in g.nodes.values():
         parts = []
         if n.kind == "expr":
             parts.append(f"<b>{H.esc(n.lines[0])}</b> <span class='kl-dim'>— {len(n.folded)} ops folded</span>")
-            parts.append(src(n.line))
+            parts.append(src(n.line, file_of(n)))
             parts.append("<div>the expression:</div><pre>" + H.esc_text("\n".join(n.detail)) + "</pre>")
             parts.append("<div>folded ops (IR):</div><pre>"
                          + H.esc_text("\n".join(ir_text(i) for i in n.folded)) + "</pre>")
         else:
             head = ops[n.op].name if n.op is not None else n.lines[0]
             parts.append(f"<b>{H.esc(head)}</b> <span class='kl-dim'>— {H.esc(_CLASS_TEXT.get(n.cls, n.cls))}</span>")
-            parts.append(src(n.line))
+            parts.append(src(n.line, file_of(n)))
             if n.op is not None:
                 parts.append(f"<div>the op (after {H.esc(rec.name)}):</div><pre>{H.esc_text(ir_text(n.op))}</pre>")
                 op = ops[n.op]

@@ -146,7 +146,9 @@ function render({ model, el }) {
   function fill(p) {
     let texts, srcs, dims, nums;
     if (p.kind === "source") {
-      texts = data.source.map(x => x.text); srcs = data.source.map(x => x.n); nums = srcs; dims = null;
+      // a helper from another file: a heading row, then its lines (key OTHER * k + line, shown as `line`)
+      texts = data.source.map(x => x.text); srcs = data.source.map(x => x.n);
+      nums = data.source.map(x => x.head ? "" : (x.line ?? x.n)); dims = null;
       p.noteEl.style.display = "none";
     } else {
       const s = stages[p.stage];
@@ -185,7 +187,7 @@ function render({ model, el }) {
 
   function counts(p) {
     const parts = [];
-    if (current != null) parts.push(`${(p.bySrc.get(current) || []).length} from line ${current}`);
+    if (current != null) parts.push(`${(p.bySrc.get(current) || []).length} from this line`);
     if (rx) parts.push(`${p.hits} match${p.hits === 1 ? "" : "es"}`);
     p.countEl.textContent = parts.length ? "· " + parts.join(" · ") : "";
   }
@@ -236,7 +238,8 @@ function render({ model, el }) {
     if (current != null) {
       const src = data.source.find(x => x.n === current);
       const text = src ? src.text.trim() : "";
-      parts.push(`line ${current}${text ? ": " + (text.length > 60 ? text.slice(0, 59) + "…" : text) : ""}`);
+      const where = src && src.label ? src.label : `line ${current}`;
+      parts.push(`${where}${text ? ": " + (text.length > 60 ? text.slice(0, 59) + "…" : text) : ""}`);
       if (pinned != null) parts.push("pinned (click it again or press Esc to release)");
     } else parts.push("hover a line to see where it went; click to pin");
     if (rx) {

@@ -112,6 +112,16 @@ def linked_data(compiled, with_sass: bool = True) -> dict:
     source_lines = _source_text(compiled)
     stages = []
     passes = list(trace.passes)
+    others: dict = {}  # file of an inlined helper from another module -> its number (1, 2, ...)
+
+    def keyed(pos):
+        """Source keys per line: the line in the kernel's file; OTHER * k + line in the k-th other file."""
+        files = getattr(pos, "files", ()) or ()
+        if not files:
+            return pos.source
+        return [None if x is None else (OTHER * others.setdefault(f, len(others) + 1) + x if f else x)
+                for x, f in zip(pos.source, files)]
+
     for i, p in enumerate(passes):
         if p.stage not in ("frontend", "tile", "gpu", "llir", "ptx"):
             continue
@@ -126,7 +136,7 @@ def linked_data(compiled, with_sass: bool = True) -> dict:
             sid = p.stage if (p.stage in ("tile", "gpu") and last_of_stage) else f"p{i}"
         pos = p.positions
         lines = p.ir.splitlines()
-        stages.append(_stage(sid, title, group, lines, pos.source if pos else None, pos.loc if pos else None,
+        stages.append(_stage(sid, title, group, lines, keyed(pos) if pos else None, pos.loc if pos else None,
                              "" if pos else "no line info in this stage (built with line_info off, or an older "
                                             "cache entry)"))
     if with_sass and "cubin" in (getattr(compiled, "asm", {}) or {}):
@@ -137,12 +147,20 @@ def linked_data(compiled, with_sass: bool = True) -> dict:
             stages.append(_stage("sass", "SASS", "SASS", [why], [None], note=why))
     ids = [s["id"] for s in stages]
     # the kernel's lines, and those of the @jit functions inlined into it (same file, above it perhaps)
-    used = sorted({x for s in stages for x in s["src"] if x is not None})
+    used = sorted({x for s in stages for x in s["src"] if x is not None and x < OTHER})
     rng = D.kernel_source_range(trace.passes[0]) if trace.passes else None
     first = min(used + ([rng[0]] if rng else [])) if used or rng else 1
     last = max(used + ([rng[1]] if rng else [])) if used or rng else len(source_lines)
     src = [{"n": n, "text": source_lines[n - 1].rstrip("\n") if 0 < n <= len(source_lines) else ""}
            for n in range(first, last + 1)]
+    for f, k in others.items():  # the lines of helpers from other files, under their file's name
+        import linecache
+
+        mine = sorted({x - OTHER * k for st in stages for x in st["src"] if x is not None and x // OTHER == k})
+        text = linecache.getlines(f)
+        src.append({"n": None, "head": True, "text": f"── {os.path.basename(f)} ({f}) ──"})
+        src += [{"n": OTHER * k + n, "line": n, "label": f"{os.path.basename(f)} line {n}",
+                 "text": text[n - 1].rstrip("\n") if 0 < n <= len(text) else ""} for n in range(mine[0], mine[-1] + 1)]
     panes = [x for x in ("ptx", "sass") if x in ids]
     if len(panes) < 2:
         panes = [x for x in ("gpu", "ptx", "llir") if x in ids][:2] or ids[-2:]
@@ -164,6 +182,9 @@ def _source_text(compiled) -> list:
     if not lines or (own and len(lines) < len(own)):
         return own
     return lines
+
+
+OTHER = 1_000_000  # source keys of an inlined helper's lines from another file: OTHER * (its number) + line
 
 
 def lazy_data(data: dict) -> dict:
@@ -198,13 +219,18 @@ STATIC_CSS = """
 .kl-lk .kl-lk-body>div::before{counter-increment:kl-n;content:counter(kl-n);display:inline-block;width:4.2em;
  text-align:right;padding-right:8px;opacity:.55;user-select:none}
 .kl-lk .kl-lk-body i{font-style:normal;opacity:.45}
+.kl-lk .kl-lk-body>div.h{font-weight:600;opacity:.8}
+.kl-lk .kl-lk-body>div.h::before{content:"";counter-increment:none}
 .kl-lk .kl-lk-note{opacity:.7;padding:4px 6px;font-style:italic}
 """
 
 
-def _line_html(text, src, dim=None) -> str:
-    """One line, small: its colour is a class per source line (`s27`), its number a CSS counter."""
+def _line_html(text, src, dim=None, reset=None) -> str:
+    """One line, small: its colour is a class per source line (`s27`), its number a CSS counter (`reset`: the
+    number to show, for a helper's line from another file)."""
     cls = f' class="s{src}"' if src is not None else ""
+    if reset is not None:
+        cls += f' style="counter-set:kl-n {reset - 1}"'
     if dim:
         s, e = dim
         body = H.esc_text(text[:s]) + f"<i>{H.esc_text(text[s:e])}</i>" + H.esc_text(text[e:])
@@ -219,11 +245,12 @@ def linked_html(data: dict, panes=None) -> str:
     stages = {s["id"]: s for s in data["stages"]}
     if panes is None:
         panes = [x for x in ("ptx",) if x in stages] or data["panes"][:1]
-    used = {x["n"] for x in data["source"]}
+    used = {x["n"] for x in data["source"] if x["n"] is not None}
     first = data["source"][0]["n"] if data["source"] else 1
     cols = ['<div class="kl-lk-pane kl-lk-src"><div class="kl-lk-head">kernel source</div>'
             f'<div class="kl-lk-body" style="--n0:{first - 1}">'
-            + "".join(_line_html(x["text"], x["n"]) for x in data["source"]) + "</div></div>"]
+            + "".join(f'<div class="h">{H.esc_text(x["text"])}</div>' if x.get("head") else
+                      _line_html(x["text"], x["n"], reset=x.get("line")) for x in data["source"]) + "</div></div>"]
     for sid in panes:
         st = stages[sid]
         if st["lines"] is None:

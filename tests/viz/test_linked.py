@@ -3,6 +3,7 @@ the counterparts of a source line in each, the static HTML (coloured, no script)
 from __future__ import annotations
 
 import pytest
+import torch
 
 from kernellab.viz import linked as L
 from tests.viz import real_kernels as R
@@ -83,3 +84,41 @@ def test_without_anywidget_the_view_is_static(mm, monkeypatch):
     monkeypatch.setattr(L, "LinkedView", None)
     v = L.linked_view(mm)
     assert "kl-lk-pane" in v.static_html() and v.title == "linked"
+
+
+def test_a_helper_from_another_file_shows_its_own_lines():
+    """An @jit helper imported from another module: the linked view lists its lines under its file's name
+    (keys OTHER * k + line), the pass stepper labels its IR lines with that file, the graph's side panel quotes
+    that file's line."""
+    import inspect
+
+    import tests.helpers_other_file.helper_mod as hm
+    from kernellab.viz import data as D
+    from kernellab.viz import graph_view as GV
+    from kernellab.viz.widgets import _origin_text
+    from tests.test_line_info import uses_other_file_kernel
+
+    x = torch.randn(100)
+    ck = uses_other_file_kernel.warmup(x, x, 100, BLOCK=128).build_gpu(_target())
+    d = L.linked_data(ck, with_sass=False)
+    helper = [x for x in d["source"] if x["n"] is not None and x["n"] > L.OTHER]
+    assert any("y = x * s" in x["text"] for x in helper)
+    assert any(x.get("head") and "helper_mod.py" in x["text"] for x in d["source"])
+    mul = next(x for x in helper if "y = x * s" in x["text"])
+    assert L.counterparts(d, "ptx", mul["n"]) and L.counterparts(d, "tile", mul["n"])
+    # the kernel's own line of the same number is not credited with the helper's instructions
+    assert not L.counterparts(d, "tile", mul["line"])
+    html = L.linked_html(d)
+    assert "helper_mod.py" in html and "y = x * s" in html
+    tile = ck.trace.passes[max(i for i, p in enumerate(ck.trace.passes) if p.stage == "tile")]
+    origins = [o for o in D.line_origins(tile) if o and o[0]]
+    assert origins and origins[0][0] == inspect.getsourcefile(hm)
+    assert _origin_text(origins[0]).strip().startswith("[helper_mod.py line ")
+    page = GV.graph_page(ck, fold=False)
+    assert "of helper_mod.py" in page and "y = x * s" in page
+
+
+def _target():
+    from kernellab.compiler.codegen.target import Target
+
+    return Target(90)
