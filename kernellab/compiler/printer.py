@@ -108,17 +108,18 @@ class Printed:
         return tuple(out)
 
     def source_files(self) -> tuple:
-        """Per line: the file of its source line when it is not its function's own file (an @jit helper from
-        another module, inlined), else None; () when there is none such."""
-        out, fn, any_other = [], None, False
+        """Per line: the file of its source line when it is not the kernel's (the first function's) file: an
+        @jit helper from another module, inlined or (before inlining) printed as its own function; else None;
+        () when there is none such."""
+        out, kernel_file, any_other = [], None, False
         for kind, obj, _ in self.rows:
             f = None
             if kind == "func":
-                fn = obj
+                kernel_file = obj.source_file if kernel_file is None else kernel_file
+                f = obj.source_file if self.with_locs and obj.source_file != kernel_file else None
             elif kind in ("op", "end") and self.with_locs and obj.loc is not None and obj.loc.file:
-                own = fn.source_file if fn is not None else None
-                if obj.loc.file != own:
-                    f, any_other = obj.loc.file, True
+                f = obj.loc.file if obj.loc.file != kernel_file else None
+            any_other = any_other or f is not None
             out.append(f)
         return tuple(out) if any_other else ()
 

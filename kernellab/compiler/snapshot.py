@@ -31,7 +31,8 @@ def positions(printed: Printed) -> Positions:
 
 
 def _other_file(loc, fn) -> str | None:
-    """The file of `loc` when it is not `fn`'s own (an inlined @jit helper from another module), else None."""
+    """The file of `loc` when it is not the kernel's (`fn`, the module's first function): an @jit helper from
+    another module, inlined or not yet."""
     f = getattr(loc, "file", None) if loc is not None else None
     return f if f and f != fn.source_file else None
 
@@ -108,7 +109,7 @@ def build(module, printed: Printed, default_origin: str = "frontend", num_warps:
             ops.append(OpRecord(k, op.name, tuple(name(r) for r in op.results), tuple(name(v) for v in op.operands),
                                 tuple((key, _plain_attr(op.attrs[key])) for key in sorted(op.attrs)), line, at,
                                 end_line.get(id(op), at), tuple(region_lines.get(id(op), ())), parent, region, fk,
-                                origin, point, _other_file(op.loc, module.functions[fk])))
+                                origin, point, _other_file(op.loc, module.functions[0])))
             for r in op.results:
                 values.append(ValueRecord(name(r), kind="result", op=op.name, op_index=k, ir_line=at, line=line,
                                           defined_by=origin, **_type_fields(r.type, aliases)))

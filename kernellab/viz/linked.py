@@ -41,17 +41,18 @@ def color(line: int, alpha: float = 0.22) -> str:
 # --------------------------------------------------------------------------- SASS with source lines
 
 _SASS_CACHE: dict = {}
-_SASS_LINE = re.compile(r'^\s*//## File "[^"]*", line (\d+)')
+_SASS_LINE = re.compile(r'^\s*//## File "([^"]*)", line (\d+)')
 _SASS_INSTR = re.compile(r"^\s*(/\*[0-9a-f]{4,}\*/)\s+")
 
 
-def sass_lines(cubin: bytes | None) -> tuple[list, list, str]:
+def sass_lines(cubin: bytes | None, kernel_file: str | None = None) -> tuple[list, list, str]:
     """(SASS lines, source line per line or None, why there are none): nvdisasm -g's listing, tidied as the code
     view's (encodings and ELF directives dropped, indentation shortened), its `//## File ..., line N` comments
-    turned into the per-line map. A cubin built without line info gives the SASS with an empty map."""
+    turned into the per-line map. A cubin built without line info gives the SASS with an empty map. With
+    `kernel_file`, a line of another file (an inlined @jit helper's module) is mapped to (file, line)."""
     if not cubin:
         return [], [], "no cubin: call compiled.build_gpu() first"
-    key = hashlib.sha256(cubin).hexdigest()
+    key = (hashlib.sha256(cubin).hexdigest(), kernel_file)
     if key in _SASS_CACHE:
         return _SASS_CACHE[key]
     found = D.find_nvdisasm()
@@ -74,7 +75,9 @@ def sass_lines(cubin: bytes | None) -> tuple[list, list, str]:
     for x in D._tidy_nvdisasm(r.stdout).splitlines():
         m = _SASS_LINE.match(x)
         if m:
-            current = int(m.group(1))
+            current = int(m.group(2))
+            if kernel_file is not None and m.group(1) != kernel_file:
+                current = (m.group(1), current)
             continue
         x = re.sub(r"\s*/\* 0x[0-9a-f]{16} \*/\s*$", "", x)
         if not x.strip():
@@ -140,7 +143,8 @@ def linked_data(compiled, with_sass: bool = True) -> dict:
                              "" if pos else "no line info in this stage (built with line_info off, or an older "
                                             "cache entry)"))
     if with_sass and "cubin" in (getattr(compiled, "asm", {}) or {}):
-        lines, src, why = sass_lines(compiled.asm["cubin"])
+        lines, src, why = sass_lines(compiled.asm["cubin"], _kernel_file(trace))
+        src = [(OTHER * others.setdefault(x[0], len(others) + 1) + x[1]) if isinstance(x, tuple) else x for x in src]
         if lines:
             stages.append(_stage("sass", "SASS", "SASS", lines, src, note=why))
         else:
@@ -165,6 +169,11 @@ def linked_data(compiled, with_sass: bool = True) -> dict:
     if len(panes) < 2:
         panes = [x for x in ("gpu", "ptx", "llir") if x in ids][:2] or ids[-2:]
     return {"kernel": getattr(compiled, "name", ""), "source": src, "stages": stages, "panes": panes}
+
+
+def _kernel_file(trace) -> str | None:
+    snap = trace.snapshot("tile") if trace.passes else None
+    return snap.functions[0].source_file if snap is not None and snap.functions else None
 
 
 def _source_text(compiled) -> list:

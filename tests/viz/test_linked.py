@@ -101,6 +101,10 @@ def test_a_helper_from_another_file_shows_its_own_lines():
     x = torch.randn(100)
     ck = uses_other_file_kernel.warmup(x, x, 100, BLOCK=128).build_gpu(_target())
     d = L.linked_data(ck, with_sass=False)
+    # the kernel's lines start at its decorator: the helper's line numbers do not stretch the range
+    from tests.test_line_info import _line_of
+
+    assert d["source"][0]["n"] >= _line_of(uses_other_file_kernel, "offs = ") - 3, d["source"][0]
     helper = [x for x in d["source"] if x["n"] is not None and x["n"] > L.OTHER]
     assert any("y = x * s" in x["text"] for x in helper)
     assert any(x.get("head") and "helper_mod.py" in x["text"] for x in d["source"])
@@ -114,6 +118,11 @@ def test_a_helper_from_another_file_shows_its_own_lines():
     origins = [o for o in D.line_origins(tile) if o and o[0]]
     assert origins and origins[0][0] == inspect.getsourcefile(hm)
     assert _origin_text(origins[0]).strip().startswith("[helper_mod.py line ")
+    # SASS (nvdisasm -g names each line's file): the helper's instructions under the helper's keys
+    sass = next((s for s in L.linked_data(ck)["stages"] if s["id"] == "sass"), None)
+    if sass is not None and any(x is not None for x in sass["src"]):
+        first = d["source"][0]["n"]
+        assert all(x is None or x >= first for x in sass["src"]) and any(x and x > L.OTHER for x in sass["src"])
     page = GV.graph_page(ck, fold=False)
     assert "of helper_mod.py" in page and "y = x * s" in page
 
