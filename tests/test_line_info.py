@@ -182,3 +182,46 @@ def test_line_info_kernel_runs_correctly_on_the_gpu():
     torch.testing.assert_close(y.double(), ref, rtol=2e-6, atol=1e-6)
     ck = scale_kernel.warmup(x, y, 5000, BLOCK=256, grid=(20,))  # the specialization just launched
     assert ".loc" in ck.asm["ptx"] and ck.trace.stage("ptx").positions is not None
+
+
+# --------------------------------------------------------------------------- a helper from another file
+
+from tests.helpers_other_file.helper_mod import scaled_exp  # noqa: E402
+
+
+@kl.jit
+def uses_other_file_kernel(x_ptr, z_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(z_ptr + offs, scaled_exp(tl.load(x_ptr + offs, mask=m), 2.0), mask=m)
+
+
+def test_an_inlined_helper_from_another_file_keeps_its_file():
+    """The helper's ops carry its module's file through the tile and GPU IR (Positions.files, OpRecord.file), the
+    LLVM IR (a DILexicalBlockFile scope) and the PTX (a second `.file`): nothing says "line 12" of the kernel's
+    file for the helper's `y = x * s`."""
+    import inspect
+
+    import tests.helpers_other_file.helper_mod as hm
+
+    x = torch.randn(100)
+    ck = uses_other_file_kernel.warmup(x, x, 100, BLOCK=128).build_gpu(Target(90))
+    helper_file = inspect.getsourcefile(hm)
+    mul_line = _line_of(hm.scaled_exp, "y = x * s")
+    seen = set()
+    for p in ck.trace.passes:
+        if p.positions is None or p.name == "frontend":  # before inlining, the helper is its own function
+            continue
+        pos = p.positions
+        mine = {pos.source[i] for i in range(len(pos.source)) if pos.file_of(i) == helper_file}
+        assert mul_line in mine or p.stage == "ptx" and mine, (p.name, mine)
+        assert all(f in (None, helper_file) for f in pos.files)
+        seen.add(p.stage)
+    assert {"tile", "gpu", "llir", "ptx"} <= seen
+    assert re.search(r'^\s*\.file\s+2\s+"' + re.escape(helper_file) + '"', ck.asm["ptx"], re.M)
+    snap = ck.trace.snapshot("tile")
+    assert any(o.file == helper_file and o.line == mul_line for o in snap.ops)
+    assert all(o.file is None for o in snap.ops if o.line == _line_of(uses_other_file_kernel, "tl.store("))
+    # the trace's JSON (the disk cache) keeps the files
+    rec = next(p for p in ck.trace.passes if p.stage == "ptx")
+    assert from_json(PassRecord, to_json(rec)).positions.files == rec.positions.files

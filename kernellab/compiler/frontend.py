@@ -161,7 +161,7 @@ class CodeGenerator(ast.NodeVisitor):
     def visit(self, node):
         prev_loc, prev_node = self.builder.loc, self.node
         if hasattr(node, "lineno"):
-            self.builder.loc = Loc(self.file_line(node), node.col_offset + 1)
+            self.builder.loc = Loc(self.file_line(node), node.col_offset + 1, self.src.filename)
             self.node = node
         try:
             return super().visit(node)
@@ -199,7 +199,7 @@ class CodeGenerator(ast.NodeVisitor):
         fn = Function(self.fn_name, body, [], [r.attrs for _, _, r in runtime], self.src.filename,
                       self.src.first_line + node.lineno - 1)
         self.builder.set_insertion_point_to_end(body)
-        self.builder.loc = Loc(fn.first_line, 1)
+        self.builder.loc = Loc(fn.first_line, 1, self.src.filename)
         args = iter(body.args)
 
         def bind(v, hint):

@@ -12,10 +12,12 @@ from .types import Type
 
 @dataclass(frozen=True)
 class Loc:
-    """A source position: line and column in the kernel's own file (or notebook cell)."""
+    """A source position: line and column, and the file (or notebook cell) they are in: an @jit helper
+    inlined into the kernel may come from another file. `file` None: the kernel's own (IR parsed from text)."""
 
     line: int
     col: int = 0
+    file: str | None = None
 
     def __str__(self):
         return f"{self.line}:{self.col}"

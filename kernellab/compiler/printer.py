@@ -107,6 +107,22 @@ class Printed:
                 out.append(None)
         return tuple(out)
 
+    def source_files(self) -> tuple:
+        """Per line: the file of its source line when it is not the kernel's (the first function's) file: an
+        @jit helper from another module, inlined or (before inlining) printed as its own function; else None;
+        () when there is none such."""
+        out, kernel_file, any_other = [], None, False
+        for kind, obj, _ in self.rows:
+            f = None
+            if kind == "func":
+                kernel_file = obj.source_file if kernel_file is None else kernel_file
+                f = obj.source_file if self.with_locs and obj.source_file != kernel_file else None
+            elif kind in ("op", "end") and self.with_locs and obj.loc is not None and obj.loc.file:
+                f = obj.loc.file if obj.loc.file != kernel_file else None
+            any_other = any_other or f is not None
+            out.append(f)
+        return tuple(out) if any_other else ()
+
 
 class _Out:
     """Lines being printed, what each one shows, and the lengths of its loc and of the text after it."""

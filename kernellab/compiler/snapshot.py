@@ -27,7 +27,14 @@ ASYNC_WAIT_REASON = ("cp.async.wait_group {pending}, then bar.sync: the stage re
 
 
 def positions(printed: Printed) -> Positions:
-    return Positions(printed.source_lines(), tuple(printed.loc_spans))
+    return Positions(printed.source_lines(), tuple(printed.loc_spans), printed.source_files())
+
+
+def _other_file(loc, fn) -> str | None:
+    """The file of `loc` when it is not the kernel's (`fn`, the module's first function): an @jit helper from
+    another module, inlined or not yet."""
+    f = getattr(loc, "file", None) if loc is not None else None
+    return f if f and f != fn.source_file else None
 
 
 def elem_bytes(t) -> int:
@@ -102,7 +109,7 @@ def build(module, printed: Printed, default_origin: str = "frontend", num_warps:
             ops.append(OpRecord(k, op.name, tuple(name(r) for r in op.results), tuple(name(v) for v in op.operands),
                                 tuple((key, _plain_attr(op.attrs[key])) for key in sorted(op.attrs)), line, at,
                                 end_line.get(id(op), at), tuple(region_lines.get(id(op), ())), parent, region, fk,
-                                origin, point))
+                                origin, point, _other_file(op.loc, module.functions[0])))
             for r in op.results:
                 values.append(ValueRecord(name(r), kind="result", op=op.name, op_index=k, ir_line=at, line=line,
                                           defined_by=origin, **_type_fields(r.type, aliases)))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 # Bump when a record's fields change: a disk-cache entry written with another schema is recompiled.
-TRACE_SCHEMA = 2  # 2: the LLVM IR and PTX records carry Positions (source lines from !dbg / .loc)
+TRACE_SCHEMA = 3  # 2: the LLVM IR and PTX records carry Positions (source lines from !dbg / .loc); 3: and files
 
 
 @dataclass(frozen=True)
@@ -26,10 +26,17 @@ class Positions:
     came from (a region op's header carries the loc printed on its closing line) or None; `loc`, the
     (start, end) characters of the line's ` loc(...)` text (in LLVM IR its `, !dbg !N`) or None. The tile and GPU
     IR records have them from the printer, the LLVM IR and PTX records from codegen's line info
-    (codegen/line_map.py; absent when GpuOptions.line_info is off)."""
+    (codegen/line_map.py; absent when GpuOptions.line_info is off). `files`: per line, the file its source line
+    is in when that is not the kernel's own (an inlined @jit helper from another module), else None; empty when
+    every line is the kernel's."""
 
     source: tuple = ()
     loc: tuple = ()
+    files: tuple = ()
+
+    def file_of(self, i: int) -> str | None:
+        """The file of line `i`'s source line, None for the kernel's own."""
+        return self.files[i] if i < len(self.files) else None
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,7 @@ class OpRecord:
     opening each region (the header, then each `} {`); `parent` is the index of the op whose region holds
     it (None at function level) and `region` which region; `point` its program point in the shared-memory
     plan (None for ops made after allocate_shared, and for stages without a plan); `attrs` its attributes
-    as (name, value) pairs."""
+    as (name, value) pairs; `file` the file of `line` when it is not the kernel's."""
 
     index: int
     name: str
@@ -94,6 +101,7 @@ class OpRecord:
     function: int
     defined_by: str
     point: int | None = None
+    file: str | None = None  # the file of `line` when not the kernel's own (an inlined helper from another module)
 
     def attr(self, key: str, default=None):
         for k, v in self.attrs:

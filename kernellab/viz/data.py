@@ -158,11 +158,27 @@ def snapshot_of(source, stage: str = "gpu") -> Snapshot:
 
 
 def _positions(rec: PassRecord, n: int):
-    """(source line, loc span) per line of a record's IR; None and None where the printer recorded none."""
+    """(source line, loc span) per line of a record's IR; None and None where the printer recorded none. A line
+    from another file (an @jit helper imported from another module, inlined) has no line of the kernel's file:
+    None here (`line_origins` names its file and line)."""
     pos = rec.positions
     if pos is None or len(pos.source) != n:
         return [None] * n, [None] * n
-    return pos.source, pos.loc
+    files = getattr(pos, "files", ())
+    if not files:
+        return pos.source, pos.loc
+    return [None if f else s for s, f in zip(pos.source, files)], pos.loc
+
+
+def line_origins(source) -> list:
+    """Per line of a pass's IR: (file or None for the kernel's own, source line) or None where it has none."""
+    rec = record_of(source)
+    pos = rec.positions
+    n = len(rec.ir.splitlines())
+    if pos is None or len(pos.source) != n:
+        return [None] * n
+    files = getattr(pos, "files", ()) or (None,) * n
+    return [None if s is None else (f, s) for s, f in zip(pos.source, files)]
 
 
 def ir_lines_with_locs(source) -> list[tuple[str, int | None]]:

@@ -91,6 +91,7 @@ _TRANSPARENT = {"tt.splat", "tt.broadcast", "ttg.convert_layout", "arith.extsi",
                 "arith.index_cast", "tt.reshape", "tt.int_to_ptr"}
 MAX_LINE = 52  # characters of one label line before it is cut (the side panel has the full text)
 MAX_LINES = 5  # label lines of an expression node
+EXPR_WIDTH = 34  # characters of an expression node's line: longer ones wrap (a grey box stays narrow)
 
 
 @dataclass
@@ -627,9 +628,7 @@ def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
                     "arith.select": "condition of " + res,
                     "tt.dot": "shared-memory operands of " + res}.get(op.name, f"index operands of {title}")
             body = expansion(items)
-            shown = [_cut(s) for s in body[:MAX_LINES]]
-            if len(body) > MAX_LINES:
-                shown[-1] = f"… {len(body) - MAX_LINES + 1} more lines (click)"
+            shown = _wrapped_lines(body)
             add(Node(xid, "expr", "address", [what] + shown, cluster=cl, line=op.line, folded=folded_in,
                      detail=body))
             for i in folded_in:
@@ -716,8 +715,79 @@ def build_graph(snap, fold: bool = True, gpu: bool = False) -> Graph:
     for op in ops:
         if op.function != 0:
             owner[op.index] = None  # a called function's op: drawn after inlining, where it lands
+    edges = _fold_simple_combines(nodes, edges, clusters, owner, ops, children)
     dedup = list(dict.fromkeys((e.src, e.dst, e.kind, e.label) for e in edges))
     return Graph(nodes, [Edge(*e) for e in dedup], clusters, owner, fold, n)
+
+
+def _fold_simple_combines(nodes, edges, clusters, owner, ops, children):
+    """A reduce or scan whose combine region is one op on its two arguments (`maxnumf`, `addf`) is drawn as
+    one box: its label already says `combine: maxnumf`, so the region's arguments, op and return (four boxes
+    and a dashed cluster per reduce) go, their ops owned by the reduce's box. A longer combine keeps its
+    cluster."""
+    for c in [c for c in clusters.values() if c.kind == "reduce"]:
+        body = [i for i in children.get((c.op, 0), []) if not ops[i].name.endswith("return")]
+        if len(body) > 1 or len(ops[c.op].region_lines) != 1:
+            continue
+        rid = f"o{c.op}"
+        inside = {nid for nid, nd in nodes.items() if nd.cluster == c.id and nid != rid}
+        if rid not in nodes:
+            continue
+        for nid in inside:
+            del nodes[nid]
+        for k, o in owner.items():
+            if o in inside:
+                owner[k] = rid
+        nodes[rid].cluster = c.parent
+        nodes[rid].detail.append("the combine region (one op on its two arguments) is drawn in this box")
+        del clusters[c.id]
+        edges = [e for e in edges if e.src not in inside and e.dst not in inside]
+    return edges
+
+
+def _wrapped_lines(body: list, width: int = EXPR_WIDTH, rows: int = MAX_LINES + 1) -> list:
+    """An expression node's label: each line wrapped at spaces to `width` characters (continuations indented),
+    at most `rows` rows; what does not fit is counted in a last `… n more lines (click)` row."""
+    out: list = []
+    for k, line in enumerate(body):
+        wrapped = _wrap(line, width)
+        if len(out) + len(wrapped) > rows or (len(out) + len(wrapped) == rows and k < len(body) - 1):
+            left = len(body) - k
+            room = rows - 1 - len(out)
+            if room > 0 and len(wrapped) > 1:  # the start of this line, then the count of the rest
+                out += wrapped[:room]
+            out.append(f"… {left} more line{'s' if left > 1 else ''} (click)")
+            return out
+        out += wrapped
+    return out
+
+
+def _wrap(line: str, width: int, max_rows: int = 3) -> list:
+    """`line` broken at spaces into rows of at most `width` characters, continuations indented by 2; a word
+    longer than a row is cut with `…`, as is what is left after `max_rows` rows."""
+    if len(line) <= width:
+        return [line]
+    depth, chars = 0, []
+    for ch in line:  # a space inside brackets (`x[:, None]`) does not break
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        chars.append("\0" if ch == " " and depth > 0 else ch)
+    rows, cur = [], ""
+    for word in "".join(chars).replace("\0", "\u00a0").split(" "):
+        cand = f"{cur} {word}" if cur else word
+        limit = width if not rows else width - 2
+        if len(cand) <= limit or not cur:
+            cur = cand
+        else:
+            rows.append(cur)
+            cur = word
+    rows.append(cur)
+    rows = [(r if i == 0 else "  " + r).replace("\u00a0", " ") for i, r in enumerate(rows)]
+    rows = [_cut(r, width) for r in rows]
+    if len(rows) > max_rows:
+        rows = rows[:max_rows]
+        rows[-1] = rows[-1][:width - 2] + " …"
+    return rows
 
 
 def _region_of_arg(snap, v) -> int:
@@ -728,3 +798,29 @@ def _region_of_arg(snap, v) -> int:
         if v.ir_line >= at:
             r = k
     return r
+
+
+def main_loop(g: Graph, snap) -> str | None:
+    """The cluster a user opens the graph for: the loop holding the most boxes among those that hold a dot
+    (the matmul's K loop, attention's off-diagonal KV loop), else the loop with the most boxes; None without
+    loops."""
+    parent = {c.id: c.parent for c in g.clusters.values()}
+
+    def within(cid, loop):
+        while cid is not None:
+            if cid == loop:
+                return True
+            cid = parent.get(cid)
+        return False
+
+    loops = []
+    for c in g.clusters.values():
+        if c.kind == "loop":
+            inside = [n for n in g.nodes.values() if within(n.cluster, c.id)]
+            loops.append((any(n.cls == "dot" for n in inside), len(inside), c.op, c.id))
+    if not loops:
+        return None
+    most = max(n for _, n, _, _ in loops)
+    # a loop with a dot first, then one nearly as big as the biggest, then the first in the program (causal
+    # attention's two KV loops differ by the mask's few boxes: the first one does most of the work)
+    return max(loops, key=lambda t: (t[0], t[1] >= 0.75 * most, -t[2]))[3]

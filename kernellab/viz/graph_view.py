@@ -17,7 +17,7 @@ import ipywidgets as W
 from . import data as D
 from . import graph as G
 from . import html as H
-from .graph_model import CLASSES, COLORS, build_graph
+from .graph_model import CLASSES, COLORS, build_graph, main_loop
 
 _IDS = itertools.count()
 _STAGES = ("tile", "gpu")
@@ -35,8 +35,15 @@ CSS = """
 .kl-graphview .widget-html,.kl-graphview .widget-html-content{min-width:0;width:100%;height:auto;
  line-height:normal;overflow:visible;white-space:normal}
 .kl-graph .kl-gbody{display:flex;gap:8px;align-items:stretch;width:100%;min-width:0}
-.kl-graph .kl-gvp{flex:1 1 0;width:0;min-width:0;height:700px;overflow:auto;border:1px solid rgba(127,127,127,.3);
+.kl-graph .kl-gvpw{position:relative;flex:1 1 0;width:0;min-width:0}
+.kl-graph .kl-gvp{width:100%;box-sizing:border-box;height:700px;overflow:auto;border:1px solid rgba(127,127,127,.3);
  border-radius:3px;cursor:grab}
+.kl-graph .kl-gmini{position:absolute;right:16px;bottom:16px;border:1px solid rgba(127,127,127,.6);border-radius:3px;
+ background:var(--jp-layout-color1,#fff);opacity:.93;cursor:pointer;overflow:hidden;
+ box-shadow:0 1px 4px rgba(0,0,0,.25)}
+.kl-graph .kl-gmini svg{display:block;width:100%;height:100%;pointer-events:none}
+.kl-graph .kl-gmr{position:absolute;border:2px solid #ff8c00;background:rgba(255,140,0,.12);pointer-events:none;
+ box-sizing:border-box}
 .kl-graph .kl-gvp svg{display:block;margin:0 auto}
 .kl-graph .kl-gvp svg text{font-family:"DejaVu Sans Mono",Menlo,Consolas,monospace !important}
 .kl-graph .kl-gvp g.node text{stroke:currentColor;stroke-width:.35px;paint-order:stroke}
@@ -54,13 +61,14 @@ CSS = """
 _JS_DEFS = ("var Z=function(R,z){z=Math.max(0.1,Math.min(4,z));var s=R.querySelector('.kl-gvp svg');if(!s)return;"
             "s.style.width=R.dataset.w*z+'px';s.style.height=R.dataset.h*z+'px';s.style.maxWidth='none';"
             "s.style.minWidth='0';R.dataset.zoom=z;var t=R.querySelector('.kl-gz');"
-            "if(t)t.textContent=Math.round(z*100)+'%';};"
+            "if(t)t.textContent=Math.round(z*100)+'%';if(R._klm)R._klm();};"
             "var C=function(R){var s=R.querySelector('.kl-gvp svg');"
             "return s?s.getBoundingClientRect().width/R.dataset.w:1;};")
 _JS_CLICK = (_JS_DEFS + "var R=this,t=event.target,b=t.closest('[data-kz]');"
              "if(b){var v=R.querySelector('.kl-gvp'),k=b.dataset.kz,z=C(R);"
              "z=k=='in'?z*1.25:k=='out'?z/1.25:k=='fit'?Math.min((v.clientWidth-6)/R.dataset.w,"
-             "(v.clientHeight-6)/R.dataset.h):1;Z(R,z);return;}"
+             "(v.clientHeight-6)/R.dataset.h):k=='map'?(R._klmap&&R._klmap(),z):k=='loop'?(R._klfocus&&R._klfocus(),0):1;"
+             "if(z)Z(R,z);return;}"
              "if(R.dataset.moved=='1'){R.dataset.moved='0';return;}"
              "var n=t.closest('g.node');if(!n)return;"
              "R.querySelectorAll('g.node.kl-on').forEach(function(e){e.classList.remove('kl-on');});"
@@ -70,6 +78,42 @@ _JS_WHEEL = (_JS_DEFS + "if(!(event.ctrlKey||event.metaKey))return;event.prevent
              "var v=this,R=v.closest('.kl-graph'),r=v.getBoundingClientRect(),mx=event.clientX-r.left,"
              "my=event.clientY-r.top,z0=C(R),x=(v.scrollLeft+mx)/z0,y=(v.scrollTop+my)/z0;"
              "Z(R,z0*(event.deltaY<0?1.15:1/1.15));var z1=C(R);v.scrollLeft=x*z1-mx;v.scrollTop=y*z1-my;")
+# Runs once the view is in the page (an image's load event: no script element, so it works in an ipywidgets HTML
+# pane and a trusted output; a sanitized output keeps the CSS-sized picture): when the viewport has a size,
+# zoom so the main loop fills its width (70-100 %) and scroll it into the middle, and build the overview
+# (a text-less copy of the drawing with the visible part outlined; click or drag it to move there).
+_JS_INIT = (_JS_DEFS + "var R=this.closest('.kl-graph'),v=R.querySelector('.kl-gvp'),s=v.querySelector('svg');"
+            "if(!s||R._klm)return;"
+            "R._klfocus=function(){var f=R.dataset.focus&&R.querySelector('[id=\"'+R.dataset.focus+'\"]');"
+            "if(!f)return false;Z(R,1);var a=s.getBoundingClientRect(),b=f.getBoundingClientRect(),"
+            "x=b.left-a.left,y=b.top-a.top,w=b.width,W=v.clientWidth-16,"
+            "z=Math.max(0.7,Math.min(1,W/w));Z(R,z);"
+            "v.scrollLeft=w*z>W?x*z-8:(x+w/2)*z-v.clientWidth/2;v.scrollTop=y*z-8;return true;};"
+            "var m=document.createElement('div');m.className='kl-gmini';var c=s.cloneNode(true);"
+            "c.removeAttribute('style');c.querySelectorAll('text,[id]').forEach(function(e){"
+            "if(e.tagName=='text')e.remove();else e.removeAttribute('id');});"
+            "c.querySelectorAll('g.node').forEach(function(e){e.setAttribute('class','kl-mn');});"
+            "var r=document.createElement('div');r.className='kl-gmr';m.appendChild(c);m.appendChild(r);"
+            "var gw=+R.dataset.w,gh=+R.dataset.h,k=Math.min(200/gw,150/gh);"
+            "m.style.width=gw*k+'px';m.style.height=gh*k+'px';v.parentNode.appendChild(m);"
+            "R._klm=function(){var sw=s.getBoundingClientRect().width,z=sw/gw,"
+            "big=sw>v.clientWidth+2||gh*z>v.clientHeight+2;m.style.display=big&&!R._klhide?'':'none';"
+            "r.style.left=v.scrollLeft/z*k+'px';r.style.top=v.scrollTop/z*k+'px';"
+            "r.style.width=Math.min(gw,v.clientWidth/z)*k+'px';r.style.height=Math.min(gh,v.clientHeight/z)*k+'px';};"
+            "R._klmap=function(){R._klhide=!R._klhide;R._klm();};"
+            "var go=function(e){var b=m.getBoundingClientRect(),z=s.getBoundingClientRect().width/gw;"
+            "v.scrollLeft=(e.clientX-b.left)/k*z-v.clientWidth/2;v.scrollTop=(e.clientY-b.top)/k*z-v.clientHeight/2;};"
+            "m.addEventListener('mousedown',function(e){e.preventDefault();e.stopPropagation();go(e);"
+            "var mv=function(e){go(e);},up=function(){window.removeEventListener('mousemove',mv);"
+            "window.removeEventListener('mouseup',up);};window.addEventListener('mousemove',mv);"
+            "window.addEventListener('mouseup',up);});m.addEventListener('click',function(e){e.stopPropagation();});"
+            "v.addEventListener('scroll',R._klm);"
+            "var start=function(){if(v.clientWidth<50)return false;R._klfocus();R._klm();return true;};"
+            "if(!start()&&window.ResizeObserver){var o=new ResizeObserver(function(){if(start())o.disconnect();});"
+            "o.observe(v);}")
+# a 1x1 GIF: its load event runs _JS_INIT
+_GIF = "data:image/gif;base64,R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7"
+
 _JS_DRAG = ("if(event.button!==0)return;var v=this,R=v.closest('.kl-graph'),x0=event.clientX,y0=event.clientY,"
             "l0=v.scrollLeft,t0=v.scrollTop;R.dataset.moved='0';"
             "var mv=function(e){var dx=e.clientX-x0,dy=e.clientY-y0;if(Math.abs(dx)+Math.abs(dy)>4)"
@@ -129,9 +173,13 @@ def _details(g, snap, rec, source_lines, prefix: str, gpu: bool) -> str:
     layouts = dict(snap.layouts)
     out = []
 
-    def src(line):
+    def src(line, file=None):
         if not line:
             return '<div class="kl-dim">no source line</div>'
+        if file:  # an @jit helper from another module, inlined: its own file's line
+            text = linecache.getline(file, line).strip()
+            return (f'<div>source line <b>{line}</b> of {H.esc(file.rsplit("/", 1)[-1])}:</div>'
+                    f'<pre class="kl-src">{H.esc_text(text) or "(not available)"}</pre>')
         text = source_lines[line - 1].strip() if 0 < line <= len(source_lines) else ""
         for f in files if not text else ():  # a line of an inlined @jit function (the compile keeps only the kernel's)
             text = linecache.getline(f, line).strip()
@@ -144,18 +192,22 @@ def _details(g, snap, rec, source_lines, prefix: str, gpu: bool) -> str:
         op = ops[i]
         return ir[op.ir_line][0].strip() if op.ir_line < len(ir) else op.name
 
+    def file_of(n):
+        k = n.op if n.op is not None else (int(n.id[1:]) if n.kind == "expr" and n.id[1:].isdigit() else None)
+        return getattr(ops[k], "file", None) if k is not None and k < len(ops) else None
+
     for n in g.nodes.values():
         parts = []
         if n.kind == "expr":
             parts.append(f"<b>{H.esc(n.lines[0])}</b> <span class='kl-dim'>— {len(n.folded)} ops folded</span>")
-            parts.append(src(n.line))
+            parts.append(src(n.line, file_of(n)))
             parts.append("<div>the expression:</div><pre>" + H.esc_text("\n".join(n.detail)) + "</pre>")
             parts.append("<div>folded ops (IR):</div><pre>"
                          + H.esc_text("\n".join(ir_text(i) for i in n.folded)) + "</pre>")
         else:
             head = ops[n.op].name if n.op is not None else n.lines[0]
             parts.append(f"<b>{H.esc(head)}</b> <span class='kl-dim'>— {H.esc(_CLASS_TEXT.get(n.cls, n.cls))}</span>")
-            parts.append(src(n.line))
+            parts.append(src(n.line, file_of(n)))
             if n.op is not None:
                 parts.append(f"<div>the op (after {H.esc(rec.name)}):</div><pre>{H.esc_text(ir_text(n.op))}</pre>")
                 op = ops[n.op]
@@ -225,14 +277,20 @@ def graph_page(compiled, index: int | None = None, fold: bool = True, source_lin
     svg = svg.replace("<svg", f'<svg style="width:100%;max-width:{w:.0f}px;min-width:{0.75 * w:.0f}px;'
                               f'height:auto"', 1)
     lines = source_lines if source_lines is not None else _source_lines(compiled, snap)
+    focus = main_loop(g, snap)
     bar = ('<div class="kl-gbar"><button data-kz="out" title="zoom out">−</button><span class="kl-gz">auto</span>'
            '<button data-kz="in" title="zoom in">+</button><button data-kz="fit" title="whole graph">fit</button>'
            '<button data-kz="1" title="actual size">100%</button>'
-           '<span class="kl-dim">ctrl+wheel zooms · drag pans · click a box for its source line and op</span></div>')
-    body = (f'<div class="kl-graph" data-w="{w:.0f}" data-h="{h:.0f}" onclick="{H.esc(_JS_CLICK)}">'
+           + ('<button data-kz="loop" title="zoom to the main loop">loop</button>' if focus else "")
+           + '<button data-kz="map" title="show or hide the overview">overview</button>'
+           '<span class="kl-dim">ctrl+wheel zooms · drag pans · click a box for its source line and op · '
+           'the overview (bottom right) moves the view</span></div>')
+    focus_attr = f' data-focus="{uid}{focus}"' if focus else ""
+    body = (f'<div class="kl-graph" data-w="{w:.0f}" data-h="{h:.0f}"{focus_attr} onclick="{H.esc(_JS_CLICK)}">'
             f"<style>{CSS}</style>{title}{bar}{_legend(g)}"
-            f'<div class="kl-gbody"><div class="kl-gvp" onwheel="{H.esc(_JS_WHEEL)}" '
+            f'<div class="kl-gbody"><div class="kl-gvpw"><div class="kl-gvp" onwheel="{H.esc(_JS_WHEEL)}" '
             f'onmousedown="{H.esc(_JS_DRAG)}">{svg}</div>'
+            f'<img alt="" src="{_GIF}" style="display:none" onload="{H.esc(_JS_INIT)}"></div>'
             '<div class="kl-gside"><span class="kl-dim">click a box to see its source line, the op\'s full text '
             "and its types</span></div></div>"
             f'<div hidden style="display:none">{_details(g, snap, rec, lines, uid, gpu)}</div></div>')

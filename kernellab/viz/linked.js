@@ -2,7 +2,8 @@
 // browser: hovering or clicking a line highlights it and the lines of every pane that came from the same source
 // line, and scrolls those panes (never the page) to them; the search box marks matches in every pane. The model's
 // `data` (kernellab/viz/linked.py: linked_data) holds the source lines and, per stage, its text lines and the
-// source line of each.
+// source line of each. Only the stages the panes open on come with their lines; picking another asks Python for it
+// (model.send, answered by a custom message), so a %%kernel cell does not carry its 6,500-line LLVM IR.
 
 const CSS = `
 .kl-lk{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;color:var(--jp-content-font-color1,inherit)}
@@ -121,7 +122,7 @@ function render({ model, el }) {
         og.appendChild(o);
       }
       sel.value = stageId;
-      sel.addEventListener("change", () => { p.stage = sel.value; fill(p); refresh(); });
+      sel.addEventListener("change", () => { p.stage = sel.value; want(p.stage); fill(p); refresh(); });
       head.appendChild(sel);
     }
     p.countEl = document.createElement("span");
@@ -145,13 +146,17 @@ function render({ model, el }) {
   function fill(p) {
     let texts, srcs, dims, nums;
     if (p.kind === "source") {
-      texts = data.source.map(x => x.text); srcs = data.source.map(x => x.n); nums = srcs; dims = null;
+      // a helper from another file: a heading row, then its lines (key OTHER * k + line, shown as `line`)
+      texts = data.source.map(x => x.text); srcs = data.source.map(x => x.n);
+      nums = data.source.map(x => x.head ? "" : (x.line ?? x.n)); dims = null;
       p.noteEl.style.display = "none";
     } else {
       const s = stages[p.stage];
-      texts = s.lines; srcs = s.src; dims = s.dim; nums = null;
-      p.noteEl.textContent = s.note || "";
-      p.noteEl.style.display = s.note ? "" : "none";
+      const loading = s.lines == null;
+      texts = loading ? [] : s.lines; srcs = s.src || []; dims = s.dim; nums = null;
+      const note = loading ? `loading ${s.n ?? ""} lines…` : s.note;
+      p.noteEl.textContent = note || "";
+      p.noteEl.style.display = note ? "" : "none";
     }
     let hits = 0;
     const html = texts.map((t, i) => {
@@ -182,7 +187,7 @@ function render({ model, el }) {
 
   function counts(p) {
     const parts = [];
-    if (current != null) parts.push(`${(p.bySrc.get(current) || []).length} from line ${current}`);
+    if (current != null) parts.push(`${(p.bySrc.get(current) || []).length} from this line`);
     if (rx) parts.push(`${p.hits} match${p.hits === 1 ? "" : "es"}`);
     p.countEl.textContent = parts.length ? "· " + parts.join(" · ") : "";
   }
@@ -233,7 +238,8 @@ function render({ model, el }) {
     if (current != null) {
       const src = data.source.find(x => x.n === current);
       const text = src ? src.text.trim() : "";
-      parts.push(`line ${current}${text ? ": " + (text.length > 60 ? text.slice(0, 59) + "…" : text) : ""}`);
+      const where = src && src.label ? src.label : `line ${current}`;
+      parts.push(`${where}${text ? ": " + (text.length > 60 ? text.slice(0, 59) + "…" : text) : ""}`);
       if (pinned != null) parts.push("pinned (click it again or press Esc to release)");
     } else parts.push("hover a line to see where it went; click to pin");
     if (rx) {
@@ -273,12 +279,25 @@ function render({ model, el }) {
     if (e.key === "Escape") { pinned = null; select(null, null); }
   });
 
+  // a stage sent without its lines: ask for them once; they arrive as {type: "stage", stage}
+  const asked = new Set();
+  function want(id) {
+    if (stages[id] && stages[id].lines == null && !asked.has(id)) { asked.add(id); model.send({ type: "stage", id }); }
+  }
+  function onMsg(msg) {
+    if (!msg || msg.type !== "stage" || !msg.stage) return;
+    stages[msg.stage.id] = msg.stage;
+    for (const p of panes) if (p.kind === "stage" && p.stage === msg.stage.id) fill(p);
+    refresh();
+  }
+  model.on("msg:custom", onMsg);
+
   makePane("source", null);
-  for (const id of data.panes) makePane("stage", id);
+  for (const id of data.panes) { want(id); makePane("stage", id); }
   function refresh() { select(current, null); }
   say();
   el.appendChild(root);
-  return () => { clearTimeout(timer); };
+  return () => { clearTimeout(timer); model.off("msg:custom", onMsg); };
 }
 
 export default { render };

@@ -41,17 +41,18 @@ def color(line: int, alpha: float = 0.22) -> str:
 # --------------------------------------------------------------------------- SASS with source lines
 
 _SASS_CACHE: dict = {}
-_SASS_LINE = re.compile(r'^\s*//## File "[^"]*", line (\d+)')
+_SASS_LINE = re.compile(r'^\s*//## File "([^"]*)", line (\d+)')
 _SASS_INSTR = re.compile(r"^\s*(/\*[0-9a-f]{4,}\*/)\s+")
 
 
-def sass_lines(cubin: bytes | None) -> tuple[list, list, str]:
+def sass_lines(cubin: bytes | None, kernel_file: str | None = None) -> tuple[list, list, str]:
     """(SASS lines, source line per line or None, why there are none): nvdisasm -g's listing, tidied as the code
     view's (encodings and ELF directives dropped, indentation shortened), its `//## File ..., line N` comments
-    turned into the per-line map. A cubin built without line info gives the SASS with an empty map."""
+    turned into the per-line map. A cubin built without line info gives the SASS with an empty map. With
+    `kernel_file`, a line of another file (an inlined @jit helper's module) is mapped to (file, line)."""
     if not cubin:
         return [], [], "no cubin: call compiled.build_gpu() first"
-    key = hashlib.sha256(cubin).hexdigest()
+    key = (hashlib.sha256(cubin).hexdigest(), kernel_file)
     if key in _SASS_CACHE:
         return _SASS_CACHE[key]
     found = D.find_nvdisasm()
@@ -74,7 +75,9 @@ def sass_lines(cubin: bytes | None) -> tuple[list, list, str]:
     for x in D._tidy_nvdisasm(r.stdout).splitlines():
         m = _SASS_LINE.match(x)
         if m:
-            current = int(m.group(1))
+            current = int(m.group(2))
+            if kernel_file is not None and m.group(1) != kernel_file:
+                current = (m.group(1), current)
             continue
         x = re.sub(r"\s*/\* 0x[0-9a-f]{16} \*/\s*$", "", x)
         if not x.strip():
@@ -112,6 +115,16 @@ def linked_data(compiled, with_sass: bool = True) -> dict:
     source_lines = _source_text(compiled)
     stages = []
     passes = list(trace.passes)
+    others: dict = {}  # file of an inlined helper from another module -> its number (1, 2, ...)
+
+    def keyed(pos):
+        """Source keys per line: the line in the kernel's file; OTHER * k + line in the k-th other file."""
+        files = getattr(pos, "files", ()) or ()
+        if not files:
+            return pos.source
+        return [None if x is None else (OTHER * others.setdefault(f, len(others) + 1) + x if f else x)
+                for x, f in zip(pos.source, files)]
+
     for i, p in enumerate(passes):
         if p.stage not in ("frontend", "tile", "gpu", "llir", "ptx"):
             continue
@@ -126,27 +139,41 @@ def linked_data(compiled, with_sass: bool = True) -> dict:
             sid = p.stage if (p.stage in ("tile", "gpu") and last_of_stage) else f"p{i}"
         pos = p.positions
         lines = p.ir.splitlines()
-        stages.append(_stage(sid, title, group, lines, pos.source if pos else None, pos.loc if pos else None,
+        stages.append(_stage(sid, title, group, lines, keyed(pos) if pos else None, pos.loc if pos else None,
                              "" if pos else "no line info in this stage (built with line_info off, or an older "
                                             "cache entry)"))
     if with_sass and "cubin" in (getattr(compiled, "asm", {}) or {}):
-        lines, src, why = sass_lines(compiled.asm["cubin"])
+        lines, src, why = sass_lines(compiled.asm["cubin"], _kernel_file(trace))
+        src = [(OTHER * others.setdefault(x[0], len(others) + 1) + x[1]) if isinstance(x, tuple) else x for x in src]
         if lines:
             stages.append(_stage("sass", "SASS", "SASS", lines, src, note=why))
         else:
             stages.append(_stage("sass", "SASS", "SASS", [why], [None], note=why))
     ids = [s["id"] for s in stages]
     # the kernel's lines, and those of the @jit functions inlined into it (same file, above it perhaps)
-    used = sorted({x for s in stages for x in s["src"] if x is not None})
+    used = sorted({x for s in stages for x in s["src"] if x is not None and x < OTHER})
     rng = D.kernel_source_range(trace.passes[0]) if trace.passes else None
     first = min(used + ([rng[0]] if rng else [])) if used or rng else 1
     last = max(used + ([rng[1]] if rng else [])) if used or rng else len(source_lines)
     src = [{"n": n, "text": source_lines[n - 1].rstrip("\n") if 0 < n <= len(source_lines) else ""}
            for n in range(first, last + 1)]
+    for f, k in others.items():  # the lines of helpers from other files, under their file's name
+        import linecache
+
+        mine = sorted({x - OTHER * k for st in stages for x in st["src"] if x is not None and x // OTHER == k})
+        text = linecache.getlines(f)
+        src.append({"n": None, "head": True, "text": f"── {os.path.basename(f)} ({f}) ──"})
+        src += [{"n": OTHER * k + n, "line": n, "label": f"{os.path.basename(f)} line {n}",
+                 "text": text[n - 1].rstrip("\n") if 0 < n <= len(text) else ""} for n in range(mine[0], mine[-1] + 1)]
     panes = [x for x in ("ptx", "sass") if x in ids]
     if len(panes) < 2:
         panes = [x for x in ("gpu", "ptx", "llir") if x in ids][:2] or ids[-2:]
     return {"kernel": getattr(compiled, "name", ""), "source": src, "stages": stages, "panes": panes}
+
+
+def _kernel_file(trace) -> str | None:
+    snap = trace.snapshot("tile") if trace.passes else None
+    return snap.functions[0].source_file if snap is not None and snap.functions else None
 
 
 def _source_text(compiled) -> list:
@@ -166,6 +193,19 @@ def _source_text(compiled) -> list:
     return lines
 
 
+OTHER = 1_000_000  # source keys of an inlined helper's lines from another file: OTHER * (its number) + line
+
+
+def lazy_data(data: dict) -> dict:
+    """`data` as the widget first sends it: the text of the stages its panes open on, only the titles of the
+    others (their lines come when the user picks one: linked.js asks, `LinkedView` answers). The LLVM IR alone
+    is two thirds of a real kernel's data (6,500 lines), and few open it."""
+    out = dict(data)
+    out["stages"] = [s if s["id"] in data["panes"] else {**s, "lines": None, "src": None, "dim": None,
+                                                          "n": len(s["lines"])} for s in data["stages"]]
+    return out
+
+
 def counterparts(data: dict, stage_id: str, source_line: int) -> list[int]:
     """The 0-based lines of stage `stage_id` that came from `source_line` (what the view highlights)."""
     st = next(s for s in data["stages"] if s["id"] == stage_id)
@@ -183,41 +223,59 @@ STATIC_CSS = """
 .kl-lk .kl-lk-head{padding:3px 6px;border-bottom:1px solid rgba(127,127,127,.35);font-weight:600;white-space:nowrap;
  overflow:hidden;text-overflow:ellipsis}
 .kl-lk .kl-lk-body{overflow:auto;max-height:520px;font-family:var(--jp-code-font-family,ui-monospace,Menlo,monospace);
- font-size:12px;line-height:17px;tab-size:4;position:relative}
-.kl-lk .kl-lk-l{white-space:pre;padding-right:8px;min-width:max-content}
-.kl-lk .kl-lk-n{display:inline-block;width:4.2em;text-align:right;padding-right:8px;opacity:.55;user-select:none}
-.kl-lk .kl-lk-d{opacity:.45}
+ font-size:12px;line-height:17px;tab-size:4;position:relative;counter-reset:kl-n var(--n0,0)}
+.kl-lk .kl-lk-body>div{white-space:pre;padding-right:8px;min-width:max-content}
+.kl-lk .kl-lk-body>div::before{counter-increment:kl-n;content:counter(kl-n);display:inline-block;width:4.2em;
+ text-align:right;padding-right:8px;opacity:.55;user-select:none}
+.kl-lk .kl-lk-body i{font-style:normal;opacity:.45}
+.kl-lk .kl-lk-body>div.h{font-weight:600;opacity:.8}
+.kl-lk .kl-lk-body>div.h::before{content:"";counter-increment:none}
 .kl-lk .kl-lk-note{opacity:.7;padding:4px 6px;font-style:italic}
 """
 
 
-def _line_html(n, text, src, dim=None) -> str:
-    style = f' style="background:{color(src)}"' if src is not None else ""
+def _line_html(text, src, dim=None, reset=None) -> str:
+    """One line, small: its colour is a class per source line (`s27`), its number a CSS counter (`reset`: the
+    number to show, for a helper's line from another file)."""
+    cls = f' class="s{src}"' if src is not None else ""
+    if reset is not None:
+        cls += f' style="counter-set:kl-n {reset - 1}"'
     if dim:
         s, e = dim
-        body = H.esc_text(text[:s]) + f'<span class="kl-lk-d">{H.esc_text(text[s:e])}</span>' + H.esc_text(text[e:])
+        body = H.esc_text(text[:s]) + f"<i>{H.esc_text(text[s:e])}</i>" + H.esc_text(text[e:])
     else:
         body = H.esc_text(text)
-    return f'<div class="kl-lk-l"{style}><span class="kl-lk-n">{n}</span>{body}</div>'
+    return f"<div{cls}>{body}</div>"
 
 
 def linked_html(data: dict, panes=None) -> str:
-    """The view without JavaScript: the source and the stage panes (`panes`, default the data's), coloured."""
+    """The view without JavaScript (a notebook reopened without its kernel): the source and the stage panes
+    (`panes`, default PTX alone: this copy is saved into the notebook with every cell), coloured."""
     stages = {s["id"]: s for s in data["stages"]}
-    cols = ['<div class="kl-lk-pane kl-lk-src"><div class="kl-lk-head">kernel source</div><div class="kl-lk-body">'
-            + "".join(_line_html(x["n"], x["text"], x["n"]) for x in data["source"]) + "</div></div>"]
-    for sid in panes or data["panes"]:
+    if panes is None:
+        panes = [x for x in ("ptx",) if x in stages] or data["panes"][:1]
+    used = {x["n"] for x in data["source"] if x["n"] is not None}
+    first = data["source"][0]["n"] if data["source"] else 1
+    cols = ['<div class="kl-lk-pane kl-lk-src"><div class="kl-lk-head">kernel source</div>'
+            f'<div class="kl-lk-body" style="--n0:{first - 1}">'
+            + "".join(f'<div class="h">{H.esc_text(x["text"])}</div>' if x.get("head") else
+                      _line_html(x["text"], x["n"], reset=x.get("line")) for x in data["source"]) + "</div></div>"]
+    for sid in panes:
         st = stages[sid]
+        if st["lines"] is None:
+            continue
+        used |= {x for x in st["src"] if x is not None}
         dims = st["dim"] or [None] * len(st["lines"])
         note = f'<div class="kl-lk-note">{H.esc(st["note"])}</div>' if st["note"] else ""
         cols.append(f'<div class="kl-lk-pane"><div class="kl-lk-head">{H.esc(st["title"])}</div>{note}'
                     '<div class="kl-lk-body">'
-                    + "".join(_line_html(i + 1, t, s, d) for i, (t, s, d) in enumerate(zip(st["lines"], st["src"],
-                                                                                          dims)))
+                    + "".join(_line_html(t, s, d) for t, s, d in zip(st["lines"], st["src"], dims))
                     + "</div></div>")
-    return (f'<div class="kl-lk"><style>{STATIC_CSS}</style><div class="kl-lk-head" style="border:0">'
+    colours = "".join(f".kl-lk .s{n}{{background:{color(n)}}}" for n in sorted(used))
+    return (f'<div class="kl-lk"><style>{STATIC_CSS}{colours}</style><div class="kl-lk-head" style="border:0">'
             f'{H.esc(data["kernel"])}: each line coloured by the source line it came from '
-            '<span style="font-weight:400;opacity:.7">(static copy: run the cell for hover, click and search)</span>'
+            '<span style="font-weight:400;opacity:.7">(static copy: run the cell for hover, click, search and the '
+            'other stages)</span>'
             f'</div><div class="kl-lk-panes">{"".join(cols)}</div></div>')
 
 
@@ -243,11 +301,21 @@ if anywidget is not None:
         data = traitlets.Dict().tag(sync=True)
 
         def __init__(self, compiled, **kwargs):
-            super().__init__(data=_prepare(compiled), **kwargs)
+            full = _prepare(compiled)
+            super().__init__(data=lazy_data(full), **kwargs)
             self.compiled = compiled
+            self.full_data = full
+            self.on_msg(self._on_msg)
+
+        def _on_msg(self, _widget, content, _buffers):
+            """linked.js asks for a stage's lines when the user picks a stage it was not sent."""
+            if isinstance(content, dict) and content.get("type") == "stage":
+                st = next((s for s in self.full_data["stages"] if s["id"] == content.get("id")), None)
+                if st is not None:
+                    self.send({"type": "stage", "stage": st})
 
         def static_html(self) -> str:
-            return linked_html(self.data)
+            return linked_html(self.full_data)
 
         def _repr_mimebundle_(self, **kwargs):
             out = super()._repr_mimebundle_(**kwargs)

@@ -9,6 +9,8 @@ so a saved notebook or nbconvert still shows the view without a running kernel.
 """
 from __future__ import annotations
 
+import os
+
 import ipywidgets as W
 
 from . import data as D
@@ -77,6 +79,14 @@ def _trunc(s: str, n: int = 110) -> str:
 
 
 # --------------------------------------------------------------------------- passes
+
+
+def _origin_text(origin, pad: str = "   ") -> str:
+    """`[line 12]` for a line of the kernel's file, `[helper.py line 12]` for an inlined helper's from another."""
+    if not origin:
+        return ""
+    f, line = origin
+    return f"{pad}[{os.path.basename(f)} line {line}]" if f else f"{pad}[line {line}]"
 
 
 class PassesView(_View):
@@ -277,9 +287,10 @@ class PassesView(_View):
             self._busy = True
             try:
                 locs = D.ir_lines_with_locs(p)
+                origins = D.line_origins(p)
                 shown = [k for k in range(len(lines)) if not (match and self.only_matches.value) or k in hits]
                 self.ir_select.options = [(f"{k + 1:>4}  {_trunc(locs[k][0].strip(), 90)}"
-                                           + (f"   [line {locs[k][1]}]" if locs[k][1] else ""), k) for k in shown]
+                                           + _origin_text(origins[k]), k) for k in shown]
                 self.ir_select.value = None
             finally:
                 self._busy = False
@@ -287,8 +298,10 @@ class PassesView(_View):
         if match:
             msg.append(f"{len(hits)} line(s) match “{H.esc(self.search.value)}”")
         if self.selected_ir is not None:
-            loc = D.op_source_map(p)[0].get(self.selected_ir)
-            msg.append(f"IR line {self.selected_ir + 1} → source line {loc}" if loc
+            origin = D.line_origins(p)[self.selected_ir] if self.selected_ir < len(lines) else None
+            msg.append(f"IR line {self.selected_ir + 1} → " + (f"{os.path.basename(origin[0])} line {origin[1]}"
+                                                               if origin[0] else f"source line {origin[1]}")
+                       if origin
                        else f"IR line {self.selected_ir + 1} has no source location")
         elif self.selected_src is not None:
             msg.append(f"source line {self.selected_src} → IR lines "

@@ -100,11 +100,14 @@ def test_attention_view_and_stage_choice(page, width):
     state = view.evaluate(PANE_STATE)
     assert state[1]["on"] > 0 and state[1]["visible"] > 0, state
     page.screenshot(path=str(SHOTS / f"linked_attention_hover_{width}.png"))
-    view.locator(".kl-lk-stage").first.select_option("gpu")
-    line.hover()
-    page.wait_for_timeout(200)
-    state = view.evaluate(PANE_STATE)
-    assert state[1]["stage"] == "gpu" and state[1]["on"] > 0, state
-    page.screenshot(path=str(SHOTS / f"linked_attention_gpu_{width}.png"))
+    # the GPU IR and the LLVM IR were not sent with the view: picking them asks the kernel for their lines
+    for stage, least in (("gpu", 100), ("llir", 1000)):
+        view.locator(".kl-lk-stage").first.select_option(stage)
+        view.locator(".kl-lk-pane").nth(1).locator(".kl-lk-l").nth(least).wait_for(timeout=15_000)
+        line.hover()
+        page.wait_for_timeout(200)
+        state = view.evaluate(PANE_STATE)
+        assert state[1]["stage"] == stage and state[1]["on"] > 0, state
+        page.screenshot(path=str(SHOTS / f"linked_attention_{stage}_{width}.png"))
     view.locator(".kl-lk-stage").first.select_option("ptx")
     assert not page.errors, page.errors

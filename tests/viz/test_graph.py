@@ -95,21 +95,46 @@ def test_every_op_is_drawn_or_folded_into_a_drawn_box(name, fold):
         assert all(e.src in g.nodes and e.dst in g.nodes for e in g.edges)
 
 
-def test_attention_reduce_regions_are_attached_to_their_op():
+def test_attention_reduces_are_one_box_each():
     snap = R.attention().trace.snapshot("tile")
     g = build_graph(snap)
-    reduces = [c for c in g.clusters.values() if c.kind == "reduce"]
-    assert len(reduces) == 4
-    for c in reduces:
-        op = g.nodes[f"o{c.op}"]
-        assert op.cluster == c.id  # the reduce box sits in the cluster of its combine region
-        inside = [n for n in g.nodes.values() if n.cluster == c.id and n.id != op.id]
-        assert inside and any(e.src == op.id and e.kind == "region" for e in g.edges)
-        assert c.parent is not None and g.clusters[c.parent].kind == "loop"  # inside the loop that runs it
+    g.check()
+    # a one-op combine (maxnumf, addf) is drawn in its reduce's box: no cluster, no region boxes
+    assert not [c for c in g.clusters.values() if c.kind == "reduce"]
+    reduces = _ops(g, snap, "tt.reduce")
+    assert len(reduces) == 4 and all("combine: " in n.lines[-1] for n in reduces)
+    assert {n.cluster for n in reduces} <= {c.id for c in g.clusters.values() if c.kind == "loop"}
+    combine = [i for i, o in enumerate(snap.ops) if o.name in ("arith.maxnumf", "arith.addf", "tt.reduce.return")
+               and o.parent is not None and snap.ops[o.parent].name == "tt.reduce"]
+    assert combine and all(g.owner[i] in {n.id for n in reduces} for i in combine)
+    # grey boxes wrap their expressions: none wider than the matmul's widest op box
+    widest = max(len(x) for n in g.nodes.values() if n.kind == "expr" for x in n.lines[1:])
+    assert widest <= 36, widest
     # the causal mask's index arithmetic folds into the select's condition box
     sel = _ops(g, snap, "arith.select")[0]
     cond = [g.nodes[e.src] for e in g.edges if e.dst == sel.id and g.nodes[e.src].kind == "expr"]
     assert cond and ">=" in cond[0].detail[0]
+
+
+def test_graph_opens_on_the_main_loop():
+    """The page names the loop it opens on (data-focus): attention's first KV loop, the matmul's K loop; the
+    start-up script zooms to it and builds the overview."""
+    from kernellab.viz.graph_model import main_loop
+
+    for name, line in (("attention", "start_n in range(0, "), ("matmul", "for k in range(")):
+        snap = getattr(R, name)().trace.snapshot("tile")
+        g = build_graph(snap)
+        focus = main_loop(g, snap)
+        assert focus is not None and g.clusters[focus].kind == "loop"
+        assert line in g.nodes[f"o{g.clusters[focus].op}"].lines[0]
+    page = GV.graph_page(R.attention())
+    if G.find_dot() is None:
+        pytest.skip("graphviz dot is not installed")
+    fid = re.search(r'data-focus="([^"]+)"', page).group(1)
+    assert f'<g id="{fid}" class="cluster"' in page
+    assert "onload=" in page and "kl-gmini" in page and 'data-kz="loop"' in page
+    w = float(re.search(r'data-w="(\d+)"', page).group(1))
+    assert w < 3000, w  # was 3408 px before the reduces and the grey boxes got narrower
 
 
 def test_pass_selection_draws_each_pass_that_changed():

@@ -13,6 +13,10 @@ from ..trace import Positions
 
 _DILOC = re.compile(r"^!(\d+) = !DILocation\(([^)]*)\)", re.M)
 _LINE = re.compile(r"\bline: (\d+)")
+_SCOPE = re.compile(r"\bscope: !(\d+)")
+_DIFILE = re.compile(r'^!(\d+) = !DIFile\(([^)]*)\)', re.M)
+_BLOCKFILE = re.compile(r"^!(\d+) = !DILexicalBlockFile\(([^)]*)\)", re.M)
+_FILE_REF = re.compile(r"\bfile: !(\d+)")
 _PTX_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+\d+")
 _PTX_FILE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"', re.M)
 
@@ -20,16 +24,28 @@ _PTX_FILE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"', re.M)
 def llvm_positions(text: str) -> Positions:
     """Per line of LLVM IR text: the source line of its `!dbg` location, and where the `, !dbg !N` text is (the
     views may dim it) — None for lines without one."""
-    lines_of = {}
+    lines_of, file_of = {}, {}
     meta = text.find("\n!")  # metadata follows the functions: scan only that tail
-    for m in _DILOC.finditer(text, meta + 1 if meta >= 0 else len(text)):
+    start = meta + 1 if meta >= 0 else len(text)
+    paths = {}
+    for m in _DIFILE.finditer(text, start):
+        d, f = re.search(r'directory: "([^"]*)"', m.group(2)), re.search(r'filename: "([^"]*)"', m.group(2))
+        paths[m.group(1)] = "/".join(x.group(1) for x in (d, f) if x and x.group(1))
+    # a DILexicalBlockFile scope: a line of an inlined @jit helper from another file (lowering_core.DebugLines)
+    other = {m.group(1): paths.get(_FILE_REF.search(m.group(2)).group(1)) for m in _BLOCKFILE.finditer(text, start)
+             if _FILE_REF.search(m.group(2))}
+    for m in _DILOC.finditer(text, start):
         line = _LINE.search(m.group(2))
         if line:
             lines_of[m.group(1)] = int(line.group(1))
-    source, loc = [], []
+            scope = _SCOPE.search(m.group(2))
+            file_of[m.group(1)] = other.get(scope.group(1)) if scope else None
+    source, loc, files = [], [], []
     for line in text.splitlines():
         i = line.rfind("!dbg !")
-        line_no = lines_of.get(line[i + 6:].rstrip()) if i > 0 else None
+        key = line[i + 6:].rstrip() if i > 0 else None
+        line_no = lines_of.get(key) if key else None
+        files.append(file_of.get(key) if line_no is not None else None)
         if line_no is None:
             source.append(None)
             loc.append(None)
@@ -39,26 +55,33 @@ def llvm_positions(text: str) -> Positions:
             start -= 1
         source.append(line_no)
         loc.append((start, len(line)))
-    return Positions(tuple(source), tuple(loc))
+    return Positions(tuple(source), tuple(loc), tuple(files) if any(files) else ())
 
 
 def ptx_positions(text: str, file_index: int | None = None) -> Positions:
     """Per line of PTX: the source line of the `.loc` in force for an instruction (the `.loc` line itself too);
-    None for directives, labels and braces. Only `.loc`s of `file_index` count (default: the first `.file`)."""
+    None for directives, labels and braces. `file_index` is the kernel's file (default: the first `.file`); a
+    `.loc` of another `.file` (an inlined @jit helper's module) gives that file in `files`."""
+    names = {int(m.group(1)): m.group(2) for m in _PTX_FILE.finditer(text)}
     if file_index is None:
-        m = _PTX_FILE.search(text)
-        file_index = int(m.group(1)) if m else 1
-    source, current = [], None
+        file_index = min(names) if names else 1
+    source, files, current, cur_file = [], [], None, None
     for line in text.splitlines():
         m = _PTX_LOC.match(line)
         if m:
-            current = int(m.group(2)) if int(m.group(1)) == file_index and int(m.group(2)) > 0 else None
+            idx = int(m.group(1))
+            known = (idx == file_index or idx in names) and int(m.group(2)) > 0
+            current = int(m.group(2)) if known else None
+            cur_file = names.get(idx) if known and idx != file_index else None
             source.append(current)
-        elif line.startswith("}"):
-            current = None
-            source.append(None)
+            files.append(cur_file if current is not None else None)
+            continue
+        if line.startswith("}"):
+            current = cur_file = None
+            code = False
         else:  # instructions, inline-asm blocks and the comments around them; not directives, labels, blanks
             st = line.strip()
             code = st and not st.startswith(".") and not (st.endswith(":") and " " not in st)
-            source.append(current if code else None)
-    return Positions(tuple(source), (None,) * len(source))
+        source.append(current if code else None)
+        files.append(cur_file if code and current is not None else None)
+    return Positions(tuple(source), (None,) * len(source), tuple(files) if any(files) else ())

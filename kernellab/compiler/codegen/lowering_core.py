@@ -611,17 +611,32 @@ class DebugLines:
             mod.add_named_metadata("llvm.module.flags", mod.add_metadata([I32(2), key, I32(value)]))
         self.lw = lw
         self._locs: dict = {}
+        self._scopes: dict = {}
         start = self.location(fn.first_line, 0)
         for inst in lw.fn.blocks[0].instructions:  # what _make_function built: the thread and warp ids
             inst.set_metadata("dbg", start)
         lw.b.debug_metadata = lw.eb.debug_metadata = start
 
-    def location(self, line: int, col: int):
-        key = (line, col)
+    def location(self, line: int, col: int, file: str | None = None):
+        """The DILocation of (line, col) in `file` (None or the kernel's file: the kernel's subprogram; another
+        file, an inlined @jit helper's: a DILexicalBlockFile of it, so the PTX gets its own `.file` entry)."""
+        key = (line, col, file if file != self.lw.ir_fn.source_file else None)
         if key not in self._locs:
             self._locs[key] = self.mod.add_debug_info("DILocation", {"line": line, "column": col,
-                                                                    "scope": self.scope})
+                                                                    "scope": self._scope_of(key[2])})
         return self._locs[key]
+
+    def _scope_of(self, file: str | None):
+        if file is None:
+            return self.scope
+        if file not in self._scopes:
+            import os
+
+            directory, name = os.path.split(file)
+            f = self.mod.add_debug_info("DIFile", {"filename": name, "directory": directory})
+            self._scopes[file] = self.mod.add_debug_info("DILexicalBlockFile", {
+                "scope": self.scope, "file": f, "discriminator": 0})
+        return self._scopes[file]
 
     def at(self, loc):
         """A context in which both builders stamp `loc` (an ir.Loc, or None: keep the enclosing op's)."""
@@ -636,7 +651,8 @@ class _AtLocation:
         lw = self.debug.lw
         self.saved = lw.b.debug_metadata, lw.eb.debug_metadata
         if self.loc is not None and getattr(self.loc, "line", None):
-            lw.b.debug_metadata = lw.eb.debug_metadata = self.debug.location(self.loc.line, self.loc.col or 0)
+            lw.b.debug_metadata = lw.eb.debug_metadata = self.debug.location(self.loc.line, self.loc.col or 0,
+                                                                             getattr(self.loc, "file", None))
 
     def __exit__(self, *exc):
         lw = self.debug.lw
