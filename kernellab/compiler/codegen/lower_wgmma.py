@@ -54,19 +54,20 @@ def unpack_halves(lw: KernelLowering, words: list) -> list:
 
 
 class _Descriptors:
-    """The i64 matrix descriptors of one operand tile: the base (its start address, >> 4, in the low 14 bits,
-    with the stride fields and swizzle mode) is computed once per dot, and each k-step's (and, for A, each
-    64-row block's) descriptor adds its byte offset >> 4 to it. Shared memory is below 256 KB, so the
-    address field never carries into the next one."""
+    """The i64 matrix descriptors of one operand tile. Its low word holds the start address (>> 4, 14 bits) and
+    the leading-byte offset; the high word, the stride-byte offset and the swizzle mode, is a constant. Each
+    k-step's (and, for A, each 64-row block's) offset >> 4 is added to the low word only: shared memory is below
+    256 KB, so the address field never carries into the next one, and the descriptor is the low word paired
+    with a constant. (Adding to the 64-bit value made ptxas carry into the high word on the uniform datapath
+    every iteration: ncu's dispatch stalls of a 128x256 matmul were 8x Triton's.)"""
 
     def __init__(self, lw: KernelLowering, tile_off, t, k_major: bool):
         b = lw.b
         self.lw, self.t, self.k_major = lw, t, k_major
         _, lbo, sbo, mode = descriptor_fields(t, k_major, 0, 0)
         smem_addr = b.add(lw.smem32, tile_off)
-        lo = b.zext(b.lshr(b.and_(smem_addr, _cint(0x3FFFF)), _cint(4)), I64)
-        const = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (mode << 62)
-        self.base = b.or_(lo, ir.Constant(I64, const))
+        self.lo = b.or_(b.lshr(b.and_(smem_addr, _cint(0x3FFFF)), _cint(4)), _cint((lbo >> 4) << 16))
+        self.hi = ir.Constant(I64, (((sbo >> 4) | (mode << 30)) << 32))
         self.per_64 = descriptor_fields(t, k_major, 0, 64)[0] - descriptor_fields(t, k_major, 0, 0)[0]
         self.blocks = {}
 
@@ -74,13 +75,15 @@ class _Descriptors:
         """Reading 16 k from k0 (and, for A, the 64 rows from `first_row`, a multiple of 64; `key` names it)."""
         b = self.lw.b
         start = descriptor_fields(self.t, self.k_major, k0, 0)[0]
-        d = self.base
+        lo = self.lo
         if first_row is not None:
             if key not in self.blocks:
                 rows = b.mul(b.lshr(first_row, _cint(6)), _cint(self.per_64 >> 4))
-                self.blocks[key] = b.add(self.base, b.zext(rows, I64))
-            d = self.blocks[key]
-        return b.add(d, ir.Constant(I64, start >> 4)) if start else d
+                self.blocks[key] = b.add(self.lo, rows)
+            lo = self.blocks[key]
+        if start:
+            lo = b.add(lo, _cint(start >> 4))
+        return b.or_(b.zext(lo, I64), self.hi)
 
 
 def a_fragment_from_accumulator(lw: KernelLowering, regs, i: int, k0: int, K: int):
