@@ -15,7 +15,14 @@ from ..compiler.frontend import FunctionSource, ModuleCompiler, RuntimeArg, runt
 from ..compiler.pipeline import CompileTrace
 from ..compiler.pytree import is_node, map_leaves, rebuild_like
 from ..compiler.types import DTYPES, DType, PointerType
-from ..errors import ArgumentOverflowError, CompilationError, LaunchError, SanitizerError, ToolchainError
+from ..errors import (
+    ArgumentOverflowError,
+    CompilationError,
+    LaunchError,
+    LaunchOptionError,
+    SanitizerError,
+    ToolchainError,
+)
 from ..language.core import _DescriptorLayout, constexpr, tensor_descriptor, unwrap
 from .source import get_source
 
@@ -575,18 +582,18 @@ def check_options(name: str, options: dict) -> None:
     build a kernel whose tile has elements no thread owns (num_warps=3) or a 2048-thread block."""
     w = options.get("num_warps", 4)
     if not _is_int(w) or not 1 <= w <= 32 or w & (w - 1):
-        raise LaunchError(f"kernel '{name}': num_warps must be a power of 2 from 1 to 32 (a block of at most 1024 "
-                          f"threads), got {_short_repr(w)}")
+        raise LaunchOptionError(f"kernel '{name}': num_warps must be a power of 2 from 1 to 32 (a block of at most "
+                                f"1024 threads), got {_short_repr(w)}")
     st = options.get("num_stages", 3)
     if not _is_int(st) or st < 1:
-        raise LaunchError(f"kernel '{name}': num_stages must be an int >= 1 (1 = no software pipelining), "
+        raise LaunchOptionError(f"kernel '{name}': num_stages must be an int >= 1 (1 = no software pipelining), "
                           f"got {_short_repr(st)}")
     c = options.get("num_ctas", 1)
     if not _is_int(c) or c < 1:
-        raise LaunchError(f"kernel '{name}': num_ctas must be an int >= 1, got {_short_repr(c)}")
+        raise LaunchOptionError(f"kernel '{name}': num_ctas must be an int >= 1, got {_short_repr(c)}")
     r = options.get("maxnreg")
     if r is not None and (not _is_int(r) or not 16 <= r <= 255):
-        raise LaunchError(f"kernel '{name}': maxnreg must be None or an int from 16 to 255 registers per thread, "
+        raise LaunchOptionError(f"kernel '{name}': maxnreg must be None or an int from 16 to 255 registers per thread, "
                           f"got {_short_repr(r)}")
 
 
