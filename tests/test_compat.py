@@ -426,3 +426,21 @@ def test_subprocess_shim_serves_triton(tmp_path):
                          capture_output=True, text=True, env=env, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[0].startswith("kernellab") and out.stderr == ""
+
+
+def test_dtype_repr_is_tritons_under_install(triton):
+    """repr(tl.X) is Triton's evaluatable `triton.language.X` while compat is installed; str stays the IR
+    spelling kernellab prints, and uninstall() gives the plain repr back."""
+    import triton.language as tl
+
+    names = ["int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+             "bfloat16", "float32", "float64", "float8e4nv", "float8e5", "float8e4b15"]
+    for n in names:
+        t = getattr(tl, n)
+        assert repr(t) == f"triton.language.{n}" and eval(repr(t), {"triton": triton}) is t
+    assert str(tl.float32) == "f32"
+    kernellab.compat.uninstall()
+    try:
+        assert repr(kl_tl.float32) == "f32"
+    finally:
+        kernellab.compat.install()

@@ -167,8 +167,10 @@ def install() -> None:
 
     knobs = mods["triton.knobs"]  # its groups get replaced (Triton's fresh_knobs fixture): read them per launch
     jit.option_defaults = lambda: {} if knobs.language.default_fp_fusion else {"enable_fp_fusion": False}
+    from ..compiler.types import DType
     from .runtime_shim import interpreting
 
+    DType.repr_module = "triton.language"  # repr(tl.float32) is Triton's evaluatable text
     if interpreting():  # TRITON_INTERPRET=1 asked for the CPU: no notice that kernels run there
         jit._NOTICE.append(True)
 
@@ -182,6 +184,9 @@ def uninstall() -> None:
     from ..runtime import jit
 
     jit.option_defaults = None
+    from ..compiler.types import DType
+
+    DType.repr_module = None
 
 
 def installed() -> bool:

@@ -66,7 +66,18 @@ class DType(Type):
     def _key(self):
         return self.ir
 
+    # Set by kernellab.compat.install() to "triton.language": repr becomes Triton's evaluatable
+    # `triton.language.float32` there; otherwise repr (like str) is the IR spelling.
+    repr_module = None
+
     def __repr__(self):
+        if DType.repr_module is None:
+            return self.ir
+        name = self.name
+        name = "float" + name[2:] if name.startswith("fp") else "bfloat" + name[2:] if name.startswith("bf") else name
+        return f"{DType.repr_module}.{name}"
+
+    def __str__(self):
         return self.ir
 
     @property
@@ -75,8 +86,6 @@ class DType(Type):
         the IR spells the same type `ir` (`f32`, `i32`, `u8`)."""
         ir = self.ir
         return _TRITON_NAMES.get(ir) or ("uint" + ir[1:] if ir[0] == "u" else "int" + ir[1:])
-
-    __str__ = __repr__
 
     # Triton's predicate names, so ported kernels that inspect dtypes keep working.
     def is_floating(self):
