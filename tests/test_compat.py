@@ -444,3 +444,36 @@ def test_dtype_repr_is_tritons_under_install(triton):
         assert repr(kl_tl.float32) == "f32"
     finally:
         kernellab.compat.install()
+
+
+def test_jit_cache_hook_and_preload(triton):
+    """knobs.runtime.jit_cache_hook sees each compile with its specialization data; `preload` of that data
+    (here in a fresh process's stead: the cache cleared) compiles the same kernel, which launches without
+    another compile and gives NumPy's result; a hook returning True takes the compile over."""
+    import triton.language as tl
+
+    @triton.jit
+    def scale(x_ptr, out_ptr, pair, N: tl.constexpr):
+        o = tl.arange(0, N)
+        tl.store(out_ptr + o, tl.load(x_ptr + o) * pair[0] + pair[1][0])
+
+    seen = []
+    knobs = triton.knobs
+    with knobs.runtime.scope():
+        knobs.runtime.jit_cache_hook = lambda **kw: seen.append(kw) and False
+        x = torch.randn(32, dtype=torch.float32)
+        out = torch.full((32,), float("nan"))
+        pair = (3.0, (tl.constexpr(-2.0),))
+        warm = scale.warmup(x, out, pair, N=32, grid=(1,))
+        assert len(seen) == 1 and seen[0]["is_manual_warmup"] and "scale[" in seen[0]["repr"]
+        data = seen[0]["compile"]["specialization_data"]
+        scale.device_caches[0][0].clear()
+        pre = scale.preload(data)
+        assert pre.hash == warm.hash and len(seen) == 1
+        scale[(1,)](x, out, pair, N=32)
+        assert len(seen) == 1  # the preloaded kernel served the launch
+        np.testing.assert_allclose(out.double().numpy(), x.double().numpy() * 3.0 - 2.0, rtol=1e-6)
+        knobs.runtime.jit_cache_hook = lambda **kw: True
+        assert scale.warmup(x, out, pair, N=16, grid=(1,)) is None
+    with pytest.raises(kernellab.LaunchError, match="specialization data"):
+        scale.preload('{"name": "other", "kernellab": ""}')

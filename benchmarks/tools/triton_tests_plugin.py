@@ -39,15 +39,22 @@ sys.modules["triton"]._internal_testing = _mod
 
 def _serve_subprocesses():
     """A `triton` package for child processes: importing it installs kernellab.compat, which replaces the
-    package in sys.modules with kernellab's (the import statement returns what sys.modules holds)."""
-    root = tempfile.mkdtemp(prefix="kl_triton_shim_")
-    os.makedirs(os.path.join(root, "triton"))
-    with open(os.path.join(root, "triton", "__init__.py"), "w") as f:
-        f.write("import sys\n"
-                "sys.modules[__name__].__kernellab__ = True  # lets install() replace this stand-in\n"
-                "import kernellab.compat\n"
-                "kernellab.compat.install()\n")
+    package in sys.modules with kernellab's (the import statement returns what sys.modules holds). One
+    directory per kernellab checkout, rewritten on each run, so runs leave no litter."""
+    import hashlib
+
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # kernellab's root
+    root = os.path.join(tempfile.gettempdir(), "kl_triton_shim_" + hashlib.sha256(here.encode()).hexdigest()[:12])
+    os.makedirs(os.path.join(root, "triton"), exist_ok=True)
+    text = ("import sys\n"
+            "sys.modules[__name__].__kernellab__ = True  # lets install() replace this stand-in\n"
+            "import kernellab.compat\n"
+            "kernellab.compat.install()\n")
+    init = os.path.join(root, "triton", "__init__.py")
+    tmp = f"{init}.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, init)  # atomic: a concurrent run never reads half a file
     paths = [root, here] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
 

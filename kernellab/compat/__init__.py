@@ -168,9 +168,12 @@ def install() -> None:
     knobs = mods["triton.knobs"]  # its groups get replaced (Triton's fresh_knobs fixture): read them per launch
     jit.option_defaults = lambda: {} if knobs.language.default_fp_fusion else {"enable_fp_fusion": False}
     from ..compiler.types import DType
+    from . import runtime_shim
     from .runtime_shim import interpreting
 
     DType.repr_module = "triton.language"  # repr(tl.float32) is Triton's evaluatable text
+    jit.compile_hook = lambda fn, specialization, warmup: runtime_shim.call_jit_cache_hook(
+        knobs.runtime.jit_cache_hook, fn, specialization, warmup)
     if interpreting():  # TRITON_INTERPRET=1 asked for the CPU: no notice that kernels run there
         jit._NOTICE.append(True)
 
@@ -184,6 +187,7 @@ def uninstall() -> None:
     from ..runtime import jit
 
     jit.option_defaults = None
+    jit.compile_hook = None
     from ..compiler.types import DType
 
     DType.repr_module = None

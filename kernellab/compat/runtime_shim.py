@@ -34,6 +34,26 @@ class InterpreterError(errors.InterpreterError, metaclass=_InterpreterErrorType)
     """`triton.runtime.errors.InterpreterError`: catches kernellab's InterpreterError (see the metaclass)."""
 
 
+def call_jit_cache_hook(hook, fn, specialization, warmup):
+    """Triton's `knobs.runtime.jit_cache_hook`, called before a compile with Triton's keywords; its
+    `compile["specialization_data"]` is what `fn.preload` takes. A true result skips the compile."""
+    if hook is None:
+        return None
+    from types import SimpleNamespace
+
+    spec, key, _, options = specialization
+    opts = {k: options.get(k, d) for k, d in (("num_warps", 4), ("num_ctas", 1), ("num_stages", 3),
+                                                ("enable_fp_fusion", True), ("launch_cooperative_grid", False))}
+    name = fn.fn.__qualname__
+    signature = {n: str(getattr(v, "type", "constexpr")) for n, v in spec.items()}
+    args = ", ".join(f"{n}: {t}" for n, t in signature.items())
+    text = f"{name}[{', '.join(f'{k}={v}' for k, v in opts.items())}]({args})"
+    compile_kwargs = dict(key=key, signature=signature, device=None, constants={}, extern_libs=None, configs=None,
+                          specialization_data=fn.specialization_data(specialization), is_warmup=warmup, **opts)
+    return hook(key=key, repr=text, fn=SimpleNamespace(module=fn.fn.__module__, name=name, jit_function=fn),
+                compile=compile_kwargs, is_manual_warmup=warmup, already_compiled=False)
+
+
 class MockTensor:
     """A stand-in argument with a dtype and no memory (Triton uses it to warm up kernels)."""
 

@@ -148,6 +148,11 @@ class CompiledKernel:
         return self
 
     @property
+    def hash(self) -> str:
+        """A digest of what was compiled (argument types, constants, options), equal for equal compiles."""
+        return hashlib.sha256(repr((self.trace.key, sorted(self.options.items(), key=str))).encode()).hexdigest()
+
+    @property
     def metadata(self):
         from types import SimpleNamespace
 
@@ -503,6 +508,11 @@ def _store_cached(key, out, records):
     except OSError:
         pass  # a read-only or full disk only costs the next process a recompile
 
+
+# Called before each compile by a settings layer (kernellab.compat serves Triton's
+# `knobs.runtime.jit_cache_hook` so): None, or hook(jit_function, (spec, key, runtime_names, options), is_warmup);
+# a true result skips the compile (the launch or warmup then returns None), as Triton's hook can.
+compile_hook = None
 
 # Defaults of launch options set by a settings layer (kernellab.compat serves Triton's
 # `knobs.language.default_fp_fusion` so): None, or a function returning {option: value} for options a launch
@@ -892,12 +902,14 @@ class JITFunction:
         finally:
             sys.setrecursionlimit(limit)
 
-    def _get_compiled(self, args, kwargs):
+    def _get_compiled(self, args, kwargs, warmup=False):
         bound, options = self.bind(args, kwargs)
         spec, key, runtime_values, runtime_names = self.specialize(bound)
         okey = (key, _options_key(options))
         ck = self.cache.get(okey)
         if ck is None:
+            if compile_hook is not None and compile_hook(self, (spec, key, runtime_names, options), warmup):
+                return None, bound, options, runtime_values  # the hook took the compile over (Triton's)
             ck = self.compile(spec, key, runtime_names, options)
             self.cache[okey] = ck
         return ck, bound, options, runtime_values
@@ -905,14 +917,57 @@ class JITFunction:
     def warmup(self, *args, grid=None, **kwargs) -> CompiledKernel:
         """Compile for these arguments without running; returns the compiled kernel and its trace."""
         kwargs.pop("warmup", None)
-        ck, _, _, _ = self._get_compiled(args, kwargs)
+        ck, _, _, _ = self._get_compiled(args, kwargs, warmup=True)
         return ck
+
+    # ------------------------------------------------------------------ specializations as data
+    def specialization_data(self, specialization) -> str:
+        """One compile's inputs (argument types and constants, options) as a JSON string that `preload`
+        turns back into the same kernel, in this process or another (Triton's jit-cache-hook data)."""
+        import base64
+        import json
+        import pickle
+
+        blob = base64.b64encode(pickle.dumps(specialization)).decode()
+        return json.dumps({"name": self.fn.__qualname__, "kernellab": blob})
+
+    def preload(self, specialization_data: str) -> CompiledKernel:
+        """Compile (or find in the cache) the kernel a `specialization_data` string describes, without
+        arguments: warms a cache ahead of the first launch, as Triton's `preload`."""
+        import base64
+        import json
+        import pickle
+
+        data = json.loads(specialization_data)
+        if data.get("name") != self.fn.__qualname__ or "kernellab" not in data:
+            raise LaunchError(f"kernel '{self.__name__}': this specialization data is for "
+                              f"{data.get('name')!r}, not {self.fn.__qualname__!r}")
+        spec, key, runtime_names, options = pickle.loads(base64.b64decode(data["kernellab"]))
+        okey = (key, _options_key(options))
+        ck = self.cache.get(okey)
+        if ck is None:
+            ck = self.cache[okey] = self.compile(spec, key, runtime_names, options)
+        return ck
+
+    @property
+    def device_caches(self):
+        """Triton's per-device cache table, whose entry [0] is the compile cache (kernellab keeps one cache
+        for all devices, keyed by specialization and options; Triton's other entries are not kept)."""
+        cache = self.cache
+
+        class _PerDevice:
+            def __getitem__(self, device):
+                return (cache, None, None, None, None)
+
+        return _PerDevice()
 
     def run(self, *args, grid, **kwargs):
         fast = self._fast_launch(args, kwargs, grid)
         if fast is not _SLOW:
             return fast
         ck, bound, options, runtime_values = self._get_compiled(args, dict(kwargs))
+        if ck is None:  # a compile hook took it over
+            return None
         if callable(grid):
             meta = {k: unwrap(v) for k, v in bound.items()}
             meta.update({"num_warps": options.get("num_warps", 4), "num_stages": options.get("num_stages", 3)})
