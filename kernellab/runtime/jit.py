@@ -783,7 +783,10 @@ class JITFunction:
                 or callable(value) and not hasattr(value, "data_ptr"):
             return value  # compiled in; functions are keyed by name, everything else by value
         dt = self._dtype_of_argument(name, value)
-        if dt is not None:
+        annotated = self._kl_source().scalar_types.get(name)
+        if dt is None and annotated is not None and isinstance(value, (bool, int, float)):
+            arg = self._annotated_scalar(name, value, annotated)
+        elif dt is not None:
             ptr = data_ptr(value)
             attrs = {"tt.divisibility": 16} if ptr % 16 == 0 and name not in self.do_not_specialize else {}
             arg = RuntimeArg(PointerType(dt, const=name in self._kl_source().const_params), attrs)
@@ -815,6 +818,23 @@ class JITFunction:
         runtime_values.append(value)
         runtime_names.append(name)
         return arg
+
+    def _annotated_scalar(self, name, value, t):
+        """A number passed for a parameter annotated with a dtype (`v: tl.uint8`): that type, never
+        specialized to the constant 1 (the annotation fixes the type); integers must fit it."""
+        if t.kind == "float":
+            return RuntimeArg(t)
+        if isinstance(value, float):
+            raise LaunchError(f"kernel '{self.__name__}': argument '{name}' is annotated {t.name} but got the "
+                              f"float {value!r}; pass an integer")
+        lo, hi = (0, 2 ** t.bits - 1) if t.kind in ("uint", "bool") else (-2 ** (t.bits - 1), 2 ** (t.bits - 1) - 1)
+        if t.bits == 1:
+            lo, hi = 0, 1
+        if not lo <= int(value) <= hi:
+            raise ArgumentOverflowError(f"kernel '{self.__name__}': argument '{name}' = {value} does not fit its "
+                                        f"annotated type {t.name} ({lo}..{hi})")
+        attrs = {"tt.divisibility": 16} if name not in self.do_not_specialize and value and value % 16 == 0 else {}
+        return RuntimeArg(t, attrs)
 
     def _dtype_of_argument(self, name, value):
         """The element dtype of a tensor argument, or a LaunchError naming the kernel and the argument
