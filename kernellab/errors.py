@@ -52,6 +52,10 @@ class ArgumentOverflowError(LaunchError, OverflowError):
     """An integer argument beyond 64 bits; an OverflowError too, as Triton raises."""
 
 
+class LaunchOptionError(LaunchError, AssertionError):
+    """A launch option out of range (num_warps=3); an AssertionError too, as Triton asserts its options."""
+
+
 class ToolchainError(KernelLabError):
     """A piece of the GPU toolchain is missing or failed: libdevice or ptxas not found, LLVM left an unresolved
     call in the PTX, ptxas rejected the PTX. Names the kernel (when there is one) and what to install or check."""

@@ -42,7 +42,7 @@ def test_module_tree_is_kernellab(triton):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     assert tl is kl_tl and triton.jit is kernellab.jit and triton.__version__.startswith("3.")
-    assert CompilationError is kernellab.CompilationError and InterpreterError is kernellab.InterpreterError
+    assert CompilationError is kernellab.CompilationError and issubclass(kernellab.InterpreterError, InterpreterError)
     assert issubclass(OutOfResources, triton.TritonError) and issubclass(OutOfResources, kernellab.LaunchError)
     assert libdevice.tanh is kl_tl.extra.libdevice.tanh
     assert callable(reinterpret) and TensorWrapper is kernellab.TensorWrapper
@@ -373,3 +373,107 @@ def test_knob_default_fp_fusion_gpu(triton):
         z = x.clone()
         mul_add[(1,)](z)  # a new compile (the knob is part of the launch's key)
         torch.testing.assert_close(z.double(), x.double() * 1.5 + 1.0, rtol=1e-7, atol=0)
+
+
+def test_interpreter_error_catches_compile_errors_when_interpreting(triton, monkeypatch):
+    """Under TRITON_INTERPRET=1 Triton reports a kernel's compile-time errors as InterpreterError (it never
+    compiles); kernellab's CompilationError is one there, and only there. Its runtime errors always are."""
+    import triton.language as tl
+    from triton.runtime.errors import InterpreterError
+
+    @triton.jit
+    def narrow_block(ptr):
+        desc = tl.make_tensor_descriptor(ptr, [16, 16], [16, 1], [1, 2])  # 8 bytes < TMA's 16
+        desc.load([0, 0])
+
+    x = torch.zeros(16, 16, dtype=torch.int32)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with pytest.raises(InterpreterError) as e:
+        narrow_block[(1,)](x)
+    assert "at least 16 bytes" in str(e.value.__cause__)
+    assert isinstance(e.value, triton.CompilationError)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(triton.CompilationError) as e:
+        narrow_block.warmup(x, grid=(1,))
+    assert not isinstance(e.value, InterpreterError)
+    assert issubclass(kernellab.errors.InterpreterError, InterpreterError)  # the interpreter's own errors
+
+
+def test_bad_num_warps_is_an_assertion_error_as_tritons(triton):
+    @triton.jit
+    def k(dst):
+        pass
+
+    dst = torch.empty(8, device=DEVICE)
+    with pytest.raises(AssertionError, match="must be a power of 2"):
+        k.warmup(dst, grid=(1,), num_warps=3)
+    with pytest.raises(kernellab.errors.LaunchError):
+        k.warmup(dst, grid=(1,), num_warps=64)
+    assert k.warmup(dst, grid=(1,), num_warps=2) is not None
+
+
+def test_subprocess_shim_serves_triton(tmp_path):
+    """The test plugin's stand-in `triton` package: a child Python that imports triton gets kernellab's."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = tmp_path / "child.py"
+    script.write_text("import sys\nsys.path.insert(0, sys.argv[1])\nimport triton_tests_plugin  # noqa\n"
+                      "import os, subprocess\n"
+                      "code = 'import triton, triton.language as tl; print(triton.jit.__module__, tl.int8)'\n"
+                      "subprocess.run([sys.executable, '-c', code], check=True, env=dict(os.environ))\n")
+    (tmp_path / "_internal_testing.py").write_text("")  # the plugin loads Triton's test helper from here
+    env = dict(os.environ, PYTHONPATH=root, TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, str(script), os.path.join(root, "benchmarks", "tools")],
+                         capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0].startswith("kernellab") and out.stderr == ""
+
+
+def test_dtype_repr_is_tritons_under_install(triton):
+    """repr(tl.X) is Triton's evaluatable `triton.language.X` while compat is installed; str stays the IR
+    spelling kernellab prints, and uninstall() gives the plain repr back."""
+    import triton.language as tl
+
+    names = ["int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+             "bfloat16", "float32", "float64", "float8e4nv", "float8e5", "float8e4b15"]
+    for n in names:
+        t = getattr(tl, n)
+        assert repr(t) == f"triton.language.{n}" and eval(repr(t), {"triton": triton}) is t
+    assert str(tl.float32) == "f32"
+    kernellab.compat.uninstall()
+    try:
+        assert repr(kl_tl.float32) == "f32"
+    finally:
+        kernellab.compat.install()
+
+
+def test_jit_cache_hook_and_preload(triton):
+    """knobs.runtime.jit_cache_hook sees each compile with its specialization data; `preload` of that data
+    (here in a fresh process's stead: the cache cleared) compiles the same kernel, which launches without
+    another compile and gives NumPy's result; a hook returning True takes the compile over."""
+    import triton.language as tl
+
+    @triton.jit
+    def scale(x_ptr, out_ptr, pair, N: tl.constexpr):
+        o = tl.arange(0, N)
+        tl.store(out_ptr + o, tl.load(x_ptr + o) * pair[0] + pair[1][0])
+
+    seen = []
+    knobs = triton.knobs
+    with knobs.runtime.scope():
+        knobs.runtime.jit_cache_hook = lambda **kw: seen.append(kw) and False
+        x = torch.randn(32, dtype=torch.float32)
+        out = torch.full((32,), float("nan"))
+        pair = (3.0, (tl.constexpr(-2.0),))
+        warm = scale.warmup(x, out, pair, N=32, grid=(1,))
+        assert len(seen) == 1 and seen[0]["is_manual_warmup"] and "scale[" in seen[0]["repr"]
+        data = seen[0]["compile"]["specialization_data"]
+        scale.device_caches[0][0].clear()
+        pre = scale.preload(data)
+        assert pre.hash == warm.hash and len(seen) == 1
+        scale[(1,)](x, out, pair, N=32)
+        assert len(seen) == 1  # the preloaded kernel served the launch
+        np.testing.assert_allclose(out.double().numpy(), x.double().numpy() * 3.0 - 2.0, rtol=1e-6)
+        knobs.runtime.jit_cache_hook = lambda **kw: True
+        assert scale.warmup(x, out, pair, N=16, grid=(1,)) is None
+    with pytest.raises(kernellab.LaunchError, match="specialization data"):
+        scale.preload('{"name": "other", "kernellab": ""}')

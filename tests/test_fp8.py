@@ -357,3 +357,74 @@ def test_gpu_upcast_every_byte(name, dst):
                                     (torch.float8_e4m3fn, torch.float8_e5m2)])
 def test_gpu_dot(ta, tb):
     test_dot(ta, tb, device="cuda")
+
+
+# --------------------------------------------------------------------------- sm_80: downcasts by bits
+
+
+def _host_downcast(name):
+    """The GPU lowering's sm_80 f32 -> fp8 conversion (bit arithmetic, no PTX asm), JIT-compiled for this CPU
+    with llvmlite: the very instructions the GPU gets, run here."""
+    import ctypes
+
+    import llvmlite.binding as llvm
+    import llvmlite.ir as ir
+
+    from kernellab.compiler.codegen.lowering_core import KernelLowering
+    from kernellab.compiler.types import DType
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    m = ir.Module("fp8_downcast")
+    fn = ir.Function(m, ir.FunctionType(ir.IntType(8), [ir.FloatType()]), "cvt")
+    lw = KernelLowering.__new__(KernelLowering)  # only its builder and arch are used by fp8_convert
+    lw.arch, lw.b = 80, ir.IRBuilder(fn.append_basic_block())
+    ir_name = {"float8e5": "f8e5", "float8e4nv": "f8e4nv"}[name]
+    lw.b.ret(lw.fp8_convert(DType("f32", "float", 32), DType(ir_name, "float", 8), fn.args[0], "rtne"))
+    tm = llvm.Target.from_default_triple().create_target_machine()
+    ee = llvm.create_mcjit_compiler(llvm.parse_assembly(str(m)), tm)
+    ee.finalize_object()
+    f = ctypes.CFUNCTYPE(ctypes.c_uint8, ctypes.c_float)(ee.get_function_address("cvt"))
+    f._engine = ee  # keep the code alive
+    return f
+
+
+@pytest.mark.parametrize("name", STANDARD)
+def test_sm80_downcast_by_bits_edges(name):
+    """Ties to even, subnormals, saturation (infinities too) and NaN, as cvt.rn.satfinite rounds them."""
+    f = _host_downcast(name)
+    vals = edge_values(name).astype(np.float32)
+    check_bytes(name, vals.astype(np.float64), [f(float(v)) for v in vals])
+
+
+@pytest.mark.parametrize("name", STANDARD)
+def test_sm80_downcast_by_bits_random_patterns(name):
+    """Random f32 bit patterns over the whole range (the format's neighbourhood dense), against the
+    interpreter's encoder: the same bytes, NaN for NaN."""
+    from kernellab.compiler import fp8
+
+    f = _host_downcast(name)
+    rng = np.random.default_rng(1)
+    near = (rng.standard_normal(4000) * 2.0 ** rng.integers(-20, 18, 4000)).astype(np.float32)
+    bits = rng.integers(0, 2 ** 32, 4000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    vals = np.concatenate([near, bits])
+    got = np.array([f(float(v)) for v in vals], np.uint8)
+    ir_name = {"float8e5": "f8e5", "float8e4nv": "f8e4nv"}[name]
+    want_v = np.asarray(fp8.convert_to(ir_name, "f32", vals), np.float32)  # float32 carriers
+    got_v = fp8.decode(ir_name, got)
+    nan = np.isnan(vals)
+    assert np.array_equal(np.isnan(got_v), nan)
+    np.testing.assert_array_equal(got_v[~nan], want_v[~nan])
+
+
+@needs_ptxas
+@pytest.mark.parametrize("src", ["float32", "float16", "bfloat16"])
+def test_ptx_sm80_downcast_without_sm89_cvt(src, tmp_path, monkeypatch):
+    """sm_80 has no fp8 cvt: f32/f16/bf16 -> e5m2 assembles for sm_80 with bit arithmetic (no e5m2x2)."""
+    from kernellab.compiler.codegen.target import Target
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    ck = convert.warmup(torch.empty(256, dtype=SRC[src][0]), _int_view("float8e5", 256), N=256, R=None,
+                        grid=(1,))
+    ck.build_gpu(Target(80))
+    assert "e5m2x2" not in ck.asm["ptx"] and "cvt.rn.satfinite" not in ck.asm["ptx"]

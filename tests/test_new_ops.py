@@ -575,3 +575,40 @@ def bad_kernel(X, WHAT: tl.constexpr):
 def test_errors_name_the_problem(what, message):
     with pytest.raises(CompilationError, match=message):
         bad_kernel.warmup(torch.zeros(8), WHAT=what, grid=(1,))
+
+
+# --------------------------------------------------------------------------- Triton's loop hints
+
+
+@kl.jit
+def _hinted_loops(x_ptr, out_ptr, n, N: tl.constexpr):
+    """A while loop under `tl.condition` and a `tl.range` with `disable_licm`: the hints leave results alone."""
+    o = tl.arange(0, N)
+    x = tl.load(x_ptr + o)
+    acc = tl.zeros((N,), tl.float32)
+    i = 0
+    while tl.condition(i < n, disable_licm=True):
+        acc += x * i
+        i += 1
+    for j in tl.range(0, n, 2, disable_licm=True, flatten=True):
+        acc -= x / (j + 1)
+    tl.store(out_ptr + o, acc)
+
+
+def _hinted_reference(x, n):
+    x = x.double().numpy()
+    return x * sum(range(n)) - sum(x / (j + 1) for j in range(0, n, 2))
+
+
+@pytest.mark.parametrize("n", [0, 1, 7])
+def test_condition_and_disable_licm_hints(n, device="cpu"):
+    x = (torch.randn(64, generator=torch.Generator().manual_seed(n)) + 0.1).to(device)
+    out = torch.full((64,), float("nan"), device=device)
+    _hinted_loops[(1,)](x, out, n, N=64)
+    np.testing.assert_allclose(out.cpu().double().numpy(), _hinted_reference(x.cpu(), n), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [0, 7])
+def test_gpu_condition_and_disable_licm_hints(n):
+    test_condition_and_disable_licm_hints(n, device="cuda")

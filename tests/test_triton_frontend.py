@@ -677,3 +677,49 @@ def test_const_pointer_parameters():
     ck = copy.warmup(x, y, BLOCK=32, grid=(1,))
     ck.build_gpu()  # the const type survives the GPU pipeline's reparse of the tile IR
     assert "cubin" in ck.asm
+
+
+# --------------------------------------------------------------------------- dtype-annotated parameters
+
+
+@kl.jit
+def _annotated_scalars(out_ptr, h: tl.float16, b: tl.bfloat16, d: tl.float64, u: tl.uint8, s: "tl.int8",
+                       n: tl.int64):
+    """Each annotated number arrives with its annotation's type (not the f32 / i32 its Python value gives)."""
+    tl.static_assert(h.dtype == tl.float16 and b.dtype == tl.bfloat16 and d.dtype == tl.float64)
+    tl.static_assert(u.dtype == tl.uint8 and s.dtype == tl.int8 and n.dtype == tl.int64)
+    tl.store(out_ptr + 0, h.to(tl.float64))
+    tl.store(out_ptr + 1, b.to(tl.float64))
+    tl.store(out_ptr + 2, d * 3.0)
+    tl.store(out_ptr + 3, (u + u).to(tl.float64))  # uint8 arithmetic wraps at 256
+    tl.store(out_ptr + 4, (s * s).to(tl.float64))  # int8 wraps too
+    tl.store(out_ptr + 5, (n + 1).to(tl.float64))
+
+
+def _annotated_expect(h, b, d, u, s, n):
+    return np.array([float(np.float16(h)), float(torch.tensor(b).to(torch.bfloat16).double()), d * 3.0,
+                     float((u + u) % 256), float(np.int8(np.int16(s) * np.int16(s) & 0xFF)), float(n + 1)])
+
+
+@pytest.mark.parametrize("vals", [(1.0009765625, 3.140625, 1 / 3, 200, 100, 2 ** 40),
+                                  (65504.0, -1e-3, 1e300, 1, -1, 1),
+                                  (float("inf"), float("nan"), -0.0, 255, -128, -(2 ** 50))])
+def test_annotated_parameters_take_the_annotation_type(vals, device="cpu"):
+    out = torch.full((6,), float("nan"), dtype=torch.float64, device=device)
+    _annotated_scalars[(1,)](out, *vals)
+    np.testing.assert_allclose(out.cpu().numpy(), _annotated_expect(*vals), rtol=1e-15, equal_nan=True)
+
+
+def test_annotated_parameters_check_range():
+    out = torch.zeros(6, dtype=torch.float64)
+    with pytest.raises(OverflowError, match="annotated type uint8"):
+        _annotated_scalars[(1,)](out, 1.0, 1.0, 1.0, 256, 0, 0)
+    with pytest.raises(kl.LaunchError, match="pass an integer"):
+        _annotated_scalars[(1,)](out, 1.0, 1.0, 1.0, 1, 2.5, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("vals", [(1.0009765625, 3.140625, 1 / 3, 200, 100, 2 ** 40),
+                                  (float("inf"), float("nan"), -0.0, 255, -128, -(2 ** 50))])
+def test_gpu_annotated_parameters_take_the_annotation_type(vals):
+    test_annotated_parameters_take_the_annotation_type(vals, device="cuda")

@@ -59,7 +59,7 @@ def _build() -> dict[str, types.ModuleType]:
         autotune=kernellab.autotune, Config=kernellab.Config, heuristics=kernellab.heuristics,
         cdiv=kernellab.cdiv, next_power_of_2=kernellab.next_power_of_2,
         TritonError=errors.KernelLabError, CompilationError=errors.CompilationError,
-        OutOfResources=errors.OutOfResources, InterpreterError=errors.InterpreterError,
+        OutOfResources=errors.OutOfResources, InterpreterError=runtime_shim.InterpreterError,
         reinterpret=runtime_shim.reinterpret, TensorWrapper=runtime_shim.TensorWrapper,
         MockTensor=runtime_shim.MockTensor, constexpr_function=runtime_shim.constexpr_function,
         set_allocator=runtime_shim.set_allocator, must_use_result=runtime_shim.must_use_result,
@@ -85,7 +85,7 @@ def _build() -> dict[str, types.ModuleType]:
         JITFunction=kernellab.JITFunction, KernelInterface=kernellab.JITFunction,
         reinterpret=runtime_shim.reinterpret, TensorWrapper=runtime_shim.TensorWrapper,
         MockTensor=runtime_shim.MockTensor, OutOfResources=errors.OutOfResources,
-        InterpreterError=errors.InterpreterError,
+        InterpreterError=runtime_shim.InterpreterError,
     ))
     add("triton.runtime.jit", _module(
         "triton.runtime.jit", "The @jit decorator and launch-time wrappers.", package=False,
@@ -96,7 +96,7 @@ def _build() -> dict[str, types.ModuleType]:
     ))
     add("triton.runtime.errors", _module(
         "triton.runtime.errors", "Runtime exceptions.", package=False,
-        InterpreterError=errors.InterpreterError, OutOfResources=errors.OutOfResources,
+        InterpreterError=runtime_shim.InterpreterError, OutOfResources=errors.OutOfResources,
         PTXASError=errors.ToolchainError, AutotunerError=errors.LaunchError,
     ))
     add("triton.runtime.autotuner", _module(
@@ -167,6 +167,15 @@ def install() -> None:
 
     knobs = mods["triton.knobs"]  # its groups get replaced (Triton's fresh_knobs fixture): read them per launch
     jit.option_defaults = lambda: {} if knobs.language.default_fp_fusion else {"enable_fp_fusion": False}
+    from ..compiler.types import DType
+    from . import runtime_shim
+    from .runtime_shim import interpreting
+
+    DType.repr_module = "triton.language"  # repr(tl.float32) is Triton's evaluatable text
+    jit.compile_hook = lambda fn, specialization, warmup: runtime_shim.call_jit_cache_hook(
+        knobs.runtime.jit_cache_hook, fn, specialization, warmup)
+    if interpreting():  # TRITON_INTERPRET=1 asked for the CPU: no notice that kernels run there
+        jit._NOTICE.append(True)
 
 
 def uninstall() -> None:
@@ -178,6 +187,10 @@ def uninstall() -> None:
     from ..runtime import jit
 
     jit.option_defaults = None
+    jit.compile_hook = None
+    from ..compiler.types import DType
+
+    DType.repr_module = None
 
 
 def installed() -> bool:

@@ -75,6 +75,31 @@ def mangle(name: str, parts) -> str:
                    if parts else "")
 
 
+def _annotated_dtype(ann):
+    """The dtype a parameter annotation names (a dtype object, or "tl.int8" / "triton.language.float16" /
+    "uint8" text), else None: other annotations (`int`, `torch.Tensor`, pointers) leave the argument alone."""
+    from ..compiler.types import DType
+
+    if isinstance(ann, DType):
+        return ann
+    if not isinstance(ann, str):
+        return None
+    text = ann.strip().strip("'\"")  # `x: "tl.int8"` under `from __future__ import annotations`
+    for prefix in ("triton.language.", "tl.", "kl.", "kernellab.language."):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+            break
+    else:
+        if text in ("int", "float", "bool"):  # Python's own types: no annotation for Triton either
+            return None
+    t = getattr(lcore, text, None) if text.isidentifier() else None
+    if t is None:
+        import kernellab.language as tl
+
+        t = getattr(tl, text, None) if text.isidentifier() else None
+    return t if isinstance(t, DType) else None
+
+
 class FunctionSource:
     """What the frontend needs to know about a Python function: its parsed source and globals."""
 
@@ -106,6 +131,13 @@ class FunctionSource:
         for name, p in self.signature.parameters.items():
             if p.annotation is constexpr or p.annotation is lcore.constexpr:
                 self.constexpr_params.add(name)
+        # `x: tl.float16`, `n: tl.uint8` (an object, or text such as "tl.int64"): a number passed for the
+        # parameter has that type, as in Triton, rather than the type its Python value would give
+        self.scalar_types = {}
+        for name, p in self.signature.parameters.items():
+            t = _annotated_dtype(p.annotation)
+            if t is not None and name not in self.constexpr_params:
+                self.scalar_types[name] = t
 
     @property
     def params(self) -> list[ast.arg]:

@@ -47,6 +47,11 @@ _TRITON_NAMES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32", "f64": "fp64", "f
                  "f8e4b15": "fp8e4b15", "f8e4b8": "fp8e4b8", "f8e5b16": "fp8e5b16"}
 
 
+def _dtype_by_ir(ir: str, kind: str, bits: int):
+    found = DTYPES.get(ir)
+    return found if found is not None else DType(ir, kind, bits)
+
+
 class DType(Type):
     """A scalar element type: int1, int8..int64, uint8..uint64, float16, bfloat16, float32, float64."""
 
@@ -66,7 +71,23 @@ class DType(Type):
     def _key(self):
         return self.ir
 
+    def __reduce__(self):
+        """Pickled by IR name: unpickling gives back the one instance of the type (a kernel's specialization
+        travels this way, e.g. Triton's `preload`)."""
+        return (_dtype_by_ir, (self.ir, self.kind, self.bits))
+
+    # Set by kernellab.compat.install() to "triton.language": repr becomes Triton's evaluatable
+    # `triton.language.float32` there; otherwise repr (like str) is the IR spelling.
+    repr_module = None
+
     def __repr__(self):
+        if DType.repr_module is None:
+            return self.ir
+        name = self.name
+        name = "float" + name[2:] if name.startswith("fp") else "bfloat" + name[2:] if name.startswith("bf") else name
+        return f"{DType.repr_module}.{name}"
+
+    def __str__(self):
         return self.ir
 
     @property
@@ -75,8 +96,6 @@ class DType(Type):
         the IR spells the same type `ir` (`f32`, `i32`, `u8`)."""
         ir = self.ir
         return _TRITON_NAMES.get(ir) or ("uint" + ir[1:] if ir[0] == "u" else "int" + ir[1:])
-
-    __str__ = __repr__
 
     # Triton's predicate names, so ported kernels that inspect dtypes keep working.
     def is_floating(self):

@@ -566,6 +566,14 @@ def softmax(x, dim=None, keep_dims=False, ieee_rounding=False, _sem=None):
 
 
 @builtin
+def condition(cond, disable_licm=False, _sem=None):
+    """`while tl.condition(i < n, disable_licm=True):` is Triton's way to put loop hints on a while loop; the
+    loop runs on `cond` as written. The hint (keep invariant code inside the loop) is accepted: kernellab
+    leaves loop-invariant motion to LLVM's defaults."""
+    return cond
+
+
+@builtin
 def static_assert(cond, msg="", _sem=None):
     cond = unwrap(cond)
     if isinstance(cond, tensor):

@@ -369,10 +369,11 @@ class static_range:
 
 
 class range:
-    """`tl.range`: a runtime loop with pipelining hints (`num_stages`, `loop_unroll_factor`)."""
+    """`tl.range`: a runtime loop with pipelining hints (`num_stages`, `loop_unroll_factor`). Triton's other
+    hints (`flatten`, `warp_specialize`, `disable_licm`...) are accepted and do not change the loop."""
 
     def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None,
-                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False):
+                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False, disable_licm=False):
         if arg2 is None:
             self.start, self.end = 0, arg1
         else:

@@ -15,7 +15,14 @@ from ..compiler.frontend import FunctionSource, ModuleCompiler, RuntimeArg, runt
 from ..compiler.pipeline import CompileTrace
 from ..compiler.pytree import is_node, map_leaves, rebuild_like
 from ..compiler.types import DTYPES, DType, PointerType
-from ..errors import ArgumentOverflowError, CompilationError, LaunchError, SanitizerError, ToolchainError
+from ..errors import (
+    ArgumentOverflowError,
+    CompilationError,
+    LaunchError,
+    LaunchOptionError,
+    SanitizerError,
+    ToolchainError,
+)
 from ..language.core import _DescriptorLayout, constexpr, tensor_descriptor, unwrap
 from .source import get_source
 
@@ -139,6 +146,11 @@ class CompiledKernel:
         if self._loaded is None and "cubin" in self.asm and _can_load():
             self.gpu(None)
         return self
+
+    @property
+    def hash(self) -> str:
+        """A digest of what was compiled (argument types, constants, options), equal for equal compiles."""
+        return hashlib.sha256(repr((self.trace.key, sorted(self.options.items(), key=str))).encode()).hexdigest()
 
     @property
     def metadata(self):
@@ -497,6 +509,11 @@ def _store_cached(key, out, records):
         pass  # a read-only or full disk only costs the next process a recompile
 
 
+# Called before each compile by a settings layer (kernellab.compat serves Triton's
+# `knobs.runtime.jit_cache_hook` so): None, or hook(jit_function, (spec, key, runtime_names, options), is_warmup);
+# a true result skips the compile (the launch or warmup then returns None), as Triton's hook can.
+compile_hook = None
+
 # Defaults of launch options set by a settings layer (kernellab.compat serves Triton's
 # `knobs.language.default_fp_fusion` so): None, or a function returning {option: value} for options a launch
 # did not give.
@@ -575,18 +592,18 @@ def check_options(name: str, options: dict) -> None:
     build a kernel whose tile has elements no thread owns (num_warps=3) or a 2048-thread block."""
     w = options.get("num_warps", 4)
     if not _is_int(w) or not 1 <= w <= 32 or w & (w - 1):
-        raise LaunchError(f"kernel '{name}': num_warps must be a power of 2 from 1 to 32 (a block of at most 1024 "
-                          f"threads), got {_short_repr(w)}")
+        raise LaunchOptionError(f"kernel '{name}': num_warps must be a power of 2 from 1 to 32 (a block of at most "
+                                f"1024 threads), got {_short_repr(w)}")
     st = options.get("num_stages", 3)
     if not _is_int(st) or st < 1:
-        raise LaunchError(f"kernel '{name}': num_stages must be an int >= 1 (1 = no software pipelining), "
+        raise LaunchOptionError(f"kernel '{name}': num_stages must be an int >= 1 (1 = no software pipelining), "
                           f"got {_short_repr(st)}")
     c = options.get("num_ctas", 1)
     if not _is_int(c) or c < 1:
-        raise LaunchError(f"kernel '{name}': num_ctas must be an int >= 1, got {_short_repr(c)}")
+        raise LaunchOptionError(f"kernel '{name}': num_ctas must be an int >= 1, got {_short_repr(c)}")
     r = options.get("maxnreg")
     if r is not None and (not _is_int(r) or not 16 <= r <= 255):
-        raise LaunchError(f"kernel '{name}': maxnreg must be None or an int from 16 to 255 registers per thread, "
+        raise LaunchOptionError(f"kernel '{name}': maxnreg must be None or an int from 16 to 255 registers per thread, "
                           f"got {_short_repr(r)}")
 
 
@@ -766,7 +783,10 @@ class JITFunction:
                 or callable(value) and not hasattr(value, "data_ptr"):
             return value  # compiled in; functions are keyed by name, everything else by value
         dt = self._dtype_of_argument(name, value)
-        if dt is not None:
+        annotated = self._kl_source().scalar_types.get(name)
+        if dt is None and annotated is not None and isinstance(value, (bool, int, float)):
+            arg = self._annotated_scalar(name, value, annotated)
+        elif dt is not None:
             ptr = data_ptr(value)
             attrs = {"tt.divisibility": 16} if ptr % 16 == 0 and name not in self.do_not_specialize else {}
             arg = RuntimeArg(PointerType(dt, const=name in self._kl_source().const_params), attrs)
@@ -798,6 +818,23 @@ class JITFunction:
         runtime_values.append(value)
         runtime_names.append(name)
         return arg
+
+    def _annotated_scalar(self, name, value, t):
+        """A number passed for a parameter annotated with a dtype (`v: tl.uint8`): that type, never
+        specialized to the constant 1 (the annotation fixes the type); integers must fit it."""
+        if t.kind == "float":
+            return RuntimeArg(t)
+        if isinstance(value, float):
+            raise LaunchError(f"kernel '{self.__name__}': argument '{name}' is annotated {t.name} but got the "
+                              f"float {value!r}; pass an integer")
+        lo, hi = (0, 2 ** t.bits - 1) if t.kind in ("uint", "bool") else (-2 ** (t.bits - 1), 2 ** (t.bits - 1) - 1)
+        if t.bits == 1:
+            lo, hi = 0, 1
+        if not lo <= int(value) <= hi:
+            raise ArgumentOverflowError(f"kernel '{self.__name__}': argument '{name}' = {value} does not fit its "
+                                        f"annotated type {t.name} ({lo}..{hi})")
+        attrs = {"tt.divisibility": 16} if name not in self.do_not_specialize and value and value % 16 == 0 else {}
+        return RuntimeArg(t, attrs)
 
     def _dtype_of_argument(self, name, value):
         """The element dtype of a tensor argument, or a LaunchError naming the kernel and the argument
@@ -885,12 +922,14 @@ class JITFunction:
         finally:
             sys.setrecursionlimit(limit)
 
-    def _get_compiled(self, args, kwargs):
+    def _get_compiled(self, args, kwargs, warmup=False):
         bound, options = self.bind(args, kwargs)
         spec, key, runtime_values, runtime_names = self.specialize(bound)
         okey = (key, _options_key(options))
         ck = self.cache.get(okey)
         if ck is None:
+            if compile_hook is not None and compile_hook(self, (spec, key, runtime_names, options), warmup):
+                return None, bound, options, runtime_values  # the hook took the compile over (Triton's)
             ck = self.compile(spec, key, runtime_names, options)
             self.cache[okey] = ck
         return ck, bound, options, runtime_values
@@ -898,14 +937,57 @@ class JITFunction:
     def warmup(self, *args, grid=None, **kwargs) -> CompiledKernel:
         """Compile for these arguments without running; returns the compiled kernel and its trace."""
         kwargs.pop("warmup", None)
-        ck, _, _, _ = self._get_compiled(args, kwargs)
+        ck, _, _, _ = self._get_compiled(args, kwargs, warmup=True)
         return ck
+
+    # ------------------------------------------------------------------ specializations as data
+    def specialization_data(self, specialization) -> str:
+        """One compile's inputs (argument types and constants, options) as a JSON string that `preload`
+        turns back into the same kernel, in this process or another (Triton's jit-cache-hook data)."""
+        import base64
+        import json
+        import pickle
+
+        blob = base64.b64encode(pickle.dumps(specialization)).decode()
+        return json.dumps({"name": self.fn.__qualname__, "kernellab": blob})
+
+    def preload(self, specialization_data: str) -> CompiledKernel:
+        """Compile (or find in the cache) the kernel a `specialization_data` string describes, without
+        arguments: warms a cache ahead of the first launch, as Triton's `preload`."""
+        import base64
+        import json
+        import pickle
+
+        data = json.loads(specialization_data)
+        if data.get("name") != self.fn.__qualname__ or "kernellab" not in data:
+            raise LaunchError(f"kernel '{self.__name__}': this specialization data is for "
+                              f"{data.get('name')!r}, not {self.fn.__qualname__!r}")
+        spec, key, runtime_names, options = pickle.loads(base64.b64decode(data["kernellab"]))
+        okey = (key, _options_key(options))
+        ck = self.cache.get(okey)
+        if ck is None:
+            ck = self.cache[okey] = self.compile(spec, key, runtime_names, options)
+        return ck
+
+    @property
+    def device_caches(self):
+        """Triton's per-device cache table, whose entry [0] is the compile cache (kernellab keeps one cache
+        for all devices, keyed by specialization and options; Triton's other entries are not kept)."""
+        cache = self.cache
+
+        class _PerDevice:
+            def __getitem__(self, device):
+                return (cache, None, None, None, None)
+
+        return _PerDevice()
 
     def run(self, *args, grid, **kwargs):
         fast = self._fast_launch(args, kwargs, grid)
         if fast is not _SLOW:
             return fast
         ck, bound, options, runtime_values = self._get_compiled(args, dict(kwargs))
+        if ck is None:  # a compile hook took it over
+            return None
         if callable(grid):
             meta = {k: unwrap(v) for k, v in bound.items()}
             meta.update({"num_warps": options.get("num_warps", 4), "num_stages": options.get("num_stages", 3)})

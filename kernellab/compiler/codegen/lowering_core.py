@@ -446,9 +446,36 @@ class KernelLowering:
         if rounding == "rtz":  # f32 -> e5m2: toward zero to f16, then its high byte (also toward zero)
             h = b.asm(ir.FunctionType(I16, [F32]), "cvt.rz.f16.f32 $0, $1;", "=h,f", [f], False)
             return b.trunc(b.lshr(h, ir.Constant(I16, 8)), I8)
+        if self.arch < 89:  # no fp8 cvt before sm_89
+            return self._f32_to_fp8_bits(dst, f)
         kind = "e4m3x2" if dst == "f8e4nv" else "e5m2x2"
         pair = b.asm(ir.FunctionType(I16, [F32]), f"cvt.rn.satfinite.{kind}.f32 $0, $1, $1;", "=h,f", [f], False)
         return b.trunc(pair, I8)
+
+    def _f32_to_fp8_bits(self, dst, f):
+        """f32 -> e5m2 / e4m3 by bits, as `cvt.rn.satfinite` rounds (sm_80 has no fp8 cvt): one rounding to
+        nearest even of the exact value, saturating at +-max (infinities too), NaN -> 0x7f with the sign.
+        Normal results: round the f32 pattern at the format's last mantissa bit and rebias the exponent.
+        Subnormal results: |x| + 2^k, with 2^k's f32 ulp the format's subnormal step (2^-16 e5m2, 2^-9 e4m3),
+        rounds |x| in one f32 add; the sum's low bits are the byte (4 or 8 steps reach the smallest normal,
+        whose byte is the same number)."""
+        b = self.b
+        man, bias, big, top = (2, 15, 128.0, 0x7B) if dst == "f8e5" else (3, 7, 16384.0, 0x7E)
+        drop = 23 - man
+        bits = b.bitcast(f, I32)
+        mag = b.and_(bits, _cint(0x7FFFFFFF))
+        odd = b.and_(b.lshr(mag, _cint(drop)), _cint(1))
+        rounded = b.add(mag, b.add(_cint((1 << (drop - 1)) - 1), odd))
+        normal = b.sub(b.lshr(rounded, _cint(drop)), _cint((127 - bias) << man))
+        normal = b.select(b.icmp_unsigned(">", normal, _cint(top)), _cint(top), normal)  # unsigned: > max
+        absf = b.bitcast(mag, F32)
+        sum_bits = b.bitcast(b.fadd(absf, ir.Constant(F32, big)), I32)
+        sub = b.sub(sum_bits, _cint(struct.unpack("<I", struct.pack("<f", big))[0]))
+        min_normal = (127 - bias + 1) << 23
+        byte = b.select(b.icmp_unsigned("<", mag, _cint(min_normal)), sub, normal)
+        byte = b.select(b.icmp_unsigned(">", mag, _cint(0x7F800000)), _cint(0x7F), byte)  # NaN
+        sign = b.lshr(b.and_(bits, _cint(0x80000000)), _cint(24))
+        return b.trunc(b.or_(byte, sign), I8)
 
     def _fp8_to_f16_bits(self, src, x):
         """e5m2 or e4m3 to f16 without cvt (sm_80, where fp8 dots are upcast): e5m2 is an f16's high byte; an
