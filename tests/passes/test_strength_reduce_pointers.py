@@ -1,5 +1,4 @@
-"""strength_reduce_pointers: a pointer tile rebuilt from the loop counter becomes an invariant tile plus a
-loop-carried scalar offset."""
+"""strength_reduce_pointers: a pointer tile rebuilt from the loop counter becomes a loop-carried pointer."""
 import torch
 
 import kernellab as kl
@@ -53,22 +52,23 @@ CARRIED_1D = """tt.func @k(%pa: !ptr<f16>, %sb: i32, %n: i32) {
   %0 = arith.muli %rng, %sbt : tensor<16xi32>
   %1 = arith.muli %c16, %sb : i32
   %2 = tt.addptr %base, %0 : tensor<16x!ptr<f16>>
-  %3 = scf.for %c0, %n, %c1, %c0 : i32 {
-  ^bb(%k: i32, %p_offset: i32):
-    %4 = tt.splat %p_offset : tensor<16xi32>
-    %5 = tt.addptr %2, %4 : tensor<16x!ptr<f16>>
-    %x = tt.load %5 : tensor<16xf16>
+  %3 = tt.splat %c0 : tensor<16xi32>
+  %4 = tt.addptr %2, %3 : tensor<16x!ptr<f16>>
+  %5 = tt.splat %1 : tensor<16xi32>
+  %6 = scf.for %c0, %n, %c1, %4 : tensor<16x!ptr<f16>> {
+  ^bb(%k: i32, %p: tensor<16x!ptr<f16>>):
+    %x = tt.load %p : tensor<16xf16>
     tt.print %x
-    %6 = arith.addi %p_offset, %1 : i32
-    scf.yield %6
+    %7 = tt.addptr %p, %5 : tensor<16x!ptr<f16>>
+    scf.yield %7
   }
   tt.return
 }
 """
 
 
-def test_offsets_from_the_counter_become_a_carried_offset(check):
-    # base + (splat(k*16) + r) * splat(sb): the invariant base + r*sb plus splat(o), o carried from 0 by 16*sb
+def test_offsets_from_the_counter_become_a_carried_pointer(check):
+    # base + (splat(k*16) + r) * splat(sb): starts at base + r*sb, advances by splat(16*sb) per iteration
     assert check(_ThenCleanUp, REBUILT_1D, CARRIED_1D) == {"carried": 1}
 
 
@@ -114,19 +114,16 @@ CARRIED_2D = """tt.func @k(%pa: !ptr<f16>, %sa: i32, %n: i32) {
   %0 = tt.expand_dims %rk {axis = 0} : tensor<1x8xi32>
   %1 = tt.broadcast %0 : tensor<4x8xi32>
   %2 = tt.addptr %prowb, %1 : tensor<4x8x!ptr<f16>>
-  %3 = tt.addptr %2, %1 : tensor<4x8x!ptr<f16>>
-  %4 = arith.constant {value = 16} : i32
-  %5, %6 = scf.for %c0, %n, %c8, %c0, %c0 : i32, i32 {
-  ^bb(%k0: i32, %p_offset: i32, %q_offset: i32):
-    %7 = tt.splat %p_offset : tensor<4x8xi32>
-    %8 = tt.addptr %2, %7 : tensor<4x8x!ptr<f16>>
-    %x = tt.load %8 : tensor<4x8xf16>
-    %9 = tt.splat %q_offset : tensor<4x8xi32>
-    %10 = tt.addptr %3, %9 : tensor<4x8x!ptr<f16>>
-    tt.store %10, %x
-    %11 = arith.addi %p_offset, %c8 : i32
-    %12 = arith.addi %q_offset, %4 : i32
-    scf.yield %11, %12
+  %3 = arith.constant {value = 8} : tensor<4x8xi32>
+  %4 = tt.addptr %2, %1 : tensor<4x8x!ptr<f16>>
+  %5 = arith.constant {value = 16} : tensor<4x8xi32>
+  %6, %7 = scf.for %c0, %n, %c8, %2, %4 : tensor<4x8x!ptr<f16>>, tensor<4x8x!ptr<f16>> {
+  ^bb(%k0: i32, %p: tensor<4x8x!ptr<f16>>, %q: tensor<4x8x!ptr<f16>>):
+    %x = tt.load %p : tensor<4x8xf16>
+    tt.store %q, %x
+    %8 = tt.addptr %p, %3 : tensor<4x8x!ptr<f16>>
+    %9 = tt.addptr %q, %5 : tensor<4x8x!ptr<f16>>
+    scf.yield %8, %9
   }
   tt.return
 }
@@ -134,7 +131,7 @@ CARRIED_2D = """tt.func @k(%pa: !ptr<f16>, %sa: i32, %n: i32) {
 
 
 def test_expand_dims_broadcast_and_pointer_chains(check):
-    # the store's pointer adds the per-iteration column offset twice: its offset advances twice as fast
+    # the store's pointer adds the per-iteration column offset twice: it advances twice as fast
     assert check(_ThenCleanUp, REBUILT_2D, CARRIED_2D) == {"carried": 2}
 
 

@@ -1,5 +1,4 @@
-"""Strength reduction: a pointer tile rebuilt from the loop counter becomes an invariant tile plus one
-loop-carried scalar offset.
+"""Strength reduction: a pointer tile rebuilt from the loop counter becomes a pointer carried by the loop.
 
 Users write the same K loop two ways: pointers advanced each step (`a_ptrs += BK * sak`) or rebuilt from
 the counter (`offs_k = k * BK + tl.arange(0, BK)`; `a_ptr + offs_m[:, None] * sam + offs_k[None, :]`).
@@ -10,15 +9,14 @@ tensor-core wait and the next copies. Here, in an `scf.for`, the pointer of a lo
     P(k) = P0 + splat(c * k + d)       (P0 a loop-invariant tile; c, d loop-invariant scalars)
 
 is recognised by distributing over `+`, `-`, `*` by a uniform invariant (a splat or a constant),
-`expand_dims`, `broadcast` and `addptr`, and replaced by `P0 + splat(o)` with `o` a new loop-carried scalar
-that starts at `c * lb + d` and advances by `c * step`: per iteration one uniform add, and per pointer one
-add of a sign-extended 32-bit offset (Triton's form). Carrying the whole pointer tile instead (64-bit adds
-per element) made ptxas split the pointers into 32-bit halves and copy them back into register pairs before
-every cp.async (16 moves in a masked 128x128 matmul loop: 127 SASS instructions, 108 this way, Triton's 113).
+`expand_dims`, `broadcast` and `addptr`, and replaced by a new loop-carried pointer that starts at
+`P0 + splat(c * lb + d)` and advances by `splat(c * step)` at the end of every iteration: the form the
+first text has, which the pipeliner and the copies already handle best.
 
-Integer arithmetic wraps, so distributing is exact up to where the user's own 32-bit offset overflowed,
-which was already a wrong address. Only pointers with at least two tile ops depending on the counter are
-rewritten. Runs after licm, so "invariant" is "defined outside the loop".
+Integer arithmetic wraps, so distributing is exact; carrying the sum in 64-bit addresses differs from
+recomputing a 32-bit offset only where that offset overflowed, which was already a wrong address.
+Only pointers with at least two tile ops depending on the counter are rewritten. Runs after licm, so
+"invariant" is "defined outside the loop".
 """
 from __future__ import annotations
 
@@ -27,7 +25,7 @@ from ..rewrite import const_attr, extend_for_iter_args, insert_before, is_define
 from ..types import PointerType, TensorType
 
 NAME = "strength_reduce_pointers"
-DESCRIPTION = "a pointer tile rebuilt from the loop counter becomes an invariant tile plus a carried scalar offset"
+DESCRIPTION = "a pointer tile rebuilt from the loop counter becomes a loop-carried pointer advanced by a step"
 
 _INV = "invariant"
 _SHAPE_OPS = ("tt.expand_dims", "tt.broadcast")
@@ -186,8 +184,7 @@ class _Loop:
 
 
 def _rewrite(root: Op, loop: Op, state: _Loop) -> Op | None:
-    """Rebuild `root`'s pointer from a carried offset in `loop`; returns the rebuilt loop, or None when the
-    pointer is left alone."""
+    """Carry `root`'s pointer in `loop`; returns the rebuilt loop, or None when the pointer is left alone."""
     ptr = root.operands[0]
     if not isinstance(ptr.type, TensorType) or not isinstance(ptr.type.scalar, PointerType):
         return None
@@ -206,18 +203,17 @@ def _rewrite(root: Op, loop: Op, state: _Loop) -> Op | None:
         return None
     offsets_type = TensorType(ptr.type.shape, c.type)
     start = state.emit("arith.addi", [state.emit("arith.muli", [c, lb], c.type), d], c.type)
-    delta = state.emit("arith.muli", [c, step], c.type)
+    init = state.emit("tt.addptr", [inv, state.emit("tt.splat", [start], offsets_type)], ptr.type)
+    delta = state.emit("tt.splat", [state.emit("arith.muli", [c, step], c.type)], offsets_type)
     body = loop.regions[0]
     hint = ptr.hint or (f"{root.results[0].hint}_ptrs" if root.results and root.results[0].hint else None)
-    carried = body.add_arg(c.type, f"{hint}_offset" if hint else None)
+    carried = body.add_arg(ptr.type, hint)
+    root.set_operand(0, carried)
     yield_op = body.terminator
-    rebuilt = state.emit("tt.addptr", [inv, state.emit("tt.splat", [carried], offsets_type, anchor=root)],
-                         ptr.type, anchor=root)
-    root.set_operand(0, rebuilt)
-    advanced = state.emit("arith.addi", [carried, delta], c.type, anchor=yield_op)
+    advanced = state.emit("tt.addptr", [carried, delta], ptr.type, anchor=yield_op)
     yield_op.operands.append(advanced)
     advanced.uses.append(yield_op)
-    return extend_for_iter_args(loop, [start])
+    return extend_for_iter_args(loop, [init])
 
 
 def _roots(loop: Op) -> list:
