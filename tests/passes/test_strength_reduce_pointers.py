@@ -1,4 +1,5 @@
-"""strength_reduce_pointers: a pointer tile rebuilt from the loop counter becomes a loop-carried pointer."""
+"""strength_reduce_pointers: a pointer tile rebuilt from the loop counter becomes loop-carried: the tile
+itself in a loop with a dot, else an invariant tile plus a carried scalar offset."""
 import torch
 
 import kernellab as kl
@@ -52,23 +53,22 @@ CARRIED_1D = """tt.func @k(%pa: !ptr<f16>, %sb: i32, %n: i32) {
   %0 = arith.muli %rng, %sbt : tensor<16xi32>
   %1 = arith.muli %c16, %sb : i32
   %2 = tt.addptr %base, %0 : tensor<16x!ptr<f16>>
-  %3 = tt.splat %c0 : tensor<16xi32>
-  %4 = tt.addptr %2, %3 : tensor<16x!ptr<f16>>
-  %5 = tt.splat %1 : tensor<16xi32>
-  %6 = scf.for %c0, %n, %c1, %4 : tensor<16x!ptr<f16>> {
-  ^bb(%k: i32, %p: tensor<16x!ptr<f16>>):
-    %x = tt.load %p : tensor<16xf16>
+  %3 = scf.for %c0, %n, %c1, %c0 : i32 {
+  ^bb(%k: i32, %p_offset: i32):
+    %4 = tt.splat %p_offset : tensor<16xi32>
+    %5 = tt.addptr %2, %4 : tensor<16x!ptr<f16>>
+    %x = tt.load %5 : tensor<16xf16>
     tt.print %x
-    %7 = tt.addptr %p, %5 : tensor<16x!ptr<f16>>
-    scf.yield %7
+    %6 = arith.addi %p_offset, %1 : i32
+    scf.yield %6
   }
   tt.return
 }
 """
 
 
-def test_offsets_from_the_counter_become_a_carried_pointer(check):
-    # base + (splat(k*16) + r) * splat(sb): starts at base + r*sb, advances by splat(16*sb) per iteration
+def test_offsets_from_the_counter_become_a_carried_offset(check):
+    # base + (splat(k*16) + r) * splat(sb): the invariant base + r*sb plus splat(o), o carried from 0 by 16*sb
     assert check(_ThenCleanUp, REBUILT_1D, CARRIED_1D) == {"carried": 1}
 
 
@@ -114,16 +114,19 @@ CARRIED_2D = """tt.func @k(%pa: !ptr<f16>, %sa: i32, %n: i32) {
   %0 = tt.expand_dims %rk {axis = 0} : tensor<1x8xi32>
   %1 = tt.broadcast %0 : tensor<4x8xi32>
   %2 = tt.addptr %prowb, %1 : tensor<4x8x!ptr<f16>>
-  %3 = arith.constant {value = 8} : tensor<4x8xi32>
-  %4 = tt.addptr %2, %1 : tensor<4x8x!ptr<f16>>
-  %5 = arith.constant {value = 16} : tensor<4x8xi32>
-  %6, %7 = scf.for %c0, %n, %c8, %2, %4 : tensor<4x8x!ptr<f16>>, tensor<4x8x!ptr<f16>> {
-  ^bb(%k0: i32, %p: tensor<4x8x!ptr<f16>>, %q: tensor<4x8x!ptr<f16>>):
-    %x = tt.load %p : tensor<4x8xf16>
-    tt.store %q, %x
-    %8 = tt.addptr %p, %3 : tensor<4x8x!ptr<f16>>
-    %9 = tt.addptr %q, %5 : tensor<4x8x!ptr<f16>>
-    scf.yield %8, %9
+  %3 = tt.addptr %2, %1 : tensor<4x8x!ptr<f16>>
+  %4 = arith.constant {value = 16} : i32
+  %5, %6 = scf.for %c0, %n, %c8, %c0, %c0 : i32, i32 {
+  ^bb(%k0: i32, %p_offset: i32, %q_offset: i32):
+    %7 = tt.splat %p_offset : tensor<4x8xi32>
+    %8 = tt.addptr %2, %7 : tensor<4x8x!ptr<f16>>
+    %x = tt.load %8 : tensor<4x8xf16>
+    %9 = tt.splat %q_offset : tensor<4x8xi32>
+    %10 = tt.addptr %3, %9 : tensor<4x8x!ptr<f16>>
+    tt.store %10, %x
+    %11 = arith.addi %p_offset, %c8 : i32
+    %12 = arith.addi %q_offset, %4 : i32
+    scf.yield %11, %12
   }
   tt.return
 }
@@ -131,7 +134,7 @@ CARRIED_2D = """tt.func @k(%pa: !ptr<f16>, %sa: i32, %n: i32) {
 
 
 def test_expand_dims_broadcast_and_pointer_chains(check):
-    # the store's pointer adds the per-iteration column offset twice: it advances twice as fast
+    # the store's pointer adds the per-iteration column offset twice: its offset advances twice as fast
     assert check(_ThenCleanUp, REBUILT_2D, CARRIED_2D) == {"carried": 2}
 
 
@@ -223,3 +226,42 @@ def test_interpreted_results_with_a_start_and_a_step():
     for k in range(3, 40, 5):
         ref.view(-1)[(k - 3) * 8:(k - 3) * 8 + 16] = (x[k:k + 2] + 1.0).reshape(-1)
     torch.testing.assert_close(y, ref, equal_nan=True)
+
+
+@kl.jit
+def _rows_sum(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for k in range(0, n, BLOCK):
+        offs = k + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + offs * 2, mask=offs < n, other=0.0)
+    tl.store(out_ptr + tl.arange(0, BLOCK), acc)
+
+
+@kl.jit
+def _mm(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        rk = k + tl.arange(0, BK)
+        a = tl.load(a_ptr + rm[:, None] * K + rk[None, :] * 1)
+        b = tl.load(b_ptr + rk[:, None] * BN + rn[None, :] * 1)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+
+
+def _loop_header(tile_ir: str) -> str:
+    return next(line for line in tile_ir.splitlines() if "scf.for" in line)
+
+
+def test_a_loop_without_a_dot_carries_a_scalar_offset():
+    ck = _rows_sum.warmup(torch.randn(300), torch.empty(64), 150, BLOCK=64, grid=(1,))
+    header = _loop_header(ck.asm["tile"])
+    assert "!ptr" not in header.split(":")[-1] and "i32" in header.split(":")[-1], header
+
+
+def test_a_loop_with_a_dot_carries_the_pointer_tiles():
+    a, b = torch.randn(32, 64).half(), torch.randn(64, 32).half()
+    ck = _mm.warmup(a, b, torch.empty(32, 32), 64, BM=32, BN=32, BK=16, grid=(1,))
+    header = _loop_header(ck.asm["tile"])
+    assert header.count("!ptr") >= 2, header
