@@ -305,7 +305,7 @@ class GraphView(W.VBox):
 
     def __init__(self, compiled, **kwargs):
         super().__init__(**kwargs)
-        from .widgets import ensure_gpu_stages
+        from .stages import ensure_gpu_stages
 
         ensure_gpu_stages(compiled)
         self.compiled = compiled

@@ -804,13 +804,3 @@ def code_html(compiled, summary: dict | None = None, max_lines: int = 4000) -> s
         else:
             parts.append(f'<p><b>{name}</b>: <span class="kl-dim">{esc(why)}</span></p>')
     return page("".join(parts))
-
-
-# --------------------------------------------------------------------------- graph
-
-
-def graph_html(compiled) -> str:
-    """The graph view's static HTML (graph_view.graph_page: the final tile IR, address arithmetic folded)."""
-    from .graph_view import graph_page
-
-    return graph_page(compiled)

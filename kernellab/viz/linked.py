@@ -283,7 +283,7 @@ def linked_html(data: dict, panes=None) -> str:
 
 
 def _prepare(compiled):
-    from .widgets import ensure_gpu_stages
+    from .stages import ensure_gpu_stages
 
     ensure_gpu_stages(compiled)
     return linked_data(compiled)

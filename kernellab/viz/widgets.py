@@ -17,31 +17,9 @@ from . import data as D
 from . import html as H
 from .graph_view import GraphView  # noqa: F401  (one of VIEWS)
 from .linked import linked_view
+from .stages import _no_gpu_note, ensure_gpu_stages
 
 MONO = "var(--jp-code-font-family, ui-monospace, Menlo, monospace)"
-
-
-def ensure_gpu_stages(compiled) -> None:
-    """Build the GPU stages a view needs when the kernel only has its tile IR (a CPU run): for this machine's
-    GPU, else sm_90a, as the %%kernel magic does; no GPU is needed. A failure is kept for the view's note."""
-    if "gpu" in (getattr(compiled, "asm", {}) or {}) or not hasattr(compiled, "build_gpu"):
-        return
-    if getattr(compiled, "_gpu_build_error", None):
-        return  # tried once already: the note says why
-    from ..errors import KernelLabError
-    from ..runtime.targets import native_target
-
-    try:
-        compiled.build_gpu(native_target())
-    except KernelLabError as e:
-        compiled._gpu_build_error = f"{type(e).__name__}: {e}"
-
-
-def _no_gpu_note(compiled) -> str | None:
-    if "gpu" not in (getattr(compiled, "asm", {}) or {}):
-        why = getattr(compiled, "_gpu_build_error", None)
-        return f"the GPU stages could not be built: {why}" if why else "no GPU stages for this kernel"
-    return None
 
 
 class _View(W.VBox):

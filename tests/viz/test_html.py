@@ -243,7 +243,9 @@ def test_code_html(cks):
 
 
 def test_graph_html(cks, monkeypatch):
-    out = H.graph_html(cks["softmax"])
+    from kernellab.viz.graph_view import graph_page
+
+    out = graph_page(cks["softmax"])
     well_formed(out)
     self_contained(out)
     theme_neutral(out)
@@ -252,7 +254,7 @@ def test_graph_html(cks, monkeypatch):
     if G.find_dot():
         assert "<svg" in out and "tt.load" in out
     monkeypatch.setattr(G, "find_dot", lambda: None)
-    out = H.graph_html(cks["softmax"])
+    out = graph_page(cks["softmax"])
     assert "apt-get install graphviz" in out and "digraph dataflow" in out
 
 
