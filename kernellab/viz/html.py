@@ -230,22 +230,32 @@ def pass_table(trace, current: int | None = None) -> str:
     return '<table class="kl-t">' + "".join(rows) + "</table>"
 
 
-def passes_html(compiled, max_lines: int = 3000) -> str:
-    """Table of the passes, then each pass's IR (changed lines marked) in a collapsible section."""
+LIVE_NOTE = ("the rest is loaded on demand in a live notebook: run the cell (with a kernel) to see it; "
+             "a saved notebook keeps only this part, so it stays small")
+
+
+def passes_html(compiled, max_lines: int = 3000, full: bool = False) -> str:
+    """Table of the passes, then the IR (changed words marked) of the pass the live view opens on; `full`
+    adds every pass's IR in collapsible sections (megabytes on a real kernel: not what a saved notebook keeps)."""
     trace = _trace(compiled)
     parts = [f"<h4>{esc(trace.kernel)}: {len(trace.passes)} passes</h4>", pass_table(trace)]
-    prev = None
-    for i, p in enumerate(trace.passes):
+    if not trace.passes:
+        return page("".join(parts))
+    shown = range(len(trace.passes)) if full else [D.first_informative_pass(trace)]
+    for i in shown:
+        p = trace.passes[i]
+        prev = trace.passes[i - 1].ir if i > 0 else None
         head = (f'<b>{i}. {esc(p.name)}</b> — {esc(p.description)}'
                 f' <span class="kl-dim">({p.seconds * 1e3:.2f} ms)</span>')
-        if prev is not None and p.ir == prev:  # saved notebooks stay small: say so instead of repeating
+        if full and prev is not None and p.ir == prev:  # say so instead of repeating
             parts.append(f'<p style="margin:2px 0 2px 1.1em">{head} <span class="kl-dim">— IR unchanged</span></p>')
             continue
         changed = changed_words(prev, p.ir) if p.changed else {}
         mark = f' <span class="kl-badge kl-yes">{len(changed)} lines changed</span>' if changed else ""
-        parts.append(f'<details><summary>{head}{mark}</summary>{ir_html(p.ir, changed, max_lines=max_lines)}'
-                     '</details>')
-        prev = p.ir
+        parts.append(f'<details{"" if full else " open"}><summary>{head}{mark}</summary>'
+                     f'{ir_html(p.ir, changed, max_lines=max_lines)}</details>')
+    if not full:
+        parts.append(f'<p class="kl-dim">IR after the other passes: {esc(LIVE_NOTE)}.</p>')
     return page("".join(parts))
 
 
@@ -789,18 +799,28 @@ def report_html(summary: dict) -> str:
                f'{code_block(log.splitlines(), plain=True)}</details>' if log else ""))
 
 
-def code_html(compiled, summary: dict | None = None, max_lines: int = 4000) -> str:
-    """Resource report and occupancy, then PTX, SASS and LLVM IR in collapsible sections."""
+def code_html(compiled, summary: dict | None = None, max_lines: int = 4000, full: bool = False,
+              head_lines: int = 200) -> str:
+    """Resource report and occupancy, then the head of the PTX; `full` puts all of PTX, SASS and LLVM IR in
+    collapsible sections instead (the LLVM IR alone is megabytes on a real kernel)."""
     s = summary or D.code_summary(compiled)
     asm = getattr(compiled, "asm", {}) or {}
     if not s["built"]:
         return page('<p class="kl-dim">no GPU code yet: call compiled.build_gpu() (works without a GPU)</p>')
     parts = [f"<h4>{esc(s['kernel'])}: generated code</h4>", report_html(s)]
-    for name, text, why in (("PTX", asm.get("ptx"), "no PTX"), ("SASS", s["sass"], s["sass_reason"]),
-                            ("LLVM IR", asm.get("llir"), "no LLVM IR")):
-        if text:
-            parts.append(f"<details><summary>{name} ({len(text.splitlines())} lines)</summary>"
-                         f"{code_block(text.splitlines(), max_lines=max_lines)}</details>")
-        else:
+    codes = (("PTX", asm.get("ptx"), "no PTX"), ("SASS", s["sass"], s["sass_reason"]),
+             ("LLVM IR", asm.get("llir"), "no LLVM IR"))
+    for name, text, why in codes if full else codes[:1]:
+        if not text:
             parts.append(f'<p><b>{name}</b>: <span class="kl-dim">{esc(why)}</span></p>')
+            continue
+        lines = text.splitlines()
+        if full:
+            parts.append(f"<details><summary>{name} ({len(lines)} lines)</summary>"
+                         f"{code_block(lines, max_lines=max_lines)}</details>")
+        else:
+            parts.append(f"<details open><summary>{name} (first {min(head_lines, len(lines))} of {len(lines)} "
+                         f"lines)</summary>{code_block(lines[:head_lines])}</details>")
+    if not full:
+        parts.append(f'<p class="kl-dim">The whole PTX, the SASS and the LLVM IR: {esc(LIVE_NOTE)}.</p>')
     return page("".join(parts))

@@ -431,14 +431,18 @@ class SharedMemoryView(_View):
 
 
 class CodeView(_View):
-    """Tabs: PTX, SASS, LLVM IR and the resource report (registers, spills, shared, occupancy)."""
+    """Tabs: PTX, SASS, LLVM IR and the resource report (registers, spills, shared, occupancy). Only the PTX and
+    the report are sent at first; the SASS and the LLVM IR (megabytes of widget state on a real kernel) are
+    rendered when their tab is first selected."""
 
     title = "code"
     needs_gpu = True
+    LAZY_NOTE = "loading…"
 
     def __init__(self, compiled, **kwargs):
         super().__init__(compiled, **kwargs)
         note = _no_gpu_note(compiled)
+        self._lazy: dict[int, tuple] = {}
         if note:
             self.summary = None
             self.tabs = W.Tab(children=[W.HTML(H.page(f'<p class="kl-dim">{H.esc(note)}</p>'))])
@@ -447,18 +451,26 @@ class CodeView(_View):
             return
         self.summary = D.code_summary(compiled)
         asm = compiled.asm
-
-        def pane(text, why):
-            if not text:
-                return _html_pane(H.page(f'<p class="kl-dim">{H.esc(why)}</p>'))
-            return _html_pane(H.page(H.code_block(text.splitlines())))
-
-        self.tabs = W.Tab(children=[pane(asm.get("ptx"), "no PTX"),
-                                    pane(self.summary["sass"], self.summary["sass_reason"]),
-                                    pane(asm.get("llir"), "no LLVM IR"),
+        self.tabs = W.Tab(children=[_html_pane(self._pane_html(asm.get("ptx"), "no PTX")),
+                                    _html_pane(H.page(f'<p class="kl-dim">{self.LAZY_NOTE}</p>')),
+                                    _html_pane(H.page(f'<p class="kl-dim">{self.LAZY_NOTE}</p>')),
                                     _html_pane(H.page(H.report_html(self.summary)))])
         self.tabs.titles = ("PTX", "SASS", "LLVM IR", "report")
+        self._lazy = {1: (self.summary["sass"], self.summary["sass_reason"]), 2: (asm.get("llir"), "no LLVM IR")}
+        self.tabs.observe(lambda change: self.load_tab(change["new"]), names="selected_index")
         self.children = [self.tabs]
+
+    @staticmethod
+    def _pane_html(text, why) -> str:
+        if not text:
+            return H.page(f'<p class="kl-dim">{H.esc(why)}</p>')
+        return H.page(H.code_block(text.splitlines()))
+
+    def load_tab(self, i) -> None:
+        """Render tab `i` if it is still waiting (once: its text is then dropped from the pending set)."""
+        if i in self._lazy:
+            text, why = self._lazy.pop(i)
+            self.tabs.children[i].value = self._pane_html(text, why)
 
     def static_html(self) -> str:
         if self.summary is None:

@@ -5,6 +5,7 @@ test (tests/browser) checks what is on screen."""
 from __future__ import annotations
 
 import html
+import json
 import re
 
 import pytest
@@ -83,7 +84,32 @@ def test_assign_layouts_diff_marks_only_the_added_words(name):
 
 def test_static_passes_html_marks_words():
     ck = R.matmul()
-    assert re.search(r'<span class="kl-wadd">(?:<span class="\w+">)?, (?:</span>)?', H.passes_html(ck))
+    # the full export (every pass) marks the layouts assign_layouts appended; the saved fallback shows only the
+    # pass the live view opens on, its changed words marked too
+    assert re.search(r'<span class="kl-wadd">(?:<span class="\w+">)?, (?:</span>)?', H.passes_html(ck, full=True))
+    assert 'class="kl-wadd"' in H.passes_html(ck) and "assign_layouts</b>" in H.passes_html(ck)
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_code_view_sends_ptx_first_and_the_llvm_ir_when_its_tab_is_selected(name):
+    """A default cell on a real kernel was megabytes of widget state and saved HTML (the LLVM IR tab and every
+    pass's IR): only the visible PTX and the report go at first, the rest on demand."""
+    from ipywidgets.embed import dependency_state
+
+    ck = getattr(R, name)()
+    v = kv.CodeView(ck)
+    state = len(json.dumps(dependency_state([v])))
+    assert state < 700_000, state
+    assert len(v.static_html()) < 100_000 and ".entry" in v.static_html() and "live notebook" in v.static_html()
+    assert len(kv.PassesView(ck).static_html()) < 150_000
+    llir = v.tabs.children[2]
+    assert "loading" in llir.value and "define" not in llir.value
+    v.tabs.selected_index = 2
+    text = html.unescape(re.sub(r"<[^>]+>", "", llir.value))
+    assert "define " in text and ck.asm["llir"].splitlines()[-1].strip() in text
+    v.tabs.selected_index = 1
+    assert "loading" not in v.tabs.children[1].value
+    assert len(json.dumps(dependency_state([v]))) > state + 1_000_000  # what was held back
 
 
 def test_passes_panes_scroll_once():
