@@ -103,7 +103,10 @@ def test_highlight_marks_tokens_and_escapes():
 
 def test_passes_html_lists_every_pass_and_marks_changes(cks):
     ck = cks["softmax"]
-    out = H.passes_html(ck)
+    small = H.passes_html(ck)  # the saved fallback: the table and the pass the live view opens on
+    well_formed(small)
+    assert small.count("<details open>") == 1 and "live notebook" in small
+    out = H.passes_html(ck, full=True)
     well_formed(out)
     self_contained(out)
     theme_neutral(out)
@@ -228,7 +231,10 @@ def test_smem_svg_over_the_limit():
 
 def test_code_html(cks):
     ck = cks["matmul"]
-    out = H.code_html(ck)
+    small = H.code_html(ck)  # the saved fallback: the report and the head of the PTX
+    well_formed(small)
+    assert f"<td>{ck.n_regs}</td>" in small and ".entry matmul_kernel" in small and "LLVM IR (" not in small
+    out = H.code_html(ck, full=True)
     well_formed(out)
     self_contained(out)
     theme_neutral(out)
