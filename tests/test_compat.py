@@ -630,3 +630,17 @@ def test_aggregate_fields_are_checked(triton):
         Half(1)
     with pytest.raises(TypeError, match="Scaled.x is annotated tensor, got int"):
         Scaled(3, 2)
+
+
+def test_fp8_dot_refuses_more_imprecise_accumulations_than_k(triton):
+    import triton.language as tl
+
+    @triton.jit
+    def k(LIMIT: tl.constexpr):
+        a = tl.full((64, 32), 1.0, tl.float8e5)
+        b = tl.full((32, 64), 1.0, tl.float8e5)
+        tl.dot(a, b, max_num_imprecise_acc=LIMIT)
+
+    triton.compile(triton.compiler.ASTSource(fn=k, signature={}, constexprs={"LIMIT": 32}))
+    with pytest.raises(triton.CompilationError, match=r"max_num_imprecise_acc \(64\) must be <= K \(32\)"):
+        triton.compile(triton.compiler.ASTSource(fn=k, signature={}, constexprs={"LIMIT": 64}))
