@@ -644,3 +644,21 @@ def test_fp8_dot_refuses_more_imprecise_accumulations_than_k(triton):
     triton.compile(triton.compiler.ASTSource(fn=k, signature={}, constexprs={"LIMIT": 32}))
     with pytest.raises(triton.CompilationError, match=r"max_num_imprecise_acc \(64\) must be <= K \(32\)"):
         triton.compile(triton.compiler.ASTSource(fn=k, signature={}, constexprs={"LIMIT": 64}))
+
+
+def test_where_warns_on_a_non_boolean_condition(triton):
+    import warnings
+
+    import triton.language as tl
+
+    @triton.jit
+    def k(INT: tl.constexpr):
+        a = tl.full((64,), 0, tl.uint32)
+        c = a if INT else a != 0
+        tl.where(c, 1.0, 2.0)
+
+    with pytest.warns(UserWarning, match="non-boolean condition is deprecated; got uint32"):
+        triton.compile(triton.compiler.ASTSource(fn=k, signature={}, constexprs={"INT": True}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        triton.compile(triton.compiler.ASTSource(fn=k, signature={}, constexprs={"INT": False}))

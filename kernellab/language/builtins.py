@@ -123,6 +123,13 @@ def atomic_cas(pointer, cmp, val, sem=None, scope=None, _sem=None):
 
 @builtin
 def where(condition, x, y, _sem=None):
+    cond = unwrap(condition)
+    if isinstance(cond, tensor) and cond.dtype != int1:
+        # as Triton (which plans to make it an error): a non-boolean condition is compared with zero
+        import warnings
+
+        warnings.warn(f"tl.where with a non-boolean condition is deprecated; got {cond.dtype.name} (compare it, "
+                      "e.g. `c != 0`)", UserWarning, stacklevel=2)
     return _sem.where(condition, x, y)
 
 
