@@ -477,3 +477,188 @@ def test_jit_cache_hook_and_preload(triton):
         assert scale.warmup(x, out, pair, N=16, grid=(1,)) is None
     with pytest.raises(kernellab.LaunchError, match="specialization data"):
         scale.preload('{"name": "other", "kernellab": ""}')
+
+
+def test_compile_astsource_builds_a_kernel_for_a_signature(triton):
+    """triton.compile(ASTSource(...)) compiles for Triton's type strings, without arguments or a launch."""
+    import triton.language as tl
+
+    @triton.jit
+    def scale(x_ptr, out_ptr, n, s, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * s, mask=offs < n)
+
+    src = triton.compiler.ASTSource(fn=scale, signature={"x_ptr": "*fp16", "out_ptr": "*fp32", "n": "i32",
+                                                         "s": "fp32", "BLOCK": "constexpr"},
+                                    constexprs={(4,): 64})
+    ck = triton.compile(src)
+    assert ck.name == "scale" and "tt.load" in ck.asm["ttir"]
+    assert "f16" in ck.signature and "f32" in ck.signature and "i32" in ck.signature
+    assert ck.arg_names == ["x_ptr", "out_ptr", "n", "s"]
+    x = torch.linspace(-2, 3, 50, dtype=torch.float16)
+    out = torch.full((64,), float("nan"))
+    ck[(1,)](x, out, 50, 1.5)  # what it compiled runs like a warmed-up kernel
+    np.testing.assert_allclose(out[:50].numpy(), x.double().numpy() * 1.5, rtol=1e-6)
+    assert torch.isnan(out[50:]).all()
+    with pytest.raises(kernellab.KernelLabError, match="unknown type 'q7'"):
+        triton.compile(triton.compiler.ASTSource(fn=scale, signature={"x_ptr": "q7"}, constexprs={}))
+
+
+def test_compile_astsource_raises_tritons_compilation_error(triton):
+    import triton.language as tl
+    from triton.compiler.errors import CompilationError
+
+    @triton.jit
+    def bad():
+        tl.store(undefined_name, 1)  # noqa: F821
+
+    with pytest.raises(CompilationError, match="undefined_name"):
+        triton.compile(triton.compiler.ASTSource(fn=bad, signature={}, constexprs={}))
+
+    @triton.jit(do_not_specialize=["N"])
+    def both(N: tl.constexpr):
+        pass
+
+    for compile_it in (lambda: triton.compile(triton.compiler.ASTSource(fn=both, signature={}, constexprs={"N": 5})),
+                       lambda: both[(1,)](5)):
+        with pytest.raises(triton.TritonError, match="N marked as constexpr and listed in do_not_specialize"):
+            compile_it()
+
+
+def test_must_use_result_refuses_a_dropped_result(triton):
+    import triton.language as tl
+
+    @triton.must_use_result("Assign it.")
+    @triton.jit
+    def twice(x):
+        return x * 2
+
+    @triton.jit
+    def drops():
+        twice(tl.full((16,), 1.0, tl.float32))
+
+    @triton.jit
+    def keeps():
+        a = twice(tl.full((16,), 1.0, tl.float32))  # noqa: F841
+
+    triton.compile(triton.compiler.ASTSource(fn=keeps, signature={}, constexprs={}))
+    with pytest.raises(triton.CompilationError, match=r"The result of twice is not being used\. Assign it\."):
+        triton.compile(triton.compiler.ASTSource(fn=drops, signature={}, constexprs={}))
+
+
+def test_autotune_and_heuristics_expose_base_fn(triton):
+    import triton.language as tl
+
+    @triton.autotune(configs=[triton.Config({"B": 16})], key=["n"])
+    @triton.heuristics({"E": lambda a: a["n"] % 2 == 0})
+    @triton.jit
+    def k(x, n, B: tl.constexpr, E: tl.constexpr):
+        pass
+
+    assert k.base_fn.__name__ == "k" and k.fn.base_fn is k.base_fn
+
+
+def _aggregate_kernel(triton):
+    import triton.language as tl
+
+    @tl.core._aggregate
+    class Scaled:
+        """A tile with a compile-time scale: the struct crosses a helper call and a loop."""
+        x: tl.tensor
+        k: tl.constexpr
+
+        def __init__(self, x, k):
+            self.x = x
+            self.k = k
+
+        @triton.jit
+        def value(self):
+            return self.x * self.k
+
+        @triton.jit
+        def add(self, y):
+            return Scaled(self.x + y, self.k)
+
+    @triton.jit
+    def bump(s):
+        return s.add(1.0)
+
+    @triton.jit
+    def kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        s = Scaled(tl.load(x_ptr + offs, mask=offs < n), 3)
+        for _ in range(n // 16):  # a runtime loop carries the aggregate
+            s = bump(s)
+        tl.store(out_ptr + offs, s.value(), mask=offs < n)
+
+    return kernel, Scaled
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_aggregate_values_cross_calls_and_loops(triton, device):
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    kernel, _ = _aggregate_kernel(triton)
+    n = 50
+    x = torch.randn(n, dtype=torch.float64).float().to(device)
+    out = torch.full((n,), float("nan"), device=device)
+    kernel[(1,)](x, out, n, BLOCK=64)
+    np.testing.assert_allclose(out.cpu().numpy(), (x.cpu().double().numpy() + n // 16) * 3, rtol=1e-6)
+
+
+def test_aggregate_fields_are_checked(triton):
+    import triton.language as tl
+
+    kernel, Scaled = _aggregate_kernel(triton)
+    ck = triton.compile(triton.compiler.ASTSource(fn=kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32",
+                                                                        "n": "i32"}, constexprs={"BLOCK": 64}))
+    assert "tt.call" in ck.asm["ttir"] or "scf.for" in ck.asm["ttir"]
+
+    @tl.core._aggregate
+    class Half:
+        a: tl.constexpr
+        b: tl.constexpr
+
+        def __init__(self, a, set_b=False):
+            self.a = a
+            if set_b:
+                self.b = a
+
+    with pytest.raises(AttributeError, match="no field 'c'"):
+        Half(1, set_b=True).c = 2
+    with pytest.raises(AttributeError, match="did not set field 'b'"):
+        Half(1)
+    with pytest.raises(TypeError, match="Scaled.x is annotated tensor, got int"):
+        Scaled(3, 2)
+
+
+def test_fp8_dot_refuses_more_imprecise_accumulations_than_k(triton):
+    import triton.language as tl
+
+    @triton.jit
+    def k(LIMIT: tl.constexpr):
+        a = tl.full((64, 32), 1.0, tl.float8e5)
+        b = tl.full((32, 64), 1.0, tl.float8e5)
+        tl.dot(a, b, max_num_imprecise_acc=LIMIT)
+
+    triton.compile(triton.compiler.ASTSource(fn=k, signature={}, constexprs={"LIMIT": 32}))
+    with pytest.raises(triton.CompilationError, match=r"max_num_imprecise_acc \(64\) must be <= K \(32\)"):
+        triton.compile(triton.compiler.ASTSource(fn=k, signature={}, constexprs={"LIMIT": 64}))
+
+
+def test_where_warns_on_a_non_boolean_condition(triton):
+    import warnings
+
+    import triton.language as tl
+
+    @triton.jit
+    def k(INT: tl.constexpr):
+        a = tl.full((64,), 0, tl.uint32)
+        c = a if INT else a != 0
+        tl.where(c, 1.0, 2.0)
+
+    with pytest.warns(UserWarning, match="non-boolean condition is deprecated; got uint32"):
+        triton.compile(triton.compiler.ASTSource(fn=k, signature={}, constexprs={"INT": True}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        triton.compile(triton.compiler.ASTSource(fn=k, signature={}, constexprs={"INT": False}))

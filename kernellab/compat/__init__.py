@@ -41,7 +41,7 @@ def _build() -> dict[str, types.ModuleType]:
     from kernellab.language import core as tl_core
     from kernellab.language import extra, math, random
 
-    from . import driver, knobs, profiler_shim, runtime_shim, testing_shim, tools_shim
+    from . import compiler_shim, driver, knobs, profiler_shim, runtime_shim, testing_shim, tools_shim
 
     mods: dict[str, types.ModuleType] = {}
 
@@ -63,7 +63,7 @@ def _build() -> dict[str, types.ModuleType]:
         reinterpret=runtime_shim.reinterpret, TensorWrapper=runtime_shim.TensorWrapper,
         MockTensor=runtime_shim.MockTensor, constexpr_function=runtime_shim.constexpr_function,
         set_allocator=runtime_shim.set_allocator, must_use_result=runtime_shim.must_use_result,
-        compile=runtime_shim.compile_unsupported,
+        compile=compiler_shim.compile,
     ))
     add("triton.errors", _module("triton.errors", "Triton's exception base.", package=False,
                                  TritonError=errors.KernelLabError))
@@ -113,7 +113,8 @@ def _build() -> dict[str, types.ModuleType]:
     runtime.driver = driver.driver  # `triton.runtime.driver.active`: the object, as Triton has it
     compiler = add("triton.compiler", _module(
         "triton.compiler", "Compiler entry points.",
-        CompilationError=errors.CompilationError, compile=runtime_shim.compile_unsupported,
+        CompilationError=errors.CompilationError, compile=compiler_shim.compile,
+        ASTSource=compiler_shim.ASTSource,
     ))
     add("triton.compiler.errors", _module(
         "triton.compiler.errors", "Compile-time exceptions.", package=False,
@@ -125,7 +126,7 @@ def _build() -> dict[str, types.ModuleType]:
     # torch._dynamo (which liger_kernel does) fails under install()
     add("triton.compiler.compiler", _module(
         "triton.compiler.compiler", "Compiler entry points.", package=False,
-        compile=runtime_shim.compile_unsupported, CompilationError=errors.CompilationError,
+        compile=compiler_shim.compile, CompilationError=errors.CompilationError, ASTSource=compiler_shim.ASTSource,
     ))
     # no Triton backend plugins: torch's has_triton() looks for "cpu" here (and finds none)
     add("triton.backends", _module("triton.backends", "Backends.", backends={}))

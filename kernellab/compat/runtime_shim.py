@@ -72,10 +72,15 @@ class MockTensor:
 
 
 def must_use_result(x, s=True):
-    """Triton marks builtins whose result must be used; kernellab keeps the function unchanged."""
-    if callable(x):
-        return x
-    return lambda fn: fn
+    """Marks a function whose result must be used: a kernel statement that calls it and drops the result is a
+    CompilationError. `@must_use_result("why")` adds the words to the message."""
+    if isinstance(x, str):
+        return lambda fn: must_use_result(fn, x)
+    try:
+        x.__kl_must_use__ = s
+    except AttributeError:  # a builtin that takes no attributes: left unchecked
+        pass
+    return x
 
 
 class NullAllocator:
@@ -102,8 +107,3 @@ class NullAllocator:
         raise RuntimeError("kernels using global scratch memory need an allocator; set one with "
                            "triton.set_allocator")
 
-
-def compile_unsupported(*args, **kwargs):
-    raise KernelLabError("triton.compile(...) (compiling an ASTSource or IR file) is not served by kernellab; "
-                         "use the @triton.jit function itself: kernel.warmup(*args, grid=...) compiles without "
-                         "launching")

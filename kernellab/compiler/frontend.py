@@ -14,6 +14,7 @@ import re
 
 from ..errors import CompilationError
 from ..language import core as lcore
+from ..language.aggregate import BoundJitMethod
 from ..language.core import constexpr, tensor, unwrap
 from .ir import Block, Builder, Function, Loc, Module
 from .pytree import fill, is_node, leaves, map_leaves, same_structure
@@ -171,6 +172,7 @@ class CodeGenerator(ast.NodeVisitor):
         self.sem = Semantic(self.builder)
         self.sem.call_jit = self.call_jit
         self.sem.options = getattr(compiler, "options", {})
+        self.callees: dict = {}  # Call node -> the callee it evaluated to
         self.scope: dict = {}
         self.undefined: dict[str, str] = {}
         self.returned = None  # ("ret", runtime values, template) once a `return` was generated
@@ -291,6 +293,11 @@ class CodeGenerator(ast.NodeVisitor):
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             return  # docstring
         self.visit(node.value)
+        must = getattr(self.callees.get(node.value), "__kl_must_use__", None) if isinstance(node.value, ast.Call) \
+            else None
+        if must:
+            extra = f" {must}" if isinstance(must, str) else ""
+            raise self.error(node, f"The result of {ast.unparse(node.value.func)} is not being used.{extra}")
 
     def assign(self, target, value, node):
         if isinstance(target, ast.Name):
@@ -930,6 +937,7 @@ class CodeGenerator(ast.NodeVisitor):
 
     def visit_Call(self, node):
         fn = self.visit(node.func)
+        self.callees[node] = fn  # visit_Expr checks whether an unused result was required (must_use_result)
         args = []
         for a in node.args:
             if isinstance(a, ast.Starred):
@@ -946,6 +954,8 @@ class CodeGenerator(ast.NodeVisitor):
             return fn(*args, _sem=self.sem, **kwargs)
         if _is_jit(fn):
             return self.call_jit(fn, args, kwargs, node)
+        if isinstance(fn, BoundJitMethod):  # `agg.method(...)`: a @jit method of an aggregate
+            return self.call_jit(fn.fn, [fn.obj] + args, kwargs, node)
         if fn is lcore.static_range or fn is lcore.range:
             raise self.error(node, f"{fn.__name__} can only be used as a `for` loop's iterable")
         if isinstance(fn, type) and fn in (int, float, bool) and args and isinstance(args[0], tensor):
@@ -1131,7 +1141,9 @@ def _call_key(value) -> str:
     """The specialization-key text of a helper's argument: runtime leaves by type, functions by name,
     other compile-time values by repr. Also the mangled name's part, so keep it short."""
     if is_node(value):
-        return "T" + "_".join(_call_key(v) for v in value) + "T"
+        kind = (type(value).__name__ + repr(value._kl_static()) if getattr(type(value), "__kl_aggregate__", False)
+                else "")
+        return kind + "T" + "_".join(_call_key(v) for v in value) + "T"
     if isinstance(value, _RuntimeArg):
         return str(value.type)
     return repr(value) if not callable(value) else getattr(value, "__name__", "fn")

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 
 def is_node(v) -> bool:
-    """Tuples (plain, named, tl.tuple, torch.Size) and lists are inner nodes; everything else is a leaf."""
-    return isinstance(v, (tuple, list))
+    """Tuples (plain, named, tl.tuple, torch.Size), lists and aggregates (tl.core._aggregate classes, whose
+    fields are the children) are inner nodes; everything else is a leaf."""
+    return isinstance(v, (tuple, list)) or getattr(type(v), "__kl_aggregate__", False)
 
 
 def rebuild_like(template, items):
@@ -16,6 +17,8 @@ def rebuild_like(template, items):
     if isinstance(template, list):
         return list(items)
     cls = type(template)
+    if getattr(cls, "__kl_aggregate__", False):
+        return template._kl_rebuild(items)
     if hasattr(cls, "_fields"):
         return cls(*items)
     if cls is tuple:
@@ -47,6 +50,8 @@ def same_structure(a, b) -> bool:
         return False
     if not is_node(a):
         return True
+    if getattr(type(a), "__kl_aggregate__", False) and type(a) is type(b) and a._kl_static() != b._kl_static():
+        return False  # an aggregate's constexpr fields are part of its type
     return len(a) == len(b) and type(a) is type(b) and all(same_structure(x, y) for x, y in zip(a, b))
 
 

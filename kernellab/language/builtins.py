@@ -123,6 +123,13 @@ def atomic_cas(pointer, cmp, val, sem=None, scope=None, _sem=None):
 
 @builtin
 def where(condition, x, y, _sem=None):
+    cond = unwrap(condition)
+    if isinstance(cond, tensor) and cond.dtype != int1:
+        # as Triton (which plans to make it an error): a non-boolean condition is compared with zero
+        import warnings
+
+        warnings.warn(f"tl.where with a non-boolean condition is deprecated; got {cond.dtype.name} (compare it, "
+                      "e.g. `c != 0`)", UserWarning, stacklevel=2)
     return _sem.where(condition, x, y)
 
 
@@ -354,6 +361,13 @@ def dot(input, other, acc=None, input_precision=None, allow_tf32=None, max_num_i
     prec = unwrap(input_precision)
     if prec is None and unwrap(allow_tf32) is not None:
         prec = "tf32" if unwrap(allow_tf32) else "ieee"
+    limit = unwrap(max_num_imprecise_acc)
+    if limit is not None and isinstance(input, tensor) and isinstance(other, tensor) and input.shape \
+            and input.dtype.is_fp8() and other.dtype.is_fp8() and limit > input.shape[-1]:
+        # an fp8 dot accumulates at most this many products in reduced precision: more than K is a mistake
+        from ..errors import SemanticError
+
+        raise SemanticError(f"max_num_imprecise_acc ({limit}) must be <= K ({input.shape[-1]})")
     return _sem.dot(input, other, acc, prec, unwrap(out_dtype))
 
 

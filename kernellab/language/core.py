@@ -385,3 +385,6 @@ class range:
 class PropagateNan:
     NONE = 0
     ALL = 0xFFFF
+
+
+from .aggregate import _aggregate  # noqa: E402,F401 - tl.core._aggregate; defined over the classes above

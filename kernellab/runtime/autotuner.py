@@ -168,6 +168,14 @@ class Autotuner:
 
         return (self.do_bench or do_bench)(call) / 1e3
 
+    @property
+    def base_fn(self):
+        """The @jit function under this and any other autotune/heuristics wrappers (Triton's attribute)."""
+        fn = self.fn
+        while not hasattr(fn, "_kl_source") and hasattr(fn, "fn"):
+            fn = fn.fn
+        return fn
+
 
 def _on_gpu(args, kwargs) -> bool:
     """Whether this launch runs on a GPU (any CUDA tensor): only there are timings worth taking."""
@@ -187,6 +195,14 @@ class Heuristics:
         self.fn, self.values = fn, values
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.arg_names = fn.arg_names
+
+    @property
+    def base_fn(self):
+        """The @jit function under this and any other autotune/heuristics wrappers (Triton's attribute)."""
+        fn = self.fn
+        while not hasattr(fn, "_kl_source") and hasattr(fn, "fn"):
+            fn = fn.fn
+        return fn
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)

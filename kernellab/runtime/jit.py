@@ -737,6 +737,7 @@ class JITFunction:
         spec, key, runtime_values, runtime_names = {}, [], [], []
         for name, value in bound.items():
             value = unwrap(value) if isinstance(value, constexpr) else value
+            self.check_constexpr_param(name)
             if name in src.constexpr_params:
                 value = map_leaves(value, unwrap)
                 spec[name] = value
@@ -759,6 +760,13 @@ class JITFunction:
             key.append((name, "r") + spec[name].key() if isinstance(spec[name], RuntimeArg)
                        else (name, "c", _const_key(spec[name])))
         return spec, tuple(key), runtime_values, runtime_names
+
+    def check_constexpr_param(self, name):
+        """A constexpr parameter cannot also be listed in do_not_specialize (Triton refuses it too)."""
+        src = self._kl_source()
+        if name in src.constexpr_params and name in self.do_not_specialize:
+            raise self._param_error(src, name, f"{name} marked as constexpr and listed in do_not_specialize; "
+                                    "drop it from one of the two")
 
     def _descriptor_tree(self, name, desc):
         """A host `TensorDescriptor` as the tree the kernel sees (a `tl.tensor_descriptor`): base, shape and
