@@ -472,7 +472,8 @@ def test_jit_cache_hook_and_preload(triton):
         assert pre.hash == warm.hash and len(seen) == 1
         scale[(1,)](x, out, pair, N=32)
         assert len(seen) == 1  # the preloaded kernel served the launch
-        np.testing.assert_allclose(out.double().numpy(), x.double().numpy() * 3.0 - 2.0, rtol=1e-6)
+        # x*3 - 2 cancels near x = 2/3: an absolute bound of fp32's rounding of x*3 as well
+        np.testing.assert_allclose(out.double().numpy(), x.double().numpy() * 3.0 - 2.0, rtol=1e-6, atol=1e-6)
         knobs.runtime.jit_cache_hook = lambda **kw: True
         assert scale.warmup(x, out, pair, N=16, grid=(1,)) is None
     with pytest.raises(kernellab.LaunchError, match="specialization data"):
