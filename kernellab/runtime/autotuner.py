@@ -171,10 +171,15 @@ class Autotuner:
     @property
     def base_fn(self):
         """The @jit function under this and any other autotune/heuristics wrappers (Triton's attribute)."""
-        fn = self.fn
-        while not hasattr(fn, "_kl_source") and hasattr(fn, "fn"):
-            fn = fn.fn
-        return fn
+        return _base_fn(self)
+
+
+def _base_fn(wrapper):
+    """The @jit function under a stack of autotune/heuristics wrappers (each holds the next in `.fn`)."""
+    fn = wrapper.fn
+    while not hasattr(fn, "_kl_source") and hasattr(fn, "fn"):
+        fn = fn.fn
+    return fn
 
 
 def _on_gpu(args, kwargs) -> bool:
@@ -199,10 +204,7 @@ class Heuristics:
     @property
     def base_fn(self):
         """The @jit function under this and any other autotune/heuristics wrappers (Triton's attribute)."""
-        fn = self.fn
-        while not hasattr(fn, "_kl_source") and hasattr(fn, "fn"):
-            fn = fn.fn
-        return fn
+        return _base_fn(self)
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
