@@ -249,6 +249,55 @@ def recorded_benchmark(benchmark: str, gpu: str = "NVIDIA H200") -> dict | None:
     return None
 
 
+_TEACHING_NAMES = {"kernellab": "kernellab", "triton": "Triton"}
+
+
+def _accesses(widths: dict) -> str:
+    """{"ld": {"v4": 4}, "st": {"v1": 8}} -> "ld.global 4x v4, st.global 8x scalar"."""
+    parts = []
+    for op in ("ld", "st"):
+        for w, n in sorted((widths or {}).get(op, {}).items()):
+            parts.append(f"{op}.global {n}x {'scalar' if w == 'v1' else w}")
+    return ", ".join(parts) or "no global accesses"
+
+
+def describe_teaching(record: dict | None, ids) -> str:
+    """The figures `benchmarks/teaching.py` recorded for the cases `ids`, as text the notebooks print: a
+    RECORDED line naming the file, its date and GPU, then per case GB/s and the fraction of the copy bandwidth
+    measured in the same run for kernellab, Triton (same kernel text) and torch, with the PTX's global access
+    widths (v4: 16-byte fp32 accesses). `record` is ``recorded_benchmark("teaching")``; None (no file yet)
+    gives one line saying so, a case the file lacks a line naming it, so an older file never breaks a cell."""
+    if not record:
+        return ("no recorded figures yet: there is no benchmarks/results/*-teaching.json "
+                "(`python benchmarks/teaching.py` on a GPU records them)")
+    peaks = record.get("peaks") or {}
+    copy = f"{peaks['bytes_per_s'] / 1e12:.2f} TB/s" if peaks.get("bytes_per_s") else "?"
+    lines = [f"RECORDED on {record.get('gpu', '?')}, {record.get('date', '?')} ({record.get('file', '?')}, "
+             f"by benchmarks/teaching.py; not measured here)", f"copy bandwidth measured in the same run: {copy}"]
+    rows = {r.get("id"): r for r in record.get("rows", []) if isinstance(r, dict)}
+    for case in ids:
+        row = rows.get(case)
+        if row is None:
+            lines.append(f"{case}: not in this file (recorded before the case existed)")
+            continue
+        lines.append(row.get("what", case))
+        for impl in ("kernellab", "triton", "torch"):
+            r = row.get(impl)
+            name = row.get("torch_op", "torch") if impl == "torch" else _TEACHING_NAMES[impl]
+            if not r:
+                lines.append(f"  {name:13s} not run")
+            elif "error" in r:
+                lines.append(f"  {name:13s} ERROR: {r['error'][:100]}")
+            elif "gbps" not in r:
+                lines.append(f"  {name:13s} not timed")
+            else:
+                text = f"  {name:13s} {r['gbps']:5.0f} GB/s = {r['of_copy']:4.0%} of the copy bandwidth"
+                if "ptx_accesses" in r:
+                    text += f"   PTX: {_accesses(r['ptx_accesses'])}"
+                lines.append(text)
+    return "\n".join(lines)
+
+
 # FLOPs per element of the recorded benchmark cases (elementwise arithmetic, exp counted as one):
 #   vector_add: z = x + y                                   -> 1
 #   softmax:    max, x - max, exp, sum, / sum               -> 5
