@@ -2,6 +2,7 @@
 did in the CompileTrace."""
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -76,14 +77,30 @@ def _llir(b: Build):
                    time.perf_counter() - t0, True, {}, stage="llir", positions=positions)
 
 
+def _dot_in_loop(module: Module) -> bool:
+    return any(op.name == "scf.for" and any(o.name == "tt.dot" for o in op.walk())
+               for fn in module.functions for op in fn.walk())
+
+
+def _llvm_lsr(module: Module) -> bool:
+    """LLVM's loop strength reduction, off for kernels with a dot in a loop (see llvm_to_ptx).
+    KERNELLAB_LLVM_LSR=on/off overrides the choice, to measure it."""
+    forced = os.environ.get("KERNELLAB_LLVM_LSR", "").lower()
+    if forced in ("on", "off"):
+        return forced == "on"
+    return not _dot_in_loop(module)
+
+
 def _ptx(b: Build):
     t0 = time.perf_counter()
-    ptx = llvm_to_ptx(b.out["llir"], b.target, b.name, ftz=b.options.reflect_ftz)
+    lsr = _llvm_lsr(b.module)
+    ptx = llvm_to_ptx(b.out["llir"], b.target, b.name, ftz=b.options.reflect_ftz, loop_strength_reduction=lsr)
     if b.options.maxnreg:
         ptx = _cap_registers(ptx, b.options.maxnreg)
     b.out["ptx"] = ptx
     positions = ptx_positions(ptx) if b.options.line_info else None
-    b.trace.record("to_ptx", f"LLVM O3 + NVPTX backend -> PTX for {b.target.cpu}", ptx, time.perf_counter() - t0,
+    note = "" if lsr else " (LLVM loop strength reduction off: the loops carry their pointers)"
+    b.trace.record("to_ptx", f"LLVM O3 + NVPTX backend -> PTX for {b.target.cpu}{note}", ptx, time.perf_counter() - t0,
                    True, {}, stage="ptx", positions=positions)
 
 

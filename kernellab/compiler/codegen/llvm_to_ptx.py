@@ -92,12 +92,14 @@ def unresolved_calls(ptx: str) -> list[str]:
     return [n for n in _EXTERN_FUNC_RE.findall(ptx) if n.startswith(_UNRESOLVED_PREFIXES)]
 
 
-def compile_llvm(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = False) -> LLVMResult:
+def compile_llvm(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = False,
+                 loop_strength_reduction: bool = True) -> LLVMResult:
     """LLVM IR text -> :class:`LLVMResult` (PTX, optimized IR, timings). See the module docstring.
 
     ``ftz`` answers libdevice's ``__nvvm_reflect("__CUDA_FTZ")`` through the ``nvvm-reflect-ftz`` module flag
     (unless the IR sets it); the default keeps IEEE denormals, like nvcc. ``__CUDA_PREC_SQRT`` is always 1
     (``__nv_sqrtf`` is correctly rounded); emit ``llvm.nvvm.sqrt.approx.f`` for the fast one.
+    ``loop_strength_reduction=False`` turns off LLVM's LSR for this compile (see :func:`llvm_to_ptx`).
     """
     import llvmlite.binding as llvm
 
@@ -160,6 +162,8 @@ def compile_llvm(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = Fal
         times["optimize"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
+        # LSR runs in the NVPTX code generator, so the switch is the process-wide option, set under the lock
+        llvm.set_option("kernellab", f"-disable-lsr={0 if loop_strength_reduction else 1}")
         ptx = tm.emit_assembly(mod)
         times["emit_ptx"] = time.perf_counter() - t0
         optimized_ir = str(mod)
@@ -185,10 +189,17 @@ def compile_llvm(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = Fal
                       kernels=kernels, times=times)
 
 
-def llvm_to_ptx(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = False) -> str:
+def llvm_to_ptx(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = False,
+                loop_strength_reduction: bool = True) -> str:
     """LLVM IR text -> PTX text for ``target``; ``kernel_name`` is the ``ptx_kernel`` entry to keep.
+
+    ``loop_strength_reduction=False`` for kernels whose loops already carry their pointers (the tile pass
+    strength_reduce_pointers, or the user's ``ptrs += step``): LLVM's LSR then re-forms each carried 64-bit
+    pointer as an invariant base plus a shared offset, which ptxas turns into register-pair copies and an
+    ``IMAD.WIDE`` per pointer next to the tensor-core instructions (H200, matmul loops: 0.90-0.95x -> 0.98-1.00x
+    Triton; benchmarks/NOTES.md).
 
     Raises :class:`kernellab.errors.ToolchainError` when LLVM rejects the IR, libdevice is needed but missing,
     or the PTX still calls unresolved ``llvm.nvvm.*`` / ``__nv_*`` functions.
     """
-    return compile_llvm(llvm_ir, target, kernel_name, ftz=ftz).ptx
+    return compile_llvm(llvm_ir, target, kernel_name, ftz=ftz, loop_strength_reduction=loop_strength_reduction).ptx
