@@ -1061,10 +1061,36 @@ class JITFunction:
             sig.append(tuple(option_defaults().items()))
         return tuple(sig)
 
+    def _by_position(self, args, kwargs):
+        """Arguments given by name (as Liger and most libraries launch) moved into their positions, parameter
+        defaults filled in up to the last one given, so that the fast path's key sees tensors by position;
+        launch options stay keywords. None when the call cannot be put that way (the slow path binds it)."""
+        self._positional_kinds  # noqa: B018 (computes _param_index and _defaults once)
+        if not any(k in self._param_index for k in kwargs):
+            return args, kwargs
+        out = list(args)
+        given = {k: v for k, v in kwargs.items() if k in self._param_index}
+        last = max(self._param_index[k] for k in given)
+        for i in range(len(args), last + 1):
+            name = self.arg_names[i]
+            if name in given:
+                out.append(given.pop(name))
+            elif name in self._defaults:
+                out.append(self._defaults[name])
+            else:
+                return None
+        if given:  # a name that was also given by position: the slow path reports it
+            return None
+        return tuple(out), {k: v for k, v in kwargs.items() if k not in self._param_index}
+
     def _fast_launch(self, args, kwargs, grid):
         if not self._fast:
             return _SLOW
         try:
+            moved = self._by_position(args, kwargs)
+            if moved is None:
+                return _SLOW
+            args, kwargs = moved
             sig = self._fast_sig(args, kwargs)
         except Exception:
             return _SLOW
@@ -1087,6 +1113,10 @@ class JITFunction:
 
     def _remember_fast(self, args, kwargs, ck, runtime_values):
         try:
+            moved = self._by_position(args, kwargs)
+            if moved is None:
+                return
+            args, kwargs = moved
             sig = self._fast_sig(args, kwargs)
         except Exception:
             return
@@ -1110,6 +1140,7 @@ class JITFunction:
                            for n in self.arg_names]
             self._defaults = {n: p.default for n, p in src.signature.parameters.items()
                               if p.default is not __import__("inspect").Parameter.empty}
+            self._param_index = {n: i for i, n in enumerate(self.arg_names)}
         return self._kinds
 
 
