@@ -295,3 +295,62 @@ def test_attention_keeps_the_second_wgmma_in_flight_behind_the_next_first_one(ru
     assert body[-1].operands[0] is second.result  # yielded without a wait
     after = top[names.index("scf.for") + 1]
     assert after.name == "ttg.dot_wait" and after.attrs["pending"] == 0 and after.operands[0] is loop.results[0]
+
+
+TWO_READERS = """
+#L0 = #blocked<[8, 1], [8, 4], [1, 4], [0, 1]>
+#L1 = #blocked<[1, 8], [4, 8], [4, 1], [1, 0]>
+#L2 = #mma<[4, 1]>
+tt.func @k(%q: tensor<64x32xf16, #L2>, %kt_ptrs: tensor<32x64x!ptr<f16>, #L0>, %o_ptrs: tensor<64x32x!ptr<f32>, #L2>, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %step = arith.constant {value = 64} : tensor<32x64xi32, #L0>
+  %zero = arith.constant {value = 0.0} : tensor<64x64xf32, #L2>
+  %zq = arith.constant {value = 0.0} : tensor<64x32xf32, #L2>
+  %acc, %pk = scf.for %c0, %n, %c1, %zq, %kt_ptrs : tensor<64x32xf32, #L2>, tensor<32x64x!ptr<f16>, #L0> {
+  ^bb(%i: i32, %acc0: tensor<64x32xf32, #L2>, %pk0: tensor<32x64x!ptr<f16>, #L0>):
+    %kt = tt.load %pk0 {vec = 8} : tensor<32x64xf16, #L0>
+    %s = tt.dot %q, %kt, %zero {input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [4, 1]} : tensor<64x64xf32, #L2>
+    %p = arith.truncf %s : tensor<64x64xf16, #L2>
+    %k = tt.trans %kt {order = [1, 0]} : tensor<64x32xf16, #L1>
+    %d = tt.dot %p, %k, %acc0 {input_precision = "ieee", instr = "wgmma.m64n32k16.f16", mma = [4, 1]} : tensor<64x32xf32, #L2>
+    %pk1 = tt.addptr %pk0, %step : tensor<32x64x!ptr<f16>, #L0>
+    scf.yield %d, %pk1
+  }
+  tt.store %o_ptrs, %acc
+  tt.return
+}
+"""
+
+
+@pytest.mark.parametrize("instr", ["wgmma", "mma.sync"])
+def test_a_tile_read_by_two_dots_one_transposed_fills_one_buffer(run_pass, instr):
+    """Attention backward's dQ loop: kT is B of q·kT and, transposed, B of ds·k. One stage buffer (the load's
+    order) is filled once per iteration; the second dot reads the same stage through a transposed view (shape and
+    order swapped, same swizzle), so neither dot stages a register tile."""
+    text = TWO_READERS
+    if instr == "mma.sync":
+        text = text.replace('instr = "wgmma.m64n64k16.f16", ', "").replace('instr = "wgmma.m64n32k16.f16", ', "")
+    m, stats = run_pass(pipeline_dot_operands, text, GpuOptions(num_warps=4, num_stages=3))
+    assert stats["pipelined"] == 1 and stats["buffers"] == 1, stats
+    (alloc,) = [op for op in m.kernel.walk() if op.name == "ttg.local_alloc"]
+    t = alloc.result.type
+    assert t.shape == (3, 32, 64) and t.order == (0, 1) and bool(t.swizzle) == (instr == "wgmma")
+    loop = next(op for op in m.kernel.body.ops if op.name == "scf.for")
+    body = loop.regions[0].ops
+    assert not any(op.name in ("tt.load", "tt.trans") for op in body)
+    dots = [op for op in body if op.name == "tt.dot"]
+    views = [d.operands[1].defining_op for d in dots]
+    assert all(v.name == "ttg.memdesc_index" and v.operands[0] is alloc.result for v in views)
+    assert views[0].operands[1] is views[1].operands[1]  # the same stage
+    v0, v1 = (v.result.type for v in views)
+    assert (v0.shape, v0.order) == ((32, 64), (0, 1)) and (v1.shape, v1.order) == ((64, 32), (1, 0))
+    assert (v0.pad, v0.swizzle) == (v1.pad, v1.swizzle) == (t.pad, t.swizzle)
+    assert sum(op.name == "ttg.async_copy" for op in body) == 1
+
+
+def test_a_tile_with_a_reader_that_is_not_a_dot_is_not_pipelined(run_pass):
+    text = TWO_READERS.replace("    %pk1 = tt.addptr", "    %x = arith.extf %kt : tensor<32x64xf32, #L0>\n"
+                               "    %pk1 = tt.addptr")
+    m, stats = run_pass(pipeline_dot_operands, text, GpuOptions(num_warps=4, num_stages=3))
+    assert stats["pipelined"] == 0 and "other users" in stats["skipped"][0], stats
