@@ -354,3 +354,64 @@ def test_a_tile_with_a_reader_that_is_not_a_dot_is_not_pipelined(run_pass):
                                "    %pk1 = tt.addptr")
     m, stats = run_pass(pipeline_dot_operands, text, GpuOptions(num_warps=4, num_stages=3))
     assert stats["pipelined"] == 0 and "other users" in stats["skipped"][0], stats
+
+
+DKDV_LOOP = """
+#L0 = #blocked<[8, 1], [8, 4], [1, 4], [0, 1]>
+#L1 = #blocked<[1, 8], [4, 8], [4, 1], [1, 0]>
+#L2 = #mma<[4, 1]>
+tt.func @k(%kk: !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>, %vv: !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>, %qt_ptrs: tensor<64x32x!ptr<f16>, #L0>, %do_ptrs: tensor<32x64x!ptr<f16>, #L1>, %o_ptrs: tensor<64x64x!ptr<f32>, #L2>, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %sq = arith.constant {value = 32} : tensor<64x32xi32, #L0>
+  %sd = arith.constant {value = 2048} : tensor<32x64xi32, #L1>
+  %z32 = arith.constant {value = 0.0} : tensor<64x32xf32, #L2>
+  %z64 = arith.constant {value = 0.0} : tensor<64x64xf32, #L2>
+  %dk, %dv, %pq, %pd = scf.for %c0, %n, %c1, %z64, %z64, %qt_ptrs, %do_ptrs : tensor<64x64xf32, #L2>, tensor<64x64xf32, #L2>, tensor<64x32x!ptr<f16>, #L0>, tensor<32x64x!ptr<f16>, #L1> {
+  ^bb(%i: i32, %dk0: tensor<64x64xf32, #L2>, %dv0: tensor<64x64xf32, #L2>, %pq0: tensor<64x32x!ptr<f16>, #L0>, %pd0: tensor<32x64x!ptr<f16>, #L1>):
+    %qt = tt.load %pq0 {vec = 8} : tensor<64x32xf16, #L0>
+    %st = tt.dot %kk, %qt, %z32 {input_precision = "ieee", instr = "wgmma.m64n32k16.f16", mma = [4, 1]} : tensor<64x32xf32, #L2>
+    %pt = arith.truncf %st : tensor<64x32xf16, #L2>
+    %do = tt.load %pd0 {vec = 8} : tensor<32x64xf16, #L1>
+    %dv1 = tt.dot %pt, %do, %dv0 {input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [4, 1]} : tensor<64x64xf32, #L2>
+    %dot = tt.trans %do {order = [1, 0]} : tensor<64x32xf16, #L0>
+    %dpt = tt.dot %vv, %dot, %z32 {input_precision = "ieee", instr = "wgmma.m64n32k16.f16", mma = [4, 1]} : tensor<64x32xf32, #L2>
+    %ds = arith.mulf %st, %dpt : tensor<64x32xf32, #L2>
+    %dsh = arith.truncf %ds : tensor<64x32xf16, #L2>
+    %q = tt.trans %qt {order = [1, 0]} : tensor<32x64xf16, #L1>
+    %dk1 = tt.dot %dsh, %q, %dk0 {input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [4, 1]} : tensor<64x64xf32, #L2>
+    %pq1 = tt.addptr %pq0, %sq : tensor<64x32x!ptr<f16>, #L0>
+    %pd1 = tt.addptr %pd0, %sd : tensor<32x64x!ptr<f16>, #L1>
+    scf.yield %dk1, %dv1, %pq1, %pd1
+  }
+  tt.store %o_ptrs, %dk
+  tt.store %o_ptrs, %dv
+  tt.return
+}
+"""
+
+
+def test_attention_backward_loop_keeps_two_waits_per_iteration(run_pass):
+    """The dK/dV loop (s^T = k·qT, dV += p^T·do, dP^T = v·do^T, dK += ds^T·q): qT and do each fill one buffer read
+    twice; dK stays in flight behind the next iteration's s^T (whose wait retires it, then the carried dK is tied,
+    a barrier, the copies), dV is retired by dP^T's wait and tied right after it; s^T and dP^T wait at once."""
+    m, stats = run_pass(pipeline_dot_operands, DKDV_LOOP, GpuOptions(num_warps=4, num_stages=3))
+    assert stats["pipelined"] == 1 and stats["buffers"] == 2 and stats["overlapped_wgmma"] == 1, stats
+    assert stats["retired_at_next_wait"] == 1
+    top = m.kernel.body.ops
+    names = [op.name for op in top]
+    loop = top[names.index("scf.for")]
+    body = loop.regions[0].ops
+    kinds = [op.name for op in body]
+    st, dv, dpt, dk = [op for op in body if op.name == "tt.dot"]
+    assert [bool(d.attrs.get("wgmma_async")) for d in (st, dv, dpt, dk)] == [False, True, False, True]
+    waits = [op for op in body if op.name == "ttg.dot_wait"]
+    assert len(waits) == 2 and all(w.attrs["pending"] == 0 for w in waits)
+    dk0, dv0 = loop.regions[0].args[1:3]
+    assert waits[0].operands[0] is dk0 and body.index(waits[0]) == body.index(st) + 1 and dk0.uses == [waits[0]]
+    assert waits[1].operands[0] is dv.result and body.index(waits[1]) == body.index(dpt) + 1
+    assert body.index(waits[0]) < kinds.index("ttg.barrier") < kinds.index("ttg.async_copy") < body.index(dv)
+    y = body[-1]
+    assert y.operands[0] is dk.result and y.operands[1] is waits[1].result
+    after = top[names.index("scf.for") + 1]
+    assert after.name == "ttg.dot_wait" and after.operands[0] is loop.results[0]

@@ -134,19 +134,21 @@ def _half_acc(dot) -> bool:
 
 
 def _overlappable_chain(body, dots, targets, stages: int):
-    """(first dot, second dot, iter-arg index) when the loop is attention's pair of wgmma dots: scores
+    """(first dot, last dot, iter-arg index) when the loop is attention's pair of wgmma dots: scores
     `s = tl.dot(q, kT)` read at once, then `acc = tl.dot(p, v, f(acc))` whose result is only yielded. The
     second dot then stays in flight into the next iteration, where it runs on the tensor cores behind the
     next scores' dot; the carried acc is read only after that dot's wait. Measured on the H200 (same run):
     one warpgroup (hd64, 4 warps) 0.98-1.02x Triton with the overlap against 0.96-0.99x without; the
-    copies right after that wait beat copies at the end of the body (after the second dot's issue)."""
-    if stages < 2 or len(dots) != 2 or not all(is_wgmma(d) for d in dots):
+    copies right after that wait beat copies at the end of the body (after the second dot's issue).
+
+    With more dots (attention backward: s^T, dV, dP^T, dK per query block), the first and the last play these
+    parts: the last accumulation (dK) runs behind the next iteration's first dot, the dots between wait at once."""
+    if stages < 2 or len(dots) < 2 or not all(is_wgmma(d) for d in dots):
         return None
     ops = list(body.ops)
-    first, second = sorted(dots, key=ops.index)
-    if _half_acc(second):
-        return None
-    if any(d not in (first, second) for d, _ in targets) or (second, 1) not in targets:
+    order = sorted(dots, key=ops.index)
+    first, second = order[0], order[-1]
+    if _half_acc(second) or (second, 1) not in targets:
         return None
     y = body.terminator
     if second.result.uses != [y]:
@@ -161,6 +163,28 @@ def _overlappable_chain(body, dots, targets, stages: int):
     if any(ops.index(_top_level(u, body)) <= at for u in acc.uses):
         return None  # the carried acc is read before the scores' dot: no room for the wait
     return first, second, j
+
+
+def _retire_at_next_wait(body, dots, stats: dict) -> None:
+    """A wgmma accumulation between others (attention backward's dV = p^T·do, followed by dP^T = v·do^T) whose
+    result is only yielded need not wait where it is issued: the next dot that waits for every group (wait_group
+    0) retires it too. It runs on the tensor cores while that dot is issued; its value is tied after that wait."""
+    ops = list(body.ops)
+    order = sorted(dots, key=ops.index)
+    y = body.terminator
+    for i, d in enumerate(order):
+        if not is_wgmma(d) or d.attrs.get("wgmma_async") or _half_acc(d) or d.result.uses != [y]:
+            continue
+        later = next((w for w in order[i + 1:] if is_wgmma(w) and not w.attrs.get("wgmma_async")), None)
+        if later is None:
+            continue
+        d.attrs["wgmma_async"] = True
+        done = Builder(body.ops[body.ops.index(later) + 1], d.loc).op(
+            "ttg.dot_wait", [d.result], [d.result.type], {"pending": 0}, [d.result.hint]).result
+        for k, v in enumerate(y.operands):
+            if v is d.result:
+                y.set_operand(k, done)
+        stats["retired_at_next_wait"] = stats.get("retired_at_next_wait", 0) + 1
 
 
 def _top_level(op: Op, body) -> Op:
@@ -344,6 +368,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         at.op("ttg.barrier", [], [], {"reason": "every warpgroup's previous wgmmas have read the stage refilled next"})
         overlap = (second, j)
         stats["overlapped_wgmma"] = stats.get("overlapped_wgmma", 0) + 1
+        _retire_at_next_wait(body, dots, stats)
     iv_ahead = at.add(iv, at.const(ahead * step, iv.type))
     mapping = {id(iter_args[i]): ahead_args[i] for i in carried}
     mapping[id(iv)] = iv_ahead
