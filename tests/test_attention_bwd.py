@@ -123,6 +123,8 @@ def test_attention_bwd_assembles_with_tensor_cores(D, causal, tmp_path, monkeypa
     qq = dq.warmup(t, t, t, t, t, lse, lse, scale, scale * LOG2E, *strides, 16, 1024, BLOCK_M=cfg["BLOCK_M2"],
                    BLOCK_N=cfg["BLOCK_N2"], HEAD_DIM=D, CAUSAL=causal, grid=(1,), num_warps=nw, num_stages=ns)
     loops = 2 if causal else 1
+    for ck in (kv, qq):  # mma.sync and ldmatrix (sm_80) from the same shared stage buffers assemble too
+        assert ck.build_gpu(Target(80)).asm["cubin"][:4] == b"\x7fELF" and "ldmatrix" in ck.asm["ptx"]
     for ck, dots in ((kv, 4), (qq, 3)):
         ck.build_gpu(Target(90))
         assert ck.asm["cubin"][:4] == b"\x7fELF"
@@ -182,6 +184,22 @@ def test_attention_bwd_gpu(D, causal, dtype):
     torch.cuda.synchronize()
     _, lse_ref, *grads = _gpu_reference(q, k, v, do, causal, sm_scale)
     _check((lse, dq, dk, dv), (lse_ref.cpu().double(), *(g.cpu().double() for g in grads)), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_attention_bwd_gpu_mma_sync(causal):
+    """The same kernels on mma.sync (enable_wgmma=False): the shared stage buffers read through transposed views
+    by ldmatrix (.trans where a tile runs along M or N) instead of wgmma descriptors."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    q, k, v, do = _inputs(1, 2, 256, 64, seed=11 + int(causal), device="cuda")
+    sm_scale = 0.125
+    cfg = dict(BWD_CONFIGS[64], enable_wgmma=False)
+    _, lse, dq, dk, dv = _run(q, k, v, do, causal, sm_scale, CONFIGS[64], cfg)
+    torch.cuda.synchronize()
+    _, lse_ref, *grads = _gpu_reference(q, k, v, do, causal, sm_scale)
+    _check((lse, dq, dk, dv), (lse_ref.cpu().double(), *(g.cpu().double() for g in grads)), torch.float16)
 
 
 BLOCK_CASES = [(d, w, st, c) for d in (64, 128) for w in (4, 8) for st in (2, 4) for c in (False, True)]

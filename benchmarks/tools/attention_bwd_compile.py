@@ -66,6 +66,7 @@ def compile_kernellab(out: Path):
             ck = kern.warmup(*args, *t.stride() * 4, H, S, CAUSAL=causal, grid=(1,), num_warps=nw, num_stages=ns, **cx)
             ck.build_gpu(Target(90))
             (out / f"kernellab-{case_name(name, d, causal)}.ptx").write_text(ck.asm["ptx"])
+            (out / f"kernellab-{case_name(name, d, causal)}.smem").write_text(str(ck.shared))
             (out / f"kernellab-{case_name(name, d, causal)}.gpuir").write_text(ck.asm["gpu"])
             print(case_name(name, d, causal), "kernellab", ck.n_regs, "registers", ck.n_spills, "spills")
 
@@ -103,6 +104,7 @@ def compile_triton(out: Path):
                                options=dict(num_warps=nw, num_stages=ns))
             (out / f"triton-{case_name(name, d, causal)}.ptx").write_text(k.asm["ptx"])
             (out / f"triton-{case_name(name, d, causal)}.ttgir").write_text(k.asm["ttgir"])
+            (out / f"triton-{case_name(name, d, causal)}.smem").write_text(str(k.metadata.shared))
             print(case_name(name, d, causal), "triton ok")
 
 
@@ -129,10 +131,10 @@ def resources(ptx_path: Path) -> dict:
     for shape, areg in wgmma:
         key = f"{shape}{'(A regs)' if areg else ''}"
         shapes[key] = shapes.get(key, 0) + 1
-    dyn = re.search(r"\.extern \.shared[^\[]*\[(\d*)\]", ptx)
-    out = {"regs": regs, "spill_bytes": sum(spill), "static_smem": int(smem.group(1)) if smem else 0,
-           "wgmma": shapes, "mma_sync": ptx.count("mma.sync.aligned"), "ptxas_warnings": re.findall(r"C75\d\d", log),
-           "dyn_smem_decl": bool(dyn)}
+    dyn = ptx_path.with_suffix(".smem")
+    shared = int(dyn.read_text()) if dyn.exists() else 0
+    out = {"regs": regs, "spill_bytes": sum(spill), "smem": shared + (int(smem.group(1)) if smem else 0),
+           "wgmma": shapes, "mma_sync": ptx.count("mma.sync.aligned"), "ptxas_warnings": re.findall(r"C75\d\d", log)}
     dis = _nvdisasm()
     if dis:
         sass = subprocess.run([dis, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
@@ -141,11 +143,32 @@ def resources(ptx_path: Path) -> dict:
         out["sass"] = len(ins)
         out["hgmma"] = sum("HGMMA" in ln for ln in ins)
         out["stl_ldl"] = sum(bool(re.search(r"\b(STL|LDL)\b", ln)) for ln in ins)
+        out["loops"] = _loops(sass)
     return out
 
 
+def _loops(sass: str) -> list:
+    """Per loop of the SASS (a label up to a branch back to it): instructions, HGMMAs, wgmma waits, bar.syncs."""
+    labels, ins = {}, []
+    for ln in sass.splitlines():
+        m = re.match(r"\s*(\.L_x_\d+):", ln)
+        if m:
+            labels[m.group(1)] = len(ins)
+        if re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+\S", ln):
+            ins.append(ln)
+    loops = []
+    for i, ln in enumerate(ins):
+        m = re.search(r"BRA.*?(\.L_x_\d+)", ln)
+        if m and labels.get(m.group(1), i) < i:
+            body = ins[labels[m.group(1)]:i + 1]
+            loops.append((len(body), sum("HGMMA" in b for b in body), sum("WARPGROUP.DEPBAR" in b for b in body),
+                          sum("BAR.SYNC" in b for b in body)))
+    return loops
+
+
 def report(out: Path):
-    print(f"{'kernel':<22} {'compiler':<10} {'regs':>4} {'spill':>6} {'smem':>6} {'sass':>5} {'hgmma':>5}  wgmma")
+    print(f"{'kernel':<22} {'compiler':<10} {'regs':>4} {'spill':>6} {'smem':>6} {'sass':>5} {'hgmma':>5}  "
+          "loops (SASS, HGMMA, wgmma waits, bar.sync)  wgmma in the PTX")
     for d, causal in CASES:
         for name, *_ in configs(d):
             for comp in ("kernellab", "triton"):
@@ -154,7 +177,7 @@ def report(out: Path):
                     continue
                 r = resources(p)
                 print(f"{case_name(name, d, causal):<22} {comp:<10} {r['regs']:>4} {r['spill_bytes']:>6} "
-                      f"{r['static_smem']:>6} {r.get('sass', 0):>5} {r.get('hgmma', 0):>5}  "
+                      f"{r['smem']:>6} {r.get('sass', 0):>5} {r.get('hgmma', 0):>5}  {r.get('loops')}  "
                       f"{r['wgmma']} mma.sync={r['mma_sync']} {' '.join(r['ptxas_warnings'])}")
 
 
