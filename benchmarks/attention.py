@@ -12,7 +12,8 @@ halved when causal) and ratios.
     python benchmarks/attention.py       # needs a CUDA GPU, torch and (for the comparison) triton
     python benchmarks/attention.py --hd 128 --seq 4096 --causal 1 --config 128=128,64,8,3   # one row, a config
     python benchmarks/attention.py --mode bwd                                    # the backward rows only
-    python benchmarks/attention.py --mode bwd --hd 64 --bwd-config 64=64,128,128,64,4,2    # a backward config
+    python benchmarks/attention.py --mode bwd --hd 64 --seq 4096 --bwd-config 64=32,128,128,32,4,3 \
+        --bwd-config 64=32,128,128,32,4,4                                         # backward configs side by side
 
 The kernel text is `benchmarks/attention_kernel.py`; both compilers get the same config
 (forward: BLOCK_M, BLOCK_N, num_warps, num_stages; backward: BWD_CONFIGS).
@@ -164,7 +165,8 @@ def _parse_args(argv=None):
     p.add_argument("--mode", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd"],
                    help="forward rows, backward rows or both (default both)")
     p.add_argument("--bwd-config", action="append", default=[], metavar="HD=BM1,BN1,BM2,BN2,WARPS,STAGES",
-                   help="override the backward config of one head dim, e.g. 64=32,128,128,32,4,3")
+                   help="the backward config of one head dim, e.g. 64=32,128,128,32,4,3; given several times for "
+                        "one head dim, each config gets its rows (a sweep)")
     return p.parse_args(argv)
 
 
@@ -179,10 +181,13 @@ def main(argv=None):
         hd, vals = spec.split("=")
         bm, bn, w, s = (int(x) for x in vals.split(","))
         CONFIGS[int(hd)] = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s)
+    sweep = {}  # head dim -> backward configs given on the command line (each gets its rows)
     for spec in args.bwd_config:
         hd, vals = spec.split("=")
         keys = ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps", "num_stages")
-        BWD_CONFIGS[int(hd)] = dict(zip(keys, (int(x) for x in vals.split(","))))
+        sweep.setdefault(int(hd), []).append(dict(zip(keys, (int(x) for x in vals.split(",")))))
+    for hd, cfgs in sweep.items():
+        BWD_CONFIGS[hd] = cfgs[0]
 
     impls = {"kernellab": (kernellab, make_attention_kernel(kernellab, kltl))}
     bwd_impls = {"kernellab": (kernellab, impls["kernellab"][1], make_attention_bwd_kernels(kernellab, kltl))}
@@ -204,11 +209,13 @@ def main(argv=None):
             for S in args.seq:
                 for causal in args.causal:
                     if mode == "fwd":
-                        row = run_row(impls, BATCH, HEADS, S, D, bool(causal))
+                        found = [run_row(impls, BATCH, HEADS, S, D, bool(causal))]
                     else:
-                        row = run_bwd_row(bwd_impls, BATCH, HEADS, S, D, bool(causal))
-                    rows.append(row)
-                    print(_fmt(row), flush=True)
+                        found = [run_bwd_row(bwd_impls, BATCH, HEADS, S, D, bool(causal), cfg=cfg)
+                                 for cfg in sweep.get(D, [BWD_CONFIGS[D]])]
+                    for row in found:
+                        rows.append(row)
+                        print(_fmt(row), flush=True)
     gpu = torch.cuda.get_device_name()
     result = {"date": datetime.date.today().isoformat(), "gpu": gpu, "batch": BATCH, "heads": HEADS,
               "dtype": "float16", "configs": {str(k): v for k, v in CONFIGS.items()}, "tolerance": TOL,
@@ -270,8 +277,13 @@ def _fmt(row):
             return f"{ra['tflops'] / rb['tflops']:8.2f}"
         return "       -"
 
+    cfg = ""
+    if row.get("mode") == "bwd":
+        c = row["config"]
+        cfg = "  " + ",".join(str(c.get(k, "-")) for k in ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps",
+                                                  "num_stages"))
     return f"{row['case']:<24} {tf('kernellab')} {tf('triton')} {tf('torch')}  {ratio('kernellab', 'torch')} " \
-           f"{ratio('kernellab', 'triton')}"
+           f"{ratio('kernellab', 'triton')}{cfg}"
 
 
 if __name__ == "__main__":
