@@ -1,22 +1,29 @@
-"""Flash-attention forward on the GPU: kernellab vs torch SDPA vs Triton compiling the same kernel text.
+"""Flash attention on the GPU, forward and backward: kernellab vs torch SDPA vs Triton compiling the same kernel text.
 
-fp16, batch 4, 16 heads, head dim 64 and 128, sequence 1024 and 4096, causal and not. Each row first
+fp16, batch 4, 16 heads, head dim 64 and 128, sequence 1024 and 4096, causal and not. Each forward row first
 checks kernellab and Triton against torch SDPA computed in float32 (fresh random inputs, output
 poisoned with NaN before the launch), then times kernellab, `torch.nn.functional.scaled_dot_product_attention`
-(fp16) and Triton. Writes benchmarks/results/<date>-<gpu>-attention.json and prints TFLOP/s
-(4·B·H·S²·D, halved when causal) and ratios.
+(fp16) and Triton. Each backward row runs each compiler's forward (with the log-sum-exp the backward reads), checks
+its dq, dk, dv (poisoned with NaN) against float32 autograd through SDPA, then times the three backward launches
+(delta, dK/dV, dQ) against `torch.autograd.grad` through fp16 SDPA. Writes
+benchmarks/results/<date>-<gpu>-attention.json and prints TFLOP/s (forward 4·B·H·S²·D, backward 2.5 times that,
+halved when causal) and ratios.
 
     python benchmarks/attention.py       # needs a CUDA GPU, torch and (for the comparison) triton
     python benchmarks/attention.py --hd 128 --seq 4096 --causal 1 --config 128=128,64,8,3   # one row, a config
+    python benchmarks/attention.py --mode bwd                                    # the backward rows only
+    python benchmarks/attention.py --mode bwd --hd 64 --seq 4096 --bwd-config 64=32,128,128,32,4,3 \
+        --bwd-config 64=32,128,128,32,4,4                                         # backward configs side by side
 
 The kernel text is `benchmarks/attention_kernel.py`; both compilers get the same config
-(BLOCK_M, BLOCK_N, num_warps, num_stages).
+(forward: BLOCK_M, BLOCK_N, num_warps, num_stages; backward: BWD_CONFIGS).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import math
+import os
 import platform
 import sys
 from pathlib import Path
@@ -24,7 +31,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.attention_kernel import attention, make_attention_kernel  # noqa: E402
+from benchmarks.attention_kernel import (  # noqa: E402
+    attention,
+    attention_backward,
+    make_attention_bwd_kernels,
+    make_attention_kernel,
+)
 from benchmarks.memory_bound import bench, write_results  # noqa: E402
 
 BATCH, HEADS = 4, 16
@@ -35,7 +47,13 @@ SEQS = (1024, 4096)
 # at hd128, 128x128 with 8 warps and 3 stages is Triton's best config (equal to or faster than 128x64) and ours.
 CONFIGS = {64: dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),
            128: dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)}
+# backward, per head dim: dK/dV programs own BLOCK_N1 keys and walk BLOCK_M1 queries at a time, dQ programs own
+# BLOCK_M2 queries and walk BLOCK_N2 keys (Triton's tutorial 06 blocks). At hd128 two 128x128 fp32 accumulators
+# (dK, dV) fill 256 registers per thread with 4 warps, so 8 warps there.
+BWD_CONFIGS = {64: dict(BLOCK_M1=32, BLOCK_N1=128, BLOCK_M2=128, BLOCK_N2=32, num_warps=4, num_stages=3),
+               128: dict(BLOCK_M1=32, BLOCK_N1=128, BLOCK_M2=128, BLOCK_N2=32, num_warps=8, num_stages=3)}
 TOL = 2e-2  # max |out - ref| for fp16 attention outputs (|ref| <= max |v|), against float32 SDPA
+BWD_TOL = 1e-2  # per gradient: ||g - ref|| / ||ref|| (and max |g - ref| <= 5 * BWD_TOL * max |ref|)
 
 
 def attention_flops(Z, H, S, D, causal):
@@ -57,7 +75,7 @@ def run_row(impls, Z, H, S, D, causal, device="cuda", timer=bench, seed=0, cfg=N
     sm_scale = 1.0 / math.sqrt(D)
     ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, scale=sm_scale)
     flops = attention_flops(Z, H, S, D, causal)
-    row = {"case": f"hd{D} s{S} {'causal' if causal else 'full'}", "batch": Z, "heads": H, "seq": S,
+    row = {"case": f"hd{D} s{S} {'causal' if causal else 'full'}", "mode": "fwd", "batch": Z, "heads": H, "seq": S,
            "head_dim": D, "causal": causal, "flops": flops, "config": cfg}
     for name, (mod, kernel) in impls.items():
         out = torch.full_like(q, float("nan"))
@@ -79,6 +97,64 @@ def run_row(impls, Z, H, S, D, causal, device="cuda", timer=bench, seed=0, cfg=N
     return row
 
 
+def attention_bwd_flops(Z, H, S, D, causal):
+    """Five S x S x D products (s, dp, dv, dk, dq) against the forward's two: 2.5 times its FLOPs (the tutorial's
+    count; the dQ kernel recomputes s and dp, which is not counted)."""
+    return attention_flops(Z, H, S, D, causal) * 5 // 2
+
+
+def run_bwd_row(impls, Z, H, S, D, causal, device="cuda", timer=bench, seed=0, cfg=None, fwd_cfg=None):
+    """The backward row: each implementation's forward (output and lse), then its backward checked against float32
+    autograd through SDPA and timed; torch's SDPA backward timed beside. `impls` maps a name to (jit module,
+    forward kernel, backward kernels). A failing implementation is recorded as {"error": ...}, not raised."""
+    import torch
+    import torch.nn.functional as F
+
+    cfg = cfg or BWD_CONFIGS[D]
+    fwd_cfg = fwd_cfg or CONFIGS[D]
+    g = torch.Generator(device=device).manual_seed(seed + 7 * S + D + int(causal) + 1)
+    q, k, v, do = (torch.randn(Z, H, S, D, device=device, generator=g, dtype=torch.float32).half() for _ in range(4))
+    sm_scale = 1.0 / math.sqrt(D)
+    qf, kf, vf = (t.float().requires_grad_() for t in (q, k, v))
+    refs = torch.autograd.grad(F.scaled_dot_product_attention(qf, kf, vf, is_causal=causal, scale=sm_scale),
+                               (qf, kf, vf), do.float())
+    del qf, kf, vf
+    flops = attention_bwd_flops(Z, H, S, D, causal)
+    row = {"case": f"hd{D} s{S} {'causal' if causal else 'full'} bwd", "mode": "bwd", "batch": Z, "heads": H,
+           "seq": S, "head_dim": D, "causal": causal, "flops": flops, "config": cfg, "fwd_config": fwd_cfg}
+    for name, (mod, fwd, bwd) in impls.items():
+        try:
+            o = torch.empty_like(q)
+            lse = torch.empty(q.shape[:3], device=device, dtype=torch.float32)
+            attention(q, k, v, causal, sm_scale, mod, fwd, out=o, lse=lse, **fwd_cfg)
+            grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+            delta = torch.empty_like(lse)
+            _, _, _, launched = attention_backward(q, k, v, o, do, lse, causal, sm_scale, mod, bwd, dq=grads[0],
+                                                   dk=grads[1], dv=grads[2], delta=delta, **cfg)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            errs, rels = [], []
+            for got, ref in zip(grads, refs):
+                errs.append((got.float() - ref).abs().max().item() / max(ref.abs().max().item(), 1e-30))
+                rels.append(((got.float() - ref).norm() / ref.norm()).item())
+            ok = all(math.isfinite(e) and e <= 5 * BWD_TOL for e in errs) and all(r <= BWD_TOL for r in rels)
+            t = timer(lambda: attention_backward(q, k, v, o, do, lse, causal, sm_scale, mod, bwd, dq=grads[0],
+                                                 dk=grads[1], dv=grads[2], delta=delta, **cfg))
+            kv, dq = launched[1], launched[2]
+            row[name] = {"seconds": t, "tflops": flops / t / 1e12, "max_err": max(errs), "rel_err": max(rels),
+                         "ok": ok, "n_regs": [getattr(x, "n_regs", None) for x in (kv, dq)],
+                         "n_spills": [getattr(x, "n_spills", None) for x in (kv, dq)]}
+        except Exception as e:  # a failing implementation is recorded, not fatal
+            row[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
+    qt, kt, vt = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, scale=sm_scale)
+    got = torch.autograd.grad(out, (qt, kt, vt), do, retain_graph=True)
+    t = timer(lambda: torch.autograd.grad(out, (qt, kt, vt), do, retain_graph=True))
+    row["torch"] = {"seconds": t, "tflops": flops / t / 1e12,
+                    "rel_err": max(((a.float() - r).norm() / r.norm()).item() for a, r in zip(got, refs))}
+    return row
+
+
 def _parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--hd", type=int, nargs="+", default=list(HEAD_DIMS), help="head dims (default 64 128)")
@@ -86,6 +162,11 @@ def _parse_args(argv=None):
     p.add_argument("--causal", type=int, nargs="+", default=[0, 1], choices=[0, 1], help="0: full, 1: causal")
     p.add_argument("--config", action="append", default=[], metavar="HD=BM,BN,WARPS,STAGES",
                    help="override the launch config of one head dim, e.g. 128=128,64,8,3")
+    p.add_argument("--mode", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd"],
+                   help="forward rows, backward rows or both (default both)")
+    p.add_argument("--bwd-config", action="append", default=[], metavar="HD=BM1,BN1,BM2,BN2,WARPS,STAGES",
+                   help="the backward config of one head dim, e.g. 64=32,128,128,32,4,3; given several times for "
+                        "one head dim, each config gets its rows (a sweep)")
     return p.parse_args(argv)
 
 
@@ -100,32 +181,49 @@ def main(argv=None):
         hd, vals = spec.split("=")
         bm, bn, w, s = (int(x) for x in vals.split(","))
         CONFIGS[int(hd)] = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s)
+    sweep = {}  # head dim -> backward configs given on the command line (each gets its rows)
+    for spec in args.bwd_config:
+        hd, vals = spec.split("=")
+        keys = ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps", "num_stages")
+        sweep.setdefault(int(hd), []).append(dict(zip(keys, (int(x) for x in vals.split(",")))))
+    for hd, cfgs in sweep.items():
+        BWD_CONFIGS[hd] = cfgs[0]
 
     impls = {"kernellab": (kernellab, make_attention_kernel(kernellab, kltl))}
+    bwd_impls = {"kernellab": (kernellab, impls["kernellab"][1], make_attention_bwd_kernels(kernellab, kltl))}
     triton_skipped = None
     try:
         import triton
         import triton.language as trtl
 
         impls["triton"] = (triton, make_attention_kernel(triton, trtl))
+        bwd_impls["triton"] = (triton, impls["triton"][1], make_attention_bwd_kernels(triton, trtl))
         triton_version = triton.__version__
     except ImportError as e:
         triton_version, triton_skipped = None, f"triton is not importable ({e})"
         print(f"skipping the Triton column: {triton_skipped}", flush=True)
     rows = []
     print(_header(), flush=True)
-    for D in args.hd:
-        for S in args.seq:
-            for causal in args.causal:
-                row = run_row(impls, BATCH, HEADS, S, D, bool(causal))
-                rows.append(row)
-                print(_fmt(row), flush=True)
+    for mode in args.mode:
+        for D in args.hd:
+            for S in args.seq:
+                for causal in args.causal:
+                    if mode == "fwd":
+                        found = [run_row(impls, BATCH, HEADS, S, D, bool(causal))]
+                    else:
+                        found = [run_bwd_row(bwd_impls, BATCH, HEADS, S, D, bool(causal), cfg=cfg)
+                                 for cfg in sweep.get(D, [BWD_CONFIGS[D]])]
+                    for row in found:
+                        rows.append(row)
+                        print(_fmt(row), flush=True)
     gpu = torch.cuda.get_device_name()
     result = {"date": datetime.date.today().isoformat(), "gpu": gpu, "batch": BATCH, "heads": HEADS,
               "dtype": "float16", "configs": {str(k): v for k, v in CONFIGS.items()}, "tolerance": TOL,
+              "bwd_configs": {str(k): v for k, v in BWD_CONFIGS.items()}, "bwd_tolerance": BWD_TOL, "modes": args.mode,
               "versions": {"python": platform.python_version(), "torch": torch.__version__,
                            "triton": triton_version, "kernellab": kernellab.__version__, "cuda": torch.version.cuda},
               "triton_skipped": triton_skipped, "rows": rows}
+    _keep_other_modes(result, gpu)
     path = write_results(result, "attention")
     print(f"\nwrote {path}")
     for row in rows:
@@ -143,8 +241,25 @@ def main(argv=None):
     return result
 
 
+def _keep_other_modes(result, gpu):
+    """A run of one mode (`--mode bwd`) keeps the other mode's rows of today's JSON, marked as from an earlier run
+    (their ratios were measured in that run), instead of overwriting them."""
+    import json
+
+    out_dir = Path(os.environ.get("KERNELLAB_RESULTS_DIR", ROOT / "benchmarks" / "results"))
+    path = out_dir / f"{result['date']}-{gpu.replace(' ', '_')}-attention.json"
+    if set(result["modes"]) == {"fwd", "bwd"} or not path.exists():
+        return
+    try:
+        old = json.loads(path.read_text())
+    except ValueError:
+        return
+    kept = [dict(r, earlier_run=True) for r in old.get("rows", []) if r.get("mode", "fwd") not in result["modes"]]
+    result["rows"] = kept + result["rows"]
+
+
 def _header():
-    return f"{'case':<20} {'kl TF/s':>8} {'triton':>8} {'torch':>8}  kl/torch kl/triton"
+    return f"{'case':<24} {'kl TF/s':>8} {'triton':>8} {'torch':>8}  kl/torch kl/triton"
 
 
 def _fmt(row):
@@ -162,8 +277,13 @@ def _fmt(row):
             return f"{ra['tflops'] / rb['tflops']:8.2f}"
         return "       -"
 
-    return f"{row['case']:<20} {tf('kernellab')} {tf('triton')} {tf('torch')}  {ratio('kernellab', 'torch')} " \
-           f"{ratio('kernellab', 'triton')}"
+    cfg = ""
+    if row.get("mode") == "bwd":
+        c = row["config"]
+        cfg = "  " + ",".join(str(c.get(k, "-")) for k in ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps",
+                                                  "num_stages"))
+    return f"{row['case']:<24} {tf('kernellab')} {tf('triton')} {tf('torch')}  {ratio('kernellab', 'torch')} " \
+           f"{ratio('kernellab', 'triton')}{cfg}"
 
 
 if __name__ == "__main__":

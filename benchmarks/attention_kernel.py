@@ -11,7 +11,15 @@ BLOCK_N with an online softmax: a running row max `m_i` (in the log2 domain), a 
 scale is folded into the exponent: exp(s * sm_scale) = exp2(s * sm_scale * log2(e)). With CAUSAL the
 key loop stops at the diagonal: blocks strictly below it need no mask, and only the BLOCK_M keys on
 the diagonal go through `tl.where`. The sequence length must be a multiple of BLOCK_M and BLOCK_N
-(no bounds masks), and BLOCK_M a multiple of BLOCK_N.
+(no bounds masks), and BLOCK_M a multiple of BLOCK_N. Given an `LSE` tensor, the forward also writes each
+row's log2-sum-exp2 of the scaled scores (m_i + log2(l_i)), which the backward needs.
+
+The backward (`make_attention_bwd_kernels`, `attention_backward`) has the structure of Triton's tutorial 06,
+as three kernels: `delta = rowsum(o * do)`; one program per BLOCK_N1 keys that keeps k and v in registers
+and walks the query blocks (BLOCK_M1 rows) accumulating dK and dV; one program per BLOCK_M2 queries that
+keeps q and do and walks the key blocks (BLOCK_N2 keys) accumulating dQ. Both recompute p = exp2(s *
+qk_scale - lse) from the forward's LSE, so no probability matrix is stored. With CAUSAL, the blocks on the
+diagonal go through a masked copy of the loop and the blocks the mask hides entirely are skipped.
 """
 from __future__ import annotations
 
@@ -38,7 +46,7 @@ def make_attention_kernel(kl, tl):
             l_i = l_i * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None]
             v = tl.load(v_ptrs + start_n * stride_vn)
-            acc = tl.dot(p.to(tl.float16), v, acc)
+            acc = tl.dot(p.to(v.dtype), v, acc)
             m_i = m_new
         return acc, l_i, m_i
 
@@ -50,7 +58,7 @@ def make_attention_kernel(kl, tl):
                              stride_oz, stride_oh, stride_om, stride_od,
                              H, N_CTX,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                             CAUSAL: tl.constexpr):
+                             CAUSAL: tl.constexpr, LSE=None):
         start_m = tl.program_id(0)
         off_hz = tl.program_id(1)
         off_z = off_hz // H
@@ -83,16 +91,19 @@ def make_attention_kernel(kl, tl):
         o_ptrs = (Out + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om
                   + offs_d[None, :] * stride_od)
         tl.store(o_ptrs, out.to(Out.dtype.element_ty))
+        if LSE is not None:  # the row's log2-sum-exp2, for the backward
+            tl.store(LSE + off_hz * N_CTX + offs_m, m_i + tl.log2(l_i))
 
     return attention_fwd_kernel
 
 
 def attention(q, k, v, causal, sm_scale, kl_module, kernel, BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3,
-              out=None):
+              out=None, lse=None):
     """softmax(q k^T * sm_scale [causal mask]) v for q, k, v of shape [batch, heads, seq, head_dim].
 
     `kernel` comes from `make_attention_kernel(kl_module, ...)`; `kl_module` supplies `cdiv`. Writes
-    into `out` when given (else a new tensor) and returns (out, what the launch returned)."""
+    into `out` when given (else a new tensor), and the rows' log2-sum-exp2 into `lse` (float32 [batch, heads,
+    seq], contiguous) when given; returns (out, what the launch returned)."""
     Z, H, N_CTX, HEAD_DIM = q.shape
     assert k.shape == v.shape == q.shape, "q, k and v must have the same shape"
     assert N_CTX % BLOCK_M == 0 and N_CTX % BLOCK_N == 0 and BLOCK_M % BLOCK_N == 0, \
@@ -100,9 +111,186 @@ def attention(q, k, v, causal, sm_scale, kl_module, kernel, BLOCK_M=128, BLOCK_N
     if out is None:
         out = q.new_empty(q.shape)
     grid = (kl_module.cdiv(N_CTX, BLOCK_M), Z * H)
+    assert lse is None or (lse.shape == q.shape[:3] and lse.is_contiguous()), "lse: contiguous [batch, heads, seq]"
     launched = kernel[grid](q, k, v, out, sm_scale * LOG2E,
                             *q.stride(), *k.stride(), *v.stride(), *out.stride(),
                             H, N_CTX,
                             BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=HEAD_DIM, CAUSAL=causal,
-                            num_warps=num_warps, num_stages=num_stages)
+                            LSE=lse, num_warps=num_warps, num_stages=num_stages)
     return out, launched
+
+
+def make_attention_bwd_kernels(kl, tl):
+    """The three backward kernels (preprocess, dkdv, dq) jitted by `kl` with its language `tl`."""
+
+    @kl.jit
+    def attention_bwd_preprocess(O, DO, Delta,
+                                 stride_oz, stride_oh, stride_om, stride_od,
+                                 stride_doz, stride_doh, stride_dom, stride_dod,
+                                 H, N_CTX, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+        """delta[i] = sum_d o[i, d] * do[i, d]: the row term of dS = P * (dP - delta)."""
+        off_hz = tl.program_id(1)
+        off_z = off_hz // H
+        off_h = off_hz % H
+        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, HEAD_DIM)
+        o = tl.load(O + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om
+                    + offs_d[None, :] * stride_od)
+        do = tl.load(DO + off_z * stride_doz + off_h * stride_doh + offs_m[:, None] * stride_dom
+                     + offs_d[None, :] * stride_dod)
+        delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+        tl.store(Delta + off_hz * N_CTX + offs_m, delta)
+
+    @kl.jit
+    def _attn_bwd_dkdv_inner(dk, dv, k, v, qT_ptrs, do_ptrs, lse_ptr, delta_ptr, stride_qm, stride_dom, offs_n,
+                             lo, hi, qk_scale, BLOCK_M: tl.constexpr, MASKED: tl.constexpr):
+        """Add the contribution of queries lo..hi (in blocks of BLOCK_M) to this key block's dK and dV. The
+        scores are computed transposed (keys along rows), so p^T and dS^T feed the dots as A operands."""
+        offs_m = tl.arange(0, BLOCK_M)
+        for start_m in range(lo, hi, BLOCK_M):
+            qT = tl.load(qT_ptrs + start_m * stride_qm)
+            lse = tl.load(lse_ptr + start_m + offs_m)
+            sT = tl.dot(k, qT)
+            pT = tl.exp2(sT * qk_scale - lse[None, :])
+            if MASKED:  # query i sees key j when j <= i
+                pT = tl.where(start_m + offs_m[None, :] >= offs_n[:, None], pT, 0.0)
+            do = tl.load(do_ptrs + start_m * stride_dom)
+            dv = tl.dot(pT.to(do.dtype), do, dv)
+            delta = tl.load(delta_ptr + start_m + offs_m)
+            dpT = tl.dot(v, tl.trans(do))
+            dsT = pT * (dpT - delta[None, :])
+            dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk)
+        return dk, dv
+
+    @kl.jit
+    def attention_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, LSE, Delta, sm_scale, qk_scale,
+                                  stride_qz, stride_qh, stride_qm, stride_qd,
+                                  stride_kz, stride_kh, stride_kn, stride_kd,
+                                  stride_vz, stride_vh, stride_vn, stride_vd,
+                                  stride_doz, stride_doh, stride_dom, stride_dod,
+                                  H, N_CTX,
+                                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                                  CAUSAL: tl.constexpr):
+        """dK and dV of BLOCK_N keys; DK and DV have K's and V's strides."""
+        start_n = tl.program_id(0) * BLOCK_N
+        off_hz = tl.program_id(1)
+        off_z = off_hz // H
+        off_h = off_hz % H
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_m = tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, HEAD_DIM)
+        k_off = off_z * stride_kz + off_h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+        v_off = off_z * stride_vz + off_h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        k = tl.load(K + k_off)
+        v = tl.load(V + v_off)
+        qT_ptrs = Q + off_z * stride_qz + off_h * stride_qh + offs_d[:, None] * stride_qd + offs_m[None, :] * stride_qm
+        do_ptrs = (DO + off_z * stride_doz + off_h * stride_doh + offs_m[:, None] * stride_dom
+                   + offs_d[None, :] * stride_dod)
+        lse_ptr = LSE + off_hz * N_CTX
+        delta_ptr = Delta + off_hz * N_CTX
+        dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+        dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+        if CAUSAL:
+            # the query blocks level with this key block see part of it; earlier queries see none of it
+            dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, qT_ptrs, do_ptrs, lse_ptr, delta_ptr, stride_qm, stride_dom,
+                                          offs_n, start_n, start_n + BLOCK_N, qk_scale, BLOCK_M, True)
+            dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, qT_ptrs, do_ptrs, lse_ptr, delta_ptr, stride_qm, stride_dom,
+                                          offs_n, start_n + BLOCK_N, N_CTX, qk_scale, BLOCK_M, False)
+        else:
+            dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, qT_ptrs, do_ptrs, lse_ptr, delta_ptr, stride_qm, stride_dom,
+                                          offs_n, 0, N_CTX, qk_scale, BLOCK_M, False)
+        tl.store(DV + v_off, dv.to(DV.dtype.element_ty))
+        tl.store(DK + k_off, (dk * sm_scale).to(DK.dtype.element_ty))
+
+    @kl.jit
+    def _attn_bwd_dq_inner(dq, q, do, lse, delta, kT_ptrs, vT_ptrs, stride_kn, stride_vn, offs_m, lo, hi, qk_scale,
+                           BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+        """Add the contribution of keys lo..hi (in blocks of BLOCK_N) to this query block's dQ."""
+        offs_n = tl.arange(0, BLOCK_N)
+        for start_n in range(lo, hi, BLOCK_N):
+            kT = tl.load(kT_ptrs + start_n * stride_kn)
+            s = tl.dot(q, kT)
+            p = tl.exp2(s * qk_scale - lse[:, None])
+            if MASKED:
+                p = tl.where(offs_m[:, None] >= start_n + offs_n[None, :], p, 0.0)
+            vT = tl.load(vT_ptrs + start_n * stride_vn)
+            dp = tl.dot(do, vT)
+            ds = p * (dp - delta[:, None])
+            dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq)
+        return dq
+
+    @kl.jit
+    def attention_bwd_dq_kernel(Q, K, V, DO, DQ, LSE, Delta, sm_scale, qk_scale,
+                                stride_qz, stride_qh, stride_qm, stride_qd,
+                                stride_kz, stride_kh, stride_kn, stride_kd,
+                                stride_vz, stride_vh, stride_vn, stride_vd,
+                                stride_doz, stride_doh, stride_dom, stride_dod,
+                                H, N_CTX,
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                                CAUSAL: tl.constexpr):
+        """dQ of BLOCK_M queries; DQ has Q's strides."""
+        start_m = tl.program_id(0) * BLOCK_M
+        off_hz = tl.program_id(1)
+        off_z = off_hz // H
+        off_h = off_hz % H
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        offs_n = tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, HEAD_DIM)
+        q_off = off_z * stride_qz + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
+        q = tl.load(Q + q_off)
+        do = tl.load(DO + off_z * stride_doz + off_h * stride_doh + offs_m[:, None] * stride_dom
+                     + offs_d[None, :] * stride_dod)
+        lse = tl.load(LSE + off_hz * N_CTX + offs_m)
+        delta = tl.load(Delta + off_hz * N_CTX + offs_m)
+        kT_ptrs = K + off_z * stride_kz + off_h * stride_kh + offs_d[:, None] * stride_kd + offs_n[None, :] * stride_kn
+        vT_ptrs = V + off_z * stride_vz + off_h * stride_vh + offs_d[:, None] * stride_vd + offs_n[None, :] * stride_vn
+        dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+        if CAUSAL:
+            dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, kT_ptrs, vT_ptrs, stride_kn, stride_vn, offs_m,
+                                    0, start_m, qk_scale, BLOCK_N, False)
+            dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, kT_ptrs, vT_ptrs, stride_kn, stride_vn, offs_m,
+                                    start_m, start_m + BLOCK_M, qk_scale, BLOCK_N, True)
+        else:
+            dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, kT_ptrs, vT_ptrs, stride_kn, stride_vn, offs_m,
+                                    0, N_CTX, qk_scale, BLOCK_N, False)
+        tl.store(DQ + q_off, (dq * sm_scale).to(DQ.dtype.element_ty))
+
+    return attention_bwd_preprocess, attention_bwd_dkdv_kernel, attention_bwd_dq_kernel
+
+
+def attention_backward(q, k, v, o, do, lse, causal, sm_scale, kl_module, kernels, BLOCK_M1=32, BLOCK_N1=128,
+                       BLOCK_M2=128, BLOCK_N2=32, num_warps=4, num_stages=3, dq=None, dk=None, dv=None,
+                       delta=None, **options):
+    """dq, dk, dv of `attention` given its output `o`, the output's gradient `do` and the forward's `lse`.
+
+    `kernels` comes from `make_attention_bwd_kernels(kl_module, ...)`. dq, dk and dv are written into the
+    given tensors (they must have q's, k's and v's strides) or new ones; `delta` is float32 scratch of
+    lse's shape; `options` go to the dK/dV and dQ launches (`enable_wgmma=False`, say). Returns (dq, dk, dv,
+    the launches' results)."""
+    preprocess, dkdv_kernel, dq_kernel = kernels
+    Z, H, N_CTX, HEAD_DIM = q.shape
+    assert k.shape == v.shape == o.shape == do.shape == q.shape, "q, k, v, o and do must have the same shape"
+    assert N_CTX % BLOCK_N1 == 0 and BLOCK_N1 % BLOCK_M1 == 0 and N_CTX % BLOCK_M2 == 0 and BLOCK_M2 % BLOCK_N2 == 0, \
+        "no bounds masks: seq a multiple of BLOCK_N1 and BLOCK_M2, BLOCK_N1 of BLOCK_M1, BLOCK_M2 of BLOCK_N2"
+    assert lse.shape == q.shape[:3] and lse.is_contiguous() and lse.element_size() == 4, \
+        "lse: float32 [batch, heads, seq], contiguous"
+    import torch
+
+    dq = torch.empty_like(q) if dq is None else dq  # empty_like keeps the strides of a dense view
+    dk = torch.empty_like(k) if dk is None else dk
+    dv = torch.empty_like(v) if dv is None else dv
+    assert dq.stride() == q.stride() and dk.stride() == k.stride() and dv.stride() == v.stride(), \
+        "dq, dk, dv must have the strides of q, k, v"
+    delta = lse.new_empty(lse.shape) if delta is None else delta
+    qk_scale = sm_scale * LOG2E
+    cfg = dict(num_warps=num_warps, num_stages=num_stages, **options)
+    pre = preprocess[(N_CTX // BLOCK_M2, Z * H)](o, do, delta, *o.stride(), *do.stride(), H, N_CTX,
+                                                  BLOCK_M=BLOCK_M2, HEAD_DIM=HEAD_DIM, num_warps=4)
+    strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+    kv = dkdv_kernel[(N_CTX // BLOCK_N1, Z * H)](q, k, v, do, dk, dv, lse, delta, sm_scale, qk_scale, *strides,
+                                                 H, N_CTX, BLOCK_M=BLOCK_M1, BLOCK_N=BLOCK_N1, HEAD_DIM=HEAD_DIM,
+                                                 CAUSAL=causal, **cfg)
+    qq = dq_kernel[(N_CTX // BLOCK_M2, Z * H)](q, k, v, do, dq, lse, delta, sm_scale, qk_scale, *strides, H, N_CTX,
+                                               BLOCK_M=BLOCK_M2, BLOCK_N=BLOCK_N2, HEAD_DIM=HEAD_DIM, CAUSAL=causal,
+                                               **cfg)
+    return dq, dk, dv, (pre, kv, qq)

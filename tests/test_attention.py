@@ -91,8 +91,10 @@ def test_attention_assembles_with_tensor_cores(D, causal, num_warps, tmp_path, m
                                     [(str(D), "{")] * (bn // 16 * blocks * loops))
     assert "mma.sync" not in ptx and "ldmatrix" not in ptx and "ex2.approx" in ptx
     assert "C7514" not in ck.report.get("log", "") and not any("Performance Loss" in n for n in ck.trace.notes)
-    # p·v is not waited for where it is issued: the loop's dot_wait and one after each loop come on top
-    assert ptx.count("wgmma.wait_group") == ptx.count("wgmma.commit_group") + loops
+    # p·v is not waited for where it is issued: the loop's dot_wait and one after each loop come on top; with one
+    # warpgroup the loop's dot_wait follows the scores' own wait_group 0 and is only a tie (no second wait)
+    in_loop = loops if num_warps == 8 else 0
+    assert ptx.count("wgmma.wait_group") == ptx.count("wgmma.commit_group") + in_loop
     assert "#mma" in ck.asm["gpu"]
     if D == 128 and not causal:
         # the warp index comes through a shuffle, so ptxas keeps the descriptors in uniform registers

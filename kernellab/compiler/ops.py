@@ -216,7 +216,8 @@ _def("ttg.convert_layout", "the same tensor in another distributed layout (throu
 _def("ttg.barrier", "bar.sync: every thread of the program waits here (orders shared-memory accesses)",
      pure=False)
 _def("ttg.local_alloc", "a multi-stage shared-memory buffer for the tiles a loop's dot reads", pure=False)
-_def("ttg.memdesc_index", "stage (slot) of a multi-stage shared-memory buffer: a view, no code")
+_def("ttg.memdesc_index", "stage (slot) of a multi-stage shared-memory buffer, or its transpose (the same bytes, "
+     "shape and order swapped, for a dot that reads the tile transposed): a view, no code")
 _def("ttg.async_copy", "start copying a tile from global into shared memory (cp.async): "
      "(ptrs, view, pred [, mask]); masked-off elements become zero", pure=False, memory="read")
 _def("ttg.async_commit", "close the group of copies started since the last commit (cp.async.commit_group)",

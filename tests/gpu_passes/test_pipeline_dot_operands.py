@@ -295,3 +295,123 @@ def test_attention_keeps_the_second_wgmma_in_flight_behind_the_next_first_one(ru
     assert body[-1].operands[0] is second.result  # yielded without a wait
     after = top[names.index("scf.for") + 1]
     assert after.name == "ttg.dot_wait" and after.attrs["pending"] == 0 and after.operands[0] is loop.results[0]
+
+
+TWO_READERS = """
+#L0 = #blocked<[8, 1], [8, 4], [1, 4], [0, 1]>
+#L1 = #blocked<[1, 8], [4, 8], [4, 1], [1, 0]>
+#L2 = #mma<[4, 1]>
+tt.func @k(%q: tensor<64x32xf16, #L2>, %kt_ptrs: tensor<32x64x!ptr<f16>, #L0>, %o_ptrs: tensor<64x32x!ptr<f32>, #L2>, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %step = arith.constant {value = 64} : tensor<32x64xi32, #L0>
+  %zero = arith.constant {value = 0.0} : tensor<64x64xf32, #L2>
+  %zq = arith.constant {value = 0.0} : tensor<64x32xf32, #L2>
+  %acc, %pk = scf.for %c0, %n, %c1, %zq, %kt_ptrs : tensor<64x32xf32, #L2>, tensor<32x64x!ptr<f16>, #L0> {
+  ^bb(%i: i32, %acc0: tensor<64x32xf32, #L2>, %pk0: tensor<32x64x!ptr<f16>, #L0>):
+    %kt = tt.load %pk0 {vec = 8} : tensor<32x64xf16, #L0>
+    %s = tt.dot %q, %kt, %zero {input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [4, 1]} : tensor<64x64xf32, #L2>
+    %p = arith.truncf %s : tensor<64x64xf16, #L2>
+    %k = tt.trans %kt {order = [1, 0]} : tensor<64x32xf16, #L1>
+    %d = tt.dot %p, %k, %acc0 {input_precision = "ieee", instr = "wgmma.m64n32k16.f16", mma = [4, 1]} : tensor<64x32xf32, #L2>
+    %pk1 = tt.addptr %pk0, %step : tensor<32x64x!ptr<f16>, #L0>
+    scf.yield %d, %pk1
+  }
+  tt.store %o_ptrs, %acc
+  tt.return
+}
+"""
+
+
+@pytest.mark.parametrize("instr", ["wgmma", "mma.sync"])
+def test_a_tile_read_by_two_dots_one_transposed_fills_one_buffer(run_pass, instr):
+    """Attention backward's dQ loop: kT is B of q·kT and, transposed, B of ds·k. One stage buffer (the load's
+    order) is filled once per iteration; the second dot reads the same stage through a transposed view (shape and
+    order swapped, same swizzle), so neither dot stages a register tile."""
+    text = TWO_READERS
+    if instr == "mma.sync":
+        text = text.replace('instr = "wgmma.m64n64k16.f16", ', "").replace('instr = "wgmma.m64n32k16.f16", ', "")
+    m, stats = run_pass(pipeline_dot_operands, text, GpuOptions(num_warps=4, num_stages=3))
+    assert stats["pipelined"] == 1 and stats["buffers"] == 1, stats
+    (alloc,) = [op for op in m.kernel.walk() if op.name == "ttg.local_alloc"]
+    t = alloc.result.type
+    assert t.shape == (3, 32, 64) and t.order == (0, 1) and bool(t.swizzle) == (instr == "wgmma")
+    loop = next(op for op in m.kernel.body.ops if op.name == "scf.for")
+    body = loop.regions[0].ops
+    assert not any(op.name in ("tt.load", "tt.trans") for op in body)
+    dots = [op for op in body if op.name == "tt.dot"]
+    views = [d.operands[1].defining_op for d in dots]
+    assert all(v.name == "ttg.memdesc_index" and v.operands[0] is alloc.result for v in views)
+    assert views[0].operands[1] is views[1].operands[1]  # the same stage
+    v0, v1 = (v.result.type for v in views)
+    assert (v0.shape, v0.order) == ((32, 64), (0, 1)) and (v1.shape, v1.order) == ((64, 32), (1, 0))
+    assert (v0.pad, v0.swizzle) == (v1.pad, v1.swizzle) == (t.pad, t.swizzle)
+    assert sum(op.name == "ttg.async_copy" for op in body) == 1
+
+
+def test_a_tile_with_a_reader_that_is_not_a_dot_is_not_pipelined(run_pass):
+    text = TWO_READERS.replace("    %pk1 = tt.addptr", "    %x = arith.extf %kt : tensor<32x64xf32, #L0>\n"
+                               "    %pk1 = tt.addptr")
+    m, stats = run_pass(pipeline_dot_operands, text, GpuOptions(num_warps=4, num_stages=3))
+    assert stats["pipelined"] == 0 and "other users" in stats["skipped"][0], stats
+
+
+DKDV_LOOP = """
+#L0 = #blocked<[8, 1], [8, 4], [1, 4], [0, 1]>
+#L1 = #blocked<[1, 8], [4, 8], [4, 1], [1, 0]>
+#L2 = #mma<[4, 1]>
+tt.func @k(%kk: !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>, %vv: !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>, %qt_ptrs: tensor<64x32x!ptr<f16>, #L0>, %do_ptrs: tensor<32x64x!ptr<f16>, #L1>, %o_ptrs: tensor<64x64x!ptr<f32>, #L2>, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %sq = arith.constant {value = 32} : tensor<64x32xi32, #L0>
+  %sd = arith.constant {value = 2048} : tensor<32x64xi32, #L1>
+  %z32 = arith.constant {value = 0.0} : tensor<64x32xf32, #L2>
+  %z64 = arith.constant {value = 0.0} : tensor<64x64xf32, #L2>
+  %dk, %dv, %pq, %pd = scf.for %c0, %n, %c1, %z64, %z64, %qt_ptrs, %do_ptrs : tensor<64x64xf32, #L2>, tensor<64x64xf32, #L2>, tensor<64x32x!ptr<f16>, #L0>, tensor<32x64x!ptr<f16>, #L1> {
+  ^bb(%i: i32, %dk0: tensor<64x64xf32, #L2>, %dv0: tensor<64x64xf32, #L2>, %pq0: tensor<64x32x!ptr<f16>, #L0>, %pd0: tensor<32x64x!ptr<f16>, #L1>):
+    %qt = tt.load %pq0 {vec = 8} : tensor<64x32xf16, #L0>
+    %st = tt.dot %kk, %qt, %z32 {input_precision = "ieee", instr = "wgmma.m64n32k16.f16", mma = [4, 1]} : tensor<64x32xf32, #L2>
+    %pt = arith.truncf %st : tensor<64x32xf16, #L2>
+    %do = tt.load %pd0 {vec = 8} : tensor<32x64xf16, #L1>
+    %dv1 = tt.dot %pt, %do, %dv0 {input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [4, 1]} : tensor<64x64xf32, #L2>
+    %dot = tt.trans %do {order = [1, 0]} : tensor<64x32xf16, #L0>
+    %dpt = tt.dot %vv, %dot, %z32 {input_precision = "ieee", instr = "wgmma.m64n32k16.f16", mma = [4, 1]} : tensor<64x32xf32, #L2>
+    %ds = arith.mulf %st, %dpt : tensor<64x32xf32, #L2>
+    %dsh = arith.truncf %ds : tensor<64x32xf16, #L2>
+    %q = tt.trans %qt {order = [1, 0]} : tensor<32x64xf16, #L1>
+    %dk1 = tt.dot %dsh, %q, %dk0 {input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [4, 1]} : tensor<64x64xf32, #L2>
+    %pq1 = tt.addptr %pq0, %sq : tensor<64x32x!ptr<f16>, #L0>
+    %pd1 = tt.addptr %pd0, %sd : tensor<32x64x!ptr<f16>, #L1>
+    scf.yield %dk1, %dv1, %pq1, %pd1
+  }
+  tt.store %o_ptrs, %dk
+  tt.store %o_ptrs, %dv
+  tt.return
+}
+"""
+
+
+def test_attention_backward_loop_keeps_two_waits_per_iteration(run_pass):
+    """The dK/dV loop (s^T = k·qT, dV += p^T·do, dP^T = v·do^T, dK += ds^T·q): qT and do each fill one buffer read
+    twice; dK stays in flight behind the next iteration's s^T (whose wait retires it, then the carried dK is tied,
+    a barrier, the copies), dV is retired by dP^T's wait and tied right after it; s^T and dP^T wait at once."""
+    m, stats = run_pass(pipeline_dot_operands, DKDV_LOOP, GpuOptions(num_warps=4, num_stages=3))
+    assert stats["pipelined"] == 1 and stats["buffers"] == 2 and stats["overlapped_wgmma"] == 1, stats
+    assert stats["retired_at_next_wait"] == 1
+    top = m.kernel.body.ops
+    names = [op.name for op in top]
+    loop = top[names.index("scf.for")]
+    body = loop.regions[0].ops
+    kinds = [op.name for op in body]
+    st, dv, dpt, dk = [op for op in body if op.name == "tt.dot"]
+    assert [bool(d.attrs.get("wgmma_async")) for d in (st, dv, dpt, dk)] == [False, True, False, True]
+    waits = [op for op in body if op.name == "ttg.dot_wait"]
+    assert len(waits) == 2 and all(w.attrs["pending"] == 0 for w in waits)
+    dk0, dv0 = loop.regions[0].args[1:3]
+    assert waits[0].operands[0] is dk0 and body.index(waits[0]) == body.index(st) + 1 and dk0.uses == [waits[0]]
+    assert waits[1].operands[0] is dv.result and body.index(waits[1]) == body.index(dpt) + 1
+    assert body.index(waits[0]) < kinds.index("ttg.barrier") < kinds.index("ttg.async_copy") < body.index(dv)
+    y = body[-1]
+    assert y.operands[0] is dk.result and y.operands[1] is waits[1].result
+    after = top[names.index("scf.for") + 1]
+    assert after.name == "ttg.dot_wait" and after.operands[0] is loop.results[0]

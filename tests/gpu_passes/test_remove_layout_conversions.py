@@ -82,7 +82,7 @@ tt.func @trans_kernel(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %y_ptr: !ptr<f32
   tt.return
 }
 """)
-    assert stats == {"removed": 0, "rematerialized": 3, "remaining": 1}
+    assert stats == {"removed": 0, "rematerialized": 3, "narrowed": 0, "remaining": 1}
     (left,) = converts(m)
     assert left.operands[0].defining_op.name == "tt.load"
 
@@ -130,7 +130,7 @@ tt.func @k(%p: !ptr<i32> {tt.divisibility = 16}) {
   tt.return
 }
 """)
-    assert stats == {"removed": 0, "rematerialized": 2, "remaining": 0}
+    assert stats == {"removed": 0, "rematerialized": 2, "narrowed": 0, "remaining": 0}
 
 
 def test_rematerialized_chain_keeps_the_original_for_other_users(check):
@@ -192,7 +192,7 @@ tt.func @k(%idx: !ptr<i32> {tt.divisibility = 16}, %p: !ptr<f32> {tt.divisibilit
 }
 """
     m, stats = check(rlc, text, text)
-    assert stats == {"removed": 0, "rematerialized": 0, "remaining": 2}
+    assert stats == {"removed": 0, "rematerialized": 0, "narrowed": 0, "remaining": 2}
 
 
 def test_convert_of_convert_collapses(check):
@@ -260,7 +260,7 @@ tt.func @k(%p: !ptr<f32> {tt.divisibility = 16}) {
   tt.return
 }
 """)
-    assert stats == {"removed": 1, "rematerialized": 0, "remaining": 0}
+    assert stats == {"removed": 1, "rematerialized": 0, "narrowed": 0, "remaining": 0}
 
 
 def test_rematerialization_inside_a_loop_body(run_pass):
@@ -288,10 +288,61 @@ tt.func @k(%p: !ptr<f32> {tt.divisibility = 16}, %n: i32) {
   tt.return
 }
 """)
-    assert stats == {"removed": 0, "rematerialized": 1, "remaining": 0}
+    assert stats == {"removed": 0, "rematerialized": 1, "narrowed": 0, "remaining": 0}
     assert not converts(m)
     loop = next(op for op in m.kernel.body.ops if op.name == "scf.for")
     body = loop.regions[0]
     load = next(op for op in body.ops if op.name == "tt.load")
     assert str(load.operands[0].type.layout) == "#blocked<[1], [32], [4], [0]>"
     assert load.operands[0].defining_op.block is body
+
+
+ROW_BROADCAST = """
+#L0 = #blocked<[1], [32], [4], [0]>
+#L1 = #slice<1, #blocked<[1, 8], [4, 8], [4, 1], [1, 0]>>
+#L2 = #blocked<[1, 8], [4, 8], [4, 1], [1, 0]>
+#L3 = #mma<[4, 1]>
+tt.func @k(%lse_ptr: !ptr<f32> {tt.divisibility = 16}, %s0: tensor<128x32xf32, #L3>, %o_ptrs: tensor<128x32x!ptr<f32>, #L3>, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %r = tt.make_range {end = 128, start = 0} : tensor<128xi32, #L0>
+  %p = tt.splat %lse_ptr : tensor<128x!ptr<f32>, #L0>
+  %pp = tt.addptr %p, %r : tensor<128x!ptr<f32>, #L0>
+  %lse = tt.load %pp {vec = 1} : tensor<128xf32, #L0>
+  %lse1 = ttg.convert_layout %lse : tensor<128xf32, #L1>
+  %e = tt.expand_dims %lse1 {axis = 1} : tensor<128x1xf32, #L2>
+  %b = tt.broadcast %e : tensor<128x32xf32, #L2>
+  %acc = scf.for %c0, %n, %c1, %s0 : tensor<128x32xf32, #L3> {
+  ^bb(%i: i32, %a: tensor<128x32xf32, #L3>):
+    %bm = ttg.convert_layout %b : tensor<128x32xf32, #L3>
+    %d = arith.subf %a, %bm : tensor<128x32xf32, #L3>
+    scf.yield %d
+  }
+  tt.store %o_ptrs, %acc
+  tt.return
+}
+"""
+
+
+def test_a_broadcast_row_vector_is_converted_as_a_vector_where_it_is_defined(run_pass):
+    """lse[:, None] (loaded outside the loop, 64 values) subtracted from a #mma tile inside it: instead of the
+    128x32 broadcast through shared memory every iteration, the 64-value vector is converted once, right after its
+    load, to the #mma tile's row slice, and the broadcast is rebuilt in #mma (registers only)."""
+    m, stats = run_pass(rlc, ROW_BROADCAST)
+    assert stats["narrowed"] == 1 and stats["remaining"] == 1, stats
+    (conv,) = converts(m)
+    assert conv.block is m.kernel.body and conv.operands[0].defining_op.name == "tt.load"
+    assert conv.result.type.shape == (128,) and str(conv.result.type.layout) == "#slice<1, #mma<[4, 1]>>"
+    loop = next(op for op in m.kernel.body.ops if op.name == "scf.for")
+    assert not any(op.name == "ttg.convert_layout" for op in loop.walk())
+
+
+def test_a_small_load_is_issued_in_the_wanted_layout(run_pass):
+    """A load of fewer elements than the program has threads, read only by the broadcast: loaded again in the
+    #mma tile's row slice (each thread reads the rows it holds), no conversion at all, the first load gone."""
+    text = ROW_BROADCAST.replace("128", "64")
+    m, stats = run_pass(rlc, text)
+    assert stats["remaining"] == 0, stats
+    (ld,) = [op for op in m.kernel.walk() if op.name == "tt.load"]
+    assert str(ld.result.type.layout) == "#slice<1, #mma<[4, 1]>>" and ld.attrs["vec"] == 1
+    assert ld.block is m.kernel.body

@@ -265,3 +265,32 @@ def test_a_loop_with_a_dot_carries_the_pointer_tiles():
     ck = _mm.warmup(a, b, torch.empty(32, 32), 64, BM=32, BN=32, BK=16, grid=(1,))
     header = _loop_header(ck.asm["tile"])
     assert header.count("!ptr") >= 2, header
+
+
+@kl.jit
+def _scores_minus_row(q_ptr, k_ptr, lse_ptr, o_ptr, N, BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
+    # attention backward's shape of loop: a key tile read by a dot, and a row vector broadcast over the scores
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rd = tl.arange(0, D)
+    q = tl.load(q_ptr + rm[:, None] * D + rd[None, :])
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for n in range(0, N, BN):
+        kT = tl.load(k_ptr + (n + rn)[None, :] * D + rd[:, None])
+        row = tl.load(lse_ptr + n + rn)
+        acc += tl.dot(q, kT) - row[None, :]
+    tl.store(o_ptr + rm[:, None] * BN + rn[None, :], acc)
+
+
+def test_a_row_vector_next_to_a_dot_carries_a_scalar_offset():
+    """In a loop with a dot, the dot's operand keeps its carried pointer tile (the pipeliner copies from it); a
+    vector broadcast over the dot's result gets the scalar offset, so later passes can load it in any layout."""
+    q, k = torch.randn(16, 16).half(), torch.randn(64, 16).half()
+    ck = _scores_minus_row.warmup(q, k, torch.randn(64), torch.empty(16, 16), 64, BM=16, BN=16, D=16, grid=(1,))
+    types = _loop_header(ck.asm["tile"]).split(":")[-1]
+    assert types.count("!ptr") == 1 and "tensor<16x16x!ptr<f16>>" in types and " i32" in types, types
+    x = torch.empty(16, 16)
+    lse = torch.randn(64)
+    _scores_minus_row[(1,)](q, k, lse, x, 64, BM=16, BN=16, D=16)
+    ref = sum(q.float() @ k[n:n + 16].float().T - lse[n:n + 16][None, :] for n in range(0, 64, 16))
+    torch.testing.assert_close(x, ref, atol=1e-2, rtol=1e-2)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..gpu.scratch import a_from_registers, wgmma_kind, wgmma_staging
+from ..gpu.scratch import a_from_registers, is_wgmma, wgmma_kind, wgmma_staging
 from ..gpu.smem_layout import descriptor_fields
 from .lower_async import fence_proxy_async, store_tile, tile_byte_offset
 from .lowering_core import F16, F32, I32, I64, VOID, KernelLowering, _cint, handles
@@ -194,19 +194,38 @@ def _is_zero(v) -> bool:
     return d is not None and d.name == "arith.constant" and d.attrs.get("value") in (0, 0.0)
 
 
-def wgmma_wait(lw: KernelLowering, acc: list, pending: int) -> list:
+def wgmma_wait(lw: KernelLowering, acc: list, pending, tie_only: bool = False) -> list:
     """wgmma.wait_group taking the accumulators as tied operands: their values after it are the ones the
-    tensor cores wrote, and LLVM cannot move a read of them above the wait."""
+    tensor cores wrote, and LLVM cannot move a read of them above the wait. `tie_only`: a wait_group 0 was
+    just issued (by the dot before), so only the tie is emitted (an empty asm, ordered after that wait)."""
     b = lw.b
     n = len(acc)
     t = acc[0].type
     con = "f" if t == F32 else "r"
     ty = ir.FunctionType(ir.LiteralStructType([t] * n), [t] * n)
-    out = b.asm(ty, f"wgmma.wait_group.sync.aligned {pending};", ",".join([f"={con}"] * n + [str(i) for i in range(n)]),
-                acc, side_effect=True)
+    text = "" if tie_only else f"wgmma.wait_group.sync.aligned {pending};"
+    out = b.asm(ty, text, ",".join([f"={con}"] * n + [str(i) for i in range(n)]), acc, side_effect=True)
     return [b.extract_value(out, i) for i in range(n)]
+
+
+def _after_full_wait(op) -> bool:
+    """Whether `op` (a dot_wait for every group) comes right after a wgmma that waited for every group, or
+    after another such dot_wait: then the groups are retired already and only the tie is needed (a second
+    wait_group 0 would be a second WARPGROUP.DEPBAR in the loop). Attention's first dot retires the last
+    accumulation of the iteration before; attention backward's dP^T retires dV."""
+    if int(op.attrs.get("pending", 0)) != 0:
+        return False
+    ops = op.block.ops
+    i = ops.index(op)
+    prev = ops[i - 1] if i else None
+    if prev is None:
+        return False
+    if prev.name == "tt.dot":
+        return is_wgmma(prev) and not prev.attrs.get("wgmma_async")
+    return prev.name == "ttg.dot_wait" and _after_full_wait(prev)
 
 
 @handles("ttg.dot_wait")
 def _dot_wait(lw: KernelLowering, op):
-    lw.put(op.result, wgmma_wait(lw, list(lw.regs(op.operands[0])), int(op.attrs.get("pending", 0))))
+    lw.put(op.result, wgmma_wait(lw, list(lw.regs(op.operands[0])), int(op.attrs.get("pending", 0)),
+                                 tie_only=_after_full_wait(op)))

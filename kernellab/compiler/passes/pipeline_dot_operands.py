@@ -47,7 +47,7 @@ from ..gpu.scratch import is_wgmma
 from ..ir import Module, Op
 from ..ops import is_pure
 from ..rewrite import extend_for_iter_args, insert_before, int_const, pure_slice
-from ..types import int1
+from ..types import MemDescType, int1
 from . import dce
 from .dot_stages import I32, BlockPtrCopies, Builder, buffer_type, copy_tile, copyable
 
@@ -56,22 +56,54 @@ DESCRIPTION = "multi-buffer the tiles a tensor-core dot reads: cp.async copies n
 
 
 def _operand_load(dot: Op, index: int, body, bpc: BlockPtrCopies):
-    """(load op, [ops to erase]) feeding dot operand `index` directly, or (None, reason)."""
+    """(load op, its readers) for the tile feeding dot operand `index`, or (None, reason). The readers are
+    (dot, operand index, transposed, [ops to erase]) for every use of the loaded tile: each must end in a
+    tensor-core dot operand, through layout conversions and 2-D transposes only (the tutorial's attention
+    backward reads kT as B of q·kT and its transpose as B of ds·k), so one stage buffer serves them all."""
     v = dot.operands[index]
-    chain = []
     op = v.defining_op
-    if op is not None and op.name == "ttg.convert_layout" and op.block is body:
-        if len(op.result.uses) != 1:
-            return None, "the converted tile has other users"
-        chain.append(op)
+    while op is not None and op.name in ("ttg.convert_layout", "tt.trans") and op.block is body:
         v = op.operands[0]
         op = v.defining_op
     if op is None or op.name != "tt.load" or op.block is not body:
         return None, "not loaded in the loop body"
-    if len(op.result.uses) != 1:
-        return None, "the loaded tile has other users"
+    readers = []
+    why = _readers(op.result, body, False, [], readers)
+    if why is not None:
+        return None, why
+    if len(readers) > 1 and len({is_wgmma(d) for d, *_ in readers}) != 1:
+        return None, "the loaded tile is read by a wgmma and an mma.sync dot"
     why = copyable(op, bpc)
-    return (op, chain) if why is None else (None, why)
+    return (op, readers) if why is None else (None, why)
+
+
+def _readers(v, body, transposed: bool, chain: list, out: list) -> str | None:
+    """Collect into `out` the dot operands `v` reaches (see `_operand_load`); why not, when a use is another op."""
+    if not v.uses:
+        return "the loaded tile is not used"
+    for u in v.uses:
+        if u.block is not body:
+            return "the loaded tile has other users"
+        if u.name == "tt.dot" and "mma" in u.attrs:
+            slots = [i for i in (0, 1) if u.operands[i] is v]
+            if len(slots) != 1 or u.operands[2] is v:
+                return "the loaded tile is both operands of a dot"
+            out.append((u, slots[0], transposed, list(chain)))
+        elif u.name == "ttg.convert_layout" or (u.name == "tt.trans" and list(u.attrs.get("order", [])) == [1, 0]):
+            why = _readers(u.result, body, transposed != (u.name == "tt.trans"), chain + [u], out)
+            if why is not None:
+                return why
+        else:
+            return "the loaded tile has other users"
+    return None
+
+
+def _view_type(tile, transposed: bool):
+    """One stage as a dot reads it: the tile, or its 2-D transpose (the same bytes, dims and order swapped)."""
+    if not transposed:
+        return tile
+    return MemDescType(tuple(reversed(tile.shape)), tile.elem, tuple(1 - o for o in tile.order), tile.pad,
+                       tile.swizzle)
 
 
 def _overlappable_wgmma(body, dots, targets, stages: int):
@@ -102,19 +134,21 @@ def _half_acc(dot) -> bool:
 
 
 def _overlappable_chain(body, dots, targets, stages: int):
-    """(first dot, second dot, iter-arg index) when the loop is attention's pair of wgmma dots: scores
+    """(first dot, last dot, iter-arg index) when the loop is attention's pair of wgmma dots: scores
     `s = tl.dot(q, kT)` read at once, then `acc = tl.dot(p, v, f(acc))` whose result is only yielded. The
     second dot then stays in flight into the next iteration, where it runs on the tensor cores behind the
     next scores' dot; the carried acc is read only after that dot's wait. Measured on the H200 (same run):
     one warpgroup (hd64, 4 warps) 0.98-1.02x Triton with the overlap against 0.96-0.99x without; the
-    copies right after that wait beat copies at the end of the body (after the second dot's issue)."""
-    if stages < 2 or len(dots) != 2 or not all(is_wgmma(d) for d in dots):
+    copies right after that wait beat copies at the end of the body (after the second dot's issue).
+
+    With more dots (attention backward: s^T, dV, dP^T, dK per query block), the first and the last play these
+    parts: the last accumulation (dK) runs behind the next iteration's first dot, the dots between wait at once."""
+    if stages < 2 or len(dots) < 2 or not all(is_wgmma(d) for d in dots):
         return None
     ops = list(body.ops)
-    first, second = sorted(dots, key=ops.index)
-    if _half_acc(second):
-        return None
-    if any(d not in (first, second) for d, _ in targets) or (second, 1) not in targets:
+    order = sorted(dots, key=ops.index)
+    first, second = order[0], order[-1]
+    if _half_acc(second) or (second, 1) not in targets:
         return None
     y = body.terminator
     if second.result.uses != [y]:
@@ -129,6 +163,28 @@ def _overlappable_chain(body, dots, targets, stages: int):
     if any(ops.index(_top_level(u, body)) <= at for u in acc.uses):
         return None  # the carried acc is read before the scores' dot: no room for the wait
     return first, second, j
+
+
+def _retire_at_next_wait(body, dots, stats: dict) -> None:
+    """A wgmma accumulation between others (attention backward's dV = p^T·do, followed by dP^T = v·do^T) whose
+    result is only yielded need not wait where it is issued: the next dot that waits for every group (wait_group
+    0) retires it too. It runs on the tensor cores while that dot is issued; its value is tied after that wait."""
+    ops = list(body.ops)
+    order = sorted(dots, key=ops.index)
+    y = body.terminator
+    for i, d in enumerate(order):
+        if not is_wgmma(d) or d.attrs.get("wgmma_async") or _half_acc(d) or d.result.uses != [y]:
+            continue
+        later = next((w for w in order[i + 1:] if is_wgmma(w) and not w.attrs.get("wgmma_async")), None)
+        if later is None:
+            continue
+        d.attrs["wgmma_async"] = True
+        done = Builder(body.ops[body.ops.index(later) + 1], d.loc).op(
+            "ttg.dot_wait", [d.result], [d.result.type], {"pending": 0}, [d.result.hint]).result
+        for k, v in enumerate(y.operands):
+            if v is d.result:
+                y.set_operand(k, done)
+        stats["retired_at_next_wait"] = stats.get("retired_at_next_wait", 0) + 1
 
 
 def _top_level(op: Op, body) -> Op:
@@ -220,16 +276,19 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         why.append("num_stages < 2")
     if step is None or step <= 0:
         why.append("the loop step is not a positive constant")
-    plans, chains, targets = [], [], []  # targets: (dot, operand index) reading each buffer
+    plans, readers, targets = [], [], []  # targets: (dot, operand index) reading each buffer
+    seen = set()
     for dot in dots:
         for index in (0, 1):
             if dot.operands[index].type.is_memdesc():
                 continue  # already in shared memory (staged once before the loop)
-            ld, chain = _operand_load(dot, index, body, bpc)
+            ld, rd = _operand_load(dot, index, body, bpc)
             name = f"line {dot.loc.line if dot.loc else '?'} operand {'ab'[index]}"
             if ld is None:
-                why.append(f"{name}: {chain}")
+                why.append(f"{name}: {rd}")
                 continue
+            if id(ld) in seen:
+                continue  # another reader of a tile planned already
             sl = pure_slice(ld, body)
             if buffer_type(dot, ld.result.type, 2) is None:
                 why.append(f"{name}: its contiguous extent cannot be swizzled for wgmma")
@@ -237,9 +296,11 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
             if sl is None:
                 why.append(f"{name}: its address needs a value the loop cannot recompute")
                 continue
+            seen.add(id(ld))
             plans.append((ld, sl))
-            chains.append(chain)
+            readers.append(rd)
             targets.append((dot, index))
+    reads = [(d, i) for rd in readers for d, i, *_ in rd]  # every (dot, operand) a buffer feeds
     carried = _carried_closure(for_op, plans) if plans else None
     if plans and carried is None:
         why.append("a loop-carried address update cannot be recomputed")
@@ -252,8 +313,8 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     lb, ub = for_op.operands[0], for_op.operands[1]
     iv, iter_args = body.args[0], body.args[1:]
     yield_op = body.terminator
-    overlap = _overlappable_wgmma(body, dots, targets, stages)
-    chain_overlap = None if overlap is not None else _overlappable_chain(body, dots, targets, stages)
+    overlap = _overlappable_wgmma(body, dots, reads, stages)
+    chain_overlap = None if overlap is not None else _overlappable_chain(body, dots, reads, stages)
     ahead = stages - 1  # iterations the copies run ahead
     pre = Builder(for_op, loc)
     bufs = []
@@ -307,16 +368,22 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         at.op("ttg.barrier", [], [], {"reason": "every warpgroup's previous wgmmas have read the stage refilled next"})
         overlap = (second, j)
         stats["overlapped_wgmma"] = stats.get("overlapped_wgmma", 0) + 1
+        _retire_at_next_wait(body, dots, stats)
     iv_ahead = at.add(iv, at.const(ahead * step, iv.type))
     mapping = {id(iter_args[i]): ahead_args[i] for i in carried}
     mapping[id(iv)] = iv_ahead
     _issue(at, plans, bufs, write_slot, mapping, at.lt(iv_ahead, ub), bpc)
     nxt = _advance(at, for_op, carried, mapping)
-    for buf, (ld, _), chain, (dot, index) in zip(bufs, plans, chains, targets):
-        view = Builder(dot, loc).op("ttg.memdesc_index", [buf, read_slot], [buf.type.tile()], loc=dot.loc).result
-        dot.set_operand(index, view)
-        for op in chain:
-            op.erase()
+    for buf, (ld, _), rd in zip(bufs, plans, readers):
+        erase = []
+        for dot, index, transposed, chain in rd:
+            view_t = _view_type(buf.type.tile(), transposed)
+            view = Builder(dot, loc).op("ttg.memdesc_index", [buf, read_slot], [view_t], loc=dot.loc).result
+            dot.set_operand(index, view)
+            erase += [op for op in reversed(chain) if op not in erase]
+        for op in sorted(erase, key=lambda o: -body.ops.index(o)):
+            if all(not r.uses for r in op.results):
+                op.erase()
         ld.erase()
     end = Builder(yield_op, loc)
     one, last = end.const(1), end.const(stages - 1)

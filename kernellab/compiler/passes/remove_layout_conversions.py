@@ -3,12 +3,21 @@
 A conversion of a value computed only from scalars by cheap ops (ranges, splats, constants,
 broadcasts, index arithmetic, pointer offsets) is removed by recomputing that chain directly in the
 wanted layout. Conversions to the layout the value already has, and chains of conversions, go too.
+
+Where the chain reaches a value that cannot be recomputed (a load, a reduction, a loop-carried value) through
+an `expand_dims` — a row vector broadcast over a tile, like attention's log-sum-exp `lse[:, None]` — that
+narrower value is converted instead, right where it is defined, and the broadcast rebuilt in the wanted
+layout: one conversion of BLOCK_M values (hoisted out of a loop when the value is loop-invariant) instead of
+one of the BLOCK_M x BLOCK_N tile every iteration. A small load (fewer elements than the program has threads,
+read only there) is issued in the wanted layout instead of being converted at all, as Triton does.
 """
 from __future__ import annotations
 
 from ..gpu.layouts import Slice
+from ..gpu.scratch import _numel
 from ..ir import Module, Op
 from ..ops import is_pure
+from ..rewrite import insert_before
 from ..types import TensorType
 
 NAME = "remove_layout_conversions"
@@ -25,24 +34,41 @@ def _cheap(op: Op) -> bool:
 
 
 class Remat:
-    def __init__(self):
+    """Rebuild a value in another layout. `narrow` (elements): values at most this large that cannot be recomputed
+    are converted where they are defined (leaves); `threads`: loads smaller than this are re-issued instead."""
+
+    def __init__(self, narrow: int = 0, threads: int = 0):
         self.memo: dict = {}
         self.budget = 0
+        self.narrow, self.threads = narrow, threads
+        self.reloaded: list = []  # the loads issued again: erased once nothing reads them
+
+    def _leaf(self, v) -> bool:
+        return _numel(v.type.shape) <= self.narrow
+
+    def _reload(self, op) -> bool:
+        """A small load read only here: issued again in the wanted layout, where it was."""
+        return (op is not None and op.name == "tt.load" and _numel(op.result.type.shape) < self.threads
+                and len(op.result.uses) == 1 and not op.attrs.get("volatile")
+                and not op.operands[0].type.is_block_ptr())
 
     def can(self, v, layout) -> bool:
-        """Whether `v` can be recomputed in `layout` without any conversion."""
+        """Whether `v` can be recomputed in `layout` without any conversion (or, with `narrow`, with
+        conversions of narrow values only)."""
         if not isinstance(v.type, TensorType):
             return True
         if v.type.layout == layout:
             return True
         op = v.defining_op
         self.budget += 1
-        if self.budget > _MAX_CHAIN or op is None or not _cheap(op) or len(op.results) != 1:
+        if self.budget > _MAX_CHAIN:
             return False
+        if self._reload(op):
+            return all(self.can(o, layout) for o in op.operands)
+        if op is None or not _cheap(op) or len(op.results) != 1 or op.name == "ttg.convert_layout":
+            return self._leaf(v)
         if op.name == "tt.expand_dims":
             return self.can(op.operands[0], Slice(op.attrs["axis"], layout))
-        if op.name == "ttg.convert_layout":
-            return False
         return all(self.can(o, layout) for o in op.operands)
 
     def build(self, v, layout, before: Op):
@@ -52,6 +78,17 @@ class Remat:
         if key in self.memo:
             return self.memo[key]
         op = v.defining_op
+        if self._reload(op):
+            # the load and its addresses again, where the load was, in the wanted layout
+            operands = [self.build(o, layout, op) for o in op.operands]
+            attrs = dict(op.attrs, vec=1)
+            clone = Op(op.name, operands, [v.type.with_layout(layout)], attrs, loc=op.loc, result_hints=[v.hint])
+            insert_before(op, clone)
+            self.reloaded.append(op)
+            self.memo[key] = clone.result
+            return clone.result
+        if op is None or not _cheap(op) or len(op.results) != 1 or op.name == "ttg.convert_layout":
+            return self._convert_leaf(v, layout, key)
         if op.name == "tt.expand_dims":
             operands = [self.build(op.operands[0], Slice(op.attrs["axis"], layout), before)]
         else:
@@ -62,9 +99,32 @@ class Remat:
         self.memo[key] = clone.result
         return clone.result
 
+    def _convert_leaf(self, v, layout, key):
+        """Convert a value that cannot be recomputed right after its definition (of a conversion: its source)."""
+        op = v.defining_op
+        src = op.operands[0] if op is not None and op.name == "ttg.convert_layout" else v
+        conv = Op("ttg.convert_layout", [src], [v.type.with_layout(layout)], loc=op.loc if op else None,
+                  result_hints=[v.hint])
+        if op is None:  # a block argument: first thing in its block
+            v.owner.insert(0, conv)
+        else:
+            block = op.block
+            block.insert(block.ops.index(op) + 1, conv)
+        self.memo[key] = conv.result
+        return conv.result
+
+
+def _sweep(module: Module) -> None:
+    for op in reversed(list(module.kernel.walk())):
+        if op.block is not None and op.results and all(not r.uses for r in op.results) and is_pure(op) \
+                and not op.regions:
+            op.erase()
+
 
 def run(module: Module, options=None) -> dict:
-    removed = rematerialized = 0
+    threads = 32 * getattr(options, "num_warps", 4)
+    removed = rematerialized = narrowed = 0
+    reloaded = []  # loads issued again in another layout: the originals go once nothing reads them
     changed = True
     while changed:
         changed = False
@@ -83,17 +143,25 @@ def run(module: Module, options=None) -> dict:
                 op.set_operand(0, producer.operands[0])
                 changed = True
                 continue
-            r = Remat()
-            if r.can(src, want):
-                new = r.build(src, want, op)
-                op.result.replace_all_uses_with(new)
-                op.erase()
-                rematerialized += 1
-                changed = True
+            r = Remat(threads=threads)
+            if not r.can(src, want):
+                # convert a row or column vector before its broadcast instead of the broadcast tile
+                r = Remat(narrow=_numel(src.type.shape) // 2, threads=threads)
+                if not r.can(src, want):
+                    continue
+                narrowed += 1
+            new = r.build(src, want, op)
+            op.result.replace_all_uses_with(new)
+            op.erase()
+            reloaded += r.reloaded
+            rematerialized += 1
+            changed = True
         # drop what the rematerialization left unused
-        for op in reversed(list(module.kernel.walk())):
-            if op.block is not None and op.results and all(not r.uses for r in op.results) and is_pure(op) \
-                    and not op.regions:
-                op.erase()
+        _sweep(module)
+        dead = [ld for ld in reloaded if ld.block is not None and not ld.result.uses]
+        for ld in dead:
+            ld.erase()
+        if dead:
+            _sweep(module)
     left = sum(1 for op in module.kernel.walk() if op.name == "ttg.convert_layout")
-    return {"removed": removed, "rematerialized": rematerialized, "remaining": left}
+    return {"removed": removed, "rematerialized": rematerialized, "narrowed": narrowed, "remaining": left}

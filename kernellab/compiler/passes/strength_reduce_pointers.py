@@ -10,12 +10,14 @@ tensor-core wait and the next copies. Here, in an `scf.for`, the pointer of a lo
 
 is recognised by distributing over `+`, `-`, `*` by a uniform invariant (a splat or a constant),
 `expand_dims`, `broadcast` and `addptr`, and carried by the loop in one of two forms (H200, same run):
-- in a loop with a `tt.dot`, the pointer tile itself, starting at `P0 + splat(c * lb + d)` and advanced by
-  `splat(c * step)`: the form the pipeliner's copies run fastest (the other form's per-pointer IMAD.WIDE piled
-  up dispatch stalls next to the HGMMAs: a rebuilt-from-k matmul 1.00 -> 0.88x Triton);
-- elsewhere, a scalar offset `o` (from `c * lb + d`, by `c * step`) with the pointer rebuilt as `P0 +
-  splat(o)`: one uniform add per iteration and no 64-bit pointer tile held across the loop (Liger's kl_div
-  forward 0.81 -> 0.93x Triton, group_norm 0.87 -> 0.99x).
+- for a load that feeds a `tt.dot` (directly or transposed), the pointer tile itself, starting at
+  `P0 + splat(c * lb + d)` and advanced by `splat(c * step)`: the form the pipeliner's copies run fastest (the
+  other form's per-pointer IMAD.WIDE piled up dispatch stalls next to the HGMMAs: a rebuilt-from-k matmul
+  1.00 -> 0.88x Triton);
+- elsewhere (attention backward's row vectors `lse` and `delta`, next to its dots, too), a scalar offset `o`
+  (from `c * lb + d`, by `c * step`) with the pointer rebuilt as `P0 + splat(o)`: one uniform add per
+  iteration and no 64-bit pointer tile held across the loop (Liger's kl_div forward 0.81 -> 0.93x Triton,
+  group_norm 0.87 -> 0.99x).
 
 Integer arithmetic wraps, so distributing is exact up to where the user's own 32-bit offset overflowed,
 which was already a wrong address. Only pointers with at least two tile ops depending on the counter are
@@ -24,6 +26,7 @@ rewritten. Runs after licm, so "invariant" is "defined outside the loop".
 from __future__ import annotations
 
 from ..ir import Module, Op, Value
+from ..ops import is_elementwise
 from ..rewrite import const_attr, extend_for_iter_args, insert_before, is_defined_inside
 from ..types import PointerType, TensorType
 
@@ -210,7 +213,7 @@ def _rewrite(root: Op, loop: Op, state: _Loop) -> Op | None:
     body = loop.regions[0]
     yield_op = body.terminator
     hint = ptr.hint or (f"{root.results[0].hint}_ptrs" if root.results and root.results[0].hint else None)
-    if _has_dot(loop):  # the pointer tile itself
+    if _feeds_dot(root):  # the pointer tile itself
         init = state.emit("tt.addptr", [inv, state.emit("tt.splat", [start], offsets_type)], ptr.type)
         delta = state.emit("tt.splat", [state.emit("arith.muli", [c, step], c.type)], offsets_type)
         carried = body.add_arg(ptr.type, hint)
@@ -228,8 +231,22 @@ def _rewrite(root: Op, loop: Op, state: _Loop) -> Op | None:
     return extend_for_iter_args(loop, [init])
 
 
-def _has_dot(loop: Op) -> bool:
-    return any(op.name == "tt.dot" for op in loop.walk())
+def _feeds_dot(root: Op) -> bool:
+    """Whether `root` is a load whose tile reaches a dot operand through elementwise ops and transposes (not
+    through a broadcast). Such a pointer stays a carried tile; a vector read next to the dots and broadcast over
+    their tiles (a row statistic) gets the scalar offset, which later passes can re-derive in any layout."""
+    if root.name != "tt.load":
+        return False
+    work, seen = [root.result], set()
+    while work:
+        v = work.pop()
+        for u in v.uses:
+            if u.name == "tt.dot":
+                return True
+            if id(u) not in seen and (u.name == "tt.trans" or is_elementwise(u.name)):
+                seen.add(id(u))
+                work.extend(u.results)
+    return False
 
 
 def _roots(loop: Op) -> list:

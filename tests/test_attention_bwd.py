@@ -1,0 +1,237 @@
+"""The flash-attention backward kernels of `benchmarks/attention.py` (preprocess, dK/dV, dQ) and the forward's
+log-sum-exp output they read: the CPU interpreter against torch autograd of a float64 reference, the GPU backend
+down to a cubin (ptxas, no GPU) with every dot on wgmma and each loop's tiles in one pipelined stage buffer, and
+(marked gpu) the compiled kernels on CUDA."""
+from __future__ import annotations
+
+import math
+import re
+import shutil
+
+import pytest
+import torch
+
+import kernellab as kl
+import kernellab.language as tl
+from benchmarks.attention import BWD_CONFIGS, CONFIGS
+from benchmarks.attention_kernel import (
+    LOG2E,
+    attention,
+    attention_backward,
+    make_attention_bwd_kernels,
+    make_attention_kernel,
+)
+from tests.ptx import loop_bodies
+
+FWD = make_attention_kernel(kl, tl)
+BWD = make_attention_bwd_kernels(kl, tl)
+
+
+def reference(q, k, v, do, causal, sm_scale):
+    """(out, lse in log2 units, dq, dk, dv) of softmax(q k^T * sm_scale) v in float64 on the CPU, by autograd."""
+    q, k, v = (t.detach().cpu().double().requires_grad_() for t in (q, k, v))
+    s = (q @ k.transpose(-1, -2)) * sm_scale
+    if causal:
+        n = q.shape[-2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    out = torch.softmax(s, dim=-1) @ v
+    out.backward(do.detach().cpu().double())
+    lse = torch.logsumexp(s, dim=-1) * LOG2E
+    return out.detach(), lse.detach(), q.grad, k.grad, v.grad
+
+
+def _inputs(Z, H, S, D, seed, dtype=torch.float16, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(Z, H, S, D, generator=g).to(dtype).to(device) for _ in range(4)]
+
+
+def _run(q, k, v, do, causal, sm_scale, fwd_cfg, bwd_cfg):
+    """Our forward (output and lse) then our backward, every output poisoned with NaN first."""
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full(q.shape[:3], float("nan"), device=q.device)
+    attention(q, k, v, causal, sm_scale, kl, FWD, out=out, lse=lse, **fwd_cfg)
+    dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
+    attention_backward(q, k, v, out, do, lse, causal, sm_scale, kl, BWD, dq=dq, dk=dk, dv=dv, **bwd_cfg)
+    return out, lse, dq, dk, dv
+
+
+def _check(got, want, dtype):
+    """Each gradient within a fraction of its largest magnitude (fp16/bf16 operands of every dot, fp32 sums)."""
+    tol = {torch.float16: 4e-3, torch.bfloat16: 2.5e-2}[dtype]
+    for name, g, w in zip(("lse", "dq", "dk", "dv"), got, want):
+        g = g.detach().cpu().double()
+        assert not torch.isnan(g).any(), f"{name} has unwritten (NaN-poisoned) elements"
+        err = (g - w).abs().max().item()
+        assert err <= tol * max(1.0, w.abs().max().item()), (name, err, w.abs().max().item())
+
+
+SMALL = [(64, 32, dict(BLOCK_M1=16, BLOCK_N1=32, BLOCK_M2=32, BLOCK_N2=16)),
+         (128, 32, dict(BLOCK_M1=16, BLOCK_N1=64, BLOCK_M2=32, BLOCK_N2=32)),
+         (96, 16, dict(BLOCK_M1=32, BLOCK_N1=32, BLOCK_M2=32, BLOCK_N2=16))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("S,D,cfg", SMALL, ids=["s64", "s128", "s96"])
+def test_attention_bwd_interpreter(S, D, cfg, causal, dtype):
+    """Several key and query blocks per program (and, causal, diagonal blocks spanning several inner blocks),
+    2 heads: the forward's lse and dq, dk, dv against float64 autograd."""
+    q, k, v, do = _inputs(1, 2, S, D, seed=S + D + int(causal), dtype=dtype)
+    sm_scale = 1.0 / math.sqrt(D)
+    _, lse, dq, dk, dv = _run(q, k, v, do, causal, sm_scale, dict(BLOCK_M=32, BLOCK_N=16), cfg)
+    _, lse_ref, *grads = reference(q, k, v, do, causal, sm_scale)
+    _check((lse, dq, dk, dv), (lse_ref, *grads), dtype)
+
+
+def test_attention_bwd_strides_interpreter():
+    """Batch > 1 and [Z, S, H, D] buffers viewed as [Z, H, S, D] (do with its own strides): every stride is used,
+    and dq/dk/dv come back with q's, k's and v's strides."""
+    Z, H, S, D = 2, 3, 64, 16
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(Z, S, H, D, generator=g).half().transpose(1, 2) for _ in range(3))
+    do = torch.randn(Z, H, D, S, generator=g).half().transpose(2, 3)
+    _, lse, dq, dk, dv = _run(q, k, v, do, True, 0.3, dict(BLOCK_M=32, BLOCK_N=16),
+                              dict(BLOCK_M1=16, BLOCK_N1=32, BLOCK_M2=32, BLOCK_N2=16))
+    assert dq.stride() == q.stride() and dk.stride() == k.stride()
+    _, lse_ref, *grads = reference(q, k, v, do, True, 0.3)
+    _check((lse, dq, dk, dv), (lse_ref, *grads), torch.float16)
+
+
+CODEGEN_CASES = [(d, c) for d in (64, 128) for c in (False, True)]
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
+@pytest.mark.parametrize("D,causal", CODEGEN_CASES, ids=[f"hd{d}-{'causal' if c else 'full'}" for d, c in CODEGEN_CASES])
+def test_attention_bwd_assembles_with_tensor_cores(D, causal, tmp_path, monkeypatch):
+    """The benchmark's configs to a cubin for sm_90a (no GPU needed): all four dots of the dK/dV loop and all
+    three of the dQ loop on wgmma, k, v, q and do staged once, and each loop's tiles (qT and do; kT and vT)
+    copied once into a pipelined stage buffer that both of their readers use, one of them through a transposed
+    view: no dot stages a register tile, no spills in the loops. The row vectors (lse, delta) broadcast over the
+    score tiles are not converted through shared memory; two wgmma waits per iteration."""
+    from kernellab.compiler.codegen.target import Target
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    _, dkdv, dq = BWD
+    cfg = dict(BWD_CONFIGS[D])
+    nw, ns = cfg.pop("num_warps"), cfg.pop("num_stages")
+    t = torch.empty(4, 16, 1024, D, dtype=torch.float16)
+    lse = torch.empty(4, 16, 1024)
+    scale = 1 / math.sqrt(D)
+    strides = (*t.stride(),) * 4
+    kv = dkdv.warmup(t, t, t, t, t, t, lse, lse, scale, scale * LOG2E, *strides, 16, 1024, BLOCK_M=cfg["BLOCK_M1"],
+                     BLOCK_N=cfg["BLOCK_N1"], HEAD_DIM=D, CAUSAL=causal, grid=(1,), num_warps=nw, num_stages=ns)
+    qq = dq.warmup(t, t, t, t, t, lse, lse, scale, scale * LOG2E, *strides, 16, 1024, BLOCK_M=cfg["BLOCK_M2"],
+                   BLOCK_N=cfg["BLOCK_N2"], HEAD_DIM=D, CAUSAL=causal, grid=(1,), num_warps=nw, num_stages=ns)
+    loops = 2 if causal else 1
+    for ck in (kv, qq):  # mma.sync and ldmatrix (sm_80) from the same shared stage buffers assemble too
+        assert ck.build_gpu(Target(80)).asm["cubin"][:4] == b"\x7fELF" and "ldmatrix" in ck.asm["ptx"]
+    for ck, dots in ((kv, 4), (qq, 3)):
+        ck.build_gpu(Target(90))
+        assert ck.asm["cubin"][:4] == b"\x7fELF"
+        # a few words spilled around the loops of the causal dK/dV kernel at hd64 (Triton spills the same 32 bytes)
+        assert ck.n_spills <= (32 if causal and D == 64 else 0), (ck.name, ck.n_regs, ck.n_spills)
+        ptx, gpu = ck.asm["ptx"], ck.asm["gpu"]
+        assert "mma.sync" not in ptx and "ldmatrix" not in ptx
+        ops = [ln for ln in gpu.splitlines() if " tt.dot " in ln]
+        assert len(ops) == dots * loops and all("wgmma" in ln for ln in ops), ops
+        # every dot operand is a stage of a buffer (or p/ds straight from registers): nothing staged per dot
+        assert not any("smem_bytes" in ln for ln in ops), ops
+        # qT and do (dK/dV) or kT (dQ) are read by two dots, one through a transposed view of the same stage
+        views = re.findall(r"ttg\.memdesc_index (%b_stages\w*), %read_stage\w* : !memdesc<(\d+)x(\d+)xf16, order=(.),", gpu)
+        assert len(views) == dots * loops, views  # two buffers per loop: 4 (dK/dV) or 3 (dQ) readers
+        allocs = re.findall(r"ttg\.local_alloc \{operand = \"(\w)\", .*stages = (\d+)\}", gpu)
+        assert sorted(allocs) == sorted([("a", "1")] * 2 + [("b", str(ns))] * (2 * loops)), allocs
+        bodies = loop_bodies(ptx)
+        assert len(bodies) == loops
+        for body in bodies:
+            # lse and delta are loaded in the score tile's row slice (no conversion, no barrier for them): the stage
+            # wait's bar.sync and the one before the refill
+            assert body.count("bar.sync") == 2, body.count("bar.sync")
+            # two waits per iteration, as Triton's: the first dot's retires the last dot of the iteration before (dK
+            # or dQ, in flight across the back edge), dP's retires dV
+            assert body.count("wgmma.commit_group") == dots and body.count("wgmma.wait_group") == 2
+        assert "C7514" not in ck.report.get("log", "")
+
+
+def _gpu_reference(q, k, v, do, causal, sm_scale):
+    """out, lse, dq, dk, dv in float32 on the GPU by autograd (float64 costs too much at these sizes)."""
+    qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+    s = (qf @ kf.transpose(-1, -2)) * sm_scale
+    if causal:
+        n = q.shape[-2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    out = torch.softmax(s, dim=-1) @ vf
+    out.backward(do.float())
+    return out.detach(), (torch.logsumexp(s, dim=-1) * LOG2E).detach(), qf.grad, kf.grad, vf.grad
+
+
+GPU_CASES = [(d, c, dt) for d in (64, 128) for c in (False, True) for dt in (torch.float16, torch.bfloat16)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D,causal,dtype", GPU_CASES,
+                         ids=[f"hd{d}-{'causal' if c else 'full'}-{str(dt)[6:]}" for d, c, dt in GPU_CASES])
+def test_attention_bwd_gpu(D, causal, dtype):
+    """The compiled forward (with lse) and backward kernels on CUDA with the benchmark's configs, outputs
+    poisoned, against float32 autograd: several key and query blocks per program, 2 x 3 heads."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    Z, H, S = 2, 3, 512
+    q, k, v, do = _inputs(Z, H, S, D, seed=D + int(causal), dtype=dtype, device="cuda")
+    sm_scale = 1.0 / math.sqrt(D)
+    cfg = dict(BWD_CONFIGS[D])
+    _, lse, dq, dk, dv = _run(q, k, v, do, causal, sm_scale, CONFIGS[D], cfg)
+    torch.cuda.synchronize()
+    _, lse_ref, *grads = _gpu_reference(q, k, v, do, causal, sm_scale)
+    _check((lse, dq, dk, dv), (lse_ref.cpu().double(), *(g.cpu().double() for g in grads)), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_attention_bwd_gpu_mma_sync(causal):
+    """The same kernels on mma.sync (enable_wgmma=False): the shared stage buffers read through transposed views
+    by ldmatrix (.trans where a tile runs along M or N) instead of wgmma descriptors."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    q, k, v, do = _inputs(1, 2, 256, 64, seed=11 + int(causal), device="cuda")
+    sm_scale = 0.125
+    cfg = dict(BWD_CONFIGS[64], enable_wgmma=False)
+    _, lse, dq, dk, dv = _run(q, k, v, do, causal, sm_scale, CONFIGS[64], cfg)
+    torch.cuda.synchronize()
+    _, lse_ref, *grads = _gpu_reference(q, k, v, do, causal, sm_scale)
+    _check((lse, dq, dk, dv), (lse_ref.cpu().double(), *(g.cpu().double() for g in grads)), torch.float16)
+
+
+BLOCK_CASES = [(d, w, st, c) for d in (64, 128) for w in (4, 8) for st in (2, 4) for c in (False, True)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D,warps,stages,causal", BLOCK_CASES,
+                         ids=[f"hd{d}-w{w}-s{st}-{'causal' if c else 'full'}" for d, w, st, c in BLOCK_CASES])
+def test_attention_bwd_gpu_configs(D, warps, stages, causal):
+    """Other block shapes, warp counts and stage counts than the benchmark's (64-row inner blocks, one inner
+    block per program on the diagonal, 2 stages), fp16, against float32 autograd."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    q, k, v, do = _inputs(1, 2, 256, D, seed=D + warps + stages, device="cuda")
+    sm_scale = 1.0 / math.sqrt(D)
+    cfg = dict(BLOCK_M1=64, BLOCK_N1=128, BLOCK_M2=128, BLOCK_N2=64, num_warps=warps, num_stages=stages)
+    _, lse, dq, dk, dv = _run(q, k, v, do, causal, sm_scale, CONFIGS[D], cfg)
+    torch.cuda.synchronize()
+    _, lse_ref, *grads = _gpu_reference(q, k, v, do, causal, sm_scale)
+    _check((lse, dq, dk, dv), (lse_ref.cpu().double(), *(g.cpu().double() for g in grads)), torch.float16)
+
+
+def test_benchmark_bwd_row_on_cpu():
+    """benchmarks/attention.py's backward row (forward with lse, poisoned gradients checked against float32
+    autograd, TFLOP/s, table line) with the interpreter and a dummy timer, so the GPU script does not rot."""
+    from benchmarks.attention import _fmt, attention_bwd_flops, attention_flops, run_bwd_row
+
+    row = run_bwd_row({"kernellab": (kl, FWD, BWD)}, 1, 2, 64, 32, True, device="cpu",
+                      timer=lambda fn: (fn(), 1e-3)[1], fwd_cfg=dict(BLOCK_M=32, BLOCK_N=16),
+                      cfg=dict(BLOCK_M1=16, BLOCK_N1=32, BLOCK_M2=32, BLOCK_N2=16))
+    assert row["kernellab"]["ok"], row
+    assert row["mode"] == "bwd" and row["flops"] == attention_bwd_flops(1, 2, 64, 32, True)
+    assert row["flops"] == attention_flops(1, 2, 64, 32, True) * 5 // 2
+    assert row["torch"]["rel_err"] < 1e-2
+    assert _fmt(row).startswith("hd32 s64 causal bwd")
