@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch")
 
 
 @kernellab.jit
-def scale_add(x_ptr, y_ptr, out_ptr, n, alpha=2.0, BLOCK: tl.constexpr = 128, FLIP: tl.constexpr = False):
+def scale_add(x_ptr, y_ptr, out_ptr, n, alpha=2.0, BLOCK: tl.constexpr = 128, FLIP: tl.constexpr = False,
+              BIAS=None):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask)
@@ -21,6 +22,8 @@ def scale_add(x_ptr, y_ptr, out_ptr, n, alpha=2.0, BLOCK: tl.constexpr = 128, FL
     r = x * alpha + y
     if FLIP:
         r = -r
+    if BIAS is not None:
+        r += tl.load(BIAS + offs, mask=mask)
     tl.store(out_ptr + offs, r, mask=mask)
 
 
@@ -31,6 +34,7 @@ def test_keywords_move_into_their_positions():
     assert k._by_position((1,), dict(x_ptr=5, y_ptr=2, out_ptr=3, n=4)) is None  # x_ptr twice: slow path says so
     assert k._by_position((1,), dict(out_ptr=3, n=4)) is None  # y_ptr missing: slow path says so
     assert k._by_position((1, 2, 3, 4), {"num_warps": 4}) == ((1, 2, 3, 4), {"num_warps": 4})
+    assert k._by_position((1, 2, 3, 4), {"BIAS": None})[0] == (1, 2, 3, 4, 2.0, 128, False, None)
 
 
 @pytest.mark.gpu
@@ -52,6 +56,15 @@ def test_keyword_launches_take_the_fast_path_with_the_right_results(monkeypatch)
     scale_add[grid](x_ptr=x, y_ptr=y, out_ptr=out, n=n, alpha=3.0, FLIP=True)
     torch.cuda.synchronize()
     torch.testing.assert_close(out.double(), want[True], rtol=1e-6, atol=1e-6)
+    # a None given by name for a parameter with a default (attention's LSE=None): still the fast path
+    monkeypatch.undo()
+    scale_add[grid](x, y, out, n, alpha=3.0, BIAS=None, num_warps=4)
+    monkeypatch.setattr(type(scale_add), "_get_compiled", lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(
+        AssertionError("the slow path ran for a warm launch with a None argument")))
+    out.fill_(float("nan"))
+    scale_add[grid](x, y, out, n, alpha=3.0, BIAS=None, num_warps=4)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.double(), want[False], rtol=1e-6, atol=1e-6)
     assert not calls
 
 

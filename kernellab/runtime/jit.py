@@ -1046,6 +1046,8 @@ class JITFunction:
                 sig.append(("i", width) if kind == "n" else ("i", width, a == 1, a % 16 == 0))
             elif t is float:
                 sig.append("f")
+            elif a is None or t is bool or t is str:
+                sig.append((t, a))  # compiled in (None, a string) or a 1-bit parameter: the value is the key
             else:
                 dp = getattr(a, "data_ptr", None)
                 if dp is None or not getattr(a, "is_cuda", False):
