@@ -75,6 +75,7 @@ def op_class(name: str) -> str:
 _DATA_OPERANDS = {"tt.store": {1}, "tt.atomic_cas": {1, 2}, "ttg.local_store": {0}, "tt.descriptor_store": {1}}
 _ROLES = {"tt.load": ("ptr", "mask", "other"), "tt.store": ("ptr", "value", "mask"),
           "ttg.async_copy": ("ptr", "smem", "mask", "other"), "ttg.memdesc_index": ("buffer", "stage"),
+          "ttg.local_store": ("value", "smem"),
           "arith.select": ("cond", "if true", "if false"), "ttg.local_load": ("smem",),
           "tt.dot": ("A", "B", "acc")}
 

@@ -91,7 +91,7 @@ def test_wgmma_form_per_dtype(run_pass, ab, acc, prec, instr):
     (32, 128, 64, "f8e4nv", "f32", "ieee", "multiple of 16 x num_warps"),
     (128, 128, 24, "f16", "f32", "ieee", "not a multiple of the 16x8x16"),
     (128, 128, 16, "i8", "i32", "ieee", "not a multiple of the 16x8x32"),
-    (8, 64, 16, "f16", "f32", "ieee", "not a multiple"),
+    (16, 64, 8, "f16", "f32", "ieee", "not a multiple"),
 ])
 def test_fallbacks_say_why(run_pass, m, n, k, ab, acc, prec, reason):
     mod, stats = run_pass(accelerate_matmul, dot_ir(m, n, k, ab, acc, prec), GpuOptions(num_warps=4, arch=90))
@@ -114,3 +114,26 @@ def test_scores_feeding_a_row_reduction_keep_warps_along_m(run_pass):
 """
     mod, _ = run_pass(accelerate_matmul, dot_ir(128, 64, 64, "f16", "f32", feed=feed), GpuOptions(num_warps=8))
     assert the_dot(mod).attrs["mma"] == [8, 1]
+
+
+@pytest.mark.parametrize("m, n, k, ab, acc, warps, split", [
+    (16, 16, 16, "f16", "f32", 4, [2, 2]),     # two 16x8 blocks, four warps: two warps hold copies
+    (32, 32, 128, "f16", "f16", 16, [4, 4]),   # eight blocks, sixteen warps
+    (32, 32, 128, "i8", "i32", 16, [4, 4]),
+    (16, 16, 16, "f32", "f32", 4, [2, 2]),
+    (2, 4, 32, "f16", "f32", 1, [1, 1]),       # smaller than one block: rows and columns wrap onto it
+    (8, 64, 16, "f16", "f32", 4, [1, 4]),
+])
+def test_tiles_with_fewer_blocks_than_warps_take_tensor_cores(run_pass, m, n, k, ab, acc, warps, split):
+    """As Triton's layouts do, the warps (and rows or columns) past a small tile's edge hold copies: test_dot's
+    16x16x16 over 4 warps and 2x4x32 on one warp run on mma.sync (wgmma needs 64 rows per warpgroup)."""
+    mod, stats = run_pass(accelerate_matmul, dot_ir(m, n, k, ab, acc, "tf32" if ab == "f32" else "ieee"),
+                          GpuOptions(num_warps=warps, arch=90))
+    d = the_dot(mod)
+    assert d.attrs["instr"].startswith("mma.sync") and d.attrs["mma"] == split and stats["mma"] == 1
+
+
+def test_a_small_chained_dot_keeps_its_warps_along_m(run_pass):
+    feed = "  %e = tt.dot %d, %b, %c {input_precision = \"ieee\"} : tensor<16x16xf32>\n"
+    mod, _ = run_pass(accelerate_matmul, dot_ir(16, 16, 16, "f32", "f32", "tf32", feed), GpuOptions(num_warps=4, arch=80))
+    assert the_dot(mod).attrs["mma"] == [4, 1]

@@ -302,3 +302,56 @@ def test_while_loop_exits_from_the_before_region(check):
     assert stats == {"barriers": 1}
     # and within the loop, x (before) and y (after) use disjoint buffers: no barrier inside
     assert all(op.name != "ttg.barrier" for reg in m.kernel.body.ops[2].regions for op in reg.ops)
+
+
+STAGE_HEADER = """
+#L0 = #blocked<[1, 8], [8, 4], [4, 1], [1, 0]>
+#L1 = #mma<[2, 2]>
+"""
+TILE = "tensor<32x32xf16, #L0>"
+ACC = "tensor<32x32xf32, #L1>"
+STAGE = "!memdesc<1x32x32xf16, order=1,0, pad=8>"
+VIEW = "!memdesc<32x32xf16, order=1,0, pad=8>"
+
+
+def _staged_dot(before_store: str, after_dot: str) -> str:
+    """A one-stage buffer at offset 0 (5120 bytes) filled by ttg.local_store and read by a dot."""
+    return STAGE_HEADER + f"""
+tt.func @k(%a_ptrs: tensor<32x32x!ptr<f16>, #L0>, %b: {TILE}, %v: {ACC}) {{
+  %zero = arith.constant {{value = 0.0}} : {ACC}
+  %a = tt.load %a_ptrs {{vec = 8}} : {TILE}
+{before_store}  %t = ttg.local_alloc {{smem_bytes = 5120, smem_offset = 0, stages = 1}} : {STAGE}
+  %i = arith.constant {{value = 0}} : i32
+  %s = ttg.memdesc_index %t, %i : {VIEW}
+  ttg.local_store %a, %s
+  ttg.barrier {{reason = "stored"}}
+  %d = tt.dot %s, %b, %zero {{mma = [2, 2], smem_bytes = 2560, smem_offset = 8192}} : {ACC}
+{after_dot}  tt.print %d
+  tt.return
+}}
+"""
+
+
+def test_a_local_store_waits_for_earlier_reads_of_its_addresses():
+    """The stage reuses a conversion's scratch (a bigger plan shares addresses by liveness): its stores, which have
+    no barrier of their own, must not overtake a slower warp still reading that scratch."""
+    from kernellab.compiler.parser import parse_module
+
+    conv_ = "  %w = ttg.convert_layout %v {smem_bytes = 4096, smem_offset = 1024} : tensor<32x32xf32, #L0>\n"
+    m = parse_module(_staged_dot(conv_, ""))
+    assert insert_barriers.run(m) == {"barriers": 1}
+    names = [op.name for op in m.kernel.walk()]
+    assert names[names.index("ttg.local_store") - 1] == "ttg.barrier"
+    m = parse_module(_staged_dot(conv_.replace("smem_offset = 1024", "smem_offset = 16384"), ""))
+    assert insert_barriers.run(m) == {"barriers": 0}  # elsewhere: nothing to wait for
+
+
+def test_reads_of_a_stage_by_a_dot_are_waited_for():
+    """After its last dot the stage's addresses may be reused: a write there waits for the dot's reads."""
+    from kernellab.compiler.parser import parse_module
+
+    after = "  %w = ttg.convert_layout %d {smem_bytes = 4096, smem_offset = 0} : tensor<32x32xf32, #L0>\n"
+    m = parse_module(_staged_dot("", after))
+    assert insert_barriers.run(m) == {"barriers": 1}
+    names = [op.name for op in m.kernel.walk()]
+    assert names[names.index("ttg.convert_layout") - 1] == "ttg.barrier"

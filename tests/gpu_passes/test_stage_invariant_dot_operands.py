@@ -1,6 +1,7 @@
-"""stage_invariant_dot_operands: a tile loaded once outside any loop and read only by tensor-core dots is copied
-into a one-stage shared-memory buffer where it was loaded (cp.async, commit, wait at once); tiles loaded in a
-loop, read by anything else, or that cp.async cannot copy stay in registers."""
+"""stage_invariant_dot_operands: a tile loaded once outside any loop and read only by tensor-core dots is stored
+into a one-stage shared-memory buffer where it was loaded (the load stays a vectorized global load, then
+st.shared, one barrier before the first dot, as Triton does outside pipelined loops); tiles loaded in a loop,
+read by anything else, or not 16-bit stay in registers."""
 from __future__ import annotations
 
 from kernellab.compiler.gpu.options import GpuOptions
@@ -37,13 +38,12 @@ tt.func @k(%a_ptrs: tensor<32x32x!ptr<f16>, #L0>, %b_ptrs: tensor<32x32x!ptr<f16
   %c1 = arith.constant {value = 1} : i32
   %step = arith.constant {value = 32} : tensor<32x32xi32, #L0>
   %zero = arith.constant {value = 0.0} : tensor<32x32xf32, #L1>
-  %a_tile = ttg.local_alloc {operand = "a", stages = 1} : !memdesc<1x32x32xf16, order=1,0, pad=8>
+  %q = tt.load %a_ptrs {vec = 8} : tensor<32x32xf16, #L0>
+  %a_tile = ttg.local_alloc {fill = "registers", operand = "a", stages = 1} : !memdesc<1x32x32xf16, order=1,0, pad=8>
   %0 = arith.constant {value = 0} : i32
   %1 = ttg.memdesc_index %a_tile, %0 : !memdesc<32x32xf16, order=1,0, pad=8>
-  %2 = arith.constant {value = true} : i1
-  ttg.async_copy %a_ptrs, %1, %2 {vec = 8}
-  ttg.async_commit
-  ttg.async_wait %a_tile {pending = 0}
+  ttg.local_store %q, %1
+  ttg.barrier {reason = "the dot operands stored above are in shared memory"}
   %acc, %pb = scf.for %c0, %n, %c1, %zero, %b_ptrs : tensor<32x32xf32, #L1>, tensor<32x32x!ptr<f16>, #L0> {
   ^bb(%i: i32, %acc0: tensor<32x32xf32, #L1>, %pb0: tensor<32x32x!ptr<f16>, #L0>):
     %b = tt.load %pb0 {vec = 8} : tensor<32x32xf16, #L0>
@@ -59,9 +59,35 @@ tt.func @k(%a_ptrs: tensor<32x32x!ptr<f16>, #L0>, %b_ptrs: tensor<32x32x!ptr<f16
 OPTIONS = GpuOptions(num_warps=4, num_stages=3)
 
 
-def test_a_tile_loaded_once_is_copied_where_it_was_loaded(check):
+def test_a_tile_loaded_once_is_stored_where_it_was_loaded(check):
     _, stats = check(stage_invariant_dot_operands, INVARIANT_A, STAGED_A, OPTIONS)
     assert stats == {"staged_once": 1}
+
+
+# test_dot's kernel: one dot of two tiles loaded once, no loop
+ONE_DOT = """
+#L0 = #blocked<[1, 8], [8, 4], [4, 1], [1, 0]>
+#L1 = #mma<[2, 2]>
+tt.func @k(%a_ptrs: tensor<32x32x!ptr<f16>, #L0>, %b_ptrs: tensor<32x32x!ptr<f16>, #L0>, %c_ptrs: tensor<32x32x!ptr<f32>, #L1>) {
+  %zero = arith.constant {value = 0.0} : tensor<32x32xf32, #L1>
+  %a = tt.load %a_ptrs {vec = 8} : tensor<32x32xf16, #L0>
+  %b = tt.load %b_ptrs {vec = 8} : tensor<32x32xf16, #L0>
+  %d = tt.dot %a, %b, %zero {input_precision = "ieee", mma = [2, 2]} : tensor<32x32xf32, #L1>
+  tt.store %c_ptrs, %d
+  tt.return
+}
+"""
+
+
+def test_both_operands_of_a_dot_outside_loops_are_stored_with_one_barrier(run_pass):
+    m, stats = run_pass(stage_invariant_dot_operands, ONE_DOT, OPTIONS)
+    names = [op.name for op in m.kernel.walk()]
+    assert stats == {"staged_once": 2} and "ttg.async_copy" not in names
+    assert names.count("tt.load") == 2 and names.count("ttg.local_store") == 2 and names.count("ttg.barrier") == 1
+    assert names.index("ttg.barrier") == names.index("tt.dot") - 1
+    assert names.index("ttg.local_store") < names.index("tt.load", names.index("tt.load") + 1)  # A stored at once
+    dot = next(op for op in m.kernel.walk() if op.name == "tt.dot")
+    assert all(v.type.is_memdesc() for v in dot.operands[:2])
 
 
 def test_tiles_loaded_in_the_loop_are_left_to_the_pipeline(run_pass):
@@ -78,15 +104,24 @@ def test_a_tile_read_by_more_than_dots_stays_in_registers(run_pass):
     assert stats["staged_once"] == 0 and [op.name for op in m.kernel.walk()].count("tt.load") == 2
 
 
-def test_narrow_accesses_stay_in_registers(run_pass):
+def test_narrow_accesses_are_stored_too(run_pass):
+    """No cp.async: any access width and any `other` go through registers."""
     _, stats = run_pass(stage_invariant_dot_operands, INVARIANT_A.replace("%a_ptrs {vec = 8}", "%a_ptrs {vec = 1}"),
                         OPTIONS)
-    assert stats["staged_once"] == 0
+    assert stats["staged_once"] == 1
 
 
-def test_sm75_has_no_cp_async(run_pass):
+def test_tiles_smaller_than_one_mma_block_stay_in_registers(run_pass):
+    """A dot of fewer than 16 rows wraps its rows onto the instruction's: the dot stages such tiles itself."""
+    text = ONE_DOT.replace("32x32xf32", "8x32xf32").replace("%a_ptrs: tensor<32x32", "%a_ptrs: tensor<8x32").replace(
+        "%c_ptrs: tensor<32x32", "%c_ptrs: tensor<8x32").replace("%a_ptrs {vec = 8} : tensor<32x32", "%a_ptrs {vec = 8} : tensor<8x32")
+    _, stats = run_pass(stage_invariant_dot_operands, text, OPTIONS)
+    assert stats == {"staged_once": 0}
+
+
+def test_sm75_is_left_alone(run_pass):
     _, stats = run_pass(stage_invariant_dot_operands, INVARIANT_A, GpuOptions(num_warps=4, num_stages=3, arch=75))
-    assert stats == {"staged_once": 0, "skipped": ["sm_75 has no cp.async"]}
+    assert stats["staged_once"] == 0 and stats["skipped"]
 
 
 def test_the_staged_tile_stays_live_across_the_pipelined_loop(run_passes):
@@ -94,10 +129,10 @@ def test_the_staged_tile_stays_live_across_the_pipelined_loop(run_passes):
     assert staged["staged_once"] == 1 and piped["pipelined"] == 1 and piped["buffers"] == 1
     ops = list(m.kernel.walk())
     names = [op.name for op in ops]
-    assert "tt.load" not in names
+    assert names.count("tt.load") == 1 and names.index("tt.load") < names.index("scf.for")  # q, before the loop
     first = ops[names.index("ttg.local_alloc")]
     assert first.result.type.shape == (1, 32, 32) and first.attrs["stages"] == 1
     allocate_shared.run(m, GpuOptions(num_warps=4))
     loop_end = max(k for k, op in enumerate(m.kernel.walk()) if op.block is not m.kernel.body)
     tile = m.shared_plan[0]
-    assert tile["stages"] == 1 and tile["live"][1] >= loop_end  # read again by every iteration
+    assert tile["stages"] == 1 and tile["live"][1] >= loop_end and tile["filled_by"] == "st.shared"

@@ -26,69 +26,68 @@ tt.func @k(%q_ptrs: tensor<128x64x!ptr<f16>, #L0>, %k_ptrs: tensor<64x64x!ptr<f1
   %c1 = arith.constant {value = 1} : i32
   %step = arith.constant {value = 64} : tensor<64x64xi32, #L0>
   %zero = arith.constant {value = 0.0} : tensor<128x64xf32, #L1>
-  %a_tile = ttg.local_alloc {operand = "a", stages = 1} : !memdesc<1x128x64xf16, order=1,0, pad=0, swizzle=128>
+  %q = tt.load %q_ptrs {vec = 8} : tensor<128x64xf16, #L0>
+  %a_tile = ttg.local_alloc {fill = "registers", operand = "a", stages = 1} : !memdesc<1x128x64xf16, order=1,0, pad=0, swizzle=128>
   %0 = arith.constant {value = 0} : i32
   %1 = ttg.memdesc_index %a_tile, %0 : !memdesc<128x64xf16, order=1,0, pad=0, swizzle=128>
-  %2 = arith.constant {value = true} : i1
-  ttg.async_copy %q_ptrs, %1, %2 {vec = 8}
-  ttg.async_commit
-  ttg.async_wait %a_tile {pending = 0}
+  ttg.local_store %q, %1
+  ttg.barrier {reason = "the dot operands stored above are in shared memory"}
   %b_stages = ttg.local_alloc {operand = "b", stages = 3} : !memdesc<3x64x64xf16, order=1,0, pad=0, swizzle=128>
   %b_stages_1 = ttg.local_alloc {operand = "b", stages = 3} : !memdesc<3x64x64xf16, order=1,0, pad=0, swizzle=128>
-  %3 = arith.constant {value = 0} : i32
-  %4 = arith.cmpi %c0, %n {predicate = "slt"} : i1
-  %5 = ttg.memdesc_index %b_stages, %3 : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
-  ttg.async_copy %k_ptrs, %5, %4 {vec = 8}
-  %6 = ttg.memdesc_index %b_stages_1, %3 : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
-  ttg.async_copy %v_ptrs, %6, %4 {vec = 8}
+  %2 = arith.constant {value = 0} : i32
+  %3 = arith.cmpi %c0, %n {predicate = "slt"} : i1
+  %4 = ttg.memdesc_index %b_stages, %2 : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
+  ttg.async_copy %k_ptrs, %4, %3 {vec = 8}
+  %5 = ttg.memdesc_index %b_stages_1, %2 : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
+  ttg.async_copy %v_ptrs, %5, %3 {vec = 8}
   ttg.async_commit
   %pk1 = tt.addptr %k_ptrs, %step : tensor<64x64x!ptr<f16>, #L0>
   %pv1 = tt.addptr %v_ptrs, %step : tensor<64x64x!ptr<f16>, #L0>
-  %7 = arith.constant {value = 1} : i32
-  %8 = arith.addi %c0, %7 : i32
-  %9 = arith.constant {value = 1} : i32
-  %10 = arith.cmpi %8, %n {predicate = "slt"} : i1
-  %11 = ttg.memdesc_index %b_stages, %9 : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
-  ttg.async_copy %pk1, %11, %10 {vec = 8}
-  %12 = ttg.memdesc_index %b_stages_1, %9 : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
-  ttg.async_copy %pv1, %12, %10 {vec = 8}
+  %6 = arith.constant {value = 1} : i32
+  %7 = arith.addi %c0, %6 : i32
+  %8 = arith.constant {value = 1} : i32
+  %9 = arith.cmpi %7, %n {predicate = "slt"} : i1
+  %10 = ttg.memdesc_index %b_stages, %8 : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
+  ttg.async_copy %pk1, %10, %9 {vec = 8}
+  %11 = ttg.memdesc_index %b_stages_1, %8 : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
+  ttg.async_copy %pv1, %11, %9 {vec = 8}
   ttg.async_commit
   %pk1_1 = tt.addptr %pk1, %step : tensor<64x64x!ptr<f16>, #L0>
   %pv1_1 = tt.addptr %pv1, %step : tensor<64x64x!ptr<f16>, #L0>
-  %13 = arith.constant {value = 0} : i32
-  %14 = arith.constant {value = 2} : i32
-  %acc, %15, %16, %17, %18 = scf.for %c0, %n, %c1, %zero, %pk1_1, %pv1_1, %13, %14 {pipelined_stages = 3} : tensor<128x64xf32, #L1>, tensor<64x64x!ptr<f16>, #L0>, tensor<64x64x!ptr<f16>, #L0>, i32, i32 {
+  %12 = arith.constant {value = 0} : i32
+  %13 = arith.constant {value = 2} : i32
+  %acc, %14, %15, %16, %17 = scf.for %c0, %n, %c1, %zero, %pk1_1, %pv1_1, %12, %13 {pipelined_stages = 3} : tensor<128x64xf32, #L1>, tensor<64x64x!ptr<f16>, #L0>, tensor<64x64x!ptr<f16>, #L0>, i32, i32 {
   ^bb(%i: i32, %acc0: tensor<128x64xf32, #L1>, %pk0_ahead: tensor<64x64x!ptr<f16>, #L0>, %pv0_ahead: tensor<64x64x!ptr<f16>, #L0>, %read_stage: i32, %write_stage: i32):
     ttg.async_wait %b_stages, %b_stages_1 {pending = 1}
-    %19 = ttg.memdesc_index %b_stages, %read_stage : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
-    %s = tt.dot %1, %19, %zero {input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [8, 1]} : tensor<128x64xf32, #L1>
+    %18 = ttg.memdesc_index %b_stages, %read_stage : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
+    %s = tt.dot %1, %18, %zero {input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [8, 1]} : tensor<128x64xf32, #L1>
     %acc0_1 = ttg.dot_wait %acc0 {pending = 0} : tensor<128x64xf32, #L1>
     ttg.barrier {reason = "every warpgroup's previous wgmmas have read the stage refilled next"}
-    %20 = arith.constant {value = 2} : i32
-    %21 = arith.addi %i, %20 : i32
-    %22 = arith.cmpi %21, %n {predicate = "slt"} : i1
-    %23 = ttg.memdesc_index %b_stages, %write_stage : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
-    ttg.async_copy %pk0_ahead, %23, %22 {vec = 8}
-    %24 = ttg.memdesc_index %b_stages_1, %write_stage : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
-    ttg.async_copy %pv0_ahead, %24, %22 {vec = 8}
+    %19 = arith.constant {value = 2} : i32
+    %20 = arith.addi %i, %19 : i32
+    %21 = arith.cmpi %20, %n {predicate = "slt"} : i1
+    %22 = ttg.memdesc_index %b_stages, %write_stage : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
+    ttg.async_copy %pk0_ahead, %22, %21 {vec = 8}
+    %23 = ttg.memdesc_index %b_stages_1, %write_stage : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
+    ttg.async_copy %pv0_ahead, %23, %21 {vec = 8}
     ttg.async_commit
     %pk1_2 = tt.addptr %pk0_ahead, %step : tensor<64x64x!ptr<f16>, #L0>
     %pv1_2 = tt.addptr %pv0_ahead, %step : tensor<64x64x!ptr<f16>, #L0>
     %p = arith.truncf %s : tensor<128x64xf16, #L1>
     %acc1 = arith.mulf %acc0_1, %s : tensor<128x64xf32, #L1>
-    %25 = ttg.memdesc_index %b_stages_1, %read_stage : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
-    %d = tt.dot %p, %25, %acc1 {input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [8, 1], wgmma_async = true} : tensor<128x64xf32, #L1>
-    %26 = arith.constant {value = 1} : i32
-    %27 = arith.constant {value = 2} : i32
-    %28 = arith.cmpi %read_stage, %27 {predicate = "eq"} : i1
-    %29 = arith.constant {value = 0} : i32
-    %30 = arith.addi %read_stage, %26 : i32
-    %31 = arith.select %28, %29, %30 : i32
-    %32 = arith.cmpi %write_stage, %27 {predicate = "eq"} : i1
-    %33 = arith.constant {value = 0} : i32
-    %34 = arith.addi %write_stage, %26 : i32
-    %35 = arith.select %32, %33, %34 : i32
-    scf.yield %d, %pk1_2, %pv1_2, %31, %35
+    %24 = ttg.memdesc_index %b_stages_1, %read_stage : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
+    %d = tt.dot %p, %24, %acc1 {input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [8, 1], wgmma_async = true} : tensor<128x64xf32, #L1>
+    %25 = arith.constant {value = 1} : i32
+    %26 = arith.constant {value = 2} : i32
+    %27 = arith.cmpi %read_stage, %26 {predicate = "eq"} : i1
+    %28 = arith.constant {value = 0} : i32
+    %29 = arith.addi %read_stage, %25 : i32
+    %30 = arith.select %27, %28, %29 : i32
+    %31 = arith.cmpi %write_stage, %26 {predicate = "eq"} : i1
+    %32 = arith.constant {value = 0} : i32
+    %33 = arith.addi %write_stage, %25 : i32
+    %34 = arith.select %31, %32, %33 : i32
+    scf.yield %d, %pk1_2, %pv1_2, %30, %34
   }
   %acc_1 = ttg.dot_wait %acc {pending = 0} : tensor<128x64xf32, #L1>
   ttg.async_wait %b_stages, %b_stages_1 {pending = 0}
@@ -106,91 +105,90 @@ tt.func @k(%q_ptrs: tensor<128x64x!ptr<f16>, #L0>, %k_ptrs: tensor<64x64x!ptr<f1
   %c1 = arith.constant {value = 1} : i32
   %step = arith.constant {value = 64} : tensor<64x64xi32, #L0>
   %zero = arith.constant {value = 0.0} : tensor<128x64xf32, #L1>
-  %a_tile = ttg.local_alloc {operand = "a", stages = 1} : !memdesc<1x128x64xf16, order=1,0, pad=0, swizzle=128>
+  %q = tt.load %q_ptrs {vec = 8} : tensor<128x64xf16, #L0>
+  %a_tile = ttg.local_alloc {fill = "registers", operand = "a", stages = 1} : !memdesc<1x128x64xf16, order=1,0, pad=0, swizzle=128>
   %0 = arith.constant {value = 0} : i32
   %1 = ttg.memdesc_index %a_tile, %0 : !memdesc<128x64xf16, order=1,0, pad=0, swizzle=128>
-  %2 = arith.constant {value = true} : i1
-  ttg.async_copy %q_ptrs, %1, %2 {vec = 8}
-  ttg.async_commit
-  ttg.async_wait %a_tile {pending = 0}
+  ttg.local_store %q, %1
+  ttg.barrier {reason = "the dot operands stored above are in shared memory"}
   %b_stages = ttg.local_alloc {operand = "b", stages = 3} : !memdesc<3x64x64xf16, order=1,0, pad=0, swizzle=128>
   %b_stages_1 = ttg.local_alloc {operand = "b", stages = 3} : !memdesc<3x64x64xf16, order=1,0, pad=0, swizzle=128>
   %full_bars = ttg.mbarrier_alloc {count = 256, purpose = "full", stages = 3} : !memdesc<3x1x1xi64, order=1,0, pad=0>
   %empty_bars = ttg.mbarrier_alloc {count = 8, purpose = "empty", stages = 3} : !memdesc<3x1x1xi64, order=1,0, pad=0>
-  %3 = arith.constant {value = 0} : i32
-  %4 = arith.cmpi %c0, %n {predicate = "slt"} : i1
-  %5 = ttg.memdesc_index %b_stages, %3 : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
-  ttg.async_copy %k_ptrs, %5, %4 {vec = 8}
-  %6 = ttg.memdesc_index %b_stages_1, %3 : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
-  ttg.async_copy %v_ptrs, %6, %4 {vec = 8}
+  %2 = arith.constant {value = 0} : i32
+  %3 = arith.cmpi %c0, %n {predicate = "slt"} : i1
+  %4 = ttg.memdesc_index %b_stages, %2 : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
+  ttg.async_copy %k_ptrs, %4, %3 {vec = 8}
+  %5 = ttg.memdesc_index %b_stages_1, %2 : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
+  ttg.async_copy %v_ptrs, %5, %3 {vec = 8}
   ttg.async_commit
-  %7 = ttg.memdesc_index %full_bars, %3 : !memdesc<1x1xi64, order=1,0, pad=0>
-  ttg.async_arrive %7
+  %6 = ttg.memdesc_index %full_bars, %2 : !memdesc<1x1xi64, order=1,0, pad=0>
+  ttg.async_arrive %6
   %pk1 = tt.addptr %k_ptrs, %step : tensor<64x64x!ptr<f16>, #L0>
   %pv1 = tt.addptr %v_ptrs, %step : tensor<64x64x!ptr<f16>, #L0>
-  %8 = arith.constant {value = 1} : i32
-  %9 = arith.addi %c0, %8 : i32
-  %10 = arith.constant {value = 1} : i32
-  %11 = arith.cmpi %9, %n {predicate = "slt"} : i1
-  %12 = ttg.memdesc_index %b_stages, %10 : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
-  ttg.async_copy %pk1, %12, %11 {vec = 8}
-  %13 = ttg.memdesc_index %b_stages_1, %10 : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
-  ttg.async_copy %pv1, %13, %11 {vec = 8}
+  %7 = arith.constant {value = 1} : i32
+  %8 = arith.addi %c0, %7 : i32
+  %9 = arith.constant {value = 1} : i32
+  %10 = arith.cmpi %8, %n {predicate = "slt"} : i1
+  %11 = ttg.memdesc_index %b_stages, %9 : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
+  ttg.async_copy %pk1, %11, %10 {vec = 8}
+  %12 = ttg.memdesc_index %b_stages_1, %9 : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
+  ttg.async_copy %pv1, %12, %10 {vec = 8}
   ttg.async_commit
-  %14 = ttg.memdesc_index %full_bars, %10 : !memdesc<1x1xi64, order=1,0, pad=0>
-  ttg.async_arrive %14
+  %13 = ttg.memdesc_index %full_bars, %9 : !memdesc<1x1xi64, order=1,0, pad=0>
+  ttg.async_arrive %13
   %pk1_1 = tt.addptr %pk1, %step : tensor<64x64x!ptr<f16>, #L0>
   %pv1_1 = tt.addptr %pv1, %step : tensor<64x64x!ptr<f16>, #L0>
-  %15 = arith.constant {value = 0} : i32
-  %16 = arith.constant {value = 2} : i32
-  %17 = arith.constant {value = 0} : i32
-  %18 = arith.constant {value = 1} : i32
+  %14 = arith.constant {value = 0} : i32
+  %15 = arith.constant {value = 2} : i32
+  %16 = arith.constant {value = 0} : i32
+  %17 = arith.constant {value = 1} : i32
   ttg.warpgroup_turn {kind = "start"}
-  %acc, %19, %20, %21, %22, %23, %24 = scf.for %c0, %n, %c1, %zero, %pk1_1, %pv1_1, %15, %16, %17, %18 {pipelined_stages = 3} : tensor<128x64xf32, #L1>, tensor<64x64x!ptr<f16>, #L0>, tensor<64x64x!ptr<f16>, #L0>, i32, i32, i32, i32 {
+  %acc, %18, %19, %20, %21, %22, %23 = scf.for %c0, %n, %c1, %zero, %pk1_1, %pv1_1, %14, %15, %16, %17 {pipelined_stages = 3} : tensor<128x64xf32, #L1>, tensor<64x64x!ptr<f16>, #L0>, tensor<64x64x!ptr<f16>, #L0>, i32, i32, i32, i32 {
   ^bb(%i: i32, %acc0: tensor<128x64xf32, #L1>, %pk0_ahead: tensor<64x64x!ptr<f16>, #L0>, %pv0_ahead: tensor<64x64x!ptr<f16>, #L0>, %read_stage: i32, %write_stage: i32, %phase: i32, %empty_phase: i32):
-    %25 = ttg.memdesc_index %full_bars, %read_stage : !memdesc<1x1xi64, order=1,0, pad=0>
-    ttg.mbarrier_wait %25, %phase {fence_proxy = true}
-    %26 = ttg.memdesc_index %b_stages, %read_stage : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
-    %s = tt.dot %1, %26, %zero {input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [8, 1], wgmma_async = true} : tensor<128x64xf32, #L1>
+    %24 = ttg.memdesc_index %full_bars, %read_stage : !memdesc<1x1xi64, order=1,0, pad=0>
+    ttg.mbarrier_wait %24, %phase {fence_proxy = true}
+    %25 = ttg.memdesc_index %b_stages, %read_stage : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
+    %s = tt.dot %1, %25, %zero {input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [8, 1], wgmma_async = true} : tensor<128x64xf32, #L1>
     ttg.warpgroup_turn {kind = "pass"}
     %s_1 = ttg.dot_wait %s {pending = 0} : tensor<128x64xf32, #L1>
     %acc0_1 = ttg.dot_wait %acc0 {pending = 0} : tensor<128x64xf32, #L1>
-    %27 = ttg.memdesc_index %empty_bars, %write_stage : !memdesc<1x1xi64, order=1,0, pad=0>
-    %28 = arith.cmpi %i, %c0 {predicate = "ne"} : i1
-    ttg.mbarrier_arrive %27, %28
+    %26 = ttg.memdesc_index %empty_bars, %write_stage : !memdesc<1x1xi64, order=1,0, pad=0>
+    %27 = arith.cmpi %i, %c0 {predicate = "ne"} : i1
+    ttg.mbarrier_arrive %26, %27
     %p = arith.truncf %s_1 : tensor<128x64xf16, #L1>
     %acc1 = arith.mulf %acc0_1, %s_1 : tensor<128x64xf32, #L1>
-    ttg.mbarrier_wait %27, %empty_phase
-    %29 = arith.constant {value = 2} : i32
-    %30 = arith.addi %i, %29 : i32
-    %31 = arith.cmpi %30, %n {predicate = "slt"} : i1
-    %32 = ttg.memdesc_index %b_stages, %write_stage : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
-    ttg.async_copy %pk0_ahead, %32, %31 {vec = 8}
-    %33 = ttg.memdesc_index %b_stages_1, %write_stage : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
-    ttg.async_copy %pv0_ahead, %33, %31 {vec = 8}
+    ttg.mbarrier_wait %26, %empty_phase
+    %28 = arith.constant {value = 2} : i32
+    %29 = arith.addi %i, %28 : i32
+    %30 = arith.cmpi %29, %n {predicate = "slt"} : i1
+    %31 = ttg.memdesc_index %b_stages, %write_stage : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
+    ttg.async_copy %pk0_ahead, %31, %30 {vec = 8}
+    %32 = ttg.memdesc_index %b_stages_1, %write_stage : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
+    ttg.async_copy %pv0_ahead, %32, %30 {vec = 8}
     ttg.async_commit
-    %34 = ttg.memdesc_index %full_bars, %write_stage : !memdesc<1x1xi64, order=1,0, pad=0>
-    ttg.async_arrive %34
+    %33 = ttg.memdesc_index %full_bars, %write_stage : !memdesc<1x1xi64, order=1,0, pad=0>
+    ttg.async_arrive %33
     ttg.warpgroup_turn {kind = "wait"}
     %pk1_2 = tt.addptr %pk0_ahead, %step : tensor<64x64x!ptr<f16>, #L0>
     %pv1_2 = tt.addptr %pv0_ahead, %step : tensor<64x64x!ptr<f16>, #L0>
-    %35 = ttg.memdesc_index %b_stages_1, %read_stage : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
-    %d = tt.dot %p, %35, %acc1 {input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [8, 1], wgmma_async = true} : tensor<128x64xf32, #L1>
-    %36 = arith.constant {value = 1} : i32
-    %37 = arith.constant {value = 2} : i32
-    %38 = arith.cmpi %read_stage, %37 {predicate = "eq"} : i1
-    %39 = arith.constant {value = 0} : i32
-    %40 = arith.addi %read_stage, %36 : i32
-    %41 = arith.select %38, %39, %40 : i32
-    %42 = arith.xori %phase, %36 : i32
-    %43 = arith.select %38, %42, %phase : i32
-    %44 = arith.cmpi %write_stage, %37 {predicate = "eq"} : i1
-    %45 = arith.constant {value = 0} : i32
-    %46 = arith.addi %write_stage, %36 : i32
-    %47 = arith.select %44, %45, %46 : i32
-    %48 = arith.xori %empty_phase, %36 : i32
-    %49 = arith.select %44, %48, %empty_phase : i32
-    scf.yield %d, %pk1_2, %pv1_2, %41, %47, %43, %49
+    %34 = ttg.memdesc_index %b_stages_1, %read_stage : !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>
+    %d = tt.dot %p, %34, %acc1 {input_precision = "ieee", instr = "wgmma.m64n64k16.f16", mma = [8, 1], wgmma_async = true} : tensor<128x64xf32, #L1>
+    %35 = arith.constant {value = 1} : i32
+    %36 = arith.constant {value = 2} : i32
+    %37 = arith.cmpi %read_stage, %36 {predicate = "eq"} : i1
+    %38 = arith.constant {value = 0} : i32
+    %39 = arith.addi %read_stage, %35 : i32
+    %40 = arith.select %37, %38, %39 : i32
+    %41 = arith.xori %phase, %35 : i32
+    %42 = arith.select %37, %41, %phase : i32
+    %43 = arith.cmpi %write_stage, %36 {predicate = "eq"} : i1
+    %44 = arith.constant {value = 0} : i32
+    %45 = arith.addi %write_stage, %35 : i32
+    %46 = arith.select %43, %44, %45 : i32
+    %47 = arith.xori %empty_phase, %35 : i32
+    %48 = arith.select %43, %47, %empty_phase : i32
+    scf.yield %d, %pk1_2, %pv1_2, %40, %46, %42, %48
   }
   %acc_1 = ttg.dot_wait %acc {pending = 0} : tensor<128x64xf32, #L1>
   ttg.warpgroup_turn {kind = "finish"}

@@ -1,4 +1,5 @@
-"""Multi-stage shared-memory buffers and the cp.async copies that fill them (sm_80+).
+"""Multi-stage shared-memory buffers and the cp.async copies that fill them (sm_80+), or the st.shared stores of a
+register tile (`ttg.local_store`: a tile loaded once, outside any pipelined loop).
 
 A `!memdesc` value lowers to one i32: its absolute byte offset in the kernel's shared memory.
 `ttg.async_copy` issues one `cp.async` per run of `vec` contiguous elements a thread holds in the
@@ -12,7 +13,7 @@ import llvmlite.ir as ir
 
 from ..gpu.layouts import Blocked
 from ..gpu.smem_layout import linear_delta
-from .lowering_core import I8, I32, I64, VOID, KernelLowering, _cint, handles
+from .lowering_core import I8, I32, I64, SPTR, VOID, KernelLowering, _cint, handles
 
 # cp.async fills a stage through the generic proxy and wgmma reads it through the async proxy. NVIDIA's own
 # cp.async + GMMA mainloops (CUTLASS's MainloopSm90CpAsyncGmma*: cp.async.mbarrier.arrive, then the consumer's
@@ -141,6 +142,48 @@ def _async_copy(lw: KernelLowering, op):
         if valid is not None:
             args.append(b.zext(valid[g], I32))
         b.asm(fty, asm, cons, args, side_effect=True)
+
+
+@handles("ttg.local_store")
+def _local_store(lw: KernelLowering, op):
+    """A register tile into its stage, where the stage's encoding puts each element: one st.shared per run of
+    up to 16 bytes a thread holds along the stage's contiguous dimension (a 16-byte run stays whole under any
+    swizzle), addressed as one base plus immediates where `register_tile_addresses` finds constant distances.
+    A stage wgmma reads (swizzled, sm_90) is then handed to the async proxy (fence.proxy.async); the barrier
+    that orders the stores before the reads is a separate `ttg.barrier`, one for all the tiles a dot reads."""
+    b = lw.b
+    v, view_v = op.operands
+    t, view = v.type, view_v.type
+    esize = view.scalar.bits // 8
+    layout = t.layout
+    regs = lw.regs(v)
+    if view.scalar.ir != t.scalar.ir:
+        raise AssertionError(f"ttg.local_store: a {t.scalar} tile into a {view.scalar} stage")
+    offs = layout.registers(t.shape)
+    fast = view.order[0]
+    run = 1
+    if isinstance(layout, Blocked) and layout.order[0] == fast:
+        run = min(layout.spt[fast], 16 // esize, t.shape[fast])
+    groups, i = [], 0
+    while i < len(regs):
+        step = [0, 0]
+        step[fast] = 1
+        n = run if (i + run <= len(regs) and offs[i][fast] % run == 0 and
+                    all(offs[i + q] == tuple(o + q * s for o, s in zip(offs[i], step)) for q in range(run))) else 1
+        groups.append((i, n))
+        i += n
+    addresses = register_tile_addresses(lw, view, layout, t.shape, [g for g, _ in groups], lw.get(view_v))
+    for g, n in groups:
+        ptr = b.inttoptr(addresses[g], SPTR)
+        if n == 1:
+            val = regs[g]
+        else:
+            val = ir.Constant(ir.VectorType(regs[g].type, n), None)
+            for q in range(n):
+                val = b.insert_element(val, regs[g + q], _cint(q))
+        b.store(val, ptr, align=esize * n)  # (threads holding copies of an element all write the same value)
+    if lw.arch >= 90 and view.swizzle:
+        fence_proxy_async(lw)
 
 
 @handles("ttg.async_commit")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..gpu.scratch import a_from_registers, is_wgmma, mem_bytes, mma_instr, mma_staging
+from ..gpu.scratch import a_from_registers, is_wgmma, mem_bytes, mma_b_k_contiguous, mma_instr, mma_staging
 from .lower_async import store_tile
 from .lower_wgmma import a_fragment_from_accumulator, dot_wgmma, pack_halves, unpack_halves
 from .lowering_core import F32, I8, I32, KernelLowering, _cint, _log2, handles, llty, memty
@@ -71,7 +71,7 @@ def _operand_in_smem(lw: KernelLowering, op, index: int, base: int, instr):
     off = _cint(op.attrs.get("smem_offset", 0) + base)
     if index == 0:
         return off, cols + instr.pad, True
-    if instr.b_k_contiguous:
+    if mma_b_k_contiguous(instr, cols):
         return off, rows + instr.pad, True
     return off, cols + instr.pad, False
 
@@ -90,7 +90,7 @@ def _dot_mma(lw: KernelLowering, op):
     es = instr.esize
     tf32 = instr.k == 8
     wm, wn = op.attrs["mma"]
-    tm, tn = M // wm, N // wn
+    tm, tn = max(16, M // wm), max(8, N // wn)  # a warp's tile (warps past the edge of a small tile hold copies)
     a_regs = a_from_registers(op)
     b_base = 0 if a_v.type.is_memdesc() or a_regs else mma_staging(M, N, K, instr)[0]
     staged = False
@@ -98,7 +98,7 @@ def _dot_mma(lw: KernelLowering, op):
         _stage_tile(lw, op, a_v, (M, K), K + instr.pad, 0, es, tf32=tf32)
         staged = True
     if not b_v.type.is_memdesc():
-        if instr.b_k_contiguous:
+        if mma_b_k_contiguous(instr, N):
             _stage_tile(lw, op, b_v, (K, N), K + instr.pad, b_base, es, transpose=True, tf32=tf32)
         else:
             _stage_tile(lw, op, b_v, (K, N), N + instr.pad, b_base, es)
@@ -109,8 +109,9 @@ def _dot_mma(lw: KernelLowering, op):
     b_off, sb, b_kc = _operand_in_smem(lw, op, 1, b_base, instr)
     layout = res.type.layout
     info_m, info_n = layout.dims_info((M, N))
-    warp_m = b.and_(b.lshr(lw.warp, _cint(_log2(info_m.warp_div))), _cint(wm - 1))
-    warp_n = b.and_(b.lshr(lw.warp, _cint(_log2(info_n.warp_div))), _cint(wn - 1))
+    # which warp tile this warp computes: the warps past the tile's edge wrap onto it (the #mma layout's copies)
+    warp_m = b.and_(b.lshr(lw.warp, _cint(_log2(info_m.warp_div))), _cint(min(wm, M // tm) - 1))
+    warp_n = b.and_(b.lshr(lw.warp, _cint(_log2(info_n.warp_div))), _cint(min(wn, N // tn) - 1))
     lane = lw.lane
     mat = b.lshr(lane, _cint(3))          # which of the four 8x8 b16 matrices this lane addresses
     row8 = b.and_(lane, _cint(7))         # which row of it
@@ -125,6 +126,9 @@ def _dot_mma(lw: KernelLowering, op):
 
     def addr(off, stride, r, c):
         return b.add(off, b.mul(b.add(b.mul(r, _cint(stride)), c), _cint(es)))
+
+    def wrap(x, size, instr_size):  # a row (column) past a tile smaller than the instruction's: its copy
+        return b.and_(x, _cint(size - 1)) if size < instr_size else x
 
     acc = list(lw.regs(c_v))
     acc_t, con = (F32, "f") if instr.acc == "f32" else (I32, "r")
@@ -147,7 +151,7 @@ def _dot_mma(lw: KernelLowering, op):
                 continue
             m = b.add(a_m, _cint(i * 16 * wm))
             if a_kc:   # stored [M][K]: lane rows are m
-                p = addr(a_off, sa, b.add(m, row8), b.add(a_k, _cint(k0)))
+                p = addr(a_off, sa, wrap(b.add(m, row8), M, 16), b.add(a_k, _cint(k0)))
             else:      # stored [K][M] (16-bit): lane rows are k, transposed on load
                 p = addr(a_off, sa, b.add(b.add(b.mul(hi, _cint(8)), _cint(k0)), row8),
                          b.add(b.mul(warp_m, _cint(16)), b.add(b.mul(lo, _cint(8)), _cint(i * 16 * wm))))
@@ -156,7 +160,7 @@ def _dot_mma(lw: KernelLowering, op):
         for j in range(0, n_nt, 2):
             n = b.add(b_n, _cint(j * 8))
             if b_kc:   # stored [N][K]: lane rows are n
-                p = addr(b_off, sb, b.add(n, row8), b.add(b_k, _cint(k0)))
+                p = addr(b_off, sb, wrap(b.add(n, row8), N, 8), b.add(b_k, _cint(k0)))
             else:      # stored [K][N] (16-bit): lane rows are k, transposed on load
                 p = addr(b_off, sb, b.add(b.add(b.mul(lo, _cint(8)), _cint(k0)), row8), n)
             if j + 1 < n_nt:

@@ -24,6 +24,13 @@ from .lowering_core import (
 )
 
 
+def _words64(lw, vals):
+    """8-byte elements (f64, i64, pointers) as i64 words: stored as `st.global.v2.b64`, as Triton stores them."""
+    b = lw.b
+    return [v if v.type == I64 else b.ptrtoint(v, I64) if isinstance(v.type, ir.PointerType) else b.bitcast(v, I64)
+            for v in vals]
+
+
 def _word_plan(nbytes):
     """How to move `nbytes` (1..16) in one instruction: (llvm word type, constraint, ptx type, count)."""
     if nbytes >= 4:
@@ -176,14 +183,17 @@ def emit_store(lw: KernelLowering, ptr, vals, mask, elem, cache="", evict=""):
                 v = b.zext(v, I8)
             b.store(v, ptr, align=size)
             return
-        words = _pack(lw, vals, elem)
+        words = _pack(lw, vals, elem) if size < 8 else _words64(lw, vals)
         wvec = ir.Constant(ir.VectorType(words[0].type, len(words)), None)
         for i, w in enumerate(words):
             wvec = b.insert_element(wvec, w, _cint(i))
         b.store(wvec, ptr, align=size * n)
         return
-    words = _pack(lw, vals, elem)
-    wty, con, ptx, nwords = _word_plan(size * n)
+    if size < 8:
+        words = _pack(lw, vals, elem)
+        wty, con, ptx, nwords = _word_plan(size * n)
+    else:
+        words, con, ptx, nwords = _words64(lw, vals), "l", "b64", n
     src = ", ".join(f"${i}" for i in range(nwords))
     src = src if nwords == 1 else "{ " + src + " }"
     if mask is None:

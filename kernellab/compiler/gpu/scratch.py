@@ -234,9 +234,15 @@ def mma_instr(op) -> MmaInstr:
     return next(i for i in MMA_INSTRS.values() if i.name == name)
 
 
+def mma_b_k_contiguous(instr: MmaInstr, n: int) -> bool:
+    """Whether B is staged [N][K]: for the 8- and 32-bit types, and for a B narrower than 8 columns (ldmatrix .trans
+    would read 8 columns of each k row; from [N][K] each lane addresses one column, wrapped onto the tile)."""
+    return instr.b_k_contiguous or n < 8
+
+
 def mma_staging(m: int, n: int, k: int, instr: MmaInstr = MMA_INSTRS["f16"]) -> tuple[int, int]:
     """Bytes of the staged A ([M][K + pad]) and B ([K][N + pad], or [N][K + pad]) tiles."""
-    b_elems = n * (k + instr.pad) if instr.b_k_contiguous else k * (n + instr.pad)
+    b_elems = n * (k + instr.pad) if mma_b_k_contiguous(instr, n) else k * (n + instr.pad)
     return _align16(m * (k + instr.pad) * instr.esize), _align16(b_elems * instr.esize)
 
 

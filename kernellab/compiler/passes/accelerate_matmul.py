@@ -1,13 +1,14 @@
 """Choose tensor cores for `tt.dot` where an instruction can take it.
 
-A dot whose shape is a multiple of an mma.sync instruction (sm_80+) — m16n8k16 for fp16/bf16 (fp32 or, for
+A dot whose K is a multiple of an mma.sync instruction's (sm_80+) — m16n8k16 for fp16/bf16 (fp32 or, for
 fp16, fp16 accumulation), m16n8k8 for fp32 with input_precision="tf32", m16n8k32 for int8 with int32
 accumulation — gets `mma = [warps along M, warps along N]` and `instr`: layout assignment then gives its
-result the #mma accumulator layout and codegen issues that mma.sync. On sm_90a a dot whose tile fits whole
-warpgroups gets wgmma instead, in the form Triton picks for its types: f16/bf16 (k16, fp32 or fp16
-accumulator), tf32 (k8), e4m3/e5m2 (k32, fp32 or fp16 accumulator) and s8 (k32). fp8 dots reach here only
-where wgmma takes them (`upcast_fp8_dot` widens the others to fp16). Every other dot keeps the CUDA-core
-path and records why (`mma_fallback`), so the trace says why a faster one was not used.
+result the #mma accumulator layout and codegen issues that mma.sync. A tile with fewer 16x8 blocks than warps,
+or smaller than one block, wraps onto it: the extra warps, rows and columns hold copies, as in Triton's layouts.
+On sm_90a a dot whose tile fits whole warpgroups gets wgmma instead, in the form Triton picks for its types:
+f16/bf16 (k16, fp32 or fp16 accumulator), tf32 (k8), e4m3/e5m2 (k32, fp32 or fp16 accumulator) and s8 (k32). fp8
+dots reach here only where wgmma takes them (`upcast_fp8_dot` widens the others to fp16). Every other dot keeps
+the CUDA-core path and records why (`mma_fallback`), so the trace says why a faster one was not used.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def plan(op, num_warps: int, arch: int):
         return None, None, f"{ea} operands: mma.sync takes fp16, bf16, fp32 (as tf32) or int8"
     if acc.scalar.ir != want_acc:
         return None, None, f"{acc.scalar.ir} accumulator: {instr.name} accumulates in {want_acc}"
-    if m % 16 or n % 8 or k % instr.k:
+    if k % instr.k or (m % 16 and 16 % m) or (n % 8 and 8 % n):
         return None, None, f"{m}x{n}x{k} is not a multiple of the 16x8x{instr.k} instruction"
     splits = []
     wm = num_warps
@@ -52,9 +53,17 @@ def plan(op, num_warps: int, arch: int):
         if m % (16 * wm) == 0 and n % (8 * wn) == 0:
             splits.append([wm, wn])
         wm //= 2
+    chained = _dot_chain(op, forward=True) or _dot_chain(op, forward=False)
     if not splits:
-        return None, None, f"{m}x{n} cannot be split over {num_warps} warps in 16x8 tiles"
-    if _dot_chain(op, forward=True) or _dot_chain(op, forward=False):
+        # fewer 16x8 tiles than warps (16x16 over 4 warps), or a tile smaller than one (2x4): the warps, rows and
+        # columns past the tile's edge wrap onto it, holding copies and computing them again, as Triton's mma
+        # layouts do
+        pairs = [[1 << i, num_warps >> i] for i in range(num_warps.bit_length() - 1, -1, -1)]
+        if chained:
+            return pairs[0], instr, None
+        tiles_m, tiles_n = max(1, m // 16), max(1, n // 8)
+        return max(pairs, key=lambda s: (min(s[0], tiles_m) * min(s[1], tiles_n), -abs(s[0] - s[1]))), instr, None
+    if chained:
         return splits[0], instr, None  # warps along M only: row reductions and the next dot stay in a warp
     # otherwise the squarest warp tile: each warp reads m/wm rows of A and n/wn columns of B per k-step
     return min(splits, key=lambda s: (m // s[0] + n // s[1], -s[0])), instr, None

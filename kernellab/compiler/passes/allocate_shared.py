@@ -59,7 +59,7 @@ def _stage_buffer(op, index: int, index_of, end_of) -> dict:
                 "reason": f"{stages} mbarriers, one per pipeline stage: " + _MBARRIER_PURPOSE[op.attrs.get("purpose")],
                 "_op": op}
     layout = "row-major" if t.order[0] == len(t.shape) - 2 else "column-major"
-    fill = "TMA" if op.attrs.get("fill") == "tma" else "cp.async"
+    fill = {"tma": "TMA", "registers": "st.shared"}.get(op.attrs.get("fill"), "cp.async")
     return {"op": op.name, "line": op.loc.line if op.loc else None, "size": size,
             "live": live, "stages": stages, "stage_bytes": t.tile_bytes,
             "swizzle": (f"{t.swizzle}-byte (16-byte chunks XOR row mod 8)" if t.swizzle

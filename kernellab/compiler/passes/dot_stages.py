@@ -118,8 +118,11 @@ def copyable(ld: Op, bpc: BlockPtrCopies) -> str | None:
 
 def buffer_type(dot: Op, t, stages: int):
     """The shared-memory encoding the dot reads this tile in: swizzled for wgmma, padded rows for ldmatrix
-    (None when wgmma cannot read it)."""
+    (None when wgmma cannot read it, or the dot is smaller than one 16x8 mma tile)."""
     shape = (stages,) + tuple(t.shape)
+    m, n = dot.operands[0].type.shape[0], dot.operands[1].type.shape[1]
+    if m < 16 or n < 8:
+        return None  # smaller than one mma.sync tile: the dot stages it itself, rows wrapped onto the tile
     if is_wgmma(dot):
         return swizzled(shape, t.scalar, tuple(t.layout.order))
     return MemDescType(shape, t.scalar, tuple(t.layout.order), MMA_PAD)

@@ -1,21 +1,24 @@
-"""Copy a tile that is loaded once and only read by tensor-core dots (attention's queries) into shared memory,
-right where it is loaded: a one-stage buffer filled by cp.async and waited for at once.
+"""Store a tile that is loaded once and only read by tensor-core dots into shared memory, right where it is loaded:
+the load stays a (vectorized) global load into registers, a `ttg.local_store` writes it into a one-stage buffer,
+and one `ttg.barrier` before the first dot that reads it orders the stores before the reads.
 
-Left in registers, such a tile would occupy them for the whole kernel and be staged into shared memory again by
-every dot that reads it (every iteration of attention's key loop). A tile qualifies when it is loaded outside
-any loop, every user is an mma dot reading it as the same operand, and cp.async can copy it (the conditions of
-`dot_stages.copyable`). Runs before `pipeline_dot_operands`, which then finds those operands in shared memory
-already and pipelines only the others.
+This is what Triton does for the operands of a dot outside a pipelined loop (ld.global, st.shared, then ldmatrix or
+wgmma from shared memory), and what its test_dot checks in the PTX (`ld.global.v4`). cp.async stays the pipeliner's:
+with nothing to overlap, copying through registers costs the same and keeps the loads' own form. Storing at the
+load frees the registers at once: left to the dot, both operand tiles would stay live up to it, and a tile read by
+a loop's dots (attention's queries) would be staged again by every iteration. A tile qualifies when it is loaded
+outside any loop, every user is an mma dot reading it as the same operand, and its elements are 16-bit (the
+encodings `dot_stages.buffer_type` makes for ldmatrix and wgmma). Runs before `pipeline_dot_operands`, which then
+finds those operands in shared memory already and pipelines only the others.
 """
 from __future__ import annotations
 
 from ..ir import Module, Op
-from ..types import int1
-from . import dce
-from .dot_stages import BlockPtrCopies, Builder, buffer_type, copy_tile, copyable
+from .dot_stages import Builder, buffer_type
 
 NAME = "stage_invariant_dot_operands"
-DESCRIPTION = "copy tiles loaded once and read only by tensor-core dots into shared memory once (cp.async)"
+DESCRIPTION = "store tiles loaded once and read only by tensor-core dots into shared memory once (st.shared)"
+REASON = "the dot operands stored above are in shared memory"
 
 
 def _in_a_loop(op: Op) -> bool:
@@ -27,41 +30,51 @@ def _in_a_loop(op: Op) -> bool:
     return False
 
 
+def _first_in(block, ops):
+    """The first of `ops` in `block`'s op order, climbing out of nested regions (None when none is inside)."""
+    pos = {}
+    for op in ops:
+        o = op
+        while o is not None and o.block is not block:
+            o = o.block.parent if o.block is not None else None
+        if o is not None:
+            pos[id(o)] = o
+    return next((o for o in block.ops if id(o) in pos), None)
+
+
 def run(module: Module, options=None) -> dict:
     stats = {"staged_once": 0}
     arch = getattr(options, "arch", 90)
     if arch < 80:
-        stats["skipped"] = [f"sm_{arch} has no cp.async"]
+        stats["skipped"] = [f"sm_{arch}: no mma.sync m16n8k16 to read the tiles"]
         return stats
-    bpc = BlockPtrCopies(module, options)
     for ld in list(module.kernel.walk()):
         if ld.name != "tt.load" or ld.block is None or not ld.result.uses:
             continue
-        uses = ld.result.uses
+        uses = list(ld.result.uses)
         if not all(u.name == "tt.dot" and "mma" in u.attrs for u in uses):
             continue
         slots = {i for u in uses for i, v in enumerate(u.operands[:2]) if v is ld.result}
         if len(slots) != 1 or any(u.operands[0] is u.operands[1] for u in uses):
             continue
-        if _in_a_loop(ld) or copyable(ld, bpc) is not None:
+        t = ld.result.type
+        if _in_a_loop(ld) or t.scalar.ir not in ("f16", "bf16"):
             continue  # loads that run every iteration are the pipeliner's; the others stay in registers
         index = slots.pop()
-        t = ld.result.type
         buf_t = buffer_type(uses[0], t, 1)
         if buf_t is None or any(buffer_type(u, t, 1) != buf_t for u in uses):
             continue
-        bld = Builder(ld, ld.loc)
-        buf = bld.op("ttg.local_alloc", [], [buf_t], {"stages": 1, "operand": "ab"[index]},
+        after = ld.block.ops[ld.block.ops.index(ld) + 1]
+        bld = Builder(after, ld.loc)
+        buf = bld.op("ttg.local_alloc", [], [buf_t], {"stages": 1, "operand": "ab"[index], "fill": "registers"},
                      [f"{'ab'[index]}_tile"]).result
         view = bld.op("ttg.memdesc_index", [buf, bld.const(0)], [buf.type.tile()]).result
-        true = bld.op("arith.constant", [], [int1], {"value": True}).result
-        copy_tile(bld, ld, ld.operands[0], view, true, bpc, ld.operands[1] if len(ld.operands) > 1 else None)
-        bld.op("ttg.async_commit", [], [])
-        bld.op("ttg.async_wait", [buf], [], {"pending": 0})
-        for u in list(uses):
+        bld.op("ttg.local_store", [ld.result, view], [])
+        first = _first_in(ld.block, uses)
+        prev = ld.block.ops[ld.block.ops.index(first) - 1]
+        if not (prev.name == "ttg.barrier" and prev.attrs.get("reason") == REASON):
+            Builder(first, ld.loc).op("ttg.barrier", [], [], {"reason": REASON})
+        for u in uses:
             u.set_operand(index, view)
-        ld.erase()
         stats["staged_once"] += 1
-    if stats["staged_once"]:
-        dce.run(module)  # what only the register tile needed (its `other`) is dead now
     return stats
