@@ -139,7 +139,7 @@ def test_attention_bwd_assembles_with_tensor_cores(D, causal, tmp_path, monkeypa
         # qT and do (dK/dV) or kT (dQ) are read by two dots, one through a transposed view of the same stage
         views = re.findall(r"ttg\.memdesc_index (%b_stages\w*), %read_stage\w* : !memdesc<(\d+)x(\d+)xf16, order=(.),", gpu)
         assert len(views) == dots * loops, views  # two buffers per loop: 4 (dK/dV) or 3 (dQ) readers
-        allocs = re.findall(r"ttg\.local_alloc \{operand = \"(\w)\", .*stages = (\d+)\}", gpu)
+        allocs = re.findall(r"ttg\.local_alloc \{.*?operand = \"(\w)\", .*stages = (\d+)\}", gpu)
         assert sorted(allocs) == sorted([("a", "1")] * 2 + [("b", str(ns))] * (2 * loops)), allocs
         bodies = loop_bodies(ptx)
         assert len(bodies) == loops
