@@ -6,6 +6,13 @@ that writes an overlapping address range (write-after-read) needs a barrier firs
 elsewhere does not. Walking the structured IR we track the address ranges with pending reads;
 loops are walked until that set is stable, so the first op of a body is checked against the last
 op of the previous iteration.
+
+A multi-stage buffer (`ttg.local_alloc`, `ttg.mbarrier_alloc`) is written from its allocation on
+(cp.async or TMA copies, mbarrier init), without a bar.sync of its own, and the allocator may give it
+the address of a scratch buffer that an op just before it still reads (a row vector converted once,
+hoisted above a pipelined loop): a barrier goes before the allocation then. The pipeline orders the
+buffer's own writes and reads (waits, the barrier before a refill), but the reads of its tiles by dots
+stay pending for whatever reuses its address after its last reader.
 """
 from __future__ import annotations
 
@@ -21,11 +28,34 @@ class _State:
         self.inserted = 0
 
 
+_ALLOCS = ("ttg.local_alloc", "ttg.mbarrier_alloc")
+_WRITES = ("ttg.async_copy", "ttg.tma_copy")  # fill a stage; ordered against its readers by the pipeline
+
+
 def _range(op: Op):
-    if op.name in ("ttg.local_alloc", "ttg.mbarrier_alloc"):  # pipelined buffers order themselves (waits)
+    if op.name in _ALLOCS:  # pipelined buffers: see _alloc_range and _stage_reads
         return None
     n = op.attrs.get("smem_bytes", 0)
     return (op.attrs.get("smem_offset", 0), n) if n else None
+
+
+def _alloc_range(op: Op):
+    n = op.attrs.get("smem_bytes", 0)
+    return (op.attrs.get("smem_offset", 0), n) if op.name in _ALLOCS and n else None
+
+
+def _stage_reads(op: Op) -> frozenset:
+    """The buffers a dot (or any other reader) reads through stage views: they stay pending after it."""
+    if op.name in _ALLOCS or op.name in _WRITES or op.name == "ttg.memdesc_index":
+        return frozenset()
+    out = set()
+    for v in op.operands:
+        d = v.defining_op
+        while d is not None and d.name == "ttg.memdesc_index":
+            d = d.operands[0].defining_op
+        if d is not None and d.name == "ttg.local_alloc" and (r := _alloc_range(d)) is not None:
+            out.add(r)
+    return frozenset(out)
 
 
 def _overlaps(r, pending) -> bool:
@@ -35,14 +65,23 @@ def _overlaps(r, pending) -> bool:
 def _walk(block: Block, pending: frozenset, st: _State, dry: bool) -> frozenset:
     for op in list(block.ops):
         r = _range(op)
+        a = _alloc_range(op)
         if op.name in ("ttg.barrier", "tt.debug_barrier", "ttg.async_wait"):
             pending = frozenset()
+        elif a is not None:
+            if _overlaps(a, pending):  # its first copies would overwrite what a slower warp still reads
+                if not dry:
+                    b = Op("ttg.barrier", [], [], {"reason": "write-after-read on shared memory: a buffer "
+                                                   "reuses a scratch address"}, loc=op.loc)
+                    block.insert(block.ops.index(op), b)
+                    st.inserted += 1
+                pending = frozenset()
         elif r is not None:
             if _overlaps(r, pending) and not dry:
                 b = Op("ttg.barrier", [], [], {"reason": "write-after-read on shared memory"}, loc=op.loc)
                 block.insert(block.ops.index(op), b)
                 st.inserted += 1
-            pending = frozenset([r])  # the op's own barrier retired every earlier read
+            pending = frozenset([r]) | _stage_reads(op)  # its own barrier retired every earlier read
         elif is_loop(op.name):
             entry = pending
             for _ in range(3):  # the back edge: end-of-body state flows into the next iteration
@@ -60,6 +99,8 @@ def _walk(block: Block, pending: frozenset, st: _State, dry: bool) -> frozenset:
         elif op.name == "scf.if":
             outs = [_walk(reg, pending, st, dry) for reg in op.regions]
             pending = frozenset().union(*outs)
+        else:
+            pending = pending | _stage_reads(op)
     return pending
 
 
