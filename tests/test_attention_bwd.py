@@ -21,7 +21,7 @@ from benchmarks.attention_kernel import (
     make_attention_bwd_kernels,
     make_attention_kernel,
 )
-from tests.ptx import loop_bodies
+from tests.ptx import loads_after_copies, loop_bodies, shared_reuse_hazards
 
 FWD = make_attention_kernel(kl, tl)
 BWD = make_attention_bwd_kernels(kl, tl)
@@ -151,6 +151,41 @@ def test_attention_bwd_assembles_with_tensor_cores(D, causal, tmp_path, monkeypa
             # or dQ, in flight across the back edge), dP's retires dV
             assert body.count("wgmma.commit_group") == dots and body.count("wgmma.wait_group") == 2
         assert "C7514" not in ck.report.get("log", "")
+
+
+RACE_CASES = [(64, 4, 4, 90, (64, 128, 128, 64)), (64, 4, 3, 80, (32, 128, 128, 32))]
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
+@pytest.mark.parametrize("D,warps,stages,arch,blocks", RACE_CASES, ids=["hd64-w4-s4-sm90", "hd64-w4-s3-sm80"])
+def test_attention_bwd_shared_reuse_is_ordered(D, warps, stages, arch, blocks, tmp_path, monkeypatch):
+    """With 4 warps the dQ kernel converts lse and delta through scratch once, above its pipelined loop, and the
+    allocator gives kT's stage buffer the same address: the buffer's first cp.async must wait (bar.sync) until
+    every warp has read delta. Without that barrier dQ was wrong on the GPU, run to run (and LLVM even moved the
+    delta reads below the copies). Checked in the GPU IR and in the PTX of both kernels, wgmma and mma.sync."""
+    from kernellab.compiler.codegen.target import Target
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    _, dkdv, dq = BWD
+    m1, n1, m2, n2 = blocks
+    t = torch.empty(1, 2, 256, D, dtype=torch.float16)
+    lse = torch.empty(1, 2, 256)
+    strides = (*t.stride(),) * 4
+    opts = dict(grid=(1,), num_warps=warps, num_stages=stages, enable_wgmma=arch >= 90)
+    kv = dkdv.warmup(t, t, t, t, t, t, lse, lse, 0.125, 0.125 * LOG2E, *strides, 2, 256, BLOCK_M=m1, BLOCK_N=n1,
+                     HEAD_DIM=D, CAUSAL=False, **opts)
+    qq = dq.warmup(t, t, t, t, t, lse, lse, 0.125, 0.125 * LOG2E, *strides, 2, 256, BLOCK_M=m2, BLOCK_N=n2,
+                   HEAD_DIM=D, CAUSAL=False, **opts)
+    for ck in (kv, qq):
+        ck.build_gpu(Target(arch))
+        gpu = ck.asm["gpu"]
+        assert shared_reuse_hazards(gpu) == [], (ck.name, shared_reuse_hazards(gpu))
+        assert loads_after_copies(ck.asm["ptx"]) == [], (ck.name, loads_after_copies(ck.asm["ptx"])[:4])
+    # the case this guards: the conversions sit where the stage buffer goes, separated by a barrier
+    gpu = qq.asm["gpu"]
+    conv = re.findall(r"ttg\.convert_layout %(?:lse|delta) \{smem_bytes = \d+, smem_offset = (\d+)\}", gpu)
+    stage = re.search(r"%b_stages = ttg\.local_alloc \{[^}]*smem_offset = (\d+)", gpu).group(1)
+    assert conv and stage in conv, (conv, stage)
 
 
 def _gpu_reference(q, k, v, do, causal, sm_scale):

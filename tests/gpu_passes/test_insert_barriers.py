@@ -341,7 +341,8 @@ def test_a_local_store_waits_for_earlier_reads_of_its_addresses():
     m = parse_module(_staged_dot(conv_, ""))
     assert insert_barriers.run(m) == {"barriers": 1}
     names = [op.name for op in m.kernel.walk()]
-    assert names[names.index("ttg.local_store") - 1] == "ttg.barrier"
+    # before the stage's allocation (its first write) or its store: after the conversion either way
+    assert names.index("ttg.convert_layout") < names.index("ttg.barrier") < names.index("ttg.local_store")
     m = parse_module(_staged_dot(conv_.replace("smem_offset = 1024", "smem_offset = 16384"), ""))
     assert insert_barriers.run(m) == {"barriers": 0}  # elsewhere: nothing to wait for
 
@@ -355,3 +356,60 @@ def test_reads_of_a_stage_by_a_dot_are_waited_for():
     assert insert_barriers.run(m) == {"barriers": 1}
     names = [op.name for op in m.kernel.walk()]
     assert names[names.index("ttg.convert_layout") - 1] == "ttg.barrier"
+
+
+STAGE = "!memdesc<2x32x32xf16, order=1,0, pad=0, swizzle=64>"
+TILE = "!memdesc<32x32xf16, order=1,0, pad=0, swizzle=64>"
+PTRS = "tensor<32x32x!ptr<f16>, #P1>"
+
+
+def staged(before: str, after: str = "", offset: int = 0) -> str:
+    """A row vector converted through scratch at 0, then a stage buffer at `offset` filled by cp.async
+    (the dQ kernel's lse/delta conversions hoisted above its pipelined loop)."""
+    text = f"""
+#L0 = #blocked<[4], [32], [4], [0]>
+#P1 = #blocked<[1, 8], [8, 4], [4, 1], [1, 0]>
+#L1 = #blocked<[1], [32], [4], [0]>
+
+tt.func @k(%v: {T0}, %p: {PTRS}) {{
+  %c0 = arith.constant {{value = 0}} : i32
+  %t = arith.constant {{value = true}} : i1
+  {before}
+  %s = ttg.local_alloc {{operand = "b", smem_bytes = 4096, smem_offset = {offset}, stages = 2}} : {STAGE}
+  %s0 = ttg.memdesc_index %s, %c0 : {TILE}
+  ttg.async_copy %p, %s0, %t {{vec = 8}}
+  ttg.async_commit
+  ttg.async_wait %s {{pending = 0}}
+  {after}
+  tt.print %a
+  tt.return
+}}
+"""
+    return text.replace("#L1", "#L2").replace("#P1", "#L1")  # aliases numbered as the printer does
+
+
+def test_stage_buffer_reusing_a_scratch_address_waits_for_its_readers(check):
+    """A stage buffer placed where a conversion just read (the allocator frees scratch right after its op):
+    its first cp.async must not overtake a slower warp's read of the conversion (the attention backward's dQ
+    kernel with 4 warps read delta after kT overwrote it, wrong dQ on the GPU run to run)."""
+    before = conv("a", "v", 0)
+    m, stats = check(insert_barriers, staged(before),
+                     staged(before + '\n  ttg.barrier {reason = "write-after-read on shared memory: a buffer '
+                            'reuses a scratch address"}'))
+    assert stats == {"barriers": 1}
+    # elsewhere, or with a barrier already between them, nothing is added
+    for text in (staged(before, offset=8192), staged(before + "\n  ttg.barrier")):
+        m, stats = check(insert_barriers, text, text)
+        assert stats == {"barriers": 0}
+
+
+def test_scratch_after_a_stage_buffer_waits_for_its_readers(check):
+    """Reads of a stage by a dot stay pending: a conversion placed on the buffer's address after its last
+    reader waits for them (unless a wait's barrier came between)."""
+    dot = """%z = arith.constant {value = 0.0} : tensor<32x32xf32, #P1>
+  %d = tt.dot %s0, %s0, %z : tensor<32x32xf32, #P1>
+  tt.print %d"""
+    a = conv("a", "v", 0)
+    m, stats = check(insert_barriers, staged("", dot + "\n  " + a, offset=0),
+                     staged("", dot + '\n  ttg.barrier {reason = "write-after-read on shared memory"}\n  ' + a))
+    assert stats == {"barriers": 1}

@@ -7,6 +7,13 @@ elsewhere does not. Walking the structured IR we track the address ranges with p
 loops are walked until that set is stable, so the first op of a body is checked against the last
 op of the previous iteration.
 
+A multi-stage buffer (`ttg.local_alloc`, `ttg.mbarrier_alloc`) is written from its allocation on
+(cp.async or TMA copies, mbarrier init), without a bar.sync of its own, and the allocator may give it
+the address of a scratch buffer that an op just before it still reads (a row vector converted once,
+hoisted above a pipelined loop): a barrier goes before the allocation then. The pipeline orders the
+buffer's own writes and reads (waits, the barrier before a refill), but the reads of its tiles by dots
+stay pending for whatever reuses its address after its last reader.
+
 A one-stage buffer (`stage_invariant_dot_operands`) is written by `ttg.local_store`, which has no barrier of its
 own (one `ttg.barrier` follows the stores of all a dot's tiles): a store overlapping pending reads gets one first.
 The dots that read such a buffer leave its range pending, as a scratch op's read would.
@@ -25,29 +32,35 @@ class _State:
         self.inserted = 0
 
 
+_ALLOCS = ("ttg.local_alloc", "ttg.mbarrier_alloc")
+_WRITES = ("ttg.async_copy", "ttg.tma_copy", "ttg.local_store")  # fill a stage or a one-stage buffer
+
+
 def _range(op: Op):
-    if op.name in ("ttg.local_alloc", "ttg.mbarrier_alloc"):  # pipelined buffers order themselves (waits)
+    if op.name in _ALLOCS:  # pipelined buffers: see _alloc_range and _stage_reads
         return None
     n = op.attrs.get("smem_bytes", 0)
     return (op.attrs.get("smem_offset", 0), n) if n else None
 
 
-def _stage_range(v):
-    """The address range of the one-stage buffer (`stage_invariant_dot_operands`) a memdesc view is of, or None.
-    Such a buffer is filled by plain stores and its last reader may be followed by ops reusing its addresses,
-    so its writes and reads are tracked like scratch; multi-stage buffers are ordered by their own waits."""
-    op = v.defining_op
-    if op is not None and op.name == "ttg.memdesc_index":
-        op = op.operands[0].defining_op
-    if op is None or op.name != "ttg.local_alloc" or op.attrs.get("stages") != 1 or "smem_bytes" not in op.attrs:
-        return None
-    return op.attrs["smem_offset"], op.attrs["smem_bytes"]
+def _alloc_range(op: Op):
+    n = op.attrs.get("smem_bytes", 0)
+    return (op.attrs.get("smem_offset", 0), n) if op.name in _ALLOCS and n else None
+
+
+def _buffer_range(v):
+    """The address range of the buffer a memdesc value (or a view of it) is, or None."""
+    d = v.defining_op
+    while d is not None and d.name == "ttg.memdesc_index":
+        d = d.operands[0].defining_op
+    return _alloc_range(d) if d is not None and d.name == "ttg.local_alloc" else None
 
 
 def _stage_reads(op: Op) -> frozenset:
-    if op.name in ("ttg.local_store", "ttg.memdesc_index"):  # a write, a view
+    """The buffers a dot (or any other reader) reads through stage views: they stay pending after it."""
+    if op.name in _ALLOCS or op.name in _WRITES or op.name == "ttg.memdesc_index":
         return frozenset()
-    return frozenset(r for r in map(_stage_range, op.operands) if r is not None)
+    return frozenset(r for r in map(_buffer_range, op.operands) if r is not None)
 
 
 def _overlaps(r, pending) -> bool:
@@ -57,14 +70,22 @@ def _overlaps(r, pending) -> bool:
 def _walk(block: Block, pending: frozenset, st: _State, dry: bool) -> frozenset:
     for op in list(block.ops):
         r = _range(op)
-        reads = _stage_reads(op)
+        a = _alloc_range(op)
         if op.name in ("ttg.barrier", "tt.debug_barrier", "ttg.async_wait"):
             pending = frozenset()
         elif op.name == "ttg.local_store":  # a write with no barrier of its own (one ttg.barrier follows)
-            w = _stage_range(op.operands[1])
+            w = _buffer_range(op.operands[1])
             if w is not None and _overlaps(w, pending):
                 if not dry:
                     b = Op("ttg.barrier", [], [], {"reason": "write-after-read on shared memory"}, loc=op.loc)
+                    block.insert(block.ops.index(op), b)
+                    st.inserted += 1
+                pending = frozenset()
+        elif a is not None:
+            if _overlaps(a, pending):  # its first copies would overwrite what a slower warp still reads
+                if not dry:
+                    b = Op("ttg.barrier", [], [], {"reason": "write-after-read on shared memory: a buffer "
+                                                   "reuses a scratch address"}, loc=op.loc)
                     block.insert(block.ops.index(op), b)
                     st.inserted += 1
                 pending = frozenset()
@@ -73,7 +94,7 @@ def _walk(block: Block, pending: frozenset, st: _State, dry: bool) -> frozenset:
                 b = Op("ttg.barrier", [], [], {"reason": "write-after-read on shared memory"}, loc=op.loc)
                 block.insert(block.ops.index(op), b)
                 st.inserted += 1
-            pending = frozenset([r])  # the op's own barrier retired every earlier read
+            pending = frozenset([r]) | _stage_reads(op)  # its own barrier retired every earlier read
         elif is_loop(op.name):
             entry = pending
             for _ in range(3):  # the back edge: end-of-body state flows into the next iteration
@@ -91,7 +112,8 @@ def _walk(block: Block, pending: frozenset, st: _State, dry: bool) -> frozenset:
         elif op.name == "scf.if":
             outs = [_walk(reg, pending, st, dry) for reg in op.regions]
             pending = frozenset().union(*outs)
-        pending = pending | reads  # a dot reading a one-stage buffer: its reads may still be in flight after it
+        else:
+            pending = pending | _stage_reads(op)
     return pending
 
 
