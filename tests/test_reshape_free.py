@@ -125,3 +125,26 @@ def test_a_reshape_that_moves_data_on_the_gpu():
     y = torch.full((512,), float("nan"), device="cuda")
     reshape_through_shared_kernel[(1,)](x, y, R=16, C=32)
     torch.testing.assert_close(y.double().cpu(), x.double().cpu().t().reshape(-1), rtol=0, atol=0)
+
+
+@kl.jit
+def bias_kernel(X, B, Y, R: tl.constexpr, C: tl.constexpr):
+    offs = tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]
+    b = tl.load(B + tl.arange(0, C))
+    tl.store(Y + offs, tl.load(X + offs) + b[None, :] * 2.0)
+
+
+def test_a_vector_expanded_then_broadcast_converts_the_vector_not_the_tile(tmp_path, monkeypatch):
+    """expand_dims keeps a computed tile's registers only where the result is not broadcast later: a bias
+    vector added to a tile is converted while it is a [C] vector, never as the [R, C] tile."""
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    R, C = 4, 1024
+    x, y = _args(R, C)
+    b = torch.randn(C)
+    bias_kernel[(1,)](x, b, y, R=R, C=C)
+    torch.testing.assert_close(y.double(), x.double() + 2 * b.double()[None, :], rtol=1e-6, atol=1e-5)
+    try:
+        compiled = bias_kernel.warmup(x, b, y, R=R, C=C, grid=(1,)).build_gpu()
+    except ToolchainError as e:
+        pytest.skip(f"no ptxas here: {e}")
+    assert [(p["op"], p["size"]) for p in compiled.shared_plan] == [("ttg.convert_layout", C * 4)]

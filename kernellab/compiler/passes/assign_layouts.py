@@ -2,10 +2,10 @@
 
 Each load/store gets its own layout from the axis analysis (order = most contiguous dimension
 first; as many consecutive elements per thread as 16-byte accesses allow). Other values inherit
-their operands' layouts (a reshape's result takes one in which every thread keeps its elements, where one
-exists: gpu/reshape_layout.py); fresh values (ranges, splats, constants) take the layout of the kernel's
-largest memory access of their rank. Where an operand's layout differs from what its user needs,
-a `ttg.convert_layout` is inserted (the next pass removes the ones it can).
+their operands' layouts (a reshape's or expand_dims' result takes one in which every thread keeps its
+elements, where one exists: gpu/reshape_layout.py); fresh values (ranges, splats, constants) take the
+layout of the kernel's largest memory access of their rank. Where an operand's layout differs from what
+its user needs, a `ttg.convert_layout` is inserted (the next pass removes the ones it can).
 """
 from __future__ import annotations
 
@@ -72,6 +72,17 @@ def _index_math(v, depth: int = 0) -> bool:
     if op.name not in _INDEX_OPS and not (op.name.startswith("arith.") and op.name != "arith.truncf"):
         return False
     return all(_index_math(o, depth + 1) for o in op.operands)
+
+
+def _broadcast_later(v, depth: int = 0) -> bool:
+    """Whether `v`, or an elementwise result of its shape computed from it, is broadcast."""
+    for user in v.uses:
+        if user.name == "tt.broadcast":
+            return True
+        if depth < 8 and is_elementwise(user.name) and len(user.results) == 1 and \
+                getattr(user.result.type, "shape", None) == v.type.shape and _broadcast_later(user.result, depth + 1):
+            return True
+    return False
 
 
 def _numel(t):
@@ -271,12 +282,11 @@ class LayoutAssigner:
             src = op.operands[0]
             axis = op.attrs["axis"]
             lay = self.layout_of(src)
-            # a computed tile given a unit dim keeps its registers where a layout allows; the source layout
-            # with nothing along the new dim only when the result is not broadcast next (converting the
-            # smaller operand then wins)
-            broadcast = any(u.name == "tt.broadcast" for u in op.result.uses)
+            # otherwise a computed tile keeps its registers where a layout allows; the source's layout with
+            # nothing along the new dim only when the result is not broadcast later (converting the smaller
+            # operand, here, then wins)
             free = None if isinstance(lay, Slice) and lay.dim == axis else \
-                self.free_layout(src, op.result, reshaped=not broadcast)
+                self.free_layout(src, op.result, reshaped=not _broadcast_later(op.result))
             if isinstance(lay, Slice) and lay.dim == axis:
                 self.set_layout(op.result, lay.parent)
             elif free is not None:
