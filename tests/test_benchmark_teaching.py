@@ -37,6 +37,7 @@ def test_bytes_moved():
     assert BY_ID["vadd_vec4"].nbytes == 12 * 2**26
     assert BY_ID["vadd_vec4"].shape[0] % 16 == 0 and BY_ID["vadd_vec1"].shape[0] % 16 != 0
     assert BY_ID["softmax_one_row"].nbytes == 8 * 524288 * 128
+    assert BY_ID["colsum_once"].nbytes == 4 * (2048 * 65536 + 65536)  # x read once, one sum per column
 
 
 def test_kernel_sources_are_the_notebooks_text():
@@ -44,7 +45,7 @@ def test_kernel_sources_are_the_notebooks_text():
     assert src.startswith("@kl.jit\ndef add_kernel(") and "%%kernel" not in src
     assert "tl.store(z_ptr + offs, x + y, mask=mask)" in src
     cells = ["".join(c["source"]) for c in json.loads((T.NOTEBOOKS / "02_softmax.ipynb").read_text())["cells"]]
-    for name in ("softmax_row_kernel", "softmax_rows_kernel", "softmax_reshape_kernel", "softmax_expand_kernel"):
+    for name in ("softmax_row_kernel", "softmax_rows_kernel", "col_sum_kernel", "col_sum_once_kernel"):
         body = T.kernel_source("02_softmax", name)
         assert any(body.strip() in c for c in cells), name
     with pytest.raises(LookupError, match="no_such_kernel"):
@@ -55,6 +56,8 @@ def _small(case):
     """The case on a CPU-sized shape that keeps what the compiler specializes on (n mod 16, the row length)."""
     if case.kernel == "add_kernel":
         return dataclasses.replace(case, shape=(4096 - (2**26 - case.shape[0]),))
+    if case.column_sums:  # rows and columns multiples of 16 as on the GPU, the last row tile ragged
+        return dataclasses.replace(case, shape=(48, 320))
     return dataclasses.replace(case, shape=(37, case.shape[1]))
 
 
@@ -68,15 +71,18 @@ def test_case_runs_correctly_on_the_interpreter(case, kl_kernels):
     small = _small(case)
     t = T.inputs(small, "cpu")
     T.launch(small, kl_kernels[case.kernel], t, "kernellab")
-    assert T.max_error(small, t["out"]["kernellab"], t) < 1e-6
-    assert T.max_error(small, T.torch_fn(small, t)(), t) < 1e-6
+    bound = 1e-4 if small.column_sums else 1e-6  # 48 fp32 additions per column sum, in another order
+    assert T.max_error(small, t["out"]["kernellab"], t) < bound
+    assert T.max_error(small, T.torch_fn(small, t)(), t) < bound
     with pytest.raises(AssertionError, match="max error"):  # an unwritten (NaN-poisoned) output fails the check
         T.max_error(small, t["out"]["triton"], t)
 
 
-EXPECTED_WIDTH = {"vadd_vec4": "v4", "vadd_vec1": "v1", "softmax_one_row": "v1", "softmax_rows": "v4",
-                  "softmax_reshape_128": "v4", "softmax_expand_128": "v4", "softmax_reshape_1024": "v4",
-                  "softmax_expand_1024": "v4"}
+# (loads, stores); the column sums store one float per thread (128 sums, 128 threads)
+EXPECTED_WIDTH = {"vadd_vec4": ("v4", "v4"), "vadd_vec1": ("v1", "v1"), "softmax_one_row": ("v1", "v1"),
+                  "softmax_rows": ("v4", "v4"), "colsum_every_iteration": ("v4", "v1"), "colsum_once": ("v4", "v1")}
+# the column sums' [BLOCK_N] result goes from the tile's slice layout to the store's, once, after the loop
+EXPECTED_CONVERTS = {"colsum_every_iteration": 1, "colsum_once": 1}
 
 
 @pytest.mark.parametrize("case", T.CASES, ids=lambda c: c.id)
@@ -91,11 +97,31 @@ def test_vector_widths_in_the_ptx_are_the_ones_the_prose_explains(case, kl_kerne
     except ToolchainError as e:
         pytest.skip(f"no ptxas or nvJitLink here: {e}")
     widths = T.ptx_access_widths(compiled.asm["ptx"])
-    want = EXPECTED_WIDTH[case.id]
-    assert set(widths["ld"]) == {want} and set(widths["st"]) == {want}, widths
-    assert set(T.gpu_ir_vecs(compiled)) == {4 if want == "v4" else 1}
-    converts = compiled.asm["gpu"].count("ttg.convert_layout")
-    assert (converts > 0) == ("reshape" in case.id), converts
+    ld, st = EXPECTED_WIDTH[case.id]
+    assert set(widths["ld"]) == {ld} and set(widths["st"]) == {st}, widths
+    assert set(T.gpu_ir_vecs(compiled)) == {4 if w == "v4" else 1 for w in (ld, st)}
+    assert compiled.asm["gpu"].count("ttg.convert_layout") == EXPECTED_CONVERTS.get(case.id, 0)
+
+
+def test_exercise_2_start_reduces_across_warps_in_its_loop_and_the_solution_after_it(kl_kernels, tmp_path,
+                                                                                      monkeypatch):
+    """What notebook 02's exercise 2 says of the two kernels: the start's loop holds a shared-memory reduction
+    (and a barrier before it), the solution's loop neither; both keep one cross-warp reduction buffer."""
+    from kernellab.errors import ToolchainError
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    for cid, in_loop in (("colsum_every_iteration", True), ("colsum_once", False)):
+        small = _small(BY_ID[cid])
+        t = T.inputs(small, "cpu")
+        try:
+            compiled = T.launch(small, kl_kernels[small.kernel], t, "kernellab").build_gpu()
+        except ToolchainError as e:
+            pytest.skip(f"no ptxas or nvJitLink here: {e}")
+        gpu = compiled.asm["gpu"]
+        loop = gpu[gpu.index("scf.for"):gpu.index("scf.yield")]
+        assert ("smem_bytes" in loop) == in_loop and ("ttg.barrier" in loop) == in_loop, loop
+        assert [b["reason"] for b in compiled.shared_plan if "cross-warp" in b["reason"]] == [
+            "cross-warp reduction over 4 warps"]
 
 
 def test_ptx_access_widths():
@@ -168,7 +194,6 @@ def test_the_recorded_file_when_there_is_one():
     if rec is None:
         pytest.skip("no benchmarks/results/*-NVIDIA_H200-teaching.json yet")
     rows = {r["id"]: r for r in rec["rows"]}
-    assert set(rows) >= set(BY_ID)
     assert rec["peaks"]["bytes_per_s"] > 1e12
     for cid, row in rows.items():
         for impl in T.IMPLS:
@@ -179,4 +204,7 @@ def test_the_recorded_file_when_there_is_one():
         # (the vector add: integer arguments specialized on multiples of 16)
         for impl in ("kernellab", "triton") if cid.startswith("vadd") else ("kernellab",):
             if want:
-                assert set(row[impl]["ptx_accesses"]["ld"]) == {want}, (cid, impl, row[impl]["ptx_accesses"])
+                assert set(row[impl]["ptx_accesses"]["ld"]) == {want[0]}, (cid, impl, row[impl]["ptx_accesses"])
+    missing = sorted(set(BY_ID) - set(rows))
+    if missing:
+        pytest.skip(f"the recorded file predates cases {missing}: rerun benchmarks/teaching.py on the GPU")

@@ -71,7 +71,8 @@ _def("tt.make_range", "the i32 tensor [start, start+1, ..., end-1]")
 _def("tt.splat", "a tensor filled with a scalar", moves_only=True, keeps_layout=True)
 _def("tt.broadcast", "stretch size-1 dimensions to the result shape", moves_only=True, keeps_layout=True)
 _def("tt.expand_dims", "insert a size-1 dimension at {axis}", moves_only=True)
-_def("tt.reshape", "the same elements in row-major order, another shape", moves_only=True)
+_def("tt.reshape", "the same elements in row-major order, another shape (registers renamed where the result's "
+     "layout keeps each thread's elements; through shared memory otherwise)", moves_only=True)
 _def("tt.trans", "permute dimensions by {order}", moves_only=True)
 _def("tt.join", "stack two equal tensors along a new last dimension of size 2")
 _def("tt.split", "the two halves of a last dimension of size 2")
@@ -212,7 +213,8 @@ _def("tt.assert", "abort with {message} where the condition is false", pure=Fals
 _def("tt.debug_barrier", "synchronize all threads of the program", pure=False)
 
 # GPU IR (after layouts are assigned).
-_def("ttg.convert_layout", "the same tensor in another distributed layout (through shared memory)")
+_def("ttg.convert_layout", "the same tensor in another distributed layout (through shared memory, unless every "
+     "thread already holds its elements)")
 _def("ttg.barrier", "bar.sync: every thread of the program waits here (orders shared-memory accesses)",
      pure=False)
 _def("ttg.local_alloc", "a multi-stage shared-memory buffer for the tiles a loop's dot reads", pure=False)

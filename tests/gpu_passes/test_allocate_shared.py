@@ -81,7 +81,8 @@ tt.func @k(%m: tensor<4xi1, #L0>, %p: tensor<4x!ptr<f32>, #L0>, %h: tensor<8xf16
     assert m.shared_bytes == 64
 
 
-PLAN = HEADER + """
+PLAN = HEADER + """#L5 = #blocked<[4, 1], [8, 4], [1, 4], [0, 1]>
+
 tt.func @k(%v: tensor<1024xf32, #L0>, %t: tensor<64x32xf32, #L1>) {
   %a = ttg.convert_layout %v : tensor<1024xf32, #L2> loc(3:4)
   %rows = tt.reduce %t {axis = 1} : tensor<64xf32, #L4> {
@@ -94,7 +95,7 @@ tt.func @k(%v: tensor<1024xf32, #L0>, %t: tensor<64x32xf32, #L1>) {
     %z1 = arith.addf %x1, %y1 : f32
     tt.reduce.return %z1
   } loc(5:4)
-  %b = ttg.convert_layout %t : tensor<64x32xf32, #L1> loc(6:4)
+  %b = ttg.convert_layout %t : tensor<64x32xf32, #L5> loc(6:4)
   tt.print %a, %rows, %cols, %b loc(7:4)
   tt.return loc(8:1)
 }
@@ -108,6 +109,7 @@ def test_small_plan_is_disjoint(check):
 #L2 = #blocked<[1], [32], [4], [0]>
 #L3 = #slice<1, #blocked<[1, 4], [4, 8], [4, 1], [1, 0]>>
 #L4 = #slice<0, #blocked<[1, 4], [4, 8], [4, 1], [1, 0]>>
+#L5 = #blocked<[4, 1], [8, 4], [1, 4], [0, 1]>
 
 tt.func @k(%v: tensor<1024xf32, #L0>, %t: tensor<64x32xf32, #L1>) {
   %a = ttg.convert_layout %v {smem_bytes = 4096, smem_offset = 0} : tensor<1024xf32, #L2>
@@ -121,7 +123,7 @@ tt.func @k(%v: tensor<1024xf32, #L0>, %t: tensor<64x32xf32, #L1>) {
     %z1 = arith.addf %x1, %y1 : f32
     tt.reduce.return %z1
   }
-  %b = ttg.convert_layout %t {smem_bytes = 9216, smem_offset = 4608} : tensor<64x32xf32, #L1>
+  %b = ttg.convert_layout %t {smem_bytes = 9216, smem_offset = 4608} : tensor<64x32xf32, #L5>
   tt.print %a, %rows, %cols, %b
   tt.return
 }

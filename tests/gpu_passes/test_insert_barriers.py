@@ -234,6 +234,7 @@ def test_barrier_inside_a_branch(check):
 PLAN = HEADER + f"""
 #L2 = #blocked<[1, 4], [4, 8], [4, 1], [1, 0]>
 #L3 = #slice<0, #blocked<[1, 4], [4, 8], [4, 1], [1, 0]>>
+#L4 = #blocked<[4, 1], [8, 4], [1, 4], [0, 1]>
 
 tt.func @k(%v: {T0}, %t: tensor<64x32xf32, #L2>) {{
   %a = ttg.convert_layout %v : {T1}
@@ -242,7 +243,7 @@ tt.func @k(%v: {T0}, %t: tensor<64x32xf32, #L2>) {{
     %z1 = arith.addf %x1, %y1 : f32
     tt.reduce.return %z1
   }}
-  %b = ttg.convert_layout %t : tensor<64x32xf32, #L2>
+  %b = ttg.convert_layout %t : tensor<64x32xf32, #L4>
   tt.print %a, %cols, %b
   tt.return
 }}

@@ -387,3 +387,37 @@ tt.func @k(%p: !ptr<f32>, %n: i32) {
 }
 """
     assert not any(check(canonicalize, text, text).values())
+
+
+def test_reshape_that_only_inserts_unit_dims_becomes_expand_dims(check):
+    """`tl.reshape(m, (ROWS, 1))` of a reduction's result means `m[:, None]`: as expand_dims it keeps the
+    reduction's layout on the GPU. Reshapes that remove unit dims or regroup elements stay reshapes; a reshape
+    of an expand_dims reads the expand_dims' operand."""
+    check(canonicalize, """
+tt.func @k(%m: tensor<4xf32>, %t: tensor<4x8xf32>, %u: tensor<4x1x8xf32>) {
+  %a = tt.reshape %m : tensor<4x1xf32>
+  %b = tt.reshape %m : tensor<1x4x1xf32>
+  %c = tt.reshape %t : tensor<4x1x8x1xf32>
+  %d = tt.reshape %u : tensor<4x8xf32>
+  %e = tt.reshape %t : tensor<4x2x4xf32>
+  %f = tt.expand_dims %t {axis = 1} : tensor<4x1x8xf32>
+  %g = tt.reshape %f : tensor<32xf32>
+  %h = tt.reshape %f : tensor<4x8xf32>
+  tt.print %a, %b, %c, %d, %e, %g, %h
+  tt.return
+}
+""", """
+tt.func @k(%m: tensor<4xf32>, %t: tensor<4x8xf32>, %u: tensor<4x1x8xf32>) {
+  %0 = tt.expand_dims %m {axis = 1} : tensor<4x1xf32>
+  %1 = tt.expand_dims %m {axis = 0} : tensor<1x4xf32>
+  %2 = tt.expand_dims %1 {axis = 2} : tensor<1x4x1xf32>
+  %3 = tt.expand_dims %t {axis = 1} : tensor<4x1x8xf32>
+  %4 = tt.expand_dims %3 {axis = 3} : tensor<4x1x8x1xf32>
+  %d = tt.reshape %u : tensor<4x8xf32>
+  %e = tt.reshape %t : tensor<4x2x4xf32>
+  %f = tt.expand_dims %t {axis = 1} : tensor<4x1x8xf32>
+  %g = tt.reshape %t : tensor<32xf32>
+  tt.print %0, %2, %4, %d, %e, %g, %t
+  tt.return
+}
+""")

@@ -1,9 +1,11 @@
 """Lowering of values that only rearrange registers: constants, ranges, splat, broadcast,
-expand_dims, transposes (free: a permuted layout), and conversions through shared memory."""
+expand_dims, transposes (free: a permuted layout), reshapes and conversions (free where every thread keeps
+its elements, through shared memory otherwise)."""
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from ..gpu.reshape_layout import register_map
 from ..gpu.scratch import contiguous_run, conversion_pitch, mem_bytes
 from ..types import TensorType
 from .lowering_core import I32, KernelLowering, _cint, const_value, handles, llty, memty
@@ -153,17 +155,33 @@ def _reshape(lw: KernelLowering, op):
     if not res.type.shape:  # .item() of a 1-element tensor: each thread holds (a copy of) that element
         lw.put(res, lw.regs(src)[0])
         return
+    if _rename(lw, src, res):
+        return
     elem = src.type.scalar
     store_linear(lw, op, lw.regs(src), src.type.layout, src.type.shape, elem)
     lw.barrier()
     lw.put(res, load_linear(lw, op, res.type.layout, res.type.shape, elem))
 
 
+def _rename(lw: KernelLowering, src, res) -> bool:
+    """Where every thread already holds the elements the result's layout gives it, take them from its own
+    registers (gpu/reshape_layout.py): no shared memory, no barrier."""
+    m = register_map(src.type.layout, src.type.shape, res.type.layout, res.type.shape)
+    if m is None:
+        return False
+    vals = lw.regs(src)
+    lw.put(res, [vals[j] for j in m])
+    return True
+
+
 @handles("ttg.convert_layout")
 def _convert(lw: KernelLowering, op):
-    """Through shared memory: rows padded (conversion_pitch) so column-wise accesses spread over the banks,
-    and each side moving runs of contiguous registers as one vector of up to 16 bytes."""
+    """Renamed registers where each thread already holds its elements; otherwise through shared memory: rows
+    padded (conversion_pitch) so column-wise accesses spread over the banks, and each side moving runs of
+    contiguous registers as one vector of up to 16 bytes."""
     src, res = op.operands[0], op.results[0]
+    if _rename(lw, src, res):
+        return
     elem, shape = src.type.scalar, src.type.shape
     size = mem_bytes(elem)
     pitch = conversion_pitch(shape, size)

@@ -34,9 +34,19 @@ def warps_along(layout, axis: int) -> int:
     return 1
 
 
+def _renames(op) -> bool:
+    from .reshape_layout import register_map
+
+    src, res = op.operands[0].type, op.results[0].type
+    return isinstance(src, TensorType) and isinstance(res, TensorType) and \
+        register_map(src.layout, src.shape, res.layout, res.shape) is not None
+
+
 def scratch_bytes(op) -> tuple[int, str]:
     """(bytes, reason); (0, '') when the op needs no shared memory."""
     name = op.name
+    if name in ("ttg.convert_layout", "tt.reshape") and _renames(op):
+        return 0, ""  # every thread already holds the elements the result's layout gives it
     if name == "ttg.convert_layout":
         t = op.operands[0].type
         rows = _numel(t.shape[:-1]) if len(t.shape) else 1

@@ -2,15 +2,17 @@
 
 Each load/store gets its own layout from the axis analysis (order = most contiguous dimension
 first; as many consecutive elements per thread as 16-byte accesses allow). Other values inherit
-their operands' layouts; fresh values (ranges, splats, constants) take the layout of the kernel's
-largest memory access of their rank. Where an operand's layout differs from what its user needs,
-a `ttg.convert_layout` is inserted (the next pass removes the ones it can).
+their operands' layouts (a reshape's or expand_dims' result takes one in which every thread keeps its
+elements, where one exists: gpu/reshape_layout.py); fresh values (ranges, splats, constants) take the
+layout of the kernel's largest memory access of their rank. Where an operand's layout differs from what
+its user needs, a `ttg.convert_layout` is inserted (the next pass removes the ones it can).
 """
 from __future__ import annotations
 
 from ..gpu import block_ptr
 from ..gpu.axis_info import AxisAnalysis
 from ..gpu.layouts import Blocked, Mma, Slice, default_blocked
+from ..gpu.reshape_layout import register_map, reshape_layout
 from ..ir import Block, Module, Op
 from ..ops import accesses_memory, is_elementwise, keeps_layout
 from ..types import TensorType
@@ -70,6 +72,17 @@ def _index_math(v, depth: int = 0) -> bool:
     if op.name not in _INDEX_OPS and not (op.name.startswith("arith.") and op.name != "arith.truncf"):
         return False
     return all(_index_math(o, depth + 1) for o in op.operands)
+
+
+def _broadcast_later(v, depth: int = 0) -> bool:
+    """Whether `v`, or an elementwise result of its shape computed from it, is broadcast."""
+    for user in v.uses:
+        if user.name == "tt.broadcast":
+            return True
+        if depth < 8 and is_elementwise(user.name) and len(user.results) == 1 and \
+                getattr(user.result.type, "shape", None) == v.type.shape and _broadcast_later(user.result, depth + 1):
+            return True
+    return False
 
 
 def _numel(t):
@@ -172,6 +185,21 @@ class LayoutAssigner:
                     return p
         return None
 
+    def free_layout(self, src, res, reshaped=True):
+        """A layout for `res`, the elements of `src` in row-major order in another shape, in which every
+        thread keeps the elements it holds (gpu/reshape_layout.py): the layout its users want or the kernel's
+        usual one of that rank where either is such a layout, else (with `reshaped`) the source's layout
+        reshaped; None where there is none."""
+        lay = self.layout_of(src)
+        if lay is None:
+            return None
+        shape = res.type.shape
+        for cand in (self.preferred(res), self.default(shape)):
+            if cand is not None and cand.rank == len(shape) and \
+                    register_map(lay, src.type.shape, cand, shape) is not None:
+                return cand
+        return reshape_layout(lay, src.type.shape, shape) if reshaped else None
+
     # ------------------------------------------------------------------ walk
     def run(self):
         self.block(self.fn.body)
@@ -254,8 +282,15 @@ class LayoutAssigner:
             src = op.operands[0]
             axis = op.attrs["axis"]
             lay = self.layout_of(src)
+            # otherwise a computed tile keeps its registers where a layout allows; the source's layout with
+            # nothing along the new dim only when the result is not broadcast later (converting the smaller
+            # operand, here, then wins)
+            free = None if isinstance(lay, Slice) and lay.dim == axis else \
+                self.free_layout(src, op.result, reshaped=not _broadcast_later(op.result))
             if isinstance(lay, Slice) and lay.dim == axis:
                 self.set_layout(op.result, lay.parent)
+            elif free is not None:
+                self.set_layout(op.result, free)
             else:
                 target = self.default(op.result.type.shape)
                 if isinstance(src.type, TensorType):
@@ -289,6 +324,12 @@ class LayoutAssigner:
             pref = self.preferred(op.result)
             ok = pref is not None and pref.rank == 1
             self.set_layout(op.result, pref if ok else self.default(op.result.type.shape))
+            return
+        if name == "tt.reshape" and res_tensors and res_tensors[0].type.shape:
+            # in a layout where each thread keeps the elements it holds, the reshape renames registers;
+            # without one it goes through shared memory into the default layout
+            src, r = op.operands[0], res_tensors[0]
+            self.set_layout(r, self.free_layout(src, r) or default_blocked(r.type.shape, self.num_warps))
             return
         if name in ("tt.reshape", "tt.join", "tt.split", "tt.cat"):
             for r in res_tensors:

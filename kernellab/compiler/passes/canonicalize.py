@@ -7,7 +7,8 @@ input: `x + (-0.0)`, `x - (+0.0)`, `x * 1.0`, `x / 1.0`, `-(-x)`, `min/max(x, x)
 Selects: constant condition, equal arms, `select(c, true, false)`.
 Shapes: broadcast/reshape to the same type, trans by the identity (or two transposes composing to
 it), broadcast/reshape/expand_dims/trans of a splat become one splat, broadcast of a broadcast and
-reshape of a reshape become one op. Casts to the same type, `trunci(ext(x))` and `truncf(extf(x))`
+reshape of a reshape (or of an expand_dims) become one op; a reshape that only inserts size-1 dimensions
+becomes expand_dims. Casts to the same type, `trunci(ext(x))` and `truncf(extf(x))`
 back to x's type, chains of the same extension, `bitcast(bitcast(x))`, `tt.addptr p, 0`, `tt.hint`
 without hints.
 Control flow: `scf.if` on a constant condition (the taken region is inlined), `scf.if` results
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..gpu.reshape_layout import unit_dim_plan
 from ..ir import Module, Op, Value
 from ..rewrite import (
     drop_for_iter_args,
@@ -33,7 +35,7 @@ from ..rewrite import (
     replace_op,
     wrap_int,
 )
-from ..types import DType
+from ..types import DType, TensorType
 
 NAME = "canonicalize"
 DESCRIPTION = "local algebraic, shape, cast and control-flow simplifications (IEEE-safe)"
@@ -222,9 +224,12 @@ def _shape(op: Op) -> bool:
     if s is not None and isinstance(t, type(x.type)) and t.shape:
         return _resplat(op, s)
     d = x.defining_op
-    if d is not None and d.name == op.name and op.name in ("tt.broadcast", "tt.reshape"):
+    if d is not None and (d.name == op.name and op.name in ("tt.broadcast", "tt.reshape")
+                          or op.name == "tt.reshape" and d.name == "tt.expand_dims"):
         op.set_operand(0, d.operands[0])
         return True
+    if op.name == "tt.reshape":
+        return _reshape_to_expand_dims(op)
     if d is not None and d.name == "tt.trans" and op.name == "tt.trans":
         inner, outer = list(d.attrs.get("order") or []), list(op.attrs.get("order") or [])
         if len(inner) == len(outer):
@@ -235,6 +240,24 @@ def _shape(op: Op) -> bool:
             op.set_operand(0, d.operands[0])
             return True
     return False
+
+
+def _reshape_to_expand_dims(op: Op) -> bool:
+    """A reshape that only inserts size-1 dimensions is a chain of expand_dims, which every later stage
+    understands (axis analysis, layouts: a reduction's result expands back into its parent layout)."""
+    x, t = op.operands[0], op.result.type
+    if not isinstance(x.type, TensorType) or not isinstance(t, TensorType) or not x.type.shape:
+        return False
+    plan = unit_dim_plan(x.type.shape, t.shape)
+    if plan is None or plan[0] or not plan[1]:
+        return False
+    v = x
+    for axis in plan[1]:
+        shape = list(v.type.shape)
+        shape.insert(axis, 1)
+        v = insert_before(op, Op("tt.expand_dims", [v], [TensorType(shape, t.scalar)], {"axis": axis},
+                                 (), op.loc)).result
+    return _replace(op, v)
 
 
 _SAME_TYPE_CASTS = {"arith." + n for n in ("extsi", "extui", "trunci", "extf", "truncf", "bitcast")}
