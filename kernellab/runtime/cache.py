@@ -56,7 +56,9 @@ def cache_key(*parts) -> str:
 
 def compiler_hash() -> str:
     """A hash of the compiler's source (every .py file under kernellab/compiler): a cubin built by another
-    version of the passes or of codegen is a miss, so an upgrade or an edit never runs stale code."""
+    version of the passes or of codegen is a miss, so an upgrade or an edit never runs stale code. Taken when
+    this module is imported (with the compiler, see the end of the file), not at the first compile: a source
+    edited while a process runs must not file that process's (older) code under the new hash."""
     if not _COMPILER_HASH:
         h = hashlib.sha256(b"compiler")
         root = Path(__file__).resolve().parent.parent / "compiler"
@@ -292,3 +294,6 @@ class DiskCache:
                 os.unlink(trash)
         except OSError:
             pass
+
+
+compiler_hash()  # now, while the files on disk are the code this process has loaded

@@ -24,6 +24,7 @@ from ..errors import (
     ToolchainError,
 )
 from ..language.core import _DescriptorLayout, constexpr, tensor_descriptor, unwrap
+from . import cache as _cache  # noqa: F401 (takes the compiler's hash now, with the compiler loaded)
 from .source import get_source
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "enable_wgmma", "enable_tma",
