@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html as _html
 import itertools
+import os
 import re
 
 from ..compiler import layout_model as LM
@@ -615,7 +616,8 @@ def smem_svg(plan, total: int, limit: int, barriers=(), points: int | None = Non
         w = max(x1 - x0, 6)
         y0, h = yp(b["offset"]), max(yp(b["offset"] + b["size"]) - yp(b["offset"]), 2)
         strong = highlight == k
-        tip = (f'{b["op"]} (source line {b.get("line")}): {b["size"]} B at offset {b["offset"]}, live '
+        tip = (f'{b["op"]} (source {D.where(b.get("line"), b.get("file"))}): {b["size"]} B at offset {b["offset"]}, '
+               f'live '
                f'{b["live"][0]}..{b["live"][1]}; {b.get("reason", "")}')
         out.append(f'<g><title>{esc(tip)}</title><rect x="{x0}" y="{y0}" width="{w}" height="{h}" '
                    f'fill="{PALETTE[k % len(PALETTE)]}" fill-opacity="{".8" if strong else ".55"}" '
@@ -660,7 +662,8 @@ def smem_legend(plan, barriers=(), highlight=None) -> str:
         strong = ' style="font-weight:600"' if highlight == k else ""
         items.append(f'<div class="kl-key"{strong}><svg width="14" height="12"><rect width="14" height="12" '
                      f'fill="{PALETTE[k % len(PALETTE)]}" fill-opacity=".7"/></svg> {k}: {esc(b["op"])} '
-                     f'{_fmt_bytes(b["size"])}{stages} <span class="kl-dim">(line {esc(b.get("line"))})</span></div>')
+                     f'{_fmt_bytes(b["size"])}{stages} '
+                     f'<span class="kl-dim">({esc(D.where(b.get("line"), b.get("file")))})</span></div>')
     if barriers:
         items.append(f'<div class="kl-key"><svg width="14" height="12"><line x1="7" y1="0" x2="7" y2="12" '
                      f'stroke="currentColor" stroke-dasharray="3,2" stroke-width="1.2"/></svg> '
@@ -691,7 +694,8 @@ def smem_table(m: dict) -> str:
             bk = f'<span class="{cls}">{bank["ways"]}-way</span> <span class="kl-dim">({esc(detail)})</span>'
         else:
             bk = f'<span class="kl-dim">{esc(bank.get("note", "—"))}</span>'
-        rows.append(f'<tr><td class="kl-r">{k}</td><td>{esc(b["op"])}</td><td class="kl-r">{esc(b.get("line"))}</td>'
+        line = f'{os.path.basename(b["file"])} {b.get("line")}' if b.get("file") else b.get("line")
+        rows.append(f'<tr><td class="kl-r">{k}</td><td>{esc(b["op"])}</td><td class="kl-r">{esc(line)}</td>'
                     f'<td class="kl-r">{b["offset"]}</td><td class="kl-r">{b["size"]}</td>'
                     f'<td class="kl-r">{esc(_stages(b))}</td>'
                     f'<td>{b["live"][0]}..{b["live"][1]}</td><td>{esc(b.get("reason", ""))}</td>'
@@ -700,7 +704,8 @@ def smem_table(m: dict) -> str:
            else '<p class="kl-dim">this kernel uses no shared memory</p>')
     if m["barriers"]:
         out += "<h4>barriers</h4><ul>" + "".join(
-            f'<li>before op {b["point"]} (IR line {b["ir_line"] + 1}, source line {esc(b["line"])}): '
+            f'<li>before op {b["point"]} (IR line {b["ir_line"] + 1}, '
+            f'source {esc(D.where(b["line"], b.get("file")))}): '
             f'{esc(b["reason"])}</li>' for b in m["barriers"]) + "</ul>"
     else:
         out += '<p class="kl-dim">no barriers inserted between shared-memory ops</p>'
@@ -747,7 +752,7 @@ def stage_encoding_html(b: dict) -> str:
     grid = D.swizzle_grid(b["encoding"])
     how = (f'{grid["swizzle"]}-byte swizzle: chunk c of row r is stored at c XOR (r mod 8)' if grid["swizzle"]
            else f'rows padded by {grid["pad"]} bytes: each row starts one bank group further')
-    return (f'<h4>buffer at line {esc(b.get("line"))}: {esc(how)}</h4>' + swizzle_svg(grid)
+    return (f'<h4>buffer at {esc(D.where(b.get("line"), b.get("file")))}: {esc(how)}</h4>' + swizzle_svg(grid)
             + '<p class="kl-dim">Cell = a 16-byte chunk (8 halves) of a row; colour and number = the group of 4 banks '
             'it lands in. A column is what the tensor cores read at once (8 rows of one chunk): 8 different groups '
             'means no bank conflict.</p>')

@@ -393,7 +393,8 @@ class SharedMemoryView(_View):
         self.map = D.smem_map(compiled.trace, limit=limit, num_warps=getattr(compiled, "num_warps", None))
         self.pane = _html_pane()
         self.detail = _html_pane()
-        opts = [("all buffers", None)] + [(f"{k}: {b['op']} @ {b['offset']} ({b['size']} B, line {b.get('line')})", k)
+        opts = [("all buffers", None)] + [(f"{k}: {b['op']} @ {b['offset']} ({b['size']} B, "
+                                           f"{D.where(b.get('line'), b.get('file'))})", k)
                                           for k, b in enumerate(self.map["buffers"])]
         # starts on the first buffer: its IR, source line and encoding are shown at once
         self.buffer_select = W.Dropdown(options=opts, value=0 if self.map["buffers"] else None,
@@ -413,13 +414,12 @@ class SharedMemoryView(_View):
             self.detail.value = ""
             return
         b = self.map["buffers"][k]
-        src = self.compiled.source_lines
         line = b.get("line")
-        text = src[line - 1].strip() if line and 0 < line <= len(src) else ""
+        text = D.source_text(self.compiled, line, b.get("file")).strip()  # a helper's line: its own file's
         self.detail.value = H.page(
             f'<b>{H.esc(b["op"])}</b>: {H.esc(b.get("reason", ""))}<br>'
             f'IR: {H.code_block([b["ir_text"]], numbers=[(b["ir_line"] or 0) + 1])}'
-            f'source line {line}: {H.code_block([text], numbers=[line], plain=True)}'
+            f'source {H.esc(D.where(line, b.get("file")))}: {H.code_block([text], numbers=[line], plain=True)}'
             + (H.stage_encoding_html(b) or '<p class="kl-dim">no swizzle or padding recorded for this buffer (not a '
                'tensor-core operand staging buffer)</p>'))
 

@@ -287,3 +287,17 @@ def test_the_users_kernel_is_placed_by_its_intensity_on_the_recorded_roofline():
     assert k.bound(view.peaks) == pytest.approx(min(view.peaks["bytes_per_s"] * k.intensity,
                                                     view.peaks["flops_per_s"]))
     assert any("matmul_kernel" in t.get_text() for t in ax.texts)
+
+
+def test_attention_smem_buffers_quote_their_own_source_lines():
+    """Attention's K and V stage buffers come from `_attn_fwd_inner`, an @jit helper above the kernel in its file
+    (inlined twice: the causal kernel's two key loops): the view quotes those lines (the loads), not the blank
+    lines the kernel's own function text has there; the conversion quotes the store."""
+    ck = R.attention()
+    v = kv.SharedMemoryView(ck)
+    for k, b in enumerate(v.map["buffers"]):
+        v.buffer_select.value = k
+        quoted = D.source_text(ck, b["line"], b.get("file")).strip()
+        want = {"ttg.local_alloc": "tl.load(", "ttg.convert_layout": "tl.store("}[b["op"]]
+        assert want in quoted, (k, b["line"], quoted)
+        assert quoted in text(v.detail.value)
