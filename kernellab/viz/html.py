@@ -53,6 +53,20 @@ CSS = """
 .kl-lab .kl-ok{color:var(--jp-success-color0,#3fa65a)}
 .kl-lab details>summary{cursor:pointer;padding:2px 0}
 .kl-lab svg text{font-family:var(--jp-code-font-family,ui-monospace,Menlo,monospace)}
+.kl-lab .kl-ls{display:flex;align-items:flex-start}
+.kl-lab .kl-ls>div{white-space:pre;line-height:1.35}
+.kl-lab .kl-ls>.kl-lsn{flex:0 0 auto;text-align:right;opacity:.45;user-select:none;padding:0 .8em 0 .5em}
+.kl-lab .kl-ls>.kl-lst{flex:1 0 auto;padding-right:8px}
+.kl-lab .kl-lst b{color:var(--jp-mirror-editor-keyword-color,#3b7fd0);font-weight:600}
+.kl-lab .kl-lst i,.kl-lab .kl-lst em,.kl-lab .kl-lst dfn,.kl-lab .kl-lst var{font-style:normal}
+.kl-lab .kl-lst i{color:var(--jp-mirror-editor-variable-2-color,#9b5fd0)}
+.kl-lab .kl-lst em{color:var(--jp-mirror-editor-builtin-color,#14957a)}
+.kl-lab .kl-lst dfn{color:var(--jp-mirror-editor-attribute-color,#c77614)}
+.kl-lab .kl-lst u{text-decoration:none;color:var(--jp-mirror-editor-number-color,#d2603a)}
+.kl-lab .kl-lst q{quotes:none;color:var(--jp-mirror-editor-string-color,#c0642b)}
+.kl-lab .kl-lst var{color:var(--jp-mirror-editor-def-color,#2f8fd6)}
+.kl-lab .kl-lst s{text-decoration:none;opacity:.5}
+.kl-lab .kl-lst mark{background:rgba(255,200,0,.55);color:inherit;border-radius:2px}
 """
 
 # Tableau-10: mid tones that read on white and on near-black at half opacity
@@ -170,6 +184,54 @@ def code_block(lines, classes=None, numbers=None, gutters=None, plain=False, max
             body = esc_text(line) if plain else highlight(line)
         rows.append(f'<span class="{cls}">{num}{gut}{body}</span>')
     return '<div class="kl-code">' + "".join(rows) + "</div>"
+
+
+# A long listing (PTX, SASS, LLVM IR: thousands of lines) in as little markup as reads the same: the line numbers
+# in one column and the text in another (no element per line), each run of tokens of one kind, with only spaces
+# and commas between them, in one short element (`%r1, %r2, %r3` is one <i>), not a span per token. The
+# stylesheet above colours the tags as the spans of `highlight`.
+_SHORT = {"ko": "b", "kv": "i", "kn": "u", "kc": "s", "kt": "em", "ks": "q", "kL": "dfn", "ky": "var"}
+_GAP = re.compile(r"[ \t,]*")
+
+
+def listing_line(line: str, rx=None) -> str:
+    """One line of a listing: token runs in short tags; with `rx` (a compiled regex), its matches in <mark>
+    (the tokens are not coloured on such a line: the mark is what the reader looks for)."""
+    if rx is not None and rx.search(line):
+        out, last = [], 0
+        for m in rx.finditer(line):
+            if m.end() == m.start():
+                continue
+            out.append(esc_text(line[last:m.start()]) + "<mark>" + esc_text(m.group()) + "</mark>")
+            last = m.end()
+        return "".join(out) + esc_text(line[last:])
+    runs = []  # [start, end, tag]
+    for m in _TOKENS.finditer(line):
+        tag = _SHORT[_CLASS[m.lastgroup]]
+        if runs and runs[-1][2] == tag and _GAP.fullmatch(line, runs[-1][1], m.start()):
+            runs[-1][1] = m.end()
+        else:
+            runs.append([m.start(), m.end(), tag])
+    out, pos = [], 0
+    for a, e, tag in runs:
+        out.append(f"{esc_text(line[pos:a])}<{tag}>{esc_text(line[a:e])}</{tag}>")
+        pos = e
+    out.append(esc_text(line[pos:]))
+    return "".join(out)
+
+
+def listing(lines, max_lines: int | None = None, rx=None) -> str:
+    """A scrollable listing of `lines` (PTX, SASS, LLVM IR) with line numbers and token colours, about twice the
+    plain text's size (code_block's span per line and per token is five times it); `rx` marks matches."""
+    lines = list(lines)
+    n = len(lines)
+    more = ""
+    if max_lines is not None and n > max_lines:
+        lines, more = lines[:max_lines], f'<div class="kl-dim" style="padding-left:4.2em">… {n - max_lines} more lines</div>'
+    nums = "\n".join(map(str, range(1, len(lines) + 1)))
+    body = "\n".join(listing_line(x, rx) for x in lines)
+    return (f'<div class="kl-code"><div class="kl-ls"><div class="kl-lsn">{nums}</div><div class="kl-lst">{body}'
+            f"</div></div>{more}</div>")
 
 
 # --------------------------------------------------------------------------- passes
@@ -412,7 +474,8 @@ def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_
     warp_css = "".join(f".{sc} .w{w}{{fill:{warp_color(w)}}}" for w in range(num_warps))
     out = [f'<svg class="{sc} kl-grid" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
            f'style="max-width:100%;height:auto" role="img" font-size="8">',
-           f'<style>.{sc} rect.c{{fill-opacity:.55;stroke:currentColor;stroke-opacity:.2}}'
+           f'<style>.{sc} rect.c,.{sc} rect.h{{width:{cw}px;height:{ch}px}}.{sc} rect.h,.{sc} text{{pointer-events:none}}'
+           f'.{sc} rect.c{{fill-opacity:.55;stroke:currentColor;stroke-opacity:.2}}'
            f'.{sc} text{{fill:currentColor;text-anchor:middle}}.{sc} text.r{{fill-opacity:.7}}'
            f'.{sc} text.a{{fill-opacity:.6}}{warp_css}</style>',
            f'<defs><pattern id="klh{uid}" width="5" height="5" patternUnits="userSpaceOnUse" '
@@ -422,30 +485,40 @@ def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_
         out.append(f"<title>{esc(title)}</title>")
     step = 8 if cols > 16 else 1
     for c in range(0, cols, step):
-        out.append(f'<text class="a" x="{left + c * cw + cw / 2}" y="{top - 5}">{c0 + c}</text>')
+        out.append(f'<text class="a" x="{left + c * cw + cw // 2}" y="{top - 5}">{c0 + c}</text>')
     rstep = 1 if rows <= 40 else 8
     for r in range(0, rows, rstep):
         lab = r0 + r if len(shape) == 2 else (r0 + r) * all_cols
-        out.append(f'<text class="a" x="{left - 4}" y="{top + r * ch + ch / 2 + 3}" style="text-anchor:end">'
+        out.append(f'<text class="a" x="{left - 4}" y="{top + r * ch + ch // 2 + 3}" style="text-anchor:end">'
                    f'{lab}</text>')
+    # one group per row (its y in the transform): the cells' rects (size from the stylesheet) with their tooltip,
+    # then the row's lane labels and register labels as one <text> each, a <tspan> per cell (small markup: a
+    # real tile's window is 1024 cells)
+    row_rects = [[] for _ in range(rows)]
+    row_lanes = [[] for _ in range(rows)]
+    row_regs = [[] for _ in range(rows)]
     for idx, (w, lane, reg) in sorted(g["elements"].items()):
         r, c = pos(idx)
         if not (0 <= r < rows and 0 <= c < cols):
             continue
-        x, y = left + c * cw, top + r * ch
+        x = left + c * cw
         holders = g["copies"][idx]
         tip = f"[{','.join(map(str, idx))}] warp {w} lane {lane} reg {reg}"
         if len(holders) > 1:
             tip += f"; {len(holders)} copies: " + " ".join(f"w{a}/t{b}/r{c_}" for a, b, c_, _ in holders[:16])
             tip += " …" if len(holders) > 16 else ""
         tip = f"<title>{esc(tip)}</title>" if labels else ""  # big tiles: no per-cell tooltips (size)
-        out.append(f'<g>{tip}<rect class="c w{w}" x="{x}" y="{y}" width="{cw}" height="{ch}"/>')
+        row_rects[r].append(f'<rect class="c w{w}" x="{x}">{tip}</rect>')
         if len(holders) > 1:
-            out.append(f'<rect x="{x}" y="{y}" width="{cw}" height="{ch}" fill="url(#klh{uid})"/>')
+            row_rects[r].append(f'<rect class="h" x="{x}" fill="url(#klh{uid})"/>')
         if labels:
-            out.append(f'<text x="{x + cw / 2}" y="{y + 9}">t{lane}</text>'
-                       f'<text class="r" x="{x + cw / 2}" y="{y + 18}">r{reg}</text>')
-        out.append("</g>")
+            row_lanes[r].append(f'<tspan x="{x + cw // 2}">t{lane}</tspan>')
+            row_regs[r].append(f'<tspan x="{x + cw // 2}">r{reg}</tspan>')
+    for r in range(rows):
+        if row_rects[r]:
+            out.append(f'<g transform="translate(0,{top + r * ch})">{"".join(row_rects[r])}'
+                       + (f'<text y="9">{"".join(row_lanes[r])}</text><text class="r" y="18">{"".join(row_regs[r])}'
+                          "</text>" if row_lanes[r] else "") + "</g>")
     acc = g["access"]
     if acc and acc["vec"] > 1:
         v = acc["vec"]
@@ -822,10 +895,10 @@ def code_html(compiled, summary: dict | None = None, max_lines: int = 4000, full
         lines = text.splitlines()
         if full:
             parts.append(f"<details><summary>{name} ({len(lines)} lines)</summary>"
-                         f"{code_block(lines, max_lines=max_lines)}</details>")
+                         f"{listing(lines, max_lines=max_lines)}</details>")
         else:
             parts.append(f"<details open><summary>{name} (first {min(head_lines, len(lines))} of {len(lines)} "
-                         f"lines)</summary>{code_block(lines[:head_lines])}</details>")
+                         f"lines)</summary>{listing(lines[:head_lines])}</details>")
     if not full:
         parts.append(f'<p class="kl-dim">The whole PTX, the SASS and the LLVM IR: {esc(LIVE_NOTE)}.</p>')
     return page("".join(parts))

@@ -431,13 +431,15 @@ class SharedMemoryView(_View):
 
 
 class CodeView(_View):
-    """Tabs: PTX, SASS, LLVM IR and the resource report (registers, spills, shared, occupancy). Only the PTX and
-    the report are sent at first; the SASS and the LLVM IR (megabytes of widget state on a real kernel) are
-    rendered when their tab is first selected."""
+    """Tabs: PTX, SASS, LLVM IR and the resource report (registers, spills, shared, occupancy), and a search box
+    that marks its matches in the listing shown and counts them in each. Only the PTX and the report are sent at
+    first; the SASS and the LLVM IR (megabytes of widget state on a real kernel) are rendered when their tab is
+    first selected."""
 
     title = "code"
     needs_gpu = True
     LAZY_NOTE = "loading…"
+    NAMES = ("PTX", "SASS", "LLVM IR")
 
     def __init__(self, compiled, **kwargs):
         super().__init__(compiled, **kwargs)
@@ -451,26 +453,56 @@ class CodeView(_View):
             return
         self.summary = D.code_summary(compiled)
         asm = compiled.asm
-        self.tabs = W.Tab(children=[_html_pane(self._pane_html(asm.get("ptx"), "no PTX")),
+        self.texts = [(asm.get("ptx"), "no PTX"), (self.summary["sass"], self.summary["sass_reason"]),
+                      (asm.get("llir"), "no LLVM IR")]
+        self.search = W.Text(value="", placeholder="search PTX, SASS, LLVM IR (regex or text)",
+                             continuous_update=False, layout=W.Layout(width="320px"))
+        self.search.add_class("kl-code-search")
+        self.found = W.HTML()
+        self.tabs = W.Tab(children=[_html_pane(self._pane_html(*self.texts[0])),
                                     _html_pane(H.page(f'<p class="kl-dim">{self.LAZY_NOTE}</p>')),
                                     _html_pane(H.page(f'<p class="kl-dim">{self.LAZY_NOTE}</p>')),
                                     _html_pane(H.page(H.report_html(self.summary)))])
-        self.tabs.titles = ("PTX", "SASS", "LLVM IR", "report")
-        self._lazy = {1: (self.summary["sass"], self.summary["sass_reason"]), 2: (asm.get("llir"), "no LLVM IR")}
+        self.tabs.titles = self.NAMES + ("report",)
+        self._lazy = {1: self.texts[1], 2: self.texts[2]}
         self.tabs.observe(lambda change: self.load_tab(change["new"]), names="selected_index")
-        self.children = [self.tabs]
+        self.search.observe(lambda _: self.refresh_search(), names="value")
+        self.children = [W.HBox([self.search, self.found], layout=W.Layout(align_items="center")), self.tabs]
 
-    @staticmethod
-    def _pane_html(text, why) -> str:
+    def _rx(self):
+        import re
+
+        q = self.search.value
+        if not q:
+            return None
+        try:
+            return re.compile(q, re.I)
+        except re.error:
+            return re.compile(re.escape(q), re.I)
+
+    def _pane_html(self, text, why) -> str:
         if not text:
             return H.page(f'<p class="kl-dim">{H.esc(why)}</p>')
-        return H.page(H.code_block(text.splitlines()))
+        return H.page(H.listing(text.splitlines(), rx=self._rx() if hasattr(self, "search") else None))
 
     def load_tab(self, i) -> None:
         """Render tab `i` if it is still waiting (once: its text is then dropped from the pending set)."""
         if i in self._lazy:
             text, why = self._lazy.pop(i)
             self.tabs.children[i].value = self._pane_html(text, why)
+
+    def refresh_search(self) -> None:
+        """The matches marked in every listing rendered so far, and counted (lines) in all three."""
+        rx = self._rx()
+        for i, (text, why) in enumerate(self.texts):
+            if i not in self._lazy:
+                self.tabs.children[i].value = self._pane_html(text, why)
+        if rx is None:
+            self.found.value = ""
+            return
+        counts = [sum(1 for line in (text or "").splitlines() if rx.search(line)) for text, _ in self.texts]
+        self.found.value = H.page('<span class="kl-dim">matching lines: ' + " · ".join(
+            f"{name} {n}" for name, n in zip(self.NAMES, counts)) + "</span>")
 
     def static_html(self) -> str:
         if self.summary is None:

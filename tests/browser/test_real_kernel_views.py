@@ -126,7 +126,7 @@ def test_mma_layout_cells_are_legible_and_labelled(notebook_page, width):
     assert cell["height"] >= 16 and cell["width"] >= 22, cell  # drawn near 30 x 22 px, not squashed
     box = grid.bounding_box()
     assert box["height"] >= 32 * 16, box
-    labels = grid.evaluate("s => [...s.querySelectorAll('text')].map(t => t.textContent)")
+    labels = grid.evaluate("s => [...s.querySelectorAll('tspan')].map(t => t.textContent)")
     assert sum(bool(re.fullmatch(r"t\d+", t)) for t in labels) == 32 * 32
     assert sum(bool(re.fullmatch(r"r\d+", t)) for t in labels) == 32 * 32
     page.locator(".jp-CodeCell", has=page.locator("svg.kl-grid")).first.screenshot(

@@ -13,6 +13,7 @@ import pytest
 from kernellab.viz import data as D
 from kernellab.viz import html as H
 from tests.viz import real_kernels as R
+from tests.viz.test_html import cell_labels as H_cell_labels
 
 W = pytest.importorskip("ipywidgets")
 import kernellab.viz as kv  # noqa: E402
@@ -99,7 +100,7 @@ def test_code_view_sends_ptx_first_and_the_llvm_ir_when_its_tab_is_selected(name
     ck = getattr(R, name)()
     v = kv.CodeView(ck)
     state = len(json.dumps(dependency_state([v])))
-    assert state < 700_000, state
+    assert state < 250_000, state  # the PTX listing: about 1.6x its text (a span per line and token was 5x)
     assert len(v.static_html()) < 100_000 and ".entry" in v.static_html() and "live notebook" in v.static_html()
     assert len(kv.PassesView(ck).static_html()) < 150_000
     llir = v.tabs.children[2]
@@ -123,8 +124,8 @@ def test_passes_panes_scroll_once():
 
 # ----------------------------------------------------------------------------------------- layouts at real sizes
 def cell_labels(svg: str) -> list[tuple[int, int]]:
-    """(lane, register) of every labelled cell of a layout grid."""
-    return [(int(t), int(r)) for t, r in re.findall(r">t(\d+)</text><text class=\"r\"[^>]*>r(\d+)<", svg)]
+    """(lane, register) of every labelled cell of a layout grid: each row's lane and register labels."""
+    return H_cell_labels(svg)
 
 
 def test_a_4x128_tile_is_drawn_at_a_legible_size():
@@ -301,3 +302,33 @@ def test_attention_smem_buffers_quote_their_own_source_lines():
         want = {"ttg.local_alloc": "tl.load(", "ttg.convert_layout": "tl.store("}[b["op"]]
         assert want in quoted, (k, b["line"], quoted)
         assert quoted in text(v.detail.value)
+
+
+@pytest.mark.parametrize("name", ["matmul", "attention"])
+def test_listing_is_small_and_keeps_the_text(name):
+    """The Code view's listings hold the text exactly (numbers in their own column) in under twice its size."""
+    ptx = getattr(R, name)().asm["ptx"]
+    out = H.listing(ptx.splitlines())
+    assert len(out) < 2 * len(ptx), (len(out), len(ptx))
+    body = re.search(r'<div class="kl-lst">(.*)</div></div></div>$', out, re.S).group(1)
+    assert html.unescape(re.sub(r"<[^>]+>", "", body)) == "\n".join(ptx.splitlines())
+    nums = re.search(r'<div class="kl-lsn">([^<]*)</div>', out).group(1).split("\n")
+    assert nums == [str(k) for k in range(1, len(ptx.splitlines()) + 1)]
+    assert "<b>mma" in out or "<b>wgmma" in out  # opcodes coloured
+
+
+def test_code_view_search_marks_and_counts_in_every_listing():
+    ck = R.matmul()
+    v = kv.CodeView(ck)
+    v.search.value = "cp.async.wait"
+    n_ptx = sum("cp.async.wait" in line for line in ck.asm["ptx"].splitlines())
+    assert n_ptx and v.tabs.children[0].value.count("<mark>") == n_ptx
+    assert f"PTX {n_ptx}" in text(v.found.value) and "LLVM IR" in text(v.found.value)
+    assert "loading" in v.tabs.children[2].value  # a tab not opened yet stays unrendered
+    v.tabs.selected_index = 2
+    n_ll = sum(bool(re.search("cp.async.wait", line, re.I)) for line in ck.asm["llir"].splitlines())
+    assert v.tabs.children[2].value.count("<mark>") >= n_ll > 0
+    v.search.value = "("  # not a regex: searched as text
+    assert "<mark>(</mark>" in v.tabs.children[0].value
+    v.search.value = ""
+    assert "<mark>" not in v.tabs.children[0].value and v.found.value == ""
