@@ -227,7 +227,8 @@ def listing(lines, max_lines: int | None = None, rx=None) -> str:
     n = len(lines)
     more = ""
     if max_lines is not None and n > max_lines:
-        lines, more = lines[:max_lines], f'<div class="kl-dim" style="padding-left:4.2em">… {n - max_lines} more lines</div>'
+        lines = lines[:max_lines]
+        more = f'<div class="kl-dim" style="padding-left:4.2em">… {n - max_lines} more lines</div>'
     nums = "\n".join(map(str, range(1, len(lines) + 1)))
     body = "\n".join(listing_line(x, rx) for x in lines)
     return (f'<div class="kl-code"><div class="kl-ls"><div class="kl-lsn">{nums}</div><div class="kl-lst">{body}'
@@ -474,7 +475,8 @@ def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_
     warp_css = "".join(f".{sc} .w{w}{{fill:{warp_color(w)}}}" for w in range(num_warps))
     out = [f'<svg class="{sc} kl-grid" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
            f'style="max-width:100%;height:auto" role="img" font-size="8">',
-           f'<style>.{sc} rect.c,.{sc} rect.h{{width:{cw}px;height:{ch}px}}.{sc} rect.h,.{sc} text{{pointer-events:none}}'
+           f'<style>.{sc} rect.c,.{sc} rect.h{{width:{cw}px;height:{ch}px}}'
+           f'.{sc} rect.h,.{sc} text{{pointer-events:none}}'
            f'.{sc} rect.c{{fill-opacity:.55;stroke:currentColor;stroke-opacity:.2}}'
            f'.{sc} text{{fill:currentColor;text-anchor:middle}}.{sc} text.r{{fill-opacity:.7}}'
            f'.{sc} text.a{{fill-opacity:.6}}{warp_css}</style>',
