@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import data as D
 from . import html as H
+from .fallback import WithStaticCopy
 
 try:  # the live widget needs anywidget (the lab extra); the static HTML does not
     import anywidget
@@ -291,7 +292,7 @@ def _prepare(compiled):
 
 if anywidget is not None:
 
-    class LinkedView(anywidget.AnyWidget):
+    class LinkedView(WithStaticCopy, anywidget.AnyWidget):
         """Kernel source | two stage panes (each: any tile/GPU pass, LLVM IR, PTX or SASS), lines coloured by
         source line; hover or click a line to highlight its counterparts everywhere, search across all panes."""
 

@@ -15,6 +15,7 @@ import ipywidgets as W
 
 from . import data as D
 from . import html as H
+from .fallback import WithStaticCopy
 from .graph_view import GraphView  # noqa: F401  (one of VIEWS)
 from .linked import linked_view
 from .stages import _no_gpu_note, ensure_gpu_stages
@@ -22,8 +23,9 @@ from .stages import _no_gpu_note, ensure_gpu_stages
 MONO = "var(--jp-code-font-family, ui-monospace, Menlo, monospace)"
 
 
-class _View(W.VBox):
-    """A view: a VBox of widgets plus a static HTML fallback for saved notebooks."""
+class _View(WithStaticCopy, W.VBox):
+    """A view: a VBox of widgets plus a static HTML fallback for saved notebooks (displayed as its own output
+    before the view: see fallback.py)."""
 
     title = "view"
     needs_gpu = False  # the layout, shared-memory and code views read the GPU stages: built on first show
@@ -520,16 +522,17 @@ VIEWS = {"passes": PassesView, "layout": LayoutView, "smem": SharedMemoryView, "
          "graph": GraphView, "linked": linked_view}
 
 
-class LabTab(W.Tab):
+class LabTab(WithStaticCopy, W.Tab):
     """The lab's tab of views; its static fallback concatenates each view's HTML."""
+
+    def static_html(self) -> str:
+        return "".join(f"<h3>{H.esc(title)}</h3>" + child.static_html()
+                       for title, child in zip(self.titles, self.children) if hasattr(child, "static_html"))
 
     def _repr_mimebundle_(self, **kwargs):
         data = dict(super()._repr_mimebundle_(**kwargs) or {})
-        parts = []
-        for title, child in zip(self.titles, self.children):
-            if hasattr(child, "static_html"):
-                parts.append(f"<h3>{H.esc(title)}</h3>" + child.static_html())
-        data["text/html"] = "".join(parts)
+        data["text/html"] = self.static_html()
+        data["text/plain"] = f"kernellab views: {', '.join(self.titles)}"
         return data
 
 
