@@ -207,6 +207,21 @@ def lazy_data(data: dict) -> dict:
     return out
 
 
+def search_counts(data: dict, query: str) -> dict:
+    """{stage id: lines matching `query`} over every stage (a regex, case-insensitive; as text if it is not
+    one), for the stage menus of the linked view: "search everywhere", though most stages are not in the browser.
+    The source counts as the stage "source"."""
+    if not query:
+        return {}
+    try:
+        rx = re.compile(query, re.I)
+    except re.error:
+        rx = re.compile(re.escape(query), re.I)
+    out = {s["id"]: sum(1 for line in s["lines"] if rx.search(line)) for s in data["stages"]}
+    out["source"] = sum(1 for x in data["source"] if rx.search(x["text"]))
+    return out
+
+
 def counterparts(data: dict, stage_id: str, source_line: int) -> list[int]:
     """The 0-based lines of stage `stage_id` that came from `source_line` (what the view highlights)."""
     st = next(s for s in data["stages"] if s["id"] == stage_id)
@@ -309,11 +324,15 @@ if anywidget is not None:
             self.on_msg(self._on_msg)
 
         def _on_msg(self, _widget, content, _buffers):
-            """linked.js asks for a stage's lines when the user picks a stage it was not sent."""
+            """linked.js asks for a stage's lines when the user picks a stage it was not sent, and for the number
+            of lines matching the search in every stage."""
             if isinstance(content, dict) and content.get("type") == "stage":
                 st = next((s for s in self.full_data["stages"] if s["id"] == content.get("id")), None)
                 if st is not None:
                     self.send({"type": "stage", "stage": st})
+            elif isinstance(content, dict) and content.get("type") == "search":
+                q = str(content.get("q", ""))
+                self.send({"type": "search", "q": q, "counts": search_counts(self.full_data, q)})
 
         def static_html(self) -> str:
             return linked_html(self.full_data)

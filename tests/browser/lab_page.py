@@ -10,6 +10,8 @@ import pytest
 from tests.browser.test_lab_browser import CHROMIUM_ARGS, SHOTS
 
 ERROR = '[data-mime-type="application/vnd.jupyter.error"]'
+# appended to a selector: only the live views, not their static copies (hidden outputs before them: fallback.py)
+LIVE = ":not(.kl-static-copy *)"
 
 
 def notebook_json(cells) -> dict:
