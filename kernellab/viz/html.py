@@ -53,6 +53,13 @@ CSS = """
 .kl-lab .kl-ok{color:var(--jp-success-color0,#3fa65a)}
 .kl-lab details>summary{cursor:pointer;padding:2px 0}
 .kl-lab svg text{font-family:var(--jp-code-font-family,ui-monospace,Menlo,monospace)}
+.kl-lab table.kl-sbs{border-collapse:collapse;font-family:var(--jp-code-font-family,ui-monospace,Menlo,monospace);
+ font-size:12px;min-width:100%}
+.kl-lab table.kl-sbs td{white-space:pre;padding:0 8px 0 0;vertical-align:top;line-height:1.35}
+.kl-lab table.kl-sbs td.kl-n{min-width:2.6em;text-align:right;opacity:.45;user-select:none;padding:0 .6em 0 .3em}
+.kl-lab table.kl-sbs th{text-align:left;font-weight:600;font-family:var(--jp-ui-font-family,sans-serif);
+ border-bottom:1px solid rgba(127,127,127,.3)}
+.kl-lab table.kl-sbs td.kl-sbs-empty{background:rgba(127,127,127,.08)}
 .kl-lab .kl-ls{display:flex;align-items:flex-start}
 .kl-lab .kl-ls>div{white-space:pre;line-height:1.35}
 .kl-lab .kl-ls>.kl-lsn{flex:0 0 auto;text-align:right;opacity:.45;user-select:none;padding:0 .8em 0 .5em}
@@ -363,6 +370,59 @@ def diff_block(before: str, after: str, context: int | None = None, hits=None) -
     if not any(t != "same" for t, _ in diff):
         return '<p class="kl-dim">no changes</p>' + code_block([l for _, l in diff])
     return code_block(lines, classes, numbers=numbers, gutters=gutters, marks=marks)
+
+
+def side_by_side(before: str, after: str, context: int | None = None) -> str:
+    """The diff as two columns, the IR before the pass on the left and after it on the right: unchanged lines
+    side by side, a changed block's removed and added lines row by row (changed words marked), a removed or added
+    line alone on its side; `context`: only that many unchanged lines around each change."""
+    wdiff = D.ir_diff_words(before, after)
+    rows, k, a, b = [], 0, 0, 0  # rows: (left (num, line, marks) or None, right ... or None, changed)
+    while k < len(wdiff):
+        if wdiff[k][0] == "same":
+            a, b = a + 1, b + 1
+            rows.append(((a, wdiff[k][1], None), (b, wdiff[k][1], None), False))
+            k += 1
+            continue
+        dels, adds = [], []
+        while k < len(wdiff) and wdiff[k][0] != "same":
+            tag, line, ranges = wdiff[k]
+            if tag == "del":
+                a += 1
+                dels.append((a, line, ranges))
+            else:
+                b += 1
+                adds.append((b, line, ranges))
+            k += 1
+        for i in range(max(len(dels), len(adds))):
+            rows.append((dels[i] if i < len(dels) else None, adds[i] if i < len(adds) else None, True))
+    if not any(ch for _, _, ch in rows):
+        return '<p class="kl-dim">no changes</p>' + code_block(after.splitlines())
+    keep = range(len(rows))
+    if context is not None:
+        near = set()
+        for i, (_, _, ch) in enumerate(rows):
+            if ch:
+                near.update(range(max(0, i - context), min(len(rows), i + context + 1)))
+        keep = sorted(near)
+
+    def cell(side, cls, mark):
+        if side is None:
+            return '<td class="kl-n"></td><td class="kl-sbs-empty"></td>'
+        num, line, ranges = side
+        body = _marked(line, ranges, mark) if ranges else highlight(line)
+        return f'<td class="kl-n">{num}</td><td class="{cls}">{body}</td>'
+
+    out, last = [], -1
+    for i in keep:
+        if last >= 0 and i != last + 1:
+            out.append(f'<tr><td></td><td class="kl-dim" colspan="3">⋯ {i - last - 1} unchanged lines</td></tr>')
+        left, right, ch = rows[i]
+        out.append("<tr>" + cell(left, "kl-del" if ch else "", "kl-wdel") + cell(right, "kl-add" if ch else "",
+                                                                                   "kl-wadd") + "</tr>")
+        last = i
+    return ('<table class="kl-sbs"><colgroup><col><col style="width:50%"><col><col style="width:50%"></colgroup>'
+            '<tr><th></th><th>before the pass</th><th></th><th>after the pass</th></tr>' + "".join(out) + "</table>")
 
 
 def ir_diff_html(before: str, after: str, context: int | None = None) -> str:

@@ -71,8 +71,9 @@ def _origin_text(origin, pad: str = "   ") -> str:
 
 class PassesView(_View):
     """Passes list (changed / unchanged, ms, what the pass does) -> the IR after the selected pass, or its
-    diff against the previous pass; a search box highlights (or filters to) matching lines; picking an IR
-    line with a `loc(L:C)` highlights source line L, and picking a source line highlights its IR lines."""
+    diff against the previous pass (changed words marked; one column or side by side); a search box highlights
+    (or filters to) matching lines; picking an IR line with a `loc(L:C)` highlights source line L, and picking a
+    source line highlights its IR lines."""
 
     title = "passes"
 
@@ -105,6 +106,10 @@ class PassesView(_View):
         self.diff_toggle = W.ToggleButton(value=False, description="diff vs previous", icon="exchange",
                                           tooltip="show the change this pass made",
                                           layout=W.Layout(width="auto", flex="0 0 auto"))
+        self.side_toggle = W.ToggleButton(value=False, description="side by side", icon="columns",
+                                          tooltip="the diff as two columns: before and after the pass",
+                                          layout=W.Layout(width="auto", flex="0 0 auto"))
+        self.side_toggle.add_class("kl-side")
         self.search = W.Text(value="", placeholder="search IR (regex or text)", continuous_update=True,
                              layout=W.Layout(width="220px", flex="0 1 auto"))
         self.only_matches = W.Checkbox(value=False, description="only matching lines", indent=False,
@@ -122,6 +127,7 @@ class PassesView(_View):
 
         self.pass_select.observe(self._on_pass, names="value")
         self.diff_toggle.observe(lambda _: self.refresh(), names="value")
+        self.side_toggle.observe(lambda _: self.refresh(), names="value")
         self.search.observe(lambda _: self.refresh(), names="value")
         self.only_matches.observe(lambda _: self.refresh(), names="value")
         self.ir_select.observe(self._on_ir_line, names="value")
@@ -132,7 +138,7 @@ class PassesView(_View):
 
         stepper = W.HBox([self.prev_button, self.pass_select, self.next_button],
                          layout=W.Layout(width="auto", flex_flow="row nowrap", align_items="center"))
-        controls = W.HBox([self.diff_toggle, self.search, self.only_matches],
+        controls = W.HBox([self.diff_toggle, self.side_toggle, self.search, self.only_matches],
                           layout=W.Layout(width="auto", flex_flow="row wrap", align_items="center"))
         panes = W.HBox([col([self.ir_pane], 3), col([self.source_pane], 2)],
                        layout=W.Layout(width="auto", align_items="flex-start"))
@@ -248,7 +254,11 @@ class PassesView(_View):
         self.header.value = H.page(
             f'<b>{i}. {H.esc(p.name)}</b> — {H.esc(p.description)} '
             f'<span class="kl-dim">({r["ms"]:.2f} ms{"; " + H.esc(found) if found else ""})</span> {badge}')
-        if self.diff_toggle.value:
+        self.side_toggle.disabled = not self.diff_toggle.value
+        if self.diff_toggle.value and self.side_toggle.value:
+            before = self.trace.passes[i - 1].ir if i > 0 else ""
+            body = H.side_by_side(before, p.ir, context=None if not self.only_matches.value else 3)
+        elif self.diff_toggle.value:
             before = self.trace.passes[i - 1].ir if i > 0 else ""
             body = H.diff_block(before, p.ir, context=None if not self.only_matches.value else 3, hits=match)
         elif match and self.only_matches.value:

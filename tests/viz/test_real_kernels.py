@@ -354,3 +354,35 @@ def test_the_roofline_is_drawn_in_under_a_second():
         ._repr_mimebundle_()
     took = time.perf_counter() - t0
     assert "image/png" in bundle and took < 1.0, took
+
+
+def test_side_by_side_diff_pairs_the_changed_lines():
+    """The pass stepper's side-by-side diff on assign_layouts of the real matmul: every line of the IR before the
+    pass on the left and after it on the right, in order; a changed line beside its replacement, only the
+    appended layout marked."""
+    ck = R.matmul()
+    v = kv.PassesView(ck)
+    i = next(k for k, p in enumerate(ck.trace.passes) if p.name == "assign_layouts")
+    v.select_pass(i)
+    v.diff_toggle.value = True
+    assert not v.side_toggle.disabled
+    v.side_toggle.value = True
+    out = v.ir_pane.value
+    assert '<table class="kl-sbs">' in out
+    rows = re.findall(r"<tr>(.*?)</tr>", out.split('<table class="kl-sbs">')[1])[1:]
+    left = [html.unescape(re.sub(r"<[^>]+>", "", c)) for c in
+            (re.findall(r'<td class="kl-n">\d*</td><td[^>]*>(.*?)</td>', r)[0] for r in rows)]
+    right = [html.unescape(re.sub(r"<[^>]+>", "", c)) for c in
+             (re.findall(r'<td class="kl-n">\d*</td><td[^>]*>(.*?)</td>', r)[1] for r in rows)]
+    assert [x for x in left if x] == [x for x in ck.trace.passes[i - 1].ir.splitlines() if x]
+    assert [x for x in right if x] == [x for x in ck.trace.passes[i].ir.splitlines() if x]
+    paired = [r for r in rows if 'class="kl-del"' in r and 'class="kl-add"' in r and "kl-wadd" in r]
+    assert len(paired) > 10
+    for r in paired:  # the words the pass changed are marked, not the line
+        cell_ = re.findall(r'<td class="kl-add">(.*)</td>', r)[0]
+        marked = "".join(text(m) for m in re.findall(r'<span class="kl-wadd">((?:<span[^>]*>[^<]*</span>|[^<])*)</span>',
+                                                     cell_))
+        assert 0 < len(marked) < len(text(cell_)) / 2, (marked, text(cell_))
+    assert any("#L" in text(r) for r in paired)
+    v.diff_toggle.value = False
+    assert v.side_toggle.disabled and '<table class="kl-sbs">' not in v.ir_pane.value
