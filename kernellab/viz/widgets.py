@@ -349,18 +349,39 @@ class LayoutView(_View):
                                 layout=W.Layout(width="360px"))
         self.col0 = W.IntSlider(value=0, min=0, max=0, description="first column", continuous_update=False,
                                 layout=W.Layout(width="360px"))
-        self.window_box = W.HBox([self.row0, self.col0])
+        # zoom: the labelled 32 x 32 window, wider windows of smaller unlabelled cells, or one period of the
+        # layout's pattern (what repeats across the tile)
+        self.zoom = W.Dropdown(options=[("32 × 32, labelled", "32"), ("64 × 64, colours only", "64"),
+                                        ("128 × 128, colours only", "128"), ("one period of the pattern", "period")],
+                               value="32", description="zoom",
+                               layout=W.Layout(width="300px"))
+        self.zoom.add_class("kl-zoom")
+        self.window_box = W.HBox([self.zoom, self.row0, self.col0], layout=W.Layout(flex_flow="row wrap"))
+        self.zoom.observe(self._on_value, names="value")
         self.dropdown.observe(self._on_value, names="value")
         self.row0.observe(lambda _: self.refresh(), names="value")
         self.col0.observe(lambda _: self.refresh(), names="value")
         self.children = [self.dropdown, self.window_box, self.pane]
         self._on_value(None)
 
+    def window(self) -> tuple:
+        """(rows, columns) of the drawing the zoom asks for: a square window, or one period of the pattern (in the
+        drawing's rows and columns: a 1-D tile is drawn in rows of 32)."""
+        v = self.entries[self.dropdown.value][1]
+        if self.zoom.value != "period":
+            n = int(self.zoom.value)
+            return n, n
+        period = H.layout_period(v["layout"], v["shape"])
+        if len(v["shape"]) == 1:
+            return max(1, -(-period[0] // 32)), min(period[0], 32)
+        return tuple(period)
+
     def _on_value(self, _):
-        """A new value: the window goes back to the tile's corner; the sliders step by one window."""
+        """A new value or zoom: the window goes back to the tile's corner; the sliders step by half a window."""
         v = self.entries[self.dropdown.value][1]
         rows, cols = H._drawing_shape(tuple(v["shape"])) if len(v["shape"]) in (1, 2) else (1, 1)
-        wr, wc = min(H.WINDOW[0], rows), min(H.WINDOW[1], cols)
+        win = self.window()
+        wr, wc = min(win[0], rows), min(win[1], cols)
         with self.hold_trait_notifications():
             self.row0.max, self.row0.step = max(rows - wr, 0), max(wr // 2, 1)
             self.col0.max, self.col0.step = max(cols - wc, 0), max(wc // 2, 1)
@@ -380,7 +401,8 @@ class LayoutView(_View):
     def refresh(self):
         label, v, acc = self.entries[self.dropdown.value]
         svg = H.layout_svg(v["layout"], v["shape"], self.num_warps, vec=acc["vec"] if acc else None,
-                           elem_bytes=v["elem_bytes"], title=label, origin=(self.row0.value, self.col0.value))
+                           elem_bytes=v["elem_bytes"], title=label, origin=(self.row0.value, self.col0.value),
+                           window=self.window())
         self.pane.value = H.page(H.layout_info_html(v, self.num_warps, acc) + svg)
 
     def static_html(self) -> str:

@@ -386,3 +386,18 @@ def test_side_by_side_diff_pairs_the_changed_lines():
     assert any("#L" in text(r) for r in paired)
     v.diff_toggle.value = False
     assert v.side_toggle.disabled and '<table class="kl-sbs">' not in v.ir_pane.value
+
+
+def test_layout_zoom_and_one_period():
+    """The layout view zooms out to wider windows of unlabelled cells and to one period of the pattern: the
+    attention store's #blocked<[1, 8], [4, 8], [4, 1], [1, 0]> tile repeats every 16 x 64 elements."""
+    v = kv.LayoutView(R.attention())
+    v.dropdown.value = next(k for k, e in enumerate(v.entries) if e[0].startswith("tt.store"))
+    assert len(cell_labels(v.pane.value)) == 32 * 32
+    v.zoom.value = "64"
+    assert len(re.findall(r'<rect class="c w\d"', v.pane.value)) == 64 * 64 and not cell_labels(v.pane.value)
+    v.zoom.value = "period"
+    period = H.layout_period(v.current["layout"], v.current["shape"])
+    assert period == (16, 64) and v.window() == period
+    assert len(cell_labels(v.pane.value)) == 16 * 64 and "rows 0–15 of 128" in v.pane.value
+    assert v.row0.step == 8 and v.col0.layout.display == "none"  # the period spans every column
