@@ -49,7 +49,8 @@ def open_and_run(lab, name: str, ready_js: str = "true", shot: str = "nb", timeo
             pg = context.new_page()
             pg.errors = []
             pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-            pg.goto(f"{lab['base']}/lab/tree/{name}?token={lab['token']}")
+            # reset: a fresh workspace, no panel of an earlier test restored beside this notebook
+            pg.goto(f"{lab['base']}/lab/tree/{name}?reset&token={lab['token']}")
             pg.wait_for_selector(".jp-NotebookPanel .jp-CodeCell", timeout=60_000)
             pg.wait_for_function("""() => { const s = document.querySelector('.jp-Notebook-ExecutionIndicator');
                 return !s || s.getAttribute('data-status') === 'idle'; }""", timeout=60_000)

@@ -100,6 +100,9 @@ def lab(tmp_path_factory):
     env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"),
                KERNELLAB_CACHE_DIR=str(tmp / "kernellab-cache"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"))
     env.pop("JUPYTER_CONFIG_DIR", None)
+    # the kernels import this checkout's kernellab (a relative PYTHONPATH would resolve in the notebooks' folder)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [os.path.abspath(p) for p in
+                                                       env.get("PYTHONPATH", "").split(os.pathsep) if p])
 
     port, token = _free_port(), secrets.token_hex(16)
     log = open(tmp / "jupyterlab.log", "w")
