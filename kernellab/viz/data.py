@@ -208,6 +208,25 @@ def kernel_source_range(source) -> tuple[int, int] | None:
     return (min(locs), max(locs)) if locs else None
 
 
+def file_lines(compiled) -> list[str]:
+    """The lines of the kernel's file or notebook cell (linecache: the %%kernel magic registers its cells), so the
+    @jit helpers inlined into the kernel have their text too; the kernel's own `source_lines` (its function alone,
+    blank lines before it) when the file cannot be read."""
+    import linecache
+
+    own = list(getattr(compiled, "source_lines", []) or [])
+    trace = getattr(compiled, "trace", None)
+    try:
+        snap = trace.snapshot("tile") if trace is not None and trace.passes else None
+        path = snap.functions[0].source_file if snap is not None and snap.functions else None
+    except Exception:
+        path = None
+    lines = [x.rstrip("\n") for x in linecache.getlines(path)] if path else []
+    if not lines or (own and len(lines) < len(own)):
+        return [x.rstrip("\n") for x in own]
+    return lines
+
+
 def source_text(compiled, line: int | None, file: str | None = None) -> str:
     """The text of source line `line`: of `file` when given (an @jit helper inlined from another module, as the
     trace's records name it), else of the kernel's file or notebook cell (read through linecache, where the

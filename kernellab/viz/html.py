@@ -54,8 +54,9 @@ CSS = """
 .kl-lab details>summary{cursor:pointer;padding:2px 0}
 .kl-lab svg text{font-family:var(--jp-code-font-family,ui-monospace,Menlo,monospace)}
 .kl-lab table.kl-sbs{border-collapse:collapse;font-family:var(--jp-code-font-family,ui-monospace,Menlo,monospace);
- font-size:12px;min-width:100%}
-.kl-lab table.kl-sbs td{white-space:pre;padding:0 8px 0 0;vertical-align:top;line-height:1.35}
+ font-size:12px;width:100%;table-layout:fixed}
+.kl-lab table.kl-sbs td{white-space:pre-wrap;overflow-wrap:anywhere;padding:0 8px 0 0;vertical-align:top;
+ line-height:1.35}
 .kl-lab table.kl-sbs td.kl-n{min-width:2.6em;text-align:right;opacity:.45;user-select:none;padding:0 .6em 0 .3em}
 .kl-lab table.kl-sbs th{text-align:left;font-weight:600;font-family:var(--jp-ui-font-family,sans-serif);
  border-bottom:1px solid rgba(127,127,127,.3)}
@@ -421,7 +422,7 @@ def side_by_side(before: str, after: str, context: int | None = None) -> str:
         out.append("<tr>" + cell(left, "kl-del" if ch else "", "kl-wdel") + cell(right, "kl-add" if ch else "",
                                                                                    "kl-wadd") + "</tr>")
         last = i
-    return ('<table class="kl-sbs"><colgroup><col><col style="width:50%"><col><col style="width:50%"></colgroup>'
+    return ('<table class="kl-sbs"><colgroup><col style="width:3.6em"><col><col style="width:3.6em"><col></colgroup>'
             '<tr><th></th><th>before the pass</th><th></th><th>after the pass</th></tr>' + "".join(out) + "</table>")
 
 
@@ -534,7 +535,7 @@ def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_
     sc = f"klg{uid}"
     warp_css = "".join(f".{sc} .w{w}{{fill:{warp_color(w)}}}" for w in range(num_warps))
     out = [f'<svg class="{sc} kl-grid" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-           f'style="max-width:100%;height:auto" role="img" font-size="8">',
+           f'style="{"max-width:none" if labels else "max-width:100%;height:auto"}" role="img" font-size="8">',
            f'<style>.{sc} rect.c,.{sc} rect.h{{width:{cw}px;height:{ch}px}}'
            f'.{sc} rect.h,.{sc} text{{pointer-events:none}}'
            f'.{sc} rect.c{{fill-opacity:.55;stroke:currentColor;stroke-opacity:.2}}'
@@ -609,7 +610,9 @@ def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_
                 f'elements); each thread\'s pattern repeats every {" x ".join(map(str, period))} elements</p>'
                 + '<div class="kl-overview-box" style="margin:.2em 0 .5em 40px">'
                 + layout_overview_svg(g, shape, rows, cols, (r0, c0)) + "</div>")
-    return head + "".join(out) + _layout_legend(g, uid, num_warps, vec)
+    # labelled cells keep their size (legible): a window wider than the output scrolls sideways, not shrinks
+    grid = f'<div class="kl-grid-box" style="overflow-x:auto">{"".join(out)}</div>' if labels else "".join(out)
+    return head + grid + _layout_legend(g, uid, num_warps, vec)
 
 
 def _layout_legend(g, uid, num_warps, vec) -> str:

@@ -178,20 +178,9 @@ def _kernel_file(trace) -> str | None:
 
 
 def _source_text(compiled) -> list:
-    """The lines of the kernel's file (or notebook cell, which the magic registers in linecache): the kernel's own
-    `source_lines` hold only its function, not the @jit helpers inlined into it."""
-    import linecache
-
-    own = list(getattr(compiled, "source_lines", []) or [])
-    try:
-        snap = compiled.trace.snapshot("tile")
-        path = snap.functions[0].source_file if snap and snap.functions else None
-    except Exception:
-        path = None
-    lines = linecache.getlines(path) if path else []
-    if not lines or (own and len(lines) < len(own)):
-        return own
-    return lines
+    """The lines of the kernel's file (or notebook cell): the kernel's own `source_lines` hold only its function,
+    not the @jit helpers inlined into it."""
+    return D.file_lines(compiled)
 
 
 OTHER = 1_000_000  # source keys of an inlined helper's lines from another file: OTHER * (its number) + line

@@ -81,7 +81,7 @@ class PassesView(_View):
         super().__init__(compiled, **kwargs)
         self.trace = compiled.trace
         self.rows = D.pass_rows(self.trace)
-        self.source_lines = list(getattr(compiled, "source_lines", []) or [])
+        self.source_lines = D.file_lines(compiled)  # with the inlined helpers' lines of the kernel's file
         rng = D.kernel_source_range(self.trace.passes[0]) if self.trace.passes else None
         self.src_range = rng or (1, len(self.source_lines))
         self.selected_src: int | None = None   # source line picked (-> IR lines highlighted)

@@ -341,7 +341,8 @@ def test_code_view_search_marks_and_counts_in_every_listing():
 
 def test_the_roofline_is_drawn_in_under_a_second():
     """The roofline of a --bench cell (recorded results and the user's kernel placed) once matplotlib is loaded:
-    under a second on a busy machine (about a quarter of one on a quiet one)."""
+    under a second of CPU time (about 0.3 s; CPU time, not wall time, so a machine busy with other work does not
+    fail it)."""
     pytest.importorskip("matplotlib")
     import time
 
@@ -349,10 +350,10 @@ def test_the_roofline_is_drawn_in_under_a_second():
 
     rec = _recorded()
     PerformanceView(rec)._repr_mimebundle_()  # matplotlib's first use: imports and fonts
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     bundle = PerformanceView(rec, placed=[Placed("matmul_kernel", 2 * 4096 ** 3, 3 * 4096 * 4096 * 2)]) \
         ._repr_mimebundle_()
-    took = time.perf_counter() - t0
+    took = time.process_time() - t0
     assert "image/png" in bundle and took < 1.0, took
 
 

@@ -133,7 +133,7 @@ def test_passes_view_ir_line_to_source_line_and_back(cks):
     src = pane_lines(v.source_pane.value)
     selected = [n for n, (cls, _) in src.items() if "kl-sel" in cls]
     assert len(selected) == 1
-    assert "tl.load" in src[selected[0]][1] == ck.source_lines[selected[0] - 1]
+    assert "tl.load" in src[selected[0]][1] and src[selected[0]][1].strip() == ck.source_lines[selected[0] - 1].strip()
     assert v.src_select.value == selected[0]
     assert f"IR line {k + 1} → source line {selected[0]}" in v.status.value
     assert "kl-sel" in pane_lines(v.ir_pane.value)[k + 1][0]
