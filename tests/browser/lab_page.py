@@ -9,7 +9,10 @@ import pytest
 
 from tests.browser.test_lab_browser import CHROMIUM_ARGS, SHOTS
 
-ERROR = '[data-mime-type="application/vnd.jupyter.error"]'
+# A cell's exception: JupyterLab renders it as a stderr output (as it does warnings) holding the traceback
+ERROR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]:has-text("most recent call last")'
+ERROR_JS = """[...document.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
+    .some(o => o.textContent.includes('most recent call last'))"""
 # appended to a selector: only the live views, not their static copies (hidden outputs before them: fallback.py)
 LIVE = ":not(.kl-static-copy *)"
 
@@ -73,7 +76,7 @@ def open_and_run(lab, name: str, ready_js: str = "true", shot: str = "nb", timeo
             # collapsed input, a notebook's solution, shows no prompt)
             try:
                 pg.wait_for_function(f"""() => {{
-                    if (document.querySelector('{ERROR}')) return true;
+                    if ({ERROR_JS}) return true;
                     const p = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
                     const ind = document.querySelector('.jp-Notebook-ExecutionIndicator');
                     return p.length > 0 && /\\[\\d+\\]/.test(p[p.length - 1].textContent)
