@@ -62,7 +62,7 @@ CSS = """
  border-bottom:1px solid rgba(127,127,127,.3)}
 .kl-lab table.kl-sbs td.kl-sbs-empty{background:rgba(127,127,127,.08)}
 .kl-lab .kl-ls{display:flex;align-items:flex-start}
-.kl-lab .kl-ls>div{white-space:pre;line-height:1.35}
+.kl-lab .kl-ls>div{white-space:pre;line-height:1.35;tab-size:4}
 .kl-lab .kl-ls>.kl-lsn{flex:0 0 auto;text-align:right;opacity:.45;user-select:none;padding:0 .8em 0 .5em}
 .kl-lab .kl-ls>.kl-lst{flex:1 0 auto;padding-right:8px}
 .kl-lab .kl-lst b{color:var(--jp-mirror-editor-keyword-color,#3b7fd0);font-weight:600}
