@@ -225,3 +225,37 @@ def test_an_inlined_helper_from_another_file_keeps_its_file():
     # the trace's JSON (the disk cache) keeps the files
     rec = next(p for p in ck.trace.passes if p.stage == "ptx")
     assert from_json(PassRecord, to_json(rec)).positions.files == rec.positions.files
+
+
+@kl.jit
+def other_file_reduce_kernel(x_ptr, z_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(z_ptr, hm_row_max(tl.load(x_ptr + offs)) + tl.max(tl.load(x_ptr + offs), axis=0))
+
+
+from tests.helpers_other_file.helper_mod import row_max as hm_row_max  # noqa: E402
+
+
+def test_shared_buffers_and_barriers_name_the_file_of_their_line():
+    """A shared-memory buffer (here a cross-warp reduction's scratch) made for an op of a helper from another
+    module carries that module's file with its line (SharedBuffer.file, in the module's plan and the trace's JSON);
+    the kernel's own reduction has none: the lab quotes each buffer's line from the right file."""
+    import inspect
+
+    import tests.helpers_other_file.helper_mod as hm
+
+    x = torch.randn(1024)
+    ck = other_file_reduce_kernel.warmup(x, x, BLOCK=1024).build_gpu(Target(90))
+    helper_file = inspect.getsourcefile(hm)
+    plan = ck.trace.snapshot("gpu").shared_plan
+    reduces = [b for b in plan if b.op == "tt.reduce"]
+    assert len(reduces) == 2, plan
+    theirs = [b for b in reduces if b.file == helper_file]
+    mine = [b for b in reduces if b.file is None]
+    assert len(theirs) == 1 and len(mine) == 1, reduces
+    assert theirs[0].line == _line_of(hm.row_max, "tl.max(x, axis=0)")
+    assert mine[0].line == _line_of(other_file_reduce_kernel, "tl.store(")
+    assert {b.get("file") for b in ck.shared_plan if b["op"] == "tt.reduce"} == {helper_file, None}
+    snap = ck.trace.snapshot("gpu")
+    assert from_json(type(snap), to_json(snap)).shared_plan == snap.shared_plan
+    assert all(bar.file in (None, helper_file) for bar in snap.barriers)

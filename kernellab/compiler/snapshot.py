@@ -163,7 +163,7 @@ def _shared(module, ops, n_points) -> dict:
     for b in module.shared_plan:
         live = tuple(b.get("live", (0, 0)))
         buffers.append(SharedBuffer(b["op"], b.get("line"), b["offset"], b["size"], live, b.get("reason", ""),
-                                    by_point.get(live[0]), mbarriers=tuple(b.get("mbarriers", ())),
+                                    by_point.get(live[0]), mbarriers=tuple(b.get("mbarriers", ())), file=b.get("file"),
                                     **{k: b[k] for k in _BUFFER_FIELDS if k in b}))
     barriers = []
     kernel_ops = [op for op in ops if op.function == 0]
@@ -175,9 +175,10 @@ def _shared(module, ops, n_points) -> dict:
     upcoming.reverse()
     for op, at in zip(kernel_ops, upcoming):
         if op.name == "ttg.barrier":
-            barriers.append(Barrier(at, op.index, op.ir_line, op.line, "bar.sync", op.attr("reason", "")))
+            barriers.append(Barrier(at, op.index, op.ir_line, op.line, "bar.sync", op.attr("reason", ""), file=op.file))
         elif op.name == "ttg.async_wait":
             pending = op.attr("pending")
             barriers.append(Barrier(at, op.index, op.ir_line, op.line, "cp.async.wait_group",
-                                    ASYNC_WAIT_REASON.format(pending="?" if pending is None else pending), pending))
+                                    ASYNC_WAIT_REASON.format(pending="?" if pending is None else pending), pending,
+                                    op.file))
     return {"shared_plan": tuple(buffers), "barriers": tuple(barriers), "program_points": n_points}

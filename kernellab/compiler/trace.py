@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 # Bump when a record's fields change: a disk-cache entry written with another schema is recompiled.
-TRACE_SCHEMA = 3  # 2: the LLVM IR and PTX records carry Positions (source lines from !dbg / .loc); 3: and files
+TRACE_SCHEMA = 4  # 2: the LLVM IR and PTX records carry Positions (source lines from !dbg / .loc); 3: and files;
+# 4: SharedBuffer.file and Barrier.file
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,7 @@ class SharedBuffer:
     filled_by: str = ""
     align: int = 0
     mbarriers: tuple = ()
+    file: str | None = None  # the file of `line` when not the kernel's own (an inlined helper from another module)
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,7 @@ class Barrier:
     kind: str
     reason: str
     pending: int | None = None
+    file: str | None = None  # the file of `line` when not the kernel's own
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,11 @@ records, for every byte a launch touches, its last writer, its last readers and 
   a plain `torch.empty` cannot be told from written memory, so it is not checked: mark it.
 
 Findings with the same kind, argument and pair of source lines are merged (`Finding.count`). The report is
-plain data (`SanitizerReport`: findings, and per argument an `AccessMap` of which program last wrote and read
-each element) for the lab to draw. By default findings raise a `SanitizerError` at the end of the launch
-(its memory effects stay); `sanitize="warn"` warns instead. The report is returned by `Interpreter.run` and
-kept as `compiled_kernel.sanitizer_report`.
+plain data (`SanitizerReport`: findings, per argument an `AccessMap` of which program last wrote and read
+each element, and per program a `ProgramAccess` per argument: the elements it read, wrote and accessed
+atomically, and those its masked-off lanes pointed at) for the lab to draw. By default findings raise a
+`SanitizerError` at the end of the launch (its memory effects stay); `sanitize="warn"` warns instead. The report
+is returned by `Interpreter.run` and kept as `compiled_kernel.sanitizer_report`.
 
 Cost: 12 bytes of shadow state per byte read, 12 more per byte written (24 more where several programs
 touch it), and 1.5 to 10 times the interpreter's time on the corpus kernels; nothing when sanitize is off.
@@ -43,7 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InterpreterError, SanitizerError
-from .interp_memory import MemKind, Memory
+from .interp_memory import _REGION_SHIFT, MemKind, Memory
 
 _SHIFT = 20  # a byte's tag is program << _SHIFT | site id
 _SITE_MASK = (1 << _SHIFT) - 1
@@ -151,11 +152,28 @@ class AccessMap:
 
 
 @dataclass
+class ProgramAccess:
+    """What one program did to one argument, as element offsets from the argument's pointer (sorted, unique):
+    the elements its active lanes read, wrote and accessed atomically, and those its masked-off lanes pointed at
+    (`masked`: they touched nothing; the ones outside the argument are what the mask protected)."""
+
+    read: np.ndarray
+    written: np.ndarray
+    atomic: np.ndarray
+    masked: np.ndarray
+
+
+MAX_PROGRAMS = 4096  # the per-program record keeps the launch's first programs (flat ids below this)
+
+
+@dataclass
 class SanitizerReport:
     kernel: str
     grid: tuple
     findings: list = field(default_factory=list)
     maps: dict = field(default_factory=dict)  # argument name -> AccessMap
+    # flat program id -> {argument name: ProgramAccess}, for the first MAX_PROGRAMS programs
+    programs: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -312,6 +330,7 @@ class SanitizingMemory(Memory):
         self._starts_np = None
         self.edges: dict = {}  # program -> [(its sequence number, other program, that program's number)]
         self._bound: tuple = (None, 0, {})  # (program, len(edges), {program q: q's last access ordered before})
+        self._per_program: dict = {}  # flat id -> {argument: {kind: [element offset arrays]}}
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _tag(self) -> int:
@@ -432,6 +451,30 @@ class SanitizingMemory(Memory):
             mask = np.broadcast_to(mask, addr.shape)
         return self._groups(addr, mask, mk, verb, rid)
 
+    def _note(self, addr, mask, mk: MemKind, rid, kind: str) -> None:
+        """Record, for the per-program access map, the elements this access's lanes point at: active lanes under
+        `kind` (read, written, atomic), masked-off ones under `masked`, as element offsets from the argument's
+        pointer (the region of each lane is the static `rid`, else its address's)."""
+        if self._p >= MAX_PROGRAMS:
+            return
+        a = np.ascontiguousarray(addr).reshape(-1).astype(np.int64, copy=False)
+        act = None if mask is None else np.broadcast_to(mask, np.shape(addr)).reshape(-1)
+        rids = None if rid is not None else a >> _REGION_SHIFT
+        mine = self._per_program.setdefault(self._p, {})
+        for r in [rid] if rid is not None else np.unique(rids).tolist():
+            if not 0 < r < len(self.regions):
+                continue
+            reg = self.regions[r]
+            sel = slice(None) if rid is not None else rids == r
+            off = (a[sel] - reg.base_addr) // reg.elem_size
+            rec = mine.setdefault(reg.name, {})
+            if act is None:
+                rec.setdefault(kind, []).append(off)
+            else:
+                on = act[sel]
+                rec.setdefault(kind, []).append(off[on])
+                rec.setdefault("masked", []).append(off[~on])
+
     # -- checks per access -------------------------------------------------------------------
     def _read(self, sh, reg, b, ln, tag, mk, atomic=False):
         isz = mk.isz
@@ -493,6 +536,7 @@ class SanitizingMemory(Memory):
     # -- the memory operations ---------------------------------------------------------------
     def load(self, addr, mask, other, mk: MemKind, rid=None):
         tag = self._tag()
+        self._note(addr, mask, mk, rid, "read")
         for reg, _, lanes, idx in self._groups_of(addr, mask, mk, "reads", rid):
             sh = self._shadow(reg)
             b, ln = self._bytes(reg, sh, mk, lanes, idx)
@@ -502,6 +546,7 @@ class SanitizingMemory(Memory):
 
     def store(self, addr, val, mask, mk: MemKind, rid=None):
         tag = self._tag()
+        self._note(addr, mask, mk, rid, "written")
         raw = self.raw_of(val, addr, mk).reshape(-1)
         bits = np.ascontiguousarray(raw).view(np.dtype(f"u{mk.isz}"))
         for reg, _, lanes, idx in self._groups_of(addr, mask, mk, "writes", rid):
@@ -533,6 +578,7 @@ class SanitizingMemory(Memory):
 
     def _atomic(self, addr, mask, mk, rid):
         tag = self._tag()
+        self._note(addr, mask, mk, rid, "atomic")
         for reg, _, lanes, idx in self._groups_of(addr, mask, mk, "atomically accesses", rid):
             self._writable(reg)
             sh = self._shadow(reg)
@@ -584,6 +630,15 @@ class SanitizingMemory(Memory):
             off = (reg.origin + sh.lo + first - reg.base_addr) // esz
             rep.maps[reg.name] = AccessMap(reg.name, esz, off, per_elem(sh.w_tag), per_elem(sh.r_tag),
                                            per_elem(sh.a_tag))
+        empty = np.zeros(0, np.int64)
+
+        def merged(parts):
+            return np.unique(np.concatenate(parts)) if parts else empty
+
+        for p, args in sorted(self._per_program.items()):
+            rep.programs[p] = {name: ProgramAccess(*(merged(rec.get(k, ())) for k in
+                                                     ("read", "written", "atomic", "masked")))
+                               for name, rec in args.items()}
         return rep
 
     def finish(self) -> SanitizerReport:

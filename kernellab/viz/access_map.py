@@ -1,7 +1,13 @@
 """The sanitizer's access map: which program last wrote (or only read) each element of each argument, with
-the elements a finding names outlined. It reads a `SanitizerReport` (plain data from the interpreter's
-`sanitize=True` launch), so a learner sees a race as two colours meeting where one was expected."""
+the elements a finding names outlined; then, per program, the elements it read and wrote and where its masked-off
+lanes pointed (those outside the argument are what the mask keeps from faulting). It reads a `SanitizerReport`
+(plain data from the interpreter's `sanitize=True` launch), so a learner sees a race as two colours meeting where
+one was expected, and a mask doing its job at the ragged edge."""
 from __future__ import annotations
+
+import itertools
+
+import numpy as np
 
 from .html import PALETTE, esc, page
 
@@ -79,6 +85,140 @@ def access_map_html(report, columns: int = COLUMNS, max_rows: int = MAX_ROWS) ->
     return page(style + head + "".join(panels))
 
 
+# --------------------------------------------------------------------------- per program
+READ, WRITTEN, BOTH, ATOMIC = "#4e79a7", "#f28e2b", "#b07aa1", "#59a14f"
+MAX_PROGRAMS_SHOWN = 32
+_PROG_IDS = itertools.count()
+
+
+def _program_cells(pa, m, columns: int, max_rows: int) -> tuple[str, int, int, str]:
+    """(svg cells, rows, first drawn element offset, note) of one program's accesses to one argument: the rows that
+    hold what it touched (its masked-off lanes too), at most `max_rows` of them from the first."""
+    lo_ok, hi_ok = m.offset, m.offset + len(m.writer)  # the argument's elements (offsets from its pointer)
+    touched = np.concatenate([pa.read, pa.written, pa.atomic, pa.masked])
+    if touched.size == 0:
+        return "", 0, lo_ok, ""
+    first = int(touched.min()) - (int(touched.min()) - lo_ok) % columns  # rows aligned as in the whole map
+    last = int(touched.max())
+    rows = (last - first) // columns + 1
+    note = ""
+    if rows > max_rows:
+        note = f" (rows of the first {max_rows * columns} elements from offset {first})"
+        rows = max_rows
+    read, written = set(pa.read.tolist()), set(pa.written.tolist())
+    atomic, masked = set(pa.atomic.tolist()), set(pa.masked.tolist())
+    out = []
+    for e in range(first, first + rows * columns):
+        inside = lo_ok <= e < hi_ok
+        if not inside and e not in masked:
+            continue
+        r, c = divmod(e - first, columns)
+        x, y = c * CELL, r * CELL
+        if e in read and e in written:
+            fill, what = BOTH, "read and written"
+        elif e in written:
+            fill, what = WRITTEN, "written"
+        elif e in read:
+            fill, what = READ, "read"
+        elif e in atomic:
+            fill, what = ATOMIC, "accessed atomically"
+        elif e in masked:
+            fill, what = "none", ("a masked-off lane points here (nothing read or written)" if inside else
+                                  f"a masked-off lane points here, outside the argument (elements {lo_ok}.."
+                                  f"{hi_ok - 1}): the mask keeps it from faulting")
+        else:
+            fill, what = "#f2f2f2", "not touched by this program"
+        if e in masked and fill != "none":
+            what += "; a masked-off lane points here too"
+        if fill == "none":
+            stroke = ' stroke="#d62728" stroke-width="1.5" stroke-dasharray="3,2"' if not inside else \
+                ' stroke="#888" stroke-width="1.2" stroke-dasharray="3,2"'
+            out.append(f'<rect class="m" x="{x + 1}" y="{y + 1}" width="{CELL - 2}" height="{CELL - 2}" fill="none"'
+                       f'{stroke}><title>element {e}: {esc(what)}</title></rect>')
+        else:
+            out.append(f'<rect class="e" x="{x}" y="{y}" width="{CELL}" height="{CELL}" fill="{fill}" stroke="#fff" '
+                       f'stroke-width="0.5"><title>element {e}: {esc(what)}</title></rect>')
+    return "".join(out), rows, first, note
+
+
+def program_map_html(report, program: int, columns: int = COLUMNS, max_rows: int = 16) -> str:
+    """What program `program` (its flat id) did to each argument: the elements it read, wrote (both: purple) or
+    accessed atomically, and where its masked-off lanes pointed (dashed; red dashed when outside the argument,
+    the lanes the mask keeps from faulting). Only the rows it touched are drawn."""
+    args = report.programs.get(program, {})
+    pid = report.program(program)
+    panels = []
+    for name, pa in args.items():
+        m = report.maps.get(name)
+        if m is None:
+            continue
+        cells, rows, first, note = _program_cells(pa, m, columns, max_rows)
+        if not rows:
+            continue
+        n_out = int(((pa.masked < m.offset) | (pa.masked >= m.offset + len(m.writer))).sum())
+        what = [f"{len(pa.read)} read", f"{len(pa.written)} written"] + \
+            ([f"{len(pa.atomic)} atomic"] if len(pa.atomic) else []) + \
+            ([f"{len(pa.masked)} masked-off lanes"] if len(pa.masked) else []) + \
+            ([f'<span style="color:#d62728">{n_out} of them outside the argument</span>'] if n_out else [])
+        panels.append(f'<div class="kl-am-panel"><div><b>{esc(name)}</b>: {", ".join(what)}; rows from element '
+                      f'{first}{esc(note)}</div><svg width="{columns * CELL}" height="{rows * CELL}" role="img" '
+                      f'aria-label="program {program}: {esc(name)}">{cells}</svg></div>')
+    if not panels:
+        return f'<p class="kl-dim">program {pid} touched no argument</p>'
+    return "".join(panels)
+
+
+def _legend_programs() -> str:
+    keys = [(READ, "read"), (WRITTEN, "written"), (BOTH, "read and written"), (ATOMIC, "atomic"),
+            ("#f2f2f2", "not touched by this program")]
+    out = "".join(f'<span class="kl-am-key"><i style="background:{c}"></i>{t}</span>' for c, t in keys)
+    return (out + '<span class="kl-am-key"><i style="border:1.5px dashed #888"></i>masked-off lane</span>'
+            '<span class="kl-am-key"><i style="border:1.5px dashed #d62728"></i>masked-off lane outside the '
+            'argument</span>')
+
+
+def programs_html(report, columns: int = COLUMNS, limit: int = MAX_PROGRAMS_SHOWN) -> str:
+    """Per program, what it read and wrote, with its masked-off lanes: one panel per program, a row of buttons
+    to pick one (plain HTML and CSS: it works in a saved notebook too). Opens on the first program with masked
+    lanes outside an argument, else with masked lanes, else the first."""
+    progs = sorted(report.programs)
+    if not progs:
+        return ""
+    shown = progs[:limit]
+
+    def score(p):
+        pas = [(pa, report.maps.get(n)) for n, pa in report.programs[p].items()]
+        out = any(m is not None and ((pa.masked < m.offset) | (pa.masked >= m.offset + len(m.writer))).any()
+                  for pa, m in pas)
+        return 2 if out else 1 if any(len(pa.masked) for pa, _ in pas) else 0
+
+    start = max(shown, key=lambda p: (score(p), -p))
+    uid = f"klam{next(_PROG_IDS)}"
+    radios, labels, panels, css = [], [], [], []
+    for p in shown:
+        rid = f"{uid}p{p}"
+        radios.append(f'<input type="radio" name="{uid}" id="{rid}" class="kl-am-radio"'
+                      f'{" checked" if p == start else ""}>')
+        tag = " ⚠" if score(p) == 2 else ""
+        labels.append(f'<label for="{rid}" class="kl-am-pick" title="program {report.program(p)}">'
+                      f'{", ".join(map(str, report.program(p)[:2 if report.grid[2] == 1 else 3]))}{tag}</label>')
+        panels.append(f'<div class="kl-am-prog {rid}"><div class="kl-am-which">program {report.program(p)}</div>'
+                      f"{program_map_html(report, p, columns)}</div>")
+        css.append(f"#{rid}:checked~.kl-am-progs .{rid}{{display:block}}"
+                   f"#{rid}:checked~.kl-am-picks label[for={rid}]{{background:rgba(127,127,127,.3);font-weight:600}}")
+    more = (f'<span class="kl-dim"> … the first {len(shown)} of {len(progs)} programs</span>'
+            if len(progs) > len(shown) else "")
+    style = ("<style>.kl-am-radio{position:absolute;opacity:0;pointer-events:none}.kl-am-prog{display:none}"
+             ".kl-am-pick{display:inline-block;padding:1px 7px;margin:2px 3px 2px 0;border:1px solid "
+             "rgba(127,127,127,.5);border-radius:3px;cursor:pointer;font-size:12px}.kl-am-which{font-weight:600;"
+             f"margin:4px 0}}{''.join(css)}</style>")
+    return (f'<div class="kl-am-programs">{style}<h4 style="margin:.8em 0 .2em">per program: what it read and '
+            'wrote, and where its masked-off lanes pointed</h4>' + "".join(radios)
+            + f'<div class="kl-am-picks">program (⚠: masked-off lanes outside an argument): {"".join(labels)}{more}'
+            f'</div><div class="kl-am-progs">{"".join(panels)}</div>'
+            f'<div class="kl-am-legend">{_legend_programs()}</div></div>')
+
+
 class AccessMapView:
     """`display(AccessMapView(report))`: the map as HTML, with a one-line text form for plain front ends.
     `columns`: elements per row of the drawing (a 2-D argument's row length draws it as its matrix)."""
@@ -90,4 +230,5 @@ class AccessMapView:
         r = self.report
         text = (f"access map of {r.kernel} over {len(r.maps)} argument(s): "
                 + (f"{len(r.findings)} finding(s)" if r.findings else "no findings"))
-        return {"text/plain": text, "text/html": access_map_html(r, columns=self.columns)}
+        return {"text/plain": text, "text/html": access_map_html(r, columns=self.columns)
+                + page(programs_html(r, columns=self.columns))}

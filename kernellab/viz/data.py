@@ -208,6 +208,51 @@ def kernel_source_range(source) -> tuple[int, int] | None:
     return (min(locs), max(locs)) if locs else None
 
 
+def file_lines(compiled) -> list[str]:
+    """The lines of the kernel's file or notebook cell (linecache: the %%kernel magic registers its cells), so the
+    @jit helpers inlined into the kernel have their text too; the kernel's own `source_lines` (its function alone,
+    blank lines before it) when the file cannot be read."""
+    import linecache
+
+    own = list(getattr(compiled, "source_lines", []) or [])
+    trace = getattr(compiled, "trace", None)
+    try:
+        snap = trace.snapshot("tile") if trace is not None and trace.passes else None
+        path = snap.functions[0].source_file if snap is not None and snap.functions else None
+    except Exception:
+        path = None
+    lines = [x.rstrip("\n") for x in linecache.getlines(path)] if path else []
+    if not lines or (own and len(lines) < len(own)):
+        return [x.rstrip("\n") for x in own]
+    return lines
+
+
+def source_text(compiled, line: int | None, file: str | None = None) -> str:
+    """The text of source line `line`: of `file` when given (an @jit helper inlined from another module, as the
+    trace's records name it), else of the kernel's file or notebook cell (read through linecache, where the
+    %%kernel magic registers cells), so a line of a helper in the kernel's file is found too; the kernel's own
+    `source_lines` (its function only) when the file cannot be read. "" when there is no such line."""
+    import linecache
+
+    if not line or line < 1:
+        return ""
+    if file:
+        return linecache.getline(file, line).rstrip("\n")
+    trace = getattr(compiled, "trace", None)
+    snap = trace.snapshot("tile") if trace is not None and trace.passes else None
+    path = snap.functions[0].source_file if snap is not None and snap.functions else None
+    text = linecache.getline(path, line).rstrip("\n") if path else ""
+    own = list(getattr(compiled, "source_lines", []) or [])
+    if not text and line <= len(own):
+        text = own[line - 1].rstrip("\n")
+    return text
+
+
+def where(line, file=None) -> str:
+    """"line 12", or "helper.py line 12" for a line of another file than the kernel's."""
+    return f"{os.path.basename(file)} line {line}" if file else f"line {line}"
+
+
 def _type_dict(v) -> dict:
     return {"type": v.type, "shape": tuple(v.shape), "elem": v.elem, "alias": v.alias, "layout": v.layout,
             "elem_bytes": v.elem_bytes, "shared": v.shared}
@@ -374,7 +419,8 @@ def smem_map(trace, limit: int = SMEM_LIMIT_SM90, num_warps: int | None = None) 
                 "note": "no GPU stages in this trace: call compiled.build_gpu() (works without a GPU)"}
     nw = num_warps or snap.num_warps or 4
     lines = ir_lines_with_locs(tr.stage("gpu"))
-    barriers = [{"point": b.point, "ir_line": b.ir_line, "line": b.line, "reason": b.reason} for b in snap.barriers]
+    barriers = [{"point": b.point, "ir_line": b.ir_line, "line": b.line, "file": getattr(b, "file", None),
+                 "reason": b.reason} for b in snap.barriers]
     buffers = []
     for plan in snap.shared_plan:
         b = {k: v for k, v in dataclasses.asdict(plan).items() if k not in _OPTIONAL or v}

@@ -17,6 +17,7 @@ import ipywidgets as W
 from . import data as D
 from . import graph as G
 from . import html as H
+from .fallback import WithStaticCopy
 from .graph_model import CLASSES, COLORS, build_graph, main_loop
 
 _IDS = itertools.count()
@@ -297,7 +298,7 @@ def graph_page(compiled, index: int | None = None, fold: bool = True, source_lin
     return H.page(body)
 
 
-class GraphView(W.VBox):
+class GraphView(WithStaticCopy, W.VBox):
     """Pick a pass (tile or GPU IR) and see its dataflow; fold or unfold the address arithmetic."""
 
     title = "graph"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html as _html
 import itertools
+import os
 import re
 
 from ..compiler import layout_model as LM
@@ -52,6 +53,28 @@ CSS = """
 .kl-lab .kl-ok{color:var(--jp-success-color0,#3fa65a)}
 .kl-lab details>summary{cursor:pointer;padding:2px 0}
 .kl-lab svg text{font-family:var(--jp-code-font-family,ui-monospace,Menlo,monospace)}
+.kl-lab table.kl-sbs{border-collapse:collapse;font-family:var(--jp-code-font-family,ui-monospace,Menlo,monospace);
+ font-size:12px;width:100%;table-layout:fixed}
+.kl-lab table.kl-sbs td{white-space:pre-wrap;overflow-wrap:anywhere;padding:0 8px 0 0;vertical-align:top;
+ line-height:1.35}
+.kl-lab table.kl-sbs td.kl-n{min-width:2.6em;text-align:right;opacity:.45;user-select:none;padding:0 .6em 0 .3em}
+.kl-lab table.kl-sbs th{text-align:left;font-weight:600;font-family:var(--jp-ui-font-family,sans-serif);
+ border-bottom:1px solid rgba(127,127,127,.3)}
+.kl-lab table.kl-sbs td.kl-sbs-empty{background:rgba(127,127,127,.08)}
+.kl-lab .kl-ls{display:flex;align-items:flex-start}
+.kl-lab .kl-ls>div{white-space:pre;line-height:1.35;tab-size:4}
+.kl-lab .kl-ls>.kl-lsn{flex:0 0 auto;text-align:right;opacity:.45;user-select:none;padding:0 .8em 0 .5em}
+.kl-lab .kl-ls>.kl-lst{flex:1 0 auto;padding-right:8px}
+.kl-lab .kl-lst b{color:var(--jp-mirror-editor-keyword-color,#3b7fd0);font-weight:600}
+.kl-lab .kl-lst i,.kl-lab .kl-lst em,.kl-lab .kl-lst dfn,.kl-lab .kl-lst var{font-style:normal}
+.kl-lab .kl-lst i{color:var(--jp-mirror-editor-variable-2-color,#9b5fd0)}
+.kl-lab .kl-lst em{color:var(--jp-mirror-editor-builtin-color,#14957a)}
+.kl-lab .kl-lst dfn{color:var(--jp-mirror-editor-attribute-color,#c77614)}
+.kl-lab .kl-lst u{text-decoration:none;color:var(--jp-mirror-editor-number-color,#d2603a)}
+.kl-lab .kl-lst q{quotes:none;color:var(--jp-mirror-editor-string-color,#c0642b)}
+.kl-lab .kl-lst var{color:var(--jp-mirror-editor-def-color,#2f8fd6)}
+.kl-lab .kl-lst s{text-decoration:none;opacity:.5}
+.kl-lab .kl-lst mark{background:rgba(255,200,0,.55);color:inherit;border-radius:2px}
 """
 
 # Tableau-10: mid tones that read on white and on near-black at half opacity
@@ -169,6 +192,55 @@ def code_block(lines, classes=None, numbers=None, gutters=None, plain=False, max
             body = esc_text(line) if plain else highlight(line)
         rows.append(f'<span class="{cls}">{num}{gut}{body}</span>')
     return '<div class="kl-code">' + "".join(rows) + "</div>"
+
+
+# A long listing (PTX, SASS, LLVM IR: thousands of lines) in as little markup as reads the same: the line numbers
+# in one column and the text in another (no element per line), each run of tokens of one kind, with only spaces
+# and commas between them, in one short element (`%r1, %r2, %r3` is one <i>), not a span per token. The
+# stylesheet above colours the tags as the spans of `highlight`.
+_SHORT = {"ko": "b", "kv": "i", "kn": "u", "kc": "s", "kt": "em", "ks": "q", "kL": "dfn", "ky": "var"}
+_GAP = re.compile(r"[ \t,]*")
+
+
+def listing_line(line: str, rx=None) -> str:
+    """One line of a listing: token runs in short tags; with `rx` (a compiled regex), its matches in <mark>
+    (the tokens are not coloured on such a line: the mark is what the reader looks for)."""
+    if rx is not None and rx.search(line):
+        out, last = [], 0
+        for m in rx.finditer(line):
+            if m.end() == m.start():
+                continue
+            out.append(esc_text(line[last:m.start()]) + "<mark>" + esc_text(m.group()) + "</mark>")
+            last = m.end()
+        return "".join(out) + esc_text(line[last:])
+    runs = []  # [start, end, tag]
+    for m in _TOKENS.finditer(line):
+        tag = _SHORT[_CLASS[m.lastgroup]]
+        if runs and runs[-1][2] == tag and _GAP.fullmatch(line, runs[-1][1], m.start()):
+            runs[-1][1] = m.end()
+        else:
+            runs.append([m.start(), m.end(), tag])
+    out, pos = [], 0
+    for a, e, tag in runs:
+        out.append(f"{esc_text(line[pos:a])}<{tag}>{esc_text(line[a:e])}</{tag}>")
+        pos = e
+    out.append(esc_text(line[pos:]))
+    return "".join(out)
+
+
+def listing(lines, max_lines: int | None = None, rx=None) -> str:
+    """A scrollable listing of `lines` (PTX, SASS, LLVM IR) with line numbers and token colours, about twice the
+    plain text's size (code_block's span per line and per token is five times it); `rx` marks matches."""
+    lines = list(lines)
+    n = len(lines)
+    more = ""
+    if max_lines is not None and n > max_lines:
+        lines = lines[:max_lines]
+        more = f'<div class="kl-dim" style="padding-left:4.2em">… {n - max_lines} more lines</div>'
+    nums = "\n".join(map(str, range(1, len(lines) + 1)))
+    body = "\n".join(listing_line(x, rx) for x in lines)
+    return (f'<div class="kl-code"><div class="kl-ls"><div class="kl-lsn">{nums}</div><div class="kl-lst">{body}'
+            f"</div></div>{more}</div>")
 
 
 # --------------------------------------------------------------------------- passes
@@ -301,6 +373,59 @@ def diff_block(before: str, after: str, context: int | None = None, hits=None) -
     return code_block(lines, classes, numbers=numbers, gutters=gutters, marks=marks)
 
 
+def side_by_side(before: str, after: str, context: int | None = None) -> str:
+    """The diff as two columns, the IR before the pass on the left and after it on the right: unchanged lines
+    side by side, a changed block's removed and added lines row by row (changed words marked), a removed or added
+    line alone on its side; `context`: only that many unchanged lines around each change."""
+    wdiff = D.ir_diff_words(before, after)
+    rows, k, a, b = [], 0, 0, 0  # rows: (left (num, line, marks) or None, right ... or None, changed)
+    while k < len(wdiff):
+        if wdiff[k][0] == "same":
+            a, b = a + 1, b + 1
+            rows.append(((a, wdiff[k][1], None), (b, wdiff[k][1], None), False))
+            k += 1
+            continue
+        dels, adds = [], []
+        while k < len(wdiff) and wdiff[k][0] != "same":
+            tag, line, ranges = wdiff[k]
+            if tag == "del":
+                a += 1
+                dels.append((a, line, ranges))
+            else:
+                b += 1
+                adds.append((b, line, ranges))
+            k += 1
+        for i in range(max(len(dels), len(adds))):
+            rows.append((dels[i] if i < len(dels) else None, adds[i] if i < len(adds) else None, True))
+    if not any(ch for _, _, ch in rows):
+        return '<p class="kl-dim">no changes</p>' + code_block(after.splitlines())
+    keep = range(len(rows))
+    if context is not None:
+        near = set()
+        for i, (_, _, ch) in enumerate(rows):
+            if ch:
+                near.update(range(max(0, i - context), min(len(rows), i + context + 1)))
+        keep = sorted(near)
+
+    def cell(side, cls, mark):
+        if side is None:
+            return '<td class="kl-n"></td><td class="kl-sbs-empty"></td>'
+        num, line, ranges = side
+        body = _marked(line, ranges, mark) if ranges else highlight(line)
+        return f'<td class="kl-n">{num}</td><td class="{cls}">{body}</td>'
+
+    out, last = [], -1
+    for i in keep:
+        if last >= 0 and i != last + 1:
+            out.append(f'<tr><td></td><td class="kl-dim" colspan="3">⋯ {i - last - 1} unchanged lines</td></tr>')
+        left, right, ch = rows[i]
+        out.append("<tr>" + cell(left, "kl-del" if ch else "", "kl-wdel") + cell(right, "kl-add" if ch else "",
+                                                                                   "kl-wadd") + "</tr>")
+        last = i
+    return ('<table class="kl-sbs"><colgroup><col style="width:3.6em"><col><col style="width:3.6em"><col></colgroup>'
+            '<tr><th></th><th>before the pass</th><th></th><th>after the pass</th></tr>' + "".join(out) + "</table>")
+
+
 def ir_diff_html(before: str, after: str, context: int | None = None) -> str:
     """Static diff of two IR texts: deleted lines red with '-', added lines green with '+'."""
     diff = D.ir_diff(before, after)
@@ -410,8 +535,10 @@ def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_
     sc = f"klg{uid}"
     warp_css = "".join(f".{sc} .w{w}{{fill:{warp_color(w)}}}" for w in range(num_warps))
     out = [f'<svg class="{sc} kl-grid" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-           f'style="max-width:100%;height:auto" role="img" font-size="8">',
-           f'<style>.{sc} rect.c{{fill-opacity:.55;stroke:currentColor;stroke-opacity:.2}}'
+           f'style="{"max-width:none" if labels else "max-width:100%;height:auto"}" role="img" font-size="8">',
+           f'<style>.{sc} rect.c,.{sc} rect.h{{width:{cw}px;height:{ch}px}}'
+           f'.{sc} rect.h,.{sc} text{{pointer-events:none}}'
+           f'.{sc} rect.c{{fill-opacity:.55;stroke:currentColor;stroke-opacity:.2}}'
            f'.{sc} text{{fill:currentColor;text-anchor:middle}}.{sc} text.r{{fill-opacity:.7}}'
            f'.{sc} text.a{{fill-opacity:.6}}{warp_css}</style>',
            f'<defs><pattern id="klh{uid}" width="5" height="5" patternUnits="userSpaceOnUse" '
@@ -421,30 +548,40 @@ def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_
         out.append(f"<title>{esc(title)}</title>")
     step = 8 if cols > 16 else 1
     for c in range(0, cols, step):
-        out.append(f'<text class="a" x="{left + c * cw + cw / 2}" y="{top - 5}">{c0 + c}</text>')
+        out.append(f'<text class="a" x="{left + c * cw + cw // 2}" y="{top - 5}">{c0 + c}</text>')
     rstep = 1 if rows <= 40 else 8
     for r in range(0, rows, rstep):
         lab = r0 + r if len(shape) == 2 else (r0 + r) * all_cols
-        out.append(f'<text class="a" x="{left - 4}" y="{top + r * ch + ch / 2 + 3}" style="text-anchor:end">'
+        out.append(f'<text class="a" x="{left - 4}" y="{top + r * ch + ch // 2 + 3}" style="text-anchor:end">'
                    f'{lab}</text>')
+    # one group per row (its y in the transform): the cells' rects (size from the stylesheet) with their tooltip,
+    # then the row's lane labels and register labels as one <text> each, a <tspan> per cell (small markup: a
+    # real tile's window is 1024 cells)
+    row_rects = [[] for _ in range(rows)]
+    row_lanes = [[] for _ in range(rows)]
+    row_regs = [[] for _ in range(rows)]
     for idx, (w, lane, reg) in sorted(g["elements"].items()):
         r, c = pos(idx)
         if not (0 <= r < rows and 0 <= c < cols):
             continue
-        x, y = left + c * cw, top + r * ch
+        x = left + c * cw
         holders = g["copies"][idx]
         tip = f"[{','.join(map(str, idx))}] warp {w} lane {lane} reg {reg}"
         if len(holders) > 1:
             tip += f"; {len(holders)} copies: " + " ".join(f"w{a}/t{b}/r{c_}" for a, b, c_, _ in holders[:16])
             tip += " …" if len(holders) > 16 else ""
         tip = f"<title>{esc(tip)}</title>" if labels else ""  # big tiles: no per-cell tooltips (size)
-        out.append(f'<g>{tip}<rect class="c w{w}" x="{x}" y="{y}" width="{cw}" height="{ch}"/>')
+        row_rects[r].append(f'<rect class="c w{w}" x="{x}">{tip}</rect>')
         if len(holders) > 1:
-            out.append(f'<rect x="{x}" y="{y}" width="{cw}" height="{ch}" fill="url(#klh{uid})"/>')
+            row_rects[r].append(f'<rect class="h" x="{x}" fill="url(#klh{uid})"/>')
         if labels:
-            out.append(f'<text x="{x + cw / 2}" y="{y + 9}">t{lane}</text>'
-                       f'<text class="r" x="{x + cw / 2}" y="{y + 18}">r{reg}</text>')
-        out.append("</g>")
+            row_lanes[r].append(f'<tspan x="{x + cw // 2}">t{lane}</tspan>')
+            row_regs[r].append(f'<tspan x="{x + cw // 2}">r{reg}</tspan>')
+    for r in range(rows):
+        if row_rects[r]:
+            out.append(f'<g transform="translate(0,{top + r * ch})">{"".join(row_rects[r])}'
+                       + (f'<text y="9">{"".join(row_lanes[r])}</text><text class="r" y="18">{"".join(row_regs[r])}'
+                          "</text>" if row_lanes[r] else "") + "</g>")
     acc = g["access"]
     if acc and acc["vec"] > 1:
         v = acc["vec"]
@@ -473,7 +610,9 @@ def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_
                 f'elements); each thread\'s pattern repeats every {" x ".join(map(str, period))} elements</p>'
                 + '<div class="kl-overview-box" style="margin:.2em 0 .5em 40px">'
                 + layout_overview_svg(g, shape, rows, cols, (r0, c0)) + "</div>")
-    return head + "".join(out) + _layout_legend(g, uid, num_warps, vec)
+    # labelled cells keep their size (legible): a window wider than the output scrolls sideways, not shrinks
+    grid = f'<div class="kl-grid-box" style="overflow-x:auto">{"".join(out)}</div>' if labels else "".join(out)
+    return head + grid + _layout_legend(g, uid, num_warps, vec)
 
 
 def _layout_legend(g, uid, num_warps, vec) -> str:
@@ -615,7 +754,8 @@ def smem_svg(plan, total: int, limit: int, barriers=(), points: int | None = Non
         w = max(x1 - x0, 6)
         y0, h = yp(b["offset"]), max(yp(b["offset"] + b["size"]) - yp(b["offset"]), 2)
         strong = highlight == k
-        tip = (f'{b["op"]} (source line {b.get("line")}): {b["size"]} B at offset {b["offset"]}, live '
+        tip = (f'{b["op"]} (source {D.where(b.get("line"), b.get("file"))}): {b["size"]} B at offset {b["offset"]}, '
+               f'live '
                f'{b["live"][0]}..{b["live"][1]}; {b.get("reason", "")}')
         out.append(f'<g><title>{esc(tip)}</title><rect x="{x0}" y="{y0}" width="{w}" height="{h}" '
                    f'fill="{PALETTE[k % len(PALETTE)]}" fill-opacity="{".8" if strong else ".55"}" '
@@ -660,7 +800,8 @@ def smem_legend(plan, barriers=(), highlight=None) -> str:
         strong = ' style="font-weight:600"' if highlight == k else ""
         items.append(f'<div class="kl-key"{strong}><svg width="14" height="12"><rect width="14" height="12" '
                      f'fill="{PALETTE[k % len(PALETTE)]}" fill-opacity=".7"/></svg> {k}: {esc(b["op"])} '
-                     f'{_fmt_bytes(b["size"])}{stages} <span class="kl-dim">(line {esc(b.get("line"))})</span></div>')
+                     f'{_fmt_bytes(b["size"])}{stages} '
+                     f'<span class="kl-dim">({esc(D.where(b.get("line"), b.get("file")))})</span></div>')
     if barriers:
         items.append(f'<div class="kl-key"><svg width="14" height="12"><line x1="7" y1="0" x2="7" y2="12" '
                      f'stroke="currentColor" stroke-dasharray="3,2" stroke-width="1.2"/></svg> '
@@ -691,7 +832,8 @@ def smem_table(m: dict) -> str:
             bk = f'<span class="{cls}">{bank["ways"]}-way</span> <span class="kl-dim">({esc(detail)})</span>'
         else:
             bk = f'<span class="kl-dim">{esc(bank.get("note", "—"))}</span>'
-        rows.append(f'<tr><td class="kl-r">{k}</td><td>{esc(b["op"])}</td><td class="kl-r">{esc(b.get("line"))}</td>'
+        line = f'{os.path.basename(b["file"])} {b.get("line")}' if b.get("file") else b.get("line")
+        rows.append(f'<tr><td class="kl-r">{k}</td><td>{esc(b["op"])}</td><td class="kl-r">{esc(line)}</td>'
                     f'<td class="kl-r">{b["offset"]}</td><td class="kl-r">{b["size"]}</td>'
                     f'<td class="kl-r">{esc(_stages(b))}</td>'
                     f'<td>{b["live"][0]}..{b["live"][1]}</td><td>{esc(b.get("reason", ""))}</td>'
@@ -700,7 +842,8 @@ def smem_table(m: dict) -> str:
            else '<p class="kl-dim">this kernel uses no shared memory</p>')
     if m["barriers"]:
         out += "<h4>barriers</h4><ul>" + "".join(
-            f'<li>before op {b["point"]} (IR line {b["ir_line"] + 1}, source line {esc(b["line"])}): '
+            f'<li>before op {b["point"]} (IR line {b["ir_line"] + 1}, '
+            f'source {esc(D.where(b["line"], b.get("file")))}): '
             f'{esc(b["reason"])}</li>' for b in m["barriers"]) + "</ul>"
     else:
         out += '<p class="kl-dim">no barriers inserted between shared-memory ops</p>'
@@ -747,7 +890,7 @@ def stage_encoding_html(b: dict) -> str:
     grid = D.swizzle_grid(b["encoding"])
     how = (f'{grid["swizzle"]}-byte swizzle: chunk c of row r is stored at c XOR (r mod 8)' if grid["swizzle"]
            else f'rows padded by {grid["pad"]} bytes: each row starts one bank group further')
-    return (f'<h4>buffer at line {esc(b.get("line"))}: {esc(how)}</h4>' + swizzle_svg(grid)
+    return (f'<h4>buffer at {esc(D.where(b.get("line"), b.get("file")))}: {esc(how)}</h4>' + swizzle_svg(grid)
             + '<p class="kl-dim">Cell = a 16-byte chunk (8 halves) of a row; colour and number = the group of 4 banks '
             'it lands in. A column is what the tensor cores read at once (8 rows of one chunk): 8 different groups '
             'means no bank conflict.</p>')
@@ -817,10 +960,10 @@ def code_html(compiled, summary: dict | None = None, max_lines: int = 4000, full
         lines = text.splitlines()
         if full:
             parts.append(f"<details><summary>{name} ({len(lines)} lines)</summary>"
-                         f"{code_block(lines, max_lines=max_lines)}</details>")
+                         f"{listing(lines, max_lines=max_lines)}</details>")
         else:
             parts.append(f"<details open><summary>{name} (first {min(head_lines, len(lines))} of {len(lines)} "
-                         f"lines)</summary>{code_block(lines[:head_lines])}</details>")
+                         f"lines)</summary>{listing(lines[:head_lines])}</details>")
     if not full:
         parts.append(f'<p class="kl-dim">The whole PTX, the SASS and the LLVM IR: {esc(LIVE_NOTE)}.</p>')
     return page("".join(parts))

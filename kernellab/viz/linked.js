@@ -1,6 +1,7 @@
 // The linked view's front end (an anywidget module: export default { render }). Everything happens here, in the
 // browser: hovering or clicking a line highlights it and the lines of every pane that came from the same source
-// line, and scrolls those panes (never the page) to them; the search box marks matches in every pane. The model's
+// line, and scrolls those panes (never the page) to them; the search box marks matches in every pane and counts them
+// in every stage (Python counts: most stages are not in the browser). The model's
 // `data` (kernellab/viz/linked.py: linked_data) holds the source lines and, per stage, its text lines and the
 // source line of each. Only the stages the panes open on come with their lines; picking another asks Python for it
 // (model.send, answered by a custom message), so a %%kernel cell does not carry its 6,500-line LLVM IR.
@@ -121,6 +122,7 @@ function render({ model, el }) {
         o.value = s.id; o.textContent = s.title;
         og.appendChild(o);
       }
+      p.select = sel;
       sel.value = stageId;
       sel.addEventListener("change", () => { p.stage = sel.value; want(p.stage); fill(p); refresh(); });
       head.appendChild(sel);
@@ -245,8 +247,27 @@ function render({ model, el }) {
     if (rx) {
       const total = panes.reduce((a, p) => a + p.hits, 0);
       parts.push(`${total} matching line${total === 1 ? "" : "s"}`);
+      if (elsewhere) parts.push(elsewhere);
     }
     status.textContent = parts.join(" · ");
+  }
+
+  // search everywhere: Python counts the matching lines of every stage (most are not in the browser) and the
+  // stage menus say how many each has; the status names the stages not on screen that have some
+  let elsewhere = "";
+  function showCounts(counts) {
+    const shown = new Set(panes.filter(p => p.kind === "stage").map(p => p.stage));
+    for (const p of panes) {
+      if (!p.select) continue;
+      for (const o of p.select.querySelectorAll("option")) {
+        const n = counts ? counts[o.value] : null;
+        o.textContent = stages[o.value].title + (n ? ` — ${n} matching` : "");
+      }
+    }
+    const other = counts ? data.stages.filter(s => counts[s.id] && !shown.has(s.id)) : [];
+    elsewhere = other.length ? "also in " + other.slice(0, 4).map(s => `${s.title} (${counts[s.id]})`).join(", ")
+      + (other.length > 4 ? ` and ${other.length - 4} more stages (see the menus)` : "") : "";
+    say();
   }
 
   // the search: every pane re-drawn with its matches marked, and scrolled to its first one; Enter steps each pane
@@ -270,6 +291,7 @@ function render({ model, el }) {
       for (const p of panes) fill(p);
       select(current, null, null, true);
       if (rx) toMatch(false);
+      if (rx) model.send({ type: "search", q: search.value }); else showCounts(null);
     }, 80);
   });
   search.addEventListener("keydown", e => { if (e.key === "Enter" && rx) { e.preventDefault(); toMatch(true); } });
@@ -285,6 +307,7 @@ function render({ model, el }) {
     if (stages[id] && stages[id].lines == null && !asked.has(id)) { asked.add(id); model.send({ type: "stage", id }); }
   }
   function onMsg(msg) {
+    if (msg && msg.type === "search") { if (msg.q === search.value) showCounts(msg.counts); return; }
     if (!msg || msg.type !== "stage" || !msg.stage) return;
     stages[msg.stage.id] = msg.stage;
     for (const p of panes) if (p.kind === "stage" && p.stage === msg.stage.id) fill(p);

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import data as D
 from . import html as H
+from .fallback import WithStaticCopy
 
 try:  # the live widget needs anywidget (the lab extra); the static HTML does not
     import anywidget
@@ -177,20 +178,9 @@ def _kernel_file(trace) -> str | None:
 
 
 def _source_text(compiled) -> list:
-    """The lines of the kernel's file (or notebook cell, which the magic registers in linecache): the kernel's own
-    `source_lines` hold only its function, not the @jit helpers inlined into it."""
-    import linecache
-
-    own = list(getattr(compiled, "source_lines", []) or [])
-    try:
-        snap = compiled.trace.snapshot("tile")
-        path = snap.functions[0].source_file if snap and snap.functions else None
-    except Exception:
-        path = None
-    lines = linecache.getlines(path) if path else []
-    if not lines or (own and len(lines) < len(own)):
-        return own
-    return lines
+    """The lines of the kernel's file (or notebook cell): the kernel's own `source_lines` hold only its function,
+    not the @jit helpers inlined into it."""
+    return D.file_lines(compiled)
 
 
 OTHER = 1_000_000  # source keys of an inlined helper's lines from another file: OTHER * (its number) + line
@@ -203,6 +193,21 @@ def lazy_data(data: dict) -> dict:
     out = dict(data)
     out["stages"] = [s if s["id"] in data["panes"] else {**s, "lines": None, "src": None, "dim": None,
                                                           "n": len(s["lines"])} for s in data["stages"]]
+    return out
+
+
+def search_counts(data: dict, query: str) -> dict:
+    """{stage id: lines matching `query`} over every stage (a regex, case-insensitive; as text if it is not
+    one), for the stage menus of the linked view: "search everywhere", though most stages are not in the browser.
+    The source counts as the stage "source"."""
+    if not query:
+        return {}
+    try:
+        rx = re.compile(query, re.I)
+    except re.error:
+        rx = re.compile(re.escape(query), re.I)
+    out = {s["id"]: sum(1 for line in s["lines"] if rx.search(line)) for s in data["stages"]}
+    out["source"] = sum(1 for x in data["source"] if rx.search(x["text"]))
     return out
 
 
@@ -291,7 +296,7 @@ def _prepare(compiled):
 
 if anywidget is not None:
 
-    class LinkedView(anywidget.AnyWidget):
+    class LinkedView(WithStaticCopy, anywidget.AnyWidget):
         """Kernel source | two stage panes (each: any tile/GPU pass, LLVM IR, PTX or SASS), lines coloured by
         source line; hover or click a line to highlight its counterparts everywhere, search across all panes."""
 
@@ -308,11 +313,15 @@ if anywidget is not None:
             self.on_msg(self._on_msg)
 
         def _on_msg(self, _widget, content, _buffers):
-            """linked.js asks for a stage's lines when the user picks a stage it was not sent."""
+            """linked.js asks for a stage's lines when the user picks a stage it was not sent, and for the number
+            of lines matching the search in every stage."""
             if isinstance(content, dict) and content.get("type") == "stage":
                 st = next((s for s in self.full_data["stages"] if s["id"] == content.get("id")), None)
                 if st is not None:
                     self.send({"type": "stage", "stage": st})
+            elif isinstance(content, dict) and content.get("type") == "search":
+                q = str(content.get("q", ""))
+                self.send({"type": "search", "q": q, "counts": search_counts(self.full_data, q)})
 
         def static_html(self) -> str:
             return linked_html(self.full_data)

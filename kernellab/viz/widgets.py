@@ -15,6 +15,7 @@ import ipywidgets as W
 
 from . import data as D
 from . import html as H
+from .fallback import WithStaticCopy
 from .graph_view import GraphView  # noqa: F401  (one of VIEWS)
 from .linked import linked_view
 from .stages import _no_gpu_note, ensure_gpu_stages
@@ -22,8 +23,9 @@ from .stages import _no_gpu_note, ensure_gpu_stages
 MONO = "var(--jp-code-font-family, ui-monospace, Menlo, monospace)"
 
 
-class _View(W.VBox):
-    """A view: a VBox of widgets plus a static HTML fallback for saved notebooks."""
+class _View(WithStaticCopy, W.VBox):
+    """A view: a VBox of widgets plus a static HTML fallback for saved notebooks (displayed as its own output
+    before the view: see fallback.py)."""
 
     title = "view"
     needs_gpu = False  # the layout, shared-memory and code views read the GPU stages: built on first show
@@ -69,8 +71,9 @@ def _origin_text(origin, pad: str = "   ") -> str:
 
 class PassesView(_View):
     """Passes list (changed / unchanged, ms, what the pass does) -> the IR after the selected pass, or its
-    diff against the previous pass; a search box highlights (or filters to) matching lines; picking an IR
-    line with a `loc(L:C)` highlights source line L, and picking a source line highlights its IR lines."""
+    diff against the previous pass (changed words marked; one column or side by side); a search box highlights
+    (or filters to) matching lines; picking an IR line with a `loc(L:C)` highlights source line L, and picking a
+    source line highlights its IR lines."""
 
     title = "passes"
 
@@ -78,7 +81,7 @@ class PassesView(_View):
         super().__init__(compiled, **kwargs)
         self.trace = compiled.trace
         self.rows = D.pass_rows(self.trace)
-        self.source_lines = list(getattr(compiled, "source_lines", []) or [])
+        self.source_lines = D.file_lines(compiled)  # with the inlined helpers' lines of the kernel's file
         rng = D.kernel_source_range(self.trace.passes[0]) if self.trace.passes else None
         self.src_range = rng or (1, len(self.source_lines))
         self.selected_src: int | None = None   # source line picked (-> IR lines highlighted)
@@ -103,6 +106,10 @@ class PassesView(_View):
         self.diff_toggle = W.ToggleButton(value=False, description="diff vs previous", icon="exchange",
                                           tooltip="show the change this pass made",
                                           layout=W.Layout(width="auto", flex="0 0 auto"))
+        self.side_toggle = W.ToggleButton(value=False, description="side by side", icon="columns",
+                                          tooltip="the diff as two columns: before and after the pass",
+                                          layout=W.Layout(width="auto", flex="0 0 auto"))
+        self.side_toggle.add_class("kl-side")
         self.search = W.Text(value="", placeholder="search IR (regex or text)", continuous_update=True,
                              layout=W.Layout(width="220px", flex="0 1 auto"))
         self.only_matches = W.Checkbox(value=False, description="only matching lines", indent=False,
@@ -120,6 +127,7 @@ class PassesView(_View):
 
         self.pass_select.observe(self._on_pass, names="value")
         self.diff_toggle.observe(lambda _: self.refresh(), names="value")
+        self.side_toggle.observe(lambda _: self.refresh(), names="value")
         self.search.observe(lambda _: self.refresh(), names="value")
         self.only_matches.observe(lambda _: self.refresh(), names="value")
         self.ir_select.observe(self._on_ir_line, names="value")
@@ -130,7 +138,7 @@ class PassesView(_View):
 
         stepper = W.HBox([self.prev_button, self.pass_select, self.next_button],
                          layout=W.Layout(width="auto", flex_flow="row nowrap", align_items="center"))
-        controls = W.HBox([self.diff_toggle, self.search, self.only_matches],
+        controls = W.HBox([self.diff_toggle, self.side_toggle, self.search, self.only_matches],
                           layout=W.Layout(width="auto", flex_flow="row wrap", align_items="center"))
         panes = W.HBox([col([self.ir_pane], 3), col([self.source_pane], 2)],
                        layout=W.Layout(width="auto", align_items="flex-start"))
@@ -246,7 +254,11 @@ class PassesView(_View):
         self.header.value = H.page(
             f'<b>{i}. {H.esc(p.name)}</b> — {H.esc(p.description)} '
             f'<span class="kl-dim">({r["ms"]:.2f} ms{"; " + H.esc(found) if found else ""})</span> {badge}')
-        if self.diff_toggle.value:
+        self.side_toggle.disabled = not self.diff_toggle.value
+        if self.diff_toggle.value and self.side_toggle.value:
+            before = self.trace.passes[i - 1].ir if i > 0 else ""
+            body = H.side_by_side(before, p.ir, context=None if not self.only_matches.value else 3)
+        elif self.diff_toggle.value:
             before = self.trace.passes[i - 1].ir if i > 0 else ""
             body = H.diff_block(before, p.ir, context=None if not self.only_matches.value else 3, hits=match)
         elif match and self.only_matches.value:
@@ -337,18 +349,39 @@ class LayoutView(_View):
                                 layout=W.Layout(width="360px"))
         self.col0 = W.IntSlider(value=0, min=0, max=0, description="first column", continuous_update=False,
                                 layout=W.Layout(width="360px"))
-        self.window_box = W.HBox([self.row0, self.col0])
+        # zoom: the labelled 32 x 32 window, wider windows of smaller unlabelled cells, or one period of the
+        # layout's pattern (what repeats across the tile)
+        self.zoom = W.Dropdown(options=[("32 × 32, labelled", "32"), ("64 × 64, colours only", "64"),
+                                        ("128 × 128, colours only", "128"), ("one period of the pattern", "period")],
+                               value="32", description="zoom",
+                               layout=W.Layout(width="300px"))
+        self.zoom.add_class("kl-zoom")
+        self.window_box = W.HBox([self.zoom, self.row0, self.col0], layout=W.Layout(flex_flow="row wrap"))
+        self.zoom.observe(self._on_value, names="value")
         self.dropdown.observe(self._on_value, names="value")
         self.row0.observe(lambda _: self.refresh(), names="value")
         self.col0.observe(lambda _: self.refresh(), names="value")
         self.children = [self.dropdown, self.window_box, self.pane]
         self._on_value(None)
 
+    def window(self) -> tuple:
+        """(rows, columns) of the drawing the zoom asks for: a square window, or one period of the pattern (in the
+        drawing's rows and columns: a 1-D tile is drawn in rows of 32)."""
+        v = self.entries[self.dropdown.value][1]
+        if self.zoom.value != "period":
+            n = int(self.zoom.value)
+            return n, n
+        period = H.layout_period(v["layout"], v["shape"])
+        if len(v["shape"]) == 1:
+            return max(1, -(-period[0] // 32)), min(period[0], 32)
+        return tuple(period)
+
     def _on_value(self, _):
-        """A new value: the window goes back to the tile's corner; the sliders step by one window."""
+        """A new value or zoom: the window goes back to the tile's corner; the sliders step by half a window."""
         v = self.entries[self.dropdown.value][1]
         rows, cols = H._drawing_shape(tuple(v["shape"])) if len(v["shape"]) in (1, 2) else (1, 1)
-        wr, wc = min(H.WINDOW[0], rows), min(H.WINDOW[1], cols)
+        win = self.window()
+        wr, wc = min(win[0], rows), min(win[1], cols)
         with self.hold_trait_notifications():
             self.row0.max, self.row0.step = max(rows - wr, 0), max(wr // 2, 1)
             self.col0.max, self.col0.step = max(cols - wc, 0), max(wc // 2, 1)
@@ -368,7 +401,8 @@ class LayoutView(_View):
     def refresh(self):
         label, v, acc = self.entries[self.dropdown.value]
         svg = H.layout_svg(v["layout"], v["shape"], self.num_warps, vec=acc["vec"] if acc else None,
-                           elem_bytes=v["elem_bytes"], title=label, origin=(self.row0.value, self.col0.value))
+                           elem_bytes=v["elem_bytes"], title=label, origin=(self.row0.value, self.col0.value),
+                           window=self.window())
         self.pane.value = H.page(H.layout_info_html(v, self.num_warps, acc) + svg)
 
     def static_html(self) -> str:
@@ -393,7 +427,8 @@ class SharedMemoryView(_View):
         self.map = D.smem_map(compiled.trace, limit=limit, num_warps=getattr(compiled, "num_warps", None))
         self.pane = _html_pane()
         self.detail = _html_pane()
-        opts = [("all buffers", None)] + [(f"{k}: {b['op']} @ {b['offset']} ({b['size']} B, line {b.get('line')})", k)
+        opts = [("all buffers", None)] + [(f"{k}: {b['op']} @ {b['offset']} ({b['size']} B, "
+                                           f"{D.where(b.get('line'), b.get('file'))})", k)
                                           for k, b in enumerate(self.map["buffers"])]
         # starts on the first buffer: its IR, source line and encoding are shown at once
         self.buffer_select = W.Dropdown(options=opts, value=0 if self.map["buffers"] else None,
@@ -413,13 +448,12 @@ class SharedMemoryView(_View):
             self.detail.value = ""
             return
         b = self.map["buffers"][k]
-        src = self.compiled.source_lines
         line = b.get("line")
-        text = src[line - 1].strip() if line and 0 < line <= len(src) else ""
+        text = D.source_text(self.compiled, line, b.get("file")).strip()  # a helper's line: its own file's
         self.detail.value = H.page(
             f'<b>{H.esc(b["op"])}</b>: {H.esc(b.get("reason", ""))}<br>'
             f'IR: {H.code_block([b["ir_text"]], numbers=[(b["ir_line"] or 0) + 1])}'
-            f'source line {line}: {H.code_block([text], numbers=[line], plain=True)}'
+            f'source {H.esc(D.where(line, b.get("file")))}: {H.code_block([text], numbers=[line], plain=True)}'
             + (H.stage_encoding_html(b) or '<p class="kl-dim">no swizzle or padding recorded for this buffer (not a '
                'tensor-core operand staging buffer)</p>'))
 
@@ -431,13 +465,15 @@ class SharedMemoryView(_View):
 
 
 class CodeView(_View):
-    """Tabs: PTX, SASS, LLVM IR and the resource report (registers, spills, shared, occupancy). Only the PTX and
-    the report are sent at first; the SASS and the LLVM IR (megabytes of widget state on a real kernel) are
-    rendered when their tab is first selected."""
+    """Tabs: PTX, SASS, LLVM IR and the resource report (registers, spills, shared, occupancy), and a search box
+    that marks its matches in the listing shown and counts them in each. Only the PTX and the report are sent at
+    first; the SASS and the LLVM IR (megabytes of widget state on a real kernel) are rendered when their tab is
+    first selected."""
 
     title = "code"
     needs_gpu = True
     LAZY_NOTE = "loading…"
+    NAMES = ("PTX", "SASS", "LLVM IR")
 
     def __init__(self, compiled, **kwargs):
         super().__init__(compiled, **kwargs)
@@ -451,26 +487,56 @@ class CodeView(_View):
             return
         self.summary = D.code_summary(compiled)
         asm = compiled.asm
-        self.tabs = W.Tab(children=[_html_pane(self._pane_html(asm.get("ptx"), "no PTX")),
+        self.texts = [(asm.get("ptx"), "no PTX"), (self.summary["sass"], self.summary["sass_reason"]),
+                      (asm.get("llir"), "no LLVM IR")]
+        self.search = W.Text(value="", placeholder="search PTX, SASS, LLVM IR (regex or text)",
+                             continuous_update=False, layout=W.Layout(width="320px"))
+        self.search.add_class("kl-code-search")
+        self.found = W.HTML()
+        self.tabs = W.Tab(children=[_html_pane(self._pane_html(*self.texts[0])),
                                     _html_pane(H.page(f'<p class="kl-dim">{self.LAZY_NOTE}</p>')),
                                     _html_pane(H.page(f'<p class="kl-dim">{self.LAZY_NOTE}</p>')),
                                     _html_pane(H.page(H.report_html(self.summary)))])
-        self.tabs.titles = ("PTX", "SASS", "LLVM IR", "report")
-        self._lazy = {1: (self.summary["sass"], self.summary["sass_reason"]), 2: (asm.get("llir"), "no LLVM IR")}
+        self.tabs.titles = self.NAMES + ("report",)
+        self._lazy = {1: self.texts[1], 2: self.texts[2]}
         self.tabs.observe(lambda change: self.load_tab(change["new"]), names="selected_index")
-        self.children = [self.tabs]
+        self.search.observe(lambda _: self.refresh_search(), names="value")
+        self.children = [W.HBox([self.search, self.found], layout=W.Layout(align_items="center")), self.tabs]
 
-    @staticmethod
-    def _pane_html(text, why) -> str:
+    def _rx(self):
+        import re
+
+        q = self.search.value
+        if not q:
+            return None
+        try:
+            return re.compile(q, re.I)
+        except re.error:
+            return re.compile(re.escape(q), re.I)
+
+    def _pane_html(self, text, why) -> str:
         if not text:
             return H.page(f'<p class="kl-dim">{H.esc(why)}</p>')
-        return H.page(H.code_block(text.splitlines()))
+        return H.page(H.listing(text.splitlines(), rx=self._rx() if hasattr(self, "search") else None))
 
     def load_tab(self, i) -> None:
         """Render tab `i` if it is still waiting (once: its text is then dropped from the pending set)."""
         if i in self._lazy:
             text, why = self._lazy.pop(i)
             self.tabs.children[i].value = self._pane_html(text, why)
+
+    def refresh_search(self) -> None:
+        """The matches marked in every listing rendered so far, and counted (lines) in all three."""
+        rx = self._rx()
+        for i, (text, why) in enumerate(self.texts):
+            if i not in self._lazy:
+                self.tabs.children[i].value = self._pane_html(text, why)
+        if rx is None:
+            self.found.value = ""
+            return
+        counts = [sum(1 for line in (text or "").splitlines() if rx.search(line)) for text, _ in self.texts]
+        self.found.value = H.page('<span class="kl-dim">matching lines: ' + " · ".join(
+            f"{name} {n}" for name, n in zip(self.NAMES, counts)) + "</span>")
 
     def static_html(self) -> str:
         if self.summary is None:
@@ -488,16 +554,17 @@ VIEWS = {"passes": PassesView, "layout": LayoutView, "smem": SharedMemoryView, "
          "graph": GraphView, "linked": linked_view}
 
 
-class LabTab(W.Tab):
+class LabTab(WithStaticCopy, W.Tab):
     """The lab's tab of views; its static fallback concatenates each view's HTML."""
+
+    def static_html(self) -> str:
+        return "".join(f"<h3>{H.esc(title)}</h3>" + child.static_html()
+                       for title, child in zip(self.titles, self.children) if hasattr(child, "static_html"))
 
     def _repr_mimebundle_(self, **kwargs):
         data = dict(super()._repr_mimebundle_(**kwargs) or {})
-        parts = []
-        for title, child in zip(self.titles, self.children):
-            if hasattr(child, "static_html"):
-                parts.append(f"<h3>{H.esc(title)}</h3>" + child.static_html())
-        data["text/html"] = "".join(parts)
+        data["text/html"] = self.static_html()
+        data["text/plain"] = f"kernellab views: {', '.join(self.titles)}"
         return data
 
 

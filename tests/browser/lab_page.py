@@ -9,7 +9,12 @@ import pytest
 
 from tests.browser.test_lab_browser import CHROMIUM_ARGS, SHOTS
 
-ERROR = '[data-mime-type="application/vnd.jupyter.error"]'
+# A cell's exception: JupyterLab renders it as a stderr output (as it does warnings) holding the traceback
+ERROR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]:has-text("most recent call last")'
+ERROR_JS = """[...document.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
+    .some(o => o.textContent.includes('most recent call last'))"""
+# appended to a selector: only the live views, not their static copies (hidden outputs before them: fallback.py)
+LIVE = ":not(.kl-static-copy *)"
 
 
 def notebook_json(cells) -> dict:
@@ -24,9 +29,18 @@ def run_notebook(lab, name: str, cells, ready_js: str, shot: str):
     """Write `cells` as notebook `name` into the lab's root, open it at 1600x1000, Run All, wait until every
     cell ran (or one raised: the test fails with its traceback and a screenshot `<shot>_error.png`), then
     until `ready_js` (a JS expression) holds; yields the page. Page errors are collected in `page.errors`."""
+    (lab["root"] / name).write_text(json.dumps(notebook_json(cells)))
+    with open_and_run(lab, name, ready_js, shot) as pg:
+        yield pg
+
+
+@contextmanager
+def open_and_run(lab, name: str, ready_js: str = "true", shot: str = "nb", timeout_s: int = 240):
+    """Open notebook `name` of the lab's root at 1600x1000, Run All, wait until the last code cell ran, nothing
+    is queued and the kernel is idle (or a cell raised: the test fails with its traceback and a screenshot
+    `<shot>_error.png`), then until `ready_js` holds; yields the page (page errors in `page.errors`)."""
     from playwright.sync_api import sync_playwright
 
-    (lab["root"] / name).write_text(json.dumps(notebook_json(cells)))
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         try:
@@ -38,7 +52,8 @@ def run_notebook(lab, name: str, cells, ready_js: str, shot: str):
             pg = context.new_page()
             pg.errors = []
             pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-            pg.goto(f"{lab['base']}/lab/tree/{name}?token={lab['token']}")
+            # reset: a fresh workspace, no panel of an earlier test restored beside this notebook
+            pg.goto(f"{lab['base']}/lab/tree/{name}?reset&token={lab['token']}")
             pg.wait_for_selector(".jp-NotebookPanel .jp-CodeCell", timeout=60_000)
             pg.wait_for_function("""() => { const s = document.querySelector('.jp-Notebook-ExecutionIndicator');
                 return !s || s.getAttribute('data-status') === 'idle'; }""", timeout=60_000)
@@ -57,12 +72,17 @@ def run_notebook(lab, name: str, cells, ready_js: str, shot: str):
                     break
                 except Exception:
                     pg.keyboard.press("Escape")
+            # done: the last prompt has its number, none is queued or running, the kernel is idle (a cell with a
+            # collapsed input, a notebook's solution, shows no prompt)
             try:
                 pg.wait_for_function(f"""() => {{
-                    if (document.querySelector('{ERROR}')) return true;
+                    if ({ERROR_JS}) return true;
                     const p = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
-                    return p.length >= {len(cells)} && p.every(x => /\\[\\d+\\]/.test(x.textContent));
-                }}""", timeout=240_000)
+                    const ind = document.querySelector('.jp-Notebook-ExecutionIndicator');
+                    return p.length > 0 && /\\[\\d+\\]/.test(p[p.length - 1].textContent)
+                        && !p.some(x => x.textContent.includes('*'))
+                        && (!ind || ind.getAttribute('data-status') === 'idle');
+                }}""", timeout=timeout_s * 1000)
             except Exception:
                 pg.screenshot(path=str(SHOTS / f"{shot}_run_all_timeout.png"))
                 raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.lab_page import run_notebook
+from tests.browser.lab_page import LIVE, run_notebook
 from tests.browser.test_lab_browser import ROOT, SHOTS, lab  # noqa: F401  (the JupyterLab fixture)
 
 pytestmark = pytest.mark.slow
@@ -37,7 +37,7 @@ OVERFLOW = """root => {
 
 @pytest.fixture(scope="module")
 def graph_page(lab):  # noqa: F811
-    ready = "document.querySelectorAll('.kl-graph svg g.node').length > 0"
+    ready = f"document.querySelectorAll('.kl-graph{LIVE} svg g.node').length > 0"
     with run_notebook(lab, NOTEBOOK, CELLS, ready, 'graph') as pg:
         yield pg
 
@@ -70,7 +70,7 @@ def test_attention_opens_on_its_main_loop_with_an_overview(graph_page):  # first
     """At 1600 px (as opened) the view shows the first KV loop's header and its dot at a readable zoom, the
     overview in the corner; "loop" brings it back at 1280 px after panning away."""
     page = graph_page
-    view = page.locator(".kl-graph").nth(1)
+    view = page.locator(f".kl-graph{LIVE}").nth(1)
     view.scroll_into_view_if_needed()
     got = view.evaluate(FOCUS)
     assert got["header"] > 0.99 and got["dot"] > 0.99 and got["zoom"] >= 0.69 and got["mini"] == "block", got
@@ -96,7 +96,7 @@ def test_attention_opens_on_its_main_loop_with_an_overview(graph_page):  # first
 def test_boxes_hold_their_text_and_a_click_shows_the_source_line(graph_page, width, which):
     page = graph_page
     _at(page, width)
-    view = page.locator(".kl-graph").nth(which)
+    view = page.locator(f".kl-graph{LIVE}").nth(which)
     view.scroll_into_view_if_needed()
     assert view.evaluate(OVERFLOW) == []
     # the drawing opens legible: 13 px text drawn at 70 % or more
@@ -121,7 +121,7 @@ def test_boxes_hold_their_text_and_a_click_shows_the_source_line(graph_page, wid
 def test_zoom_buttons_and_unfold(graph_page):
     page = graph_page
     _at(page, 1600)
-    view = page.locator(".kl-graph").nth(1)
+    view = page.locator(f".kl-graph{LIVE}").nth(1)
     view.scroll_into_view_if_needed()
     width = lambda: view.evaluate("v => v.querySelector('.kl-gvp svg').getBoundingClientRect().width")  # noqa: E731
     w0 = width()
@@ -138,4 +138,4 @@ def test_zoom_buttons_and_unfold(graph_page):
     page.wait_for_function("() => document.querySelectorAll('.jp-CodeCell')[2].innerText.includes('unfolded')",
                            timeout=30_000)
     assert cell.locator("g.node").count() > n_folded
-    assert cell.locator(".kl-graph").evaluate(OVERFLOW) == []
+    assert cell.locator(f".kl-graph{LIVE}").evaluate(OVERFLOW) == []

@@ -100,6 +100,9 @@ def lab(tmp_path_factory):
     env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"),
                KERNELLAB_CACHE_DIR=str(tmp / "kernellab-cache"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"))
     env.pop("JUPYTER_CONFIG_DIR", None)
+    # the kernels import this checkout's kernellab (a relative PYTHONPATH would resolve in the notebooks' folder)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [os.path.abspath(p) for p in
+                                                       env.get("PYTHONPATH", "").split(os.pathsep) if p])
 
     port, token = _free_port(), secrets.token_hex(16)
     log = open(tmp / "jupyterlab.log", "w")
@@ -186,7 +189,9 @@ def _run_all(page, lab):
     done = """() => {
         const prompts = [...document.querySelectorAll('.jp-NotebookPanel .jp-CodeCell .jp-InputPrompt')];
         const ind = document.querySelector('.jp-Notebook-ExecutionIndicator');
-        const errors = document.querySelectorAll('.jp-NotebookPanel [data-mime-type="application/vnd.jupyter.error"]');
+        // a cell's exception: a stderr output (as warnings are) holding the traceback
+        const errors = [...document.querySelectorAll('.jp-NotebookPanel [data-mime-type="application/vnd.jupyter.stderr"]')]
+            .filter(o => o.textContent.includes('most recent call last'));
         if (errors.length) return 'error';
         return prompts.length > 0 && /\\[\\d+\\]/.test(prompts[prompts.length - 1].textContent)
             && !prompts.some(p => p.textContent.includes('*'))
@@ -211,7 +216,8 @@ def _run_all(page, lab):
         raise
     if result == "error":
         page.screenshot(path=str(SHOTS / "01_cell_error.png"), full_page=True)
-        text = page.locator('.jp-NotebookPanel [data-mime-type="application/vnd.jupyter.error"]').first.inner_text()
+        text = page.locator('.jp-NotebookPanel [data-mime-type="application/vnd.jupyter.stderr"]',
+                            has_text="most recent call last").first.inner_text()
         pytest.fail(f"a notebook cell raised in the browser run:\n{text[:3000]}")
     return n_code
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.lab_page import run_notebook
+from tests.browser.lab_page import LIVE, run_notebook
 from tests.browser.test_lab_browser import ROOT, SHOTS, lab  # noqa: F401  (the JupyterLab fixture)
 
 pytestmark = pytest.mark.slow
@@ -39,7 +39,7 @@ PANE_STATE = """view => [...view.querySelectorAll('.kl-lk-pane')].map(p => {
 @pytest.fixture(scope="module")
 def page(lab):  # noqa: F811
     pytest.importorskip("anywidget", reason="anywidget is not installed (pip install -e '.[lab]')")
-    ready = "document.querySelectorAll('.kl-lk .kl-lk-panes').length >= 2"
+    ready = f"document.querySelectorAll('.kl-lk{LIVE} .kl-lk-panes').length >= 2"
     with run_notebook(lab, NOTEBOOK, CELLS, ready, 'linked') as pg:
         yield pg
 
@@ -47,7 +47,7 @@ def page(lab):  # noqa: F811
 def _view(page, k, width):
     page.set_viewport_size({"width": width, "height": 1000})
     page.wait_for_timeout(500)
-    view = page.locator(".kl-lk").nth(k)
+    view = page.locator(f".kl-lk{LIVE}").nth(k)
     view.scroll_into_view_if_needed()
     return view
 
@@ -86,7 +86,15 @@ def test_hover_highlights_the_ptx_and_search_marks(page, width):
     shown = view.locator(".kl-lk-pane").nth(1).locator(".kl-lk-l:not(.kl-lk-hide)").count()
     assert 0 < shown < len(view.locator(".kl-lk-pane").nth(1).locator(".kl-lk-l").all())
     view.locator(".kl-lk-only").uncheck()
+    # search everywhere: matches counted in every stage, those not on screen (nor in the browser) too: the stage
+    # menus say how many, the status names the stages off screen that have some
+    view.locator(".kl-lk-search").fill("load")
+    page.wait_for_function("""() => [...document.querySelectorAll('.kl-lk-stage option')]
+                              .some(o => o.value === 'llir' && /\\d+ matching/.test(o.textContent))""", timeout=15_000)
+    assert "also in" in view.locator(".kl-lk-status").inner_text()
     view.locator(".kl-lk-search").fill("")
+    page.wait_for_timeout(300)
+    assert "matching" not in " ".join(view.locator(".kl-lk-stage option").all_inner_texts())
     assert not page.errors, page.errors
 
 

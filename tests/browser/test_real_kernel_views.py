@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.browser.lab_page import run_notebook
+from tests.browser.lab_page import LIVE, run_notebook
 from tests.browser.test_lab_browser import ROOT, SHOTS, lab  # noqa: F401  (the JupyterLab fixture)
 
 pytestmark = pytest.mark.slow
@@ -120,16 +120,16 @@ def test_pass_stepper_panes_fit_and_step(notebook_page, width):
 def test_mma_layout_cells_are_legible_and_labelled(notebook_page, width):
     page = notebook_page
     _at(page, width)
-    grid = page.locator("svg.kl-grid").first
+    grid = page.locator(f"svg.kl-grid{LIVE}").first
     grid.scroll_into_view_if_needed()
     cell = grid.locator("rect.c").first.bounding_box()
     assert cell["height"] >= 16 and cell["width"] >= 22, cell  # drawn near 30 x 22 px, not squashed
     box = grid.bounding_box()
     assert box["height"] >= 32 * 16, box
-    labels = grid.evaluate("s => [...s.querySelectorAll('text')].map(t => t.textContent)")
+    labels = grid.evaluate("s => [...s.querySelectorAll('tspan')].map(t => t.textContent)")
     assert sum(bool(re.fullmatch(r"t\d+", t)) for t in labels) == 32 * 32
     assert sum(bool(re.fullmatch(r"r\d+", t)) for t in labels) == 32 * 32
-    page.locator(".jp-CodeCell", has=page.locator("svg.kl-grid")).first.screenshot(
+    page.locator(".jp-CodeCell", has=page.locator(f"svg.kl-grid{LIVE}")).first.screenshot(
         path=str(SHOTS / f"real_layout_{width}.png"))
 
 
@@ -139,9 +139,10 @@ def test_smem_chart_and_headline(notebook_page, width):
     _at(page, width)
     cell = page.locator(".jp-CodeCell", has_text="SharedMemoryView").first
     cell.scroll_into_view_if_needed()
-    head = cell.locator("h4", has_text="shared memory:").first.inner_text()
+    head = cell.locator(f"h4{LIVE}", has_text="shared memory:").first.inner_text()
     assert re.search(r"\b8 barrier\(s\) in the PTX", head), head  # attention's PTX: 8 bar.sync
-    chart = cell.locator("svg").filter(has=page.locator("line[stroke-dasharray]")).first
+    chart = cell.locator(f"svg{LIVE}").filter(has=page.locator("line[stroke-dasharray]")).first
+    assert chart.bounding_box()["width"] > 300
     assert chart.evaluate(OVERLAPS) == []
     sel = cell.locator("select").first
     assert sel.evaluate("s => s.selectedIndex") == 1  # the first buffer, after "all buffers"

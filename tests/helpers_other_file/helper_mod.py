@@ -10,3 +10,9 @@ import kernellab.language as tl
 def scaled_exp(x, s):
     y = x * s
     return tl.exp(y)
+
+
+@kl.jit
+def row_max(x):
+    m = tl.max(x, axis=0)
+    return m

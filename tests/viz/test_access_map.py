@@ -68,3 +68,53 @@ def test_the_view_draws_a_matrix_with_its_row_length():
     html = AccessMapView(report, columns=16)._repr_mimebundle_()["text/html"]
     ys = {int(y) for y in re.findall(r'<rect x="\d+" y="(\d+)"', html)}
     assert len(ys) == 4 and 'width="224"' in html  # 64 elements in 4 rows of 16 cells of 14 px
+
+
+@kl.jit
+def scale_masked(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, 2 * tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+def test_each_program_records_what_it_read_and_wrote_and_its_masked_lanes():
+    """The interpreter knows per program and lane what a masked access pointed at: 100 elements in blocks of 32,
+    so the last program reads and writes 4 and masks off 28 lanes past the end (offsets 100..127)."""
+    x, out = torch.randn(100), torch.full((100,), float("nan"))
+    report = scale_masked[(4,)](x, out, 100, BLOCK=32, sanitize=True).sanitizer_report
+    assert sorted(report.programs) == [0, 1, 2, 3]
+    for p in range(3):
+        xa, oa = report.programs[p]["x_ptr"], report.programs[p]["out_ptr"]
+        assert xa.read.tolist() == list(range(32 * p, 32 * p + 32)) and not len(xa.written) and not len(xa.masked)
+        assert oa.written.tolist() == list(range(32 * p, 32 * p + 32)) and not len(oa.read)
+    last = report.programs[3]
+    assert last["x_ptr"].read.tolist() == [96, 97, 98, 99] and last["out_ptr"].written.tolist() == [96, 97, 98, 99]
+    assert last["x_ptr"].masked.tolist() == list(range(100, 128)) == last["out_ptr"].masked.tolist()
+
+
+def test_the_per_program_map_marks_masked_lanes_outside_the_argument():
+    from kernellab.viz.access_map import READ, WRITTEN, program_map_html, programs_html
+
+    x, out = torch.randn(100), torch.full((100,), float("nan"))
+    report = scale_masked[(4,)](x, out, 100, BLOCK=32, sanitize=True).sanitizer_report
+    last = program_map_html(report, 3, columns=32)
+    # program 3: the row of elements 96..127: 4 read (x) / written (out), 28 masked lanes past the end, outlined red
+    assert last.count(f'fill="{READ}"') == 4 and last.count(f'fill="{WRITTEN}"') == 4
+    outside = re.findall(r'<rect class="m"[^>]*stroke="#d62728"[^>]*><title>element (\d+)', last)
+    assert sorted(map(int, outside)) == sorted(list(range(100, 128)) * 2)
+    assert "28 masked-off lanes" in last and "28 of them outside the argument" in last
+    first = program_map_html(report, 0, columns=32)
+    assert first.count(f'fill="{READ}"') == 32 and 'class="m"' not in first
+    # the picker opens on the program whose mask matters, and every program has a panel
+    html = programs_html(report, columns=32)
+    assert re.search(r'id="klam\d+p3" class="kl-am-radio" checked', html)
+    assert len(re.findall(r'class="kl-am-prog klam\d+p\d"', html)) == 4 and html.count("⚠") == 1 + 1  # + legend
+
+
+def test_the_view_shows_the_programs_too():
+    from kernellab.viz.access_map import AccessMapView
+
+    x, out = torch.randn(100), torch.full((100,), float("nan"))
+    report = scale_masked[(4,)](x, out, 100, BLOCK=32, sanitize=True).sanitizer_report
+    html = AccessMapView(report, columns=32)._repr_mimebundle_()["text/html"]
+    assert "per program" in html and "kl-am-radio" in html

@@ -131,3 +131,24 @@ def _target():
     from kernellab.compiler.codegen.target import Target
 
     return Target(90)
+
+
+def test_search_counts_every_stage_including_those_not_sent(mm):
+    """Search everywhere: the view asks Python how many lines of each stage match (most stages' lines are not in
+    the browser); a bad regex is searched as text."""
+    d = L.linked_data(mm)
+    counts = L.search_counts(d, "wgmma")
+    by_id = {s["id"]: s for s in d["stages"]}
+    for sid, n in counts.items():
+        lines = by_id[sid]["lines"] if sid != "source" else [x["text"] for x in d["source"]]
+        assert n == sum("wgmma" in x.lower() for x in lines), sid
+    assert counts["ptx"] > 0 and counts["llir"] > 0 and counts["source"] == 0
+    assert L.search_counts(d, "tl.dot(")["source"] == 1  # not a regex (an open parenthesis): as text
+    assert L.search_counts(d, "") == {}
+    if L.LinkedView is None:
+        return
+    v = L.linked_view(mm)
+    out = []
+    v.send = out.append
+    v._on_msg(v, {"type": "search", "q": "wgmma"}, [])
+    assert out == [{"type": "search", "q": "wgmma", "counts": counts}]

@@ -133,7 +133,7 @@ def test_passes_view_ir_line_to_source_line_and_back(cks):
     src = pane_lines(v.source_pane.value)
     selected = [n for n, (cls, _) in src.items() if "kl-sel" in cls]
     assert len(selected) == 1
-    assert "tl.load" in src[selected[0]][1] == ck.source_lines[selected[0] - 1]
+    assert "tl.load" in src[selected[0]][1] and src[selected[0]][1].strip() == ck.source_lines[selected[0] - 1].strip()
     assert v.src_select.value == selected[0]
     assert f"IR line {k + 1} → source line {selected[0]}" in v.status.value
     assert "kl-sel" in pane_lines(v.ir_pane.value)[k + 1][0]
@@ -276,3 +276,27 @@ def test_every_view_builds_for_every_corpus_kernel(case, recwarn):
         for k in range(len(layout.entries)):
             layout.dropdown.value = k
             assert "<svg" in layout.pane.value
+
+
+@pytest.mark.parametrize("make", ["show", "PassesView", "GraphView", "linked_view"])
+def test_a_view_is_displayed_after_its_static_copy(cks, make):
+    """A notebook reopened without its kernel has no widget models: the view's static copy is its own output
+    before the widget's (whose bundle no longer repeats it), with the stylesheet that hides the copy while
+    JupyterLab draws the widget and hides the renderer's "model not found" when it cannot."""
+    from IPython.testing.globalipapp import start_ipython
+    from IPython.utils.capture import capture_output
+
+    from kernellab.viz.fallback import CSS
+
+    start_ipython()  # display() publishes through a shell
+
+    view = getattr(kv, make)(cks["softmax"])
+    if not hasattr(view, "_ipython_display_"):
+        pytest.skip("the static linked view (no anywidget) is plain HTML")
+    with capture_output() as cap:
+        view._ipython_display_()
+    first, second = cap.outputs
+    assert 'class="kl-static-copy"' in first.data["text/html"] and CSS in first.data["text/html"]
+    assert view.static_html() in first.data["text/html"]
+    assert WIDGET_MIME in second.data and "text/html" not in second.data
+    assert len(second.data["text/plain"]) < 200

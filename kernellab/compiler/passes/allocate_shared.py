@@ -5,7 +5,8 @@ reduction, dot operand staging). The multi-stage buffers of a pipelined loop (`t
 live from their allocation to their last reader, the wait after the loop. When the plan is small, buffers get
 separate addresses (so no op waits for another); otherwise buffers whose live ranges don't
 overlap share addresses; the plan (offset, size, live range, reason) is recorded on the module for the trace
-and the lab, and the total becomes the kernel's dynamic shared memory.
+and the lab, and the total becomes the kernel's dynamic shared memory. A buffer's `line` is its op's source line;
+`file` names that line's file when it is not the kernel's own (an @jit helper inlined from another module).
 """
 from __future__ import annotations
 
@@ -101,6 +102,9 @@ def run(module: Module, options=None) -> dict:
                             "live": [index, index], "reason": why, "_op": op})
         if buffer_align(op) > ALIGN:
             buffers[-1]["align"] = buffer_align(op)
+    for b in buffers:  # the file of the buffer's line when it is not the kernel's (an inlined helper's module)
+        loc = b["_op"].loc
+        b["file"] = loc.file if loc is not None and loc.file and loc.file != fn.source_file else None
     # Small plans keep every buffer apart, so consecutive ops never wait for each other (fewer
     # barriers); larger ones reuse addresses by liveness: a buffer goes at the lowest offset not
     # used by any buffer live at the same time.
