@@ -133,11 +133,11 @@ tt.func @k(%v: tensor<1024xf32, #L0>, %t: tensor<64x32xf32, #L1>) {
     assert m.shared_bytes == 4096 + 512 + 9216
     assert m.shared_plan == [
         {"op": "ttg.convert_layout", "line": 3, "size": 4096, "live": [0, 0], "reason": "layout conversion",
-         "offset": 0},
+         "file": None, "offset": 0},
         {"op": "tt.reduce", "line": 5, "size": 512, "live": [4, 4], "reason": "cross-warp reduction over 4 warps",
-         "offset": 4096},
+         "file": None, "offset": 4096},
         {"op": "ttg.convert_layout", "line": 6, "size": 9216, "live": [7, 7], "reason": "layout conversion",
-         "offset": 4608},
+         "file": None, "offset": 4608},
     ]
     # no two buffers overlap
     spans = sorted((b["offset"], b["offset"] + b["size"]) for b in m.shared_plan)
