@@ -10,7 +10,7 @@ from typing import Callable
 
 from ..errors import CompilationError, ToolchainError
 from .codegen.line_map import llvm_positions, ptx_positions
-from .codegen.llvm_to_ptx import llvm_to_ptx
+from .codegen.llvm_to_ptx import compile_llvm
 from .codegen.lower import LoweringError, lower_kernel
 from .codegen.ptx_to_cubin import ptx_to_cubin
 from .codegen.target import Target
@@ -94,14 +94,15 @@ def _llvm_lsr(module: Module) -> bool:
 def _ptx(b: Build):
     t0 = time.perf_counter()
     lsr = _llvm_lsr(b.module)
-    ptx = llvm_to_ptx(b.out["llir"], b.target, b.name, ftz=b.options.reflect_ftz, loop_strength_reduction=lsr)
+    res = compile_llvm(b.out["llir"], b.target, b.name, ftz=b.options.reflect_ftz, loop_strength_reduction=lsr)
+    ptx = res.ptx
     if b.options.maxnreg:
         ptx = _cap_registers(ptx, b.options.maxnreg)
     b.out["ptx"] = ptx
     positions = ptx_positions(ptx) if b.options.line_info else None
     note = "" if lsr else " (LLVM loop strength reduction off: the loops carry their pointers)"
     b.trace.record("to_ptx", f"LLVM O3 + NVPTX backend -> PTX for {b.target.cpu}{note}", ptx, time.perf_counter() - t0,
-                   True, {}, stage="ptx", positions=positions)
+                   True, {f"{k}_s": round(v, 4) for k, v in res.times.items()}, stage="ptx", positions=positions)
 
 
 def _cubin(b: Build):

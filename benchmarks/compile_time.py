@@ -1,0 +1,542 @@
+"""Compile time of real kernels: kernellab's seconds per stage, registers and spills, against Triton 3.6 compiling
+the same kernel (same specialization, num_warps, num_stages) for the same GPU. CPU only: nothing is launched.
+
+    python benchmarks/compile_time.py [case ...] [--timeout S] [--triton-python PY] [--no-triton] [--no-write]
+    python benchmarks/compile_time.py --list
+
+Cases: every Liger-Kernel op of benchmarks/libraries.py at its GPU size, plus the known slow compiles (`jsd` at
+vocab 32000; attorch's flash-attention forward and its kernels autotuned over 1..32 warps, when attorch is
+importable or $ATTORCH_PATH names a checkout).
+
+How: a collector child (one per case) runs the library op on CPU tensors with `kernellab.compat` installed and a
+compile hook that records every specialization a launch (or the autotuner's warm-up of each config) asks for,
+and compiles and runs nothing (outputs stay uninitialized; the host code goes on). Each recorded kernel is then
+built in a worker child: kernellab (`preload` of the recorded specialization: frontend + tile, then
+`build_gpu()` for sm_90a: gpu, llir, ptx (LLVM O3 + NVPTX), cubin (ptxas)) and Triton (`triton.compile` of an
+`ASTSource` with the same signature, constexprs and divisibility, `GPUTarget("cuda", 90, 32)`, run by
+--triton-python, default /tmp/tri/bin/python, with an empty cache). A worker that passes --timeout seconds on one
+kernel is killed and that kernel recorded as timed out; the next one gets a fresh worker. Both sides use the same
+ptxas (kernellab's, passed to Triton as TRITON_PTXAS_PATH) unless --triton-own-ptxas.
+
+Writes benchmarks/results/<date>-cpu-compile_time.json (per kernel and side: seconds per stage, total, registers,
+spilled bytes (stores + loads), IR lines per stage, or the error / timeout) and prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MARK = "@@compile-time "
+DEFAULT_TRITON_PYTHON = "/tmp/tri/bin/python"
+H200_SMS = 132
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases (run in the collector child, kernellab side)
+
+
+def _liger_cases():
+    """name -> (libraries Op, size) for every Liger op that runs on a CPU, at its GPU size."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import libraries
+
+    cases = {}
+    for op in libraries._ops():
+        if op.gpu_only:
+            continue
+        size = op.sizes["gpu"]
+        if op.name.startswith("fused_linear"):
+            # the kernels see the vocabulary and hidden sizes; 4096 rows would be a CPU matmul of a teraflop
+            size = (256,) + tuple(size[1:])
+        cases[op.name] = (op, size)
+    cases["jsd_v32000"] = (cases["jsd"][0], (4096, 32000))
+    return cases
+
+
+ATTORCH_CASES = ("attorch_flash_fwd_d64", "attorch_flash_fwd_d128", "attorch_layer_norm", "attorch_softmax",
+                 "attorch_cross_entropy", "attorch_nll_loss")
+
+
+def case_names() -> list[str]:
+    return list(_liger_cases()) + list(ATTORCH_CASES)
+
+
+def _cheap_inputs(libraries):
+    """libraries' inputs without the float64 detour (the values never reach a kernel here): positive, nonzero."""
+    import torch
+
+    def rand(shape, scale=1.0, edges=(), positive=False):
+        return torch.rand(tuple(shape)) * scale + 0.5 * scale
+
+    libraries._rand = rand
+
+
+def _run_liger(name):
+    import torch
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import libraries
+
+    _cheap_inputs(libraries)
+    op, size = _liger_cases()[name]
+    if op.cpu_patch:
+        op.cpu_patch()
+    x = libraries._to(op.build(size), torch.float32, "cpu", op.grads)
+    outs = op.liger(x)
+    diff = [outs[i] for i in op.backprop if isinstance(outs[i], torch.Tensor) and outs[i].requires_grad]
+    if diff:
+        torch.autograd.backward(diff, [torch.ones_like(o) for o in diff])
+
+
+def _attorch_path():
+    p = os.environ.get("ATTORCH_PATH")
+    if p:
+        sys.path.insert(0, p)
+    return importlib.util.find_spec("attorch") is not None
+
+
+def _run_attorch(name):
+    """attorch's layers as its tests call them (fp32 unless said), forward and backward."""
+    import torch
+
+    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)  # attorch asks for TF32 and stage counts
+    torch.cuda.is_available = lambda: True
+    if not _attorch_path():
+        raise RuntimeError("attorch is not importable: set ATTORCH_PATH to a checkout of BobMcDear/attorch")
+    if name.startswith("attorch_flash_fwd"):
+        from attorch.multi_head_attention_kernels import _attention
+
+        d = 64 if name.endswith("64") else 128
+        q, k, v = (torch.rand(4, 16, 1024, d, dtype=torch.float16) for _ in range(3))
+        _attention.forward(type("Ctx", (), {"save_for_backward": lambda self, *a: None})(), q, k, v, False, d ** -0.5)
+        return
+    x = torch.rand(4096, 4096, requires_grad=True)
+    if name == "attorch_layer_norm":
+        from attorch.layer_norm_layer import LayerNormAutoGrad
+
+        y = LayerNormAutoGrad.apply(x, torch.rand(4096, requires_grad=True), torch.rand(4096, requires_grad=True),
+                                    1e-5)
+    elif name == "attorch_softmax":
+        from attorch.softmax_layers import SoftmaxAutoGrad
+
+        y = SoftmaxAutoGrad.apply(x, False)
+    elif name == "attorch_cross_entropy":
+        from attorch.cross_entropy_loss_layer import CrossEntropyLossAutoGrad
+
+        y = CrossEntropyLossAutoGrad.apply(x, torch.randint(0, 4096, (4096,)), None)
+    elif name == "attorch_nll_loss":
+        from attorch.nll_loss_layer import NLLLossAutoGrad
+
+        x = torch.rand(256, 1000, 1024, requires_grad=True)
+        y = NLLLossAutoGrad.apply(x, torch.randint(0, 1000, (256, 1024)), "mean", None)
+    else:
+        raise KeyError(name)
+    y.sum().backward()
+
+
+# ---------------------------------------------------------------------------------------------
+# Collector child: which kernels a case compiles
+
+
+def _triton_view(spec, options):
+    """The recorded specialization as Triton's ASTSource wants it: signature, constexprs and divisibility by
+    parameter name; None when an argument has no equivalent we can pass (tuples, callables)."""
+    from kernellab.compiler.frontend import RuntimeArg
+    from kernellab.compiler.types import TYPE_CANONICAL_NAMES, DType, PointerType
+
+    def tname(t):
+        if isinstance(t, PointerType):
+            return "*" + tname(t.elem)
+        return TYPE_CANONICAL_NAMES.get(t.name, t.ir)
+
+    signature, constexprs, divisible = {}, {}, []
+    for n, v in spec.items():
+        if isinstance(v, RuntimeArg):
+            if v.equal_to_1:
+                signature[n], constexprs[n] = "constexpr", 1
+                continue
+            signature[n] = tname(v.type)
+            if v.attrs.get("tt.divisibility") == 16:
+                divisible.append(n)
+        elif isinstance(v, DType):
+            signature[n], constexprs[n] = "constexpr", {"dtype": tname(v)}
+        elif v is None or isinstance(v, (bool, int, float, str)):
+            signature[n], constexprs[n] = "constexpr", v
+        else:
+            return None
+    opts = {k: options[k] for k in ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion") if k in options}
+    opts.setdefault("num_warps", 4)
+    opts.setdefault("num_stages", 3)
+    return {"signature": signature, "constexprs": constexprs, "divisible": divisible, "options": opts}
+
+
+def collect(case: str) -> list[dict]:
+    """Run `case` with every compile recorded instead of done; one dict per distinct specialization."""
+    os.environ.setdefault("LIGER_FUSED_MOE_AUTOTUNE", "0")
+    import kernellab.compat
+    from kernellab.runtime import jit
+
+    kernellab.compat.install()
+    seen, kernels = set(), []
+
+    def hook(fn, specialization, warmup):
+        spec, key, runtime_names, options = specialization
+        pyfn = fn.fn
+        ident = (pyfn.__module__, pyfn.__qualname__, repr(key), repr(sorted(options.items(), key=str)))
+        if ident not in seen:
+            seen.add(ident)
+            kernels.append({"case": case, "kernel": fn.__name__, "module": pyfn.__module__,
+                            "qualname": pyfn.__qualname__, "options": {k: v for k, v in options.items()
+                                                                      if isinstance(v, (int, float, str, bool))},
+                            "kl_spec": fn.specialization_data(specialization),
+                            "triton": _triton_view(spec, options)})
+        return True  # taken over: nothing compiles, nothing runs
+
+    jit.compile_hook = hook
+    error = None
+    try:
+        if case.startswith("attorch_"):
+            _run_attorch(case)
+        else:
+            _run_liger(case)
+    except Exception as e:  # the host code may trip over outputs no kernel wrote; what was recorded stands
+        error = f"{type(e).__name__}: {str(e)[:300]}"
+    finally:
+        jit.compile_hook = None
+    for k in kernels:
+        k["collect_error"] = error
+    if not kernels and error:
+        raise RuntimeError(error)
+    return kernels
+
+
+# ---------------------------------------------------------------------------------------------
+# Build workers (one job per stdin line, one MARK line per result)
+
+
+def _lines(text) -> int:
+    return text.count("\n") + 1 if text else 0
+
+
+def _resolve(module: str, qualname: str):
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _module_attr(module, qualname, is_jit):
+    """The @jit function named `qualname` in `module`, under any autotune/heuristics wrappers; kernels defined
+    inside functions are found among the module's attributes by their function's qualname."""
+    m = importlib.import_module(module)
+    try:
+        obj = _resolve(module, qualname)
+    except AttributeError:
+        obj = next(v for v in vars(m).values() if getattr(getattr(v, "fn", None), "__qualname__", None) == qualname)
+    while not is_jit(obj) and hasattr(obj, "fn"):
+        obj = obj.fn
+    return obj
+
+
+def build_kernellab(job: dict) -> dict:
+    import kernellab.compat
+
+    kernellab.compat.install()
+    from kernellab.runtime.jit import JITFunction
+
+    fn = _module_attr(job["module"], job["qualname"], lambda o: isinstance(o, JITFunction))
+    t0 = time.perf_counter()
+    ck = fn.preload(job["kl_spec"])
+    ck.build_gpu()
+    total = time.perf_counter() - t0
+    stages, lines, llvm = {}, {}, {}
+    for rec in ck.trace.passes:
+        stage = "frontend" if rec.name == "frontend" else rec.stage or "tile"
+        stages[stage] = stages.get(stage, 0.0) + rec.seconds
+        lines[stage] = _lines(rec.ir)
+        if stage == "ptx":
+            llvm = {k[:-2]: v for k, v in rec.stats.items() if k.endswith("_s")}
+    slow = sorted(((r.seconds, r.name) for r in ck.trace.passes if r.stage in ("tile", "gpu")), reverse=True)[:3]
+    return {"total_s": total, "stages_s": stages, "ir_lines": lines, "llvm_s": llvm,
+            "slowest_passes": [[n, round(s, 3)] for s, n in slow if s > 0.05],
+            "n_regs": ck.n_regs, "n_spills": ck.n_spills, "num_warps": ck.num_warps,
+            "notes": [n for n in ck.trace.notes if "disk cache" not in n]}
+
+
+def _parse_ptxas(log: str) -> dict:
+    import re
+
+    regs = re.findall(r"Used (\d+) registers", log)
+    st = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    return {"n_regs": int(regs[-1]) if regs else None,
+            "n_spills": sum(int(a) + int(b) for a, b in st[-1:]) if st else None}
+
+
+def build_triton(job: dict) -> dict:
+    import contextlib
+    import io
+
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import JITFunction
+
+    fn = _module_attr(job["module"], job["qualname"], lambda o: isinstance(o, JITFunction))
+    view = job["triton"]
+    names = list(fn.arg_names)
+    sig = {n: view["signature"].get(n, "constexpr") for n in names}
+
+    def value(v):
+        if not isinstance(v, dict):
+            return v
+        d = v["dtype"]  # kernellab's canonical names: i32, u8, u1, fp32, bf16 ...
+        return tl.dtype("int1" if d == "u1" else {"i": "int", "u": "uint"}[d[0]] + d[1:] if d[0] in "iu" else d)
+
+    consts = {(names.index(n),): value(v) for n, v in view["constexprs"].items()}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in view["divisible"]}
+    times: dict = {}
+    orig = CUDABackend.add_stages
+
+    def add_stages(self, stages, options, language):
+        orig(self, stages, options, language)
+        for name, f in list(stages.items()):
+            def timed(src, metadata, f=f, name=name):
+                t = time.perf_counter()
+                try:
+                    return f(src, metadata)
+                finally:
+                    times[name] = times.get(name, 0.0) + time.perf_counter() - t
+            stages[name] = timed
+
+    CUDABackend.add_stages = add_stages
+    triton.knobs.nvidia.dump_ptxas_log = True
+    out = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out):
+        c = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                           options=view["options"])
+    total = time.perf_counter() - t0
+    CUDABackend.add_stages = orig
+    res = {"total_s": total, "stages_s": times,
+           "ir_lines": {k: _lines(c.asm[k]) for k in ("ttir", "ttgir", "llir", "ptx") if k in c.asm}}
+    res.update(_parse_ptxas(out.getvalue()))
+    return res
+
+
+def worker(side: str):
+    """Read jobs (JSON lines) and answer each with one MARK line."""
+    if side == "triton":
+        sys.path.insert(0, os.environ["COMPILE_TIME_LIBS"])
+    else:
+        sys.path.insert(0, str(ROOT))
+    build = build_kernellab if side == "kernellab" else build_triton
+    for line in sys.stdin:
+        job = json.loads(line)
+        try:
+            res = build(job)
+        except BaseException as e:  # noqa: BLE001 - a failed compile is a result
+            res = {"error": f"{type(e).__name__}: {str(e).strip()[:800]}", "traceback": traceback.format_exc()[-3000:]}
+        print(MARK + json.dumps(res), flush=True)
+
+
+class Worker:
+    """A worker child of one side; `run(job, timeout)` answers or kills it (a fresh one starts on the next job)."""
+
+    def __init__(self, side: str, python: str, env: dict):
+        self.side, self.python, self.env, self.proc = side, python, env, None
+
+    def _start(self):
+        self.proc = subprocess.Popen([self.python, __file__, "--worker", self.side], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=self.env,
+                                     cwd=str(ROOT), start_new_session=True)
+        self.q: queue.Queue = queue.Queue()
+
+        def read(proc=self.proc, q=self.q):
+            for line in proc.stdout:
+                if line.startswith(MARK):
+                    q.put(json.loads(line[len(MARK):]))
+            q.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+
+    def run(self, job: dict, timeout: float) -> dict:
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        t0 = time.perf_counter()
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        try:
+            res = self.q.get(timeout=timeout)
+        except queue.Empty:
+            self.close()
+            return {"timeout": timeout, "error": f"no result after {timeout:.0f} s"}
+        if res is None:
+            self.proc = None
+            return {"error": "the worker died (out of memory or a crash)", "wall_s": time.perf_counter() - t0}
+        return res
+
+    def close(self):
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait()
+        self.proc = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Parent
+
+
+def _collect(case: str, timeout: float) -> tuple[list, str | None]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    try:
+        p = subprocess.run([sys.executable, __file__, "--collect", case], capture_output=True, text=True,
+                           timeout=timeout, env=env, cwd=str(ROOT))
+    except subprocess.TimeoutExpired:
+        return [], f"collector timed out after {timeout:.0f} s"
+    for line in p.stdout.splitlines():
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK):]), None
+    return [], (p.stderr.strip().splitlines() or ["no output"])[-1][:400]
+
+
+def _libs_dir() -> str:
+    """A folder with liger_kernel (from this interpreter's site-packages) and attorch, for the Triton side."""
+    d = tempfile.mkdtemp(prefix="compile_time_libs_")
+    spec = importlib.util.find_spec("liger_kernel")
+    if spec and spec.origin:
+        os.symlink(Path(spec.origin).parent, Path(d) / "liger_kernel")
+    if _attorch_path():
+        os.symlink(Path(importlib.util.find_spec("attorch").origin).parent, Path(d) / "attorch")
+    return d
+
+
+def _fmt(x, nd=1):
+    return "-" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
+
+
+def table(rows: list[dict]) -> str:
+    """One line per kernel: kernellab's total and stage seconds (llvm = LLVM O3 + NVPTX, ptxas), registers and spilled
+    bytes, then Triton's total, its LLVM stages (llir + ptx) and ptxas, registers and spilled bytes."""
+    head = (f"{'case':<24} {'kernel':<32} {'w':>2} | {'kl s':>6} {'front':>5} {'tile':>5} {'gpu':>5} {'llir':>5} "
+            f"{'llvm':>6} {'ptxas':>6} {'regs':>4} {'spill':>6} | {'tri s':>6} {'llvm':>6} {'ptxas':>6} {'regs':>4} "
+            f"{'spill':>6}")
+    out = [head, "-" * len(head)]
+    for r in rows:
+        k, t = r.get("kernellab", {}), r.get("triton", {})
+        st, tt = k.get("stages_s", {}), t.get("stages_s", {})
+
+        def side(d, n):
+            if "timeout" in d:
+                return f"{'>' + str(int(d['timeout'])):>{n}}"
+            if "error" in d:
+                return f"{'err':>{n}}"
+            return f"{_fmt(d.get('total_s')):>{n}}"
+        tri_llvm = tt["llir"] + tt.get("ptx", 0.0) if "llir" in tt else None
+        out.append(f"{r['case'][:24]:<24} {r['kernel'][:32]:<32} {r['options'].get('num_warps', 4):>2} | "
+                   f"{side(k, 6)} {_fmt(st.get('frontend')):>5} {_fmt(st.get('tile')):>5} {_fmt(st.get('gpu')):>5} "
+                   f"{_fmt(st.get('llir')):>5} {_fmt(st.get('ptx')):>6} {_fmt(st.get('cubin')):>6} "
+                   f"{_fmt(k.get('n_regs')):>4} {_fmt(k.get('n_spills')):>6} | {side(t, 6)} {_fmt(tri_llvm):>6} "
+                   f"{_fmt(tt.get('cubin')):>6} {_fmt(t.get('n_regs')):>4} {_fmt(t.get('n_spills')):>6}")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("cases", nargs="*", help="case names (default: all); --list shows them")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per kernel and side (default 120)")
+    ap.add_argument("--collect-timeout", type=float, default=300.0)
+    ap.add_argument("--triton-python", default=DEFAULT_TRITON_PYTHON)
+    ap.add_argument("--triton-own-ptxas", action="store_true", help="Triton uses its bundled ptxas")
+    ap.add_argument("--no-triton", action="store_true")
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--out", help="write the JSON here instead of benchmarks/results/")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--collect", help=argparse.SUPPRESS)
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.collect:
+        sys.path.insert(0, str(ROOT))
+        print(MARK + json.dumps(collect(a.collect)), flush=True)
+        return
+    if a.worker:
+        worker(a.worker)
+        return
+    if a.list:
+        print("\n".join(case_names()))
+        return
+    cases = a.cases or case_names()
+    unknown = [c for c in cases if c not in case_names()]
+    if unknown:
+        ap.error(f"unknown cases {unknown}; --list shows them")
+
+    sys.path.insert(0, str(ROOT))
+    from kernellab.compiler.codegen.ptx_to_cubin import find_ptxas, ptxas_version
+
+    ptxas = find_ptxas()
+    cache = tempfile.mkdtemp(prefix="compile_time_cache_")
+    kl_env = dict(os.environ, KERNELLAB_CACHE_DIR=cache,
+                  PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    triton = None
+    if not a.no_triton and os.path.exists(a.triton_python):
+        tri_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        tri_env.update(TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="compile_time_triton_"), COMPILE_TIME_LIBS=_libs_dir())
+        if not a.triton_own_ptxas:
+            tri_env["TRITON_PTXAS_PATH"] = ptxas
+        triton = Worker("triton", a.triton_python, tri_env)
+    kl = Worker("kernellab", sys.executable, kl_env)
+
+    rows, meta = [], {"date": datetime.date.today().isoformat(), "host": platform.node(),
+                      "python": sys.version.split()[0], "ptxas": ptxas_version(ptxas),
+                      "triton_ptxas": "bundled" if a.triton_own_ptxas else "same as kernellab",
+                      "timeout_s": a.timeout, "target": "sm_90a"}
+    collect_errors = {}
+    try:
+        for case in cases:
+            kernels, err = _collect(case, a.collect_timeout)
+            if err and not kernels:
+                collect_errors[case] = err
+                print(f"[{case}] collect failed: {err}", flush=True)
+                continue
+            for k in kernels:
+                job = {key: k[key] for key in ("module", "qualname", "kl_spec")}
+                row = {key: k[key] for key in ("case", "kernel", "module", "qualname", "options", "collect_error")}
+                row["kernellab"] = kl.run(job, a.timeout)
+                if triton is not None:
+                    row["triton"] = (triton.run({**job, "triton": k["triton"]}, a.timeout) if k["triton"]
+                                     else {"error": "no Triton equivalent of an argument (tuple or callable)"})
+                rows.append(row)
+                print(table([row]).splitlines()[-1], flush=True)
+    finally:
+        kl.close()
+        if triton is not None:
+            triton.close()
+        shutil.rmtree(cache, ignore_errors=True)
+    print()
+    print(table(rows))
+    result = {**meta, "collect_errors": collect_errors, "kernels": rows}
+    if not a.no_write:
+        out = Path(a.out) if a.out else ROOT / "benchmarks" / "results" / f"{meta['date']}-cpu-compile_time.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1))
+        print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
