@@ -68,8 +68,9 @@ def _liger_cases():
     return cases
 
 
-ATTORCH_CASES = ("attorch_flash_fwd_d64", "attorch_flash_fwd_d128", "attorch_layer_norm", "attorch_softmax",
-                 "attorch_cross_entropy", "attorch_nll_loss")
+ATTORCH_CASES = ("attorch_flash_fwd_d64", "attorch_flash_fwd_d128", "attorch_flash_fwd_d64_fp32",
+                 "attorch_flash_fwd_d128_fp32", "attorch_layer_norm", "attorch_softmax", "attorch_cross_entropy",
+                 "attorch_nll_loss")
 
 
 def case_names() -> list[str]:
@@ -110,19 +111,26 @@ def _attorch_path():
     return importlib.util.find_spec("attorch") is not None
 
 
+def _attorch_on_cpu():
+    """attorch asks torch for the GPU's capability (TF32, stage counts), some of it at import: an H200's."""
+    import torch
+
+    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+    if not _attorch_path():
+        raise RuntimeError("attorch is not importable: set ATTORCH_PATH to a checkout of BobMcDear/attorch")
+
+
 def _run_attorch(name):
     """attorch's layers as its tests call them (fp32 unless said), forward and backward."""
     import torch
 
-    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)  # attorch asks for TF32 and stage counts
-    torch.cuda.is_available = lambda: True
-    if not _attorch_path():
-        raise RuntimeError("attorch is not importable: set ATTORCH_PATH to a checkout of BobMcDear/attorch")
+    _attorch_on_cpu()
     if name.startswith("attorch_flash_fwd"):
         from attorch.multi_head_attention_kernels import _attention
 
-        d = 64 if name.endswith("64") else 128
-        q, k, v = (torch.rand(4, 16, 1024, d, dtype=torch.float16) for _ in range(3))
+        d = 64 if "_d64" in name else 128
+        dtype = torch.float32 if name.endswith("fp32") else torch.float16
+        q, k, v = (torch.rand(4, 16, 1024, d, dtype=dtype) for _ in range(3))
         _attention.forward(type("Ctx", (), {"save_for_backward": lambda self, *a: None})(), q, k, v, False, d ** -0.5)
         return
     x = torch.rand(4096, 4096, requires_grad=True)
@@ -134,7 +142,7 @@ def _run_attorch(name):
     elif name == "attorch_softmax":
         from attorch.softmax_layers import SoftmaxAutoGrad
 
-        y = SoftmaxAutoGrad.apply(x, False)
+        y = SoftmaxAutoGrad.apply(x, False, False)
     elif name == "attorch_cross_entropy":
         from attorch.cross_entropy_loss_layer import CrossEntropyLossAutoGrad
 
@@ -229,6 +237,15 @@ def collect(case: str) -> list[dict]:
 # Build workers (one job per stdin line, one MARK line per result)
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children (ptxas): the machine is shared, wall time is not
+    only ours."""
+    import resource
+
+    return sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
+
+
 def _lines(text) -> int:
     return text.count("\n") + 1 if text else 0
 
@@ -243,6 +260,8 @@ def _resolve(module: str, qualname: str):
 def _module_attr(module, qualname, is_jit):
     """The @jit function named `qualname` in `module`, under any autotune/heuristics wrappers; kernels defined
     inside functions are found among the module's attributes by their function's qualname."""
+    if module.split(".")[0] == "attorch":
+        _attorch_on_cpu()
     m = importlib.import_module(module)
     try:
         obj = _resolve(module, qualname)
@@ -260,10 +279,13 @@ def build_kernellab(job: dict) -> dict:
     from kernellab.runtime.jit import JITFunction
 
     fn = _module_attr(job["module"], job["qualname"], lambda o: isinstance(o, JITFunction))
-    t0 = time.perf_counter()
+    fn.cache.clear()  # another case may have compiled the same specialization in this worker
+    os.environ["KERNELLAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="compile_time_kl_")  # and the disk cache
+    t0, c0 = time.perf_counter(), _cpu()
     ck = fn.preload(job["kl_spec"])
     ck.build_gpu()
-    total = time.perf_counter() - t0
+    total, cpu = time.perf_counter() - t0, _cpu() - c0
+    shutil.rmtree(os.environ["KERNELLAB_CACHE_DIR"], ignore_errors=True)
     stages, lines, llvm = {}, {}, {}
     for rec in ck.trace.passes:
         stage = "frontend" if rec.name == "frontend" else rec.stage or "tile"
@@ -272,7 +294,7 @@ def build_kernellab(job: dict) -> dict:
         if stage == "ptx":
             llvm = {k[:-2]: v for k, v in rec.stats.items() if k.endswith("_s")}
     slow = sorted(((r.seconds, r.name) for r in ck.trace.passes if r.stage in ("tile", "gpu")), reverse=True)[:3]
-    return {"total_s": total, "stages_s": stages, "ir_lines": lines, "llvm_s": llvm,
+    return {"total_s": total, "cpu_s": cpu, "stages_s": stages, "ir_lines": lines, "llvm_s": llvm,
             "slowest_passes": [[n, round(s, 3)] for s, n in slow if s > 0.05],
             "n_regs": ck.n_regs, "n_spills": ck.n_spills, "num_warps": ck.num_warps,
             "notes": [n for n in ck.trace.notes if "disk cache" not in n]}
@@ -328,13 +350,15 @@ def build_triton(job: dict) -> dict:
     CUDABackend.add_stages = add_stages
     triton.knobs.nvidia.dump_ptxas_log = True
     out = io.StringIO()
-    t0 = time.perf_counter()
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="compile_time_triton_")  # a cold compile each time
+    t0, c0 = time.perf_counter(), _cpu()
     with contextlib.redirect_stdout(out):
         c = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                            options=view["options"])
-    total = time.perf_counter() - t0
+    total, cpu = time.perf_counter() - t0, _cpu() - c0
     CUDABackend.add_stages = orig
-    res = {"total_s": total, "stages_s": times,
+    shutil.rmtree(os.environ["TRITON_CACHE_DIR"], ignore_errors=True)
+    res = {"total_s": total, "cpu_s": cpu, "stages_s": times,
            "ir_lines": {k: _lines(c.asm[k]) for k in ("ttir", "ttgir", "llir", "ptx") if k in c.asm}}
     res.update(_parse_ptxas(out.getvalue()))
     return res
@@ -432,11 +456,12 @@ def _fmt(x, nd=1):
 
 
 def table(rows: list[dict]) -> str:
-    """One line per kernel: kernellab's total and stage seconds (llvm = LLVM O3 + NVPTX, ptxas), registers and spilled
-    bytes, then Triton's total, its LLVM stages (llir + ptx) and ptxas, registers and spilled bytes."""
-    head = (f"{'case':<24} {'kernel':<32} {'w':>2} | {'kl s':>6} {'front':>5} {'tile':>5} {'gpu':>5} {'llir':>5} "
-            f"{'llvm':>6} {'ptxas':>6} {'regs':>4} {'spill':>6} | {'tri s':>6} {'llvm':>6} {'ptxas':>6} {'regs':>4} "
-            f"{'spill':>6}")
+    """One line per kernel: kernellab's total wall and CPU seconds, seconds per stage (llvm = LLVM O3 + NVPTX code
+    generator, ptxas), registers and spilled bytes; then Triton's wall and CPU seconds, its LLVM stages (llir + ptx),
+    ptxas, registers and spilled bytes."""
+    head = (f"{'case':<24} {'kernel':<32} {'w':>2} | {'kl s':>6} {'cpu':>6} {'front':>5} {'tile':>5} {'gpu':>5} "
+            f"{'llir':>5} {'llvm':>6} {'ptxas':>6} {'regs':>4} {'spill':>6} | {'tri s':>6} {'cpu':>6} {'llvm':>6} "
+            f"{'ptxas':>6} {'regs':>4} {'spill':>6}")
     out = [head, "-" * len(head)]
     for r in rows:
         k, t = r.get("kernellab", {}), r.get("triton", {})
@@ -450,9 +475,11 @@ def table(rows: list[dict]) -> str:
             return f"{_fmt(d.get('total_s')):>{n}}"
         tri_llvm = tt["llir"] + tt.get("ptx", 0.0) if "llir" in tt else None
         out.append(f"{r['case'][:24]:<24} {r['kernel'][:32]:<32} {r['options'].get('num_warps', 4):>2} | "
-                   f"{side(k, 6)} {_fmt(st.get('frontend')):>5} {_fmt(st.get('tile')):>5} {_fmt(st.get('gpu')):>5} "
+                   f"{side(k, 6)} {_fmt(k.get('cpu_s')):>6} {_fmt(st.get('frontend')):>5} {_fmt(st.get('tile')):>5} "
+                   f"{_fmt(st.get('gpu')):>5} "
                    f"{_fmt(st.get('llir')):>5} {_fmt(st.get('ptx')):>6} {_fmt(st.get('cubin')):>6} "
-                   f"{_fmt(k.get('n_regs')):>4} {_fmt(k.get('n_spills')):>6} | {side(t, 6)} {_fmt(tri_llvm):>6} "
+                   f"{_fmt(k.get('n_regs')):>4} {_fmt(k.get('n_spills')):>6} | {side(t, 6)} {_fmt(t.get('cpu_s')):>6} "
+                   f"{_fmt(tri_llvm):>6} "
                    f"{_fmt(tt.get('cubin')):>6} {_fmt(t.get('n_regs')):>4} {_fmt(t.get('n_spills')):>6}")
     return "\n".join(out)
 

@@ -101,8 +101,13 @@ def _ptx(b: Build):
     b.out["ptx"] = ptx
     positions = ptx_positions(ptx) if b.options.line_info else None
     note = "" if lsr else " (LLVM loop strength reduction off: the loops carry their pointers)"
+    if not res.slsr:
+        note += (f" (straight-line strength reduction off: {res.max_addresses_per_pointer} addresses off one pointer"
+                 " would make it quadratic)")
     b.trace.record("to_ptx", f"LLVM O3 + NVPTX backend -> PTX for {b.target.cpu}{note}", ptx, time.perf_counter() - t0,
-                   True, {f"{k}_s": round(v, 4) for k, v in res.times.items()}, stage="ptx", positions=positions)
+                   True, {**{f"{k}_s": round(v, 4) for k, v in res.times.items()},
+                          "max_addresses_per_pointer": res.max_addresses_per_pointer}, stage="ptx",
+                   positions=positions)
 
 
 def _cubin(b: Build):

@@ -456,7 +456,8 @@ def _gpu_cache_key(tile_ir: str, opts, target) -> str:
     from .cache import cache_key, compiler_hash
 
     return cache_key("gpu", tile_ir, repr(opts), target.cpu, target.ptx_version, compiler_hash(),
-                     _toolchain_versions(), os.environ.get("KERNELLAB_LLVM_LSR", ""))
+                     _toolchain_versions(), os.environ.get("KERNELLAB_LLVM_LSR", ""),
+                     os.environ.get("KERNELLAB_LLVM_SLSR", ""))
 
 
 def _load_cached(key, trace):

@@ -15,6 +15,7 @@ The pipeline (what Triton and NVPTXUsage.rst's libdevice recipe do):
 """
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -45,6 +46,8 @@ class LLVMResult:
     linked_libdevice: str | None  # the path of the libdevice that was linked, None when not needed
     kernels: list[str]
     times: dict[str, float] = field(default_factory=dict)  # seconds per step
+    slsr: bool = True  # whether the code generator ran straight-line strength reduction
+    max_addresses_per_pointer: int = 0  # getelementptrs off one pointer in the optimized IR (the most)
 
 
 def _initialize() -> None:
@@ -58,7 +61,54 @@ def _initialize() -> None:
         # NVVMReflect in LLVM 22 ignores an "nvvm-reflect-prec-sqrt" module flag (checked: __nv_sqrtf stayed
         # sqrt.approx); its -nvvm-reflect-add option works. A process-wide setting, done once: IEEE sqrt.
         llvm.set_option("kernellab", "-nvvm-reflect-add=__CUDA_PREC_SQRT=1")
+        if slsr_mode() == "off":
+            llvm.set_option("kernellab", "-opt-disable=slsr")  # the pass gate only grows: for the whole process
         _INITIALIZED = True
+
+
+# Straight-line strength reduction (SLSR, run inside the NVPTX code generator) in LLVM 22 searches, for every
+# address computation B + i*S, all earlier ones with the same base B in dominating blocks, and computes a SCEV
+# difference with each whose stride differs, with no limit on the search (LLVM 21 and Triton 3.6's LLVM stop after
+# 50 candidates). A thread's element addresses off one pointer cost n^2 SCEV subtractions: Liger's group_norm (512
+# weights per thread gathered through a division, 512 getelementptrs off each of two pointers) spent 8.5 s of CPU
+# there and 0.2 s in the rest of the code generator; at 128 or fewer per pointer (every other Liger, attorch and
+# benchmark kernel) it takes milliseconds and its rewrites save registers (attorch's 1-warp softmax backward spills
+# 1424 bytes without it, 172 with). Above this many getelementptrs off one pointer, the code generator runs in a
+# child process with SLSR off (nvptx_codegen.py): OptDisable, LLVM's only switch for the pass, is process-wide.
+SLSR_MAX_ADDRESSES_PER_POINTER = 128
+
+_GEP_BASE_RE = re.compile(r"= getelementptr (?:inbounds |nuw |nusw )*[^,]+, ptr(?: addrspace\(\d+\))? (%[\w.$\"-]+)")
+
+
+def slsr_mode() -> str:
+    """KERNELLAB_LLVM_SLSR: "on" (SLSR always, in process), "off" (never, for the whole process) or "auto" (the
+    default: off for kernels with more than SLSR_MAX_ADDRESSES_PER_POINTER addresses off one pointer)."""
+    mode = os.environ.get("KERNELLAB_LLVM_SLSR", "auto").lower()
+    return mode if mode in ("on", "off") else "auto"
+
+
+def max_addresses_per_pointer(ir_text: str) -> int:
+    """The most getelementptrs off one pointer value in the (optimized) IR: the size of SLSR's largest search."""
+    counts: dict[str, int] = {}
+    for m in _GEP_BASE_RE.finditer(ir_text):
+        counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    return max(counts.values(), default=0)
+
+
+def _emit_in_child(ir_text: str, target: Target, options: list[str], kernel_name: str) -> str:
+    """The PTX of optimized IR from the code generator in a fresh process started with `options`."""
+    import json
+    import subprocess
+    import sys
+
+    header = json.dumps({"triple": target.triple, "cpu": target.cpu, "features": target.features,
+                         "options": options})
+    script = str(Path(__file__).with_name("nvptx_codegen.py"))
+    p = subprocess.run([sys.executable, script], input=header + "\n" + ir_text, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise ToolchainError(f"kernel '{kernel_name}': the NVPTX code generator (child process, SLSR off) failed:\n"
+                             f"{p.stderr[-2000:]}")
+    return p.stdout
 
 
 @lru_cache(maxsize=None)
@@ -162,11 +212,18 @@ def compile_llvm(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = Fal
         times["optimize"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        # LSR runs in the NVPTX code generator, so the switch is the process-wide option, set under the lock
-        llvm.set_option("kernellab", f"-disable-lsr={0 if loop_strength_reduction else 1}")
-        ptx = tm.emit_assembly(mod)
-        times["emit_ptx"] = time.perf_counter() - t0
         optimized_ir = str(mod)
+        addresses = max_addresses_per_pointer(optimized_ir)
+        slsr = slsr_mode() == "on" or slsr_mode() == "auto" and addresses <= SLSR_MAX_ADDRESSES_PER_POINTER
+        # LSR runs in the NVPTX code generator, so the switch is the process-wide option, set under the lock
+        lsr = f"-disable-lsr={0 if loop_strength_reduction else 1}"
+        if slsr or slsr_mode() == "off":
+            llvm.set_option("kernellab", lsr)
+            ptx = tm.emit_assembly(mod)
+        else:
+            ptx = _emit_in_child(optimized_ir, target, ["-nvvm-reflect-add=__CUDA_PREC_SQRT=1", lsr,
+                                                        "-opt-disable=slsr"], kernel_name)
+        times["emit_ptx"] = time.perf_counter() - t0
 
     bad = unresolved_calls(ptx)
     if bad:
@@ -186,7 +243,7 @@ def compile_llvm(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = Fal
         raise ToolchainError(f"kernel '{kernel_name}': no '.entry {kernel_name}' in the PTX; the kernel function "
                              f"must exist and use the ptx_kernel calling convention")
     return LLVMResult(ptx=ptx, optimized_ir=optimized_ir, linked_libdevice=libdevice_path,
-                      kernels=kernels, times=times)
+                      kernels=kernels, times=times, slsr=slsr, max_addresses_per_pointer=addresses)
 
 
 def llvm_to_ptx(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = False,
