@@ -273,3 +273,93 @@ def test_compile_for_a_gpu_refuses_its_unsupported_fp8(triton, monkeypatch, name
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             compile_it()
+
+
+# --------------------------------------------------------------------------- aggregates, builtins, recursion
+
+@tl.core._aggregate
+class Scaled:
+    value: tl.tensor
+    factor: tl.tensor
+
+    def __init__(self, value, factor):
+        self.value = value
+        self.factor = factor
+
+    @kernellab.jit
+    def __getitem__(self, i):  # a device method used by `s[i]`
+        return self.value * self.factor + i
+
+
+@tl.core.builtin
+def pair_list(a, b, _semantic=None):  # Triton's spelling of the builtin convention
+    assert _semantic is not None
+    return [a, b]
+
+
+@tl.core._aggregate
+class Square:
+    side: tl.constexpr
+    area: tl.constexpr
+
+    def __init__(self, side):
+        self.side = tl.constexpr(side)
+        self.area = tl.constexpr(self.side * self.side)  # constexpr arithmetic stays constexpr
+
+
+@kernellab.jit
+def halves_sum(x):
+    """Sums a power-of-two tile by recursing on halves: each level is another specialization (its shape)."""
+    if x.shape[0] == 1:
+        return x
+    else:
+        a, b = x.reshape((x.shape[0] // 2, 2)).split()
+        return halves_sum(a) + halves_sum(b)
+
+
+@kernellab.jit
+def aggregate_kernel(x_ptr, out_ptr, total_ptr):
+    offs = tl.arange(0, 16)
+    factor = 3  # an assigned number: a scalar tensor, as in Triton, so it fits a tensor field
+    s = Scaled(tl.load(x_ptr + offs), factor)
+    sq = Square(4)
+    sizes = pair_list(sq.area, sq.side)
+    tl.static_assert(sizes[0] == 16 and sizes[1] == 4)
+    tl.store(out_ptr + offs, s[sizes[1]])
+    tl.store(total_ptr + tl.arange(0, 1), halves_sum(tl.load(x_ptr + offs)))
+
+
+def _check_aggregates(device):
+    x = torch.linspace(-2, 5, 16, dtype=torch.float32, device=device)
+    out = torch.full_like(x, float("nan"))
+    total = torch.full((1,), float("nan"), device=device)
+    aggregate_kernel[(1,)](x, out, total)
+    xd = x.cpu().double().numpy()
+    np.testing.assert_allclose(out.cpu().numpy(), xd * 3 + 4, rtol=1e-6)
+    np.testing.assert_allclose(total.cpu().numpy(), [xd.sum()], rtol=1e-5)
+
+
+def test_aggregates_builtins_and_shape_recursion():
+    _check_aggregates("cpu")
+    c = tl.constexpr(6)
+    assert (c * c).value == 36 and (2 + c).value == 8 and (c // 4).value == 1 and (-c).value == -6
+
+
+@pytest.mark.gpu
+def test_aggregates_builtins_and_shape_recursion_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    _check_aggregates("cuda")
+
+
+def test_recursion_with_the_same_specialization_is_refused():
+    @kernellab.jit
+    def forever(x):
+        return forever(x)
+
+    @kernellab.jit
+    def kernel(x_ptr):
+        tl.store(x_ptr, forever(tl.load(x_ptr)))
+
+    with pytest.raises(kernellab.CompilationError, match="same argument types"):
+        kernel.warmup(torch.empty(1), grid=(1,))

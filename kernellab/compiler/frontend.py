@@ -14,7 +14,7 @@ import re
 
 from ..errors import CompilationError, StaticAssertFailed, StaticAssertionError
 from ..language import core as lcore
-from ..language.aggregate import BoundJitMethod
+from ..language.aggregate import BoundJitMethod, is_aggregate
 from ..language.core import constexpr, tensor, unwrap
 from .ir import Block, Builder, Function, Loc, Module
 from .pytree import fill, is_node, leaves, map_leaves, same_structure
@@ -848,6 +848,9 @@ class CodeGenerator(ast.NodeVisitor):
         if isinstance(value, tensor):
             return self.sem.subscript(value, index)
         value = unwrap(value)
+        getitem = getattr(value, "__getitem__", None) if is_aggregate(value) else None
+        if isinstance(getitem, BoundJitMethod):  # an aggregate's @jit __getitem__: a device call
+            return self.call_jit(getitem.fn, [value, index], {}, node)
         return value[unwrap(index)]
 
     def visit_Attribute(self, node):
@@ -1209,7 +1212,7 @@ class ModuleCompiler:
     def __init__(self, options: dict | None = None):
         self.module = Module([])
         self.cache: dict = {}
-        self.stack: list[str] = []
+        self.stack: list = []  # the keys of the helpers being generated (the call chain)
         # the launch options (num_warps, ...): builtins such as tl.extra.cuda.num_warps() read them at trace
         # time, so the compile cache keys on them (jit._options_key)
         self.options = dict(options or {})
@@ -1247,14 +1250,16 @@ class ModuleCompiler:
             key_parts.append(_call_key(bound[name]))
         key = (id(jitfn), tuple(key_parts), tuple(fn_ids))
         if key not in self.cache:
-            if src.name in self.stack:
-                raise caller.error(node, f"recursive call to {src.name}() is not supported")
+            if key in self.stack:  # the same specialization again: a runtime recursion
+                raise caller.error(node, f"recursive call to {src.name}() with the same argument types and "
+                                         "constants is not supported (a GPU function has no call stack); a "
+                                         "recursion that changes a shape or a constexpr each level unrolls")
             name = mangle(src.name, key_parts)
             i = 0
             while any(f.name == name for f in self.module.functions):
                 i += 1
                 name = f"{mangle(src.name, key_parts)}_{i}"
-            self.stack.append(src.name)
+            self.stack.append(key)
             gen = CodeGenerator(src, self.module, self, name, is_kernel=False)
             prev = tensor._sem
             try:
