@@ -10,9 +10,12 @@ class CompilationError(KernelLabError):
     """The kernel's source cannot be compiled; points at the offending line with a caret."""
 
     def __init__(self, kernel: str, reason: str, filename: str = "<unknown>", line: int | None = None,
-                 col: int = 0, source_line: str | None = None):
+                 col: int = 0, source_line: str | None = None, def_line: int | None = None):
         self.kernel, self.reason, self.filename = kernel, reason, filename
         self.line, self.col, self.source_line = line, col, source_line
+        # the line counted from the function's `def` (1): where Triton's messages point ("at 2:4:"), and the
+        # only position that means something for a kernel defined in a string or a notebook cell
+        self.def_line = def_line
         self.error_message = reason  # Triton's attribute name for the bare reason
         super().__init__(self._format())
 
@@ -22,12 +25,27 @@ class CompilationError(KernelLabError):
         if self.source_line is not None:
             stripped = self.source_line.rstrip()
             text += f"\n    {stripped}\n    {' ' * max(0, self.col)}^"
+        if self.def_line is not None:
+            text += (f"\n    (at {self.def_line}:{self.col}: line {self.def_line} of '{self.kernel}' counting its def "
+                     "line as 1)")
         return text
+
+    def __reduce__(self):  # picklable (autotuners and test runners send errors between processes)
+        return type(self), (self.kernel, self.reason, self.filename, self.line, self.col, self.source_line,
+                             self.def_line)
+
+
+class StaticAssertionError(CompilationError):
+    """A `tl.static_assert` failed while compiling (Triton's CompileTimeAssertionFailure)."""
 
 
 class SemanticError(Exception):
     """A user error found while typing a kernel (`tl.arange(0, 3)`, `float_tensor << 1`). It carries only the
     reason: the frontend re-raises it as a CompilationError with the kernel's name and source line."""
+
+
+class StaticAssertFailed(SemanticError, AssertionError):
+    """Raised by `tl.static_assert` while typing; the frontend reports it as a StaticAssertionError."""
 
 
 class InterpreterError(KernelLabError):

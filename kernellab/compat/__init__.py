@@ -41,7 +41,7 @@ def _build() -> dict[str, types.ModuleType]:
     from kernellab.language import core as tl_core
     from kernellab.language import extra, math, random
 
-    from . import compiler_shim, driver, knobs, profiler_shim, runtime_shim, testing_shim, tools_shim
+    from . import compiler_shim, driver, filecheck_shim, knobs, profiler_shim, runtime_shim, testing_shim, tools_shim
 
     mods: dict[str, types.ModuleType] = {}
 
@@ -118,7 +118,7 @@ def _build() -> dict[str, types.ModuleType]:
     ))
     add("triton.compiler.errors", _module(
         "triton.compiler.errors", "Compile-time exceptions.", package=False,
-        CompilationError=errors.CompilationError, CompileTimeAssertionFailure=errors.CompilationError,
+        CompilationError=errors.CompilationError, CompileTimeAssertionFailure=errors.StaticAssertionError,
         UnsupportedLanguageConstruct=errors.CompilationError,
     ))
     compiler.errors = mods["triton.compiler.errors"]
@@ -144,6 +144,7 @@ def _build() -> dict[str, types.ModuleType]:
                                      package=False,
                                      MXFP4Tensor=tools_shim.MXFP4Tensor, MXScaleTensor=tools_shim.MXScaleTensor))
     add("triton.profiler", profiler_shim.module(_module))
+    add("triton._filecheck", filecheck_shim.module(_module))
     return mods
 
 
@@ -173,6 +174,10 @@ def install() -> None:
     from .runtime_shim import interpreting
 
     DType.repr_module = "triton.language"  # repr(tl.float32) is Triton's evaluatable text
+    from ..compiler import frontend
+
+    # Triton's rule on the globals a kernel reads (its knob, or TRITON_ALLOW_NON_CONSTEXPR_GLOBALS, lifts it)
+    frontend.strict_globals = lambda: not knobs.compilation.allow_non_constexpr_globals
     jit.compile_hook = lambda fn, specialization, warmup: runtime_shim.call_jit_cache_hook(
         knobs.runtime.jit_cache_hook, fn, specialization, warmup)
     if interpreting():  # TRITON_INTERPRET=1 asked for the CPU: no notice that kernels run there
@@ -192,6 +197,9 @@ def uninstall() -> None:
     from ..compiler.types import DType
 
     DType.repr_module = None
+    from ..compiler import frontend
+
+    frontend.strict_globals = None
 
 
 def installed() -> bool:

@@ -59,8 +59,9 @@ def parse_arg_type(name: str, text: str):
 
 def compile(src, target=None, options=None):
     """Compile `src` (an ASTSource) with kernellab's frontend and tile passes; returns the CompiledKernel,
-    whose `.asm` has "ttir" now and builds "ptx"/"cubin" on first access. A parameter neither in the
-    signature nor in constexprs takes its default."""
+    whose `.asm` has "ttir" now and builds "ptx"/"cubin" on first access, for `target` (a GPUTarget) if given.
+    A parameter neither in the signature nor in constexprs takes its default. Compiling for a GPU (not under
+    TRITON_INTERPRET=1) refuses what that GPU's backend refuses (fp8 formats), as Triton's frontend does."""
     if not isinstance(src, ASTSource):
         raise KernelLabError("triton.compile(...) takes a triton.compiler.ASTSource here (compiling IR files is "
                              "not served by kernellab); or call kernel.warmup(*args, grid=...) on the @jit function")
@@ -84,4 +85,27 @@ def compile(src, target=None, options=None):
             raise KernelLabError(f"triton.compile: parameter {name!r} of {fn.__name__}() has no type in the "
                                  "signature, no value in constexprs and no default")
     opts = dict(options or {})
-    return fn.compile(spec, ("ASTSource",) + tuple(key), names, opts)
+    from .driver import driver
+    from .runtime_shim import interpreting
+
+    kl_target = _target(target) if target is not None else None
+    check = None
+    if not interpreting():  # compiling for a GPU: refuse what its backend refuses, as Triton's frontend does
+        from ..compiler.backend import check_fp8_formats
+
+        arch = (kl_target or _target(driver.active.get_current_target())).arch
+        check = lambda module: check_fp8_formats(module, arch)  # noqa: E731
+    ck = fn.compile(spec, ("ASTSource",) + tuple(key), names, opts, check_frontend=check)
+    ck.default_target = kl_target
+    return ck
+
+
+def _target(target):
+    """Triton's GPUTarget("cuda", 100, 32) as kernellab's Target (sm_100a): the GPU stages are built for it."""
+    from ..compiler.codegen.target import Target
+
+    backend, arch = getattr(target, "backend", None), getattr(target, "arch", None)
+    if backend != "cuda" or not isinstance(arch, int):
+        raise KernelLabError(f"triton.compile: kernellab compiles for NVIDIA GPUs (GPUTarget('cuda', 90, 32)), "
+                             f"got {target!r}")
+    return Target(arch)

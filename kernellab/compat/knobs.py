@@ -56,13 +56,20 @@ class _Ptxas:
         self.version = "13.0"
 
 
+def _env_flag(name: str) -> bool:
+    import os
+
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "on", "yes")
+
+
 def module(make_module):
     return make_module(
         "triton.knobs", "Triton's settings objects (accepted; kernellab's own options decide).", package=False,
         base_knobs=base_knobs, propagate_env=True,
         cache=_group("cache_knobs", dir=None, dump_dir=None, override_dir=None, home_dir=None),
         compilation=_group("compilation_knobs", override=False, dump_ir=False, always_compile=False,
-                           enable_fp_fusion=True, disable_line_info=False),
+                           enable_fp_fusion=True, disable_line_info=False,
+                           allow_non_constexpr_globals=_env_flag("TRITON_ALLOW_NON_CONSTEXPR_GLOBALS")),
         runtime=_group("runtime_knobs", interpret=False, debug=False, override_arch=None, launch_enter_hook=None,
                        launch_exit_hook=None, jit_cache_hook=None, jit_post_compile_hook=None),
         language=_group("language_knobs", fp32_default=None, default_fp_fusion=True),

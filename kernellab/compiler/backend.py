@@ -60,7 +60,7 @@ def _tile(b: Build):
 
 
 def _gpu(b: Build):
-    _check_fp8_formats(b.module)
+    check_fp8_formats(b.module, b.target.arch if b.target is not None else 90)
     run_gpu_pipeline(b.module, b.trace, b.options)
     b.out.update(gpu=b.trace.stage("gpu").ir, shared=b.module.shared_bytes, shared_plan=b.module.shared_plan)
 
@@ -155,29 +155,39 @@ def compile_to_cubin(module: Module, trace: CompileTrace, options: GpuOptions, t
     return build.out
 
 
-def _check_fp8_formats(module: Module):
+def check_fp8_formats(module: Module, arch: int = 90):
     """Triton's CUDA backend knows only the fp8 formats NVIDIA GPUs convert (e4m3, e5m2) and its own e4b15; the AMD
-    fnuz formats (float8e4b8, float8e5b16) are refused wherever they appear, as Triton refuses them."""
+    fnuz formats (float8e4b8, float8e5b16) are refused wherever they appear, as Triton refuses them. From Hopper
+    on, e4b15 compiles with Triton's deprecation warning."""
+    import warnings
+
+    from ..errors import SemanticError
     from .fp8 import FORMATS, GPU_SUPPORTED
     from .types import DType
 
-    def bad(t):
+    def fp8(t):
         s = getattr(t, "scalar", t)
         s = getattr(s, "elem", s)
-        return isinstance(s, DType) and s.ir in FORMATS and s.ir not in GPU_SUPPORTED and s
+        return s if isinstance(s, DType) and s.ir in FORMATS else None
 
     fn = module.kernel
-    found = [(bad(a.type), fn.first_line) for a in fn.args if bad(a.type)]
+    uses = [(fp8(a.type), fn.first_line) for a in fn.args if fp8(a.type)]
     for op in fn.walk():
         for v in list(op.operands) + list(op.results):
-            if bad(v.type):
-                found.append((bad(v.type), getattr(op.loc, "line", None) or fn.first_line))
+            if fp8(v.type):
+                uses.append((fp8(v.type), getattr(op.loc, "line", None) or fn.first_line))
+    found = [(t, line) for t, line in uses if t.ir not in GPU_SUPPORTED]
     if found:
         t, line = found[0]
         names = tuple(f"fp8{x[2:]}" for x in GPU_SUPPORTED)
-        raise CompilationError(fn.name, f"type {t.name} not supported in this architecture. The supported fp8 dtypes "
-                               f"are {names} (float8e4b8 and float8e5b16 are AMD formats; the CPU interpreter runs "
-                               "them)", fn.source_file, line)
+        reason = (f"type {t.name} not supported in this architecture. The supported fp8 dtypes are {names} "
+                  "(float8e4b8 and float8e5b16 are AMD formats; the CPU interpreter runs them)")
+        # the cause carries the bare reason, as for other refused types (Triton's tests read it there)
+        raise CompilationError(fn.name, reason, fn.source_file, line) from SemanticError(reason)
+    if arch >= 90 and any(t.ir == "f8e4b15" for t, _ in uses):
+        warnings.warn(f"kernel '{fn.name}': the use of fp8e4b15 is deprecated on Hopper and later architectures "
+                      "(Triton's warning; it converts in software there); prefer float8e4nv", UserWarning,
+                      stacklevel=2)
 
 
 def _cap_registers(ptx: str, n: int) -> str:

@@ -12,9 +12,9 @@ import builtins
 import inspect
 import re
 
-from ..errors import CompilationError
+from ..errors import CompilationError, StaticAssertFailed, StaticAssertionError
 from ..language import core as lcore
-from ..language.aggregate import BoundJitMethod
+from ..language.aggregate import BoundJitMethod, is_aggregate
 from ..language.core import constexpr, tensor, unwrap
 from .ir import Block, Builder, Function, Loc, Module
 from .pytree import fill, is_node, leaves, map_leaves, same_structure
@@ -25,6 +25,45 @@ _PY_BUILTINS = {n: getattr(builtins, n) for n in [
     "range", "len", "min", "max", "int", "float", "bool", "str", "tuple", "list", "zip", "enumerate",
     "isinstance", "getattr", "hasattr", "abs", "print", "round", "sum", "any", "all", "reversed", "dict",
     "ValueError", "TypeError", "AssertionError", "RuntimeError", "NotImplementedError", "type"]}
+
+
+# Set by kernellab.compat.install(): a callable, True while @jit functions may read only the globals Triton lets
+# them read (Triton refuses a plain `N = 42` module global or closure variable; kernellab alone reads it as a
+# compile-time value). None: no such rule.
+strict_globals = None
+
+
+def _global_allowed(val) -> bool:
+    """Triton's list of globals a kernel may read: modules, constexpr values, @jit / builtin / constexpr_function
+    callables, aggregates and NamedTuple classes, and the language's own objects (dtypes, types, functions)."""
+    import types as _types
+
+    if isinstance(val, (_types.ModuleType, constexpr)) or hasattr(val, "_kl_source"):
+        return True
+    if any(getattr(val, a, False) for a in ("__kl_builtin__", "__kl_constexpr_fn__", "__kl_aggregate__",
+                                            "__triton_builtin__", "__triton_aggregate__")):
+        return True
+    if isinstance(val, type) and issubclass(val, tuple) and hasattr(val, "_fields"):
+        return True
+    module = getattr(val, "__module__", None) or ""
+    return isinstance(module, str) and module.startswith(("kernellab.", "triton.language"))
+
+
+_RETURN_IN_LOOP = ("Cannot have `return` statements inside `while` or `for` statements in triton (nor in "
+                   "kernellab): a runtime loop cannot be left early; keep a flag or a mask and return after the loop")
+
+
+def _check_constexpr_minmax(name: str, args) -> None:
+    """Python's min/max of floats is order-dependent for NaN and for 0.0 vs -0.0 (`min(1.0, nan)` is 1.0,
+    `min(nan, 1.0)` is nan), and agrees with neither tl.minimum's nor IEEE's answer: refused at compile time,
+    as Triton refuses them."""
+    import math
+
+    vals = list(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+    for v in vals:
+        if isinstance(v, float) and (math.isnan(v) or (v == 0.0 and math.copysign(1.0, v) < 0)):
+            raise ValueError(f"{name}() of compile-time values got {v!r}: with NaN or -0.0 Python's answer depends "
+                             f"on the argument order; compare explicitly, or use tl.{name}imum on tensors")
 
 
 class _Return(Exception):
@@ -186,11 +225,12 @@ class CodeGenerator(ast.NodeVisitor):
     def file_line(self, node) -> int:
         return self.src.first_line + getattr(node, "lineno", 1) - 1
 
-    def error(self, node, reason: str) -> CompilationError:
+    def error(self, node, reason: str, cls=CompilationError) -> CompilationError:
         line = getattr(node, "lineno", None)
-        return CompilationError(self.src.name, reason, self.src.filename,
-                                self.file_line(node) if line else None, getattr(node, "col_offset", 0),
-                                self.src.line_text(line) if line else None)
+        return cls(self.src.name, reason, self.src.filename,
+                   self.file_line(node) if line else None, getattr(node, "col_offset", 0),
+                   self.src.line_text(line) if line else None,
+                   line - self.src.node.lineno + 1 if line else None)
 
     def visit(self, node):
         prev_loc, prev_node = self.builder.loc, self.node
@@ -203,13 +243,17 @@ class CodeGenerator(ast.NodeVisitor):
             raise
         except lcore.CalledOutsideKernel as e:
             raise self.error(node, str(e)) from None
+        except StaticAssertFailed as e:
+            raise self.error(node, str(e), StaticAssertionError) from None
         except (SemanticError, TypeError, ValueError, AssertionError, IndexError, KeyError, AttributeError,
                 NotImplementedError, ZeroDivisionError, OverflowError) as e:
             msg = str(e) if not isinstance(e, KeyError) else f"key {e} not found"
             if isinstance(e, AssertionError) and not msg:
                 msg = "assertion failed"
-            # The cause carries the bare reason (Triton's tests read it from __cause__), without the
-            # compiler's own frames.
+            if not isinstance(node, ast.Call):
+                raise self.error(node, msg) from None
+            # A builtin that refused its arguments: the cause carries the bare reason (Triton's tests read it
+            # from __cause__, which Triton sets for calls only), without the compiler's own frames.
             raise self.error(node, msg) from e.with_traceback(None)
         finally:
             self.builder.loc, self.node = prev_loc, prev_node
@@ -648,7 +692,7 @@ class CodeGenerator(ast.NodeVisitor):
         if jump is not None:
             raise self.error(jump, _jump_reason(jump, "; use a `while` loop with a condition"))
         if _contains_return(node.body):
-            raise self.error(_first_node(node.body, ast.Return), "`return` inside a loop is not supported")
+            raise self.error(_first_node(node.body, ast.Return), _RETURN_IN_LOOP)
         if not isinstance(node.target, ast.Name):
             raise self.error(node, "the loop variable must be a single name")
         bounds = [unwrap(start), unwrap(end), unwrap(step)]
@@ -718,7 +762,7 @@ class CodeGenerator(ast.NodeVisitor):
         if jump is not None:
             raise self.error(jump, _jump_reason(jump, "; fold the exit into the `while` condition"))
         if _contains_return(node.body):
-            raise self.error(_first_node(node.body, ast.Return), "`return` inside a loop is not supported")
+            raise self.error(_first_node(node.body, ast.Return), _RETURN_IN_LOOP)
         carried = self._carried(node, node.body)
         templates, hints, inits = self._flatten_carried(carried, self.scope)
         outer = self.builder.block
@@ -777,7 +821,15 @@ class CodeGenerator(ast.NodeVisitor):
         if name in self.undefined:
             raise self.error(node, self.undefined[name])
         if name in self.globals:
-            return unwrap(self.globals[name]) if isinstance(self.globals[name], constexpr) else self.globals[name]
+            val = self.globals[name]
+            if strict_globals is not None and not _global_allowed(val) \
+                    and not (self.src.fn.__module__ or "").startswith("kernellab.") and strict_globals():
+                raise self.error(node, f"Cannot access global variable {name} from within a @jit function: it "
+                                       f"holds a {type(val).__name__}, and under `import triton` kernels read "
+                                       f"only constexpr globals, as in Triton; define it as {name} = "
+                                       "tl.constexpr(...), pass it as an argument, or set "
+                                       "TRITON_ALLOW_NON_CONSTEXPR_GLOBALS=1")
+            return unwrap(val) if isinstance(val, constexpr) else val
         if name in _PY_BUILTINS:
             return _PY_BUILTINS[name]
         raise self.error(node, f"name '{name}' is not defined")
@@ -796,6 +848,9 @@ class CodeGenerator(ast.NodeVisitor):
         if isinstance(value, tensor):
             return self.sem.subscript(value, index)
         value = unwrap(value)
+        getitem = getattr(value, "__getitem__", None) if is_aggregate(value) else None
+        if isinstance(getitem, BoundJitMethod):  # an aggregate's @jit __getitem__: a device call
+            return self.call_jit(getitem.fn, [value, index], {}, node)
         return value[unwrap(index)]
 
     def visit_Attribute(self, node):
@@ -968,6 +1023,8 @@ class CodeGenerator(ast.NodeVisitor):
             for a in args[1:]:
                 out = f(out, a, _sem=self.sem)
             return out
+        if fn in (builtins.min, builtins.max):
+            _check_constexpr_minmax(fn.__name__, [unwrap(a) for a in args])
         if fn is builtins.print:  # as in Triton: Python's print in a kernel is tl.device_print (runs on device)
             from ..language import builtins as B
 
@@ -1155,7 +1212,7 @@ class ModuleCompiler:
     def __init__(self, options: dict | None = None):
         self.module = Module([])
         self.cache: dict = {}
-        self.stack: list[str] = []
+        self.stack: list = []  # the keys of the helpers being generated (the call chain)
         # the launch options (num_warps, ...): builtins such as tl.extra.cuda.num_warps() read them at trace
         # time, so the compile cache keys on them (jit._options_key)
         self.options = dict(options or {})
@@ -1193,14 +1250,16 @@ class ModuleCompiler:
             key_parts.append(_call_key(bound[name]))
         key = (id(jitfn), tuple(key_parts), tuple(fn_ids))
         if key not in self.cache:
-            if src.name in self.stack:
-                raise caller.error(node, f"recursive call to {src.name}() is not supported")
+            if key in self.stack:  # the same specialization again: a runtime recursion
+                raise caller.error(node, f"recursive call to {src.name}() with the same argument types and "
+                                         "constants is not supported (a GPU function has no call stack); a "
+                                         "recursion that changes a shape or a constexpr each level unrolls")
             name = mangle(src.name, key_parts)
             i = 0
             while any(f.name == name for f in self.module.functions):
                 i += 1
                 name = f"{mangle(src.name, key_parts)}_{i}"
-            self.stack.append(src.name)
+            self.stack.append(key)
             gen = CodeGenerator(src, self.module, self, name, is_kernel=False)
             prev = tensor._sem
             try:

@@ -14,7 +14,7 @@ passed to and returned from @jit functions, carried through loops and merged aft
 per runtime leaf, the same way tuples are. @jit methods are called with the instance as first argument."""
 from __future__ import annotations
 
-from .core import constexpr, tensor
+from .core import _AssignedScalar, constexpr, tensor
 
 
 class BoundJitMethod:
@@ -72,6 +72,8 @@ def _aggregate(cls):
             raise AttributeError(f"{cls.__name__} has no field '{name}' (its fields are the annotated names: "
                                  f"{', '.join(fields)})")
         ann = cls.__annotations__[name]
+        if ann is tensor and isinstance(value, _AssignedScalar) and tensor._sem is not None:
+            value = tensor._sem.to_tensor(value)  # `x = 11` is a scalar tensor in Triton: it fits a tensor field
         if not _fits(value, ann):
             raise TypeError(f"{cls.__name__}.{name} is annotated {getattr(ann, '__name__', ann)}, got "
                             f"{type(value).__name__}")

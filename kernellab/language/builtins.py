@@ -4,6 +4,7 @@ from __future__ import annotations
 import builtins as _py
 
 from ..compiler.semantic import as_dtype
+from ..errors import StaticAssertFailed
 from .core import PropagateNan, bfloat16, builtin, float32, int1, int32, tensor, uint32, unwrap
 from .core import tuple as tl_tuple
 
@@ -593,7 +594,7 @@ def static_assert(cond, msg="", _sem=None):
     if isinstance(cond, tensor):
         raise TypeError("static_assert needs a compile-time condition; use tl.device_assert for runtime values")
     if not cond:
-        raise AssertionError(f"static_assert failed: {unwrap(msg)}" if unwrap(msg) else "static_assert failed")
+        raise StaticAssertFailed(f"static_assert failed: {unwrap(msg)}" if unwrap(msg) else "static_assert failed")
 
 
 @builtin

@@ -61,6 +61,35 @@ class constexpr:
         return constexpr_type(self.value)
 
 
+def _constexpr_op(op, reflected=False):
+    """Python arithmetic on compile-time values stays compile-time (`tl.constexpr(4) * 2` is constexpr[8]), as in
+    Triton, where helpers and aggregates compute shapes from constexprs; with a kernel tensor the tensor's
+    operator runs instead."""
+
+    def method(self, other):
+        o = other.value if isinstance(other, constexpr) else other
+        if isinstance(o, tensor):
+            return NotImplemented
+        return constexpr(op(o, self.value) if reflected else op(self.value, o))
+
+    return method
+
+
+def _install_constexpr_ops():
+    import operator as _op
+
+    for name, fn in [("add", _op.add), ("sub", _op.sub), ("mul", _op.mul), ("truediv", _op.truediv),
+                     ("floordiv", _op.floordiv), ("mod", _op.mod), ("pow", _op.pow), ("lshift", _op.lshift),
+                     ("rshift", _op.rshift), ("and", _op.and_), ("or", _op.or_), ("xor", _op.xor)]:
+        setattr(constexpr, f"__{name}__", _constexpr_op(fn))
+        setattr(constexpr, f"__r{name}__", _constexpr_op(fn, reflected=True))
+    for name, fn in [("lt", _op.lt), ("le", _op.le), ("gt", _op.gt), ("ge", _op.ge)]:
+        setattr(constexpr, f"__{name}__", _constexpr_op(fn))
+    constexpr.__neg__ = lambda self: constexpr(-self.value)
+    constexpr.__pos__ = lambda self: constexpr(+self.value)
+    constexpr.__invert__ = lambda self: constexpr(~self.value)
+
+
 class constexpr_type:
     """The type of a compile-time value (`isinstance(x.type, tl.constexpr_type)` tells constexprs apart)."""
 
@@ -343,15 +372,23 @@ class CalledOutsideKernel(RuntimeError):
 
 
 def builtin(fn):
-    """Marks a language function; the frontend calls it with `_sem=`."""
+    """Marks a language function; the frontend calls it with `_sem=`. Triton spells that parameter `_semantic`:
+    a builtin written so (`@tl.core.builtin def f(x, _semantic=None)`) gets it under that name, and callers may
+    pass either."""
+    import inspect
+
+    try:
+        name = "_semantic" if "_semantic" in inspect.signature(fn).parameters else "_sem"
+    except (TypeError, ValueError):
+        name = "_sem"
 
     @functools.wraps(fn)
-    def wrapper(*args, _sem=None, **kwargs):
-        if _sem is None:
-            _sem = tensor._sem
-        if _sem is None:
+    def wrapper(*args, _sem=None, _semantic=None, **kwargs):
+        sem = _sem if _sem is not None else _semantic if _semantic is not None else tensor._sem
+        if sem is None:
             raise CalledOutsideKernel(f"tl.{fn.__name__} can only be called inside a @kernellab.jit function")
-        return fn(*args, _sem=_sem, **kwargs)
+        kwargs[name] = sem
+        return fn(*args, **kwargs)
 
     wrapper.__kl_builtin__ = True
     return wrapper
@@ -388,3 +425,5 @@ class PropagateNan:
 
 
 from .aggregate import _aggregate  # noqa: E402,F401 - tl.core._aggregate; defined over the classes above
+
+_install_constexpr_ops()

@@ -131,6 +131,7 @@ class CompiledKernel:
     _built_for: str | None = None
     param_names: list = field(default_factory=list)  # every parameter of the @jit function, constexprs too
     sanitizer_report: object = None  # the last sanitized interpreter launch's SanitizerReport
+    default_target: object = None  # what build_gpu() builds for when not told (triton.compile(..., target=))
 
     def __post_init__(self):
         if isinstance(self.asm, _Stages):
@@ -216,11 +217,12 @@ class CompiledKernel:
     def build_gpu(self, target=None):
         """Run the GPU stages (layouts, shared memory, LLVM, PTX, cubin) for `target` without loading
         anything: works on a machine with no GPU, so the lab can show layouts and PTX anywhere.
-        `target` defaults to sm_90 (the H200). Returns self; the stages land in `asm` and the trace."""
+        `target` defaults to `default_target`, else sm_90 (the H200). Returns self; the stages land in `asm` and
+        the trace."""
         from ..compiler.codegen.target import Target
         from ..compiler.gpu.options import GpuOptions
 
-        target = target or Target(90)
+        target = target or self.default_target or Target(90)
         if "ptx" in self.asm and self._built_for == target.cpu:
             return self
         self._check_register_budget(self.options.get("num_warps", 4))
@@ -649,6 +651,25 @@ class JITFunction:
     def src(self) -> str:
         return self._kl_source().source
 
+    @property
+    def def_line(self) -> int:
+        """The file line of the `def` statement (below any decorators)."""
+        src = self._kl_source()
+        return src.first_line + src.node.lineno - 1
+
+    @property
+    def rewriter(self):
+        """Where the function is defined, as Triton's interpreter reports it (`.filename`, `.def_file_lineno`:
+        the `def` line): tools that map kernel lines back to the file read it."""
+        from types import SimpleNamespace
+
+        return SimpleNamespace(filename=self._kl_source().filename, def_file_lineno=self.def_line)
+
+    def rewrite(self):
+        """Triton's interpreter rewrites the function's AST before running it; kernellab compiles it instead, so
+        this returns the Python function unchanged."""
+        return self.fn
+
     def _unsafe_update_src(self, new_src: str) -> None:
         """Compile `new_src` instead of the function's own text (same name, globals and signature): Triton's
         hook, which its test suite uses to stamp expressions into a template kernel. Drops every compile."""
@@ -863,7 +884,9 @@ class JITFunction:
                               f"{name}.to(torch.float32)") from None
 
     # ------------------------------------------------------------------ compile
-    def compile(self, spec: dict, key, runtime_names, options) -> CompiledKernel:
+    def compile(self, spec: dict, key, runtime_names, options, check_frontend=None) -> CompiledKernel:
+        """`check_frontend(module)`, if given, sees the frontend's IR before the tile passes simplify it (what a
+        target refuses must be refused even where the passes would drop it, as Triton's frontend refuses it)."""
         from ..compiler.backend import Build, run_stages
 
         src = self._kl_source()
@@ -873,6 +896,8 @@ class JITFunction:
         def frontend():
             module = self._compile_frontend(ModuleCompiler(options), spec, src)
             module.kernel.name = name
+            if check_frontend is not None:
+                check_frontend(module)
             return module
 
         module = run_stages(Build(trace, make_module=frontend), "frontend", "tile").module
