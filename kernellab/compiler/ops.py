@@ -223,7 +223,7 @@ _def("ttg.memdesc_index", "stage (slot) of a multi-stage shared-memory buffer, o
 _def("ttg.async_copy", "start copying a tile from global into shared memory (cp.async): "
      "(ptrs, view, pred [, mask]); masked-off elements become zero", pure=False, memory="read")
 _def("ttg.local_store", "write a register tile into a stage of a shared-memory buffer (st.shared; where wgmma "
-     "reads the buffer, then fence.proxy.async): (value, view)", pure=False)
+     "reads the buffer, then fence.proxy.async): (value, view); fp32 rounded to tf32 where {tf32}", pure=False)
 _def("ttg.async_commit", "close the group of copies started since the last commit (cp.async.commit_group)",
      pure=False)
 _def("ttg.async_wait", "wait until at most {pending} copy groups are in flight, then bar.sync", pure=False)

@@ -159,6 +159,9 @@ def _local_store(lw: KernelLowering, op):
     regs = lw.regs(v)
     if view.scalar.ir != t.scalar.ir:
         raise AssertionError(f"ttg.local_store: a {t.scalar} tile into a {view.scalar} stage")
+    if op.attrs.get("tf32"):  # fp32 read by a tf32 dot: rounded as a dot staging its registers rounds them
+        cvt = ir.FunctionType(I32, [ir.FloatType()])
+        regs = [b.asm(cvt, "cvt.rna.tf32.f32 $0, $1;", "=r,f", [x], side_effect=False) for x in regs]
     offs = layout.registers(t.shape)
     fast = view.order[0]
     run = 1
