@@ -1,7 +1,7 @@
 """A dot operand computed before the loop that reads it (attorch's flash-attention forward scales and casts q
 there) is stored into shared memory once, not held in registers across the loop and staged by every dot
 (passes/stage_invariant_dot_operands.py). attorch's fp16 forward at 128x64 queries, 4 warps: 255 registers
-before, 232 after (Triton 3.6: 242); its fp32 (tf32) forward: 1524 spilled bytes before, 1000 after (Triton:
+before, 228 after (Triton 3.6: 242); its fp32 (tf32) forward: 1524 spilled bytes before, 1000 after (Triton:
 none; its key and value tiles still go through registers, see benchmarks/NOTES.md). CPU checks on the PTX and
 ptxas' report; the compiled kernel against float64 on the GPU (marked gpu)."""
 from __future__ import annotations
