@@ -64,6 +64,9 @@ def open_and_run(lab, name: str, ready_js: str = "true", shot: str = "nb", timeo
                 pg.locator(".jp-Dialog .jp-mod-accept").first.click()
             pg.keyboard.press("Control+b")  # the file browser away: the notebook gets the width
             for _ in range(2):
+                if pg.locator(".jp-Dialog").count():  # one that opened late (a slow kernel start)
+                    print("dialog:", pg.locator(".jp-Dialog").first.inner_text()[:300])
+                    pg.locator(".jp-Dialog .jp-mod-accept").first.click()
                 pg.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
                 pg.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
                 try:

@@ -200,6 +200,9 @@ def _run_all(page, lab):
     started = """() => [...document.querySelectorAll('.jp-NotebookPanel .jp-CodeCell .jp-InputPrompt')]
                    .some(p => /\\[(\\d+|\\*)\\]/.test(p.textContent))"""
     for attempt in range(2):  # a click that lands while the page is still settling is retried once
+        if page.locator(".jp-Dialog").count():  # a kernel-choice dialog on a slow start: take its default
+            print("dialog:", page.locator(".jp-Dialog").first.inner_text()[:300])
+            page.locator(".jp-Dialog .jp-mod-accept").first.click()
         page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
         page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
         try:
