@@ -2,6 +2,8 @@
 lab's peak measurements."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 
@@ -42,3 +44,22 @@ def fake_gpu(tmp_path, monkeypatch):
 
     monkeypatch.setattr(roofline, "_measure", measure)
     return calls
+
+
+@pytest.fixture
+def triton():  # shared by the compat tests
+    """Serve `triton` from kernellab for one test; a real Triton imported by other tests is set aside and
+    put back afterwards."""
+    saved = {k: v for k, v in sys.modules.items() if k == "triton" or k.startswith("triton.")}
+    for k in saved:
+        del sys.modules[k]
+    import kernellab.compat
+
+    kernellab.compat.install()
+    import triton
+
+    try:
+        yield triton
+    finally:
+        kernellab.compat.uninstall()
+        sys.modules.update(saved)

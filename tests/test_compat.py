@@ -16,21 +16,6 @@ import kernellab.language as kl_tl
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@pytest.fixture
-def triton():
-    """Serve `triton` from kernellab for one test; a real Triton imported by other tests is set aside and
-    put back afterwards."""
-    saved = {k: v for k, v in sys.modules.items() if k == "triton" or k.startswith("triton.")}
-    for k in saved:
-        del sys.modules[k]
-    kernellab.compat.install()
-    import triton
-
-    try:
-        yield triton
-    finally:
-        kernellab.compat.uninstall()
-        sys.modules.update(saved)
 
 
 def test_module_tree_is_kernellab(triton):

@@ -23,20 +23,6 @@ CONST_GLOBAL = tl.constexpr(5)
 DTYPE_GLOBAL = tl.float16
 
 
-@pytest.fixture
-def triton():
-    """Serve `triton` from kernellab for one test (a real Triton imported elsewhere is put back after)."""
-    saved = {k: v for k, v in sys.modules.items() if k == "triton" or k.startswith("triton.")}
-    for k in saved:
-        del sys.modules[k]
-    kernellab.compat.install()
-    import triton
-
-    try:
-        yield triton
-    finally:
-        kernellab.compat.uninstall()
-        sys.modules.update(saved)
 
 
 def _compile(triton, fn, signature=None, constexprs=None, **kw):
