@@ -349,3 +349,44 @@ def test_recursion_with_the_same_specialization_is_refused():
 
     with pytest.raises(kernellab.CompilationError, match="same argument types"):
         kernel.warmup(torch.empty(1), grid=(1,))
+
+
+# --------------------------------------------------------------------------- warmup with dtypes, caches, nvdisasm
+
+@kernellab.jit
+def copy_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs))
+
+
+def test_warmup_takes_dtypes_for_tensors():
+    ck = copy_kernel.warmup(torch.float16, torch.float32, BLOCK=64, grid=(1,))
+    assert "f16" in ck.signature and "f32" in ck.signature
+    x = torch.linspace(-1, 1, 64, dtype=torch.float16)
+    y = torch.full((64,), float("nan"))
+    ck[(1,)](x, y)  # the same specialization runs real tensors
+    np.testing.assert_array_equal(y.numpy(), x.float().numpy())
+
+
+def test_autotuner_warmup_and_device_caches_clear(triton):
+    @triton.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64}, num_warps=2)], key=[])
+    @triton.jit
+    def tuned(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs))
+
+    cks = tuned.warmup(torch.float32, torch.float32, grid=(1,))
+    assert len(cks) == 2 and cks[1].options["num_warps"] == 2 and len(tuned.fn.cache) == 2
+    tuned.fn.device_caches.clear()
+    assert not tuned.fn.cache
+
+
+def test_nvdisasm_knob_finds_the_disassembler_or_raises(triton, monkeypatch):
+    from kernellab.viz.data import find_nvdisasm
+
+    found = find_nvdisasm()
+    if found is None:
+        with pytest.raises(RuntimeError, match="nvdisasm"):
+            triton.knobs.nvidia.nvdisasm.path
+    else:
+        assert triton.knobs.nvidia.nvdisasm.path == found

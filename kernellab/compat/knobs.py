@@ -56,6 +56,20 @@ class _Ptxas:
         self.version = "13.0"
 
 
+class _Nvdisasm:
+    """NVIDIA's disassembler, where the lab finds it (KERNELLAB_NVDISASM, PATH, the CUDA and wheel directories).
+    Without one, reading `.path` raises: code that probes for it (Triton's line-info tests) skips."""
+
+    @property
+    def path(self) -> str:
+        from ..viz.data import find_nvdisasm
+
+        found = find_nvdisasm()
+        if found is None:
+            raise RuntimeError("nvdisasm not found: `pip install nvidia-cuda-nvdisasm` or set KERNELLAB_NVDISASM")
+        return found
+
+
 def _env_flag(name: str) -> bool:
     import os
 
@@ -74,7 +88,8 @@ def module(make_module):
                        launch_exit_hook=None, jit_cache_hook=None, jit_post_compile_hook=None),
         language=_group("language_knobs", fp32_default=None, default_fp_fusion=True),
         autotuning=_group("autotuning_knobs", cache=False, print=False),
-        nvidia=_group("nvidia_knobs", ptxas=_Ptxas(), mock_ptx_version=None, dump_nvptx=False),
+        nvidia=_group("nvidia_knobs", ptxas=_Ptxas(), nvdisasm=_Nvdisasm(), mock_ptx_version=None,
+                      dump_nvptx=False),
         amd=_group("amd_knobs"),
         build=_group("build_knobs", backend_dirs=set()),
         proton=_group("proton_knobs"),

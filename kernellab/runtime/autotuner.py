@@ -86,6 +86,13 @@ class Autotuner:
                 configs = sorted(configs, key=lambda c: est[c])[:max(top_k, 1)]
         return configs
 
+    def warmup(self, *args, **kwargs):
+        """Compile the kernel for every config left after pruning, without running it; the compiled kernels, one
+        per config, as Triton's Autotuner.warmup returns them."""
+        configs = self._prune(args, kwargs)
+        self.nargs = None
+        return [self.fn.warmup(*args, **{**kwargs, **c.all_kwargs()}) for c in configs]
+
     def run(self, *args, grid, **kwargs):
         named = self._named(args, kwargs)
         key = tuple(str(getattr(named.get(k), "dtype", "")) + repr(named.get(k)) if not hasattr(named.get(k),

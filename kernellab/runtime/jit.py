@@ -64,6 +64,21 @@ def dtype_of_array(a) -> DType | None:
     return None
 
 
+def _is_torch_dtype(a) -> bool:
+    return type(a).__name__ == "dtype" and type(a).__module__ == "torch"
+
+
+class _PointerStandIn:
+    """A tensor argument with a dtype and no memory, for warmup (Triton's MockTensor)."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    @staticmethod
+    def data_ptr() -> int:
+        return 0
+
+
 def data_ptr(a) -> int:
     if hasattr(a, "data_ptr"):
         return a.data_ptr()
@@ -970,8 +985,11 @@ class JITFunction:
         return ck, bound, options, runtime_values
 
     def warmup(self, *args, grid=None, **kwargs) -> CompiledKernel:
-        """Compile for these arguments without running; returns the compiled kernel and its trace."""
+        """Compile for these arguments without running; returns the compiled kernel and its trace. A torch dtype
+        passed for a positional argument stands for a tensor of that dtype (`warmup(torch.float32, ...)`, as in
+        Triton), so a kernel can be built without allocating anything."""
         kwargs.pop("warmup", None)
+        args = tuple(_PointerStandIn(a) if _is_torch_dtype(a) else a for a in args)
         ck, _, _, _ = self._get_compiled(args, kwargs, warmup=True)
         return ck
 
@@ -1008,11 +1026,15 @@ class JITFunction:
     def device_caches(self):
         """Triton's per-device cache table, whose entry [0] is the compile cache (kernellab keeps one cache
         for all devices, keyed by specialization and options; Triton's other entries are not kept)."""
-        cache = self.cache
+        fn = self
 
         class _PerDevice:
             def __getitem__(self, device):
-                return (cache, None, None, None, None)
+                return (fn.cache, None, None, None, None)
+
+            def clear(self):  # Triton's way to force a recompile (its tests then change an environment knob)
+                fn.cache.clear()
+                fn._fast.clear()
 
         return _PerDevice()
 
