@@ -648,3 +648,21 @@ def test_where_warns_on_a_non_boolean_condition(triton):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         triton.compile(triton.compiler.ASTSource(fn=k, signature={}, constexprs={"INT": False}))
+
+
+def test_cublas_reference_binding(triton):
+    """Tutorial 09 and test_warp_specialization take `triton._C.libtriton.nvidia.cublas.CublasLt` as their
+    reference: c = a @ b.T, b given as [N, K]."""
+    import torch
+    from triton._C.libtriton import nvidia
+
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(6, 10, generator=g, dtype=torch.float64), torch.randn(7, 10, generator=g, dtype=torch.float64)
+    c = torch.full((6, 7), float("nan"), dtype=torch.float64)
+    blas = nvidia.cublas.CublasLt(torch.empty(16, dtype=torch.uint8))
+    assert blas.matmul(a, b, c) is c
+    torch.testing.assert_close(c, a @ b.T)
+    with pytest.raises(ValueError, match="a @ b.T"):
+        blas.matmul(a, a, c)
+    with pytest.raises(NotImplementedError, match="not served"):
+        blas.block_scaled_matmul_mxfp8(a, b, c, a, b)

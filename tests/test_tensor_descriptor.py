@@ -211,6 +211,55 @@ def test_atomic_add():
     assert torch.equal(out, ref + tiled)
 
 
+@kl.jit
+def min_max_tiles(out_ptr, a_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr, KIND: tl.constexpr):
+    desc = tl.make_tensor_descriptor(out_ptr, [M, N], [N, 1], [BM, BN])
+    m0, n0 = tl.program_id(0) * BM, tl.program_id(1) * BN
+    val = tl.load(a_ptr + (tl.program_id(0) * BM + tl.arange(0, BM))[:, None] * (BN * tl.num_programs(1))
+                  + (tl.program_id(1) * BN + tl.arange(0, BN))[None, :])
+    if KIND == "min":
+        desc.atomic_min([m0, n0], val)
+    else:
+        desc.atomic_max([m0, n0], val)
+
+
+def _min_max_case(kind, dtype, device):
+    """Tiles past the ragged edge (dropped there), values of both signs and a -0.0 / +0.0 pair."""
+    M, N, BM, BN = 10, 40, 8, 16
+    grid = (kl.cdiv(M, BM), kl.cdiv(N, BN))
+    out = rand((M, N), dtype, seed=7, device=device)
+    a = rand((grid[0] * BM, grid[1] * BN), dtype, seed=8, device=device)
+    out[0, 0], a[0, 0] = -0.0, 0.0
+    ref = out.clone()
+    min_max_tiles[grid](out, a, M, N, BM, BN, kind)
+    pick = torch.minimum if kind == "min" else torch.maximum
+    want = pick(ref.double(), a[:M, :N].double())
+    assert torch.equal(out.double()[1:], want[1:]) and torch.equal(out.double()[0, 1:], want[0, 1:])
+
+
+@pytest.mark.parametrize("kind", ["min", "max"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_atomic_min_max_16bit_floats(kind, dtype):
+    """Triton's descriptor reductions take f16/bf16 min and max (sm_90's TMA reduce has them)."""
+    _min_max_case(kind, dtype, "cpu")
+
+
+def test_plain_16bit_float_atomic_min_still_refused():
+    @kl.jit
+    def k(p):
+        tl.atomic_min(p + tl.arange(0, 16), tl.full((16,), 1.0, tl.float16))
+
+    with pytest.raises(CompilationError, match="atomic_min"):
+        k.warmup(torch.empty(16, dtype=torch.float16), grid=(1,))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["min", "max"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_gpu_atomic_min_max_16bit_floats(kind, dtype):
+    _min_max_case(kind, dtype, "cuda")
+
+
 # ---------------------------------------------------------------------------------------------- errors
 @kl.jit
 def too_narrow(a_ptr, M, N, BN: tl.constexpr):
@@ -321,7 +370,9 @@ def test_sm90_matmul_uses_tma(which, tmp_path, monkeypatch):
                            16)),
     (atomic_add_tiles, lambda: (torch.empty(16, 32, dtype=torch.int32), torch.empty(8, 16, dtype=torch.int32), 16,
                                 32, 8, 16)),
-], ids=["copy3d", "loops", "gather", "atomic"])
+    (min_max_tiles, lambda: (torch.empty(16, 32, dtype=torch.bfloat16), torch.empty(16, 32, dtype=torch.bfloat16), 16,
+                             32, 8, 16, "min")),
+], ids=["copy3d", "loops", "gather", "atomic", "min16"])
 def test_sm90_ptx_assembles(kernel, args, tmp_path, monkeypatch):
     from kernellab.compiler.codegen.target import Target
 

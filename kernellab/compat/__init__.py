@@ -41,7 +41,7 @@ def _build() -> dict[str, types.ModuleType]:
     from kernellab.language import core as tl_core
     from kernellab.language import extra, math, random
 
-    from . import compiler_shim, driver, filecheck_shim, knobs, profiler_shim, runtime_shim, testing_shim, tools_shim
+    from . import blas_shim, compiler_shim, driver, filecheck_shim, knobs, profiler_shim, runtime_shim, testing_shim, tools_shim
 
     mods: dict[str, types.ModuleType] = {}
 
@@ -145,6 +145,8 @@ def _build() -> dict[str, types.ModuleType]:
                                      MXFP4Tensor=tools_shim.MXFP4Tensor, MXScaleTensor=tools_shim.MXScaleTensor))
     add("triton.profiler", profiler_shim.module(_module))
     add("triton._filecheck", filecheck_shim.module(_module))
+    for name, mod in blas_shim.modules(_module).items():
+        add(name, mod)
     return mods
 
 

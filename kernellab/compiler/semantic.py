@@ -892,9 +892,10 @@ class Semantic:
         ptr, mask = self._descriptor_tile(desc, [x, y_offset], sizes)
         return self.store(ptr, value, mask)
 
-    # what Triton's reduction fallback (no native TMA reduce) takes, per kind
-    _DESC_ATOMIC_DTYPES = {"add": ("u32", "i32", "u64", "f32", "f16", "bf16"), "min": ("u32", "i32", "u64", "i64"),
-                           "max": ("u32", "i32", "u64", "i64"), "and": ("u32", "i32", "u64", "i64"),
+    # what Triton's descriptor reductions take, per kind (sm_90's TMA reduce has 16-bit float min/max)
+    _DESC_ATOMIC_DTYPES = {"add": ("u32", "i32", "u64", "f32", "f16", "bf16"),
+                           "min": ("u32", "i32", "u64", "i64", "f16", "bf16"),
+                           "max": ("u32", "i32", "u64", "i64", "f16", "bf16"), "and": ("u32", "i32", "u64", "i64"),
                            "or": ("u32", "i32", "u64", "i64"), "xor": ("u32", "i32", "u64", "i64")}
 
     def descriptor_atomic(self, desc, kind, offsets, value):
@@ -906,17 +907,19 @@ class Semantic:
         value = self._descriptor_value(desc, value, f"descriptor atomic_{kind}")
         offsets = self._descriptor_offsets(desc, offsets, f"descriptor atomic_{kind}")
         ptr, mask = self._descriptor_tile(desc, offsets, list(desc.layout.block_shape))
-        self.atomic(kind, ptr, value, mask)
+        self.atomic(kind, ptr, value, mask, half_min_max=True)
         return None
 
-    def atomic(self, kind, ptr, val, mask=None, sem=None, scope=None):
+    def atomic(self, kind, ptr, val, mask=None, sem=None, scope=None, half_min_max=False):
+        """`half_min_max`: 16-bit float min/max allowed (descriptor reductions; `tl.atomic_min` refuses them,
+        as Triton does)."""
         ptr = self.to_tensor(ptr)
         if not ptr.type.scalar.is_ptr():
             raise SemanticError(f"atomic_{kind} needs a pointer, got {ptr.type}")
         if ptr.type.scalar.const:
             raise SemanticError(f"Cannot store to a constant pointer: atomic_{kind} writes through it")
         elem = ptr.type.scalar.elem
-        if elem.kind == "float" and elem.bits == 16 and kind != "add":
+        if elem.kind == "float" and elem.bits == 16 and kind != "add" and not (half_min_max and kind in ("min", "max")):
             raise SemanticError(f"atomic_{kind} does not support {elem.name}: 16-bit floats have only atomic_add")
         if elem.bits < 16 or (elem.bits == 16 and elem.kind != "float"):
             raise SemanticError(f"atomic_{kind} does not support {elem.name} (as in Triton); use a 32-bit element "

@@ -376,6 +376,8 @@ def _emit_atomic(lw, kind, ptr, val, cmp, mask, elem, sem, scope):
     b = lw.b
     ty = llty(elem)
     is_float = elem.is_floating() if not elem.is_ptr() else False
+    if is_float and kind in ("max", "min") and elem.bits == 16:
+        return _emit_half_min_max(lw, kind, ptr, val, mask, elem, sem, scope)
     if is_float and kind in ("max", "min"):
         # Float max/min through integer atomics: for x >= 0 the int order matches, for x < 0 it reverses.
         ity = ir.IntType(elem.bits)
@@ -416,6 +418,32 @@ def _emit_atomic(lw, kind, ptr, val, cmp, mask, elem, sem, scope):
         cons.append("b")
     fty = ir.FunctionType(ty, [a.type for a in args])
     return b.asm(fty, body, ",".join(cons), args, side_effect=True)
+
+
+def _emit_half_min_max(lw, kind, ptr, val, mask, elem, sem, scope):
+    """16-bit float atomic min/max (descriptor reductions): PTX has no scalar form, so a compare-and-swap
+    loop on the 16-bit word; `min`/`max` of PTX return the number when one side is NaN. Returns the old value."""
+    b = lw.b
+    sem_q, scope_q = _qualifiers(sem, scope)
+    cas_scope = "" if scope_q == ".gpu" else scope_q
+    t = elem.ir  # f16 / bf16
+    body = ("{ .reg .pred %pk, %pm; .reg .b16 %old, %new, %cur; "
+            + ("setp.ne.b32 %pm, $3, 0; mov.b16 $0, 0; @!%pm bra DONE${:uid}; " if mask is not None else "")
+            + "ld.global.relaxed.gpu.b16 %old, [$1]; "
+            + "LOOP${:uid}: "
+            + f"{kind}.{t} %new, %old, $2; "
+            + f"atom.global{cas_scope}{sem_q}.cas.b16 %cur, [$1], %old, %new; "
+            + "setp.ne.b16 %pk, %cur, %old; mov.b16 %old, %cur; @%pk bra LOOP${:uid}; "
+            + "mov.b16 $0, %old; "
+            + ("DONE${:uid}: " if mask is not None else "") + "}")
+    ity = ir.IntType(16)
+    args = [b.ptrtoint(ptr, I64), b.bitcast(val, ity)]
+    cons = ["=h", "l", "h"]
+    if mask is not None:
+        args.append(b.zext(mask, I32))
+        cons.append("r")
+    old = b.asm(ir.FunctionType(ity, [a.type for a in args]), body, ",".join(cons), args, side_effect=True)
+    return b.bitcast(old, llty(elem))
 
 
 def _emit_vector_fadd(lw, ptr, vals, mask, elem, sem, scope):
