@@ -41,7 +41,17 @@ def _build() -> dict[str, types.ModuleType]:
     from kernellab.language import core as tl_core
     from kernellab.language import extra, math, random
 
-    from . import blas_shim, compiler_shim, driver, filecheck_shim, knobs, profiler_shim, runtime_shim, testing_shim, tools_shim
+    from . import (
+        blas_shim,
+        compiler_shim,
+        driver,
+        filecheck_shim,
+        knobs,
+        profiler_shim,
+        runtime_shim,
+        testing_shim,
+        tools_shim,
+    )
 
     mods: dict[str, types.ModuleType] = {}
 
