@@ -49,7 +49,7 @@ from ..ops import is_pure
 from ..rewrite import extend_for_iter_args, insert_before, int_const, pure_slice
 from ..types import MemDescType, int1
 from . import dce
-from .dot_stages import I32, BlockPtrCopies, Builder, buffer_type, copy_tile, copyable
+from .dot_stages import I32, BlockPtrCopies, Builder, buffer_type, copy_tile, copyable, k_major_why
 
 NAME = "pipeline_dot_operands"
 DESCRIPTION = "multi-buffer the tiles a tensor-core dot reads: cp.async copies num_stages-1 iterations ahead"
@@ -73,7 +73,12 @@ def _operand_load(dot: Op, index: int, body, bpc: BlockPtrCopies):
         return None, why
     if len(readers) > 1 and len({is_wgmma(d) for d, *_ in readers}) != 1:
         return None, "the loaded tile is read by a wgmma and an mma.sync dot"
-    why = copyable(op, bpc)
+    order = tuple(op.result.type.layout.order) if hasattr(op.result.type.layout, "order") else (1, 0)
+    for d, i, transposed, _ in readers:
+        why = k_major_why(d, i, tuple(reversed(order)) if transposed else order)
+        if why is not None:
+            return None, why
+    why = copyable(op, bpc, wgmma=is_wgmma(readers[0][0]))
     return (op, readers) if why is None else (None, why)
 
 
