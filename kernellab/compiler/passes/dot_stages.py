@@ -95,10 +95,12 @@ def copy_tile(bld: Builder, ld: Op, ptrs, view, pred, bpc: BlockPtrCopies, mask=
     bld.op("ttg.async_copy", operands, [], {"vec": ld.attrs.get("vec", 1)}, loc=ld.loc)
 
 
-# element types whose tiles cp.async moves into stages: 16-bit ones for every tensor-core dot; the 8-bit ones only
-# where wgmma reads them (mma.sync's ldmatrix path stages 16-bit tiles only; fp8 there is upcast in registers first)
+# element types whose tiles cp.async moves into stages: 16-bit ones for every tensor-core dot; the 8-bit and fp32 (tf32)
+# ones only where wgmma reads them (mma.sync's ldmatrix path stages 16-bit tiles only; fp8 there is upcast in registers
+# first). An fp32 stage is read by wgmma as it is: the tensor cores take the top 19 bits of each element (truncation to
+# tf32, as Triton's pipelined tf32 dots on Hopper), where the register path rounds (cvt.rna.tf32.f32) when it stages.
 STAGED_TYPES = ("f16", "bf16")
-WGMMA_STAGED_TYPES = STAGED_TYPES + ("f8e4nv", "f8e5", "i8")
+WGMMA_STAGED_TYPES = STAGED_TYPES + ("f8e4nv", "f8e5", "i8", "f32")
 
 
 def copyable(ld: Op, bpc: BlockPtrCopies, wgmma: bool = False) -> str | None:
