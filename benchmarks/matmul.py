@@ -6,7 +6,7 @@ torch._scaled_mm (cuBLAS, B column-major, fp32 scale tensors). Writes benchmarks
 and prints TFLOP/s and ratios.
 
     python benchmarks/matmul.py          # needs a CUDA GPU, torch and (for the comparison) triton
-    python benchmarks/matmul.py --fp8    # the fp8 rows only
+    python benchmarks/matmul.py --fp8    # the fp8 rows only ("bp": the block-pointer text, TMA in kernellab)
 """
 from __future__ import annotations
 
@@ -80,6 +80,42 @@ def fp8_matmul_kernel_for(jit, tl):
     return fp8_matmul_kernel
 
 
+def fp8_block_ptr_kernel_for(jit, tl):
+    """The same fp8 matmul on block pointers (B's block K-major, order (0, 1), when B is w.T): kernellab fills both
+    operands' stages by TMA on sm_90. Same arguments as `fp8_matmul_kernel_for`'s kernel."""
+
+    @jit
+    def fp8_bp_matmul_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N, K, stride_am, stride_ak,
+                             stride_bk, stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
+                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+        pid = tl.program_id(0)
+        num_pid_m = tl.cdiv(M, BLOCK_M)
+        num_pid_n = tl.cdiv(N, BLOCK_N)
+        in_group = GROUP_M * num_pid_n
+        first_m = (pid // in_group) * GROUP_M
+        group_m = min(num_pid_m - first_m, GROUP_M)
+        pid_m = first_m + (pid % in_group) % group_m
+        pid_n = (pid % in_group) // group_m
+        a_bp = tl.make_block_ptr(base=a_ptr, shape=(M, K), strides=(stride_am, stride_ak),
+                                 offsets=(pid_m * BLOCK_M, 0), block_shape=(BLOCK_M, BLOCK_K), order=(1, 0))
+        b_bp = tl.make_block_ptr(base=b_ptr, shape=(K, N), strides=(stride_bk, stride_bn),
+                                 offsets=(0, pid_n * BLOCK_N), block_shape=(BLOCK_K, BLOCK_N), order=(0, 1))
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            a = tl.load(a_bp, boundary_check=(0, 1))
+            b = tl.load(b_bp, boundary_check=(0, 1))
+            acc = tl.dot(a, b, acc)
+            a_bp = tl.advance(a_bp, (0, BLOCK_K))
+            b_bp = tl.advance(b_bp, (BLOCK_K, 0))
+        scale = tl.load(a_scale_ptr) * tl.load(b_scale_ptr)
+        c_bp = tl.make_block_ptr(base=c_ptr, shape=(M, N), strides=(stride_cm, stride_cn),
+                                 offsets=(pid_m * BLOCK_M, pid_n * BLOCK_N), block_shape=(BLOCK_M, BLOCK_N),
+                                 order=(1, 0))
+        tl.store(c_bp, (acc * scale).to(c_ptr.dtype.element_ty), boundary_check=(0, 1))
+
+    return fp8_bp_matmul_kernel
+
+
 def launch_fp8(kernel, a, b, c, a_scale, b_scale, config=FP8_CONFIG, num_warps=FP8_NUM_WARPS,
                num_stages=FP8_NUM_STAGES, **options):
     M, K = a.shape
@@ -126,18 +162,19 @@ def implementations():
     return impls, triton.__version__
 
 
-def fp8_implementations():
-    """The fp8 kernel text for kernellab and (when installed) Triton."""
+def fp8_implementations(kernel_for=None):
+    """One fp8 kernel text (`fp8_matmul_kernel_for` by default) for kernellab and (when installed) Triton."""
     import kernellab
     import kernellab.language as kltl
 
-    impls = {"kernellab": fp8_matmul_kernel_for(kernellab.jit, kltl)}
+    kernel_for = kernel_for or fp8_matmul_kernel_for
+    impls = {"kernellab": kernel_for(kernellab.jit, kltl)}
     try:
         import triton
         import triton.language as trtl
     except ImportError:
         return impls
-    impls["triton"] = fp8_matmul_kernel_for(triton.jit, trtl)
+    impls["triton"] = kernel_for(triton.jit, trtl)
     return impls
 
 
@@ -153,13 +190,14 @@ def fp8_rows():
     torch._scaled_mm (B column-major)."""
     import torch
 
-    impls = fp8_implementations()
+    texts = {"": fp8_implementations(), "bp ": fp8_implementations(fp8_block_ptr_kernel_for)}
     rows = []
-    for M, N, K in FP8_SHAPES:
+    for (text, impls), (M, N, K) in ((t, shape) for shape in FP8_SHAPES for t in texts.items()):
         a, b, sa, sb = fp8_operands(M, N, K, seed=M + N + K)
         ref = (a.float() @ b.float()) * (sa * sb)
         flops = 2 * M * N * K
-        row = {"case": f"fp8e4m3 {M}x{N}x{K}", "flops": flops}
+        row = {"case": f"fp8e4m3 {text}{M}x{N}x{K}", "flops": flops,
+               "text": "block pointers (kernellab: TMA)" if text else "pointers (cp.async)"}
         for name, k in impls.items():
             c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
             try:

@@ -17,13 +17,14 @@ import torch
 
 import kernellab as kl
 import kernellab.language as tl
-from benchmarks.matmul import fp8_matmul_kernel_for
+from benchmarks.matmul import fp8_block_ptr_kernel_for, fp8_matmul_kernel_for
 from tests.ptx import loop_bodies
 
 needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 fp8_matmul = fp8_matmul_kernel_for(kl.jit, tl)
+fp8_bp_matmul = fp8_block_ptr_kernel_for(kl.jit, tl)
 FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 OUT = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -42,27 +43,28 @@ def _operands(M, N, K, dtype, b_k_major, seed=0, device="cpu"):
     return [t.to(device) for t in (a, b, *scales)]
 
 
-def _launch(a, b, c, sa, sb, config, **kw):
+def _launch(a, b, c, sa, sb, config, kernel=fp8_matmul, **kw):
     bm, bn, bk, warps, stages = config
     M, K = a.shape
     N = b.shape[1]
     grid = (kl.cdiv(M, bm) * kl.cdiv(N, bn),)
-    return fp8_matmul[grid](a, b, c, sa, sb, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+    return kernel[grid](a, b, c, sa, sb, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                             c.stride(0), c.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps,
                             num_stages=stages, **kw)
 
 
-def _compile(M, N, K, config, dtype=torch.float8_e4m3fn, b_k_major=True, arch=90):
+def _compile(M, N, K, config, dtype=torch.float8_e4m3fn, b_k_major=True, arch=90, kernel=fp8_matmul):
     from kernellab.compiler.codegen.target import Target
 
     a, b, sa, sb = _operands(M, N, K, dtype, b_k_major)
     c = torch.empty(M, N, dtype=torch.bfloat16)
     bm, bn, bk, warps, stages = config
-    ck = fp8_matmul.warmup(a, b, c, sa, sb, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+    ck = kernel.warmup(a, b, c, sa, sb, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
                            c.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps,
                            num_stages=stages, grid=(1,))
     ck.build_gpu(Target(arch))
     stats = next(p.stats for p in ck.trace.passes if p.name == "pipeline_dot_operands")
+    stats["tma"] = next(p.stats for p in ck.trace.passes if p.name == "fill_stages_with_tma")["tma"]
     return ck, stats
 
 
@@ -100,6 +102,18 @@ def test_k_major_fp8_loop_is_cp_async_and_wgmma_only(config, fp8, tmp_path, monk
     allocs = [ln for ln in ck.asm["gpu"].splitlines() if "ttg.local_alloc" in ln]
     assert len(allocs) == 2 and all("swizzle=128" in ln for ln in allocs), allocs
     assert "order=0,1" in allocs[1]  # B's stage is stored N rows of K: K-major, what wgmma reads
+
+
+@needs_ptxas
+def test_block_pointer_fp8_loop_is_tma_and_wgmma_only(tmp_path, monkeypatch):
+    """The block-pointer text (B's block K-major): both stages filled by TMA on sm_90, no copy by the threads."""
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    ck, stats = _compile(1024, 1024, 1024, CONFIGS[0], kernel=fp8_bp_matmul)
+    assert stats["pipelined"] == 1 and stats["buffers"] == 2 and stats["tma"] == 2, stats
+    loop = _wgmma_loop(ck.asm["ptx"])
+    assert loop.count("cp.async.bulk.tensor.2d") == 2  # (inside inline asm blocks)
+    assert _count(r"^\s*st\.shared", loop) == 0 and _count(r"^\s*ld\.global", loop) == 0
+    assert _count(r"^\s*cp\.async\.cg", loop) == 0 and ck.n_spills == 0
 
 
 @needs_ptxas
@@ -152,10 +166,11 @@ def _check(got, a, b, sa, sb, out):
     assert (err <= 0).all(), f"{int((err > 0).sum())} elements out of tolerance, worst by {err.max().item():.3g}"
 
 
-def test_interpreter_runs_the_fp8_kernel():
+@pytest.mark.parametrize("kernel", [fp8_matmul, fp8_bp_matmul], ids=["pointers", "block_ptr"])
+def test_interpreter_runs_the_fp8_kernel(kernel):
     a, b, sa, sb = _operands(70, 50, 96, torch.float8_e4m3fn, True, seed=1)
     c = torch.full((70, 50), float("nan"), dtype=torch.bfloat16)
-    _launch(a, b, c, sa, sb, (32, 32, 32, 4, 3))
+    _launch(a, b, c, sa, sb, (32, 32, 32, 4, 3), kernel=kernel)
     _check(c, a, b, sa, sb, torch.bfloat16)
 
 
@@ -183,6 +198,22 @@ def test_gpu_fp8_matmul_against_float32(shape, config, fp8, out, b_k_major):
     _launch(a, b, c, sa, sb, config)
     torch.cuda.synchronize()
     _check(c, a, b, sa, sb, OUT[out])
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[2] % 16 == 0], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("b_k_major", [True, False], ids=["Bkmajor", "Bnmajor"])
+def test_gpu_block_pointer_fp8_matmul_against_float32(shape, b_k_major):
+    """The block-pointer text (TMA stages; B N-major: A by TMA, B through registers), ragged M and N (TMA and the
+    boundary checks zero-fill), K a multiple of 16 (TMA's 16-byte strides)."""
+    _needs_fp8()
+    M, N, K = shape
+    a, b, sa, sb = _operands(M, N, K, torch.float8_e4m3fn, b_k_major, seed=M + N, device="cuda")
+    c = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+    _launch(a, b, c, sa, sb, CONFIGS[0], kernel=fp8_bp_matmul)
+    torch.cuda.synchronize()
+    _check(c, a, b, sa, sb, torch.bfloat16)
 
 
 @pytest.mark.gpu
