@@ -28,10 +28,15 @@ serializes every wgmma of the kernel (its warning C7514). Attention's pair of wg
 iterations past the end are predicated off (cp.async with a source size of 0 writes zeros and reads nothing).
 
 An operand qualifies when it is a `tt.load` in the loop body used only by the dot, with fp16/bf16
-elements, a zero or absent `other`, accesses of 4 to 16 bytes, and an address that only depends on
-the induction variable, loop invariants and loop-carried values whose updates are themselves
-recomputable. The copies use the load's own (coalesced) layout; the tile is stored in shared memory
-contiguous along the same dimension as in global memory, each row padded by 16 bytes so ldmatrix
+elements (also fp8, int8 and fp32 where wgmma reads it), a zero or absent `other`, accesses of 4 to 16
+bytes, and an address that only depends on the induction variable, loop invariants and loop-carried
+values whose updates are themselves recomputable. wgmma reads 8- and 32-bit operands K-major only, so
+such a tile qualifies when its contiguous dim in global memory is K: A row-major, B [K, N] given as w.T of
+a row-major [N, K] w (torch._scaled_mm's layout); an N-contiguous B keeps the register path, which
+transposes it into shared memory every iteration (Triton 3.6 does the same). fp32 stages are read as
+they are: the tensor cores truncate them to tf32 (Triton's Hopper dots do too; the register path rounds).
+The copies use the load's own (coalesced) layout; the tile is stored in shared memory contiguous along
+the same dimension as in global memory, each row padded by 16 bytes so ldmatrix
 reads are free of bank conflicts (swizzled instead where wgmma reads it). Loops that do not qualify keep
 the register path and the reason is recorded in the pass's stats.
 
