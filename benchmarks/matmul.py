@@ -185,7 +185,7 @@ def fp8_supported() -> bool:
     return torch.cuda.get_device_capability() >= (8, 9) and hasattr(torch, "_scaled_mm")
 
 
-def fp8_rows():
+def fp8_rows(num_stages=FP8_NUM_STAGES):
     """fp8 e4m3 x e4m3 -> bf16 with per-tensor scales: kernellab and Triton on the same text, cuBLAS through
     torch._scaled_mm (B column-major)."""
     import torch
@@ -201,10 +201,10 @@ def fp8_rows():
         for name, k in impls.items():
             c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
             try:
-                compiled = launch_fp8(k, a, b, c, sa, sb)
+                compiled = launch_fp8(k, a, b, c, sa, sb, num_stages=num_stages)
                 torch.cuda.synchronize()
                 err = ((c.float() - ref).norm() / ref.norm()).item()
-                t = bench(lambda: launch_fp8(k, a, b, c, sa, sb))
+                t = bench(lambda: launch_fp8(k, a, b, c, sa, sb, num_stages=num_stages))
                 row[name] = {"seconds": t, "tflops": flops / t / 1e12, "rel_err": err,
                              "n_regs": getattr(compiled, "n_regs", None)}
             except Exception as e:
@@ -231,6 +231,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fp8", action="store_true", help="only the fp8 rows (sm_89+)")
     ap.add_argument("--no-fp8", action="store_true", help="skip the fp8 rows")
+    ap.add_argument("--fp8-stages", type=int, default=FP8_NUM_STAGES,
+                    help=f"num_stages of the fp8 rows, both compilers (default {FP8_NUM_STAGES}; 4 fits 128x256x128)")
     args = ap.parse_args(argv)
     impls, triton_version = implementations()
     shapes = [(s, s, s) for s in (1024, 2048, 4096, 8192)] + [(8192, 8192, 1024), (16, 4096, 4096)]
@@ -261,14 +263,14 @@ def main(argv=None):
             print(_fmt(row), flush=True)
     if not args.no_fp8:
         if fp8_supported():
-            rows += fp8_rows()
+            rows += fp8_rows(args.fp8_stages)
         else:
             print(f"fp8 rows skipped: sm_{''.join(map(str, torch.cuda.get_device_capability()))} has no fp8 tensor "
                   "cores (sm_89+)")
     gpu = torch.cuda.get_device_name()
     result = {"date": datetime.date.today().isoformat(), "gpu": gpu, "config": CONFIG, "num_warps": NUM_WARPS,
               "num_stages": NUM_STAGES,
-              "fp8": {"config": FP8_CONFIG, "num_warps": FP8_NUM_WARPS, "num_stages": FP8_NUM_STAGES,
+              "fp8": {"config": FP8_CONFIG, "num_warps": FP8_NUM_WARPS, "num_stages": args.fp8_stages,
                       "cuBLAS": "torch._scaled_mm, B column-major, fp32 per-tensor scales, bf16 out"},
               "versions": {"python": platform.python_version(), "torch": torch.__version__,
                            "triton": triton_version, "kernellab": kernellab.__version__, "cuda": torch.version.cuda},
