@@ -415,3 +415,149 @@ def test_attention_backward_loop_keeps_two_waits_per_iteration(run_pass):
     assert y.operands[0] is dk.result and y.operands[1] is waits[1].result
     after = top[names.index("scf.for") + 1]
     assert after.name == "ttg.dot_wait" and after.operands[0] is loop.results[0]
+
+
+# fp8 (and int8) wgmma operands: A [M, K] row-major, B [K, N] with K contiguous (b = w.T of a row-major [N, K] w, as
+# torch._scaled_mm and Triton's fp8 tutorial take it). wgmma reads 8-bit operands K-major only, which is exactly how
+# cp.async copies these tiles: both are pipelined like 16-bit ones, into 128-byte swizzled stages.
+FP8_LOOP = """
+#L0 = #blocked<[1, 16], [4, 8], [4, 1], [1, 0]>
+#L2 = #blocked<[16, 1], [8, 4], [1, 4], [0, 1]>
+#L1 = #mma<[4, 1]>
+tt.func @k(%a_ptrs: tensor<64x128x!ptr<f8e4nv>, #L0>, %b_ptrs: tensor<128x64x!ptr<f8e4nv>, #L2>, %c_ptrs: tensor<64x64x!ptr<f32>, #L1>, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %step_a = arith.constant {value = 128} : tensor<64x128xi32, #L0>
+  %step_b = arith.constant {value = 128} : tensor<128x64xi32, #L2>
+  %zero = arith.constant {value = 0.0} : tensor<64x64xf32, #L1>
+  %acc, %pa, %pb = scf.for %c0, %n, %c1, %zero, %a_ptrs, %b_ptrs : tensor<64x64xf32, #L1>, tensor<64x128x!ptr<f8e4nv>, #L0>, tensor<128x64x!ptr<f8e4nv>, #L2> {
+  ^bb(%i: i32, %acc0: tensor<64x64xf32, #L1>, %pa0: tensor<64x128x!ptr<f8e4nv>, #L0>, %pb0: tensor<128x64x!ptr<f8e4nv>, #L2>):
+    %a = tt.load %pa0 {vec = 16} : tensor<64x128xf8e4nv, #L0>
+    %b = tt.load %pb0 {vec = 16} : tensor<128x64xf8e4nv, #L2>
+    %d = tt.dot %a, %b, %acc0 {input_precision = "ieee", instr = "wgmma.m64n64k32.e4m3", mma = [4, 1]} : tensor<64x64xf32, #L1>
+    %pa1 = tt.addptr %pa0, %step_a : tensor<64x128x!ptr<f8e4nv>, #L0>
+    %pb1 = tt.addptr %pb0, %step_b : tensor<128x64x!ptr<f8e4nv>, #L2>
+    scf.yield %d, %pa1, %pb1
+  }
+  tt.store %c_ptrs, %acc
+  tt.return
+}
+"""
+
+FP8_PIPELINED_2 = """
+#L0 = #blocked<[1, 16], [4, 8], [4, 1], [1, 0]>
+#L1 = #blocked<[16, 1], [8, 4], [1, 4], [0, 1]>
+#L2 = #mma<[4, 1]>
+
+tt.func @k(%a_ptrs: tensor<64x128x!ptr<f8e4nv>, #L0>, %b_ptrs: tensor<128x64x!ptr<f8e4nv>, #L1>, %c_ptrs: tensor<64x64x!ptr<f32>, #L2>, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %step_a = arith.constant {value = 128} : tensor<64x128xi32, #L0>
+  %step_b = arith.constant {value = 128} : tensor<128x64xi32, #L1>
+  %zero = arith.constant {value = 0.0} : tensor<64x64xf32, #L2>
+  %a_stages = ttg.local_alloc {operand = "a", stages = 2} : !memdesc<2x64x128xf8e4nv, order=1,0, pad=0, swizzle=128>
+  %b_stages = ttg.local_alloc {operand = "b", stages = 2} : !memdesc<2x128x64xf8e4nv, order=0,1, pad=0, swizzle=128>
+  %0 = arith.constant {value = 0} : i32
+  %1 = arith.cmpi %c0, %n {predicate = "slt"} : i1
+  %2 = ttg.memdesc_index %a_stages, %0 : !memdesc<64x128xf8e4nv, order=1,0, pad=0, swizzle=128>
+  ttg.async_copy %a_ptrs, %2, %1 {vec = 16}
+  %3 = ttg.memdesc_index %b_stages, %0 : !memdesc<128x64xf8e4nv, order=0,1, pad=0, swizzle=128>
+  ttg.async_copy %b_ptrs, %3, %1 {vec = 16}
+  ttg.async_commit
+  %pa1 = tt.addptr %a_ptrs, %step_a : tensor<64x128x!ptr<f8e4nv>, #L0>
+  %pb1 = tt.addptr %b_ptrs, %step_b : tensor<128x64x!ptr<f8e4nv>, #L1>
+  %4 = arith.constant {value = 0} : i32
+  %5 = arith.constant {value = 1} : i32
+  %acc, %6, %7, %8, %9 = scf.for %c0, %n, %c1, %zero, %pa1, %pb1, %4, %5 {pipelined_stages = 2} : tensor<64x64xf32, #L2>, tensor<64x128x!ptr<f8e4nv>, #L0>, tensor<128x64x!ptr<f8e4nv>, #L1>, i32, i32 {
+  ^bb(%i: i32, %acc0: tensor<64x64xf32, #L2>, %pa0_ahead: tensor<64x128x!ptr<f8e4nv>, #L0>, %pb0_ahead: tensor<128x64x!ptr<f8e4nv>, #L1>, %read_stage: i32, %write_stage: i32):
+    ttg.async_wait %a_stages, %b_stages {pending = 0}
+    %10 = ttg.memdesc_index %a_stages, %read_stage : !memdesc<64x128xf8e4nv, order=1,0, pad=0, swizzle=128>
+    %11 = ttg.memdesc_index %b_stages, %read_stage : !memdesc<128x64xf8e4nv, order=0,1, pad=0, swizzle=128>
+    %d = tt.dot %10, %11, %acc0 {input_precision = "ieee", instr = "wgmma.m64n64k32.e4m3", mma = [4, 1], wgmma_async = true} : tensor<64x64xf32, #L2>
+    %d_1 = ttg.dot_wait %d {pending = 1} : tensor<64x64xf32, #L2>
+    ttg.barrier {reason = "every warpgroup's previous wgmma has read the stage refilled next"}
+    %12 = arith.constant {value = 1} : i32
+    %13 = arith.addi %i, %12 : i32
+    %14 = arith.cmpi %13, %n {predicate = "slt"} : i1
+    %15 = ttg.memdesc_index %a_stages, %write_stage : !memdesc<64x128xf8e4nv, order=1,0, pad=0, swizzle=128>
+    ttg.async_copy %pa0_ahead, %15, %14 {vec = 16}
+    %16 = ttg.memdesc_index %b_stages, %write_stage : !memdesc<128x64xf8e4nv, order=0,1, pad=0, swizzle=128>
+    ttg.async_copy %pb0_ahead, %16, %14 {vec = 16}
+    ttg.async_commit
+    %pa1_1 = tt.addptr %pa0_ahead, %step_a : tensor<64x128x!ptr<f8e4nv>, #L0>
+    %pb1_1 = tt.addptr %pb0_ahead, %step_b : tensor<128x64x!ptr<f8e4nv>, #L1>
+    %17 = arith.constant {value = 1} : i32
+    %18 = arith.constant {value = 1} : i32
+    %19 = arith.cmpi %read_stage, %18 {predicate = "eq"} : i1
+    %20 = arith.constant {value = 0} : i32
+    %21 = arith.addi %read_stage, %17 : i32
+    %22 = arith.select %19, %20, %21 : i32
+    %23 = arith.cmpi %write_stage, %18 {predicate = "eq"} : i1
+    %24 = arith.constant {value = 0} : i32
+    %25 = arith.addi %write_stage, %17 : i32
+    %26 = arith.select %23, %24, %25 : i32
+    scf.yield %d_1, %pa1_1, %pb1_1, %22, %26
+  }
+  %acc_1 = ttg.dot_wait %acc {pending = 0} : tensor<64x64xf32, #L2>
+  ttg.async_wait %a_stages, %b_stages {pending = 0}
+  tt.store %c_ptrs, %acc_1
+  tt.return
+}
+"""
+
+
+def test_fp8_k_major_operands_take_the_pipelined_path(check):
+    _, stats = check(pipeline_dot_operands, FP8_LOOP, FP8_PIPELINED_2, GpuOptions(num_warps=4, num_stages=2))
+    assert stats == {"pipelined": 1, "buffers": 2, "skipped": [], "overlapped_wgmma": 1}
+
+
+def _b_n_contiguous(text):
+    """B's layout with N contiguous: b = w of a row-major [K, N] w."""
+    return text.replace("#L2 = #blocked<[16, 1], [8, 4], [1, 4], [0, 1]>", "#L2 = #blocked<[1, 16], [32, 1], [4, 1], [1, 0]>")
+
+
+def test_fp8_n_contiguous_b_keeps_the_register_path(run_pass):
+    """wgmma cannot transpose an 8-bit B and cp.async cannot either: B stays a load the dot stages K-major every
+    iteration (as Triton 3.6 does), A is still pipelined, and the dot waits at once (no overlap)."""
+    m, stats = run_pass(pipeline_dot_operands, _b_n_contiguous(FP8_LOOP), GpuOptions(num_warps=4, num_stages=3))
+    assert stats["pipelined"] == 1 and stats["buffers"] == 1 and "overlapped_wgmma" not in stats
+    assert any("e4m3 operand b is N-contiguous" in s for s in stats["skipped"]), stats
+    allocs = [op for op in m.kernel.walk() if op.name == "ttg.local_alloc"]
+    assert [(a.attrs["operand"], a.result.type.order, a.result.type.swizzle) for a in allocs] == [("a", (1, 0), 128)]
+    dot = next(op for op in m.kernel.walk() if op.name == "tt.dot")
+    assert dot.operands[0].type.is_memdesc() and dot.operands[1].defining_op.name == "tt.load"
+    assert not dot.attrs.get("wgmma_async")
+
+
+@pytest.mark.parametrize("k_contiguous", [True, False])
+def test_fp8_a_read_through_a_transpose_must_be_k_major_in_the_stage(run_pass, k_contiguous):
+    """A loaded as a [K, M] tile and transposed for the dot: pipelined when the load's contiguous dim is K (the
+    stage, read transposed, is K-major), not when it is M."""
+    text = FP8_LOOP.replace("%a = tt.load %pa0 {vec = 16} : tensor<64x128xf8e4nv, #L0>",
+                            "%at = tt.load %pb0 {vec = 16} : tensor<128x64xf8e4nv, #L2>\n"
+                            "    %a = tt.trans %at {order = [1, 0]} : tensor<64x128xf8e4nv, #L0>")
+    text = text.replace("%b = tt.load %pb0", "%b = tt.load %pb0x").replace(
+        "%pb0: tensor<128x64x!ptr<f8e4nv>, #L2>):", "%pb0: tensor<128x64x!ptr<f8e4nv>, #L2>):\n"
+        "    %pb0x = tt.addptr %pb0, %step_b : tensor<128x64x!ptr<f8e4nv>, #L2>")
+    m, stats = run_pass(pipeline_dot_operands, text if k_contiguous else _b_n_contiguous(text),
+                        GpuOptions(num_warps=4, num_stages=3))
+    if k_contiguous:
+        assert stats["buffers"] == 2 and not stats["skipped"], stats
+        dot = next(op for op in m.kernel.walk() if op.name == "tt.dot")
+        assert dot.operands[0].type.order == (1, 0)  # the [K, M] stage (order 0,1) read transposed: K-major
+    else:
+        assert stats["pipelined"] == 0 and "e4m3 operand a is M-contiguous" in stats["skipped"][0], stats
+
+
+@pytest.mark.parametrize("elem, instr, vec, ok", [
+    ("i8", "wgmma.m64n64k32.s8", 16, True), ("f8e5", "wgmma.m64n64k32.e5m2", 4, True),
+    ("f8e4nv", "wgmma.m64n64k32.e4m3", 2, False), ("i8", "mma.sync.m16n8k32.s8", 16, False)])
+def test_8bit_operands_need_wgmma_and_4_byte_runs(run_pass, elem, instr, vec, ok):
+    text = FP8_LOOP.replace("f8e4nv", elem).replace("wgmma.m64n64k32.e4m3", instr).replace("{vec = 16}", f"{{vec = {vec}}}")
+    if elem == "i8":
+        text = text.replace("xf32", "xi32").replace("!ptr<f32>", "!ptr<i32>").replace("value = 0.0", "value = 0")
+    m, stats = run_pass(pipeline_dot_operands, text, GpuOptions(num_warps=4, num_stages=3))
+    assert stats["pipelined"] == int(ok), stats
+    if not ok:
+        want = "2-byte accesses" if vec == 2 else "i8 elements read by mma.sync"
+        assert want in stats["skipped"][0], stats

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..gpu import block_ptr
 from ..gpu.axis_info import AxisAnalysis
 from ..gpu.layouts import Blocked, default_blocked
-from ..gpu.scratch import MMA_PAD, _numel, is_wgmma
+from ..gpu.scratch import MMA_PAD, _numel, is_wgmma, wgmma_kind
 from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
 from ..rewrite import extend_for_iter_args, insert_before
@@ -95,25 +95,48 @@ def copy_tile(bld: Builder, ld: Op, ptrs, view, pred, bpc: BlockPtrCopies, mask=
     bld.op("ttg.async_copy", operands, [], {"vec": ld.attrs.get("vec", 1)}, loc=ld.loc)
 
 
-def copyable(ld: Op, bpc: BlockPtrCopies) -> str | None:
-    """Why cp.async cannot move this load's tile into shared memory, or None when it can."""
+# element types whose tiles cp.async moves into stages: 16-bit ones for every tensor-core dot; the 8-bit and fp32 (tf32)
+# ones only where wgmma reads them (mma.sync's ldmatrix path stages 16-bit tiles only; fp8 there is upcast in registers
+# first). An fp32 stage is read by wgmma as it is: the tensor cores take the top 19 bits of each element (truncation to
+# tf32, as Triton's pipelined tf32 dots on Hopper), where the register path rounds (cvt.rna.tf32.f32) when it stages.
+STAGED_TYPES = ("f16", "bf16")
+WGMMA_STAGED_TYPES = STAGED_TYPES + ("f8e4nv", "f8e5", "i8", "f32")
+
+
+def copyable(ld: Op, bpc: BlockPtrCopies, wgmma: bool = False) -> str | None:
+    """Why cp.async cannot move this load's tile into shared memory, or None when it can (`wgmma`: every reader
+    is a wgmma dot, which also takes 8-bit tiles)."""
     if ld.attrs.get("volatile"):
         return "volatile load"
     t = ld.result.type
-    if t.scalar.ir not in ("f16", "bf16"):
-        return f"{t.scalar.ir} elements"
+    if t.scalar.ir not in (WGMMA_STAGED_TYPES if wgmma else STAGED_TYPES):
+        return f"{t.scalar.ir} elements" + ("" if wgmma or t.scalar.ir not in WGMMA_STAGED_TYPES else
+                                            " read by mma.sync")
     if ld.operands[0].type.is_block_ptr():
         return bpc.why_not(ld)
     if not isinstance(t.layout, Blocked):
         return "the load has no blocked layout"
     vec = ld.attrs.get("vec", 1)
-    if vec * 2 not in (4, 8, 16):
-        return f"{vec * 2}-byte accesses (cp.async moves 4, 8 or 16 bytes)"
+    nbytes = vec * t.scalar.bits // 8
+    if nbytes not in (4, 8, 16):
+        return f"{nbytes}-byte accesses (cp.async moves 4, 8 or 16 bytes)"
     if len(ld.operands) > 2:
         other = ld.operands[2].defining_op
         if other is None or other.name != "arith.constant" or other.attrs.get("value") not in (0, 0.0):
             return "a non-zero `other` (cp.async fills masked-off elements with zeros)"
     return None
+
+
+def k_major_why(dot: Op, index: int, order) -> str | None:
+    """Why wgmma cannot read operand `index` of `dot` from a stage stored with dim `order[0]` contiguous, or None.
+    wgmma transposes 16-bit operands only: 8- and 32-bit ones must be K-major, A [M][K] with K contiguous and B
+    stored [N][K] (K contiguous in global memory: b = w.T of a row-major [N, K] w). cp.async cannot transpose a
+    tile on the way (its runs are 4-16 bytes along the global contiguous dim), so such an operand keeps the
+    register path, which stages it K-major every iteration (as Triton 3.6 does: tt.load + local_alloc)."""
+    if not is_wgmma(dot) or not wgmma_kind(dot).k_major_only or order[0] == (1 if index == 0 else 0):
+        return None
+    return (f"{wgmma_kind(dot).ptx} operand {'ab'[index]} is {'MN'[index]}-contiguous in global memory; wgmma reads "
+            "8/32-bit operands K-major only (kept in registers, transposed into shared memory each iteration)")
 
 
 def buffer_type(dot: Op, t, stages: int):

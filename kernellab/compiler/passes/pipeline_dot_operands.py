@@ -28,10 +28,15 @@ serializes every wgmma of the kernel (its warning C7514). Attention's pair of wg
 iterations past the end are predicated off (cp.async with a source size of 0 writes zeros and reads nothing).
 
 An operand qualifies when it is a `tt.load` in the loop body used only by the dot, with fp16/bf16
-elements, a zero or absent `other`, accesses of 4 to 16 bytes, and an address that only depends on
-the induction variable, loop invariants and loop-carried values whose updates are themselves
-recomputable. The copies use the load's own (coalesced) layout; the tile is stored in shared memory
-contiguous along the same dimension as in global memory, each row padded by 16 bytes so ldmatrix
+elements (also fp8, int8 and fp32 where wgmma reads it), a zero or absent `other`, accesses of 4 to 16
+bytes, and an address that only depends on the induction variable, loop invariants and loop-carried
+values whose updates are themselves recomputable. wgmma reads 8- and 32-bit operands K-major only, so
+such a tile qualifies when its contiguous dim in global memory is K: A row-major, B [K, N] given as w.T of
+a row-major [N, K] w (torch._scaled_mm's layout); an N-contiguous B keeps the register path, which
+transposes it into shared memory every iteration (Triton 3.6 does the same). fp32 stages are read as
+they are: the tensor cores truncate them to tf32 (Triton's Hopper dots do too; the register path rounds).
+The copies use the load's own (coalesced) layout; the tile is stored in shared memory contiguous along
+the same dimension as in global memory, each row padded by 16 bytes so ldmatrix
 reads are free of bank conflicts (swizzled instead where wgmma reads it). Loops that do not qualify keep
 the register path and the reason is recorded in the pass's stats.
 
@@ -49,7 +54,7 @@ from ..ops import is_pure
 from ..rewrite import extend_for_iter_args, insert_before, int_const, pure_slice
 from ..types import MemDescType, int1
 from . import dce
-from .dot_stages import I32, BlockPtrCopies, Builder, buffer_type, copy_tile, copyable
+from .dot_stages import I32, BlockPtrCopies, Builder, buffer_type, copy_tile, copyable, k_major_why
 
 NAME = "pipeline_dot_operands"
 DESCRIPTION = "multi-buffer the tiles a tensor-core dot reads: cp.async copies num_stages-1 iterations ahead"
@@ -73,7 +78,12 @@ def _operand_load(dot: Op, index: int, body, bpc: BlockPtrCopies):
         return None, why
     if len(readers) > 1 and len({is_wgmma(d) for d, *_ in readers}) != 1:
         return None, "the loaded tile is read by a wgmma and an mma.sync dot"
-    why = copyable(op, bpc)
+    order = tuple(op.result.type.layout.order) if hasattr(op.result.type.layout, "order") else (1, 0)
+    for d, i, transposed, _ in readers:
+        why = k_major_why(d, i, tuple(reversed(order)) if transposed else order)
+        if why is not None:
+            return None, why
+    why = copyable(op, bpc, wgmma=is_wgmma(readers[0][0]))
     return (op, readers) if why is None else (None, why)
 
 
