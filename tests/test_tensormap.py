@@ -107,3 +107,15 @@ def test_packer_reports_a_bad_tensor_map_as_a_launch_error(monkeypatch):
         p.pack(args)
     err = p.explain(args, "mm")
     assert "kernel 'mm'" in str(err) and "16-byte aligned" in str(err)
+
+
+@pytest.mark.parametrize("dtype, size", [("f8e4nv", 1), ("f8e5", 1), ("i8", 1), ("f32", 4), ("bf16", 2)])
+def test_recipe_of_every_tile_type_scales_strides_by_its_bytes(dtype, size):
+    """fp8, int8 and fp32 stages are filled by TMA too (the tf32 and fp8 wgmma pipelines): the row stride is
+    in bytes of the element, and the box's row must fit the swizzle span."""
+    args = [FakeTensor(0x7000_0000), None, None, 300, 0, 1024, 1040]
+    key = tensormap.evaluate(dict(RECIPE, dtype=dtype, box=[128 // size, 64]), args)
+    assert key[3] == (1040 * size,)
+    tensormap.check(key, "k")
+    with pytest.raises(LaunchError, match="does not fit swizzle"):
+        tensormap.check(tensormap.evaluate(dict(RECIPE, dtype=dtype, box=[256 // size, 64]), args), "k")

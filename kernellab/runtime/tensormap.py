@@ -20,7 +20,18 @@ from typing import Any, Callable, Sequence
 from ..errors import LaunchError
 
 TENSORMAP_BYTES = 128
-_ELEM_BYTES = {"f16": 2, "bf16": 2}
+# element bytes and the driver's data type per tile element type (fp8 travels as bytes: TMA only copies)
+_ELEM_TYPES = {"f16": (2, "FLOAT16"), "bf16": (2, "BFLOAT16"), "f32": (4, "FLOAT32"), "f64": (8, "FLOAT64"),
+               "i8": (1, "UINT8"), "u8": (1, "UINT8"), "i16": (2, "UINT16"), "u16": (2, "UINT16"),
+               "i32": (4, "INT32"), "u32": (4, "UINT32"), "i64": (8, "INT64"), "u64": (8, "UINT64")}
+
+
+def _elem(dtype: str) -> tuple:
+    if dtype.startswith("f8"):
+        return 1, "UINT8"
+    return _ELEM_TYPES[dtype]
+
+
 _CACHE: dict = {}
 _CACHE_LIMIT = 4096
 
@@ -42,7 +53,7 @@ def _address(a) -> int:
 def evaluate(recipe: dict, args: Sequence[Any]) -> tuple:
     """(dtype, address, dims, byte strides, box, swizzle) of a recipe on one launch's arguments: the key of
     the cache and everything the encoder needs."""
-    esize = _ELEM_BYTES[recipe["dtype"]]
+    esize = _elem(recipe["dtype"])[0]
     dims = tuple(_value(r, args) for r in recipe["dims"])
     strides = tuple(_value(r, args) * esize for r in recipe["strides"])
     return (recipe["dtype"], _address(args[recipe["base"]]), dims, strides, tuple(recipe["box"]),
@@ -61,7 +72,7 @@ def check(key: tuple, kernel: str) -> None:
     for d in dims:
         if not 0 <= d <= 1 << 32:
             raise LaunchError(f"kernel '{kernel}': a TMA operand's extent {d} is outside 0 .. 2^32")
-    if any(not 0 < b <= 256 for b in box) or box[0] * _ELEM_BYTES[key[0]] > swizzle:
+    if any(not 0 < b <= 256 for b in box) or box[0] * _elem(key[0])[0] > swizzle:
         raise LaunchError(f"kernel '{kernel}': TMA box {box} does not fit swizzle {swizzle}")
 
 
@@ -70,8 +81,7 @@ def encode_with_driver(key: tuple) -> bytes:
     from cuda.bindings import driver as drv
 
     dtype, address, dims, strides, box, swizzle = key
-    dt = {"f16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-          "bf16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}[dtype]
+    dt = getattr(drv.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + _elem(dtype)[1])
     sw = {128: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B, 64: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
           32: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B}[swizzle]
     err, tmap = drv.cuTensorMapEncodeTiled(
