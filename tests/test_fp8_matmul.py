@@ -282,3 +282,69 @@ def test_gpu_tf32_and_int8_with_either_b_layout(shape, kind, b_k_major):
     config = (128, 128, 64, 4) if kind == "tf32" else (128, 128, 128, 4)
     got, ref = run_matmul(kind, M, N, K, config, 3, trans_b=b_k_major, seed=M + N + K)
     check(kind, got, ref, K)
+
+
+# ------------------------------------------------------------------ max_num_imprecise_acc (Triton's fp8 promotion)
+@kl.jit
+def _imprecise_mm(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
+                  BK: tl.constexpr, LPA: tl.constexpr):
+    pid = tl.program_id(0)
+    npn = tl.cdiv(N, BN)
+    rm = (pid // npn) * BM + tl.arange(0, BM)
+    rn = (pid % npn) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :] * sak
+    b_ptrs = b_ptr + rk[:, None] * sbk + rn[None, :] * sbn
+    acc = tl.zeros((BM, BN), tl.float32)
+    for _ in range(0, tl.cdiv(K, BK)):
+        acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc, max_num_imprecise_acc=LPA)
+        a_ptrs += BK * sak
+        b_ptrs += BK * sbk
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc)
+
+
+def _imprecise_args(dtype, device, M=128, N=256, K=256, seed=4):
+    g = torch.Generator().manual_seed(seed)
+    a = (torch.randn(M, K, generator=g) * 3).to(dtype).to(device)
+    b = (torch.randn(K, N, generator=g) * 3).to(dtype).to(device)
+    c = torch.full((M, N), float("nan"), device=device)
+    return a, b, c, (M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+
+
+@needs_ptxas
+@pytest.mark.parametrize("lpa, adds", [(32, 512), (64, 256), (128, 128), (None, 0)])
+def test_max_num_imprecise_acc_promotes_partial_sums(lpa, adds, tmp_path, monkeypatch):
+    """Triton's sm_90 semantics: an fp8 wgmma dot adds its partial sum into the fp32 accumulator on the CUDA
+    cores after every `max_num_imprecise_acc` products of K (128x256x128 tile, 8 warps: 128 accumulator
+    registers per thread, K/lpa promotions); without it the tensor cores accumulate the whole dot."""
+    from kernellab.compiler.codegen.target import Target
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    a, b, c, rest = _imprecise_args(torch.float8_e4m3fn, "cpu")
+    ck = _imprecise_mm.warmup(a, b, c, *rest, 128, 256, 128, lpa, num_warps=8, num_stages=3, grid=(1,))
+    ck.build_gpu(Target(90))
+    ptx = ck.asm["ptx"]
+    assert "wgmma.mma_async" in ptx
+    assert ptx.count("add.f32") == adds
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("lpa", [0, 32, 128, None])
+@pytest.mark.parametrize("fp8", ["e4m3", "e5m2"])
+def test_gpu_max_num_imprecise_acc_against_float64(fp8, lpa):
+    a, b, c, rest = _imprecise_args(FP8[fp8], "cuda")
+    _imprecise_mm[(2,)](a, b, c, *rest, 128, 128, 128, lpa, num_warps=8, num_stages=3)
+    ref = a.double() @ b.double()
+    assert not torch.isnan(c).any()
+    # the tensor cores accumulate fp8 products with fewer mantissa bits than fp32 (2^-8 of |a|@|b| over a whole
+    # dot); promoted every <= 128 products the bound is tighter
+    bound = (2.0 ** -8 if lpa is None else 2.0 ** -10) * (a.double().abs() @ b.double().abs())
+    assert ((c.double() - ref).abs() <= bound + 1e-6).all()
+
+
+def test_interpreter_takes_max_num_imprecise_acc():
+    """The interpreter accumulates in full precision whatever the limit (as Triton's interpreter does)."""
+    a, b, c, rest = _imprecise_args(torch.float8_e5m2, "cpu", M=64, N=64, K=128)
+    _imprecise_mm[(1,)](a, b, c, *rest, 64, 64, 64, 32)
+    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-6, atol=1e-5)

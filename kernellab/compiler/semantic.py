@@ -955,7 +955,7 @@ class Semantic:
                          {"sem": unwrap(sem) or "acq_rel", "scope": unwrap(scope) or "gpu"})
 
     # ---------------------------------------------------------------- compute
-    def dot(self, a, b, acc=None, input_precision=None, out_dtype=float32):
+    def dot(self, a, b, acc=None, input_precision=None, out_dtype=float32, max_num_imprecise_acc=None):
         a, b = self.numeric(a, "tl.dot"), self.numeric(b, "tl.dot")
         if len(a.shape) > 3 and len(b.shape) == len(a.shape) and a.shape[:-2] == b.shape[:-2]:
             # several batch dimensions: one batch of their product, then the batch shape back
@@ -966,7 +966,7 @@ class Semantic:
             flat = self.dot(self.reshape(a, (n,) + a.shape[-2:]), self.reshape(b, (n,) + b.shape[-2:]),
                             None if unwrap(acc) is None else self.reshape(self.to_tensor(unwrap(acc)),
                                                                           (n, a.shape[-2], b.shape[-1])),
-                            input_precision, out_dtype)
+                            input_precision, out_dtype, max_num_imprecise_acc)
             return self.reshape(flat, batch + flat.shape[-2:])
         if len(a.shape) not in (2, 3) or len(b.shape) != len(a.shape):
             raise SemanticError(f"tl.dot needs two 2-D tensors (or two 3-D ones: a batch of products), got shapes "
@@ -1016,7 +1016,11 @@ class Semantic:
             return self._dot_split_bf16(a, b, acc, shape, rt, 3 if prec == "bf16x3" else 6)
         if prec == "tf32x3" and ta == float32:
             return self._dot_split_tf32(a, b, acc, shape, rt)
-        return self.emit("tt.dot", [a, b, acc], TensorType(shape, rt), {"input_precision": prec})
+        attrs = {"input_precision": prec}
+        if unwrap(max_num_imprecise_acc) is not None and _is_fp8(ta) and rt == float32:
+            # fp8 products accumulated in the tensor cores' reduced precision at most this many at a time
+            attrs["max_num_imprecise_acc"] = int(unwrap(max_num_imprecise_acc))
+        return self.emit("tt.dot", [a, b, acc], TensorType(shape, rt), attrs)
 
     def _dot_split_tf32(self, a, b, acc, shape, rt):
         """fp32 dot on tf32 tensor cores, as Triton's tf32x3: each operand is split into a tf32 part (its low 13

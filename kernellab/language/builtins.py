@@ -369,7 +369,7 @@ def dot(input, other, acc=None, input_precision=None, allow_tf32=None, max_num_i
         from ..errors import SemanticError
 
         raise SemanticError(f"max_num_imprecise_acc ({limit}) must be <= K ({input.shape[-1]})")
-    return _sem.dot(input, other, acc, prec, unwrap(out_dtype))
+    return _sem.dot(input, other, acc, prec, unwrap(out_dtype), limit)
 
 
 # --------------------------------------------------------------------------- reductions and scans

@@ -164,29 +164,51 @@ def dot_wgmma(lw: KernelLowering, op):
     # run between them while a group is being issued
     frags = {(k0, r): a_fragment_from_accumulator(lw, lw.regs(a_v), r, k0, K)
              for k0 in range(0, K, kind.k) for r in range(reps)} if a_regs else {}
-    b.asm(ir.FunctionType(VOID, []), "wgmma.fence.sync.aligned;", "~{memory}", [], side_effect=True)
     b_desc = _Descriptors(lw, b_off, b_t, b_kmajor)
     a_desc = None if a_regs else _Descriptors(lw, a_off, a_t, a_kmajor)
-    for k0 in range(0, K, kind.k):
-        db = b_desc.at(k0)
-        for r in range(reps):
-            if a_regs:
-                a_in = frags[k0, r]
-            else:  # instruction r of warpgroup g: rows 16*nw*r + 64*g .. +63
-                rows = b.add(b.mul(wg, _cint(64)), _cint(16 * nw * r))
-                a_in = [a_desc.at(k0, rows, key=r)]
-            part = acc[r * n_acc:(r + 1) * n_acc]
-            scale_d = _cint(0 if zero_acc and k0 == 0 else 1)
-            out = b.asm(fty, asm, cons, a_in + [db, scale_d] + part, side_effect=True)
-            acc[r * n_acc:(r + 1) * n_acc] = [b.extract_value(out, i) for i in range(n_acc)]
-    b.asm(ir.FunctionType(VOID, []), "wgmma.commit_group.sync.aligned;", "~{memory}", [], side_effect=True)
-    if op.attrs.get("wgmma_async"):
+    chunk = imprecise_chunk(op, kind, K)
+    for c0 in range(0, K, chunk or K):
+        # with a chunk (fp8 max_num_imprecise_acc), each chunk's products go into fresh registers (scale-d = 0),
+        # which are waited for and added to the fp32 accumulator on the CUDA cores
+        into = [ir.Constant(acc_t, ir.Undefined)] * len(acc) if chunk else acc
+        b.asm(ir.FunctionType(VOID, []), "wgmma.fence.sync.aligned;", "~{memory}", [], side_effect=True)
+        for k0 in range(c0, min(K, c0 + (chunk or K)), kind.k):
+            db = b_desc.at(k0)
+            for r in range(reps):
+                if a_regs:
+                    a_in = frags[k0, r]
+                else:  # instruction r of warpgroup g: rows 16*nw*r + 64*g .. +63
+                    rows = b.add(b.mul(wg, _cint(64)), _cint(16 * nw * r))
+                    a_in = [a_desc.at(k0, rows, key=r)]
+                part = into[r * n_acc:(r + 1) * n_acc]
+                fresh = (k0 == c0) if chunk else (zero_acc and k0 == 0)
+                out = b.asm(fty, asm, cons, a_in + [db, _cint(0 if fresh else 1)] + part, side_effect=True)
+                into[r * n_acc:(r + 1) * n_acc] = [b.extract_value(out, i) for i in range(n_acc)]
+        b.asm(ir.FunctionType(VOID, []), "wgmma.commit_group.sync.aligned;", "~{memory}", [], side_effect=True)
+        if not chunk:
+            acc = into
+            continue
+        into = wgmma_wait(lw, into, 0)
+        acc = into if (zero_acc and c0 == 0) else [b.fadd(x, y, flags=("contract",)) for x, y in zip(acc, into)]
+    if chunk:
+        lw.put(op.results[0], acc)
+    elif op.attrs.get("wgmma_async"):
         # the group stays in flight: the ttg.dot_wait that the pipeliner put after this dot ties the registers
         assert not half_acc, "an fp16 accumulator is unpacked after its wait: the pipeliner waits at once"
         lw.put(op.results[0], acc)
     else:
         acc = wgmma_wait(lw, acc, 0)
         lw.put(op.results[0], unpack_halves(lw, acc) if half_acc else acc)
+
+
+def imprecise_chunk(op, kind, K: int) -> int:
+    """K elements per promotion of an fp8 dot with `max_num_imprecise_acc` (Triton's semantics on sm_90: the
+    tensor cores accumulate fp8 products in reduced precision, so after that many the partial sum is added to
+    the fp32 accumulator; 0 promotes after every instruction), or 0 for none (the default)."""
+    limit = op.attrs.get("max_num_imprecise_acc")
+    if limit is None or kind.ptx not in ("e4m3", "e5m2") or kind.acc != "f32" or limit > K:
+        return 0
+    return max(kind.k, limit // kind.k * kind.k)
 
 
 def _is_zero(v) -> bool:
