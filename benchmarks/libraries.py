@@ -198,7 +198,8 @@ def _ops() -> list[Op]:
         liger=lambda x: tuple(_L("fused_add_rms_norm").LigerFusedAddRMSNormFunction.apply(
             x["X"], x["R"], x["W"], 1e-6)),
         ref=lambda x: (_rms(x["X"] + x["R"], 1e-6) * x["W"], x["X"] + x["R"]),
-        grads=("X", "R", "W"), backprop=(0, 1))
+        grads=("X", "R", "W"), backprop=(0, 1),
+        atol=1e-4)  # dW sums 4096 rows in fp32: Triton's and kernellab's both land 2x past 1e-5 (H200, 2026-11-26)
     add(name="poly_norm", sizes={"cpu": (16, 96), "gpu": (4096, 4096)},
         build=lambda s: {"X": _rand(s, 1.0, (4.0, -3.5)), "W": _rand((3,), 0.5), "B": _rand((), 0.5)},
         liger=lambda x: (_L("poly_norm").LigerPolyNormFunction.apply(x["X"], x["W"], x["B"], 1e-6),),
