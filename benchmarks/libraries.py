@@ -1,7 +1,7 @@
 """Library benchmark: Liger-Kernel's ops run unchanged, compiled by kernellab (through `kernellab.compat`) and by
 Triton, checked against float64 torch references and timed side by side.
 
-    python benchmarks/libraries.py [op ...] [--rounds N] [--timeout S] [--no-write]
+    python benchmarks/libraries.py [op ...] [--rounds N] [--timeout S] [--no-write] [--merge]
 
 Installs nothing: it needs `liger-kernel` (`pip install liger-kernel --no-deps`) and torch; a real `triton`
 is optional (without it only the kernellab side runs). Each op runs in its own child process per side:
@@ -974,6 +974,30 @@ def _serve(name, side, device):
         print(MARK + json.dumps(r), flush=True)
 
 
+def _merged_rows(result: dict, rows: list, sides: list) -> list:
+    """This run's rows plus the other ops' rows of the same day's JSON for the same GPU and sides (written by
+    earlier parts of one run), in the catalogue's order; the summary and the wall time cover them all."""
+    from benchmarks.memory_bound import ROOT as _root
+
+    out_dir = Path(os.environ.get("KERNELLAB_RESULTS_DIR", _root / "benchmarks" / "results"))
+    path = out_dir / f"{result['date']}-{result['gpu'].replace(' ', '_')}-libraries.json"
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return rows
+    if old.get("sides") != sides or old.get("rounds") != result["rounds"]:
+        return rows
+    mine = {r["op"] for r in rows}
+    order = [o.name for o in _ops()]
+    merged = sorted([r for r in old.get("rows", []) if r["op"] not in mine] + rows,
+                    key=lambda r: order.index(r["op"]) if r["op"] in order else len(order))
+    result["rows"] = merged
+    result["summary"] = {side: {"correct": sum(bool(r.get(side, {}).get("correct")) for r in merged),
+                                "of": sum(not r.get(side, {}).get("skipped") for r in merged)} for side in sides}
+    result["wall_s"] += old.get("wall_s", 0.0)
+    return merged
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("ops", nargs="*", help="op names (default: all)")
@@ -981,6 +1005,9 @@ def main(argv=None):
                     "(the check, each round)")
     ap.add_argument("--rounds", type=int, default=5, help="timing rounds per op and side (GPU only; default 5)")
     ap.add_argument("--no-write", action="store_true", help="print only, write no JSON")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the rows of other ops already in today's JSON for this GPU (a run in parts); "
+                         "this run's ops replace theirs")
     ap.add_argument("--child", nargs=3, metavar=("OP", "SIDE", "DEVICE"), help=argparse.SUPPRESS)
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -1051,6 +1078,8 @@ def main(argv=None):
     if not args.no_write:
         from benchmarks.memory_bound import write_results
 
+        if args.merge:
+            rows = _merged_rows(result, rows, sides)
         print(f"wrote {write_results(result, 'libraries')}")
     print(_fmt_table(rows, device == "cuda"))
     for side in sides:
