@@ -6,9 +6,9 @@ The pipeline (what Triton and NVPTXUsage.rst's libdevice recipe do):
 2. when the module calls ``__nv_*`` functions: link ``libdevice.10.bc``, set the ``nvvm-reflect-ftz`` module
    flag (0 = IEEE denormals, 1 = flush to zero) and internalize everything except the kernels, so that O3's
    global DCE drops the hundreds of libdevice functions the kernel does not call;
-3. run the new-pass-manager O3 pipeline built from the NVPTX TargetMachine: the TargetMachine registers
-   NVVMReflect, which folds libdevice's ``__nvvm_reflect("__CUDA_FTZ")`` / ``("__CUDA_ARCH")`` queries
-   (checked: no ``__nvvm_reflect`` survives into the PTX);
+3. run the new-pass-manager O3 pipeline built from the NVPTX TargetMachine, with libdevice's
+   ``__nvvm_reflect("__CUDA_FTZ")`` / ``("__CUDA_ARCH")`` queries still unanswered (see :func:`_defer_reflect`);
+   the NVPTX code generator's own NVVMReflect answers them (checked: no ``__nvvm_reflect`` survives into the PTX);
 4. emit PTX and check it for calls LLVM could not resolve: a declared ``llvm.nvvm.*`` function that is not an
    intrinsic in this LLVM version, a ``__nv_*`` name libdevice lacks. LLVM keeps those as ``.extern .func``
    and only ptxas or the driver would complain, far from the cause.
@@ -35,6 +35,7 @@ _KERNEL_DEF_RE = re.compile(r'^define\b[^@\n]*\bptx_kernel\b[^@\n]*@("(?:[^"\\]|
 _NV_CALL_RE = re.compile(r"@__nv_\w+")
 _EXTERN_FUNC_RE = re.compile(r"\.extern\s+\.func\s*(?:\([^)]*\)\s*)?([\w.$]+)")
 _UNRESOLVED_PREFIXES = ("llvm.", "__nv_", "__nvvm_")
+_DEFERRED_REFLECT = "__kernellab_nvvm_reflect_deferred"
 
 
 @dataclass
@@ -132,6 +133,40 @@ def _flags_module(triple: str, data_layout: str, flags: dict[str, int]) -> str:
             f"!llvm.module.flags = !{{{refs}}}\n{body}")
 
 
+def reflect_mode() -> str:
+    """KERNELLAB_NVVM_REFLECT: "late" (the default: libdevice's reflect queries are answered after O3, by the code
+    generator, as in Triton) or "early" (at the start of O3). See :func:`_defer_reflect`."""
+    mode = os.environ.get("KERNELLAB_NVVM_REFLECT", "late").lower()
+    return mode if mode in ("late", "early") else "late"
+
+
+def _defer_reflect(llvm, lib, mod, triple: str, data_layout: str) -> None:
+    """Hide libdevice's ``__nvvm_reflect`` from O3 (renamed to an opaque function until :func:`_restore_reflect`).
+
+    Why: libdevice's ``logf`` (and ``log2f``, ``log1pf``, ...) ends in ``if (x is inf/NaN/negative) r = fmaf(x,
+    inf, inf)``; the fmaf is itself ``__nvvm_reflect("__CUDA_FTZ") ? fma.ftz : fma``. Answered early, the slow path
+    is one fma and SimplifyCFG speculates it into a select: straight-line code, in which ptxas issues all of a
+    thread's loads first and keeps every element live (Liger's kl_div forward, 32 logs a thread: 95 registers).
+    Unanswered during O3, the reflect call (declared here as writing memory nothing else can see: never
+    speculated, merged or hoisted, and no barrier to loads and stores) keeps the slow path a branch, as in
+    Triton, whose O3 also runs before NVVMReflect; ptxas then finishes each element's log before the next
+    element's loads and predicates the branches away (33 registers, Triton 32). The code generator runs
+    NVVMReflect (NVPTXPassConfig::addIRPasses) and folds the calls and their selects there."""
+    mod.link_in(llvm.parse_assembly(
+        f'target triple = "{triple}"\ntarget datalayout = "{data_layout}"\n'
+        f"declare i32 @{_DEFERRED_REFLECT}(ptr) #0\n"
+        "attributes #0 = { nounwind willreturn memory(inaccessiblemem: readwrite) }\n"))
+    for f in lib.functions:
+        if f.name == "__nvvm_reflect":
+            f.name = _DEFERRED_REFLECT
+
+
+def _restore_reflect(mod) -> None:
+    for f in mod.functions:
+        if f.name == _DEFERRED_REFLECT:
+            f.name = "__nvvm_reflect"
+
+
 def _kernels_in(ir_text: str) -> list[str]:
     return [name.strip('"') for name in _KERNEL_DEF_RE.findall(ir_text)]
 
@@ -179,6 +214,8 @@ def compile_llvm(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = Fal
             lib = llvm.parse_bitcode(_read_bitcode(libdevice_path))
             lib.triple = target.triple
             lib.data_layout = data_layout
+            if reflect_mode() == "late":
+                _defer_reflect(llvm, lib, mod, target.triple, data_layout)
             lib_globals = {g.name for g in lib.global_variables if not g.is_declaration}
             mod.link_in(lib)
             if '"nvvm-reflect-ftz"' not in text:
@@ -209,6 +246,7 @@ def compile_llvm(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = Fal
             dce.add_global_dead_code_eliminate_pass()
             dce.run(mod, pb)
         pb.getModulePassManager().run(mod, pb)
+        _restore_reflect(mod)
         times["optimize"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
