@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 import kernellab as kl  # noqa: E402
 import kernellab.language as tl  # noqa: E402
-from kernellab.compiler.codegen.llvm_to_ptx import compile_llvm  # noqa: E402
+from kernellab.compiler.codegen.llvm_to_ptx import BRANCHY_LIBDEVICE, compile_llvm  # noqa: E402
 from kernellab.compiler.codegen.target import Target  # noqa: E402
 from kernellab.errors import ToolchainError  # noqa: E402
 from tests.test_codegen_infra import vadd_ir  # noqa: E402
@@ -154,10 +154,31 @@ def test_logf_slow_path_stays_a_branch(monkeypatch):
     assert "__nvvm_reflect" not in early.optimized_ir
 
 
-def test_precise_sqrt_still_answered_late():
+def test_precise_sqrt_still_answered_late(monkeypatch):
     _libdevice_or_skip()
+    monkeypatch.setenv("KERNELLAB_NVVM_REFLECT", "late")
     ptx = compile_llvm(vadd_ir("vsqrt", unary="__nv_sqrtf"), Target(80), "vsqrt").ptx
     assert "sqrt.rn.f32" in ptx and "sqrt.approx" not in ptx
+
+
+@pytest.mark.parametrize("fn, gains", [("__nv_logf", True), ("__nv_log2f", True), ("__nv_sinf", True),
+                                       ("__nv_rsqrtf", False), ("__nv_sqrtf", False), ("__nv_expf", False),
+                                       ("__nv_tanhf", False)])
+def test_which_functions_defer(fn, gains, monkeypatch):
+    """BRANCHY_LIBDEVICE lists the functions whose slow path deferral keeps a branch; "auto" defers for those only
+    (rsqrtf's FTZ diamond would only split the block: attorch's 1-warp layer norm then spills)."""
+    _libdevice_or_skip()
+    ir = vadd_ir("k", unary=fn)
+    branches = {}
+    for mode in ("early", "late", "auto"):
+        monkeypatch.setenv("KERNELLAB_NVVM_REFLECT", mode)
+        res = compile_llvm(ir, Target(90), "k", ftz=True)
+        branches[mode] = _cond_branches(res.ptx)
+        if mode == "auto":
+            assert ("__nvvm_reflect" in res.optimized_ir) == gains
+    assert (branches["late"] > branches["early"]) == gains
+    assert (fn in BRANCHY_LIBDEVICE) == gains
+    assert branches["auto"] == branches["late" if gains else "early"]
 
 
 @needs_ptxas
@@ -168,6 +189,7 @@ def test_many_logs_a_thread_keep_registers_low(monkeypatch):
 
     def regs(mode):
         monkeypatch.setenv("KERNELLAB_NVVM_REFLECT", mode)
+        monkeypatch.setenv("KERNELLAB_OCCUPANCY_CAP", "off")
         kl_rows.cache.clear()
         y, gt = torch.empty(4, 32768), torch.empty(4, 32768)
         ck = kl_rows.warmup(y, gt, torch.empty(4), 32768, 1e-10, BLOCK=16384, num_warps=16, grid=(1,))
@@ -175,9 +197,10 @@ def test_many_logs_a_thread_keep_registers_low(monkeypatch):
         assert ck.n_spills == 0
         return ck.n_regs, ck.asm["ptx"]
 
-    late, ptx = regs("late")
+    late, ptx = regs("auto")
     early, _ = regs("early")
     monkeypatch.delenv("KERNELLAB_NVVM_REFLECT")
+    monkeypatch.delenv("KERNELLAB_OCCUPANCY_CAP")
     kl_rows.cache.clear()
     assert _cond_branches(ptx) >= 32  # one slow path per element
     assert late <= 40, late

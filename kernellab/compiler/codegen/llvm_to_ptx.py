@@ -33,6 +33,7 @@ _INITIALIZED = False
 
 _KERNEL_DEF_RE = re.compile(r'^define\b[^@\n]*\bptx_kernel\b[^@\n]*@("(?:[^"\\]|\\.)*"|[\w.$-]+)\s*\(', re.M)
 _NV_CALL_RE = re.compile(r"@__nv_\w+")
+_NV_NAME_RE = re.compile(r'@"?(__nv_\w+)')
 _EXTERN_FUNC_RE = re.compile(r"\.extern\s+\.func\s*(?:\([^)]*\)\s*)?([\w.$]+)")
 _UNRESOLVED_PREFIXES = ("llvm.", "__nv_", "__nvvm_")
 _DEFERRED_REFLECT = "__kernellab_nvvm_reflect_deferred"
@@ -133,11 +134,31 @@ def _flags_module(triple: str, data_layout: str, flags: dict[str, int]) -> str:
             f"!llvm.module.flags = !{{{refs}}}\n{body}")
 
 
+# The single-precision libdevice functions with a rarely taken path (inf/NaN/negative operands, huge arguments)
+# that early reflect answers leave cheap enough for SimplifyCFG to speculate into selects, and that deferred
+# reflect keeps a branch (measured: more conditional branches in the PTX of one call with "late" than with
+# "early", every float function of libdevice.10.bc; tests/test_libdevice_reflect.py checks some of them). The
+# double-precision functions ask no reflect question there (no FTZ), the others gain no branch.
+BRANCHY_LIBDEVICE = frozenset(
+    f"__nv_{n}" for n in ("logf", "log2f", "log10f", "log1pf", "acoshf", "asinhf", "atanhf", "atanf", "atan2f",
+                          "sinf", "cosf", "sinpif", "cospif", "erff", "normcdff", "lgammaf", "remainderf",
+                          "j0f", "j1f", "y0f", "y1f"))
+
+
 def reflect_mode() -> str:
-    """KERNELLAB_NVVM_REFLECT: "late" (the default: libdevice's reflect queries are answered after O3, by the code
-    generator, as in Triton) or "early" (at the start of O3). See :func:`_defer_reflect`."""
-    mode = os.environ.get("KERNELLAB_NVVM_REFLECT", "late").lower()
-    return mode if mode in ("late", "early") else "late"
+    """KERNELLAB_NVVM_REFLECT: "auto" (the default: answer libdevice's reflect queries after O3, in the code
+    generator as Triton does, when the kernel calls a BRANCHY_LIBDEVICE function; else at the start of O3),
+    "late" (always after O3) or "early" (never). See :func:`_defer_reflect`."""
+    mode = os.environ.get("KERNELLAB_NVVM_REFLECT", "auto").lower()
+    return mode if mode in ("auto", "late", "early") else "auto"
+
+
+def defers_reflect(ir_text: str) -> bool:
+    """Whether this module's reflect queries are answered after O3 (see reflect_mode)."""
+    mode = reflect_mode()
+    if mode != "auto":
+        return mode == "late"
+    return any(m.group(1) in BRANCHY_LIBDEVICE for m in _NV_NAME_RE.finditer(ir_text))
 
 
 def _defer_reflect(llvm, lib, mod, triple: str, data_layout: str) -> None:
@@ -151,7 +172,11 @@ def _defer_reflect(llvm, lib, mod, triple: str, data_layout: str) -> None:
     speculated, merged or hoisted, and no barrier to loads and stores) keeps the slow path a branch, as in
     Triton, whose O3 also runs before NVVMReflect; ptxas then finishes each element's log before the next
     element's loads and predicates the branches away (33 registers, Triton 32). The code generator runs
-    NVVMReflect (NVPTXPassConfig::addIRPasses) and folds the calls and their selects there."""
+    NVVMReflect (NVPTXPassConfig::addIRPasses) and folds the calls and their selects there.
+
+    Only for kernels that call such a function (BRANCHY_LIBDEVICE): elsewhere the deferral only costs. The FTZ
+    choice of e.g. ``rsqrtf`` stays a branch diamond through O3, splitting the block, and attorch's 1-warp layer
+    norm forward then spills 280 bytes (as Triton's does) where it spilled none."""
     mod.link_in(llvm.parse_assembly(
         f'target triple = "{triple}"\ntarget datalayout = "{data_layout}"\n'
         f"declare i32 @{_DEFERRED_REFLECT}(ptr) #0\n"
@@ -214,7 +239,7 @@ def compile_llvm(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = Fal
             lib = llvm.parse_bitcode(_read_bitcode(libdevice_path))
             lib.triple = target.triple
             lib.data_layout = data_layout
-            if reflect_mode() == "late":
+            if defers_reflect(text):
                 _defer_reflect(llvm, lib, mod, target.triple, data_layout)
             lib_globals = {g.name for g in lib.global_variables if not g.is_declaration}
             mod.link_in(lib)
