@@ -73,3 +73,25 @@ def test_kl_div_forward_is_capped_at_the_cliff(monkeypatch):
     # a launch's own maxnreg wins: no second assembly
     given = _kl_div_forward(monkeypatch, None, maxnreg=40)
     assert ".maxnreg 40" in given.asm["ptx"] and ".maxnreg 32" not in given.asm["ptx"]
+
+
+def test_acceptable_needs_no_spills_and_little_growth(monkeypatch):
+    """text_bytes reads the SASS size off the cubin's .text sections (16 bytes an instruction)."""
+    assert oc.text_bytes(b"not an elf") is None
+    sizes = {b"A": 1000 * 16, b"B": 1010 * 16, b"C": 1100 * 16}
+    monkeypatch.setattr(oc, "text_bytes", lambda cubin: sizes[cubin])
+    ok = {"n_regs": 32, "n_spills": 0}
+    assert oc.acceptable({"n_regs": 33}, ok, 32, b"A", b"B")
+    assert not oc.acceptable({"n_regs": 33}, ok, 32, b"A", b"C")  # 10% more instructions
+    assert not oc.acceptable({"n_regs": 33}, {"n_regs": 32, "n_spills": 8}, 32, b"A", b"A")
+    assert not oc.acceptable({"n_regs": 33}, {"n_regs": 33, "n_spills": 0}, 32, b"A", b"A")
+
+
+@needs_ptxas
+def test_text_bytes_counts_instructions():
+    _libdevice_or_skip()
+    ck = kl_rows.warmup(torch.empty(4, 1024), torch.empty(4, 1024), torch.empty(4), 1024, 1e-10, BLOCK=256,
+                        grid=(1,))
+    ck.build_gpu()
+    n = oc.text_bytes(ck.asm["cubin"])
+    assert n and n % 16 == 0 and 50 * 16 < n < 5000 * 16

@@ -122,6 +122,7 @@ def _cubin(b: Build):
         err.stages = {k: b.out[k] for k in ("gpu", "llir", "ptx")}  # build_gpu keeps them for that asm['ptx']
         raise err from None
     note = ""
+    b.out["cubin"] = cubin
     capped = _occupancy_cap(b, report)
     if capped is not None:
         cubin, report, note = capped
@@ -149,7 +150,7 @@ def _occupancy_cap(b: Build, report: dict):
         cubin, rep = ptx_to_cubin(ptx, b.target, b.name, ["-lineinfo"] if b.options.line_info else ())
     except ToolchainError:
         return None
-    if rep.get("n_spills") or not rep.get("n_regs") or rep["n_regs"] > cap:
+    if not occupancy_cap.acceptable(report, rep, cap, b.out["cubin"], cubin):
         return None
     before = occupancy_cap.blocks_per_sm(regs, b.options.num_warps, shared, b.target.arch)
     after = occupancy_cap.blocks_per_sm(rep["n_regs"], b.options.num_warps, shared, b.target.arch)

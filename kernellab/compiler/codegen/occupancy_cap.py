@@ -5,7 +5,8 @@ many can cost a whole block: Liger's kl_div forward (16 warps) takes 33 register
 thread and fits 3 blocks per SM; at 32 (Triton's count) 4 fit, a third more warps to hide the memory latency of a
 memory-bound kernel. When a kernel without tensor-core instructions (whose register budgets are planned) lands at
 most SLACK above such a cliff, the backend assembles it again with ``.maxnreg`` at the cliff and keeps that only
-if nothing spills (kl_div: 32 registers, no spills, the same 1056 SASS instructions). Off with
+if nothing spills and the machine code grows by at most MAX_GROWTH (ptxas meets a cap by recomputing values too;
+kl_div: 32 registers, no spills, the same 1056 SASS instructions). Off with
 KERNELLAB_OCCUPANCY_CAP=off; never applied when the launch gives ``maxnreg``.
 
 The occupancy model is sm_80/sm_90's: 65536 registers per SM allocated per warp in units of 256, at most 64
@@ -25,6 +26,7 @@ SMEM_PER_SM = {80: 164 * 1024, 90: 228 * 1024}
 WARP_SIZE = 32
 SLACK = 1 / 8  # the most registers given up, as a fraction of ptxas' own count
 MIN_REGS = 24  # below this a cap buys little and ptxas' own choice is better kept
+MAX_GROWTH = 0.02  # the most the capped kernel's SASS may grow, as a fraction
 
 _MMA_RE = re.compile(r"^\s*(?:@!?%p\d+\s+)?(?:wgmma|mma|tcgen05)\.", re.M)
 
@@ -56,3 +58,34 @@ def cliff(regs: int, num_warps: int, shared: int, arch: int) -> int | None:
 
 def has_tensor_core_code(ptx: str) -> bool:
     return _MMA_RE.search(ptx) is not None
+
+
+def text_bytes(cubin: bytes) -> int | None:
+    """Bytes of SASS in a cubin (its ``.text.*`` sections; 16 a instruction on sm_70+), None if it is no ELF64."""
+    import struct
+
+    if cubin[:5] != b"\x7fELF\x02":
+        return None
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+
+    def section(i):
+        name, _type, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize)
+        return name, offset, size
+
+    _, str_off, _ = section(shstrndx)
+    total = 0
+    for i in range(shnum):
+        name, _, size = section(i)
+        end = cubin.index(b"\0", str_off + name)
+        if cubin[str_off + name:end].startswith(b".text."):
+            total += size
+    return total
+
+
+def acceptable(before: dict, after: dict, cap: int, cubin_before: bytes, cubin_after: bytes) -> bool:
+    """Whether the capped assembly is kept: no spills, within the cap, SASS grown by at most MAX_GROWTH."""
+    if after.get("n_spills") or not after.get("n_regs") or after["n_regs"] > cap:
+        return False
+    a, b = text_bytes(cubin_before), text_bytes(cubin_after)
+    return a is not None and b is not None and b <= a * (1 + MAX_GROWTH)
