@@ -211,6 +211,10 @@ def test_many_logs_a_thread_keep_registers_low(monkeypatch):
 # Values: the interpreter (CPU) and the GPU against torch float64, outputs poisoned
 
 
+def _cdiv(a, b):
+    return (a + b - 1) // b
+
+
 def _run_all(device, rows, cols, kl_block, jsd_block, warps):
     y, gt = _inputs(rows, cols, device)
     loss = torch.full((rows,), float("nan"), device=device)
@@ -221,8 +225,8 @@ def _run_all(device, rows, cols, kl_block, jsd_block, warps):
     jl, jd = (torch.full((rows, cols), float("nan"), device=device) for _ in range(2))
     jsd_rows[(rows,)](x, y, jl, jd, cols, beta=0.3, BLOCK=jsd_block, num_warps=4)
     rl, rd = _jsd_ref(x, y, 0.3)
-    torch.testing.assert_close(jl.double().cpu(), rl, rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(jd.double().cpu(), rd, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(jl.double().cpu(), rl, rtol=1e-4, atol=2e-5)
+    torch.testing.assert_close(jd.double().cpu(), rd, rtol=1e-4, atol=2e-5)
 
     logits = (torch.randn(rows, cols, generator=torch.Generator().manual_seed(2)) * 4).to(device)
     t = torch.randint(0, cols, (rows,), generator=torch.Generator().manual_seed(5)).to(device)
@@ -232,13 +236,9 @@ def _run_all(device, rows, cols, kl_block, jsd_block, warps):
 
     xs = _log_edges(device)
     out = torch.full_like(xs, 12345.0)
-    log_elems[(triton_cdiv(xs.numel(), 1024),)](xs, out, xs.numel(), BLOCK=1024)
+    log_elems[(_cdiv(xs.numel(), 1024),)](xs, out, xs.numel(), BLOCK=1024)
     ref = torch.log(xs.double().cpu())
     torch.testing.assert_close(out.double().cpu(), ref, rtol=3e-7, atol=1e-7, equal_nan=True)
-
-
-def triton_cdiv(a, b):
-    return (a + b - 1) // b
 
 
 def test_values_on_the_interpreter():
