@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import CompilationError, ToolchainError
+from .codegen import occupancy_cap
 from .codegen.line_map import llvm_positions, ptx_positions
 from .codegen.llvm_to_ptx import compile_llvm
 from .codegen.lower import LoweringError, lower_kernel
@@ -120,12 +121,42 @@ def _cubin(b: Build):
         err = ToolchainError(f"kernel '{b.name}': ptxas rejected the generated PTX; see compiled.asm['ptx']\n{e}")
         err.stages = {k: b.out[k] for k in ("gpu", "llir", "ptx")}  # build_gpu keeps them for that asm['ptx']
         raise err from None
+    note = ""
+    b.out["cubin"] = cubin
+    capped = _occupancy_cap(b, report)
+    if capped is not None:
+        cubin, report, note = capped
     b.trace.record("to_cubin", f"ptxas -> cubin ({report.get('n_regs')} registers, "
-                   f"{report.get('n_spills', 0)} bytes spilled)", report.get("log", ""), time.perf_counter() - t0,
+                   f"{report.get('n_spills', 0)} bytes spilled){note}", report.get("log", ""), time.perf_counter() - t0,
                    True, {k: v for k, v in report.items() if k in ("n_regs", "n_spills", "shared", "local")},
                    stage="cubin")
     b.out["cubin"] = cubin
     b.out["report"] = report
+
+
+def _occupancy_cap(b: Build, report: dict):
+    """(cubin, report, note) of the kernel assembled again under the register count of the next occupancy cliff
+    (codegen/occupancy_cap.py), or None when that does not apply or would spill."""
+    regs = report.get("n_regs")
+    if (not occupancy_cap.enabled() or b.options.maxnreg or not regs or report.get("n_spills")
+            or b.target.arch not in occupancy_cap.SMEM_PER_SM or occupancy_cap.has_tensor_core_code(b.out["ptx"])):
+        return None
+    shared = b.out.get("shared") or 0
+    cap = occupancy_cap.cliff(regs, b.options.num_warps, shared, b.target.arch)
+    if cap is None:
+        return None
+    ptx = _cap_registers(b.out["ptx"], cap)
+    try:
+        cubin, rep = ptx_to_cubin(ptx, b.target, b.name, ["-lineinfo"] if b.options.line_info else ())
+    except ToolchainError:
+        return None
+    if not occupancy_cap.acceptable(report, rep, cap, b.out["cubin"], cubin):
+        return None
+    before = occupancy_cap.blocks_per_sm(regs, b.options.num_warps, shared, b.target.arch)
+    after = occupancy_cap.blocks_per_sm(rep["n_regs"], b.options.num_warps, shared, b.target.arch)
+    b.out["ptx"] = ptx
+    return cubin, rep, (f"; capped at {cap} registers (.maxnreg) for {after} blocks per SM instead of {before} "
+                        f"at ptxas' own {regs}")
 
 
 # Source to cubin, in order. The runtime runs "frontend".."tile" when a specialization is first launched (the

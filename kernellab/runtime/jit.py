@@ -474,7 +474,8 @@ def _gpu_cache_key(tile_ir: str, opts, target) -> str:
 
     return cache_key("gpu", tile_ir, repr(opts), target.cpu, target.ptx_version, compiler_hash(),
                      _toolchain_versions(), os.environ.get("KERNELLAB_LLVM_LSR", ""),
-                     os.environ.get("KERNELLAB_LLVM_SLSR", ""))
+                     os.environ.get("KERNELLAB_LLVM_SLSR", ""), os.environ.get("KERNELLAB_NVVM_REFLECT", ""),
+                     os.environ.get("KERNELLAB_OCCUPANCY_CAP", ""))
 
 
 def _load_cached(key, trace):

@@ -6,9 +6,9 @@ The pipeline (what Triton and NVPTXUsage.rst's libdevice recipe do):
 2. when the module calls ``__nv_*`` functions: link ``libdevice.10.bc``, set the ``nvvm-reflect-ftz`` module
    flag (0 = IEEE denormals, 1 = flush to zero) and internalize everything except the kernels, so that O3's
    global DCE drops the hundreds of libdevice functions the kernel does not call;
-3. run the new-pass-manager O3 pipeline built from the NVPTX TargetMachine: the TargetMachine registers
-   NVVMReflect, which folds libdevice's ``__nvvm_reflect("__CUDA_FTZ")`` / ``("__CUDA_ARCH")`` queries
-   (checked: no ``__nvvm_reflect`` survives into the PTX);
+3. run the new-pass-manager O3 pipeline built from the NVPTX TargetMachine, with libdevice's
+   ``__nvvm_reflect("__CUDA_FTZ")`` / ``("__CUDA_ARCH")`` queries still unanswered (see :func:`_defer_reflect`);
+   the NVPTX code generator's own NVVMReflect answers them (checked: no ``__nvvm_reflect`` survives into the PTX);
 4. emit PTX and check it for calls LLVM could not resolve: a declared ``llvm.nvvm.*`` function that is not an
    intrinsic in this LLVM version, a ``__nv_*`` name libdevice lacks. LLVM keeps those as ``.extern .func``
    and only ptxas or the driver would complain, far from the cause.
@@ -33,8 +33,10 @@ _INITIALIZED = False
 
 _KERNEL_DEF_RE = re.compile(r'^define\b[^@\n]*\bptx_kernel\b[^@\n]*@("(?:[^"\\]|\\.)*"|[\w.$-]+)\s*\(', re.M)
 _NV_CALL_RE = re.compile(r"@__nv_\w+")
+_NV_NAME_RE = re.compile(r'@"?(__nv_\w+)')
 _EXTERN_FUNC_RE = re.compile(r"\.extern\s+\.func\s*(?:\([^)]*\)\s*)?([\w.$]+)")
 _UNRESOLVED_PREFIXES = ("llvm.", "__nv_", "__nvvm_")
+_DEFERRED_REFLECT = "__kernellab_nvvm_reflect_deferred"
 
 
 @dataclass
@@ -132,6 +134,64 @@ def _flags_module(triple: str, data_layout: str, flags: dict[str, int]) -> str:
             f"!llvm.module.flags = !{{{refs}}}\n{body}")
 
 
+# The single-precision libdevice functions with a rarely taken path (inf/NaN/negative operands, huge arguments)
+# that early reflect answers leave cheap enough for SimplifyCFG to speculate into selects, and that deferred
+# reflect keeps a branch (measured: more conditional branches in the PTX of one call with "late" than with
+# "early", every float function of libdevice.10.bc; tests/test_libdevice_reflect.py checks some of them). The
+# double-precision functions ask no reflect question there (no FTZ), the others gain no branch.
+BRANCHY_LIBDEVICE = frozenset(
+    f"__nv_{n}" for n in ("logf", "log2f", "log10f", "log1pf", "acoshf", "asinhf", "atanhf", "atanf", "atan2f",
+                          "sinf", "cosf", "sinpif", "cospif", "erff", "normcdff", "lgammaf", "remainderf",
+                          "j0f", "j1f", "y0f", "y1f"))
+
+
+def reflect_mode() -> str:
+    """KERNELLAB_NVVM_REFLECT: "auto" (the default: answer libdevice's reflect queries after O3, in the code
+    generator as Triton does, when the kernel calls a BRANCHY_LIBDEVICE function; else at the start of O3),
+    "late" (always after O3) or "early" (never). See :func:`_defer_reflect`."""
+    mode = os.environ.get("KERNELLAB_NVVM_REFLECT", "auto").lower()
+    return mode if mode in ("auto", "late", "early") else "auto"
+
+
+def defers_reflect(ir_text: str) -> bool:
+    """Whether this module's reflect queries are answered after O3 (see reflect_mode)."""
+    mode = reflect_mode()
+    if mode != "auto":
+        return mode == "late"
+    return any(m.group(1) in BRANCHY_LIBDEVICE for m in _NV_NAME_RE.finditer(ir_text))
+
+
+def _defer_reflect(llvm, lib, mod, triple: str, data_layout: str) -> None:
+    """Hide libdevice's ``__nvvm_reflect`` from O3 (renamed to an opaque function until :func:`_restore_reflect`).
+
+    Why: libdevice's ``logf`` (and ``log2f``, ``log1pf``, ...) ends in ``if (x is inf/NaN/negative) r = fmaf(x,
+    inf, inf)``; the fmaf is itself ``__nvvm_reflect("__CUDA_FTZ") ? fma.ftz : fma``. Answered early, the slow path
+    is one fma and SimplifyCFG speculates it into a select: straight-line code, in which ptxas issues all of a
+    thread's loads first and keeps every element live (Liger's kl_div forward, 32 logs a thread: 95 registers).
+    Unanswered during O3, the reflect call (declared here as writing memory nothing else can see: never
+    speculated, merged or hoisted, and no barrier to loads and stores) keeps the slow path a branch, as in
+    Triton, whose O3 also runs before NVVMReflect; ptxas then finishes each element's log before the next
+    element's loads and predicates the branches away (33 registers, Triton 32). The code generator runs
+    NVVMReflect (NVPTXPassConfig::addIRPasses) and folds the calls and their selects there.
+
+    Only for kernels that call such a function (BRANCHY_LIBDEVICE): elsewhere the deferral only costs. The FTZ
+    choice of e.g. ``rsqrtf`` stays a branch diamond through O3, splitting the block, and attorch's 1-warp layer
+    norm forward then spills 280 bytes (as Triton's does) where it spilled none."""
+    mod.link_in(llvm.parse_assembly(
+        f'target triple = "{triple}"\ntarget datalayout = "{data_layout}"\n'
+        f"declare i32 @{_DEFERRED_REFLECT}(ptr) #0\n"
+        "attributes #0 = { nounwind willreturn memory(inaccessiblemem: readwrite) }\n"))
+    for f in lib.functions:
+        if f.name == "__nvvm_reflect":
+            f.name = _DEFERRED_REFLECT
+
+
+def _restore_reflect(mod) -> None:
+    for f in mod.functions:
+        if f.name == _DEFERRED_REFLECT:
+            f.name = "__nvvm_reflect"
+
+
 def _kernels_in(ir_text: str) -> list[str]:
     return [name.strip('"') for name in _KERNEL_DEF_RE.findall(ir_text)]
 
@@ -179,6 +239,8 @@ def compile_llvm(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = Fal
             lib = llvm.parse_bitcode(_read_bitcode(libdevice_path))
             lib.triple = target.triple
             lib.data_layout = data_layout
+            if defers_reflect(text):
+                _defer_reflect(llvm, lib, mod, target.triple, data_layout)
             lib_globals = {g.name for g in lib.global_variables if not g.is_declaration}
             mod.link_in(lib)
             if '"nvvm-reflect-ftz"' not in text:
@@ -209,6 +271,7 @@ def compile_llvm(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = Fal
             dce.add_global_dead_code_eliminate_pass()
             dce.run(mod, pb)
         pb.getModulePassManager().run(mod, pb)
+        _restore_reflect(mod)
         times["optimize"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
