@@ -47,8 +47,10 @@ def _ldmatrix(lw: KernelLowering, byte_offset, count: int, trans: bool):
     """ldmatrix m8n8 .x{count}: each lane gives one 16-byte row address (absolute shared-memory byte
     offset); returns `count` b32 fragments."""
     b = lw.b
-    ptr = b.gep(lw.smem, [byte_offset], source_etype=I8)
-    addr = b.ptrtoint(ptr, I32)
+    # 32-bit address arithmetic on the shared window's base: a stage base plus this lane's offset plus a constant
+    # per k-step folds into one register and ldmatrix's immediate ([r+0x800], as Triton's); through a 64-bit gep
+    # each address took an add of its own
+    addr = b.add(lw.smem32, byte_offset)
     outs = ", ".join(f"${i}" for i in range(count))
     asm = f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 {{{outs}}}, [${count}];"
     ret = ir.LiteralStructType([I32] * count) if count > 1 else I32
