@@ -34,7 +34,7 @@ def test_instruction_per_dtype(run_pass, ab, acc, prec, instr):
     m, stats = run_pass(accelerate_matmul, dot_ir(128, 128, 64, ab, acc, prec), GpuOptions(num_warps=8, arch=80))
     d = the_dot(m)
     assert d.attrs["instr"] == instr and stats == {"mma": 1, "cuda_core": 0}
-    assert d.attrs["mma"] == [4, 2]  # the squarest warp tile: 32 x 64 per warp
+    assert d.attrs["mma"] == [2, 4]  # Triton's split: 4 x 4 instruction tiles (64 x 32) per warp
 
 
 @pytest.mark.parametrize("ab", ["f16", "bf16"])
@@ -137,3 +137,25 @@ def test_a_small_chained_dot_keeps_its_warps_along_m(run_pass):
     feed = "  %e = tt.dot %d, %b, %c {input_precision = \"ieee\"} : tensor<16x16xf32>\n"
     mod, _ = run_pass(accelerate_matmul, dot_ir(16, 16, 16, "f32", "f32", "tf32", feed), GpuOptions(num_warps=4, arch=80))
     assert the_dot(mod).attrs["mma"] == [4, 1]
+
+
+# (M, N, num_warps) -> warpsPerCTA of the mma layout Triton 3.6 gives a plain fp16 dot (read from its ttgir for sm_80
+# and for the skinny matmul's BLOCK_M 16 / 32 tiles on sm_90)
+TRITON_SPLITS = [
+    (16, 32, 4, [1, 4]), (16, 64, 4, [1, 4]), (16, 128, 4, [1, 4]), (32, 64, 4, [1, 4]), (64, 32, 4, [2, 2]),
+    (32, 32, 4, [2, 2]), (64, 64, 8, [2, 4]), (16, 64, 8, [1, 8]), (128, 32, 4, [4, 1]), (32, 128, 4, [1, 4]),
+    (64, 128, 4, [1, 4]), (128, 64, 8, [4, 2]), (32, 256, 8, [1, 8]), (256, 32, 8, [8, 1]), (16, 16, 4, [2, 2]),
+    (64, 16, 4, [4, 1]), (32, 16, 8, [4, 2]), (128, 128, 4, [2, 2]), (128, 256, 8, [2, 4]),
+]
+
+
+@pytest.mark.parametrize("m, n, warps, split", TRITON_SPLITS)
+def test_warps_split_the_tile_as_triton_does(run_pass, m, n, warps, split):
+    """Small-M tiles put every warp on its own columns (16 x 32 over 4 warps: [1, 4], each warp one 16x8 tile, a
+    quarter of B's tile), so the skinny matmul's large operand is read from shared memory
+    once per k-step; larger tiles split so that each warp has as many 16-row as 8-column tiles (M on a tie)."""
+    mod, _ = run_pass(accelerate_matmul, dot_ir(m, n, 64, "f16", "f32"), GpuOptions(num_warps=warps, arch=80))
+    assert the_dot(mod).attrs["mma"] == split
+    if m < 16 * warps:  # sm_90a: too few rows for wgmma, the same mma.sync split
+        mod, _ = run_pass(accelerate_matmul, dot_ir(m, n, 64, "f16", "f32"), GpuOptions(num_warps=warps, arch=90))
+        assert the_dot(mod).attrs["mma"] == split and the_dot(mod).attrs["instr"].startswith("mma.sync")

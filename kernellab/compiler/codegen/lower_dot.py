@@ -47,8 +47,10 @@ def _ldmatrix(lw: KernelLowering, byte_offset, count: int, trans: bool):
     """ldmatrix m8n8 .x{count}: each lane gives one 16-byte row address (absolute shared-memory byte
     offset); returns `count` b32 fragments."""
     b = lw.b
-    ptr = b.gep(lw.smem, [byte_offset], source_etype=I8)
-    addr = b.ptrtoint(ptr, I32)
+    # 32-bit address arithmetic on the shared window's base: a stage base plus this lane's offset plus a constant
+    # per k-step folds into one register and ldmatrix's immediate ([r+0x800], as Triton's); through a 64-bit gep
+    # each address took an add of its own
+    addr = b.add(lw.smem32, byte_offset)
     outs = ", ".join(f"${i}" for i in range(count))
     asm = f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 {{{outs}}}, [${count}];"
     ret = ir.LiteralStructType([I32] * count) if count > 1 else I32
@@ -143,7 +145,9 @@ def _dot_mma(lw: KernelLowering, op):
     fty = ir.FunctionType(ir.LiteralStructType([acc_t] * nc), [I32] * 6 + [acc_t] * nc)
     cons = ",".join([f"={con}"] * nc + ["r"] * 6 + [str(i) for i in range(nc)])
     n_mt, n_nt = tm // 16, tn // 8
-    for k0 in range(0, K, instr.k):
+    n_k = K // instr.k
+    lone = None  # the odd n-tile's fragments of the next k-step, loaded with this one's
+    for step, k0 in enumerate(range(0, K, instr.k)):
         a_frags = []
         for i in range(n_mt):
             if a_regs:
@@ -166,6 +170,16 @@ def _dot_mma(lw: KernelLowering, op):
             if j + 1 < n_nt:
                 w = _ldmatrix(lw, p, 4, trans=not b_kc)
                 b_frags += [w[0:2], w[2:4]]
+            elif step % 2 and lone is not None:
+                b_frags.append(lone)
+                lone = None
+            elif step + 1 < n_k:
+                # a lone 8-column tile (a warp 8 columns wide, as 4 warps over BLOCK_N 32): one x4 gives its
+                # fragments for this k-step and the next, as Triton loads it: half the ldmatrix count of x2s
+                w = _ldmatrix(lw, _lone_b_addr(lw, b_off, sb, b_kc, warp_n, tn, j, k0, N, instr), 4,
+                              trans=not b_kc)
+                b_frags.append(w[0:2])
+                lone = w[2:4]
             else:
                 b_frags.append(_ldmatrix(lw, p, 2, trans=not b_kc))
         for i in range(n_mt):
@@ -175,6 +189,26 @@ def _dot_mma(lw: KernelLowering, op):
                 for q in range(nc):
                     acc[base + q] = b.extract_value(out, q)
     lw.put(res, unpack_halves(lw, acc) if nc == 2 else acc)
+
+
+def _lone_b_addr(lw: KernelLowering, off, stride: int, k_contiguous: bool, warp_n, tn: int, j: int, k0: int,
+                 N: int, instr):
+    """This lane's row address for an ldmatrix .x4 of one 8-column B tile over two k-steps: matrix q (lanes
+    8q..8q+7) holds k0 + q * (k/2) .. + k/2 - 1, so matrices 0-1 are k-step k0's fragment and 2-3 the next's."""
+    b = lw.b
+    lane = lw.lane
+    mat, row8 = b.lshr(lane, _cint(3)), b.and_(lane, _cint(7))
+    half = instr.k // 2
+    n = b.add(b.mul(warp_n, _cint(tn)), _cint(j * 8))
+    k = b.add(b.mul(mat, _cint(half)), _cint(k0))
+    if k_contiguous:  # stored [N][K]: lane rows are n
+        n = b.add(n, row8)
+        if N < 8:
+            n = b.and_(n, _cint(N - 1))
+        r, c = n, k
+    else:             # stored [K][N] (16-bit): lane rows are k
+        r, c = b.add(k, row8), n
+    return b.add(off, b.mul(b.add(b.mul(r, _cint(stride)), c), _cint(instr.esize)))
 
 
 def _dot_fma(lw: KernelLowering, op):

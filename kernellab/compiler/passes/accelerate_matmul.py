@@ -46,27 +46,33 @@ def plan(op, num_warps: int, arch: int):
         return None, None, f"{acc.scalar.ir} accumulator: {instr.name} accumulates in {want_acc}"
     if k % instr.k or (m % 16 and 16 % m) or (n % 8 and 8 % n):
         return None, None, f"{m}x{n}x{k} is not a multiple of the 16x8x{instr.k} instruction"
-    splits = []
-    wm = num_warps
-    while wm >= 1:
-        wn = num_warps // wm
-        if m % (16 * wm) == 0 and n % (8 * wn) == 0:
-            splits.append([wm, wn])
-        wm //= 2
     chained = _dot_chain(op, forward=True) or _dot_chain(op, forward=False)
-    if not splits:
-        # fewer 16x8 tiles than warps (16x16 over 4 warps), or a tile smaller than one (2x4): the warps, rows and
-        # columns past the tile's edge wrap onto it, holding copies and computing them again, as Triton's mma
-        # layouts do
-        pairs = [[1 << i, num_warps >> i] for i in range(num_warps.bit_length() - 1, -1, -1)]
-        if chained:
-            return pairs[0], instr, None
-        tiles_m, tiles_n = max(1, m // 16), max(1, n // 8)
-        return max(pairs, key=lambda s: (min(s[0], tiles_m) * min(s[1], tiles_n), -abs(s[0] - s[1]))), instr, None
     if chained:
-        return splits[0], instr, None  # warps along M only: row reductions and the next dot stay in a warp
-    # otherwise the squarest warp tile: each warp reads m/wm rows of A and n/wn columns of B per k-step
-    return min(splits, key=lambda s: (m // s[0] + n // s[1], -s[0])), instr, None
+        # warps along M as far as the tile splits evenly (all of them when it is smaller than one tile per warp):
+        # row reductions and the next dot stay in a warp
+        wm = num_warps
+        while wm >= 1 and (m % (16 * wm) or n % (8 * (num_warps // wm))):
+            wm //= 2
+        return ([wm, num_warps // wm] if wm else [num_warps, 1]), instr, None
+    return balanced_warps(m, n, num_warps), instr, None
+
+
+def balanced_warps(m: int, n: int, num_warps: int) -> list:
+    """[wm, wn] for an mma.sync tile of m x n: double the warps along whichever side has more 16x8 instruction
+    tiles left per warp (M on a tie), as Triton 3.6 does. A warp holds 4 A registers per 16-row tile and 2 B
+    registers per 8-column tile each k-step, so even counts of tiles keep its operand registers low; and for
+    the small-M tiles of a skinny matmul (16 x 32, 32 x 64 over 4 warps) every warp takes all of M and its own
+    columns of B ([1, 4]), each reading the large operand's tile from shared memory once. A side with one tile
+    left takes the extra warps, which hold copies (the #mma layout wraps)."""
+    warps, reps = [1, 1], [max(1, -(-m // 16)), max(1, -(-n // 8))]
+    while warps[0] * warps[1] < num_warps:
+        if reps[0] >= reps[1]:
+            warps[0] *= 2
+            reps[0] = max(1, reps[0] // 2)
+        else:
+            warps[1] *= 2
+            reps[1] = max(1, reps[1] // 2)
+    return warps
 
 
 # the accumulators wgmma takes for each operand type, as Triton lets tl.dot ask for them
