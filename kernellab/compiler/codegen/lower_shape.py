@@ -190,9 +190,8 @@ def _convert(lw: KernelLowering, op):
     def runs(layout):
         """(vector width, [(first register, its shared-memory address)])"""
         v = contiguous_run(layout, shape, size, pitch)
-        idx = lw.reg_indices(layout, shape)
-        return v, [(k, lw.smem_ptr(op, lw.b.mul(lw.linear_index(idx[k], shape, pitch), _cint(size))))
-                   for k in range(0, len(idx), v)]
+        regs = range(0, len(layout.registers(shape)), v)
+        return v, list(zip(regs, lw.smem_places(op, layout, shape, size, regs, pitch)))
 
     v, places = runs(src.type.layout)
     vals = [_to_mem(lw, x, elem) for x in lw.regs(src)]
