@@ -100,8 +100,8 @@ def _build(subtile, desc, BM=128, BN=256, BK=64, warps=8, stages=3, tmp_path=Non
 @pytest.mark.parametrize("desc", [False, True], ids=["pointers", "descriptors"])
 def test_sm90_subtiled_epilogue_renames_registers(desc, tmp_path, monkeypatch):
     """Built for sm_90a (wgmma m64n256): the reshape, permute and split have no scratch buffer and no layout
-    conversion; the only epilogue conversions are the two half-tile stores' (the whole tile's one, halved); no
-    spills (the shared-memory round trips spilled 4 KB in tutorial 09's kernel)."""
+    conversion; no spills in either epilogue (the shared-memory round trips spilled 4 KB in tutorial 09's
+    kernel, the conversions' per-register addresses 184 bytes)."""
     monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
     sub, whole = _build(True, desc), _build(False, desc)
     gpu = sub.asm["gpu"]
@@ -110,8 +110,41 @@ def test_sm90_subtiled_epilogue_renames_registers(desc, tmp_path, monkeypatch):
     for name in ("tt.reshape", "tt.trans", "tt.split"):
         line = next(ln for ln in gpu.splitlines() if f"= {name} " in ln)
         assert "smem_bytes" not in line, line
-    assert sub.n_spills == 0, sub.n_spills
+    assert sub.n_spills == 0 and whole.n_spills == 0, (sub.n_spills, whole.n_spills)
     assert sub.n_regs <= max(whole.n_regs, 232), (sub.n_regs, whole.n_regs)
+
+
+@pytest.mark.parametrize("subtile", [False, True], ids=["whole", "subtile"])
+def test_sm90_descriptor_store_is_an_async_tma_store(subtile, tmp_path, monkeypatch):
+    """The descriptor stores go out by TMA from shared memory (passes/tma_store.py): the tile is written with
+    st.shared in the accumulator's layout (no conversion, no st.global), one thread issues
+    cp.async.bulk.tensor ... bulk_group and commits, and nothing waits for it until the next tile's epilogue
+    (cp.async.bulk.wait_group.read before the st.shared); the kernel's end waits for the last ones."""
+    import re
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    ck = _build(subtile, True)
+    ptx = ck.asm["ptx"]
+    assert "st.global" not in ptx and "ttg.convert_layout" not in ck.asm["gpu"]
+    stores = re.findall(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta\.tile\.bulk_group", ptx)
+    assert len(stores) == 4  # 256 columns of fp16: four 128-byte swizzle columns, in one or two halves
+    lines = [ln.strip() for ln in ptx.splitlines()]
+    commits = [i for i, ln in enumerate(lines) if "cp.async.bulk.commit_group" in ln]
+    waits = [i for i, ln in enumerate(lines) if ln.startswith("cp.async.bulk.wait_group.read")]
+    assert len(commits) == (2 if subtile else 1)
+    # in the loop, each wait guards the next write of its buffer (the st.shared before the next TMA store): the
+    # store itself is not waited for where it is issued
+    for w in waits[:-1]:
+        rest = lines[w:]
+        first_st = next(i for i, ln in enumerate(rest) if ln.startswith("st.shared"))
+        first_tma = next(i for i, ln in enumerate(rest) if "cp.async.bulk.tensor.2d.global" in ln)
+        assert first_st < first_tma
+    # ... and every wait in the loop lets the other half's store run on (pending 1) when there are two
+    assert lines[waits[-1]] == "cp.async.bulk.wait_group.read 0;"
+    assert {lines[w] for w in waits[:-1]} == {f"cp.async.bulk.wait_group.read {1 if subtile else 0};"}
+    assert ck.n_spills == 0 and ck.n_regs <= 168, (ck.n_regs, ck.n_spills)
+    plan = [b for b in ck.shared_plan if "TMA store" in b["reason"]]
+    assert len(plan) == (2 if subtile else 1) and sum(b["size"] for b in plan) == 128 * 256 * 2
 
 
 # ------------------------------------------------------------------------------------------- on a GPU
