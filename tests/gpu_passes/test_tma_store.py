@@ -94,3 +94,13 @@ def test_stores_tma_cannot_serve_keep_st_global(run_pass):
     assert stats == {"tma_store": 0}
     m, stats = run_pass(tma_store, ONCE, GpuOptions(num_warps=4, arch=90, tma=False))
     assert stats == {"tma_store": 0}
+
+
+def test_a_tensor_the_kernel_also_reads_keeps_st_global(run_pass):
+    """A TMA store is asynchronous and in the async proxy: a tile read back (here the same block pointer, loaded
+    and stored again) could see old data, so a tensor the kernel reads is stored with st.global."""
+    src = ONCE.replace("""  %c = ttg.convert_layout %x : tensor<32x64xf16, #L1>
+  tt.store %14, %c""", """  %ld = tt.load %14 {boundary_check = [0, 1], vec = 8} : tensor<32x64xf16, #L1>
+  tt.store %14, %ld""")
+    m, stats = run_pass(tma_store, src, GpuOptions(num_warps=4, arch=90))
+    assert stats["tma_store"] == 0 and "also reads" in stats["no_tma_store"][0]

@@ -19,7 +19,8 @@ subtiled epilogue's two halves), each has its own buffer and waits with `pending
 since its own previous store. Stores in different blocks wait for all (pending 0).
 
 A store qualifies when a host-made tensor map can describe the tensor (block_ptr.tma_operands: base, shape and
-strides are kernel arguments or constants, 16-byte aligned, both dims checked), its tile can be swizzled and
+strides are kernel arguments or constants, 16-byte aligned, both dims checked), the kernel only stores to that
+tensor (nothing of it is read back while a TMA store may still be writing), its tile can be swizzled and
 has at most 256 rows, and the buffers fit in shared memory next to the kernel's stage buffers. Why a store keeps
 st.global is recorded in the stats (`no_tma_store`).
 """
@@ -38,6 +39,23 @@ from .fill_stages_with_tma import _tensormap
 NAME = "tma_store"
 DESCRIPTION = "store block-pointer tiles by TMA from shared memory (sm_90), waited for only before reuse"
 SMEM_BUDGET = 227 * 1024  # sm_90's shared memory per block (opt-in)
+
+
+def _only_stored(base) -> bool:
+    """Whether the kernel argument `base` only reaches block pointers that are stored to: the kernel never reads
+    what its TMA stores write (they are asynchronous and in the async proxy, so a later ld.global of the same
+    addresses, even after bar.sync, could see old data). Other arguments are taken not to alias it, as Triton's
+    descriptor stores do."""
+    work = list(base.uses)
+    while work:
+        u = work.pop()
+        if u.name in ("tt.make_block_ptr", "tt.advance"):
+            work.extend(u.result.uses)
+        elif u.name == "scf.yield" or u.name == "scf.for":
+            return False  # a block pointer carried by a loop: followed no further
+        elif u.name != "tt.store":
+            return False
+    return True
 
 
 def _qualifies(op: Op, fn, axis):
@@ -60,6 +78,8 @@ def _qualifies(op: Op, fn, axis):
     operands, why = block_ptr.tma_operands(bp, t.scalar.bits // 8, op.attrs.get("boundary_check"), fn.args, axis)
     if operands is None:
         return None, why, None
+    if not _only_stored(operands[0]):
+        return None, "the kernel also reads the tensor (a TMA store is not ordered before the kernel's own reads)", None
     d = v.defining_op
     if d is not None and d.name == "ttg.convert_layout" and len(v.uses) == 1:
         v = d.operands[0]  # local_store writes any layout: the conversion for st.global goes
