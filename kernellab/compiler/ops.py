@@ -237,6 +237,11 @@ _def("ttg.mbarrier_expect", "one thread arrives on the stage's mbarrier, announc
      pure=False)
 _def("ttg.tma_copy", "one thread starts TMA copies of a block pointer's tile into a stage, completing on the "
      "mbarrier: (tensormap, block ptr, view, mbarrier, pred)", pure=False, memory="read")
+_def("ttg.tma_store", "one thread starts TMA stores of a stage's tile to a block pointer's place and commits them as "
+     "one bulk group (cp.async.bulk.tensor, commit_group); nothing waits here: (tensormap, block ptr, view)",
+     pure=False, memory="write")
+_def("ttg.tma_store_wait", "wait until at most {pending} TMA store groups may still read their buffers "
+     "(cp.async.bulk.wait_group.read): (the buffers' views)", pure=False)
 _def("ttg.mbarrier_wait", "every thread waits until the stage's mbarrier completes the phase with this parity "
      "({fence_proxy}: then orders the generic-proxy writes it saw before its async-proxy reads)",
      pure=False)

@@ -231,7 +231,7 @@ def print_module(module: Module, with_locs: bool = True) -> str:
     return print_positions(module, with_locs).text
 
 
-_LAYOUT_START = re.compile(r"#(?:blocked|slice|mma)<")
+_LAYOUT_START = re.compile(r"#(?:blocked|slice|mma|bits)<")
 
 
 def _layout_spans(text: str):

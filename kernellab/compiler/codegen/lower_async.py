@@ -12,6 +12,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..gpu.layouts import Blocked
+from ..gpu.scratch import contiguous_run
 from ..gpu.smem_layout import linear_delta
 from .lowering_core import I8, I32, I64, SPTR, VOID, KernelLowering, _cint, handles
 
@@ -167,6 +168,8 @@ def _local_store(lw: KernelLowering, op):
     run = 1
     if isinstance(layout, Blocked) and layout.order[0] == fast:
         run = min(layout.spt[fast], 16 // esize, t.shape[fast])
+    elif fast == len(t.shape) - 1:  # an MMA accumulator or a bit layout: its pairs of adjacent columns
+        run = contiguous_run(layout, t.shape, esize, t.shape[-1])
     groups, i = [], 0
     while i < len(regs):
         step = [0, 0]

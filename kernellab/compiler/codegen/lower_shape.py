@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..gpu.reshape_layout import register_map
+from ..gpu.reshape_layout import join_map, register_map, split_map
 from ..gpu.scratch import contiguous_run, conversion_pitch, mem_bytes
 from ..types import TensorType
 from .lowering_core import I32, KernelLowering, _cint, const_value, handles, llty, memty
@@ -190,9 +190,8 @@ def _convert(lw: KernelLowering, op):
     def runs(layout):
         """(vector width, [(first register, its shared-memory address)])"""
         v = contiguous_run(layout, shape, size, pitch)
-        idx = lw.reg_indices(layout, shape)
-        return v, [(k, lw.smem_ptr(op, lw.b.mul(lw.linear_index(idx[k], shape, pitch), _cint(size))))
-                   for k in range(0, len(idx), v)]
+        regs = range(0, len(layout.registers(shape)), v)
+        return v, list(zip(regs, lw.smem_places(op, layout, shape, size, regs, pitch)))
 
     v, places = runs(src.type.layout)
     vals = [_to_mem(lw, x, elem) for x in lw.regs(src)]
@@ -224,6 +223,12 @@ def _join(lw: KernelLowering, op):
         lw.put(res, [lw.b.select(lw.b.icmp_unsigned("==", ix[0], _cint(0)), x, y)
                      for ix in lw.reg_indices(res.type.layout, res.type.shape)])
         return
+    m = join_map(a.type.layout, a.type.shape, res.type.layout, res.type.shape) \
+        if a.type.layout == b.type.layout else None
+    if m is not None:  # every thread holds the elements it gets: renamed registers (gpu/reshape_layout.py)
+        vals = (lw.regs(a), lw.regs(b))
+        lw.put(res, [vals[side][j] for side, j in m])
+        return
     store_linear(lw, op, lw.regs(a), a.type.layout, a.type.shape, elem, scale=2, plus=0)
     store_linear(lw, op, lw.regs(b), b.type.layout, b.type.shape, elem, scale=2, plus=1)
     lw.barrier()
@@ -234,6 +239,13 @@ def _join(lw: KernelLowering, op):
 def _split(lw: KernelLowering, op):
     src = op.operands[0]
     elem = src.type.scalar
+    maps = [split_map(src.type.layout, src.type.shape, r.type.layout, r.type.shape, k)
+            if isinstance(r.type, TensorType) else None for k, r in enumerate(op.results)]
+    if all(m is not None for m in maps):  # the halves are registers of the source (gpu/reshape_layout.py)
+        vals = lw.regs(src)
+        for r, m in zip(op.results, maps):
+            lw.put(r, [vals[j] for j in m])
+        return
     store_linear(lw, op, lw.regs(src), src.type.layout, src.type.shape, elem)
     lw.barrier()
     for k, r in enumerate(op.results):

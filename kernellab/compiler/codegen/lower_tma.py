@@ -190,3 +190,31 @@ def _mbarrier_inval(lw: KernelLowering, op):
              [bar, one])
     lw.barrier()  # the addresses may be reused by the next buffer only once invalidated
 
+
+
+@handles("ttg.tma_store")
+def _tma_store(lw: KernelLowering, op):
+    """Thread 0 stores the stage's tile, one box per swizzle atom column (as `ttg.tma_copy` loads it), and commits
+    the boxes as one bulk group; the buffer may be written again after `cp.async.bulk.wait_group.read`."""
+    desc_v, bp_v, view_v = op.operands
+    view = view_v.type
+    _, _, _, _, offs = lw.get(bp_v)
+    fast, slow = view.order[0], view.order[1]
+    z = view.swizzle
+    w = z // (view.scalar.bits // 8)
+    rows = view.shape[slow]
+    b = lw.b
+    src0, desc = lw.get(view_v), lw.get(desc_v)
+    go = _one_thread(lw)
+    for j in range(view.shape[fast] // w):
+        src = _saddr(lw, b.add(src0, _cint(j * rows * z)))
+        c0 = b.add(offs[fast], _cint(j * w)) if j else offs[fast]
+        _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $4, 0; @p cp.async.bulk.tensor.2d.global.shared::cta.tile"
+             ".bulk_group [$0, {$1, $2}], [$3]; }", "l,r,r,r,r,~{memory}", [desc, c0, offs[slow], src, go])
+    _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $0, 0; @p cp.async.bulk.commit_group; }", "r,~{memory}", [go])
+
+
+@handles("ttg.tma_store_wait")
+def _tma_store_wait(lw: KernelLowering, op):
+    """Every thread (only the one that issued TMA stores has groups): at most `pending` groups still reading."""
+    _asm(lw, f"cp.async.bulk.wait_group.read {int(op.attrs.get('pending', 0))};", "~{memory}", [])

@@ -264,6 +264,29 @@ class KernelLowering:
             stride *= pitch if pitch is not None and d == len(shape) - 1 else shape[d]
         return lin if lin is not None else _cint(0)
 
+    def smem_places(self, op: Op, layout, shape, size: int, regs, pitch=None):
+        """Per register k in `regs`: the shared-memory address of its element (row-major, rows `pitch` apart,
+        `size` bytes each). Where the layout holds no copies, the address is one per-thread base plus a constant
+        per register -- the constant folds into the load's or store's immediate offset, so a tile's conversion
+        keeps one address register instead of one per register (LLVM's disjoint-bit `or`s of the index math
+        did not fold, and the hoisted 64-bit addresses spilled tutorial 09's epilogue)."""
+        infos = layout.dims_info(shape)
+        if any(i.replicated for i in infos) or not shape:
+            idx = self.reg_indices(layout, shape)
+            return [self.smem_ptr(op, self.b.mul(self.linear_index(idx[k], shape, pitch), _cint(size))) for k in regs]
+        parts = self.thread_parts(layout, shape)
+        base = self.smem_ptr(op, self.b.mul(self.linear_index(parts[:len(shape)], shape, pitch), _cint(size)))
+        strides, acc = [0] * len(shape), 1
+        for d in reversed(range(len(shape))):
+            strides[d] = acc
+            acc *= pitch if pitch is not None and d == len(shape) - 1 else shape[d]
+        offs = layout.registers(shape)
+        out = []
+        for k in regs:
+            c = sum(o * st for o, st in zip(offs[k], strides)) * size
+            out.append(self.b.gep(base, [_cint(c)], source_etype=I8) if c else base)
+        return out
+
     def smem_ptr(self, op: Op, byte_offset, extra=0):
         base = op.attrs.get("smem_offset", 0) + extra
         off = self.b.add(byte_offset, _cint(base)) if not isinstance(byte_offset, int) else _cint(byte_offset + base)

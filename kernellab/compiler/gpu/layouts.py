@@ -209,6 +209,94 @@ class Mma(Layout):
         return f"#mma<[{self.warps[0]}, {self.warps[1]}]>"
 
 
+@dataclass(frozen=True)
+class Bits(Layout):
+    """A layout given bit by bit: `dims[d]` lists what selects each bit of dimension d's index, low to high --
+    "rK" bit K of the register number, "lJ" bit J of the lane id, "wJ" bit J of the warp id. Every register,
+    lane and warp bit selects exactly one index bit (no copies), and the register numbering is the one the
+    bits give, so it can keep any other layout's registers in place.
+
+    It is what a reshape, transpose, split or join of an MMA accumulator (or of a blocked tile whose result is
+    not blocked) is when every thread keeps its elements (gpu/reshape_layout.py): the bits only move between
+    dimensions, so no data moves. Codegen reads it like any layout -- per dimension a lane part, a warp part
+    and register offsets -- which requires a dimension's lane (warp) bits to be consecutive ids at consecutive
+    positions; `make` checks that."""
+
+    dims: tuple
+
+    @staticmethod
+    def make(dims):
+        """A Bits layout, or None when the bits are not a permutation or codegen's per-dimension form cannot
+        describe them."""
+        dims = tuple(tuple(d) for d in dims)
+        flat = [b for d in dims for b in d]
+        if len(set(flat)) != len(flat):
+            return None
+        for kind in "rlw":
+            ids = sorted(int(b[1:]) for b in flat if b[0] == kind)
+            if ids != list(range(len(ids))) or (kind == "l" and len(ids) != 5):
+                return None
+        for d in dims:
+            for kind in "lw":
+                pos = [(i, int(b[1:])) for i, b in enumerate(d) if b[0] == kind]
+                if any(p1 != p0 + 1 or j1 != j0 + 1 for (p0, j0), (p1, j1) in zip(pos, pos[1:])):
+                    return None
+        return Bits(dims)
+
+    @property
+    def rank(self):
+        return len(self.dims)
+
+    @property
+    def num_warps(self):
+        return 1 << sum(b[0] == "w" for d in self.dims for b in d)
+
+    def reg_order(self):
+        low = [min((int(b[1:]) for b in d if b[0] == "r"), default=99) for d in self.dims]
+        return sorted(range(self.rank), key=lambda d: (low[d], -d))
+
+    def dims_info(self, shape):
+        assert len(shape) == self.rank, (shape, self)
+        out = []
+        for d, size in enumerate(shape):
+            bits = self.dims[d]
+            assert size == 1 or size == 1 << len(bits), (shape, self)
+            part = {}
+            for kind in "lw":
+                pos = [(i, int(b[1:])) for i, b in enumerate(bits) if b[0] == kind]
+                part[kind] = (1 << pos[0][1], 1 << len(pos), 1 << pos[0][0]) if pos else (1, 1, 0)
+            lane_div, lanes, lane_step = part["l"]
+            warp_div, warps, warp_step = part["w"]
+            reg_pos = [i for i, b in enumerate(bits) if b[0] == "r"]
+            offs = sorted(sum(1 << p for k, p in enumerate(reg_pos) if m >> k & 1) for m in range(1 << len(reg_pos)))
+            if size == 1:  # a dimension sliced away (Slice's parent shape): its thread part says which copy
+                offs = [0]
+            full = 1 << len(bits)
+            out.append(DimInfo(size, 1, lanes, lane_div, warps, warp_div, tuple(offs), lane_step or full,
+                               warp_step or full))
+        return out
+
+    def registers(self, shape):
+        """Register K holds, along each dimension, the sum of the positions of the register bits set in K."""
+        assert tuple(shape) == tuple(1 << len(d) for d in self.dims), (shape, self)
+        where = {}
+        for d, bits in enumerate(self.dims):
+            for i, b in enumerate(bits):
+                if b[0] == "r":
+                    where[int(b[1:])] = (d, 1 << i)
+        regs = []
+        for k in range(1 << len(where)):
+            off = [0] * self.rank
+            for bit, (d, v) in where.items():
+                if k >> bit & 1:
+                    off[d] += v
+            regs.append(tuple(off))
+        return regs
+
+    def __str__(self):
+        return "#bits<" + ", ".join("[" + ", ".join(d) + "]" for d in self.dims) + ">"
+
+
 def sliced_infos(layout, shape):
     return layout.sliced_infos(shape) if isinstance(layout, Slice) else []
 
@@ -250,6 +338,12 @@ def parse_layout(text: str) -> Layout:
     m = re.fullmatch(r"#mma<\[([0-9]+), ([0-9]+)\]>", text)
     if m:
         return Mma((int(m.group(1)), int(m.group(2))))
+    if text.startswith("#bits<") and text.endswith(">"):
+        dims = re.findall(r"\[([^\]]*)\]", text[len("#bits<"):-1])
+        lay = Bits.make(tuple(tuple(b.strip() for b in d.split(",") if b.strip()) for d in dims))
+        if lay is None:
+            raise ValueError(f"not a layout: {text!r}")
+        return lay
     if text.startswith("#slice<") and text.endswith(">"):
         inner = text[len("#slice<"):-1]
         dim, _, parent = inner.partition(",")

@@ -20,7 +20,16 @@ gives each thread exactly the elements the source's layout gave it, the reshape 
      bits read `registers, lanes, warps, registers` with consecutive lane and warp bits is a blocked
      dimension; the lane and warp bits that select no element (copies) go on top of a dimension that can take
      them. Splitting a dimension and merging dimensions both reduce to this.
+  3. otherwise any layout that holds every element once, with each register, lane and warp bit selecting one
+     bit of the element index (an MMA accumulator, a blocked tile), is read as such bits (`as_bits`) and the
+     bits are cut into the new dimensions: a `Bits` layout with the same register numbering.
   Every proposal is checked with `register_map` before it is returned.
+
+Transposes, splits and joins move bits the same way: `permuted_layout`, `split_layout` and `join_layout`
+propose the result's layout, and `split_map` / `join_map` say which register of the source each result
+register takes (codegen renames; no shared memory). This is what makes tutorial 09's subtiled epilogue
+`split(permute(reshape(acc, (BM, 2, BN // 2)), (0, 2, 1)))` on a wgmma accumulator free: the column bit the
+split takes is a register bit of the MMA fragment.
 """
 from __future__ import annotations
 
@@ -29,7 +38,7 @@ import itertools
 
 import numpy as np
 
-from .layouts import WARP_SIZE, Blocked, Layout, Slice
+from .layouts import WARP_SIZE, Bits, Blocked, Layout, Slice
 
 
 def _numel(shape) -> int:
@@ -93,7 +102,7 @@ def reshape_layout(layout: Layout, src_shape, dst_shape):
         return None
     if src_shape == dst_shape:
         return layout
-    for propose in (_unit_dims, _regroup):
+    for propose in (_unit_dims, _regroup, _bits_regroup):
         cand = propose(layout, src_shape, dst_shape)
         if cand is not None and register_map(layout, src_shape, cand, dst_shape) is not None:
             return cand
@@ -292,3 +301,145 @@ def _build(parts, runs, kinds, pick, rank):
         left.remove(d)
     return Blocked(tuple(1 << p[0] for p in parts), tuple(1 << len(v) for v in lanes),
                    tuple(1 << len(v) for v in warps), tuple(order))
+
+
+# --------------------------------------------------------------------------------- 3. any layout as bits
+def _flat_owner(shape):
+    """Per bit of the row-major flat index, low to high: (dimension, bit position in it)."""
+    out = []
+    for d in reversed(range(len(shape))):
+        out.extend((d, i) for i in range(_log2(shape[d])))
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _as_bits(layout: Layout, shape: tuple):
+    if any(_log2(n) is None for n in shape) or _log2(layout.num_warps) is None:
+        return None
+    held = held_elements(layout, shape)
+    threads, regs = held.shape
+    if _log2(regs) is None or threads * regs != _numel(shape) or len(np.unique(held)) != held.size or held[0, 0]:
+        return None
+    owner = _flat_owner(shape)
+    dims = [[None] * _log2(n) for n in shape]
+    probes = [(f"r{k}", held[0, 1 << k]) for k in range(_log2(regs))] + \
+        [(f"l{j}", held[1 << j, 0]) for j in range(5)] + \
+        [(f"w{j}", held[WARP_SIZE << j, 0]) for j in range(_log2(layout.num_warps))]
+    for name, v in probes:
+        p = _log2(int(v))
+        if p is None:
+            return None
+        d, i = owner[p]
+        dims[d][i] = name
+    cand = Bits.make(dims)
+    if cand is None or not np.array_equal(held_elements(cand, shape), held):
+        return None
+    return cand
+
+
+def as_bits(layout: Layout, shape):
+    """`layout` over `shape` as a `Bits` layout with the same register numbering, or None when it holds copies or
+    its elements are not a bit permutation of (register, lane, warp)."""
+    if isinstance(layout, Bits):
+        return layout
+    if layout is None or not shape:
+        return None
+    return _as_bits(layout, tuple(shape))
+
+
+def _bits_regroup(layout, src_shape, dst_shape):
+    got = as_bits(layout, src_shape)
+    if got is None or any(_log2(n) is None for n in dst_shape):
+        return None
+    flat = [b for bits in reversed(got.dims) for b in bits]
+    dims, pos = [None] * len(dst_shape), 0
+    for d in reversed(range(len(dst_shape))):
+        nb = _log2(dst_shape[d])
+        dims[d] = flat[pos:pos + nb]
+        pos += nb
+    return Bits.make(dims)
+
+
+def permuted_layout(layout: Layout, shape, order):
+    """The layout of `trans(x, order)` in which every thread keeps its registers, for a layout that is not
+    blocked (blocked ones permute their own fields), or None."""
+    got = as_bits(layout, shape)
+    return None if got is None else Bits.make([got.dims[o] for o in order])
+
+
+def split_layout(layout: Layout, shape):
+    """The layout of both halves of `split(x)` (x's last dimension of size 2) in which each thread keeps its
+    elements: where that dimension is a register bit, the bit is dropped. None otherwise."""
+    got = as_bits(layout, shape)
+    if got is None or len(got.dims[-1]) != 1 or got.dims[-1][0][0] != "r" or len(shape) < 2:
+        return None
+    k = int(got.dims[-1][0][1:])
+
+    def renumber(b):
+        return b if b[0] != "r" or int(b[1:]) < k else f"r{int(b[1:]) - 1}"
+
+    return Bits.make([[renumber(b) for b in bits] for bits in got.dims[:-1]])
+
+
+def join_layout(layout: Layout, shape):
+    """The layout of `join(a, b)` (both in `layout` over `shape`) in which each thread keeps its elements: a new
+    last dimension selected by a new, highest register bit. None where `layout` is not a bit layout."""
+    got = as_bits(layout, shape)
+    if got is None:
+        return None
+    nregs = sum(b[0] == "r" for bits in got.dims for b in bits)
+    return Bits.make(list(got.dims) + [[f"r{nregs}"]])
+
+
+def _column_index(held):
+    index = {}
+    for j in range(held.shape[1]):
+        index.setdefault(held[:, j].tobytes(), j)
+    return index
+
+
+@functools.lru_cache(maxsize=1024)
+def _split_map(src, src_shape, res, res_shape, k):
+    if src.num_warps != res.num_warps:
+        return None
+    index = _column_index(held_elements(src, src_shape))
+    out = []
+    for col in held_elements(res, res_shape).T:
+        j = index.get((col * 2 + k).tobytes())
+        if j is None:
+            return None
+        out.append(j)
+    return tuple(out)
+
+
+def split_map(src: Layout, src_shape, res: Layout, res_shape, k: int):
+    """Per register of half k of `split(x)`, the register of x holding the same element in every thread, or
+    None when some thread does not hold it."""
+    if src is None or res is None:
+        return None
+    return _split_map(src, tuple(src_shape), res, tuple(res_shape), k)
+
+
+@functools.lru_cache(maxsize=1024)
+def _join_map(a, a_shape, res, res_shape):
+    if a.num_warps != res.num_warps:
+        return None
+    index = _column_index(held_elements(a, a_shape))
+    out = []
+    for col in held_elements(res, res_shape).T:
+        side = col % 2
+        if not (side == side[0]).all():
+            return None
+        j = index.get((col // 2).tobytes())
+        if j is None:
+            return None
+        out.append((int(side[0]), j))
+    return tuple(out)
+
+
+def join_map(a: Layout, a_shape, res: Layout, res_shape):
+    """Per register of `join(a, b)` (a and b in one layout): (0 for a or 1 for b, its register) holding the same
+    element in every thread, or None."""
+    if a is None or res is None:
+        return None
+    return _join_map(a, tuple(a_shape), res, tuple(res_shape))

@@ -42,9 +42,26 @@ def _renames(op) -> bool:
         register_map(src.layout, src.shape, res.layout, res.shape) is not None
 
 
+def _renames_halves(op) -> bool:
+    """A split or join whose every result register is a register of its source in the same thread."""
+    from .reshape_layout import join_map, split_map
+
+    src = op.operands[0].type
+    if not isinstance(src, TensorType) or not all(isinstance(r.type, TensorType) for r in op.results):
+        return False
+    if op.name == "tt.split":
+        return all(split_map(src.layout, src.shape, r.type.layout, r.type.shape, k) is not None
+                   for k, r in enumerate(op.results))
+    res = op.results[0].type
+    return op.operands[1].type.layout == src.layout and \
+        join_map(src.layout, src.shape, res.layout, res.shape) is not None
+
+
 def scratch_bytes(op) -> tuple[int, str]:
     """(bytes, reason); (0, '') when the op needs no shared memory."""
     name = op.name
+    if name in ("tt.split", "tt.join") and _renames_halves(op):
+        return 0, ""  # the halves are registers of the source: renamed
     if name in ("ttg.convert_layout", "tt.reshape") and _renames(op):
         return 0, ""  # every thread already holds the elements the result's layout gives it
     if name == "ttg.convert_layout":
@@ -273,9 +290,9 @@ def contiguous_run(layout, shape, elem_bytes: int, pitch: int) -> int:
     v consecutive registers holding consecutive elements along the last dim from an index that is a multiple
     of v, for every thread (its first element's index along the last dim is a multiple of v too), with rows
     `pitch` elements apart. 1 where the layout replicates elements or is not blocked/MMA."""
-    from .layouts import Blocked, Mma
+    from .layouts import Bits, Blocked, Mma
 
-    if not isinstance(layout, (Blocked, Mma)) or not shape:
+    if not isinstance(layout, (Blocked, Mma, Bits)) or not shape:
         return 1
     infos = layout.dims_info(shape)
     if any(i.replicated for i in infos):

@@ -49,6 +49,11 @@ _MBARRIER_PURPOSE = {None: "TMA copies complete on them",
                      "empty": "each warp arrives once its wgmmas have read the stage, before it is refilled"}
 
 
+def _purpose(op) -> str:
+    read_by = op.attrs.get("read_by")
+    return f"read by a {read_by}" if read_by else f"dot operand {op.attrs.get('operand', '?')}"
+
+
 def _stage_buffer(op, index: int, index_of, end_of) -> dict:
     t = op.result.type
     stages = t.shape[0]
@@ -66,7 +71,7 @@ def _stage_buffer(op, index: int, index_of, end_of) -> dict:
             "swizzle": (f"{t.swizzle}-byte (16-byte chunks XOR row mod 8)" if t.swizzle
                         else f"none: rows padded by {t.pad * mem_bytes(t)} bytes"),
             "filled_by": fill,
-            "reason": f"dot operand {op.attrs.get('operand', '?')}: {stages} stages of a "
+            "reason": f"{_purpose(op)}: {stages} stages of a "
                       f"{'x'.join(map(str, t.shape[1:]))} {t.scalar} tile ({layout}) filled by {fill}",
             "_op": op}
 

@@ -12,7 +12,15 @@ from __future__ import annotations
 from ..gpu import block_ptr
 from ..gpu.axis_info import AxisAnalysis
 from ..gpu.layouts import Blocked, Mma, Slice, default_blocked
-from ..gpu.reshape_layout import register_map, reshape_layout
+from ..gpu.reshape_layout import (
+    join_layout,
+    join_map,
+    permuted_layout,
+    register_map,
+    reshape_layout,
+    split_layout,
+    split_map,
+)
 from ..ir import Block, Module, Op
 from ..ops import accesses_memory, is_elementwise, keeps_layout
 from ..types import TensorType
@@ -200,6 +208,36 @@ class LayoutAssigner:
                 return cand
         return reshape_layout(lay, src.type.shape, shape) if reshaped else None
 
+    def free_halves(self, op):
+        """A layout for both results of `tt.split` in which each thread keeps its elements (the split dimension
+        is a register bit of the source): the halves' users' layout or the usual one where either is such a
+        layout, else the source's bits without the split one; None where there is none."""
+        src = op.operands[0]
+        lay, shape = self.layout_of(src), op.results[0].type.shape
+        if lay is None:
+            return None
+
+        def free(cand):
+            return cand is not None and cand.rank == len(shape) and all(
+                split_map(lay, src.type.shape, cand, shape, k) is not None for k in range(2))
+
+        for cand in (self.preferred(op.results[0]), self.default(shape), split_layout(lay, src.type.shape)):
+            if free(cand):
+                return cand
+        return None
+
+    def free_join(self, op):
+        """A layout for `tt.join(a, b)` in which each thread keeps its elements, b taken into a's layout: the
+        users' layout or the usual one where either is such a layout, else a's bits with a new register bit."""
+        a, res = op.operands[0], op.result
+        lay, shape = self.layout_of(a), res.type.shape
+        for cand in (self.preferred(res), self.default(shape), join_layout(lay, a.type.shape)):
+            if cand is not None and cand.rank == len(shape) and \
+                    join_map(lay, a.type.shape, cand, shape) is not None:
+                self.want(op, 1, lay)
+                return cand
+        return None
+
     # ------------------------------------------------------------------ walk
     def run(self):
         self.block(self.fn.body)
@@ -298,7 +336,11 @@ class LayoutAssigner:
                 self.set_layout(op.result, target)
             return
         if name == "tt.trans":
-            lay = self.layout_of(op.operands[0])
+            lay, shape = self.layout_of(op.operands[0]), op.operands[0].type.shape
+            free = None if isinstance(lay, Blocked) else permuted_layout(lay, shape, op.attrs["order"])
+            if free is not None:  # an MMA accumulator (or a bit layout) with its dimensions' bits permuted
+                self.set_layout(op.result, free)
+                return
             if not isinstance(lay, Blocked):
                 lay = self.default(op.operands[0].type.shape)
                 self.want(op, 0, lay)
@@ -331,6 +373,17 @@ class LayoutAssigner:
             src, r = op.operands[0], res_tensors[0]
             self.set_layout(r, self.free_layout(src, r) or default_blocked(r.type.shape, self.num_warps))
             return
+        if name == "tt.split" and len(res_tensors) == 2:
+            lay = self.free_halves(op)
+            if lay is not None:
+                for r in res_tensors:
+                    self.set_layout(r, lay)
+                return
+        if name == "tt.join" and res_tensors and self.layout_of(op.operands[0]) is not None:
+            lay = self.free_join(op)
+            if lay is not None:
+                self.set_layout(op.result, lay)
+                return
         if name in ("tt.reshape", "tt.join", "tt.split", "tt.cat"):
             for r in res_tensors:
                 self.set_layout(r, default_blocked(r.type.shape, self.num_warps))

@@ -1,0 +1,160 @@
+"""On sm_90, store a block pointer's tile (what a tensor descriptor's `store` is) by TMA, asynchronously.
+
+Without this, every thread converts its registers to the coalesced layout through shared memory (st.shared,
+bar.sync, ld.shared) and writes them with st.global, masked per element. With it, as in Triton:
+
+    before the kernel-level op holding the store (a persistent kernel's tile loop): a one-stage swizzled
+                   buffer per store (live from there to the return) and its tensor map
+    each store:    tma_store_wait(pending)   # wait_group.read: this buffer's previous TMA store has read it
+                   barrier
+                   local_store(value)        # st.shared in the value's own layout (no conversion) + fence.proxy.async
+                   barrier
+                   tma_store(tensor map, block ptr, buffer)   # one thread: cp.async.bulk.tensor + commit_group
+    each return:   tma_store_wait(0)
+
+The store is not waited for where it is issued: a persistent kernel's next tile loads and multiplies while the
+TMA unit writes this tile out, and the wait comes before the buffer is written again. TMA drops the elements
+outside the tensor's shape, which is a descriptor store's boundary check. With n stores in one block (the
+subtiled epilogue's two halves), each has its own buffer and waits with `pending = n - 1`: the groups issued
+since its own previous store. Stores in different blocks wait for all (pending 0).
+
+A store qualifies when a host-made tensor map can describe the tensor (block_ptr.tma_operands: base, shape and
+strides are kernel arguments or constants, 16-byte aligned, both dims checked), the kernel only stores to that
+tensor (nothing of it is read back while a TMA store may still be writing), its tile can be swizzled and
+has at most 256 rows, and the buffers fit in shared memory next to the kernel's stage buffers. Why a store keeps
+st.global is recorded in the stats (`no_tma_store`).
+"""
+from __future__ import annotations
+
+from ..gpu import block_ptr
+from ..gpu.axis_info import AxisAnalysis
+from ..gpu.scratch import scratch_bytes
+from ..gpu.smem_layout import swizzled
+from ..ir import Module, Op
+from ..ops import is_loop
+from ..types import TensorType
+from .dot_stages import Builder
+from .fill_stages_with_tma import _tensormap
+
+NAME = "tma_store"
+DESCRIPTION = "store block-pointer tiles by TMA from shared memory (sm_90), waited for only before reuse"
+SMEM_BUDGET = 227 * 1024  # sm_90's shared memory per block (opt-in)
+
+
+def _only_stored(base) -> bool:
+    """Whether the kernel argument `base` only reaches block pointers that are stored to: the kernel never reads
+    what its TMA stores write (they are asynchronous and in the async proxy, so a later ld.global of the same
+    addresses, even after bar.sync, could see old data). Other arguments are taken not to alias it, as Triton's
+    descriptor stores do."""
+    work = list(base.uses)
+    while work:
+        u = work.pop()
+        if u.name in ("tt.make_block_ptr", "tt.advance"):
+            work.extend(u.result.uses)
+        elif u.name == "scf.yield" or u.name == "scf.for":
+            return False  # a block pointer carried by a loop: followed no further
+        elif u.name != "tt.store":
+            return False
+    return True
+
+
+def _qualifies(op: Op, fn, axis):
+    """(buffer type, tensor-map operands, the value to store) or (None, why not, None)."""
+    bp, v = op.operands[0], op.operands[1]
+    t = v.type
+    if not isinstance(t, TensorType) or len(t.shape) != 2:
+        return None, "not a 2-D tile", None
+    if t.scalar.ir != bp.type.elem.ir:
+        return None, "the value's type differs from the tensor's", None
+    found = block_ptr.origin(bp)
+    if isinstance(found, str):
+        return None, found, None
+    order = tuple(found[0].attrs.get("order", (1, 0)))
+    buf_t = swizzled((1,) + tuple(t.shape), t.scalar, order)
+    if buf_t is None:
+        return None, "the tile's contiguous extent cannot be swizzled", None
+    if t.shape[order[1]] > 256:
+        return None, "the tile is over 256 rows (a TMA box dim holds at most 256)", None
+    operands, why = block_ptr.tma_operands(bp, t.scalar.bits // 8, op.attrs.get("boundary_check"), fn.args, axis)
+    if operands is None:
+        return None, why, None
+    if not _only_stored(operands[0]):
+        return None, "the kernel also reads the tensor (a TMA store is not ordered before the kernel's own reads)", None
+    d = v.defining_op
+    if d is not None and d.name == "ttg.convert_layout" and len(v.uses) == 1:
+        v = d.operands[0]  # local_store writes any layout: the conversion for st.global goes
+    return buf_t, operands, v
+
+
+def _top_level(op: Op, body) -> Op:
+    """The op of the kernel's body that holds `op` (a persistent kernel's tile loop): the buffer is made just
+    before it, so it is live from there to the return (its last TMA store is waited for there) and earlier
+    buffers can share its addresses."""
+    while op.block is not body:
+        op = op.block.parent
+    return op
+
+
+def _in_loop(op: Op) -> bool:
+    while op.block is not None and op.block.parent is not None:
+        op = op.block.parent
+        if is_loop(op.name):
+            return True
+    return False
+
+
+def run(module: Module, options=None) -> dict:
+    stats = {"tma_store": 0}
+    fn = module.kernel
+    if getattr(options, "arch", 90) < 90 or not getattr(options, "tma", True):
+        return stats
+    stores = [op for op in fn.walk() if op.name == "tt.store" and op.operands[0].type.is_block_ptr()]
+    if not stores:
+        return stats
+    axis = AxisAnalysis(fn)
+    found = []
+    for op in stores:
+        buf_t, operands, value = _qualifies(op, fn, axis)
+        if buf_t is None:
+            stats.setdefault("no_tma_store", []).append(f"line {op.loc.line if op.loc else '?'}: {operands}")
+        else:
+            found.append((op, buf_t, operands, value))
+    if not found:
+        return stats
+    going = {id(op.operands[1].defining_op) for op, _, _, v in found if v is not op.operands[1]}
+    allocs = sum(o.result.type.shape[0] * o.result.type.tile_bytes for o in fn.walk()
+                 if o.name in ("ttg.local_alloc", "ttg.mbarrier_alloc"))
+    scratch = max((scratch_bytes(o)[0] for o in fn.walk() if id(o) not in going), default=0)
+    need = sum(b.tile_bytes for _, b, _, _ in found)
+    if allocs + scratch + need > SMEM_BUDGET:
+        stats["no_tma_store"] = [f"the tile buffers ({need} bytes) do not fit next to the stages ({allocs} bytes) "
+                                 f"and scratch ({scratch} bytes)"]
+        return stats
+    pending = len(found) - 1 if len({id(op.block) for op, *_ in found}) == 1 else 0
+    views = []
+    for k, (op, buf_t, operands, value) in enumerate(found):
+        at_entry = Builder(_top_level(op, fn.body), op.loc)
+        buf = at_entry.op("ttg.local_alloc", [], [buf_t], {"stages": 1, "fill": "registers", "read_by": "TMA store"},
+                          [f"store{k}_tile"]).result
+        view = at_entry.op("ttg.memdesc_index", [buf, at_entry.const(0)], [buf_t.tile()]).result
+        tmap = _tensormap(at_entry, operands, buf_t, f"store{k}_tensormap", op.loc)
+        views.append(view)
+        at = Builder(op, op.loc)
+        if _in_loop(op):  # written again each iteration (once, elsewhere: insert_barriers orders the write)
+            at.op("ttg.tma_store_wait", [view], [], {"pending": pending})
+            at.op("ttg.barrier", [], [], {"reason": "the buffer's previous TMA store has read it"})
+        at.op("ttg.local_store", [value, view], [])
+        at.op("ttg.barrier", [], [], {"reason": "the tile is in shared memory (fenced for the async proxy)"})
+        at.op("ttg.tma_store", [tmap, op.operands[0], view], [])
+        old = op.operands[1].defining_op
+        op.erase()
+        if old is not None and id(old) in going and not old.result.uses:
+            old.erase()
+        stats["tma_store"] += 1
+    made = [fn.body.ops.index(v.defining_op) for v in views]
+    for ret in [o for o in fn.walk() if o.name == "tt.return"]:
+        at = fn.body.ops.index(_top_level(ret, fn.body))
+        live = [v for v, i in zip(views, made) if i < at]  # an early return before the buffers: nothing to wait for
+        if live:
+            Builder(ret, ret.loc).op("ttg.tma_store_wait", live, [], {"pending": 0})
+    return stats
