@@ -128,8 +128,9 @@ def test_attention_bwd_assembles_with_tensor_cores(D, causal, tmp_path, monkeypa
     for ck, dots in ((kv, 4), (qq, 3)):
         ck.build_gpu(Target(90))
         assert ck.asm["cubin"][:4] == b"\x7fELF"
-        # a few words spilled around the loops of the causal dK/dV kernel at hd64 (Triton spills the same 32 bytes)
-        assert ck.n_spills <= (32 if causal and D == 64 else 0), (ck.name, ck.n_regs, ck.n_spills)
+        # a few words spilled around the loops of the dK/dV kernel at hd64, at the 255-register cap (Triton spills 8
+        # bytes full, 32 causal): 3 words across the loop, stored once before it and loaded once after
+        assert ck.n_spills <= (32 if D == 64 else 0), (ck.name, ck.n_regs, ck.n_spills)
         ptx, gpu = ck.asm["ptx"], ck.asm["gpu"]
         assert "mma.sync" not in ptx and "ldmatrix" not in ptx
         ops = [ln for ln in gpu.splitlines() if " tt.dot " in ln]
@@ -151,6 +152,10 @@ def test_attention_bwd_assembles_with_tensor_cores(D, causal, tmp_path, monkeypa
             # or dQ, in flight across the back edge), dP's retires dV
             assert body.count("wgmma.commit_group") == dots and body.count("wgmma.wait_group") == 2
         assert "C7514" not in ck.report.get("log", "")
+    if not causal:  # dQ fits as many programs per SM as Triton's (2 at hd128 with 8 warps, 3 at hd64 with 4): the
+        # epilogue conversion's addresses no longer live across the loop (168 / 208 registers before)
+        per_sm = 65536 // (-(-qq.n_regs // 8) * 8 * nw * 32)
+        assert per_sm >= {128: 2, 64: 3}[D], (qq.n_regs, per_sm)
 
 
 RACE_CASES = [(64, 4, 4, 90, (64, 128, 128, 64)), (64, 4, 3, 80, (32, 128, 128, 32))]

@@ -3,6 +3,8 @@ expand_dims, transposes (free: a permuted layout), reshapes and conversions (fre
 its elements, through shared memory otherwise)."""
 from __future__ import annotations
 
+import os
+
 import llvmlite.ir as ir
 
 from ..gpu.reshape_layout import register_map
@@ -174,6 +176,12 @@ def _rename(lw: KernelLowering, src, res) -> bool:
     return True
 
 
+def _base_plus_const() -> bool:
+    """KERNELLAB_CONVERT_ADDRESSES=per_register: each access's address from its own index math, as before
+    `linear_parts` (to time one against the other; part of the disk-cache key)."""
+    return os.environ.get("KERNELLAB_CONVERT_ADDRESSES", "").lower() != "per_register"
+
+
 @handles("ttg.convert_layout")
 def _convert(lw: KernelLowering, op):
     """Renamed registers where each thread already holds its elements; otherwise through shared memory: rows
@@ -190,6 +198,11 @@ def _convert(lw: KernelLowering, op):
     def runs(layout):
         """(vector width, [(first register, its shared-memory address)])"""
         v = contiguous_run(layout, shape, size, pitch)
+        lin = lw.linear_parts(layout, shape, pitch) if _base_plus_const() else None
+        if lin is not None:  # one base per thread, each access an immediate offset from it
+            base, consts = lin
+            base = lw.b.mul(base, _cint(size))
+            return v, [(k, lw.smem_ptr(op, lw.b.add(base, _cint(consts[k] * size)))) for k in range(0, len(consts), v)]
         idx = lw.reg_indices(layout, shape)
         return v, [(k, lw.smem_ptr(op, lw.b.mul(lw.linear_index(idx[k], shape, pitch), _cint(size))))
                    for k in range(0, len(idx), v)]

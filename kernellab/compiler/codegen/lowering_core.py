@@ -254,6 +254,28 @@ class KernelLowering:
                 self.idx_cache[key] = out
         return self.idx_cache[key]
 
+    def linear_parts(self, layout, shape, pitch=None):
+        """The row-major linear index of each register's element (rows `pitch` elements apart when padded) as
+        one thread part (LLVM i32, in the body) plus a constant per register; None where a dimension
+        replicates (its index wraps, so it is not linear in the register offsets). Addresses built as base +
+        constant keep the constant an immediate of the shared-memory access: from the per-dim indices, LLVM
+        turns `+ offset` into `or` (the bits are disjoint), ptxas cannot fold those, and holds one address
+        register per access instead (32 for a 128x128 accumulator's conversion, live across a loop)."""
+        infos = layout.dims_info(shape)
+        if any(i.replicated for i in infos):
+            return None
+        parts = self.thread_parts(layout, shape)
+        strides, stride = [0] * len(shape), 1
+        for d in reversed(range(len(shape))):
+            strides[d] = stride
+            stride *= pitch if pitch is not None and d == len(shape) - 1 else shape[d]
+        base = None
+        for d in range(len(shape)):
+            term = parts[d] if strides[d] == 1 else self.b.mul(parts[d], _cint(strides[d]))
+            base = term if base is None else self.b.add(base, term)
+        consts = [sum(o * st for o, st in zip(offs, strides)) for offs in layout.registers(shape)]
+        return (base if base is not None else _cint(0)), consts
+
     def linear_index(self, idx, shape, pitch=None):
         """Row-major linear index of an element from its per-dim indices (rows `pitch` elements apart when
         they are padded)."""
