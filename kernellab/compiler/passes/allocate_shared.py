@@ -66,7 +66,8 @@ def _stage_buffer(op, index: int, index_of, end_of) -> dict:
             "swizzle": (f"{t.swizzle}-byte (16-byte chunks XOR row mod 8)" if t.swizzle
                         else f"none: rows padded by {t.pad * mem_bytes(t)} bytes"),
             "filled_by": fill,
-            "reason": f"dot operand {op.attrs.get('operand', '?')}: {stages} stages of a "
+            "reason": ("a row vector read next to the dots" if op.attrs.get("operand") == "side" else
+                       f"dot operand {op.attrs.get('operand', '?')}") + f": {stages} stages of a "
                       f"{'x'.join(map(str, t.shape[1:]))} {t.scalar} tile ({layout}) filled by {fill}",
             "_op": op}
 
