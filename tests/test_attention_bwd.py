@@ -317,6 +317,8 @@ def test_attention_bwd_side_loads_ride_in_the_stages(D, causal, tmp_path, monkey
         ck.build_gpu(Target(arch))
         gpu, ptx = ck.asm["gpu"], ck.asm["ptx"]
         assert gpu.count('operand = "side"') == 2 * loops and gpu.count("ttg.local_load") == 2 * loops
+        # 8-byte copies: the accumulator's columns come in pairs and lse/delta rows are 16-byte aligned
+        assert sorted(set(re.findall(r"ttg\.async_copy .*\{vec = (\d+)\}", gpu))) == ["2", "8"]
         assert shared_reuse_hazards(gpu) == []
         bodies = loop_bodies(ptx)
         assert len(bodies) == loops

@@ -396,10 +396,11 @@ tt.func @k(%kk: !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>, %vv: !memdes
 """
 
 
-def test_attention_backward_loop_keeps_two_waits_per_iteration(run_pass):
+def test_attention_backward_loop_keeps_two_waits_per_iteration(run_pass, monkeypatch):
     """The dK/dV loop (s^T = k·qT, dV += p^T·do, dP^T = v·do^T, dK += ds^T·q): qT and do each fill one buffer read
     twice; dK stays in flight behind the next iteration's s^T (whose wait retires it, then the carried dK is tied,
     a barrier, the copies), dV is retired by dP^T's wait and tied right after it; s^T and dP^T wait at once."""
+    monkeypatch.delenv("KERNELLAB_REFILL_AT_END", raising=False)  # the default schedule
     m, stats = run_pass(pipeline_dot_operands, DKDV_LOOP, GpuOptions(num_warps=4, num_stages=3))
     assert stats["pipelined"] == 1 and stats["buffers"] == 2 and stats["overlapped_wgmma"] == 1, stats
     assert stats["retired_at_next_wait"] == 1

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import os
 
+from ..gpu.axis_info import AxisAnalysis
 from ..gpu.layouts import Slice
 from ..gpu.scratch import is_wgmma
 from ..ir import Module, Op
@@ -281,6 +282,28 @@ def _side_loads(body, taken: set) -> list:
     return out
 
 
+def _side_vec(ld: Op, axis) -> int:
+    """Elements per cp.async of a row vector's copy: what the pointers' contiguity and alignment allow (the load
+    itself, issued in the layout its users want, says 1), in runs each thread holds (a wgmma accumulator's columns
+    come in pairs), up to 16 bytes."""
+    t = ld.result.type
+    e = t.scalar.bits // 8
+    info = axis[ld.operands[0]]
+    v = min(info.contig[0], 16 // e, max(1, info.div[0] // e))
+    if len(ld.operands) > 1:
+        v = min(v, axis[ld.operands[1]].const[0])
+    v = 1 << (max(1, v).bit_length() - 1)
+    (dim,) = t.layout.dims_info(t.shape)
+    offs = [o[0] for o in t.layout.registers(t.shape)]
+    while v > 1:
+        if ((dim.lanes == 1 or dim.lane_stride % v == 0) and (dim.warps == 1 or dim.warp_stride % v == 0)
+                and len(offs) % v == 0 and all(offs[k] % v == 0 and offs[k:k + v] == list(range(offs[k], offs[k] + v))
+                                               for k in range(0, len(offs), v))):
+            return v
+        v //= 2
+    return 1
+
+
 def _expand(bld: Builder, v, axis: int):
     """A 1-D tensor as the [1, N] / [N, 1] tile of its parent layout."""
     t = v.type
@@ -291,18 +314,23 @@ def _expand(bld: Builder, v, axis: int):
 
 def _issue(bld: Builder, plans, bufs, slot, mapping, pred, bpc: BlockPtrCopies, axes=()):
     """Clone each operand's address computation under `mapping` and start its copy into `slot`; one commit
-    group for all. `axes`: for each plan after the dots' tiles, the axis its row vector's stage adds."""
+    group for all. `axes`: for each plan after the dots' tiles, (the axis its row vector's stage adds, the copy's
+    vector width)."""
     axes = [None] * (len(plans) - len(axes)) + list(axes)
-    for (ld, sl), buf, axis in zip(plans, bufs, axes):
+    for (ld, sl), buf, side in zip(plans, bufs, axes):
         for op in sl:
             if id(op.results[0]) not in mapping:
                 insert_before(bld.anchor, op.clone(mapping))
         ptrs = mapping.get(id(ld.operands[0]), ld.operands[0])
         view = bld.op("ttg.memdesc_index", [buf, slot], [buf.type.tile()], loc=ld.loc).result
         mask = mapping.get(id(ld.operands[1]), ld.operands[1]) if len(ld.operands) > 1 else None
-        if axis is not None:
+        if side is not None:
+            axis, vec = side
             ptrs = _expand(bld, ptrs, axis)
             mask = _expand(bld, mask, axis) if mask is not None else None
+            bld.op("ttg.async_copy", [ptrs, view, pred] + ([mask] if mask is not None else []), [], {"vec": vec},
+                   loc=ld.loc)
+            continue
         copy_tile(bld, ld, ptrs, view, pred, bpc, mask)
     bld.op("ttg.async_commit", [], [])
 
@@ -363,7 +391,11 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     side = _side_loads(body, seen) if plans and side_loads_enabled() else []
     n_dot = len(plans)
     plans += [(ld, sl) for ld, sl, _ in side]
-    axes = [axis for *_, axis in side]
+    if side:
+        fresh = AxisAnalysis(bpc.fn)  # of the IR as it is now (earlier loops rewritten)
+        axes = [(axis, _side_vec(ld, fresh)) for ld, _, axis in side]
+    else:
+        axes = []
     carried = _carried_closure(for_op, plans) if plans else None
     if plans and carried is None:
         why.append("a loop-carried address update cannot be recomputed")
