@@ -295,10 +295,21 @@ def _side_vec(ld: Op, axis) -> int:
     v = 1 << (max(1, v).bit_length() - 1)
     (dim,) = t.layout.dims_info(t.shape)
     offs = [o[0] for o in t.layout.registers(t.shape)]
+    # the copy runs over the registers of the parent layout's [1, N] / [N, 1] tile: runs there too
+    shape = list(t.shape)
+    shape.insert(t.layout.dim, 1)
+    d = 1 - t.layout.dim
+    parent = t.layout.parent.registers(tuple(shape))
+
+    def runs(regs, v, at):
+        return len(regs) % v == 0 and all(
+            regs[k][at] % v == 0 and all(regs[k + i][at] == regs[k][at] + i and
+                                         regs[k + i][:at] + regs[k + i][at + 1:] == regs[k][:at] + regs[k][at + 1:]
+                                         for i in range(1, v)) for k in range(0, len(regs), v))
+
     while v > 1:
         if ((dim.lanes == 1 or dim.lane_stride % v == 0) and (dim.warps == 1 or dim.warp_stride % v == 0)
-                and len(offs) % v == 0 and all(offs[k] % v == 0 and offs[k:k + v] == list(range(offs[k], offs[k] + v))
-                                               for k in range(0, len(offs), v))):
+                and runs([(o,) for o in offs], v, 0) and runs(parent, v, d)):
             return v
         v //= 2
     return 1
