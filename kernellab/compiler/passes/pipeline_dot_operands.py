@@ -399,15 +399,19 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
             readers.append(rd)
             targets.append((dot, index))
     reads = [(d, i) for rd in readers for d, i, *_ in rd]  # every (dot, operand) a buffer feeds
-    side = _side_loads(body, seen) if plans and side_loads_enabled() else []
+    carried = _carried_closure(for_op, plans) if plans else None
+    side = _side_loads(body, seen) if carried is not None and side_loads_enabled() else []
     n_dot = len(plans)
+    if side:  # unless their addresses need a carried value the copies cannot recompute
+        with_side = _carried_closure(for_op, plans + [(ld, sl) for ld, sl, _ in side])
+        side = side if with_side is not None else []
+        carried = with_side if side else carried
     plans += [(ld, sl) for ld, sl, _ in side]
     if side:
         fresh = AxisAnalysis(bpc.fn)  # of the IR as it is now (earlier loops rewritten)
         axes = [(axis, _side_vec(ld, fresh)) for ld, _, axis in side]
     else:
         axes = []
-    carried = _carried_closure(for_op, plans) if plans else None
     if plans and carried is None:
         why.append("a loop-carried address update cannot be recomputed")
     if stages < 2 or step is None or step <= 0 or not plans or carried is None:
