@@ -5,13 +5,15 @@ checks kernellab and Triton against torch SDPA computed in float32 (fresh random
 poisoned with NaN before the launch), then times kernellab, `torch.nn.functional.scaled_dot_product_attention`
 (fp16) and Triton. Each backward row runs each compiler's forward (with the log-sum-exp the backward reads), checks
 its dq, dk, dv (poisoned with NaN) against float32 autograd through SDPA, then times the three backward launches
-(delta, dK/dV, dQ) against `torch.autograd.grad` through fp16 SDPA. Writes
+(delta, dK/dV, dQ) against `torch.autograd.grad` through fp16 SDPA, and the dK/dV and dQ kernels alone (the
+line ends with Triton's time / kernellab's for each: "dkdv 0.95 dq 1.02"). Writes
 benchmarks/results/<date>-<gpu>-attention.json and prints TFLOP/s (forward 4·B·H·S²·D, backward 2.5 times that,
 halved when causal) and ratios.
 
     python benchmarks/attention.py       # needs a CUDA GPU, torch and (for the comparison) triton
     python benchmarks/attention.py --hd 128 --seq 4096 --causal 1 --config 128=128,64,8,3   # one row, a config
     python benchmarks/attention.py --mode bwd                                    # the backward rows only
+    python benchmarks/attention.py --mode bwd --no-write                         # print, write no JSON
     python benchmarks/attention.py --mode bwd --hd 64 --seq 4096 --bwd-config 64=32,128,128,32,4,3 \
         --bwd-config 64=32,128,128,32,4,4                                         # backward configs side by side
 
@@ -141,9 +143,15 @@ def run_bwd_row(impls, Z, H, S, D, causal, device="cuda", timer=bench, seed=0, c
             t = timer(lambda: attention_backward(q, k, v, o, do, lse, causal, sm_scale, mod, bwd, dq=grads[0],
                                                  dk=grads[1], dv=grads[2], delta=delta, **cfg))
             kv, dq = launched[1], launched[2]
+            # each of the two big kernels alone (delta from the launches above), to see which one a gap is in
+            alone = [timer(lambda part=part: attention_backward(q, k, v, o, do, lse, causal, sm_scale, mod, bwd,
+                                                                 dq=grads[0], dk=grads[1], dv=grads[2], delta=delta,
+                                                                 launch=(part,), **cfg))
+                     for part in ("dkdv", "dq")]
             row[name] = {"seconds": t, "tflops": flops / t / 1e12, "max_err": max(errs), "rel_err": max(rels),
                          "ok": ok, "n_regs": [getattr(x, "n_regs", None) for x in (kv, dq)],
-                         "n_spills": [getattr(x, "n_spills", None) for x in (kv, dq)]}
+                         "n_spills": [getattr(x, "n_spills", None) for x in (kv, dq)],
+                         "seconds_dkdv_dq": alone}
         except Exception as e:  # a failing implementation is recorded, not fatal
             row[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
     qt, kt, vt = (t.detach().clone().requires_grad_() for t in (q, k, v))
@@ -164,6 +172,7 @@ def _parse_args(argv=None):
                    help="override the launch config of one head dim, e.g. 128=128,64,8,3")
     p.add_argument("--mode", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd"],
                    help="forward rows, backward rows or both (default both)")
+    p.add_argument("--no-write", action="store_true", help="print the table only, write no results JSON")
     p.add_argument("--bwd-config", action="append", default=[], metavar="HD=BM1,BN1,BM2,BN2,WARPS,STAGES",
                    help="the backward config of one head dim, e.g. 64=32,128,128,32,4,3; given several times for "
                         "one head dim, each config gets its rows (a sweep)")
@@ -223,9 +232,10 @@ def main(argv=None):
               "versions": {"python": platform.python_version(), "torch": torch.__version__,
                            "triton": triton_version, "kernellab": kernellab.__version__, "cuda": torch.version.cuda},
               "triton_skipped": triton_skipped, "rows": rows}
-    _keep_other_modes(result, gpu)
-    path = write_results(result, "attention")
-    print(f"\nwrote {path}")
+    if not args.no_write:
+        _keep_other_modes(result, gpu)
+        path = write_results(result, "attention")
+        print(f"\nwrote {path}")
     for row in rows:
         for name in ("kernellab", "triton"):
             r = row.get(name)
@@ -282,6 +292,10 @@ def _fmt(row):
         c = row["config"]
         cfg = "  " + ",".join(str(c.get(k, "-")) for k in ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_warps",
                                                   "num_stages"))
+        kl, tr = row.get("kernellab") or {}, row.get("triton") or {}
+        if "seconds_dkdv_dq" in kl and "seconds_dkdv_dq" in tr:  # Triton's time / ours, per kernel
+            cfg += "  dkdv {:.2f} dq {:.2f}".format(*(b / a for a, b in zip(kl["seconds_dkdv_dq"],
+                                                                            tr["seconds_dkdv_dq"])))
     return f"{row['case']:<24} {tf('kernellab')} {tf('triton')} {tf('torch')}  {ratio('kernellab', 'torch')} " \
            f"{ratio('kernellab', 'triton')}{cfg}"
 

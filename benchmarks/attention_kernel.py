@@ -260,13 +260,14 @@ def make_attention_bwd_kernels(kl, tl):
 
 def attention_backward(q, k, v, o, do, lse, causal, sm_scale, kl_module, kernels, BLOCK_M1=32, BLOCK_N1=128,
                        BLOCK_M2=128, BLOCK_N2=32, num_warps=4, num_stages=3, dq=None, dk=None, dv=None,
-                       delta=None, **options):
+                       delta=None, launch=("delta", "dkdv", "dq"), **options):
     """dq, dk, dv of `attention` given its output `o`, the output's gradient `do` and the forward's `lse`.
 
     `kernels` comes from `make_attention_bwd_kernels(kl_module, ...)`. dq, dk and dv are written into the
     given tensors (they must have q's, k's and v's strides) or new ones; `delta` is float32 scratch of
-    lse's shape; `options` go to the dK/dV and dQ launches (`enable_wgmma=False`, say). Returns (dq, dk, dv,
-    the launches' results)."""
+    lse's shape; `options` go to the dK/dV and dQ launches (`enable_wgmma=False`, say). `launch` names the kernels to
+    run (all three by default; one alone to time it, given the `delta` an earlier call computed). Returns (dq, dk,
+    dv, the launches' results, None for a kernel not run)."""
     preprocess, dkdv_kernel, dq_kernel = kernels
     Z, H, N_CTX, HEAD_DIM = q.shape
     assert k.shape == v.shape == o.shape == do.shape == q.shape, "q, k, v, o and do must have the same shape"
@@ -284,13 +285,17 @@ def attention_backward(q, k, v, o, do, lse, causal, sm_scale, kl_module, kernels
     delta = lse.new_empty(lse.shape) if delta is None else delta
     qk_scale = sm_scale * LOG2E
     cfg = dict(num_warps=num_warps, num_stages=num_stages, **options)
-    pre = preprocess[(N_CTX // BLOCK_M2, Z * H)](o, do, delta, *o.stride(), *do.stride(), H, N_CTX,
-                                                  BLOCK_M=BLOCK_M2, HEAD_DIM=HEAD_DIM, num_warps=4)
+    pre = kv = qq = None
+    if "delta" in launch:
+        pre = preprocess[(N_CTX // BLOCK_M2, Z * H)](o, do, delta, *o.stride(), *do.stride(), H, N_CTX,
+                                                      BLOCK_M=BLOCK_M2, HEAD_DIM=HEAD_DIM, num_warps=4)
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    kv = dkdv_kernel[(N_CTX // BLOCK_N1, Z * H)](q, k, v, do, dk, dv, lse, delta, sm_scale, qk_scale, *strides,
-                                                 H, N_CTX, BLOCK_M=BLOCK_M1, BLOCK_N=BLOCK_N1, HEAD_DIM=HEAD_DIM,
-                                                 CAUSAL=causal, **cfg)
-    qq = dq_kernel[(N_CTX // BLOCK_M2, Z * H)](q, k, v, do, dq, lse, delta, sm_scale, qk_scale, *strides, H, N_CTX,
-                                               BLOCK_M=BLOCK_M2, BLOCK_N=BLOCK_N2, HEAD_DIM=HEAD_DIM, CAUSAL=causal,
-                                               **cfg)
+    if "dkdv" in launch:
+        kv = dkdv_kernel[(N_CTX // BLOCK_N1, Z * H)](q, k, v, do, dk, dv, lse, delta, sm_scale, qk_scale, *strides,
+                                                     H, N_CTX, BLOCK_M=BLOCK_M1, BLOCK_N=BLOCK_N1, HEAD_DIM=HEAD_DIM,
+                                                     CAUSAL=causal, **cfg)
+    if "dq" in launch:
+        qq = dq_kernel[(N_CTX // BLOCK_M2, Z * H)](q, k, v, do, dq, lse, delta, sm_scale, qk_scale, *strides, H,
+                                                   N_CTX, BLOCK_M=BLOCK_M2, BLOCK_N=BLOCK_N2, HEAD_DIM=HEAD_DIM,
+                                                   CAUSAL=causal, **cfg)
     return dq, dk, dv, (pre, kv, qq)

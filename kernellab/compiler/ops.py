@@ -224,6 +224,8 @@ _def("ttg.async_copy", "start copying a tile from global into shared memory (cp.
      "(ptrs, view, pred [, mask]); masked-off elements become zero", pure=False, memory="read")
 _def("ttg.local_store", "write a register tile into a stage of a shared-memory buffer (st.shared; where wgmma "
      "reads the buffer, then fence.proxy.async): (value, view); fp32 rounded to tf32 where {tf32}", pure=False)
+_def("ttg.local_load", "read a tile from a stage of a shared-memory buffer into registers (ld.shared), in the "
+     "result's layout: a row vector a pipelined loop's copies brought with the dots' tiles", pure=False)
 _def("ttg.async_commit", "close the group of copies started since the last commit (cp.async.commit_group)",
      pure=False)
 _def("ttg.async_wait", "wait until at most {pending} copy groups are in flight, then bar.sync", pure=False)

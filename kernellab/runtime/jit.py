@@ -473,9 +473,12 @@ def _gpu_cache_key(tile_ir: str, opts, target) -> str:
     from .cache import cache_key, compiler_hash
 
     return cache_key("gpu", tile_ir, repr(opts), target.cpu, target.ptx_version, compiler_hash(),
-                     _toolchain_versions(), os.environ.get("KERNELLAB_LLVM_LSR", ""),
-                     os.environ.get("KERNELLAB_LLVM_SLSR", ""), os.environ.get("KERNELLAB_NVVM_REFLECT", ""),
-                     os.environ.get("KERNELLAB_OCCUPANCY_CAP", ""))
+                     _toolchain_versions(), *(os.environ.get(v, "") for v in CODEGEN_ENV))
+
+
+# environment variables that change the code generated (switches kept to measure a choice against the other)
+CODEGEN_ENV = ("KERNELLAB_LLVM_LSR", "KERNELLAB_LLVM_SLSR", "KERNELLAB_NVVM_REFLECT", "KERNELLAB_OCCUPANCY_CAP",
+               "KERNELLAB_CONVERT_ADDRESSES", "KERNELLAB_PIPELINE_SIDE_LOADS", "KERNELLAB_REFILL_AT_END")
 
 
 def _load_cached(key, trace):

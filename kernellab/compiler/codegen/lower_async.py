@@ -14,7 +14,7 @@ import llvmlite.ir as ir
 from ..gpu.layouts import Blocked
 from ..gpu.scratch import contiguous_run
 from ..gpu.smem_layout import linear_delta
-from .lowering_core import I8, I32, I64, SPTR, VOID, KernelLowering, _cint, handles
+from .lowering_core import I8, I32, I64, SPTR, VOID, KernelLowering, _cint, handles, llty
 
 # cp.async fills a stage through the generic proxy and wgmma reads it through the async proxy. NVIDIA's own
 # cp.async + GMMA mainloops (CUTLASS's MainloopSm90CpAsyncGmma*: cp.async.mbarrier.arrive, then the consumer's
@@ -143,6 +143,33 @@ def _async_copy(lw: KernelLowering, op):
         if valid is not None:
             args.append(b.zext(valid[g], I32))
         b.asm(fty, asm, cons, args, side_effect=True)
+
+
+@handles("ttg.local_load")
+def _local_load(lw: KernelLowering, op):
+    """ld.shared of each register's element from a dense stage (no padding, no swizzle: a row vector's), each an
+    immediate away from one address per thread where the layout allows (`linear_parts`)."""
+    b = lw.b
+    view_v, res = op.operands[0], op.results[0]
+    t, view = res.type, view_v.type
+    n = 1
+    for s in t.shape:
+        n *= s
+    m = 1
+    for s in view.shape:
+        m *= s
+    assert view.pad == 0 and not view.swizzle and n == m, f"ttg.local_load from {view}"
+    e = t.scalar.bits // 8
+    ty = llty(t.scalar)
+    base = lw.get(view_v)
+    lin = lw.linear_parts(t.layout, t.shape)
+    if lin is not None:
+        thread, consts = lin
+        start = b.add(base, b.mul(thread, _cint(e)))
+        addrs = [b.add(start, _cint(c * e)) for c in consts]
+    else:
+        addrs = [b.add(base, b.mul(lw.linear_index(ix, t.shape), _cint(e))) for ix in lw.reg_indices(t.layout, t.shape)]
+    lw.put(res, [b.load(b.gep(lw.smem, [a], source_etype=I8), typ=ty) for a in addrs])
 
 
 @handles("ttg.local_store")

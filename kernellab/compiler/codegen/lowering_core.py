@@ -13,6 +13,7 @@ elementwise ops) and the table of op handlers that the lower_*.py modules fill w
 """
 from __future__ import annotations
 
+import os
 import struct
 
 import llvmlite.ir as ir
@@ -254,6 +255,28 @@ class KernelLowering:
                 self.idx_cache[key] = out
         return self.idx_cache[key]
 
+    def linear_parts(self, layout, shape, pitch=None):
+        """The row-major linear index of each register's element (rows `pitch` elements apart when padded) as
+        one thread part (LLVM i32, in the body) plus a constant per register; None where a dimension
+        replicates (its index wraps, so it is not linear in the register offsets). Addresses built as base +
+        constant keep the constant an immediate of the shared-memory access: from the per-dim indices, LLVM
+        turns `+ offset` into `or` (the bits are disjoint), ptxas cannot fold those, and holds one address
+        register per access instead (32 for a 128x128 accumulator's conversion, live across a loop)."""
+        infos = layout.dims_info(shape)
+        if any(i.replicated for i in infos):
+            return None
+        parts = self.thread_parts(layout, shape)
+        strides, stride = [0] * len(shape), 1
+        for d in reversed(range(len(shape))):
+            strides[d] = stride
+            stride *= pitch if pitch is not None and d == len(shape) - 1 else shape[d]
+        base = None
+        for d in range(len(shape)):
+            term = parts[d] if strides[d] == 1 else self.b.mul(parts[d], _cint(strides[d]))
+            base = term if base is None else self.b.add(base, term)
+        consts = [sum(o * st for o, st in zip(offs, strides)) for offs in layout.registers(shape)]
+        return (base if base is not None else _cint(0)), consts
+
     def linear_index(self, idx, shape, pitch=None):
         """Row-major linear index of an element from its per-dim indices (rows `pitch` elements apart when
         they are padded)."""
@@ -267,25 +290,18 @@ class KernelLowering:
     def smem_places(self, op: Op, layout, shape, size: int, regs, pitch=None):
         """Per register k in `regs`: the shared-memory address of its element (row-major, rows `pitch` apart,
         `size` bytes each). Where the layout holds no copies, the address is one per-thread base plus a constant
-        per register -- the constant folds into the load's or store's immediate offset, so a tile's conversion
-        keeps one address register instead of one per register (LLVM's disjoint-bit `or`s of the index math
-        did not fold, and the hoisted 64-bit addresses spilled tutorial 09's epilogue)."""
-        infos = layout.dims_info(shape)
-        if any(i.replicated for i in infos) or not shape:
+        per register (`linear_parts`) -- the constant folds into the load's or store's immediate offset, so a
+        tile's conversion keeps one address register instead of one per register (LLVM's disjoint-bit `or`s of
+        the index math did not fold, and the hoisted 64-bit addresses spilled tutorial 09's epilogue).
+        KERNELLAB_CONVERT_ADDRESSES=per_register gives each its own index math (kept to time the two)."""
+        per_register = os.environ.get("KERNELLAB_CONVERT_ADDRESSES", "").lower() == "per_register"
+        lin = None if per_register or not shape else self.linear_parts(layout, shape, pitch)
+        if lin is None:
             idx = self.reg_indices(layout, shape)
             return [self.smem_ptr(op, self.b.mul(self.linear_index(idx[k], shape, pitch), _cint(size))) for k in regs]
-        parts = self.thread_parts(layout, shape)
-        base = self.smem_ptr(op, self.b.mul(self.linear_index(parts[:len(shape)], shape, pitch), _cint(size)))
-        strides, acc = [0] * len(shape), 1
-        for d in reversed(range(len(shape))):
-            strides[d] = acc
-            acc *= pitch if pitch is not None and d == len(shape) - 1 else shape[d]
-        offs = layout.registers(shape)
-        out = []
-        for k in regs:
-            c = sum(o * st for o, st in zip(offs[k], strides)) * size
-            out.append(self.b.gep(base, [_cint(c)], source_etype=I8) if c else base)
-        return out
+        thread, consts = lin
+        base = self.smem_ptr(op, self.b.mul(thread, _cint(size)))
+        return [self.b.gep(base, [_cint(consts[k] * size)], source_etype=I8) if consts[k] else base for k in regs]
 
     def smem_ptr(self, op: Op, byte_offset, extra=0):
         base = op.attrs.get("smem_offset", 0) + extra

@@ -51,6 +51,8 @@ _MBARRIER_PURPOSE = {None: "TMA copies complete on them",
 
 def _purpose(op) -> str:
     read_by = op.attrs.get("read_by")
+    if op.attrs.get("operand") == "side":
+        return "a row vector read next to the dots"
     return f"read by a {read_by}" if read_by else f"dot operand {op.attrs.get('operand', '?')}"
 
 

@@ -48,11 +48,15 @@ stages by TMA on sm_90, `warpgroup_turns` lets attention's two warpgroups sync o
 """
 from __future__ import annotations
 
+import os
+
+from ..gpu.axis_info import AxisAnalysis
+from ..gpu.layouts import Slice
 from ..gpu.scratch import is_wgmma
 from ..ir import Module, Op
 from ..ops import is_pure
 from ..rewrite import extend_for_iter_args, insert_before, int_const, pure_slice
-from ..types import MemDescType, int1
+from ..types import MemDescType, TensorType, int1
 from . import dce
 from .dot_stages import I32, BlockPtrCopies, Builder, buffer_type, copy_tile, copyable, k_major_why
 
@@ -244,16 +248,110 @@ def _carried_closure(for_op: Op, slices) -> set | None:
     return need
 
 
-def _issue(bld: Builder, plans, bufs, slot, mapping, pred, bpc: BlockPtrCopies):
+def side_loads_enabled() -> bool:
+    """KERNELLAB_PIPELINE_SIDE_LOADS=1: a pipelined loop's row-vector loads (see `_side_loads`) ride in its
+    stages too. Off by default until timed on the GPU; part of the disk-cache key."""
+    return os.environ.get("KERNELLAB_PIPELINE_SIDE_LOADS", "0").lower() not in ("", "0", "off", "false", "no")
+
+
+def refill_at_end() -> bool:
+    """KERNELLAB_REFILL_AT_END=1: in a chain of more than two wgmma dots (the attention backward's loops) the
+    barrier and the copies that refill a stage go at the end of the body, after the last dot's issue (Triton's
+    order), instead of right after the first dot's wait (which the forward's two-dot chain measured faster).
+    Either way they refill the stage the previous iteration read, which the first dot's wait has retired. Off by
+    default until timed on the GPU; part of the disk-cache key."""
+    return os.environ.get("KERNELLAB_REFILL_AT_END", "0").lower() not in ("", "0", "off", "false", "no")
+
+
+def _side_loads(body, taken: set) -> list:
+    """The loads of the loop body besides the dots' tiles that the copies can carry too, as (load, address slice,
+    the axis the stage adds): row vectors (a 1-D slice of a 2-D layout, 2- or 4-byte elements: the attention
+    backward's lse and delta, read next to the scores). Loaded in the body, each costs a global-memory latency
+    per iteration that only the dot issued before its use hides (Triton's pipeliner copies them with the tiles
+    and reads them back from shared memory). The stage holds the vector as a [1, N] (or [N, 1]) tile, so the
+    copy is the 2-D copy of the parent layout, only the representative threads copying."""
+    out = []
+    for ld in body.ops:
+        if ld.name != "tt.load" or id(ld) in taken or ld.attrs.get("volatile"):
+            continue
+        t = ld.result.type
+        if ld.operands[0].type.is_block_ptr() or not isinstance(t, TensorType) or len(t.shape) != 1:
+            continue
+        if not isinstance(t.layout, Slice) or t.layout.parent.rank != 2 or t.scalar.is_ptr():
+            continue
+        size = t.scalar.bits // 8
+        if size not in (2, 4) or ld.attrs.get("vec", 1) * size not in (4, 8, 16):
+            continue
+        if len(ld.operands) > 2:
+            other = ld.operands[2].defining_op
+            if other is None or other.name != "arith.constant" or other.attrs.get("value") not in (0, 0.0):
+                continue
+        sl = pure_slice(ld, body)
+        if sl is not None:
+            out.append((ld, sl, t.layout.dim))
+    return out
+
+
+def _side_vec(ld: Op, axis) -> int:
+    """Elements per cp.async of a row vector's copy: what the pointers' contiguity and alignment allow (the load
+    itself, issued in the layout its users want, says 1), in runs each thread holds (a wgmma accumulator's columns
+    come in pairs), up to 16 bytes."""
+    t = ld.result.type
+    e = t.scalar.bits // 8
+    info = axis[ld.operands[0]]
+    v = min(info.contig[0], 16 // e, max(1, info.div[0] // e))
+    if len(ld.operands) > 1:
+        v = min(v, axis[ld.operands[1]].const[0])
+    v = 1 << (max(1, v).bit_length() - 1)
+    (dim,) = t.layout.dims_info(t.shape)
+    offs = [o[0] for o in t.layout.registers(t.shape)]
+    # the copy runs over the registers of the parent layout's [1, N] / [N, 1] tile: runs there too
+    shape = list(t.shape)
+    shape.insert(t.layout.dim, 1)
+    d = 1 - t.layout.dim
+    parent = t.layout.parent.registers(tuple(shape))
+
+    def runs(regs, v, at):
+        return len(regs) % v == 0 and all(
+            regs[k][at] % v == 0 and all(regs[k + i][at] == regs[k][at] + i and
+                                         regs[k + i][:at] + regs[k + i][at + 1:] == regs[k][:at] + regs[k][at + 1:]
+                                         for i in range(1, v)) for k in range(0, len(regs), v))
+
+    while v > 1:
+        if ((dim.lanes == 1 or dim.lane_stride % v == 0) and (dim.warps == 1 or dim.warp_stride % v == 0)
+                and runs([(o,) for o in offs], v, 0) and runs(parent, v, d)):
+            return v
+        v //= 2
+    return 1
+
+
+def _expand(bld: Builder, v, axis: int):
+    """A 1-D tensor as the [1, N] / [N, 1] tile of its parent layout."""
+    t = v.type
+    shape = list(t.shape)
+    shape.insert(axis, 1)
+    return bld.op("tt.expand_dims", [v], [TensorType(tuple(shape), t.elem, t.layout.parent)], {"axis": axis}).result
+
+
+def _issue(bld: Builder, plans, bufs, slot, mapping, pred, bpc: BlockPtrCopies, axes=()):
     """Clone each operand's address computation under `mapping` and start its copy into `slot`; one commit
-    group for all."""
-    for (ld, sl), buf in zip(plans, bufs):
+    group for all. `axes`: for each plan after the dots' tiles, (the axis its row vector's stage adds, the copy's
+    vector width)."""
+    axes = [None] * (len(plans) - len(axes)) + list(axes)
+    for (ld, sl), buf, side in zip(plans, bufs, axes):
         for op in sl:
             if id(op.results[0]) not in mapping:
                 insert_before(bld.anchor, op.clone(mapping))
         ptrs = mapping.get(id(ld.operands[0]), ld.operands[0])
         view = bld.op("ttg.memdesc_index", [buf, slot], [buf.type.tile()], loc=ld.loc).result
         mask = mapping.get(id(ld.operands[1]), ld.operands[1]) if len(ld.operands) > 1 else None
+        if side is not None:
+            axis, vec = side
+            ptrs = _expand(bld, ptrs, axis)
+            mask = _expand(bld, mask, axis) if mask is not None else None
+            bld.op("ttg.async_copy", [ptrs, view, pred] + ([mask] if mask is not None else []), [], {"vec": vec},
+                   loc=ld.loc)
+            continue
         copy_tile(bld, ld, ptrs, view, pred, bpc, mask)
     bld.op("ttg.async_commit", [], [])
 
@@ -312,6 +410,18 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
             targets.append((dot, index))
     reads = [(d, i) for rd in readers for d, i, *_ in rd]  # every (dot, operand) a buffer feeds
     carried = _carried_closure(for_op, plans) if plans else None
+    side = _side_loads(body, seen) if carried is not None and side_loads_enabled() else []
+    n_dot = len(plans)
+    if side:  # unless their addresses need a carried value the copies cannot recompute
+        with_side = _carried_closure(for_op, plans + [(ld, sl) for ld, sl, _ in side])
+        side = side if with_side is not None else []
+        carried = with_side if side else carried
+    plans += [(ld, sl) for ld, sl, _ in side]
+    if side:
+        fresh = AxisAnalysis(bpc.fn)  # of the IR as it is now (earlier loops rewritten)
+        axes = [(axis, _side_vec(ld, fresh)) for ld, _, axis in side]
+    else:
+        axes = []
     if plans and carried is None:
         why.append("a loop-carried address update cannot be recomputed")
     if stages < 2 or step is None or step <= 0 or not plans or carried is None:
@@ -332,6 +442,12 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         buf_t = buffer_type(dot, ld.result.type, stages)
         bufs.append(pre.op("ttg.local_alloc", [], [buf_t], {"stages": stages, "operand": "ab"[index]},
                            [f"{'ab'[index]}_stages"], loc=ld.loc).result)
+    for ld, _, axis in side:  # a dense [1, N] / [N, 1] tile per stage
+        t = ld.result.type
+        shape = list(t.shape)
+        shape.insert(axis, 1)
+        bufs.append(pre.op("ttg.local_alloc", [], [MemDescType((stages, *shape), t.scalar, (1, 0))],
+                           {"stages": stages, "operand": "side"}, ["side_stages"], loc=ld.loc).result)
     # prologue: stages 0 .. ahead-1 hold iterations 0 .. ahead-1
     state = {id(a): init for a, init in zip(iter_args, for_op.operands[3:])}
     for s in range(ahead):
@@ -339,7 +455,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         mapping = dict(state)
         mapping[id(iv)] = iv_s
         slot = pre.const(s)
-        _issue(pre, plans, bufs, slot, mapping, pre.lt(iv_s, ub), bpc)
+        _issue(pre, plans, bufs, slot, mapping, pre.lt(iv_s, ub), bpc, axes)
         state.update(_advance(pre, for_op, carried, mapping))
     # the loop carries: the address state S-1 iterations ahead, the stage to read and the stage to write
     ahead_args = {}
@@ -375,6 +491,8 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         done = at.op("ttg.dot_wait", [acc], [acc.type], {"pending": 0}, [acc.hint]).result
         acc.replace_all_uses_with(done)
         done.defining_op.set_operand(0, acc)
+        if len(dots) > 2 and refill_at_end():
+            at = Builder(yield_op, loc)  # after the last dot's issue, as Triton's (it runs across the barrier)
         at.op("ttg.barrier", [], [], {"reason": "every warpgroup's previous wgmmas have read the stage refilled next"})
         overlap = (second, j)
         stats["overlapped_wgmma"] = stats.get("overlapped_wgmma", 0) + 1
@@ -382,8 +500,16 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     iv_ahead = at.add(iv, at.const(ahead * step, iv.type))
     mapping = {id(iter_args[i]): ahead_args[i] for i in carried}
     mapping[id(iv)] = iv_ahead
-    _issue(at, plans, bufs, write_slot, mapping, at.lt(iv_ahead, ub), bpc)
+    _issue(at, plans, bufs, write_slot, mapping, at.lt(iv_ahead, ub), bpc, axes)
     nxt = _advance(at, for_op, carried, mapping)
+    for buf, (ld, _, _) in zip(bufs[n_dot:], side):  # read back from the stage where it was loaded
+        b = Builder(ld, ld.loc)
+        view = b.op("ttg.memdesc_index", [buf, read_slot], [buf.type.tile()]).result
+        val = b.op("ttg.local_load", [view], [ld.result.type], {}, [ld.result.hint]).result
+        ld.result.replace_all_uses_with(val)
+        ld.erase()
+    if side:
+        stats["side_loads"] = stats.get("side_loads", 0) + len(side)
     for buf, (ld, _), rd in zip(bufs, plans, readers):
         erase = []
         for dot, index, transposed, chain in rd:

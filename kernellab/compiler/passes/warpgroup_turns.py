@@ -145,7 +145,8 @@ def run(module: Module, options=None) -> dict:
     num_warps = getattr(options, "num_warps", 4)
     for loop in pipelined_loops(module):
         chain = _chain(loop)
-        if chain is None or any(a.attrs.get("fill") == "tma" for a in loop.allocs) or not _apart(loop, chain[2]):
+        if (chain is None or any(a.attrs.get("fill") == "tma" or a.attrs.get("operand") == "side" for a in loop.allocs)
+                or not _apart(loop, chain[2])):
             continue
         _take_turns(loop, *chain, num_warps)
         stats["warpgroup_turns"] += 1
