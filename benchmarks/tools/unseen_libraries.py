@@ -1,0 +1,625 @@
+"""Triton libraries kernellab was not written against, run unchanged on a CPU interpreter and checked against
+plain torch in float64 (or the library's own pure-torch reference).
+
+    PYTHONPATH=<kernellab>:<libs> python benchmarks/tools/unseen_libraries.py [lib ...] [--op NAME ...]
+    PYTHONPATH=<libs> TRITON_INTERPRET=1 <python with triton> benchmarks/tools/unseen_libraries.py --side triton
+
+`--side kernellab` (default) calls `kernellab.compat.install()` before a library is imported, so every
+`@triton.jit` in it is a kernellab kernel; `--side triton` imports the real Triton (its interpreter with
+TRITON_INTERPRET=1). Libraries that are not importable are skipped. Install them without their
+dependencies into a directory on PYTHONPATH, e.g. `pip install --no-deps --target /tmp/libs flag-gems
+flash-linear-attention fla-core einops sqlalchemy`.
+
+GPU-first libraries probe CUDA while they are imported (FlagGems asks for the device's name and count and
+keeps a per-device cache); on a machine without a GPU this script answers those probes for one device
+(`_pretend_one_cuda_device`), which changes nothing that a kernel computes. Each op is one case: it builds
+inputs from a fixed seed, runs the library's op and compares every output with the reference; a case passes
+when the largest error is within its tolerance. Prints one line per case and a summary per library, and with
+`--json PATH` writes the results.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+LIBS = {"flag_gems": "flag_gems", "fla": "fla.ops"}  # library -> the module whose import must work
+CASES: dict[str, list] = {lib: [] for lib in LIBS}
+
+
+def case(lib, name, kind, tol=1e-4):
+    """Register `fn() -> [(got, want), ...]` as op `name` (kind: elementwise, reduction, norm, ...)."""
+    def deco(fn):
+        CASES[lib].append((name, kind, tol, fn))
+        return fn
+    return deco
+
+
+def _rand(*shape, dtype=None, lo=None, scale=1.0):
+    import torch
+
+    x = torch.randn(*shape, dtype=torch.float64) * scale
+    x = torch.where(x.abs() < 1e-3, torch.full_like(x, 1e-3), x)  # never exactly zero
+    if lo is not None:
+        x = x.abs() + lo
+    return x.to(dtype or torch.float32)
+
+
+def _pretend_one_cuda_device():
+    """Answer a GPU-first library's import-time CUDA probes for one device on a CPU-only torch."""
+    import torch
+
+    c = torch.cuda
+    if c.is_available():
+        return
+
+    class _Props:
+        name, multi_processor_count, total_memory, major, minor, L2_cache_size = "CPU", 4, 1 << 34, 9, 0, 1 << 20
+
+    c.get_device_name = lambda *a, **k: "CPU"
+    c.device_count = lambda: 1
+    c.current_device = lambda: 0
+    c.set_device = lambda *a, **k: None
+    c.device = lambda *a, **k: contextlib.nullcontext()
+    c.get_device_capability = lambda *a, **k: (9, 0)
+    c.get_device_properties = lambda *a, **k: _Props()
+    c.synchronize = lambda *a, **k: None
+
+    class _PhiloxState:
+        """A CUDA generator's state as libraries read it: two int64 words, seed and offset."""
+
+        def __init__(self):
+            self.state = torch.tensor([1234, 0], dtype=torch.int64).view(torch.uint8)
+
+        def get_state(self):
+            return self.state.clone()
+
+        def set_state(self, s):
+            self.state = s.clone()
+
+    c.default_generators = (_PhiloxState(),)
+
+
+# ---------------------------------------------------------------------------------------------------- FlagGems
+
+def _g():
+    from flag_gems import ops
+    return ops
+
+
+def _d(x):
+    return x.double()
+
+
+_X = (37, 65)
+
+
+@case("flag_gems", "add", "elementwise")
+def _fg_add():
+    x, y = _rand(*_X), _rand(*_X)
+    return [(_g().add(x, y, alpha=0.5), _d(x) + 0.5 * _d(y))]
+
+
+@case("flag_gems", "mul_broadcast", "elementwise")
+def _fg_mul():
+    x, y = _rand(*_X), _rand(1, 65)
+    return [(_g().mul(x, y), _d(x) * _d(y))]
+
+
+@case("flag_gems", "exp", "elementwise")
+def _fg_exp():
+    x = _rand(*_X)
+    return [(_g().exp(x), _d(x).exp())]
+
+
+@case("flag_gems", "gelu_tanh", "elementwise")
+def _fg_gelu():
+    import torch.nn.functional as F
+    x = _rand(*_X)
+    return [(_g().gelu(x, approximate="tanh"), F.gelu(_d(x), approximate="tanh"))]
+
+
+@case("flag_gems", "silu", "elementwise")
+def _fg_silu():
+    import torch.nn.functional as F
+    x = _rand(*_X)
+    return [(_g().silu(x), F.silu(_d(x)))]
+
+
+@case("flag_gems", "pow_scalar", "elementwise")
+def _fg_pow():
+    x = _rand(*_X, lo=0.1)
+    return [(_g().pow_tensor_scalar(x, 2.5), _d(x) ** 2.5)]
+
+
+@case("flag_gems", "clamp", "elementwise")
+def _fg_clamp():
+    x = _rand(*_X)
+    return [(_g().clamp(x, -0.5, 0.7), _d(x).clamp(-0.5, 0.7))]
+
+
+@case("flag_gems", "masked_fill", "elementwise")
+def _fg_masked_fill():
+    x = _rand(*_X)
+    return [(_g().masked_fill(x, x > 0.3, -2.0), _d(x).masked_fill(x > 0.3, -2.0))]
+
+
+@case("flag_gems", "flip", "indexing")
+def _fg_flip():
+    x = _rand(*_X)
+    return [(_g().flip(x, [0, 1]), _d(x).flip([0, 1]))]
+
+
+@case("flag_gems", "sum_dim", "reduction")
+def _fg_sum():
+    x = _rand(*_X)
+    return [(_g().sum_dim(x, [1]), _d(x).sum(1)), (_g().sum(x), _d(x).sum())]
+
+
+@case("flag_gems", "mean_dim", "reduction")
+def _fg_mean():
+    x = _rand(*_X)
+    return [(_g().mean_dim(x, [0]), _d(x).mean(0))]
+
+
+@case("flag_gems", "amax_argmax", "reduction")
+def _fg_amax():
+    x = _rand(*_X)
+    return [(_g().amax(x, [1]), _d(x).amax(1)), (_g().argmax(x, 1), _d(x).argmax(1))]
+
+
+@case("flag_gems", "prod", "reduction")
+def _fg_prod():
+    x = _rand(5, 9, lo=0.5)
+    return [(_g().prod_dim(x, 1), _d(x).prod(1))]
+
+
+@case("flag_gems", "var_mean", "reduction")
+def _fg_var_mean():
+    x = _rand(*_X)
+    v, m = _g().var_mean(x, [1])
+    return [(v, _d(x).var(1)), (m, _d(x).mean(1))]
+
+
+@case("flag_gems", "vector_norm", "reduction")
+def _fg_norm():
+    x = _rand(*_X)
+    return [(_g().vector_norm(x, 2, [1]), _d(x).norm(dim=1))]
+
+
+@case("flag_gems", "softmax", "softmax")
+def _fg_softmax():
+    x = _rand(*_X, scale=4.0)
+    return [(_g().softmax(x, 1), _d(x).softmax(1)), (_g().log_softmax(x, 0), _d(x).log_softmax(0))]
+
+
+@case("flag_gems", "layer_norm", "norm")
+def _fg_layer_norm():
+    import torch.nn.functional as F
+    x, w, b = _rand(*_X), _rand(65), _rand(65)
+    out = _g().layer_norm(x, [65], w, b, 1e-5)[0]
+    return [(out, F.layer_norm(_d(x), [65], _d(w), _d(b), 1e-5))]
+
+
+@case("flag_gems", "rms_norm", "norm")
+def _fg_rms_norm():
+    import torch
+    x, w = _rand(*_X), _rand(65)
+    return [(_g().rms_norm(x, [65], w, 1e-5), _d(x) * torch.rsqrt(_d(x).pow(2).mean(-1, keepdim=True) + 1e-5) * _d(w))]
+
+
+@case("flag_gems", "group_norm", "norm")
+def _fg_group_norm():
+    import torch.nn.functional as F
+    x, w, b = _rand(2, 8, 5, 3), _rand(8), _rand(8)
+    out = _g().group_norm(x, w, b, 2, 8, 15, 4, 1e-5)[0]
+    return [(out, F.group_norm(_d(x), 4, _d(w), _d(b), 1e-5))]
+
+
+@case("flag_gems", "mm", "matmul", tol=1e-3)
+def _fg_mm():
+    a, b = _rand(33, 40), _rand(40, 24)
+    return [(_g().mm(a, b), _d(a) @ _d(b))]
+
+
+@case("flag_gems", "bmm", "matmul", tol=1e-3)
+def _fg_bmm():
+    a, b = _rand(3, 17, 40), _rand(3, 40, 24)
+    return [(_g().bmm(a, b), _d(a) @ _d(b))]
+
+
+@case("flag_gems", "addmm", "matmul", tol=1e-3)
+def _fg_addmm():
+    c, a, b = _rand(24), _rand(33, 40), _rand(40, 24)
+    return [(_g().addmm(c, a, b, beta=0.5, alpha=2.0), 0.5 * _d(c) + 2.0 * (_d(a) @ _d(b)))]
+
+
+@case("flag_gems", "attention", "attention", tol=2e-3)
+def _fg_attention():
+    import torch
+    q, k, v = _rand(1, 2, 64, 32), _rand(1, 2, 64, 32), _rand(1, 2, 64, 32)
+    got = _g().scaled_dot_product_attention(q, k, v, is_causal=True)
+    want = torch.nn.functional.scaled_dot_product_attention(_d(q), _d(k), _d(v), is_causal=True)
+    return [(got, want)]
+
+
+@case("flag_gems", "cumsum", "scan")
+def _fg_cumsum():
+    x = _rand(*_X)
+    return [(_g().cumsum(x, 1), _d(x).cumsum(1)), (_g().cumsum(x, 0), _d(x).cumsum(0))]
+
+
+@case("flag_gems", "cummax", "scan")
+def _fg_cummax():
+    x = _rand(*_X)
+    return [(_g().cummax(x, 1)[0], _d(x).cummax(1)[0])]
+
+
+@case("flag_gems", "sort", "sort")
+def _fg_sort():
+    x = _rand(*_X)
+    return [(_g().sort(x, 1)[0], _d(x).sort(1)[0]), (_g().sort(x, 1, descending=True)[0],
+                                                        _d(x).sort(1, descending=True)[0])]
+
+
+@case("flag_gems", "topk", "sort")
+def _fg_topk():
+    x = _rand(*_X)
+    return [(_g().topk(x, 5, 1)[0], _d(x).topk(5, 1)[0])]
+
+
+@case("flag_gems", "gather", "indexing")
+def _fg_gather():
+    import torch
+    x = _rand(*_X)
+    idx = torch.randint(0, 65, (37, 9))
+    return [(_g().gather(x, 1, idx), _d(x).gather(1, idx))]
+
+
+@case("flag_gems", "scatter_add", "indexing")
+def _fg_scatter():
+    import torch
+    x, src = _rand(*_X), _rand(37, 9)
+    idx = torch.randint(0, 65, (37, 9))
+    return [(_g().scatter(x, 1, idx, src, reduce="add"), _d(x).scatter(1, idx, _d(src), reduce="add"))]
+
+
+@case("flag_gems", "index_select", "indexing")
+def _fg_index_select():
+    import torch
+    x, i = _rand(*_X), torch.tensor([3, 0, 36, 5, 5])
+    return [(_g().index_select(x, 0, i), _d(x)[i])]
+
+
+@case("flag_gems", "embedding", "indexing")
+def _fg_embedding():
+    import torch
+    w, i = _rand(50, 16), torch.randint(0, 50, (4, 7))
+    return [(_g().embedding(w, i), _d(w)[i])]
+
+
+@case("flag_gems", "cat", "indexing")
+def _fg_cat():
+    import torch
+    a, b = _rand(5, 7), _rand(3, 7)
+    return [(_g().cat([a, b], 0), torch.cat([_d(a), _d(b)], 0))]
+
+
+@case("flag_gems", "nonzero", "indexing")
+def _fg_nonzero():
+    x = _rand(*_X)
+    return [(_g().nonzero(x > 0.5), (_d(x) > 0.5).nonzero())]
+
+
+@case("flag_gems", "cross_entropy", "loss", tol=1e-4)
+def _fg_ce():
+    import torch
+    import torch.nn.functional as F
+    x, t = _rand(8, 33), torch.randint(0, 33, (8,))
+    from flag_gems.fused.cross_entropy_loss import cross_entropy_loss
+    return [(cross_entropy_loss(x, t, label_smoothing=0.1), F.cross_entropy(_d(x), t, label_smoothing=0.1))]
+
+
+@case("flag_gems", "rand_uniform", "random", tol=0.02)
+def _fg_rand():
+    import torch
+    u = _g().rand((4096,), dtype=torch.float32, device="cpu")
+    # statistics of 4096 uniform draws: mean 0.5 +- 0.005 (1 sigma), all in [0, 1), few repeats
+    return [(u.mean(), torch.tensor(0.5, dtype=torch.float64)), (((u >= 0) & (u < 1)).all(), torch.tensor(True)),
+            (u.unique().numel() > 4000, torch.tensor(True))]
+
+
+@case("flag_gems", "normal", "random", tol=0.05)
+def _fg_normal():
+    import torch
+    z = _g().randn((8192,), dtype=torch.float32, device="cpu") * 2
+    zero, one = torch.tensor(0.0, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64)
+    return [(z.mean() / 2, zero), (z.std() / 2, one)]
+
+
+@case("flag_gems", "dropout", "random", tol=0.03)
+def _fg_dropout():
+    import torch
+    x = _rand(64, 64, lo=0.5)
+    y, mask = _g().dropout(x, 0.3, True)
+    kept = y != 0
+    return [((~kept).float().mean(), torch.tensor(0.3, dtype=torch.float64)),
+            (y[kept], _d(x)[kept] / 0.7)]
+
+
+# ------------------------------------------------------------------------------------- flash-linear-attention
+
+def _qkv(B=1, T=64, H=2, K=32, V=32):
+    import torch
+    torch.manual_seed(0)
+    q, k, v = _rand(B, T, H, K), _rand(B, T, H, K), _rand(B, T, H, V)
+    return q, k, v
+
+
+@case("fla", "chunk_gla", "attention", tol=2e-3)
+def _fla_chunk_gla():
+    import torch.nn.functional as F
+    from fla.ops.gla import chunk_gla
+    from fla.ops.gla.naive import naive_recurrent_gla
+    q, k, v = _qkv()
+    g = F.logsigmoid(_rand(*k.shape))
+    o, _ = chunk_gla(q, k, v, g)
+    ref, _ = naive_recurrent_gla(q.double(), k.double(), v.double(), g.double())
+    return [(o, ref)]
+
+
+@case("fla", "fused_recurrent_gla", "attention", tol=2e-3)
+def _fla_rec_gla():
+    import torch.nn.functional as F
+    from fla.ops.gla import fused_recurrent_gla
+    from fla.ops.gla.naive import naive_recurrent_gla
+    q, k, v = _qkv()
+    g = F.logsigmoid(_rand(*k.shape))
+    o, _ = fused_recurrent_gla(q, k, v, gk=g)
+    ref, _ = naive_recurrent_gla(q.double(), k.double(), v.double(), g.double())
+    return [(o, ref)]
+
+
+@case("fla", "chunk_simple_gla", "attention", tol=2e-3)
+def _fla_simple_gla():
+    import torch.nn.functional as F
+    from fla.ops.simple_gla import chunk_simple_gla
+    from fla.ops.simple_gla.naive import naive_recurrent_simple_gla
+    q, k, v = _qkv()
+    g = F.logsigmoid(_rand(*q.shape[:3]))
+    o, _ = chunk_simple_gla(q, k, v, g=g)
+    ref, _ = naive_recurrent_simple_gla(q.double(), k.double(), v.double(), g.double())
+    return [(o, ref)]
+
+
+@case("fla", "chunk_delta_rule", "attention", tol=3e-2)
+def _fla_delta():
+    import torch
+    import torch.nn.functional as F
+    from fla.ops.delta_rule import chunk_delta_rule
+    from fla.ops.delta_rule.naive import delta_rule_recurrence
+    q, k, v = _qkv()
+    k = F.normalize(k, p=2, dim=-1)
+    beta = torch.sigmoid(_rand(*q.shape[:3]))
+    q, k, v, beta = (t.bfloat16() for t in (q, k, v, beta))  # the op takes bf16/fp16 only
+    o, _ = chunk_delta_rule(q, k, v, beta)
+    tr = lambda x: x.double().transpose(1, 2)  # noqa: E731 (the naive reference is head-first)
+    ref, _ = delta_rule_recurrence(tr(q), tr(k), tr(v), beta.double().transpose(1, 2))
+    return [(o, ref.transpose(1, 2))]
+
+
+@case("fla", "parallel_attn", "attention", tol=2e-3)
+def _fla_attn():
+    import torch
+    from fla.ops.attn import parallel_attn
+    q, k, v = _qkv()
+    o = parallel_attn(q, k, v)
+    tr = lambda x: x.double().transpose(1, 2)  # noqa: E731
+    ref = torch.nn.functional.scaled_dot_product_attention(tr(q), tr(k), tr(v), is_causal=True).transpose(1, 2)
+    return [(o, ref)]
+
+
+@case("fla", "rms_norm", "norm")
+def _fla_rmsnorm():
+    import torch
+    from fla.modules.layernorm import rms_norm
+    x, w = _rand(9, 64), _rand(64)
+    return [(rms_norm(x, w, None, eps=1e-5), _d(x) * torch.rsqrt(_d(x).pow(2).mean(-1, keepdim=True) + 1e-5) * _d(w))]
+
+
+@case("fla", "layer_norm", "norm")
+def _fla_layernorm():
+    import torch.nn.functional as F
+    from fla.modules.layernorm import layer_norm
+    x, w, b = _rand(9, 64), _rand(64), _rand(64)
+    return [(layer_norm(x, w, b, eps=1e-5), F.layer_norm(_d(x), [64], _d(w), _d(b), 1e-5))]
+
+
+@case("fla", "l2norm_fwd_bwd", "norm")
+def _fla_l2norm():
+    import torch
+    import torch.nn.functional as F
+    from fla.modules.l2norm import l2norm
+    x = _rand(9, 64)
+    xr, xd = x.clone().requires_grad_(), _d(x).requires_grad_()
+    y = l2norm(xr)
+    yd = F.normalize(xd, dim=-1, eps=0)
+    go = torch.randn_like(yd)
+    y.backward(go.float())
+    yd.backward(go)
+    return [(y, yd), (xr.grad, xd.grad)]
+
+
+@case("fla", "chunk_local_cumsum", "scan")
+def _fla_cumsum():
+    from fla.ops.utils.cumsum import chunk_local_cumsum
+    g = _rand(2, 64, 3)
+    return [(chunk_local_cumsum(g, chunk_size=16), _d(g).view(2, 4, 16, 3).cumsum(2).view(2, 64, 3))]
+
+
+@case("fla", "logsigmoid_fwd_bwd", "elementwise")
+def _fla_logsigmoid():
+    import torch
+    import torch.nn.functional as F
+    from fla.modules.activations.ops import logsigmoid, swish
+    x = _rand(9, 64, scale=3.0)
+    xr, xd = x.clone().requires_grad_(), _d(x).requires_grad_()
+    y, yd = logsigmoid(xr, 2.0), F.logsigmoid(xd) / 2.0
+    go = torch.randn_like(yd)
+    y.backward(go.float())
+    yd.backward(go)
+    return [(y, yd), (xr.grad, xd.grad), (swish(x), F.silu(_d(x)))]
+
+
+@case("fla", "token_shift", "indexing")
+def _fla_token_shift():
+    from fla.modules.token_shift import token_shift, token_shift_ref
+    x = _rand(2, 17, 24)
+    return [(token_shift(x), token_shift_ref(_d(x)))]
+
+
+@case("fla", "softmax", "softmax")
+def _fla_softmax():
+    from fla.ops.utils.softmax import softmax_fwd
+    x = _rand(2, 64, 48, scale=3.0)
+    return [(softmax_fwd(x), _d(x).softmax(-1))]
+
+
+@case("fla", "solve_tril", "matmul", tol=1e-3)
+def _fla_solve_tril():
+    import torch
+    from fla.ops.utils.solve_tril import solve_tril
+    B, T, H, BT = 1, 64, 2, 64
+    A = (torch.randn(B, T, H, BT, dtype=torch.float64) * 0.1).float()
+    A = A * torch.tril(torch.ones(T, BT), -1).view(1, T, 1, BT)  # strictly lower per chunk
+    got = solve_tril(A)
+    want = torch.empty(B, T, H, BT, dtype=torch.float64)
+    for h in range(H):
+        want[0, :, h] = torch.linalg.inv(torch.eye(T, dtype=torch.float64) + A[0, :, h].double())
+    return [(got, want)]
+
+
+@case("fla", "layer_norm_gated", "norm")
+def _fla_norm_gate():
+    import torch
+    import torch.nn.functional as F
+    from fla.modules.norm.fused_norm_gate import rms_norm_gated
+    x, g, w = _rand(9, 64), _rand(9, 64), _rand(64)
+    want = _d(x) * torch.rsqrt(_d(x).pow(2).mean(-1, keepdim=True) + 1e-5) * _d(w) * F.silu(_d(g))
+    return [(rms_norm_gated(x, g, w, None, activation="swish", eps=1e-5), want)]
+
+
+@case("fla", "rotary", "elementwise")
+def _fla_rotary():
+    import torch
+    from fla.modules.rotary import rotary_embedding, rotary_embedding_ref
+    x = _rand(1, 16, 2, 32)
+    t = torch.arange(16, dtype=torch.float64)
+    freqs = torch.outer(t, 1.0 / 10000 ** (torch.arange(0, 32, 2, dtype=torch.float64) / 32))
+    cos, sin = freqs.cos(), freqs.sin()
+    got = rotary_embedding(x, cos.float(), sin.float())
+    return [(got, rotary_embedding_ref(_d(x), cos, sin))]
+
+
+@case("fla", "causal_conv1d", "matmul", tol=1e-3)
+def _fla_conv():
+    import torch.nn.functional as F
+    from fla.modules.convolution import causal_conv1d
+    x, w, b = _rand(1, 32, 16), _rand(16, 4), _rand(16)
+    got = causal_conv1d(x, w, b, activation="silu")[0]
+    ref = F.conv1d(_d(x).transpose(1, 2), _d(w).unsqueeze(1), _d(b), padding=3, groups=16)[..., :32]
+    return [(got, F.silu(ref).transpose(1, 2))]
+
+
+# ---------------------------------------------------------------------------------------------------- running
+
+def _err(got, want) -> float:
+    import torch
+
+    got = got if isinstance(got, torch.Tensor) else torch.tensor(got)
+    want = want if isinstance(want, torch.Tensor) else torch.tensor(want)
+    if tuple(got.shape) != tuple(want.shape):
+        if got.numel() != want.numel():
+            raise AssertionError(f"shape {tuple(got.shape)}, expected {tuple(want.shape)}")
+        got = got.reshape(want.shape)
+    if not got.dtype.is_floating_point:
+        return float((got.long() != want.long()).sum())
+    g, w = got.double(), want.double()
+    scale = w.abs().clamp(min=1.0)
+    both_nan = g.isnan() & w.isnan()
+    return float(((g - w).abs() / scale).masked_fill(both_nan, 0).nan_to_num(float("inf")).max()) if g.numel() else 0.0
+
+
+def run_library(lib: str, side: str, only=()) -> list[dict]:
+    import torch
+
+    rows = []
+    for name, kind, tol, fn in CASES[lib]:
+        if only and name not in only:
+            continue
+        torch.manual_seed(0)
+        t0 = time.time()
+        row = {"library": lib, "op": name, "kind": kind}
+        try:
+            pairs = fn()
+            err = max(_err(g, w) for g, w in pairs)
+            row.update(passed=err <= tol, error=err, tol=tol)
+        except Exception as e:  # a library op that fails is a result, not a crash of the runner
+            tb = traceback.extract_tb(e.__traceback__)
+            where = next((f"{Path(f.filename).name}:{f.lineno}" for f in reversed(tb)
+                          if "kernellab" in f.filename or "triton" in f.filename), "")
+            row.update(passed=False, failure=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400],
+                       where=where)
+        row["seconds"] = round(time.time() - t0, 2)
+        rows.append(row)
+        status = "PASS" if row["passed"] else "FAIL"
+        detail = f"err {row['error']:.2e}" if "error" in row else row["failure"]
+        print(f"{status} {lib:10s} {name:22s} {kind:12s} {row['seconds']:6.1f}s  {detail}", flush=True)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("libs", nargs="*", help=f"libraries to run (default: all of {', '.join(LIBS)})")
+    ap.add_argument("--op", action="append", default=[], help="run only these ops")
+    ap.add_argument("--side", choices=("kernellab", "triton"), default="kernellab")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("GEMS_VENDOR", "nvidia")  # FlagGems picks its backend from this without a GPU query
+    if args.side == "kernellab":
+        if importlib.util.find_spec("kernellab") is None:
+            sys.path.insert(0, str(ROOT))
+        import kernellab.compat
+
+        kernellab.compat.install()
+    _pretend_one_cuda_device()
+    results = []
+    for lib in args.libs or list(LIBS):
+        if importlib.util.find_spec(LIBS[lib].split(".")[0]) is None:
+            print(f"SKIP {lib}: not installed")
+            continue
+        try:
+            importlib.import_module(LIBS[lib])
+        except Exception as e:
+            print(f"FAIL {lib}: import: {type(e).__name__}: {e}")
+            results.append({"library": lib, "op": "(import)", "passed": False, "failure": f"{type(e).__name__}: {e}"})
+            continue
+        rows = run_library(lib, args.side, set(args.op))
+        results += rows
+        print(f"== {lib}: {sum(r['passed'] for r in rows)} of {len(rows)} passed ({args.side})")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
