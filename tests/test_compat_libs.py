@@ -87,6 +87,37 @@ def test_autotune_pre_and_post_hooks_wrap_each_benchmark_run(triton, monkeypatch
     assert seen == [("pre", 128), ("post", 128), ("pre", 256), ("post", 256)]
 
 
+def test_cpu_tuning_skips_the_perf_model_and_compiles_until_one_works(triton, monkeypatch):
+    """xformers' tiled matmul: 100+ configs, an early prune and a perf model that asks nvidia-smi for clocks. On
+    the CPU interpreter the early prune still runs (it can drop configs that are wrong for the shapes), the perf
+    model (GPU time, GPU queries) does not, and configs are compiled only until one compiles."""
+    def perf_model(**kw):
+        raise AssertionError("the perf model ran on the CPU")
+
+    configs = [triton.Config({"BLOCK": b}) for b in (2**21, 100, 64, 128, 256)]  # the first two do not compile
+    tuned = triton.autotune(configs, key=["n"], prune_configs_by={
+        "early_config_prune": lambda cfgs, nargs, **kw: [c for c in cfgs if c.kwargs["BLOCK"] != 64],
+        "perf_model": perf_model, "top_k": 2})(add_one)
+    compiled = []
+    warmup = add_one.warmup
+    monkeypatch.setattr(add_one, "warmup", lambda *a, **k: (compiled.append(k["BLOCK"]), warmup(*a, **k))[1])
+    x, y = _rand(300), torch.zeros(300)
+    tuned[lambda meta: (triton.cdiv(300, meta["BLOCK"]),)](x, y, 300)
+    torch.testing.assert_close(y, x + 1, rtol=0, atol=0)
+    assert tuned.best_config.kwargs["BLOCK"] == 128 and compiled == [2**21, 100, 128]
+    assert "first config that compiles" in tuned.best_config_reason
+
+
+def test_gpu_model_helpers_are_served(triton):
+    """xformers' matmul perf model imports these from triton.testing (they query the GPU when called)."""
+    from triton.testing import get_dram_gbps, get_max_simd_tflops, get_max_tensorcore_tflops, nvsmi
+
+    assert all(callable(f) for f in (get_dram_gbps, get_max_simd_tflops, get_max_tensorcore_tflops, nvsmi))
+    if shutil.which("nvidia-smi") is None:
+        with pytest.raises(RuntimeError, match="nvidia-smi"):
+            nvsmi(["clocks.max.sm"])
+
+
 def test_heuristics_takes_triton_constructor(triton):
     h = triton.runtime.Heuristics(add_one, add_one.arg_names, {"BLOCK": lambda a: 128})
     x, y = _rand(200), torch.zeros(200)

@@ -32,7 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-LIBS = {"flag_gems": "flag_gems", "fla": "fla.ops"}  # library -> the module whose import must work
+LIBS = {"flag_gems": "flag_gems", "fla": "fla.ops", "xformers": "xformers.ops._triton.rmsnorm_kernels",
+        "torchao": "torchao.kernel"}  # library -> the module whose import must work
 CASES: dict[str, list] = {lib: [] for lib in LIBS}
 
 
@@ -538,6 +539,116 @@ def _fla_conv():
     got = causal_conv1d(x, w, b, activation="silu")[0]
     ref = F.conv1d(_d(x).transpose(1, 2), _d(w).unsqueeze(1), _d(b), padding=3, groups=16)[..., :32]
     return [(got, F.silu(ref).transpose(1, 2))]
+
+
+# ---------------------------------------------------------------------------------------------------- xformers
+# (its Triton kernels; the public wrappers of some refuse CPU tensors, so those kernels are launched with the
+# arguments the wrapper would pass)
+
+@case("xformers", "rms_norm", "norm")
+def _xf_rmsnorm():
+    import torch
+    from xformers.ops._triton.rmsnorm_kernels import _rms_norm_add_forward, _rms_norm_forward
+    x, y, w = _rand(7, 96), _rand(7, 96), _rand(96)
+    ref = lambda t: _d(t) * torch.rsqrt(_d(t).pow(2).mean(-1, keepdim=True) + 1e-6) * _d(w)  # noqa: E731
+    xa = x.clone()
+    got_add = _rms_norm_add_forward(xa, y, w, 1e-6)
+    return [(_rms_norm_forward(x, w, 1e-6), ref(x)), (got_add, ref(x + y)), (xa, _d(x) + _d(y))]
+
+
+@case("xformers", "index_select_cat", "indexing")
+def _xf_index_select_cat():
+    import torch
+    import triton
+    from xformers.ops._triton.k_index_select_cat import index_select_cat_fwd_kernel
+    src, idx = _rand(40, 24), torch.tensor([5, 0, 39, 7, 7, 12])
+    out = torch.full((6, 24), float("nan"))
+    grid = lambda meta: (triton.cdiv(6, meta["BLOCK_SIZE_INDEX"]), triton.cdiv(24, meta["BLOCK_SIZE_COL"]))  # noqa
+    index_select_cat_fwd_kernel[grid](out, src, idx, 6, 24, src.stride(0), src.stride(1), BLOCK_SIZE_INDEX=1,
+                                      BLOCK_SIZE_COL=512)
+    return [(out, _d(src)[idx])]
+
+
+@case("xformers", "scaled_index_add", "indexing")
+def _xf_scaled_index_add():
+    import torch
+    import triton
+    from xformers.ops._triton.k_scaled_index_add import scaled_index_add_fwd_kernel
+    x, src, scaling = _rand(10, 3, 16), _rand(4, 3, 16), _rand(16)
+    idx = torch.tensor([2, 9, 0, 5])
+    want = _d(x).clone()
+    want[idx] += 0.5 * _d(src) * _d(scaling)
+    grid = lambda meta: (triton.cdiv(4, meta["BLOCK_SIZE_INDEX"]), triton.cdiv(3, meta["BLOCK_SIZE_ROW"]),  # noqa
+                         triton.cdiv(16, meta["BLOCK_SIZE_COL"]))
+    scaled_index_add_fwd_kernel[grid](x, idx, src, scaling, 0.5, 10, 4, 3, 16, *x.stride(), BLOCK_SIZE_INDEX=1, BLOCK_SIZE_ROW=1, BLOCK_SIZE_COL=512,
+                                      HAS_SCALING=True)
+    return [(x, want)]
+
+
+@case("xformers", "tiled_matmul", "matmul", tol=1e-3)
+def _xf_tiled_matmul():
+    import torch
+    from xformers.ops._triton.tiled_matmul_kernels import _launch_triton_matmul
+    ms, ns, ks = [16, 24], [8, 40], [32, 16]
+    a = [[_rand(m, k) for k in ks] for m in ms]
+    b = [[_rand(k, n) for n in ns] for k in ks]
+    c = [[torch.full((m, n), float("nan")) for n in ns] for m in ms]
+    _launch_triton_matmul(a, b, c, ms, ns, ks)
+    A, B = torch.cat([torch.cat(r, 1) for r in a], 0), torch.cat([torch.cat(r, 1) for r in b], 0)
+    want = _d(A) @ _d(B)
+    return [(torch.cat([torch.cat(r, 1) for r in c], 0), want)]
+
+
+# ----------------------------------------------------------------------------------------------------- torchao
+
+@case("torchao", "int8_matmul", "matmul", tol=0)
+def _ao_intmm():
+    import torch
+    from torchao.kernel import intmm_triton as T
+    a = torch.randint(-128, 128, (32, 64), dtype=torch.int8)
+    b = torch.randint(-128, 128, (64, 48), dtype=torch.int8)
+    c = torch.full((32, 48), -7, dtype=torch.int32)
+    cfg = T.int8_mm_kernel_configs[0] if hasattr(T, "int8_mm_kernel_configs") else None
+    cfg = cfg or __import__("triton").Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8})
+    T.int_matmul_kernel(a, b, c, cfg)
+    return [(c, a.long() @ b.long())]
+
+
+@case("torchao", "int8_scaled_matmul", "matmul", tol=1e-5)
+def _ao_scaled_intmm():
+    import torch
+    import triton
+    from torchao.kernel import intmm_triton as T
+    a = torch.randint(-128, 128, (32, 64), dtype=torch.int8)
+    b = torch.randint(-128, 128, (64, 48), dtype=torch.int8)
+    s = _rand(32, 1, lo=0.01) / 100
+    c = torch.full((32, 48), float("nan"))
+    T.int_scaled_matmul_kernel(a, b, s, c, triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32,
+                                                            "GROUP_M": 8}))
+    return [(c, (a.double() @ b.double()) * _d(s))]
+
+
+@case("torchao", "fp8_blockwise_quant", "quantize", tol=1e-6)
+def _ao_fp8_quant():
+    import torch
+    import torch.utils._triton as tt
+
+    tt.has_triton = lambda: True  # on a CPU torch finds no Triton backend (none is meant for it): a GPU's answer
+    from torchao.kernel.blockwise_quantization import (
+        fp8_blockwise_act_quant,
+        fp8_blockwise_weight_dequant,
+        fp8_blockwise_weight_quant,
+    )
+    x = _rand(4, 256, scale=3.0)
+    y, s = fp8_blockwise_act_quant(x, 128)
+    blocks = _d(x).view(4, 2, 128)
+    scale = blocks.abs().amax(-1) / 448.0
+    want = (blocks / scale[..., None]).float().to(torch.float8_e4m3fn).double().view(4, 256)
+    w = _rand(256, 128)
+    wq, ws = fp8_blockwise_weight_quant(w, 128)
+    wd = fp8_blockwise_weight_dequant(wq, ws, 128)
+    wscale = _d(w).view(2, 128, 1, 128).abs().amax((1, 3)) / 448.0
+    return [(y.double(), want), (s, scale), (ws, wscale), (wd, wq.double() * wscale.repeat_interleave(128, 0))]
 
 
 # ---------------------------------------------------------------------------------------------------- running

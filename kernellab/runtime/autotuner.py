@@ -119,7 +119,9 @@ class Autotuner(KernelInterface):
                 raise LaunchError(f"kl.autotune for kernel '{self.__name__}': early_config_prune returned no "
                                   "config; it must keep at least one")
         model, top_k = self.perf_model, self.configs_top_k
-        if model:
+        # a performance model estimates GPU time from the GPU's clocks and bandwidth (nvidia-smi, device
+        # properties); on the CPU interpreter it has nothing to estimate and no GPU to ask, so it is skipped
+        if model and _on_gpu(tuple((self.nargs or {}).values()), kwargs):
             top_k = int(len(self.configs) * top_k) if isinstance(top_k, float) and top_k <= 1.0 else int(top_k)
             if len(configs) > top_k:
                 est = {c: model(**self.nargs, **kwargs, **c.all_kwargs()) for c in configs}
@@ -198,15 +200,19 @@ class Autotuner(KernelInterface):
             cfg.pre_hook({**named, **cfg.all_kwargs()})
         return self.fn.run(*args, grid=grid, **{**kwargs, **cfg.all_kwargs()})
 
-    def _compiles(self, configs, args, kwargs):
+    def _compiles(self, configs, args, kwargs, first_only=False):
         """The configs that compile for these arguments (like Triton, a config whose compile fails, e.g. a tile
-        too large or a bad option, is skipped); LaunchError naming every failure when none does."""
+        too large or a bad option, is skipped); LaunchError naming every failure when none does. With
+        `first_only`, stops at the first that compiles (the CPU interpreter keeps that one: compiling the rest,
+        which can be dozens, would only cost time)."""
         from ..errors import KernelLabError
 
         self.failed_configs = {}
         ok = []
         named = self._named(args, kwargs)
         for cfg in configs:
+            if ok and first_only:
+                break
             try:
                 if cfg.pre_hook:  # the hook may set what compiling needs (e.g. a descriptor's block shape)
                     cfg.pre_hook({**named, **cfg.all_kwargs()})
@@ -222,11 +228,11 @@ class Autotuner(KernelInterface):
 
     def _choose(self, configs, args, kwargs, grid):
         on_gpu = _on_gpu(args, kwargs)
-        configs = self._compiles(configs, args, kwargs) if len(configs) > 1 else configs
+        configs = self._compiles(configs, args, kwargs, first_only=not on_gpu) if len(configs) > 1 else configs
         skipped = f" ({len(self.failed_configs)} failed to compile and were skipped)" if self.failed_configs else ""
         if len(configs) == 1 or not on_gpu:
-            self.best_config_reason = ("only one config" if len(configs) == 1 else
-                                       "CPU interpreter: timings do not predict a GPU, first config kept") + skipped
+            self.best_config_reason = ("CPU interpreter: timings do not predict a GPU, first config that compiles "
+                                       "kept" if not on_gpu else "only one config") + skipped
             return configs[0]
         named = self._named(args, kwargs)
         saved = {n: named[n].clone() for n in self.restore_value}
