@@ -580,8 +580,8 @@ def _xf_scaled_index_add():
     want[idx] += 0.5 * _d(src) * _d(scaling)
     grid = lambda meta: (triton.cdiv(4, meta["BLOCK_SIZE_INDEX"]), triton.cdiv(3, meta["BLOCK_SIZE_ROW"]),  # noqa
                          triton.cdiv(16, meta["BLOCK_SIZE_COL"]))
-    scaled_index_add_fwd_kernel[grid](x, idx, src, scaling, 0.5, 10, 4, 3, 16, *x.stride(), BLOCK_SIZE_INDEX=1, BLOCK_SIZE_ROW=1, BLOCK_SIZE_COL=512,
-                                      HAS_SCALING=True)
+    scaled_index_add_fwd_kernel[grid](x, idx, src, scaling, 0.5, 10, 4, 3, 16, *x.stride(), BLOCK_SIZE_INDEX=1,
+                                      BLOCK_SIZE_ROW=1, BLOCK_SIZE_COL=512, HAS_SCALING=True)
     return [(x, want)]
 
 
