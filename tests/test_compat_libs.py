@@ -342,6 +342,27 @@ def test_torch_inductor_imports_under_compat():
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
 
 
+def test_library_triton_probes_find_one_active_driver_and_gluon(triton):
+    """vLLM's triton_utils uses Triton only when `triton.backends.backends` has exactly one active driver, and
+    imports `triton.experimental.gluon` beside the tile language: Gluon kernels import, and say at launch that
+    kernellab does not compile them."""
+    from triton.backends import backends
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+
+    assert [n for n, b in backends.items() if b.driver.is_active()] == ["nvidia"] and "cpu" not in backends
+
+    @gluon.jit
+    def k(x_ptr, BLOCK: gl.constexpr):
+        pass
+
+    with pytest.raises(kl.KernelLabError, match="Gluon kernel"):
+        k[(1,)](torch.zeros(4), BLOCK=4)
+    with pytest.raises(kl.KernelLabError, match="not served"):
+        gl.BlockedLayout([1], [32], [4], [0])
+    assert gluon.constexpr_function is triton.constexpr_function
+
+
 # -------------------------------------------------------------------------------------------- GPU and PTX
 
 @needs_ptxas

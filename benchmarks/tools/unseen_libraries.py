@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 LIBS = {"flag_gems": "flag_gems", "fla": "fla.ops", "xformers": "xformers.ops._triton.rmsnorm_kernels",
-        "torchao": "torchao.kernel"}  # library -> the module whose import must work
+        "torchao": "torchao.kernel", "vllm": "vllm.triton_utils",
+        "sglang": "sglang.kernels.ops.attention.decode_attention"}  # library -> the module whose import must work
 CASES: dict[str, list] = {lib: [] for lib in LIBS}
 
 
@@ -649,6 +650,135 @@ def _ao_fp8_quant():
     wd = fp8_blockwise_weight_dequant(wq, ws, 128)
     wscale = _d(w).view(2, 128, 1, 128).abs().amax((1, 3)) / 448.0
     return [(y.double(), want), (s, scale), (ws, wscale), (wd, wq.double() * wscale.repeat_interleave(128, 0))]
+
+
+# -------------------------------------------------------------------------------------------------------- vLLM
+# (installed with --no-deps plus `regex`; its Triton kernels import vllm.triton_utils, which counts Triton's
+# active drivers and imports triton.experimental.gluon)
+
+@case("vllm", "bi_matmul_persistent", "matmul", tol=1e-3)
+def _vl_matmul():
+    from vllm.model_executor.determinism import batch_invariant as bi
+    bi.num_compute_units = lambda *a, **k: 4  # the platform query (no vLLM platform on a CPU)
+    a, b, bias = _rand(33, 40), _rand(40, 24), _rand(24)
+    return [(bi.matmul_persistent(a, b, bias), _d(a) @ _d(b) + _d(bias)), (bi.matmul_persistent(a, b), _d(a) @ _d(b))]
+
+
+@case("vllm", "bi_log_softmax", "softmax")
+def _vl_log_softmax():
+    from vllm.model_executor.determinism import batch_invariant as bi
+    x = _rand(7, 100, scale=4.0)
+    return [(bi.log_softmax(x, -1), _d(x).log_softmax(-1)), (bi.softmax(x, -1), _d(x).softmax(-1))]
+
+
+@case("vllm", "bi_mean_dim", "reduction")
+def _vl_mean():
+    from vllm.model_executor.determinism import batch_invariant as bi
+    x = _rand(5, 37, 6)
+    return [(bi.mean_dim(x, 1), _d(x).mean(1)), (bi.mean_dim(x, 2, keepdim=True), _d(x).mean(2, keepdim=True))]
+
+
+@case("vllm", "bi_rms_norm", "norm")
+def _vl_rms():
+    import torch
+    from vllm.model_executor.determinism import batch_invariant as bi
+    x, w = _rand(6, 96), _rand(96)
+    return [(bi.rms_norm_batch_invariant(x, w, 1e-6),
+             _d(x) * torch.rsqrt(_d(x).pow(2).mean(-1, keepdim=True) + 1e-6) * _d(w))]
+
+
+@case("vllm", "merge_attn_states", "attention")
+def _vl_merge():
+    import torch
+    from vllm.v1.attention.ops.triton_merge_attn_states import merge_attn_states
+    T, H, D = 5, 4, 64
+    po, so, pl, sl = _rand(T, H, D), _rand(T, H, D), _rand(H, T), _rand(H, T)
+    out, out_lse = torch.full((T, H, D), float("nan")), torch.full((H, T), float("nan"))
+    merge_attn_states(out, po, pl, so, sl, out_lse)
+    m = torch.maximum(_d(pl), _d(sl))
+    wp, ws = (_d(pl) - m).exp(), (_d(sl) - m).exp()
+    want = (_d(po) * (wp / (wp + ws)).T[..., None] + _d(so) * (ws / (wp + ws)).T[..., None])
+    return [(out, want), (out_lse, m + (wp + ws).log())]
+
+
+@case("vllm", "decode_attention", "attention", tol=1e-3)
+def _vl_decode():
+    import torch
+    from vllm.v1.attention.ops.triton_decode_attention import decode_attention_fwd
+    B, H, HKV, D, L, S = 2, 4, 2, 64, 23, 4
+    q = _rand(B, H, D)
+    k_buf, v_buf = _rand(B * L, HKV, D), _rand(B * L, HKV, D)
+    req_to_token = torch.arange(B * L, dtype=torch.int32).view(B, L)
+    seq_len = torch.tensor([L, 17], dtype=torch.int32)
+    o, lse = torch.full((B, H, D), float("nan")), torch.full((B, H), float("nan"))
+    logits = torch.empty(B, H, S, D + 1)
+    decode_attention_fwd(q, k_buf, v_buf, o, lse, req_to_token, seq_len, logits, S, D ** -0.5)
+    want = torch.empty(B, H, D, dtype=torch.float64)
+    for b in range(B):
+        n = int(seq_len[b])
+        kk = _d(k_buf[b * L:b * L + n]).repeat_interleave(H // HKV, 1)  # [n, H, D]
+        vv = _d(v_buf[b * L:b * L + n]).repeat_interleave(H // HKV, 1)
+        p = torch.einsum("hd,nhd->hn", _d(q[b]), kk).mul(D ** -0.5).softmax(-1)
+        want[b] = torch.einsum("hn,nhd->hd", p, vv)
+    return [(o, want)]
+
+
+# ------------------------------------------------------------------------------------------------------ SGLang
+# (installed with --no-deps plus the pure-Python modules its utils import: orjson, pydantic, aiohttp, ...)
+
+def _sgl_decode(H, HKV):
+    import torch
+    from sglang.kernels.ops.attention.decode_attention import decode_attention_fwd
+    B, D, S = 2, 64, 4
+    lens = [23, 9]
+    q = _rand(B, H, D)
+    k_buf, v_buf = _rand(sum(lens) + 3, HKV, D), _rand(sum(lens) + 3, HKV, D)
+    kv_indices = torch.randperm(sum(lens) + 3)[:sum(lens)].int()  # tokens scattered through the pool
+    kv_indptr = torch.tensor([0, lens[0], sum(lens)], dtype=torch.int32)
+    o = torch.full((B, H, D), float("nan"))
+    logits, lse = torch.empty(B, H, S, D), torch.empty(B, H, S)
+    splits = torch.full((B,), S, dtype=torch.int32)
+    decode_attention_fwd(q, k_buf, v_buf, o, kv_indptr, kv_indices, logits, lse, splits, S, D ** -0.5, 1.0, 1.0)
+    want = torch.empty(B, H, D, dtype=torch.float64)
+    for b in range(B):
+        idx = kv_indices[int(kv_indptr[b]):int(kv_indptr[b + 1])].long()
+        kk, vv = (_d(t[idx]).repeat_interleave(H // HKV, 1) for t in (k_buf, v_buf))
+        p = torch.einsum("hd,nhd->hn", _d(q[b]), kk).mul(D ** -0.5).softmax(-1)
+        want[b] = torch.einsum("hn,nhd->hd", p, vv)
+    return [(o, want)]
+
+
+@case("sglang", "decode_attention_mha", "attention", tol=1e-3)
+def _sgl_decode_mha():
+    return _sgl_decode(4, 4)
+
+
+@case("sglang", "decode_attention_gqa", "attention", tol=1e-3)
+def _sgl_decode_gqa():
+    return _sgl_decode(8, 2)
+
+
+@case("sglang", "merge_state", "attention")
+def _sgl_merge():
+    from sglang.kernels.ops.attention.merge_state import merge_state_triton
+    T, H, D = 5, 4, 64
+    po, so, pl, sl = _rand(T, H, D), _rand(T, H, D), _rand(T, H), _rand(T, H)
+    out, out_lse = merge_state_triton(po, pl, so, sl)
+    import torch
+    m = torch.maximum(_d(pl), _d(sl))
+    wp, ws = (_d(pl) - m).exp(), (_d(sl) - m).exp()
+    want = _d(po) * (wp / (wp + ws))[..., None] + _d(so) * (ws / (wp + ws))[..., None]
+    return [(out, want), (out_lse, m + (wp + ws).log())]
+
+
+@case("sglang", "gelu_and_mul", "elementwise")
+def _sgl_gelu_and_mul():
+    import torch.nn.functional as F
+    from sglang.kernels.ops.activation.gelu_and_mul_triton import gelu_and_mul_triton
+    x = _rand(6, 128)
+    got = gelu_and_mul_triton(x)
+    got = got[0] if isinstance(got, tuple) else got
+    return [(got, F.gelu(_d(x[:, :64])) * _d(x[:, 64:]))]
 
 
 # ---------------------------------------------------------------------------------------------------- running

@@ -49,7 +49,17 @@ def _build() -> dict[str, types.ModuleType]:
     from kernellab.language import extra, math, random
 
     from ..runtime import jit as _jit
-    from . import compiler_shim, driver, filecheck_shim, knobs, profiler_shim, runtime_shim, testing_shim, tools_shim
+    from . import (
+        compiler_shim,
+        driver,
+        filecheck_shim,
+        gluon_shim,
+        knobs,
+        profiler_shim,
+        runtime_shim,
+        testing_shim,
+        tools_shim,
+    )
 
     mods: dict[str, types.ModuleType] = {}
 
@@ -143,8 +153,9 @@ def _build() -> dict[str, types.ModuleType]:
     # torch._inductor's triton_compat (imported by torch._dynamo, torch.compile) reads triton_key from here
     add("triton.runtime.cache", _module("triton.runtime.cache", "Compile caches.", package=False,
                                         triton_key=_triton_key))
-    # no Triton backend plugins: torch's has_triton() looks for "cpu" here (and finds none)
-    add("triton.backends", _module("triton.backends", "Backends.", backends={}))
+    # one backend plugin, "nvidia" (see driver.BACKENDS); torch's has_triton() looks for "cpu" here and finds none
+    add("triton.backends", _module("triton.backends", "Backends.", backends=dict(driver.BACKENDS),
+                                   Backend=driver.Backend))
     add("triton.backends.compiler", _module("triton.backends.compiler", "Targets.", package=False,
                                             GPUTarget=driver.GPUTarget))
     add("triton.knobs", knobs.module(_module))
@@ -160,6 +171,8 @@ def _build() -> dict[str, types.ModuleType]:
                                      MXFP4Tensor=tools_shim.MXFP4Tensor, MXScaleTensor=tools_shim.MXScaleTensor))
     add("triton.profiler", profiler_shim.module(_module))
     add("triton._filecheck", filecheck_shim.module(_module))
+    for name, mod in gluon_shim.modules(_module).items():
+        add(name, mod)
     return mods
 
 
