@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 LIBS = {"flag_gems": "flag_gems", "fla": "fla.ops", "xformers": "xformers.ops._triton.rmsnorm_kernels",
         "torchao": "torchao.kernel", "vllm": "vllm.triton_utils",
-        "sglang": "sglang.kernels.ops.attention.decode_attention"}  # library -> the module whose import must work
+        "sglang": "sglang.kernels.ops.attention.decode_attention",
+        "torch_inductor": "torch._inductor.runtime.triton_helpers"}  # library -> the module whose import must work
 CASES: dict[str, list] = {lib: [] for lib in LIBS}
 
 
@@ -779,6 +780,96 @@ def _sgl_gelu_and_mul():
     got = gelu_and_mul_triton(x)
     got = got[0] if isinstance(got, tuple) else got
     return [(got, F.gelu(_d(x[:, :64])) * _d(x[:, 64:]))]
+
+
+# ------------------------------------------------------------------------------------------- torch inductor
+# Kernels in the form torch.compile's Triton backend writes them (our own texts: XBLOCK/R0_BLOCK tiles, masks,
+# tl.full, welford accumulation), calling torch's device helpers (triton_helpers.welford_reduce / welford /
+# max2 / max_with_index / maximum, libdevice, tl_math) from torch._inductor.runtime.triton_helpers.
+
+_INDUCTOR_KERNELS = None
+
+
+def _inductor_kernels():
+    """Defined on first use: the module must be imported after `triton` is chosen (kernellab's or Triton's)."""
+    global _INDUCTOR_KERNELS
+    if _INDUCTOR_KERNELS is None:
+        import triton
+        import triton.language as tl
+        from torch._inductor.runtime import triton_helpers
+        from torch._inductor.runtime.triton_helpers import libdevice
+        from torch._inductor.runtime.triton_helpers import math as tl_math
+
+        @triton.jit
+        def triton_red_fused_native_layer_norm_0(in_ptr0, out_ptr0, out_ptr1, out_ptr2, xnumel, r0_numel,
+                                                 XBLOCK: tl.constexpr, R0_BLOCK: tl.constexpr):
+            xoffset = tl.program_id(0) * XBLOCK
+            xindex = xoffset + tl.arange(0, XBLOCK)[:, None]
+            xmask = xindex < xnumel
+            r0_base = tl.arange(0, R0_BLOCK)[None, :]
+            x0 = xindex
+            tmp2_mean = tl.zeros([XBLOCK, R0_BLOCK], tl.float32)
+            tmp2_m2 = tl.zeros([XBLOCK, R0_BLOCK], tl.float32)
+            tmp2_weight = tl.zeros([XBLOCK, R0_BLOCK], tl.float32)
+            for r0_offset in range(0, r0_numel, R0_BLOCK):
+                r0_index = r0_offset + r0_base
+                r0_mask = r0_index < r0_numel
+                tmp0 = tl.load(in_ptr0 + (r0_index + r0_numel * x0), r0_mask & xmask, eviction_policy="evict_last",
+                               other=0.0)
+                tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])
+                tmp2_mean_next, tmp2_m2_next, tmp2_weight_next = triton_helpers.welford_reduce(
+                    tmp1, tmp2_mean, tmp2_m2, tmp2_weight, r0_offset == 0)
+                tmp2_mean = tl.where(r0_mask & xmask, tmp2_mean_next, tmp2_mean)
+                tmp2_m2 = tl.where(r0_mask & xmask, tmp2_m2_next, tmp2_m2)
+                tmp2_weight = tl.where(r0_mask & xmask, tmp2_weight_next, tmp2_weight)
+            tmp5, tmp6, tmp7 = triton_helpers.welford(tmp2_mean, tmp2_m2, tmp2_weight, 1)
+            tmp2 = tmp5[:, None]
+            tmp8 = tmp6[:, None] / r0_numel
+            tmp11 = libdevice.rsqrt(tmp8 + 1e-05)
+            tl.store(out_ptr0 + (x0), tmp2, xmask)
+            tl.store(out_ptr1 + (x0), tmp11, xmask)
+            tmp12 = tl.full([XBLOCK, 1], 0, tl.int32)
+            tl.store(out_ptr2 + (x0), triton_helpers.maximum(tmp12, (tmp2 * 100).to(tl.int32)), xmask)
+
+        @triton.jit
+        def triton_per_fused_argmax_softmax_1(in_ptr0, out_ptr0, out_ptr1, xnumel, r0_numel, XBLOCK: tl.constexpr):
+            R0_BLOCK: tl.constexpr = 128
+            xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+            xmask = xindex < xnumel
+            r0_index = tl.arange(0, R0_BLOCK)[None, :]
+            r0_mask = r0_index < r0_numel
+            tmp0 = tl.load(in_ptr0 + (r0_index + r0_numel * xindex), r0_mask & xmask, other=0.0)
+            tmp3 = tl.where(r0_mask & xmask, tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK]), float("-inf"))
+            tmp4 = triton_helpers.max2(tmp3, 1)[:, None]
+            tmp6 = tl_math.exp(tmp0 - tmp4)
+            tmp9 = tl.sum(tl.where(r0_mask & xmask, tmp6, 0), 1)[:, None]
+            tl.store(out_ptr0 + (r0_index + r0_numel * xindex), tmp6 / tmp9, r0_mask & xmask)
+            _, tmp12_tmp = triton_helpers.max_with_index(tmp3, tl.broadcast_to(r0_index, tmp3.shape), 1)
+            tl.store(out_ptr1 + (xindex), tmp12_tmp[:, None], xmask)
+
+        _INDUCTOR_KERNELS = (triton_red_fused_native_layer_norm_0, triton_per_fused_argmax_softmax_1)
+    return _INDUCTOR_KERNELS
+
+
+@case("torch_inductor", "welford_layer_norm", "norm")
+def _ind_welford():
+    import torch
+    k, _ = _inductor_kernels()
+    x = _rand(7, 100)
+    mean, rstd, m100 = torch.full((7,), float("nan")), torch.full((7,), float("nan")), torch.zeros(7, dtype=torch.int32)
+    k[(4,)](x, mean, rstd, m100, 7, 100, XBLOCK=2, R0_BLOCK=32)
+    return [(mean, _d(x).mean(1)), (rstd, (_d(x).var(1, unbiased=False) + 1e-5).rsqrt()),
+            (m100, (x.mean(1) * 100).int().clamp(min=0))]
+
+
+@case("torch_inductor", "softmax_argmax", "softmax")
+def _ind_softmax():
+    import torch
+    _, k = _inductor_kernels()
+    x = _rand(7, 100, scale=3.0)
+    sm, am = torch.full((7, 100), float("nan")), torch.zeros(7, dtype=torch.int64)
+    k[(4,)](x, sm, am, 7, 100, XBLOCK=2)
+    return [(sm, _d(x).softmax(1)), (am, x.argmax(1))]
 
 
 # ---------------------------------------------------------------------------------------------------- running
