@@ -270,6 +270,13 @@ def test_pointer_reaches_past_its_view_into_the_storage(triton):
     out = torch.full((6, 5), float("nan"))
     gather_cols[(6,)](view, idx, out, 6, 5, x.stride(0), x.stride(1), BLOCK=8)
     torch.testing.assert_close(out, x.gather(1, idx), rtol=0, atol=0)
+    ck = gather_cols.warmup(view, idx, out, 6, 5, x.stride(0), x.stride(1), BLOCK=8, grid=(6,))
+    out.fill_(float("nan"))
+    ck[(6,)](view, idx, out, 6, 5, x.stride(0), x.stride(1))  # a compiled kernel relaunched (FlagGems' LibEntry)
+    torch.testing.assert_close(out, x.gather(1, idx), rtol=0, atol=0)
+    idx[0, 0] = 19
+    with pytest.raises(kl.InterpreterError, match="bounds='storage'"):  # asked for per launch, the view still rules
+        gather_cols[(6,)](view, idx, out, 6, 5, x.stride(0), x.stride(1), BLOCK=8, bounds="view")
     import kernellab.compat
 
     kernellab.compat.uninstall()

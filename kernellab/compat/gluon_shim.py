@@ -55,8 +55,12 @@ def modules(make_module) -> dict:
 
     lang = make_module("triton.experimental.gluon.language", "Gluon's language: names only (not compiled).",
                        constexpr=core.constexpr, dtype=core.dtype)
-    lang.__getattr__ = lambda name: _Unserved(name) if not name.startswith("__") else (_ for _ in ()).throw(
-        AttributeError(name))
+    def unserved(name):  # the module's __getattr__ (PEP 562): any other gluon.language name
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Unserved(name)
+
+    lang.__getattr__ = unserved
     gluon = make_module("triton.experimental.gluon", __doc__, jit=jit, constexpr_function=constexpr_function,
                         language=lang, GluonNotServed=GluonNotServed)
     experimental = make_module("triton.experimental", "Triton's experimental dialects.", gluon=gluon)

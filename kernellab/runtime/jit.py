@@ -203,9 +203,10 @@ class CompiledKernel:
             self._interpreter = Interpreter(self.module, self.name, self.source_lines, arg_names=self.arg_names)
         return self._interpreter
 
-    def run(self, grid, args, bounds="view", sanitize=False):
+    def run(self, grid, args, bounds=None, sanitize=False):
         """Run on the GPU when the tensor arguments are CUDA tensors, else on the CPU interpreter (`bounds` and
-        `sanitize`: see `Interpreter.run`)."""
+        `sanitize`: see `Interpreter.run`; bounds None: `default_bounds`, as for a launch through the kernel)."""
+        bounds = bounds or default_bounds
         if _on_gpu(args):
             if sanitize:
                 raise LaunchError(f"kernel '{self.name}': sanitize runs on the CPU interpreter; pass CPU tensors "
@@ -1140,7 +1141,8 @@ class JITFunction(KernelInterface):
         _notice_interpreter(self.__name__)
         bounds = options.get("bounds", self.bounds or default_bounds)
         sanitize = options.get("sanitize", self.sanitize)
-        extra = {**({"bounds": bounds} if bounds != "view" else {}), **({"sanitize": sanitize} if sanitize else {})}
+        extra = {**({"bounds": bounds} if bounds != default_bounds else {}),
+                 **({"sanitize": sanitize} if sanitize else {})}
         ck.run(grid, runtime_values, **extra)  # (only what is not the default: tests replace CompiledKernel.run)
         return ck
 
