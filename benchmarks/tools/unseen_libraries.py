@@ -1222,7 +1222,11 @@ def run_library(lib: str, side: str, only=()) -> list[dict]:
         t0 = time.time()
         row = {"library": lib, "op": name, "kind": kind}
         try:
+            # twice: the second call goes through the libraries' launch caches (FlagGems' LibEntry relaunches the
+            # compiled kernel with every argument), a path of its own
             pairs = fn()
+            torch.manual_seed(0)
+            pairs += fn()
             err = max(_err(g, w) for g, w in pairs)
             row.update(passed=err <= tol, error=err, tol=tol)
         except Exception as e:  # a library op that fails is a result, not a crash of the runner
