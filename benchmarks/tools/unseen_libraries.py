@@ -228,6 +228,118 @@ def _fg_group_norm():
     return [(out, F.group_norm(_d(x), 4, _d(w), _d(b), 1e-5))]
 
 
+def _fused():
+    import flag_gems.fused as f
+    return f
+
+
+@case("flag_gems", "fused_moe", "matmul", tol=2e-3)
+def _fg_fused_moe():
+    import torch
+    T, H, I, E, K = 6, 64, 32, 4, 2  # tokens, hidden, intermediate, experts, top-k
+    x, w1, w2 = _rand(T, H) / 4, _rand(E, 2 * I, H) / 4, _rand(E, H, I) / 4
+    logits = _rand(T, E)
+    tw, ti = logits.softmax(-1).topk(K, -1)
+    got = _fused().fused_experts_impl(x, w1, w2, tw, ti.int())
+    want = torch.zeros(T, H, dtype=torch.float64)
+    for t in range(T):
+        for j in range(K):
+            e = int(ti[t, j])
+            gu = _d(w1[e]) @ _d(x[t])
+            act = torch.nn.functional.silu(gu[:I]) * gu[I:]
+            want[t] += float(tw[t, j]) * (_d(w2[e]) @ act)
+    return [(got, want)]
+
+
+@case("flag_gems", "moe_align_block_size", "sort")
+def _fg_moe_align():
+    import torch
+    ids = torch.randint(0, 5, (9, 2), dtype=torch.int32)
+    sorted_ids, expert_ids, n_post = _fused().moe_align_block_size(ids, 4, 5)
+    n = int(n_post.reshape(-1)[0])
+    flat = ids.view(-1)
+    got_tokens = sorted(int(t) for t in sorted_ids[:n] if int(t) < flat.numel())
+    blocks_ok = all(int(flat[int(t)]) == int(expert_ids[b // 4]) for b, t in enumerate(sorted_ids[:n].tolist())
+                    if t < flat.numel())
+    return [(torch.tensor(got_tokens), torch.arange(flat.numel())), (torch.tensor(blocks_ok), torch.tensor(True))]
+
+
+@case("flag_gems", "topk_softmax", "sort")
+def _fg_topk_softmax():
+    import torch
+    g = _rand(7, 8)
+    w, i, src = torch.empty(7, 2), torch.empty(7, 2, dtype=torch.int32), torch.empty(7, 2, dtype=torch.int32)
+    _fused().topk_softmax(w, i, src, g, True)
+    rw, ri = _d(g).softmax(-1).topk(2, -1)
+    return [(w, rw / rw.sum(-1, keepdim=True)), (i, ri)]
+
+
+@case("flag_gems", "rotary_pos_emb", "elementwise")
+def _fg_rotary():
+    import torch
+    q, k = _rand(2, 5, 4, 32), _rand(2, 5, 2, 32)
+    ang = torch.arange(5, dtype=torch.float64)[:, None] / 10000 ** (torch.arange(16, dtype=torch.float64) / 16)
+    cos, sin = ang.cos().float(), ang.sin().float()
+    qe, ke = _fused().apply_rotary_pos_emb(q, k, cos, sin)
+
+    def ref(t):
+        t = _d(t)
+        c, s_ = _d(cos)[None, :, None, :], _d(sin)[None, :, None, :]
+        a, b = t[..., :16], t[..., 16:]
+        return torch.cat([a * c - b * s_, b * c + a * s_], -1)
+    return [(qe, ref(q)), (ke, ref(k))]
+
+
+@case("flag_gems", "fused_add_rms_norm", "norm")
+def _fg_fused_add_rms():
+    import torch
+    x, r, w = _rand(6, 96), _rand(6, 96), _rand(96)
+    xs, rs = x.clone(), r.clone()
+    _fused().fused_add_rms_norm(xs, rs, [96], w, 1e-5)
+    h = _d(x) + _d(r)
+    return [(xs, h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5) * _d(w)), (rs, h)]
+
+
+@case("flag_gems", "silu_and_mul", "elementwise")
+def _fg_silu_and_mul():
+    import torch.nn.functional as F
+    a, b = _rand(*_X), _rand(*_X)
+    return [(_fused().silu_and_mul(a, b), F.silu(_d(a)) * _d(b)),
+            (_fused().gelu_and_mul(a, b), F.gelu(_d(a)) * _d(b))]
+
+
+@case("flag_gems", "skip_layer_norm", "norm")
+def _fg_skip_ln():
+    import torch.nn.functional as F
+    x, r, w, b = _rand(6, 96), _rand(6, 96), _rand(96), _rand(96)
+    return [(_fused().skip_layer_norm(x, r, [96], w, b, 1e-5),
+             F.layer_norm(_d(x) + _d(r), [96], _d(w), _d(b), 1e-5))]
+
+
+@case("flag_gems", "instance_norm", "norm")
+def _fg_instance_norm():
+    import torch.nn.functional as F
+    x, w, b = _rand(2, 3, 40), _rand(3), _rand(3)
+    return [(_fused().instance_norm(x, w, b), F.instance_norm(_d(x), weight=_d(w), bias=_d(b)))]
+
+
+@case("flag_gems", "bincount", "indexing")
+def _fg_bincount():
+    import torch
+    i, wt = torch.randint(0, 20, (300,)), _rand(300)
+    return [(_fused().bincount(i, minlength=25), i.bincount(minlength=25)),
+            (_fused().bincount(i, wt), i.bincount(_d(wt)))]
+
+
+@case("flag_gems", "moe_sum", "reduction")
+def _fg_moe_sum():
+    import torch
+    x = _rand(5, 3, 48)
+    out = torch.full((5, 48), float("nan"))
+    _fused().moe_sum(x, out)
+    return [(out, _d(x).sum(1))]
+
+
 def _torch_vjp(fn, *inputs, grad):
     """Gradients of `fn` at float64 copies of `inputs` for the output gradient `grad` (the reference)."""
     xs = [_d(t).requires_grad_() for t in inputs]
@@ -749,6 +861,41 @@ def _fla_rmsnorm_bwd():
     from fla.modules.layernorm import rms_norm
     return _fla_grads(lambda x, w: rms_norm(x, w, None, eps=1e-5),
                       lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w, _rand(9, 64), _rand(64))
+
+
+@case("fla", "chunk_gated_delta_rule", "attention", tol=3e-2)
+def _fla_gdn():
+    import torch
+    import torch.nn.functional as F
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
+    q, k, v = _qkv()
+    k = F.normalize(k, p=2, dim=-1)
+    g, beta = F.logsigmoid(_rand(*q.shape[:3])), torch.sigmoid(_rand(*q.shape[:3]))
+    q, k, v, beta = (t.bfloat16() for t in (q, k, v, beta))  # the op takes bf16/fp16 q, k, v
+    o, _ = chunk_gated_delta_rule(q, k, v, g, beta)
+    ref, _ = naive_recurrent_gated_delta_rule(*(t.double() for t in (q, k, v, beta, g)))
+    return [(o, ref)]
+
+
+@case("fla", "hgrn_fwd_bwd", "scan", tol=1e-4)
+def _fla_hgrn():
+    import torch.nn.functional as F
+    from fla.ops.hgrn import chunk_hgrn, fused_recurrent_hgrn
+    from fla.ops.hgrn.naive import naive_recurrent_hgrn
+    x, g = _rand(2, 70, 40), F.logsigmoid(_rand(2, 70, 40))
+    return (_fla_grads(lambda a, b: chunk_hgrn(a, b)[0], lambda a, b: naive_recurrent_hgrn(a, b)[0], x, g)
+            + _fla_grads(lambda a, b: fused_recurrent_hgrn(a, b)[0], lambda a, b: naive_recurrent_hgrn(a, b)[0], x, g))
+
+
+@case("fla", "retention", "attention", tol=2e-3)
+def _fla_retention():
+    from fla.ops.retention import chunk_retention, parallel_retention
+    from fla.ops.retention.naive import naive_retention
+    q, k, v = _qkv()
+    tr = lambda x: x.double().transpose(1, 2)  # noqa: E731 (the naive reference is head-first)
+    ref = naive_retention(tr(q), tr(k), tr(v)).transpose(1, 2)
+    return [(chunk_retention(q, k, v)[0], ref), (parallel_retention(q, k, v)[0], ref)]
 
 
 @case("fla", "rms_norm", "norm")
