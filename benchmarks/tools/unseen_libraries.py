@@ -3,12 +3,15 @@ plain torch in float64 (or the library's own pure-torch reference).
 
     PYTHONPATH=<kernellab>:<libs> python benchmarks/tools/unseen_libraries.py [lib ...] [--op NAME ...]
     PYTHONPATH=<libs> TRITON_INTERPRET=1 <python with triton> benchmarks/tools/unseen_libraries.py --side triton
+    ... unseen_libraries.py --device cuda     # on a GPU: compiled kernels, same checks
 
 `--side kernellab` (default) calls `kernellab.compat.install()` before a library is imported, so every
 `@triton.jit` in it is a kernellab kernel; `--side triton` imports the real Triton (its interpreter with
 TRITON_INTERPRET=1). Libraries that are not importable are skipped. Install them without their
-dependencies into a directory on PYTHONPATH, e.g. `pip install --no-deps --target /tmp/libs flag-gems
-flash-linear-attention fla-core einops sqlalchemy`.
+dependencies into a directory on PYTHONPATH: `pip install --no-deps --target /tmp/libs flag-gems sqlalchemy
+fla-core einops xformers torchao vllm regex sglang orjson pybase64 starlette msgspec pydantic pydantic_core
+typing_inspection tqdm aiohttp multidict yarl propcache aiohappyeyeballs aiosignal frozenlist` (the last ones
+are what SGLang's utils import; nothing here pulls torch or triton).
 
 GPU-first libraries probe CUDA while they are imported (FlagGems asks for the device's name and count and
 keeps a per-device cache); on a machine without a GPU this script answers those probes for one device
@@ -31,6 +34,8 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+
+DEVICE = "cpu"  # --device cuda: every tensor the cases make (inputs, references) is made on the GPU
 
 LIBS = {"flag_gems": "flag_gems", "fla": "fla.ops", "xformers": "xformers.ops._triton.rmsnorm_kernels",
         "torchao": "torchao.kernel", "vllm": "vllm.triton_utils",
@@ -499,7 +504,7 @@ def _fg_ce():
 @case("flag_gems", "rand_uniform", "random", tol=0.02)
 def _fg_rand():
     import torch
-    u = _g().rand((4096,), dtype=torch.float32, device="cpu")
+    u = _g().rand((4096,), dtype=torch.float32, device=DEVICE)
     # statistics of 4096 uniform draws: mean 0.5 +- 0.005 (1 sigma), all in [0, 1), few repeats
     return [(u.mean(), torch.tensor(0.5, dtype=torch.float64)), (((u >= 0) & (u < 1)).all(), torch.tensor(True)),
             (u.unique().numel() > 4000, torch.tensor(True))]
@@ -508,7 +513,7 @@ def _fg_rand():
 @case("flag_gems", "normal", "random", tol=0.05)
 def _fg_normal():
     import torch
-    z = _g().randn((8192,), dtype=torch.float32, device="cpu") * 2
+    z = _g().randn((8192,), dtype=torch.float32, device=DEVICE) * 2
     zero, one = torch.tensor(0.0, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64)
     return [(z.mean() / 2, zero), (z.std() / 2, one)]
 
@@ -656,10 +661,10 @@ def _table_cases():
         ("unique_consecutive", "indexing", t(lambda a: g.unique_consecutive(a)[0] if isinstance(
             g.unique_consecutive(a), tuple) else g.unique_consecutive(a), torch.tensor([1, 1, 2, 2, 2, 5, 1, 1])),
          t(torch.unique_consecutive, torch.tensor([1, 1, 2, 2, 2, 5, 1, 1]))),
-        ("arange", "creation", t(lambda: g.arange_start(3, 50, 4, dtype=torch.float32, device="cpu")),
+        ("arange", "creation", t(lambda: g.arange_start(3, 50, 4, dtype=torch.float32, device=DEVICE)),
          t(lambda: torch.arange(3, 50, 4))),
-        ("full_eye", "creation", t(lambda: g.full((4, 5), 2.5, dtype=torch.float32, device="cpu") + g.eye_m(
-            4, 5, dtype=torch.float32, device="cpu")), t(lambda: torch.full((4, 5), 2.5) + torch.eye(4, 5))),
+        ("full_eye", "creation", t(lambda: g.full((4, 5), 2.5, dtype=torch.float32, device=DEVICE) + g.eye_m(
+            4, 5, dtype=torch.float32, device=DEVICE)), t(lambda: torch.full((4, 5), 2.5) + torch.eye(4, 5))),
         ("mse_loss", "loss", t(lambda a, b: g.mse_loss(a, b), x, y), t(F.mse_loss, _d(x), _d(y))),
         ("nll_loss", "loss", t(lambda a, b: g.nll_loss_forward(a, b, None, 1, -100)[0], x.log_softmax(1)[:8],
                                j[0, :8].long()),
@@ -674,7 +679,7 @@ def _table_cases():
         ("batch_norm", "norm", t(lambda a: g.batch_norm(a, v[:3], w[:3], torch.zeros(3), torch.ones(3), True, 0.1,
                                                         1e-5)[0], img),
          t(lambda a: F.batch_norm(a, None, None, _d(v[:3]), _d(w[:3]), training=True, eps=1e-5), _d(img))),
-        ("randperm", "random", t(lambda: g.randperm(100, dtype=torch.int64, device="cpu").sort()[0]),
+        ("randperm", "random", t(lambda: g.randperm(100, dtype=torch.int64, device=DEVICE).sort()[0]),
          t(lambda: torch.arange(100))),
     ]
 
@@ -1396,7 +1401,11 @@ def main(argv=None) -> int:
     ap.add_argument("--op", action="append", default=[], help="run only these ops")
     ap.add_argument("--side", choices=("kernellab", "triton"), default="kernellab")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--device", default="cpu", help="where the cases make their tensors: cpu (the interpreter) or "
+                    "cuda (compiled kernels; the references run there too, in float64)")
     args = ap.parse_args(argv)
+    global DEVICE
+    DEVICE = args.device
     os.environ.setdefault("GEMS_VENDOR", "nvidia")  # FlagGems picks its backend from this without a GPU query
     if args.side == "kernellab":
         if importlib.util.find_spec("kernellab") is None:
@@ -1404,6 +1413,10 @@ def main(argv=None) -> int:
         import kernellab.compat
 
         kernellab.compat.install()
+    import torch
+
+    if DEVICE != "cpu":
+        torch.set_default_device(DEVICE)
     _pretend_one_cuda_device()
     results = []
     for lib in args.libs or list(LIBS):
