@@ -34,6 +34,13 @@ def _module(name: str, doc: str, package: bool = True, **attrs) -> types.ModuleT
     return mod
 
 
+def _triton_key() -> str:
+    """Triton's compiler identity (part of torch inductor's cache keys): kernellab's own compiler hash."""
+    from ..runtime.cache import compiler_hash
+
+    return f"kernellab-{TRITON_VERSION}-{compiler_hash()}"
+
+
 def _build() -> dict[str, types.ModuleType]:
     import kernellab
     import kernellab.language as tl
@@ -41,11 +48,13 @@ def _build() -> dict[str, types.ModuleType]:
     from kernellab.language import core as tl_core
     from kernellab.language import extra, math, random
 
+    from ..runtime import jit as _jit
     from . import (
         blas_shim,
         compiler_shim,
         driver,
         filecheck_shim,
+        gluon_shim,
         knobs,
         profiler_shim,
         runtime_shim,
@@ -65,7 +74,7 @@ def _build() -> dict[str, types.ModuleType]:
     triton = add("triton", _module(
         "triton", "Triton's API, served by kernellab (kernellab.compat).",
         __version__=TRITON_VERSION,
-        jit=kernellab.jit, JITFunction=kernellab.JITFunction, KernelInterface=kernellab.JITFunction,
+        jit=kernellab.jit, JITFunction=kernellab.JITFunction, KernelInterface=_jit.KernelInterface,
         autotune=kernellab.autotune, Config=kernellab.Config, heuristics=kernellab.heuristics,
         cdiv=kernellab.cdiv, next_power_of_2=kernellab.next_power_of_2,
         TritonError=errors.KernelLabError, CompilationError=errors.CompilationError,
@@ -92,14 +101,16 @@ def _build() -> dict[str, types.ModuleType]:
     runtime = add("triton.runtime", _module(
         "triton.runtime", "Launch-side objects.",
         driver=driver.driver, autotune=kernellab.autotune, Config=kernellab.Config, heuristics=kernellab.heuristics,
-        JITFunction=kernellab.JITFunction, KernelInterface=kernellab.JITFunction,
+        JITFunction=kernellab.JITFunction, KernelInterface=_jit.KernelInterface,
         reinterpret=runtime_shim.reinterpret, TensorWrapper=runtime_shim.TensorWrapper,
         MockTensor=runtime_shim.MockTensor, OutOfResources=errors.OutOfResources,
         InterpreterError=runtime_shim.InterpreterError,
+        Autotuner=sys.modules["kernellab.runtime.autotuner"].Autotuner,
+        Heuristics=sys.modules["kernellab.runtime.autotuner"].Heuristics,
     ))
     add("triton.runtime.jit", _module(
         "triton.runtime.jit", "The @jit decorator and launch-time wrappers.", package=False,
-        jit=kernellab.jit, JITFunction=kernellab.JITFunction, KernelInterface=kernellab.JITFunction,
+        jit=kernellab.jit, JITFunction=kernellab.JITFunction, KernelInterface=_jit.KernelInterface,
         TensorWrapper=runtime_shim.TensorWrapper, reinterpret=runtime_shim.reinterpret,
         MockTensor=runtime_shim.MockTensor, constexpr_function=runtime_shim.constexpr_function,
         type_canonicalisation_dict=runtime_shim.TYPE_CANONICAL_NAMES,
@@ -114,6 +125,7 @@ def _build() -> dict[str, types.ModuleType]:
         autotune=kernellab.autotune, Config=kernellab.Config, heuristics=kernellab.heuristics,
         Autotuner=sys.modules["kernellab.runtime.autotuner"].Autotuner,
         Heuristics=sys.modules["kernellab.runtime.autotuner"].Heuristics,
+        OutOfResources=errors.OutOfResources, PTXASError=errors.ToolchainError,
     ))
     add("triton.runtime.driver", _module("triton.runtime.driver", "The active driver.", package=False,
                                          driver=driver.driver))
@@ -124,7 +136,7 @@ def _build() -> dict[str, types.ModuleType]:
     compiler = add("triton.compiler", _module(
         "triton.compiler", "Compiler entry points.",
         CompilationError=errors.CompilationError, compile=compiler_shim.compile,
-        ASTSource=compiler_shim.ASTSource,
+        ASTSource=compiler_shim.ASTSource, CompiledKernel=_jit.CompiledKernel,
     ))
     add("triton.compiler.errors", _module(
         "triton.compiler.errors", "Compile-time exceptions.", package=False,
@@ -137,9 +149,14 @@ def _build() -> dict[str, types.ModuleType]:
     add("triton.compiler.compiler", _module(
         "triton.compiler.compiler", "Compiler entry points.", package=False,
         compile=compiler_shim.compile, CompilationError=errors.CompilationError, ASTSource=compiler_shim.ASTSource,
+        CompiledKernel=_jit.CompiledKernel, triton_key=_triton_key,
     ))
-    # no Triton backend plugins: torch's has_triton() looks for "cpu" here (and finds none)
-    add("triton.backends", _module("triton.backends", "Backends.", backends={}))
+    # torch._inductor's triton_compat (imported by torch._dynamo, torch.compile) reads triton_key from here
+    add("triton.runtime.cache", _module("triton.runtime.cache", "Compile caches.", package=False,
+                                        triton_key=_triton_key))
+    # one backend plugin, "nvidia" (see driver.BACKENDS); torch's has_triton() looks for "cpu" here and finds none
+    add("triton.backends", _module("triton.backends", "Backends.", backends=dict(driver.BACKENDS),
+                                   Backend=driver.Backend))
     add("triton.backends.compiler", _module("triton.backends.compiler", "Targets.", package=False,
                                             GPUTarget=driver.GPUTarget))
     add("triton.knobs", knobs.module(_module))
@@ -156,6 +173,8 @@ def _build() -> dict[str, types.ModuleType]:
     add("triton.profiler", profiler_shim.module(_module))
     add("triton._filecheck", filecheck_shim.module(_module))
     for name, mod in blas_shim.modules(_module).items():
+        add(name, mod)
+    for name, mod in gluon_shim.modules(_module).items():
         add(name, mod)
     return mods
 
@@ -181,6 +200,7 @@ def install() -> None:
 
     knobs = mods["triton.knobs"]  # its groups get replaced (Triton's fresh_knobs fixture): read them per launch
     jit.option_defaults = lambda: {} if knobs.language.default_fp_fusion else {"enable_fp_fusion": False}
+    jit.default_bounds = "storage"  # a Triton pointer may reach its tensor's whole storage
     from ..compiler.types import DType
     from . import runtime_shim
     from .runtime_shim import interpreting
@@ -205,6 +225,7 @@ def uninstall() -> None:
     from ..runtime import jit
 
     jit.option_defaults = None
+    jit.default_bounds = "view"
     jit.compile_hook = None
     from ..compiler.types import DType
 

@@ -112,6 +112,30 @@ class CudaDriver:
         cache.zero_()
 
 
+class CudaBackendCompiler:
+    """What `triton.backends.backends["nvidia"].compiler` answers: the CUDA targets it builds for."""
+
+    binary_ext = "cubin"
+
+    @staticmethod
+    def supports_target(target) -> bool:
+        return getattr(target, "backend", None) == "cuda"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Triton's backend plugin record: a compiler and a driver class."""
+
+    compiler: type
+    driver: type
+
+
+# `triton.backends.backends`: one plugin, "nvidia", whose driver is active (kernels run: on a GPU, or on the CPU
+# interpreter). Libraries count active drivers before they use Triton (vLLM disables Triton unless exactly one is);
+# there is no "cpu" plugin, so torch does not pick Triton to compile CPU code.
+BACKENDS = {"nvidia": Backend(compiler=CudaBackendCompiler, driver=CudaDriver)}
+
+
 class DriverConfig:
     """`triton.runtime.driver`: `.active` is the driver in use (settable, as in Triton)."""
 

@@ -123,6 +123,30 @@ def get_max_tensorcore_tflops(dtype, clock_rate, device=None):
     return sms * per_sm_per_clock * clock_rate * 1e3 / 1e12
 
 
+def get_max_simd_tflops(dtype, clock_rate, device=None):
+    """FMA-pipe (non-tensor-core) TFLOP/s at `clock_rate` kHz: 4 sub-cores per SM, 32 fp32 or 64 fp16/bf16
+    flops per sub-core per clock (Triton's model for sm_80 and later); xformers' matmul perf model reads it."""
+    from .driver import driver
+
+    sms = driver.active.utils.get_device_properties(device or 0)["multiprocessor_count"]
+    bits = getattr(dtype, "bits", getattr(dtype, "itemsize", 4) * 8)
+    if bits not in (16, 32):
+        raise RuntimeError(f"get_max_simd_tflops: dtype {dtype} not supported (float32, float16, bfloat16)")
+    return sms * 4 * (32 if bits == 32 else 64) * clock_rate * 1e-9
+
+
+def nvsmi(attrs):
+    """`nvidia-smi --query-gpu=<attrs>` for GPU 0, as integers (Triton's helper)."""
+    import subprocess
+
+    try:
+        out = subprocess.check_output(["nvidia-smi", "-i", "0", "--query-gpu=" + ",".join(attrs),
+                                       "--format=csv,noheader,nounits"])
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise RuntimeError(f"triton.testing.nvsmi({attrs}): nvidia-smi failed ({e}); it needs an NVIDIA GPU") from None
+    return [int(x) for x in out.decode().split(",")]
+
+
 def module(make_module, testing):
     import contextlib
 
@@ -131,6 +155,6 @@ def module(make_module, testing):
         package=False, do_bench=testing.do_bench, assert_close=testing.assert_close,
         do_bench_cudagraph=do_bench_cudagraph,
         Benchmark=Benchmark, Mark=Mark, perf_report=perf_report, get_dram_gbps=get_dram_gbps,
-        get_max_tensorcore_tflops=get_max_tensorcore_tflops,
+        get_max_tensorcore_tflops=get_max_tensorcore_tflops, get_max_simd_tflops=get_max_simd_tflops, nvsmi=nvsmi,
         set_gpu_clock=lambda *a, **k: contextlib.nullcontext((None, None)),
     )

@@ -371,12 +371,10 @@ class CodeGenerator(ast.NodeVisitor):
     def visit_AnnAssign(self, node):
         if node.value is None:
             return
-        value = self.visit(node.value)
-        ann = ast.unparse(node.annotation)
-        if ann.endswith("constexpr") and isinstance(value, tensor):
-            raise self.error(node, f"`{ast.unparse(node.target)}` is annotated constexpr but its value is "
-                                   "only known at run time")
-        self.assign(node.target, value, node)
+        # `x: tl.constexpr = <run-time value>` is accepted, as Triton accepts it (its constexpr then wraps the
+        # tensor, which acts as a run-time value): libraries rely on it (FlagGems' sort: a tile count from an
+        # argument). A Python number keeps its weak type either way.
+        self.assign(node.target, self.visit(node.value), node)
 
     def visit_AugAssign(self, node):
         cur = self.visit(ast.Name(id=node.target.id, ctx=ast.Load(), lineno=node.lineno,
@@ -861,7 +859,17 @@ class CodeGenerator(ast.NodeVisitor):
         if _is_num(value) and not hasattr(value, node.attr):
             # a number used like a scalar tensor (`x = 1; x.to(tl.int8)`, `N.dtype`), as Triton allows
             return getattr(self.sem.to_tensor(value), node.attr)
-        return getattr(value, node.attr)
+        if node.attr == "value" and not isinstance(value, (tensor, lcore._AssignedScalar)) \
+                and not hasattr(value, "value"):
+            # Triton holds compile-time values (a dtype passed to a helper, a constexpr parameter) in
+            # `constexpr` boxes whose `.value` is the value; kernellab holds the value itself
+            return value
+        try:
+            return getattr(value, node.attr)
+        except AttributeError:
+            what = f"a {type(value).__name__}" if not isinstance(value, tensor) else "a tensor"
+            raise self.error(node, f"`{ast.unparse(node)}`: {what} ({_short_repr(value)}) has no attribute "
+                                   f"'{node.attr}'") from None
 
     def visit_BinOp(self, node):
         return self.binop(node, node.op, self.visit(node.left), self.visit(node.right))
@@ -1100,6 +1108,12 @@ def _foreign_library(fn) -> str | None:
         mod = "numpy" if type(fn).__name__ == "ufunc" else ""
     root = mod.split(".")[0]
     return root if root in ("torch", "numpy", "math", "cmath", "scipy") else None
+
+
+def _short_repr(v) -> str:
+    """A value's repr for an error message, cut to one short line."""
+    text = " ".join(repr(v).split())
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _is_num(v):

@@ -349,6 +349,8 @@ class Semantic:
     # ---------------------------------------------------------------- casts
     def cast(self, x, dst, bitcast=False, rounding=None) -> tensor:
         x = self.to_tensor(x)
+        if isinstance(unwrap(dst), TensorType):  # a block type (a block pointer's element_ty): its scalar, as Triton
+            dst = unwrap(dst).scalar
         dst = as_dtype(dst, "tl.cast / .to()", pointers=True)
         src = x.type.scalar
         if src == dst:

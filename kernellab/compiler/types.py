@@ -307,6 +307,12 @@ class BlockPtrType(Type):
     def is_block_ptr(self):
         return True
 
+    @property
+    def element_ty(self):
+        """What the block pointer points to, as Triton types it: a block of `elem` with the block's shape
+        (`bp.type.element_ty` casts a value to the pointee's dtype: `x.to(bp.type.element_ty)`)."""
+        return TensorType(self.block_shape, self.elem)
+
 
 class TensorType(Type):
     """A tile: a statically shaped block of scalars or pointers."""
@@ -333,6 +339,10 @@ class TensorType(Type):
 
     @property
     def scalar(self):
+        return self.elem
+
+    @property
+    def element_ty(self):  # Triton's name for a block type's scalar
         return self.elem
 
     @property

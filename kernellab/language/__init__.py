@@ -86,3 +86,37 @@ def str_to_ty(name: str, c=None):
     canonical = {"u1": "int1", "i1": "int1", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64"}
     found = dtype(canonical.get(name, name)) if name not in DTYPES and name not in FP8_DTYPES else None
     return found or DTYPES.get(name) or FP8_DTYPES[name]
+
+
+def _serve_language_functions_from_core():
+    """Triton's `triton.language.core` holds every language function (`core.static_assert`, `core.load`, ...);
+    library code calls them through it (FlagGems' topk: `core.static_assert`). Ours are defined in the
+    `builtins` module, so core gets the same objects under the same names."""
+    import sys
+
+    from . import core, standard
+
+    here = sys.modules[__name__]
+    for name in ("add", "sub", "mul", "advance", "arange", "associative_scan", "assume", "atomic_add", "atomic_and",
+                 "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_xchg", "atomic_xor", "broadcast",
+                 "broadcast_to", "cast", "cat", "clamp", "condition", "debug_barrier", "device_assert",
+                 "device_print", "dot", "dot_scaled", "expand_dims", "float8e4b15", "float8e4b8", "float8e4nv",
+                 "float8e5", "float8e5b16", "full", "gather", "histogram", "inline_asm_elementwise", "item", "join",
+                 "load", "load_tensor_descriptor", "make_block_ptr", "make_tensor_descriptor", "map_elementwise",
+                 "max_constancy", "max_contiguous", "maximum", "minimum", "multiple_of", "num_programs", "permute",
+                 "program_id", "reduce", "reshape", "split", "static_assert", "static_print", "store",
+                 "store_tensor_descriptor", "to_tensor", "trans", "view", "where", "zeros", "zeros_like", "sum",
+                 "max", "min", "argmax", "argmin", "xor_sum", "cumsum", "cumprod", "sort", "flip", "ravel",
+                 "swizzle2d", "cdiv", "sigmoid", "softmax", "umulhi", "fma", "exp", "exp2", "log", "log2", "sqrt",
+                 "rsqrt", "sin", "cos", "abs", "erf", "floor", "ceil", "fdiv", "div_rn", "sqrt_rn", "range",
+                 "static_range", "tensor", "constexpr", "dtype"):
+        if hasattr(here, name) and not hasattr(core, name):
+            setattr(core, name, getattr(here, name))
+    # and Triton's `triton.language.standard` holds the reductions, scans and helpers defined over core
+    for name in ("argmax", "argmin", "cdiv", "constexpr_function", "cumprod", "cumsum", "max", "min", "ravel",
+                 "sigmoid", "softmax", "sum", "xor_sum", "zeros", "zeros_like", "core", "math"):
+        if hasattr(here, name) and not hasattr(standard, name):
+            setattr(standard, name, getattr(here, name))
+
+
+_serve_language_functions_from_core()

@@ -35,6 +35,18 @@ pointer_type = PointerType
 block_type = TensorType
 
 
+def get_int_dtype(bitwidth: int, signed: bool) -> DType:
+    """The integer dtype of a width and signedness (Triton's `core.get_int_dtype`; int1 for width 1)."""
+    bitwidth = unwrap(bitwidth)
+    if bitwidth == 1:
+        return int1
+    found = {(8, True): int8, (16, True): int16, (32, True): int32, (64, True): int64, (8, False): uint8,
+             (16, False): uint16, (32, False): uint32, (64, False): uint64}.get((bitwidth, bool(unwrap(signed))))
+    if found is None:
+        raise ValueError(f"get_int_dtype: no integer dtype of {bitwidth} bits (1, 8, 16, 32 or 64)")
+    return found
+
+
 class constexpr:
     """Marks a parameter whose value is known at compile time (`BLOCK: tl.constexpr`)."""
 
@@ -118,6 +130,10 @@ TRITON_MAX_TENSOR_NUMEL = 2**20  # Triton's bound on a tile's elements; kernella
 def unwrap(v):
     """A constexpr's Python value; anything else unchanged."""
     return v.value if isinstance(v, constexpr) else v
+
+
+_unwrap_if_constexpr = unwrap  # Triton's name, imported by library helpers
+CONSTEXPR_0 = constexpr(0)  # Triton's default for constexpr flags (`descending: tl.constexpr = core.CONSTEXPR_0`)
 
 
 class tensor:

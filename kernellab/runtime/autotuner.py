@@ -7,6 +7,7 @@ that runs (and says so in `best_config_reason`).
 from __future__ import annotations
 
 from ..errors import LaunchError
+from .jit import KernelInterface
 
 
 class Config:
@@ -29,19 +30,37 @@ class Config:
         return f"Config({kv}, num_warps: {self.num_warps}, num_stages: {self.num_stages})"
 
 
-class Autotuner:
-    def __init__(self, fn, configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None,
-                 warmup=None, rep=None, do_bench=None):
-        self.fn, self.configs, self.key = fn, list(configs) or [Config({})], list(key)
+class Autotuner(KernelInterface):
+    """Tunes a kernel's constexprs per `key`. The constructor and the methods a subclass may call or override
+    (`prune_configs`, `_bench`, `pre_hook`/`post_hook`, `run`, `nargs`, `keys`, `cache`) are Triton's, so
+    libraries that subclass `triton.runtime.Autotuner` (FlagGems' LibTuner) run unchanged on top of it."""
+
+    def __init__(self, fn, arg_names, configs, key, reset_to_zero=None, restore_value=None, pre_hook=None,
+                 post_hook=None, prune_configs_by=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None,
+                 cache_results=False):
+        self.fn, self.configs, self.key = fn, list(configs or []) or [Config({})], list(key)
         self.prune_configs_by = prune_configs_by or {}
+        self.perf_model = self.prune_configs_by.get("perf_model")
+        self.configs_top_k = self.prune_configs_by.get("top_k", 1.0)
+        self.early_config_prune = self.prune_configs_by.get("early_config_prune")
         self.reset_to_zero, self.restore_value = list(reset_to_zero or []), list(restore_value or [])
+        self.num_warmups, self.num_reps, self.use_cuda_graph = warmup, rep, use_cuda_graph
+        self.cache_results = cache_results  # Triton's on-disk tuning cache: not kept here, tuning is per process
         self.cache: dict = {}
+        self.configs_timings: dict = {}
+        self.bench_time = 0.0
+        self.nargs = None
         self.best_config = None
         self.best_config_reason = ""
-        self.do_bench = do_bench
+        self._do_bench = do_bench
         self.__name__ = getattr(fn, "__name__", "kernel")
-        self.arg_names = fn.arg_names
+        self.arg_names = list(arg_names) if arg_names is not None else fn.arg_names
         self.failed_configs: dict = {}  # config -> why it could not compile or run (last tuning)
+        # Triton's hooks around each benchmark run: a user's replace the reset/restore of the named tensors
+        self.user_defined_pre_hook, self.user_defined_post_hook = pre_hook is not None, post_hook is not None
+        self.pre_hook = pre_hook or self._reset_and_save
+        self.post_hook = post_hook or self._restore
+        self._restore_copies: dict = {}
         unknown = [k for k in self.key if k not in self.arg_names]
         if unknown:
             import difflib
@@ -59,6 +78,96 @@ class Autotuner:
                           f"{', '.join(self.arg_names)}", UserWarning, stacklevel=3)
             self.key = [k for k in self.key if k in self.arg_names]
 
+    @property
+    def keys(self):
+        """Triton's name for `key`."""
+        return self.key
+
+    @keys.setter
+    def keys(self, value):
+        self.key = list(value)
+
+    @property
+    def do_bench(self):
+        """The benchmarker: the one given to autotune, else kernellab.testing.do_bench (Triton's attribute)."""
+        if self._do_bench is not None:
+            return self._do_bench
+        from ..testing import do_bench
+
+        return do_bench
+
+    def _reset_and_save(self, kwargs, reset_only=False):
+        """Triton's default pre_hook: zero `reset_to_zero`, keep copies of `restore_value` for the post_hook."""
+        for n in self.reset_to_zero:
+            kwargs[n].zero_()
+        if not reset_only:
+            self._restore_copies = {n: kwargs[n].clone() for n in self.restore_value}
+
+    def _restore(self, kwargs, exception=None):
+        """Triton's default post_hook: put back what `_reset_and_save` copied."""
+        for n, t in self._restore_copies.items():
+            kwargs[n].copy_(t)
+        self._restore_copies = {}
+
+    def prune_configs(self, kwargs):
+        """Triton's pruning, from `self.nargs` (the positional arguments by name) and the keyword arguments:
+        `early_config_prune(configs, nargs, **kwargs)`, then the `top_k` configs by `perf_model`."""
+        configs = self.configs
+        if self.early_config_prune:
+            configs = self.early_config_prune(configs, self.nargs, **kwargs)
+            if not configs:
+                raise LaunchError(f"kl.autotune for kernel '{self.__name__}': early_config_prune returned no "
+                                  "config; it must keep at least one")
+        model, top_k = self.perf_model, self.configs_top_k
+        # a performance model estimates GPU time from the GPU's clocks and bandwidth (nvidia-smi, device
+        # properties); on the CPU interpreter it has nothing to estimate and no GPU to ask, so it is skipped
+        if model and _on_gpu(tuple((self.nargs or {}).values()), kwargs):
+            top_k = int(len(self.configs) * top_k) if isinstance(top_k, float) and top_k <= 1.0 else int(top_k)
+            if len(configs) > top_k:
+                est = {c: model(**self.nargs, **kwargs, **c.all_kwargs()) for c in configs}
+                configs = sorted(configs, key=lambda c: est[c])[:max(top_k, 1)]
+        return list(configs)
+
+    def _bench(self, *args, config, **meta):
+        """Triton's per-config benchmark, for subclasses that run their own tuning loop: [median, p20, p80] ms,
+        inf for a config that does not compile. On the CPU interpreter (no CUDA tensor) timings say nothing
+        about a GPU: a config that compiles gets 0.0, so the first of them wins, as in `run`."""
+        from ..errors import KernelLabError
+
+        conflicts = meta.keys() & config.kwargs.keys()
+        if conflicts:
+            raise ValueError(f"kernel '{self.__name__}': conflicting meta-parameters: {', '.join(sorted(conflicts))}; "
+                             "do not pass the values the autotuner tunes")
+        current = dict(meta, **config.all_kwargs())
+        full_nargs = {**(self.nargs or dict(zip(self.arg_names, args))), **current}
+        if not _on_gpu(args, meta):
+            try:
+                if config.pre_hook:
+                    config.pre_hook(full_nargs)
+                self.fn.warmup(*args, **current)
+                return [0.0, 0.0, 0.0]
+            except KernelLabError as e:
+                self.failed_configs[config] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+                return [float("inf")] * 3
+
+        def kernel_call():
+            if config.pre_hook:
+                config.pre_hook(full_nargs)
+            self.pre_hook(full_nargs)
+            try:
+                self.fn.run(*args, **current)
+            except Exception as e:
+                self.post_hook(full_nargs, exception=e)
+                raise
+            self.post_hook(full_nargs, exception=None)
+
+        try:
+            t = self.do_bench(kernel_call, quantiles=(0.5, 0.2, 0.8))
+        except KernelLabError as e:
+            self.failed_configs[config] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+            return [float("inf")] * 3
+        return list(t) if isinstance(t, (list, tuple)) else [t, t, t]
+
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
 
@@ -68,23 +177,8 @@ class Autotuner:
         return named
 
     def _prune(self, args, kwargs):
-        """Triton's pruning: `early_config_prune(configs, positional args by name, **keyword args)`, then the
-        `top_k` configs by `perf_model(**args, **config)` when one is given."""
         self.nargs = dict(zip(self.arg_names, args))
-        configs = self.configs
-        early = self.prune_configs_by.get("early_config_prune")
-        if early:
-            configs = early(configs, self.nargs, **kwargs)
-            if not configs:
-                raise LaunchError(f"kl.autotune for kernel '{self.__name__}': early_config_prune returned no "
-                                  "config; it must keep at least one")
-        model, top_k = self.prune_configs_by.get("perf_model"), self.prune_configs_by.get("top_k")
-        if model and top_k:
-            top_k = int(len(self.configs) * top_k) if isinstance(top_k, float) and top_k <= 1.0 else int(top_k)
-            if len(configs) > top_k:
-                est = {c: model(**self.nargs, **kwargs, **c.all_kwargs()) for c in configs}
-                configs = sorted(configs, key=lambda c: est[c])[:max(top_k, 1)]
-        return configs
+        return self.prune_configs(kwargs)
 
     def warmup(self, *args, **kwargs):
         """Compile the kernel for every config left after pruning, without running it; the compiled kernels, one
@@ -106,15 +200,19 @@ class Autotuner:
             cfg.pre_hook({**named, **cfg.all_kwargs()})
         return self.fn.run(*args, grid=grid, **{**kwargs, **cfg.all_kwargs()})
 
-    def _compiles(self, configs, args, kwargs):
+    def _compiles(self, configs, args, kwargs, first_only=False):
         """The configs that compile for these arguments (like Triton, a config whose compile fails, e.g. a tile
-        too large or a bad option, is skipped); LaunchError naming every failure when none does."""
+        too large or a bad option, is skipped); LaunchError naming every failure when none does. With
+        `first_only`, stops at the first that compiles (the CPU interpreter keeps that one: compiling the rest,
+        which can be dozens, would only cost time)."""
         from ..errors import KernelLabError
 
         self.failed_configs = {}
         ok = []
         named = self._named(args, kwargs)
         for cfg in configs:
+            if ok and first_only:
+                break
             try:
                 if cfg.pre_hook:  # the hook may set what compiling needs (e.g. a descriptor's block shape)
                     cfg.pre_hook({**named, **cfg.all_kwargs()})
@@ -130,11 +228,11 @@ class Autotuner:
 
     def _choose(self, configs, args, kwargs, grid):
         on_gpu = _on_gpu(args, kwargs)
-        configs = self._compiles(configs, args, kwargs) if len(configs) > 1 else configs
+        configs = self._compiles(configs, args, kwargs, first_only=not on_gpu) if len(configs) > 1 else configs
         skipped = f" ({len(self.failed_configs)} failed to compile and were skipped)" if self.failed_configs else ""
         if len(configs) == 1 or not on_gpu:
-            self.best_config_reason = ("only one config" if len(configs) == 1 else
-                                       "CPU interpreter: timings do not predict a GPU, first config kept") + skipped
+            self.best_config_reason = ("CPU interpreter: timings do not predict a GPU, first config that compiles "
+                                       "kept" if not on_gpu else "only one config") + skipped
             return configs[0]
         named = self._named(args, kwargs)
         saved = {n: named[n].clone() for n in self.restore_value}
@@ -142,7 +240,7 @@ class Autotuner:
         try:
             for cfg in configs:
                 try:
-                    timings[cfg] = self._bench(cfg, args, kwargs, grid, named, saved)
+                    timings[cfg] = self._time_config(cfg, args, kwargs, grid, named, saved)
                 except LaunchError as e:  # e.g. too much shared memory for this GPU: skipped like Triton
                     timings[cfg] = float("inf")
                     self.failed_configs[cfg] = f"LaunchError: {str(e).splitlines()[0]}"
@@ -160,29 +258,38 @@ class Autotuner:
         self.best_config_reason = f"fastest of {len(configs)} configs ({timings[best] * 1e3:.3f} ms)" + skipped
         return best
 
-    def _bench(self, cfg, args, kwargs, grid, named, saved):
-        from ..testing import do_bench
-
+    def _time_config(self, cfg, args, kwargs, grid, named, saved):
         def call():
             """One benchmark run sees what the real launch would: zeroed and restored inputs, the config's hook."""
             for n in self.reset_to_zero:
                 named[n].zero_()
             for n, t in saved.items():
                 named[n].copy_(t)
+            full = {**named, **cfg.all_kwargs()}
             if cfg.pre_hook:
-                cfg.pre_hook({**named, **cfg.all_kwargs()})
+                cfg.pre_hook(full)
+            if self.user_defined_pre_hook:
+                self.pre_hook(full)
             self.fn.run(*args, grid=grid, **{**kwargs, **cfg.all_kwargs()})
+            if self.user_defined_post_hook:
+                self.post_hook(full, exception=None)
 
-        return (self.do_bench or do_bench)(call) / 1e3
+        return self.do_bench(call) / 1e3
 
     @property
     def base_fn(self):
         """The @jit function under this and any other autotune/heuristics wrappers (Triton's attribute)."""
         return _base_fn(self)
 
+    @base_fn.setter
+    def base_fn(self, value):  # Triton sets it in __init__; subclasses written for Triton 2 set it themselves
+        self._base_fn = value
+
 
 def _base_fn(wrapper):
     """The @jit function under a stack of autotune/heuristics wrappers (each holds the next in `.fn`)."""
+    if getattr(wrapper, "_base_fn", None) is not None:
+        return wrapper._base_fn
     fn = wrapper.fn
     while not hasattr(fn, "_kl_source") and hasattr(fn, "fn"):
         fn = fn.fn
@@ -194,19 +301,23 @@ def _on_gpu(args, kwargs) -> bool:
     return any(getattr(a, "is_cuda", False) for a in (*args, *kwargs.values()))
 
 
-def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, warmup=None, rep=None,
-             do_bench=None, **_):
+def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,
+             post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None, cache_results=False, **_):
     def deco(fn):
-        return Autotuner(fn, configs, key, prune_configs_by, reset_to_zero, restore_value, warmup, rep, do_bench)
+        return Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value, pre_hook=pre_hook,
+                         post_hook=post_hook, prune_configs_by=prune_configs_by, warmup=warmup, rep=rep,
+                         use_cuda_graph=use_cuda_graph, do_bench=do_bench, cache_results=cache_results)
 
     return deco
 
 
-class Heuristics:
-    def __init__(self, fn, values: dict):
+class Heuristics(KernelInterface):
+    """Computes constexprs from the arguments; Triton's constructor `(fn, arg_names, values)`."""
+
+    def __init__(self, fn, arg_names, values: dict):
         self.fn, self.values = fn, values
         self.__name__ = getattr(fn, "__name__", "kernel")
-        self.arg_names = fn.arg_names
+        self.arg_names = list(arg_names) if arg_names is not None else fn.arg_names
 
     @property
     def base_fn(self):
@@ -233,4 +344,4 @@ class Heuristics:
 
 
 def heuristics(values: dict):
-    return lambda fn: Heuristics(fn, values)
+    return lambda fn: Heuristics(fn, fn.arg_names, values)

@@ -231,7 +231,32 @@ def region_for(rid: int, name: str, obj, bounds: str = "view") -> Region:
         vlo, vhi = _extent(obj.shape, obj.stride(), isz)
         return Region(rid, name, buf, ptr - lo, ptr, obj.numel(), isz,
                       f"{str(obj.dtype).replace('torch.', '')} tensor", obj, ptr - lo + vlo, ptr - lo + vhi, bounds)
-    raise TypeError(f"argument '{name}' must be a torch CPU tensor or a NumPy array, got {type(obj).__name__}")
+    if callable(getattr(obj, "data_ptr", None)) and hasattr(obj, "dtype") and hasattr(obj, "shape"):
+        return _duck_region(rid, name, obj, bounds)
+    raise TypeError(f"argument '{name}' must be a torch CPU tensor or a NumPy array, got {type(obj).__name__}"
+                    + (" (an object with data_ptr() also needs `dtype`, `shape` and `stride()` or `strides` on "
+                       "the CPU interpreter, to know what memory it spans)"
+                       if callable(getattr(obj, "data_ptr", None)) else ""))
+
+
+def _duck_region(rid: int, name: str, obj, bounds: str) -> Region:
+    """A tensor-like object (Triton passes any object with `data_ptr()` and `dtype` as a pointer): a region over
+    the bytes its shape and strides span from `data_ptr()` (FlagGems' StridedBuffer, a view with negative strides).
+    Its storage is unknown, so `bounds="storage"` reaches no further than the view."""
+    import torch
+
+    dt = obj.dtype
+    isz = dt.itemsize if isinstance(dt, torch.dtype) else np.dtype(dt).itemsize
+    shape = tuple(int(n) for n in obj.shape)
+    st = obj.stride() if callable(getattr(obj, "stride", None)) else getattr(obj, "strides", None)
+    if st is None:
+        st = [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
+    vlo, vhi = _extent(shape, st, isz)
+    ptr = int(obj.data_ptr())
+    numel = int(np.prod(shape, dtype=np.int64))
+    buf = _raw_bytes(ptr + vlo, vhi - vlo, True)
+    desc = f"{str(dt).replace('torch.', '')} {type(obj).__name__}"
+    return Region(rid, name, buf, -vlo, ptr, numel, isz, desc, obj, 0, vhi - vlo, bounds)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -86,7 +86,12 @@ def data_ptr(a) -> int:
 
 
 def is_cuda(a) -> bool:
-    return getattr(a, "is_cuda", False)
+    """Whether an argument lives on a GPU: a CUDA tensor, or a tensor-like object (data_ptr() and dtype, which
+    Triton accepts as a pointer) whose `device` is a CUDA device (FlagGems' StridedBuffer has no `is_cuda`)."""
+    flag = getattr(a, "is_cuda", None)
+    if flag is not None:
+        return bool(flag)
+    return hasattr(a, "data_ptr") and getattr(getattr(a, "device", None), "type", None) == "cuda"
 
 
 def _on_gpu(values, sanitize=False) -> bool:
@@ -198,9 +203,10 @@ class CompiledKernel:
             self._interpreter = Interpreter(self.module, self.name, self.source_lines, arg_names=self.arg_names)
         return self._interpreter
 
-    def run(self, grid, args, bounds="view", sanitize=False):
+    def run(self, grid, args, bounds=None, sanitize=False):
         """Run on the GPU when the tensor arguments are CUDA tensors, else on the CPU interpreter (`bounds` and
-        `sanitize`: see `Interpreter.run`)."""
+        `sanitize`: see `Interpreter.run`; bounds None: `default_bounds`, as for a launch through the kernel)."""
+        bounds = bounds or default_bounds
         if _on_gpu(args):
             if sanitize:
                 raise LaunchError(f"kernel '{self.name}': sanitize runs on the CPU interpreter; pass CPU tensors "
@@ -542,6 +548,12 @@ compile_hook = None
 # did not give.
 option_defaults = None
 
+# How far a pointer may reach on the CPU interpreter when neither the kernel (`@jit(bounds=...)`) nor the launch
+# says: "view" (kernellab's default: an argument's own elements) or "storage" (its whole underlying storage).
+# kernellab.compat sets "storage": Triton programs address a tensor's storage through restrided views on purpose
+# (FlagGems' gather/scatter pass a view of the index's shape and step along the source's dimension).
+default_bounds = "view"
+
 # Launch options that can change the compiled code, with their defaults: the in-memory cache keys on all of
 # them (a launch that spells out a default shares the entry); stream, warmup, launch_cooperative_grid do not.
 _COMPILE_OPTIONS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None, "enable_fp_fusion": True,
@@ -630,16 +642,50 @@ def check_options(name: str, options: dict) -> None:
                           f"got {_short_repr(r)}")
 
 
-class JITFunction:
+class KernelInterface:
+    """What can be launched as `obj[grid](*args, **kwargs)`: it calls `obj.run(*args, grid=grid, **kwargs)`.
+    The base of JITFunction, Autotuner and Heuristics, as Triton's KernelInterface is of its own; libraries
+    subclass it (`triton.KernelInterface`) for launch wrappers of their own that define `run`."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+
+
+class KernelParam:
+    """A kernel parameter as Triton describes it (`JITFunction.params`): position, name, constexpr-ness."""
+
+    def __init__(self, num, param, is_constexpr, do_not_specialize):
+        self.num, self._param, self.name = num, param, param.name
+        self.is_constexpr, self.do_not_specialize = is_constexpr, do_not_specialize
+        self.do_not_specialize_on_alignment = False
+        ann = param.annotation
+        self.annotation = "" if ann is param.empty else ann if isinstance(ann, str) else getattr(ann, "__name__",
+                                                                                                  str(ann))
+        self.is_const = False
+
+    @property
+    def default(self):
+        return self._param.default
+
+    @property
+    def has_default(self):
+        return self._param.default is not self._param.empty
+
+    def __repr__(self):
+        return f"KernelParam({self.num}, {self.name!r}{', constexpr' if self.is_constexpr else ''})"
+
+
+class JITFunction(KernelInterface):
     """A kernel or device function written in the language; call it as `kernel[grid](*args)`."""
 
     def __init__(self, fn, do_not_specialize=(), debug=None, noinline=None, repr=None, launch_metadata=None,
-                 sanitize=False, bounds="view"):
+                 sanitize=False, bounds=None):
         self.fn = fn
         self.sanitize, self.bounds = sanitize, bounds  # the interpreter's defaults for this kernel's launches
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self.__module__ = fn.__module__
+        self.__globals__ = fn.__globals__  # Triton's attribute: code generators build modules with these globals
         self.__wrapped__ = fn
         self.do_not_specialize = set(do_not_specialize or ())
         self.repr = repr  # Triton's: specialization -> the compiled kernel's name
@@ -668,7 +714,33 @@ class JITFunction:
 
     @property
     def src(self) -> str:
-        return self._kl_source().source
+        """The function's text from its `def` on, decorators left out, as Triton's `JITFunction.src` is:
+        libraries that generate code paste it into new modules (FlagGems' pointwise_dynamic)."""
+        import re
+        import textwrap
+
+        text = textwrap.dedent(self._kl_source().source)
+        m = re.search(r"^(async\s+)?def\s+\w+\s*\(", text, re.MULTILINE)
+        return text[m.start():] if m else text
+
+    @property
+    def signature(self):
+        """The Python function's `inspect.Signature` (Triton's attribute)."""
+        return self._kl_source().signature
+
+    @property
+    def params(self) -> list:
+        """One `KernelParam` per parameter, in order (Triton's attribute: launch wrappers in libraries such as
+        FlagGems' LibEntry read `.num`, `.name`, `.is_constexpr`, `.do_not_specialize`, `.default` from it)."""
+        src = self._kl_source()
+        return [KernelParam(i, p, p.name in src.constexpr_params, p.name in self.do_not_specialize)
+                for i, p in enumerate(src.signature.parameters.values())]
+
+    @property
+    def cache_key(self) -> str:
+        """A hash of the function's text and name (Triton's attribute; libraries key their tuning caches on
+        it). Unlike Triton's it leaves out the called @jit helpers' texts."""
+        return hashlib.sha256(f"{self.__name__}\n{self.src}".encode()).hexdigest()
 
     @property
     def def_line(self) -> int:
@@ -1071,8 +1143,10 @@ class JITFunction:
             self._remember_fast(args, kwargs, ck, runtime_values)
             return ck
         _notice_interpreter(self.__name__)
-        bounds, sanitize = options.get("bounds", self.bounds), options.get("sanitize", self.sanitize)
-        extra = {**({"bounds": bounds} if bounds != "view" else {}), **({"sanitize": sanitize} if sanitize else {})}
+        bounds = options.get("bounds", self.bounds or default_bounds)
+        sanitize = options.get("sanitize", self.sanitize)
+        extra = {**({"bounds": bounds} if bounds != default_bounds else {}),
+                 **({"sanitize": sanitize} if sanitize else {})}
         ck.run(grid, runtime_values, **extra)  # (only what is not the default: tests replace CompiledKernel.run)
         return ck
 
@@ -1240,12 +1314,12 @@ def _file_lines(src: FunctionSource) -> list:
 
 
 def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=None, repr=None, launch_metadata=None,
-        sanitize=False, bounds="view", **_):
+        sanitize=False, bounds=None, **_):
     """Decorator: `@kl.jit` or `@kl.jit(do_not_specialize=["n"])`.
 
     On the CPU interpreter, `sanitize=True` checks every launch for races, duplicate stores and uninitialized
     reads, and `bounds="storage"` lets pointers reach a view's whole storage (launch options of the same names
-    override these)."""
+    override these; without either, `default_bounds` decides: "view", or "storage" under kernellab.compat)."""
     def wrap(f):
         return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline, repr=repr,
                            sanitize=sanitize, bounds=bounds)
