@@ -87,6 +87,49 @@ def test_autotune_pre_and_post_hooks_wrap_each_benchmark_run(triton, monkeypatch
     assert seen == [("pre", 128), ("post", 128), ("pre", 256), ("post", 256)]
 
 
+@kl.jit
+def fill_one(src, dst, N, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if src is not None:
+        tl.store(src + offs, tl.full([BLOCK], 1, dtype=src.dtype.element_ty), mask=offs < N)
+    else:
+        tl.store(dst + offs, tl.full([BLOCK], 1, dtype=dst.dtype.element_ty), mask=offs < N)
+
+
+def test_reset_and_restore_skip_arguments_passed_as_none(triton, monkeypatch):
+    """An optional tensor argument passed as None may still be named in reset_to_zero/restore_value (one call
+    site mutates it, another passes None); tuning skips it, as Triton's default hooks do."""
+    from kernellab.runtime import autotuner as A
+
+    monkeypatch.setattr(A, "_on_gpu", lambda args, kwargs: True)
+    configs = [triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 128})]
+    for kw in ({"reset_to_zero": ["src"]}, {"restore_value": ["src"]}):
+        tuned = triton.autotune(configs, key=["N"], do_bench=lambda fn, quantiles=None: (fn(), 1.0)[1], **kw)(
+            fill_one)
+        dst = torch.full((300,), 2.0)
+        tuned[lambda meta: (triton.cdiv(300, meta["BLOCK"]),)](None, dst, 300)
+        torch.testing.assert_close(dst, torch.ones(300))
+
+
+def test_post_hook_sees_a_failing_benchmark_run(triton, monkeypatch):
+    from kernellab.runtime import autotuner as A
+
+    monkeypatch.setattr(A, "_on_gpu", lambda args, kwargs: True)
+    seen = []
+
+    def boom(*a, **k):
+        raise RuntimeError("launch failed")
+
+    tuned = triton.autotune([triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"],
+                            pre_hook=lambda nargs, reset_only=False: seen.append("pre"),
+                            post_hook=lambda nargs, exception: seen.append(type(exception).__name__),
+                            do_bench=lambda fn, quantiles=None: (fn(), 1.0)[1])(add_one)
+    monkeypatch.setattr(add_one, "run", boom)
+    with pytest.raises(RuntimeError, match="launch failed"):
+        tuned[(1,)](torch.zeros(8), torch.zeros(8), 8)
+    assert seen == ["pre", "RuntimeError"]
+
+
 def test_cpu_tuning_skips_the_perf_model_and_compiles_until_one_works(triton, monkeypatch):
     """xformers' tiled matmul: 100+ configs, an early prune and a perf model that asks nvidia-smi for clocks. On
     the CPU interpreter the early prune still runs (it can drop configs that are wrong for the shapes), the perf
@@ -146,7 +189,8 @@ def test_kernel_interface_subclass_relaunches_the_compiled_kernel(triton):
             self.defaults = {p.name: p.default for p in fn.params if p.has_default}
             self.kernel = None
 
-        def run(self, *args, grid, **kwargs):
+        def run(self, *args, grid, warmup, **kwargs):
+            assert warmup is False  # passed by name, as Triton's KernelInterface passes it
             if self.kernel is None:
                 self.kernel = self.fn.run(*args, grid=grid, **kwargs)
                 return self.kernel

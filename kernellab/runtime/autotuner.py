@@ -99,9 +99,10 @@ class Autotuner(KernelInterface):
     def _reset_and_save(self, kwargs, reset_only=False):
         """Triton's default pre_hook: zero `reset_to_zero`, keep copies of `restore_value` for the post_hook."""
         for n in self.reset_to_zero:
-            kwargs[n].zero_()
+            if kwargs.get(n) is not None:  # an optional tensor argument passed as None: nothing to reset
+                kwargs[n].zero_()
         if not reset_only:
-            self._restore_copies = {n: kwargs[n].clone() for n in self.restore_value}
+            self._restore_copies = {n: kwargs[n].clone() for n in self.restore_value if kwargs.get(n) is not None}
 
     def _restore(self, kwargs, exception=None):
         """Triton's default post_hook: put back what `_reset_and_save` copied."""
@@ -235,7 +236,7 @@ class Autotuner(KernelInterface):
                                        "kept" if not on_gpu else "only one config") + skipped
             return configs[0]
         named = self._named(args, kwargs)
-        saved = {n: named[n].clone() for n in self.restore_value}
+        saved = {n: named[n].clone() for n in self.restore_value if named.get(n) is not None}
         timings = {}
         try:
             for cfg in configs:
@@ -250,7 +251,8 @@ class Autotuner(KernelInterface):
         # like Triton's pre_hook(reset_only=True): the real launch that follows starts from zeros too,
         # not from what the last benchmark run accumulated
         for n in self.reset_to_zero:
-            named[n].zero_()
+            if named.get(n) is not None:
+                named[n].zero_()
         best = min(timings, key=timings.get)
         if timings[best] == float("inf"):
             why = "; ".join(f"{c} -> {w}" for c, w in self.failed_configs.items())
@@ -262,7 +264,8 @@ class Autotuner(KernelInterface):
         def call():
             """One benchmark run sees what the real launch would: zeroed and restored inputs, the config's hook."""
             for n in self.reset_to_zero:
-                named[n].zero_()
+                if named.get(n) is not None:  # an optional tensor argument passed as None
+                    named[n].zero_()
             for n, t in saved.items():
                 named[n].copy_(t)
             full = {**named, **cfg.all_kwargs()}
@@ -270,7 +273,12 @@ class Autotuner(KernelInterface):
                 cfg.pre_hook(full)
             if self.user_defined_pre_hook:
                 self.pre_hook(full)
-            self.fn.run(*args, grid=grid, **{**kwargs, **cfg.all_kwargs()})
+            try:
+                self.fn.run(*args, grid=grid, **{**kwargs, **cfg.all_kwargs()})
+            except Exception as e:  # Triton's hooks come in pairs: the post_hook sees the failure
+                if self.user_defined_post_hook:
+                    self.post_hook(full, exception=e)
+                raise
             if self.user_defined_post_hook:
                 self.post_hook(full, exception=None)
 

@@ -648,7 +648,8 @@ class KernelInterface:
     subclass it (`triton.KernelInterface`) for launch wrappers of their own that define `run`."""
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+        # warmup=False as Triton's passes it: subclasses' run methods may take it by name
+        return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=False, **kwargs)
 
 
 class KernelParam:
