@@ -107,3 +107,14 @@ def test_packer_reports_a_bad_tensor_map_as_a_launch_error(monkeypatch):
         p.pack(args)
     err = p.explain(args, "mm")
     assert "kernel 'mm'" in str(err) and "16-byte aligned" in str(err)
+
+
+@pytest.mark.parametrize("dtype, esize, box", [("f32", 4, [32, 128]), ("i8", 1, [128, 64]), ("f8e4nv", 1, [128, 64])])
+def test_wider_and_narrower_elements_for_tma_stores(dtype, esize, box):
+    """A TMA store's map (passes/tma_store.py) of an fp32, int8 or fp8 result: strides in bytes of its elements, one
+    128-byte swizzle column wide."""
+    recipe = dict(RECIPE, dtype=dtype, box=box)
+    key = tensormap.evaluate(recipe, [FakeTensor(0x1000), None, None, 200, None, 96, 96])
+    assert key == (dtype, 0x1000, (96, 200), (96 * esize,), tuple(box), 128)
+    tensormap.check(key, "k")
+    assert tensormap._DRIVER_TYPE[dtype] in ("FLOAT32", "UINT8")

@@ -20,7 +20,10 @@ from typing import Any, Callable, Sequence
 from ..errors import LaunchError
 
 TENSORMAP_BYTES = 128
-_ELEM_BYTES = {"f16": 2, "bf16": 2}
+_ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4, "i8": 1, "f8e4nv": 1, "f8e5": 1}
+# the driver's element type per ours: 8-bit floats and ints are moved as bytes (TMA never converts)
+_DRIVER_TYPE = {"f16": "FLOAT16", "bf16": "BFLOAT16", "f32": "FLOAT32", "i32": "INT32", "i8": "UINT8",
+                "f8e4nv": "UINT8", "f8e5": "UINT8"}
 _CACHE: dict = {}
 _CACHE_LIMIT = 4096
 
@@ -70,8 +73,7 @@ def encode_with_driver(key: tuple) -> bytes:
     from cuda.bindings import driver as drv
 
     dtype, address, dims, strides, box, swizzle = key
-    dt = {"f16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-          "bf16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}[dtype]
+    dt = getattr(drv.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + _DRIVER_TYPE[dtype])
     sw = {128: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B, 64: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
           32: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B}[swizzle]
     err, tmap = drv.cuTensorMapEncodeTiled(
