@@ -20,7 +20,7 @@ import llvmlite.ir as ir
 from ..gpu.layouts import sliced_infos
 from ..ir import Block, Function, Module, Op, Value
 from ..ops import info as op_info
-from ..ops import is_elementwise
+from ..ops import is_elementwise, is_loop
 from ..types import DType, PointerType, TensorType
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
@@ -100,6 +100,14 @@ def _is_float(t):
 
 def _cint(v, ty=I32):
     return ir.Constant(ty, v)
+
+
+def _in_loop(op: Op) -> bool:
+    while op.block is not None and op.block.parent is not None:
+        op = op.block.parent
+        if is_loop(op.name):
+            return True
+    return False
 
 
 class KernelLowering:
@@ -269,21 +277,24 @@ class KernelLowering:
         `size` bytes each). Where the layout holds no copies, the address is one per-thread base plus a constant
         per register -- the constant folds into the load's or store's immediate offset, so a tile's conversion
         keeps one address register instead of one per register (LLVM's disjoint-bit `or`s of the index math
-        did not fold, and the hoisted 64-bit addresses spilled tutorial 09's epilogue)."""
+        did not fold, and LICM hoisted the 64-bit addresses of a conversion inside a loop out of it, where they
+        spilled tutorial 09's persistent epilogue). Outside loops the per-register form stays (ptxas keeps
+        it cheaper: attention backward's epilogue spilled 24 bytes with one base)."""
         infos = layout.dims_info(shape)
-        if any(i.replicated for i in infos) or not shape:
+        if any(i.replicated for i in infos) or not shape or not _in_loop(op):
             idx = self.reg_indices(layout, shape)
             return [self.smem_ptr(op, self.b.mul(self.linear_index(idx[k], shape, pitch), _cint(size))) for k in regs]
-        parts = self.thread_parts(layout, shape)
-        base = self.smem_ptr(op, self.b.mul(self.linear_index(parts[:len(shape)], shape, pitch), _cint(size)))
+        idx = self.reg_indices(layout, shape)
+        base = self.smem_ptr(op, self.b.mul(self.linear_index(idx[0], shape, pitch), _cint(size)))
         strides, acc = [0] * len(shape), 1
         for d in reversed(range(len(shape))):
             strides[d] = acc
             acc *= pitch if pitch is not None and d == len(shape) - 1 else shape[d]
         offs = layout.registers(shape)
+        first = sum(o * st for o, st in zip(offs[0], strides))
         out = []
         for k in regs:
-            c = sum(o * st for o, st in zip(offs[k], strides)) * size
+            c = (sum(o * st for o, st in zip(offs[k], strides)) - first) * size
             out.append(self.b.gep(base, [_cint(c)], source_etype=I8) if c else base)
         return out
 
