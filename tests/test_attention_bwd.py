@@ -128,9 +128,11 @@ def test_attention_bwd_assembles_with_tensor_cores(D, causal, tmp_path, monkeypa
     for ck, dots in ((kv, 4), (qq, 3)):
         ck.build_gpu(Target(90))
         assert ck.asm["cubin"][:4] == b"\x7fELF"
-        # a few words spilled around the loops of the dK/dV kernel at hd64, at the 255-register cap (Triton spills 8
-        # bytes full, 32 causal): 3 words across the loop, stored once before it and loaded once after
-        assert ck.n_spills <= (32 if D == 64 else 0), (ck.name, ck.n_regs, ck.n_spills)
+        # words spilled around (not inside) the loops of the dK/dV kernel at hd64, at the 255-register cap (Triton
+        # spills 8 bytes full, 32 causal): with lse/delta riding in the stages (pipelined side loads, the default)
+        # 128-144 bytes, stored once before the loop and loaded once after; that kernel still measured 1.05-1.10x
+        # Triton's (H100, 2026-11-26) against 0.80-0.91x without them
+        assert ck.n_spills <= (160 if D == 64 else 0), (ck.name, ck.n_regs, ck.n_spills)
         ptx, gpu = ck.asm["ptx"], ck.asm["gpu"]
         assert "mma.sync" not in ptx and "ldmatrix" not in ptx
         ops = [ln for ln in gpu.splitlines() if " tt.dot " in ln]
@@ -185,7 +187,18 @@ def test_attention_bwd_shared_reuse_is_ordered(D, warps, stages, arch, blocks, t
         ck.build_gpu(Target(arch))
         gpu = ck.asm["gpu"]
         assert shared_reuse_hazards(gpu) == [], (ck.name, shared_reuse_hazards(gpu))
-        assert loads_after_copies(ck.asm["ptx"]) == [], (ck.name, loads_after_copies(ck.asm["ptx"])[:4])
+    assert loads_after_copies(qq.asm["ptx"]) == [], loads_after_copies(qq.asm["ptx"])[:4]
+    # dK/dV reads lse and delta from their own stages (pipelined side loads) while the next stages' copies are in
+    # flight: those reads follow the stage's wait and barrier in the loop body (other stages are being written)
+    body = kv.asm["gpu"].split("scf.for", 1)[1]
+    reads = [m.start() for m in re.finditer(r"ttg\.local_load", body)]
+    waits = [m.start() for m in re.finditer(r"ttg\.async_wait|ttg\.mbarrier_wait", body)]
+    assert reads and waits and min(waits) < min(reads), (reads[:2], waits[:2])
+    _fresh(monkeypatch)  # without side loads no ld.shared may follow a copy
+    kv0 = dkdv.warmup(t, t, t, t, t, t, lse, lse, 0.125, 0.125 * LOG2E, *strides, 2, 256, BLOCK_M=m1, BLOCK_N=n1,
+                      HEAD_DIM=D, CAUSAL=False, **opts)
+    kv0.build_gpu(Target(arch))
+    assert loads_after_copies(kv0.asm["ptx"]) == [], loads_after_copies(kv0.asm["ptx"])[:4]
     # the case this guards: the conversions sit where the stage buffer goes, separated by a barrier
     gpu = qq.asm["gpu"]
     conv = re.findall(r"ttg\.convert_layout %(?:lse|delta) \{smem_bytes = \d+, smem_offset = (\d+)\}", gpu)
@@ -281,13 +294,10 @@ KNOBS = ("KERNELLAB_PIPELINE_SIDE_LOADS", "KERNELLAB_REFILL_AT_END")
 
 
 def _fresh(monkeypatch, *on):
-    """The schedule switches in `on` set ("1"), the others unset, and the backward kernels' in-memory compiles
+    """The schedule switches in `on` set ("1"), the others off ("0"), and the backward kernels' in-memory compiles
     dropped, so the next launch compiles under them (the disk cache keys on them)."""
     for k in KNOBS:
-        if k in on:
-            monkeypatch.setenv(k, "1")
-        else:
-            monkeypatch.delenv(k, raising=False)
+        monkeypatch.setenv(k, "1" if k in on else "0")
     for k in BWD:
         k.device_caches.clear()
 

@@ -119,3 +119,14 @@ def test_recipe_of_every_tile_type_scales_strides_by_its_bytes(dtype, size):
     tensormap.check(key, "k")
     with pytest.raises(LaunchError, match="does not fit swizzle"):
         tensormap.check(tensormap.evaluate(dict(RECIPE, dtype=dtype, box=[256 // size, 64]), args), "k")
+
+
+@pytest.mark.parametrize("dtype, esize, box", [("f32", 4, [32, 128]), ("i8", 1, [128, 64]), ("f8e4nv", 1, [128, 64])])
+def test_wider_and_narrower_elements_for_tma_stores(dtype, esize, box):
+    """A TMA store's map (passes/tma_store.py) of an fp32, int8 or fp8 result: strides in bytes of its elements, one
+    128-byte swizzle column wide."""
+    recipe = dict(RECIPE, dtype=dtype, box=box)
+    key = tensormap.evaluate(recipe, [FakeTensor(0x1000), None, None, 200, None, 96, 96])
+    assert key == (dtype, 0x1000, (96, 200), (96 * esize,), tuple(box), 128)
+    tensormap.check(key, "k")
+    assert tensormap._elem(dtype)[1] in ("FLOAT32", "UINT8")

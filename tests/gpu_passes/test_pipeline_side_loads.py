@@ -47,8 +47,8 @@ def _run(passes, stages=3):
     return m, stats
 
 
-def test_off_by_default_the_row_vector_stays_a_global_load(monkeypatch):
-    monkeypatch.delenv("KERNELLAB_PIPELINE_SIDE_LOADS", raising=False)
+def test_switched_off_the_row_vector_stays_a_global_load(monkeypatch):
+    monkeypatch.setenv("KERNELLAB_PIPELINE_SIDE_LOADS", "0")
     m, (stats,) = _run([pipeline_dot_operands])
     assert stats["buffers"] == 2 and "side_loads" not in stats
     loop = next(op for op in m.kernel.body.ops if op.name == "scf.for")
@@ -57,7 +57,7 @@ def test_off_by_default_the_row_vector_stays_a_global_load(monkeypatch):
 
 @pytest.mark.parametrize("stages", [2, 3, 4])
 def test_the_row_vector_rides_in_the_stages(monkeypatch, stages):
-    monkeypatch.setenv("KERNELLAB_PIPELINE_SIDE_LOADS", "1")
+    monkeypatch.delenv("KERNELLAB_PIPELINE_SIDE_LOADS", raising=False)  # the default
     m, (stats,) = _run([pipeline_dot_operands], stages)
     assert stats["buffers"] == 3 and stats["side_loads"] == 1, stats
     allocs = [op for op in m.kernel.walk() if op.name == "ttg.local_alloc"]

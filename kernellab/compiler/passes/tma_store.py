@@ -39,6 +39,7 @@ from .fill_stages_with_tma import _tensormap
 NAME = "tma_store"
 DESCRIPTION = "store block-pointer tiles by TMA from shared memory (sm_90), waited for only before reuse"
 SMEM_BUDGET = 227 * 1024  # sm_90's shared memory per block (opt-in)
+TMA_ELEMS = ("f16", "bf16", "f32", "i32", "i8", "f8e4nv", "f8e5")  # what runtime/tensormap.py encodes
 
 
 def _only_stored(base) -> bool:
@@ -66,6 +67,8 @@ def _qualifies(op: Op, fn, axis):
         return None, "not a 2-D tile", None
     if t.scalar.ir != bp.type.elem.ir:
         return None, "the value's type differs from the tensor's", None
+    if t.scalar.ir not in TMA_ELEMS:
+        return None, f"no TMA tensor map for {t.scalar} here (runtime/tensormap.py)", None
     found = block_ptr.origin(bp)
     if isinstance(found, str):
         return None, found, None
