@@ -86,6 +86,42 @@ def test_lone_tile_other_types(kind, k_step, tmp_path, monkeypatch):
     assert loop["mma"] == 128 // k_step and loop["x2"] == 0 and ck.n_spills == 0
 
 
+def _fresh_kernel():
+    """The same kernel text in a new JIT function: its compiles are not the ones cached by earlier tests (an
+    environment knob changes codegen but not the in-memory cache key)."""
+    import kernellab as kl
+
+    return kl.jit(matmul_kernel.fn)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("order, bars", [("before", 1), ("after", 1), ("reuse", 2)])
+@pytest.mark.parametrize("arch", [80, 90])
+def test_copy_order_experiment_assembles(order, bars, arch, tmp_path, monkeypatch):
+    """KERNELLAB_MMA_COPIES (experiment): each order assembles, with its barriers in the loop, no shared-memory
+    hazard and the same mma / ldmatrix count; "reuse" (Triton's) needs a quarter less shared memory at 4 stages."""
+    from kernellab.compiler.codegen.target import Target
+
+    from .ptx import loads_after_copies, shared_reuse_hazards
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("KERNELLAB_MMA_COPIES", order)
+    k = _fresh_kernel()
+    a, b = _operands("fp16", 16, 512, 512, False, False, "cpu", 0)
+    c = torch.empty(16, 512)
+    ck = k.warmup(a, b, c, 16, 512, 512, 512, 1, 512, 1, 512, 1, BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, GROUP_M=8,
+                  INT=False, PREC="ieee", num_warps=4, num_stages=4, grid=(1,))
+    ck.build_gpu(Target(arch))
+    loop = _loop(ck.asm["ptx"])
+    assert (loop["mma"], loop["x4"], loop["x4.trans"]) == (16, 16, 8)
+    assert loop["body"].count("bar.sync") == bars
+    assert not loads_after_copies(ck.asm["ptx"]) and not shared_reuse_hazards(ck.asm["gpu"])
+    stage_bytes = 16 * (256 + 8) * 2 + 256 * (32 + 8) * 2
+    assert ck.shared >= (3 if order == "reuse" else 4) * stage_bytes and ck.n_spills == 0
+    if order == "reuse":
+        assert ck.shared < 4 * stage_bytes
+
+
 # ----------------------------------------------------------------------------------------------------- GPU
 SMALL_CONFIGS = [((16, 32, 256, 4), 4), ((16, 64, 128, 4), 4), ((32, 64, 128, 4), 4), ((16, 32, 128, 4), 6),
                  ((16, 32, 16, 4), 3), ((16, 128, 128, 4), 4), ((16, 32, 64, 8), 3)]
@@ -112,3 +148,24 @@ def test_small_m_matmul_column_major_b(shape, cfg, kind):
     config, stages = cfg
     got, ref = run_matmul(kind, M, N, K, config, stages, trans_b=True, seed=M + N * 3 + K)
     check(kind, got, ref, K)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("order", ["after", "reuse"])
+@pytest.mark.parametrize("cfg", [((16, 32, 256, 4), 4), ((32, 64, 128, 4), 3), ((16, 32, 64, 4), 2)],
+                         ids=["16x32x256s4", "32x64x128s3", "16x32x64s2"])
+@pytest.mark.parametrize("shape", [(7, 257, 520), (33, 72, 1000)], ids=lambda s: "x".join(map(str, s)))
+def test_copy_order_experiment(shape, cfg, order, monkeypatch):
+    """Each KERNELLAB_MMA_COPIES order computes the same products (also loops shorter than the pipeline)."""
+    import kernellab as kl
+
+    monkeypatch.setenv("KERNELLAB_MMA_COPIES", order)
+    k = _fresh_kernel()
+    M, N, K = shape
+    (bm, bn, bk, warps), stages = cfg
+    a, b = _operands("fp16", M, N, K, False, False, "cuda", M + N + K)
+    c = torch.full((M, N), float("nan"), device="cuda")
+    k[(kl.cdiv(M, bm) * kl.cdiv(N, bn),)](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                          c.stride(0), c.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=4,
+                                          INT=False, PREC="ieee", num_warps=warps, num_stages=stages)
+    check("fp16", c.cpu(), a.cpu().double() @ b.cpu().double(), K)

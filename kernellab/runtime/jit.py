@@ -474,7 +474,7 @@ def _gpu_cache_key(tile_ir: str, opts, target) -> str:
 
     return cache_key("gpu", tile_ir, repr(opts), target.cpu, target.ptx_version, compiler_hash(),
                      _toolchain_versions(), os.environ.get("KERNELLAB_LLVM_LSR", ""),
-                     os.environ.get("KERNELLAB_LLVM_SLSR", ""))
+                     os.environ.get("KERNELLAB_LLVM_SLSR", ""), os.environ.get("KERNELLAB_MMA_COPIES", ""))
 
 
 def _load_cached(key, trace):

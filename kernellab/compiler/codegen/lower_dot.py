@@ -8,7 +8,7 @@ import llvmlite.ir as ir
 from ..gpu.scratch import a_from_registers, is_wgmma, mem_bytes, mma_b_k_contiguous, mma_instr, mma_staging
 from .lower_async import store_tile
 from .lower_wgmma import a_fragment_from_accumulator, dot_wgmma, pack_halves, unpack_halves
-from .lowering_core import F32, I8, I32, KernelLowering, _cint, _log2, handles, llty, memty
+from .lowering_core import F32, I32, KernelLowering, _cint, _log2, handles, llty, memty
 
 
 def _align16(n: int) -> int:
