@@ -51,6 +51,7 @@ def _loop(ptx):
     ((32, 64, 128, 4), 4, [1, 4], 32, 16, 8, 0),  # Triton's split (was [2, 2]): A 2 x4, B 1 x4 per k-step
     ((16, 32, 16, 4), 3, [1, 4], 1, 1, 0, 1),     # one k-step: nothing to pair, an x2
     ((16, 32, 64, 8), 3, [2, 4], 4, 4, 2, 0),     # 8 warps on 16 rows: two hold copies
+    ((16, 32, 64, 4), 1, [1, 4], 4, 4, 2, 0),     # not pipelined: B staged from registers, read the same way
 ])
 def test_small_m_loop_form(arch, config, stages, split, mma, a_x4, b_x4, b_x2, tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
@@ -124,7 +125,8 @@ def test_copy_order_experiment_assembles(order, bars, arch, tmp_path, monkeypatc
 
 # ----------------------------------------------------------------------------------------------------- GPU
 SMALL_CONFIGS = [((16, 32, 256, 4), 4), ((16, 64, 128, 4), 4), ((32, 64, 128, 4), 4), ((16, 32, 128, 4), 6),
-                 ((16, 32, 16, 4), 3), ((16, 128, 128, 4), 4), ((16, 32, 64, 8), 3)]
+                 ((16, 32, 16, 4), 3), ((16, 128, 128, 4), 4), ((16, 32, 64, 8), 3),
+                 ((16, 32, 64, 4), 1)]  # one stage: the register path stages B itself
 SMALL_SHAPES = [(1, 130, 300), (7, 257, 520), (16, 200, 1000), (33, 72, 264)]
 
 
