@@ -13,6 +13,7 @@ from kernellab.compiler.passes import (
     pipeline_dot_operands,
     stage_invariant_dot_operands,
 )
+from kernellab.compiler.rewrite import int_const
 
 LOOP = """
 #L0 = #blocked<[1, 8], [8, 4], [4, 1], [1, 0]>
@@ -239,6 +240,36 @@ def test_a_wgmma_accumulation_keeps_one_group_in_flight(run_pass, stages):
 def test_an_mma_sync_dot_waits_every_iteration(run_pass):
     m, stats = run_pass(pipeline_dot_operands, LOOP, GpuOptions(num_warps=4, num_stages=3))
     assert "overlapped_wgmma" not in stats and "ttg.dot_wait" not in _ops(m) and "ttg.barrier" not in _ops(m)
+
+
+
+@pytest.mark.parametrize("order, stages, buffers, barrier", [
+    ("before", 3, 3, False), ("after", 3, 3, False), ("reuse", 3, 2, True), ("reuse", 4, 3, True),
+    ("reuse", 2, 2, False),  # one stage would leave nothing in flight during the dot: "after" instead
+])
+def test_mma_sync_copy_order_experiment(run_pass, monkeypatch, order, stages, buffers, barrier):
+    """KERNELLAB_MMA_COPIES (an experiment, default "before"): the copies of iteration i + stages - 1 before the
+    dot into the stage iteration i - 1 read; behind it ("after"); or Triton's way ("reuse"): stages - 1 buffers,
+    and behind the dot a barrier, then the copies refill the stage it just read (write stage = read stage)."""
+    monkeypatch.setenv("KERNELLAB_MMA_COPIES", order)
+    m, stats = run_pass(pipeline_dot_operands, LOOP, GpuOptions(num_warps=4, num_stages=stages))
+    allocs = [op for op in m.kernel.body.ops if op.name == "ttg.local_alloc"]
+    assert [op.attrs["stages"] for op in allocs] == [buffers, buffers]
+    top = [op.name for op in m.kernel.body.ops]
+    assert top[:top.index("scf.for")].count("ttg.async_commit") == stages - 1  # still stages-1 ahead
+    loop = next(op for op in m.kernel.body.ops if op.name == "scf.for")
+    body = loop.regions[0].ops
+    kinds = [op.name for op in body]
+    assert body[0].name == "ttg.async_wait" and body[0].attrs["pending"] == stages - 2
+    assert (kinds.index("tt.dot") < kinds.index("ttg.async_copy")) == (order != "before")
+    assert ("ttg.barrier" in kinds) == barrier
+    if barrier:
+        assert kinds.index("tt.dot") < kinds.index("ttg.barrier") < kinds.index("ttg.async_copy")
+    read, write = loop.regions[0].args[-2:]
+    copies = [op for op in body if op.name == "ttg.memdesc_index" and any(
+        u.name == "ttg.async_copy" for u in op.result.uses)]
+    assert copies and all(op.operands[1] is write for op in copies)
+    assert [int_const(v) for v in loop.operands[-2:]] == [0, (stages - 1) % buffers]
 
 
 def _attention_loop(warps):

@@ -437,11 +437,16 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     overlap = _overlappable_wgmma(body, dots, reads, stages)
     chain_overlap = None if overlap is not None else _overlappable_chain(body, dots, reads, stages)
     ahead = stages - 1  # iterations the copies run ahead
+    # experiment (KERNELLAB_MMA_COPIES, default "before"): where an mma.sync loop issues its copies
+    order = mma_copy_order() if overlap is None and chain_overlap is None else "before"
+    if order == "reuse" and stages < 3:
+        order = "after"
+    nbuf = stages - 1 if order == "reuse" else stages
     pre = Builder(for_op, loc)
     bufs = []
     for (ld, _), (dot, index) in zip(plans, targets):
-        buf_t = buffer_type(dot, ld.result.type, stages)
-        bufs.append(pre.op("ttg.local_alloc", [], [buf_t], {"stages": stages, "operand": "ab"[index]},
+        buf_t = buffer_type(dot, ld.result.type, nbuf)
+        bufs.append(pre.op("ttg.local_alloc", [], [buf_t], {"stages": nbuf, "operand": "ab"[index]},
                            [f"{'ab'[index]}_stages"], loc=ld.loc).result)
     for ld, _, axis in side:  # a dense [1, N] / [N, 1] tile per stage
         t = ld.result.type
@@ -465,7 +470,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         ahead_args[i] = body.add_arg(a.type, (a.hint or "v") + "_ahead")
     read_slot = body.add_arg(I32, "read_stage")
     write_slot = body.add_arg(I32, "write_stage")
-    inits = [state[id(iter_args[i])] for i in sorted(carried)] + [pre.const(0), pre.const(ahead)]
+    inits = [state[id(iter_args[i])] for i in sorted(carried)] + [pre.const(0), pre.const(ahead % nbuf)]
 
     top = Builder(body.ops[0], loc)
     top.op("ttg.async_wait", bufs, [], {"pending": ahead - 1})
@@ -498,6 +503,11 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         overlap = (second, j)
         stats["overlapped_wgmma"] = stats.get("overlapped_wgmma", 0) + 1
         _retire_at_next_wait(body, dots, stats)
+    elif order == "after":  # behind the dot: its ldmatrix loads do not queue behind the copies
+        at = Builder(yield_op, loc)
+    elif order == "reuse":  # Triton's: S-1 stages, the copies refill the stage just read once every warp has read it
+        at = Builder(yield_op, loc)
+        at.op("ttg.barrier", [], [], {"reason": "every warp has read the stage refilled next"})
     iv_ahead = at.add(iv, at.const(ahead * step, iv.type))
     mapping = {id(iter_args[i]): ahead_args[i] for i in carried}
     mapping[id(iv)] = iv_ahead
@@ -523,7 +533,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
                 op.erase()
         ld.erase()
     end = Builder(yield_op, loc)
-    one, last = end.const(1), end.const(stages - 1)
+    one, last = end.const(1), end.const(nbuf - 1)
     new_slots = []
     for slot in (read_slot, write_slot):
         at_end = end.op("arith.cmpi", [slot, last], [int1], {"predicate": "eq"}).result
@@ -547,6 +557,17 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     Builder(after, loc).op("ttg.async_wait", list(bufs), [], {"pending": 0})
     stats["pipelined"] += 1
     stats["buffers"] += len(bufs)
+
+
+def mma_copy_order() -> str:
+    """KERNELLAB_MMA_COPIES, an experiment for mma.sync loops (wgmma loops keep theirs): "before" (the default)
+    issues the copies right after the wait, before the dot, into the stage the previous iteration read (S
+    stages); "after" issues them behind the dot (S stages); "reuse" is Triton's: S-1 stages, and behind the dot a
+    barrier, then the copies refill the stage the dot just read (less shared memory, two barriers)."""
+    import os
+
+    v = os.environ.get("KERNELLAB_MMA_COPIES", "before").strip().lower() or "before"
+    return v if v in ("before", "after", "reuse") else "before"
 
 
 def run(module: Module, options=None) -> dict:
