@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..gpu import block_ptr
 from ..gpu.axis_info import AxisAnalysis
 from ..gpu.layouts import Blocked, default_blocked
-from ..gpu.scratch import MMA_PAD, _numel, is_wgmma
+from ..gpu.scratch import MMA_PAD, _numel, is_wgmma, wgmma_kind
 from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
 from ..rewrite import extend_for_iter_args, insert_before
@@ -74,11 +74,12 @@ class BlockPtrCopies:
             return f'padding_option="{pad}" (cp.async and TMA fill out-of-bounds elements with zeros)'
         return self.vec_and_why(ld)[1]
 
-    def copy(self, bld: Builder, ld: Op, bp, view, pred):
+    def copy(self, bld: Builder, ld: Op, bp, view, pred, vec=None):
         """cp.async of a block pointer's tile: its addresses and bounds mask in a layout holding `vec`
-        contiguous elements per thread, then the copy (out-of-bounds runs become zeros)."""
+        contiguous elements per thread (the widest the block allows unless given), then the copy (out-of-bounds
+        runs become zeros)."""
         t = ld.result.type
-        vec = self.vec_and_why(ld)[0]
+        vec = vec or self.vec_and_why(ld)[0]
         layout = default_blocked(t.shape, self.num_warps, order=t.layout.order, spt_fast=vec)
         addr = bld.op("ttg.block_ptr_addresses", [bp], [TensorType(t.shape, PointerType(t.scalar), layout),
                                                         TensorType(t.shape, int1, layout)],
@@ -87,12 +88,16 @@ class BlockPtrCopies:
 
 
 def copy_tile(bld: Builder, ld: Op, ptrs, view, pred, bpc: BlockPtrCopies, mask=None):
-    """cp.async of the tile `ld` loads, from `ptrs` (its pointers or block pointer, possibly cloned) into `view`."""
+    """cp.async of the tile `ld` loads, from `ptrs` (its pointers or block pointer, possibly cloned) into `view`:
+    runs of the load's `vec` elements, or single elements where the buffer is contiguous along the other
+    dimension (a K-major tf32 stage of a tile loaded N-contiguous)."""
+    across = view.type.order[0] != ld.result.type.layout.order[0]
     if ld.operands[0].type.is_block_ptr():
-        bpc.copy(bld, ld, ptrs, view, pred)
+        bpc.copy(bld, ld, ptrs, view, pred, 1 if across else None)
         return
     operands = [ptrs, view, pred] + ([mask] if mask is not None else [])
-    bld.op("ttg.async_copy", operands, [], {"vec": ld.attrs.get("vec", 1)}, loc=ld.loc)
+    vec = 1 if across else ld.attrs.get("vec", 1)
+    bld.op("ttg.async_copy", operands, [], {"vec": vec}, loc=ld.loc)
 
 
 def copyable(ld: Op, bpc: BlockPtrCopies) -> str | None:
@@ -100,15 +105,15 @@ def copyable(ld: Op, bpc: BlockPtrCopies) -> str | None:
     if ld.attrs.get("volatile"):
         return "volatile load"
     t = ld.result.type
-    if t.scalar.ir not in ("f16", "bf16"):
+    if t.scalar.ir not in ("f16", "bf16", "f32"):  # f32: tf32 wgmma only (see `tf32_wgmma_operand`)
         return f"{t.scalar.ir} elements"
     if ld.operands[0].type.is_block_ptr():
         return bpc.why_not(ld)
     if not isinstance(t.layout, Blocked):
         return "the load has no blocked layout"
-    vec = ld.attrs.get("vec", 1)
-    if vec * 2 not in (4, 8, 16):
-        return f"{vec * 2}-byte accesses (cp.async moves 4, 8 or 16 bytes)"
+    vec, esize = ld.attrs.get("vec", 1), t.scalar.bits // 8
+    if vec * esize not in (4, 8, 16):
+        return f"{vec * esize}-byte accesses (cp.async moves 4, 8 or 16 bytes)"
     if len(ld.operands) > 2:
         other = ld.operands[2].defining_op
         if other is None or other.name != "arith.constant" or other.attrs.get("value") not in (0, 0.0):
@@ -116,13 +121,26 @@ def copyable(ld: Op, bpc: BlockPtrCopies) -> str | None:
     return None
 
 
-def buffer_type(dot: Op, t, stages: int):
+def tf32_wgmma_operand(dot: Op, t) -> bool:
+    """An fp32 tile a wgmma reads as tf32. wgmma cannot transpose 32-bit operands: its stage buffer is K-major
+    (`buffer_type`), so a tile contiguous along the other dimension is copied 4 bytes at a time (as Triton does);
+    the tensor cores read the fp32 bits as tf32 (the low mantissa bits ignored, Triton's pipelined copies too)."""
+    return t.scalar.ir == "f32" and is_wgmma(dot) and wgmma_kind(dot).ptx == "tf32"
+
+
+def buffer_type(dot: Op, t, stages: int, index: int | None = None, transposed: bool = False):
     """The shared-memory encoding the dot reads this tile in: swizzled for wgmma, padded rows for ldmatrix
-    (None when wgmma cannot read it, or the dot is smaller than one 16x8 mma tile)."""
+    (None when wgmma cannot read it, or the dot is smaller than one 16x8 mma tile). A 32-bit tile (operand
+    `index`, read through a 2-D transpose when `transposed`) is stored K-major for wgmma, else None."""
     shape = (stages,) + tuple(t.shape)
     m, n = dot.operands[0].type.shape[0], dot.operands[1].type.shape[1]
     if m < 16 or n < 8:
         return None  # smaller than one mma.sync tile: the dot stages it itself, rows wrapped onto the tile
+    if t.scalar.bits == 32:
+        if index is None or not tf32_wgmma_operand(dot, t):
+            return None
+        order = (1, 0) if index == 0 else (0, 1)  # the view the dot reads: A [M][K], B [K][N], K contiguous
+        return swizzled(shape, t.scalar, tuple(1 - o for o in order) if transposed else order)
     if is_wgmma(dot):
         return swizzled(shape, t.scalar, tuple(t.layout.order))
     return MemDescType(shape, t.scalar, tuple(t.layout.order), MMA_PAD)

@@ -28,7 +28,8 @@ serializes every wgmma of the kernel (its warning C7514). Attention's pair of wg
 iterations past the end are predicated off (cp.async with a source size of 0 writes zeros and reads nothing).
 
 An operand qualifies when it is a `tt.load` in the loop body used only by the dot, with fp16/bf16
-elements, a zero or absent `other`, accesses of 4 to 16 bytes, and an address that only depends on
+elements (or fp32 that a wgmma reads as tf32, staged K-major: see `dot_stages.tf32_wgmma_operand`), a
+zero or absent `other`, accesses of 4 to 16 bytes, and an address that only depends on
 the induction variable, loop invariants and loop-carried values whose updates are themselves
 recomputable. The copies use the load's own (coalesced) layout; the tile is stored in shared memory
 contiguous along the same dimension as in global memory, each row padded by 16 bytes so ldmatrix
@@ -49,7 +50,7 @@ from ..ops import is_pure
 from ..rewrite import extend_for_iter_args, insert_before, int_const, pure_slice
 from ..types import MemDescType, int1
 from . import dce
-from .dot_stages import I32, BlockPtrCopies, Builder, buffer_type, copy_tile, copyable
+from .dot_stages import I32, BlockPtrCopies, Builder, buffer_type, copy_tile, copyable, tf32_wgmma_operand
 
 NAME = "pipeline_dot_operands"
 DESCRIPTION = "multi-buffer the tiles a tensor-core dot reads: cp.async copies num_stages-1 iterations ahead"
@@ -96,6 +97,15 @@ def _readers(v, body, transposed: bool, chain: list, out: list) -> str | None:
         else:
             return "the loaded tile has other users"
     return None
+
+
+def _stage_type(dot, readers, t, stages: int):
+    """The stage buffer of tile `t` that `dot` (one of its readers) reads; a 32-bit tile's encoding depends on
+    the operand and transpose of each reader, which must then all agree (None otherwise)."""
+    if t.scalar.bits != 32:
+        return buffer_type(dot, t, stages)
+    types = {buffer_type(d, t, stages, index, transposed) for d, index, transposed, _ in readers}
+    return types.pop() if len(types) == 1 else None
 
 
 def _view_type(tile, transposed: bool):
@@ -290,7 +300,11 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
             if id(ld) in seen:
                 continue  # another reader of a tile planned already
             sl = pure_slice(ld, body)
-            if buffer_type(dot, ld.result.type, 2) is None:
+            t = ld.result.type
+            if t.scalar.bits == 32 and not all(tf32_wgmma_operand(d, t) for d, *_ in rd):
+                why.append(f"{name}: fp32 elements read by a dot other than a tf32 wgmma")
+                continue
+            if _stage_type(dot, rd, t, 2) is None:
                 why.append(f"{name}: its contiguous extent cannot be swizzled for wgmma")
                 continue
             if sl is None:
@@ -318,8 +332,8 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     ahead = stages - 1  # iterations the copies run ahead
     pre = Builder(for_op, loc)
     bufs = []
-    for (ld, _), (dot, index) in zip(plans, targets):
-        buf_t = buffer_type(dot, ld.result.type, stages)
+    for (ld, _), rd, (dot, index) in zip(plans, readers, targets):
+        buf_t = _stage_type(dot, rd, ld.result.type, stages)
         bufs.append(pre.op("ttg.local_alloc", [], [buf_t], {"stages": stages, "operand": "ab"[index]},
                            [f"{'ab'[index]}_stages"], loc=ld.loc).result)
     # prologue: stages 0 .. ahead-1 hold iterations 0 .. ahead-1

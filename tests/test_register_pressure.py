@@ -1,0 +1,197 @@
+"""Register pressure where Triton does not spill (issue 14): the launch bounds ptxas gets, 32-bit shared addresses,
+fp32 (tf32) wgmma operands pipelined into shared memory, and pointer tiles of tf32 operands left uncarried.
+
+The kernels have the shapes of the library kernels that showed each gap (attorch's layer-norm backward: one row
+of 4096 fp32 with a strided gradient; Liger's neighborhood attention A.V: a 64x64x64 tf32 dot loop whose B tile
+is contiguous along N). ptxas tests compile for sm_90a on the CPU (registers, spills, PTX); `gpu` tests check the
+results against torch float64 with poisoned outputs.
+"""
+import re
+import shutil
+
+import pytest
+import torch
+
+import kernellab as kl
+import kernellab.language as tl
+
+needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
+gpu = pytest.mark.gpu
+POISON = float("nan")
+
+
+@kl.jit
+def row_norm_backward(DY, X, Mean, Rstd, W, DX, DW, DB, n_rows, n_cols, dy_row_stride, dy_col_stride,
+                      x_row_stride, dx_row_stride, BLOCK: tl.constexpr):
+    """d/dx of w * (x - mean) * rstd + b for one row, plus that row's contributions to dw and db."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    ok = (cols < n_cols) & (row < n_rows)
+    dy = tl.load(DY + row * dy_row_stride + cols * dy_col_stride, mask=ok, other=0.0)
+    x = tl.load(X + row * x_row_stride + cols, mask=ok, other=0.0)
+    mean = tl.load(Mean + row)
+    rstd = tl.load(Rstd + row)
+    xhat = (x - mean) * rstd
+    wdy = tl.load(W + cols, mask=cols < n_cols, other=0.0) * dy
+    c1 = tl.sum(xhat * wdy, axis=0) / n_cols
+    c2 = tl.sum(wdy, axis=0) / n_cols
+    tl.store(DX + row * dx_row_stride + cols, rstd * (wdy - (xhat * c1 + c2)), mask=ok)
+    tl.store(DW + row * n_cols + cols, dy * xhat, mask=ok)
+    tl.store(DB + row * n_cols + cols, dy, mask=ok)
+
+
+@kl.jit
+def tf32_loop_dot(A, B, C, M, N, K, sam, sbk, scm, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """C = A @ B over a K loop; A [M, K] K-contiguous, B [K, N] N-contiguous, addresses rebuilt from the counter."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        rk = k0 + tl.arange(0, BK)
+        a = tl.load(A + rm[:, None] * sam + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        b = tl.load(B + rk[:, None] * sbk + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(C + rm[:, None] * scm + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _norm_args(device, rows=3, cols=4096, dtype=torch.float32):
+    g = torch.Generator().manual_seed(14)
+    x = torch.randn(rows, cols, generator=g, dtype=torch.float64) * 3 + 0.5
+    dy_full = torch.randn(rows, 2 * cols, generator=g, dtype=torch.float64)
+    w = torch.rand(cols, generator=g, dtype=torch.float64) + 0.5
+    mean = x.mean(1)
+    rstd = 1 / (x.var(1, unbiased=False) + 1e-5).sqrt()
+    ref = dict(x=x, dy=dy_full[:, ::2], w=w, mean=mean, rstd=rstd)
+    dev = {k: v.to(device, dtype) for k, v in (("x", x), ("dy_full", dy_full), ("w", w), ("mean", mean),
+                                                 ("rstd", rstd))}
+    outs = [torch.full((rows, cols), POISON, device=device, dtype=dtype) for _ in range(3)]
+    dy = dev["dy_full"]
+    args = (dy, dev["x"], dev["mean"], dev["rstd"], dev["w"], *outs, rows, cols, dy.stride(0), 2, cols, cols)
+    return args, outs, ref
+
+
+def _norm_reference(r):
+    xhat = (r["x"] - r["mean"][:, None]) * r["rstd"][:, None]
+    wdy = r["w"] * r["dy"]
+    n = r["x"].shape[1]
+    c1 = (xhat * wdy).sum(1, keepdim=True) / n
+    c2 = wdy.sum(1, keepdim=True) / n
+    return r["rstd"][:, None] * (wdy - (xhat * c1 + c2)), r["dy"] * xhat, r["dy"]
+
+
+def _tf32_args(device, M=128, N=64, K=256):
+    g = torch.Generator().manual_seed(41)
+    a = torch.randn(M, K, generator=g, dtype=torch.float64)
+    b = torch.randn(K, N, generator=g, dtype=torch.float64)
+    c = torch.full((M, N), POISON, device=device, dtype=torch.float32)
+    da, db = a.to(device, torch.float32), b.to(device, torch.float32)
+    return (da, db, c, M, N, K, K, N, N), c, a @ b
+
+
+def _compile(kernel, args, num_warps, **constexprs):
+    ck = kernel.warmup(*args, **constexprs, num_warps=num_warps, grid=(1,))
+    return ck.build_gpu()
+
+
+def _stats(ck, name):
+    return next(r.stats for r in ck.trace.passes if r.name == name)
+
+
+@needs_ptxas
+def test_exact_block_size_lets_ptxas_use_the_registers_it_needs():
+    """With only `.maxntid 64`, ptxas capped the 2-warp kernel at 32 registers and spilled ~11 KB (attorch
+    layer_norm_backward, Triton: 255 registers, 364 bytes); `.reqntid` (Triton's) leaves it the full budget."""
+    args, _, _ = _norm_args("cpu")
+    ck = _compile(row_norm_backward, args, 2, BLOCK=4096)
+    assert re.search(r"^\.reqntid 64\b", ck.asm["ptx"], re.M) and ".maxntid" not in ck.asm["ptx"]
+    assert ck.n_regs > 128 and ck.n_spills < 512, (ck.n_regs, ck.n_spills)
+
+
+@needs_ptxas
+def test_shared_addresses_are_32_bit():
+    """Layout conversions address shared memory with 32-bit registers (LLVM's -nvptx-short-ptr, as Triton): with
+    64-bit addresses LLVM kept one conversion's addresses live for the next (206 registers at 4 warps; Triton 183)."""
+    args, _, _ = _norm_args("cpu")
+    ck = _compile(row_norm_backward, args, 4, BLOCK=4096)
+    ptx = ck.asm["ptx"]
+    shared = re.findall(r"(?:st|ld)\.shared[.\w]*\s+(?:\{[^}]*\},\s*)?\[(%\w+)", ptx)
+    assert shared and not [r for r in shared if r.startswith("%rd")], shared[:4]
+    assert ck.n_regs <= 184 and ck.n_spills == 0, (ck.n_regs, ck.n_spills)
+
+
+@needs_ptxas
+def test_tf32_wgmma_operands_are_pipelined_k_major():
+    """fp32 tiles a wgmma reads as tf32 go through cp.async stages like 16-bit ones: A as loaded (16-byte copies),
+    B (N-contiguous in memory) K-major, 4 bytes per copy. Kept in registers instead, both tiles and their pointer
+    tiles held ~176 registers (Liger's neighborhood attention; Triton 96)."""
+    args, _, _ = _tf32_args("cpu")
+    ck = _compile(tf32_loop_dot, args, 4, BM=64, BN=64, BK=64)
+    st = _stats(ck, "pipeline_dot_operands")
+    assert st["pipelined"] == 1 and st["buffers"] == 2, st
+    assert re.search(r"b_stages = ttg\.local_alloc .*order=0,1", ck.asm["gpu"]), "B must be staged K-major"
+    ptx = ck.asm["ptx"]
+    assert re.search(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16", ptx)
+    assert re.search(r"cp\.async\.ca\.shared\.global \[[^]]+\], \[[^]]+\], 4", ptx)
+    assert "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32" in ptx
+    assert ck.n_regs <= 136 and ck.n_spills == 0, (ck.n_regs, ck.n_spills)
+
+
+def test_tf32_dot_operand_pointers_are_not_carried():
+    """strength_reduce_pointers carries the pointer tile of a 16-bit dot operand, not of a tf32 one (one 64-bit
+    pointer per element when its copies move 4 bytes each)."""
+    args, _, _ = _tf32_args("cpu")
+    ck32 = tf32_loop_dot.warmup(*args, BM=64, BN=64, BK=64, num_warps=4, grid=(1,))
+    a16, b16 = args[0].half(), args[1].half()
+    ck16 = tf32_loop_dot.warmup(a16, b16, *args[2:], BM=64, BN=64, BK=64, num_warps=4, grid=(1,))
+    assert _stats(ck32, "strength_reduce_pointers")["carried"] == 0
+    assert _stats(ck16, "strength_reduce_pointers")["carried"] == 2
+
+
+@gpu
+@pytest.mark.parametrize("warps", [1, 2, 4, 8])
+def test_row_norm_backward_gpu(warps):
+    args, outs, ref = _norm_args("cuda")
+    row_norm_backward[(3,)](*args, BLOCK=4096, num_warps=warps)
+    torch.cuda.synchronize()
+    for got, want in zip(outs, _norm_reference(ref)):
+        torch.testing.assert_close(got.double().cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(128, 64, 256), (100, 50, 200)])
+def test_tf32_loop_dot_gpu(shape):
+    args, c, want = _tf32_args("cuda", *shape)
+    M, N, _ = shape
+    tf32_loop_dot[(triton_cdiv(M, 64), triton_cdiv(N, 64))](*args, BM=64, BN=64, BK=64, num_warps=4)
+    torch.cuda.synchronize()
+    # tf32 operands (10 mantissa bits, truncated by the tensor cores): relative error ~1e-3 of the row's scale
+    torch.testing.assert_close(c.double().cpu(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item() ** 0.5)
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b
+
+
+@gpu
+@pytest.mark.parametrize("op", ["fused_neighborhood_attention", "layer_norm"])
+def test_liger_kernels_gpu(op):
+    """The library kernels themselves (Liger through kernellab.compat, at their GPU sizes): forward and backward
+    against torch float64, outputs poisoned (benchmarks/libraries.py checks)."""
+    import importlib.util
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if importlib.util.find_spec("liger_kernel") is None:
+        pytest.skip("liger_kernel is not installed")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, str(root / "benchmarks" / "libraries.py"), "--child", op, "kernellab",
+                        "cuda"], capture_output=True, text=True, env=env, cwd=str(root), timeout=900)
+    rows = [json.loads(ln.split(" ", 1)[1]) for ln in p.stdout.splitlines() if ln.startswith("@@libraries")]
+    assert rows, p.stderr[-3000:]
+    r = rows[0]
+    assert "error" not in r, r.get("traceback", r["error"])
+    assert r["correct"], f"{r['worst']} is off by {r['worst_err_over_tol']:.3g} x the tolerance"
