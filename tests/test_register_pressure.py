@@ -4,7 +4,7 @@ fp32 (tf32) wgmma operands pipelined into shared memory, and pointer tiles of tf
 The kernels have the shapes of the library kernels that showed each gap (attorch's layer-norm backward: one row
 of 4096 fp32 with a strided gradient; Liger's neighborhood attention A.V: a 64x64x64 tf32 dot loop whose B tile
 is contiguous along N). ptxas tests compile for sm_90a on the CPU (registers, spills, PTX); `gpu` tests check the
-results against torch float64 with poisoned outputs.
+results against torch float64 with poisoned outputs (on the CPU interpreter too).
 """
 import re
 import shutil
@@ -52,6 +52,21 @@ def tf32_loop_dot(A, B, C, M, N, K, sam, sbk, scm, BM: tl.constexpr, BN: tl.cons
         b = tl.load(B + rk[:, None] * sbk + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc += tl.dot(a, b)
     tl.store(C + rm[:, None] * scm + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@kl.jit
+def tf32_block_ptr_dot(A, B, C, M, N, K, sam, sbk, scm, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """The same product through block pointers (boundary-checked: TMA may fill A's stages, not B's K-major ones)."""
+    pm, pn = tl.program_id(0) * BM, tl.program_id(1) * BN
+    a_bp = tl.make_block_ptr(A, (M, K), (sam, 1), (pm, 0), (BM, BK), (1, 0))
+    b_bp = tl.make_block_ptr(B, (K, N), (sbk, 1), (0, pn), (BK, BN), (1, 0))
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for _ in range(0, K, BK):
+        acc += tl.dot(tl.load(a_bp, boundary_check=(0, 1)), tl.load(b_bp, boundary_check=(0, 1)))
+        a_bp = tl.advance(a_bp, (0, BK))
+        b_bp = tl.advance(b_bp, (BK, 0))
+    c_bp = tl.make_block_ptr(C, (M, N), (scm, 1), (pm, pn), (BM, BN), (1, 0))
+    tl.store(c_bp, acc, boundary_check=(0, 1))
 
 
 def _norm_args(device, rows=3, cols=4096, dtype=torch.float32):
@@ -136,6 +151,18 @@ def test_tf32_wgmma_operands_are_pipelined_k_major():
     assert ck.n_regs <= 136 and ck.n_spills == 0, (ck.n_regs, ck.n_spills)
 
 
+@needs_ptxas
+def test_tf32_block_pointer_stages_tma_only_as_laid_out():
+    """TMA copies a tile as it lies in memory: it fills A's stages (K-contiguous, as wgmma reads them) but not B's,
+    which are K-major across B's contiguous N (cp.async, 4 bytes a copy)."""
+    args, _, _ = _tf32_args("cpu")
+    ck = _compile(tf32_block_ptr_dot, args, 4, BM=64, BN=64, BK=64)
+    assert _stats(ck, "pipeline_dot_operands")["pipelined"] == 1
+    st = _stats(ck, "fill_stages_with_tma")
+    assert st["tma"] == 1 and len(st["no_tma"]) == 1 and "K-major tf32" in st["no_tma"][0], st
+    assert re.search(r"cp\.async\.ca\.shared\.global \[[^]]+\], \[[^]]+\], 4", ck.asm["ptx"])
+
+
 def test_tf32_dot_operand_pointers_are_not_carried():
     """strength_reduce_pointers carries the pointer tile of a 16-bit dot operand, not of a tf32 one (one 64-bit
     pointer per element when its copies move 4 bytes each)."""
@@ -147,24 +174,31 @@ def test_tf32_dot_operand_pointers_are_not_carried():
     assert _stats(ck16, "strength_reduce_pointers")["carried"] == 2
 
 
-@gpu
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
 @pytest.mark.parametrize("warps", [1, 2, 4, 8])
-def test_row_norm_backward_gpu(warps):
-    args, outs, ref = _norm_args("cuda")
+def test_row_norm_backward(device, warps):
+    args, outs, ref = _norm_args(device)
     row_norm_backward[(3,)](*args, BLOCK=4096, num_warps=warps)
-    torch.cuda.synchronize()
     for got, want in zip(outs, _norm_reference(ref)):
         torch.testing.assert_close(got.double().cpu(), want, rtol=1e-4, atol=1e-4)
 
 
-@gpu
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
 @pytest.mark.parametrize("shape", [(128, 64, 256), (100, 50, 200)])
-def test_tf32_loop_dot_gpu(shape):
-    args, c, want = _tf32_args("cuda", *shape)
+def test_tf32_loop_dot(device, shape):
+    args, c, want = _tf32_args(device, *shape)
     M, N, _ = shape
     tf32_loop_dot[(triton_cdiv(M, 64), triton_cdiv(N, 64))](*args, BM=64, BN=64, BK=64, num_warps=4)
-    torch.cuda.synchronize()
     # tf32 operands (10 mantissa bits, truncated by the tensor cores): relative error ~1e-3 of the row's scale
+    torch.testing.assert_close(c.double().cpu(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item() ** 0.5)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
+@pytest.mark.parametrize("shape", [(128, 64, 256), (100, 50, 200)])
+def test_tf32_block_ptr_dot(device, shape):
+    args, c, want = _tf32_args(device, *shape)
+    M, N, _ = shape
+    tf32_block_ptr_dot[(triton_cdiv(M, 64), triton_cdiv(N, 64))](*args, BM=64, BN=64, BK=64, num_warps=4)
     torch.testing.assert_close(c.double().cpu(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item() ** 0.5)
 
 
