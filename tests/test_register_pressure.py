@@ -69,6 +69,18 @@ def tf32_block_ptr_dot(A, B, C, M, N, K, sam, sbk, scm, BM: tl.constexpr, BN: tl
     tl.store(c_bp, acc, boundary_check=(0, 1))
 
 
+@kl.jit
+def tf32_scores(Q, K, S, M, N, sq, sk, ss, scale, BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
+    """S = scale * Q K^T for one tile, no loop: q [M, D] and k [N, D] both D-contiguous, k read transposed."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rd = tl.arange(0, D)
+    q = tl.load(Q + rm[:, None] * sq + rd[None, :], mask=rm[:, None] < M, other=0.0)
+    k = tl.load(K + rn[:, None] * sk + rd[None, :], mask=rn[:, None] < N, other=0.0)
+    s = tl.dot(q, tl.trans(k)) * scale
+    tl.store(S + rm[:, None] * ss + rn[None, :], s, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
 def _norm_args(device, rows=3, cols=4096, dtype=torch.float32):
     g = torch.Generator().manual_seed(14)
     x = torch.randn(rows, cols, generator=g, dtype=torch.float64) * 3 + 0.5
@@ -163,6 +175,27 @@ def test_tf32_block_pointer_stages_tma_only_as_laid_out():
     assert re.search(r"cp\.async\.ca\.shared\.global \[[^]]+\], \[[^]]+\], 4", ck.asm["ptx"])
 
 
+def _scores_args(device, M=128, N=64, D=64):
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(M, D, generator=g, dtype=torch.float64)
+    k = torch.randn(N, D, generator=g, dtype=torch.float64)
+    s = torch.full((M, N), POISON, device=device, dtype=torch.float32)
+    return (q.to(device, torch.float32), k.to(device, torch.float32), s, M, N, D, D, N, 0.125), s, 0.125 * q @ k.T
+
+
+@needs_ptxas
+def test_tf32_tiles_loaded_once_are_stored_at_their_load():
+    """fp32 tiles loaded outside loops and read only by a tf32 wgmma (k through tl.trans) go to shared memory right
+    after their loads, not at the dot: both 64x64 tiles in registers up to the dot cost 93 registers (Liger's
+    neighborhood attention q.k^T; Triton 66)."""
+    args, _, _ = _scores_args("cpu")
+    ck = _compile(tf32_scores, args, 4, BM=64, BN=64, D=64)
+    assert _stats(ck, "stage_invariant_dot_operands")["staged_once"] == 2
+    gpu_ir = ck.asm["gpu"]
+    assert "tt.trans" not in gpu_ir and gpu_ir.count("ttg.local_store") == 2 and "tf32 = true" in gpu_ir, gpu_ir
+    assert ck.n_regs <= 84 and ck.n_spills == 0, (ck.n_regs, ck.n_spills)
+
+
 def test_tf32_dot_operand_pointers_are_not_carried():
     """strength_reduce_pointers carries the pointer tile of a 16-bit dot operand, not of a tf32 one (one 64-bit
     pointer per element when its copies move 4 bytes each)."""
@@ -200,6 +233,15 @@ def test_tf32_block_ptr_dot(device, shape):
     M, N, _ = shape
     tf32_block_ptr_dot[(triton_cdiv(M, 64), triton_cdiv(N, 64))](*args, BM=64, BN=64, BK=64, num_warps=4)
     torch.testing.assert_close(c.double().cpu(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item() ** 0.5)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
+@pytest.mark.parametrize("shape", [(128, 64), (100, 50)])
+def test_tf32_scores(device, shape):
+    M, N = shape
+    args, s, want = _scores_args(device, M, N)
+    tf32_scores[(triton_cdiv(M, 64), triton_cdiv(N, 64))](*args, BM=64, BN=64, D=64, num_warps=4)
+    torch.testing.assert_close(s.double().cpu(), want, rtol=2e-2, atol=1e-2)
 
 
 def triton_cdiv(a, b):

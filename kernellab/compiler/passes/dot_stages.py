@@ -146,6 +146,14 @@ def buffer_type(dot: Op, t, stages: int, index: int | None = None, transposed: b
     return MemDescType(shape, t.scalar, tuple(t.layout.order), MMA_PAD)
 
 
+def view_type(tile, transposed: bool):
+    """One stage as a dot reads it: the tile, or its 2-D transpose (the same bytes, dims and order swapped)."""
+    if not transposed:
+        return tile
+    return MemDescType(tuple(reversed(tile.shape)), tile.elem, tuple(1 - o for o in tile.order), tile.pad,
+                       tile.swizzle)
+
+
 def mbarrier_ring(bld: Builder, stages: int, hint: str, **attrs):
     """`stages` mbarriers, one per stage."""
     return bld.op("ttg.mbarrier_alloc", [], [MemDescType((stages, 1, 1), I64, (1, 0))], {"stages": stages, **attrs},

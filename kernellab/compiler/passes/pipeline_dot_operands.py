@@ -48,9 +48,9 @@ from ..gpu.scratch import is_wgmma
 from ..ir import Module, Op
 from ..ops import is_pure
 from ..rewrite import extend_for_iter_args, insert_before, int_const, pure_slice
-from ..types import MemDescType, int1
+from ..types import int1
 from . import dce
-from .dot_stages import I32, BlockPtrCopies, Builder, buffer_type, copy_tile, copyable, tf32_wgmma_operand
+from .dot_stages import I32, BlockPtrCopies, Builder, buffer_type, copy_tile, copyable, tf32_wgmma_operand, view_type
 
 NAME = "pipeline_dot_operands"
 DESCRIPTION = "multi-buffer the tiles a tensor-core dot reads: cp.async copies num_stages-1 iterations ahead"
@@ -106,14 +106,6 @@ def _stage_type(dot, readers, t, stages: int):
         return buffer_type(dot, t, stages)
     types = {buffer_type(d, t, stages, index, transposed) for d, index, transposed, _ in readers}
     return types.pop() if len(types) == 1 else None
-
-
-def _view_type(tile, transposed: bool):
-    """One stage as a dot reads it: the tile, or its 2-D transpose (the same bytes, dims and order swapped)."""
-    if not transposed:
-        return tile
-    return MemDescType(tuple(reversed(tile.shape)), tile.elem, tuple(1 - o for o in tile.order), tile.pad,
-                       tile.swizzle)
 
 
 def _overlappable_wgmma(body, dots, targets, stages: int):
@@ -391,7 +383,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     for buf, (ld, _), rd in zip(bufs, plans, readers):
         erase = []
         for dot, index, transposed, chain in rd:
-            view_t = _view_type(buf.type.tile(), transposed)
+            view_t = view_type(buf.type.tile(), transposed)
             view = Builder(dot, loc).op("ttg.memdesc_index", [buf, read_slot], [view_t], loc=dot.loc).result
             dot.set_operand(index, view)
             erase += [op for op in reversed(chain) if op not in erase]
