@@ -81,6 +81,38 @@ def tf32_scores(Q, K, S, M, N, sq, sk, ss, scale, BM: tl.constexpr, BN: tl.const
     tl.store(S + rm[:, None] * ss + rn[None, :], s, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
+@kl.jit
+def tf32_attention(Q, K, V, O, L, sm_scale, BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
+    """softmax(q k^T * sm_scale) v over L keys, fp32 everywhere (tf32 dots), online softmax as flash attention's
+    forward: q staged once, k and v pipelined, the probabilities (an accumulator tile) staged for the second dot."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rd = tl.arange(0, D)
+    q = tl.load(Q + rm[:, None] * D + rd[None, :]) * (sm_scale * 1.4426950408889634)
+    m_i = tl.full((BM,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BM,), tl.float32)
+    acc = tl.zeros((BM, D), tl.float32)
+    for n0 in range(0, L, BN):
+        rn = n0 + tl.arange(0, BN)
+        k = tl.load(K + rd[:, None] + rn[None, :] * D)  # k^T: [D, BN]
+        s = tl.dot(q, k)
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p, tl.load(V + rn[:, None] * D + rd[None, :]))
+        m_i = m_new
+    tl.store(O + rm[:, None] * D + rd[None, :], acc / l_i[:, None])
+
+
+def _attention_args(device, M=256, L=512, D=64):
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(n, D, generator=g, dtype=torch.float64) for n in (M, L, L))
+    o = torch.full((M, D), POISON, device=device, dtype=torch.float32)
+    scale = D ** -0.5
+    want = torch.softmax(q @ k.T * scale, -1) @ v
+    return (*(x.to(device, torch.float32) for x in (q, k, v)), o, L, scale), o, want
+
+
 def _norm_args(device, rows=3, cols=4096, dtype=torch.float32):
     g = torch.Generator().manual_seed(14)
     x = torch.randn(rows, cols, generator=g, dtype=torch.float64) * 3 + 0.5
@@ -196,6 +228,22 @@ def test_tf32_tiles_loaded_once_are_stored_at_their_load():
     assert ck.n_regs <= 84 and ck.n_spills == 0, (ck.n_regs, ck.n_spills)
 
 
+@needs_ptxas
+def test_tf32_attention_loop_holds_no_invariant_addresses():
+    """attorch's fp32 flash forward held 64-bit wgmma descriptors of its fixed tiles (q, the probabilities'
+    scratch) and one shared address per staged probability across the loop: 255 registers, 980 bytes spilled
+    (Triton 200, none). Descriptors are now made next to their wgmma and the probabilities stored in pairs
+    (st.shared.v2) from shared bases."""
+    from .ptx import loop_bodies
+
+    args, _, _ = _attention_args("cpu")
+    ck = _compile(tf32_attention, args, 4, BM=128, BN=64, D=64)
+    assert ck.n_spills == 0 and ck.n_regs <= 250, (ck.n_regs, ck.n_spills)
+    loop = max(loop_bodies(ck.asm["ptx"]), key=len)
+    assert loop.count("wgmma.mma_async") == 32 and "st.shared.v2.b32" in loop
+    assert "st.shared.b32" not in loop  # every probability goes out in a pair
+
+
 def test_tf32_dot_operand_pointers_are_not_carried():
     """strength_reduce_pointers carries the pointer tile of a 16-bit dot operand, not of a tf32 one (one 64-bit
     pointer per element when its copies move 4 bytes each)."""
@@ -242,6 +290,13 @@ def test_tf32_scores(device, shape):
     args, s, want = _scores_args(device, M, N)
     tf32_scores[(triton_cdiv(M, 64), triton_cdiv(N, 64))](*args, BM=64, BN=64, D=64, num_warps=4)
     torch.testing.assert_close(s.double().cpu(), want, rtol=2e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
+def test_tf32_attention(device):
+    args, o, want = _attention_args(device)
+    tf32_attention[(2,)](*args, BM=128, BN=64, D=64, num_warps=4)
+    torch.testing.assert_close(o.double().cpu(), want, rtol=2e-2, atol=1e-2)
 
 
 def triton_cdiv(a, b):

@@ -144,6 +144,42 @@ def _async_copy(lw: KernelLowering, op):
         b.asm(fty, asm, cons, args, side_effect=True)
 
 
+def store_to_stage(lw: KernelLowering, t, regs, view, base):
+    """Store the registers `regs` of a tile of type `t` into one stage of encoding `view` that starts at byte
+    `base` (an LLVM i32): one st.shared per run of up to 16 bytes the thread holds along the stage's contiguous
+    dimension (a 16-byte run stays whole under any swizzle; found from the layout's own register positions, so
+    an mma accumulator's pairs are runs too), addressed as one base plus immediates where
+    `register_tile_addresses` finds constant distances."""
+    b = lw.b
+    esize = view.scalar.bits // 8
+    layout = t.layout
+    offs = layout.registers(t.shape)
+    fast = view.order[0]
+    run = min(16 // esize, t.shape[fast])
+    if isinstance(layout, Blocked):
+        run = min(layout.spt[fast], run) if layout.order[0] == fast else 1
+    step = [0, 0]
+    step[fast] = 1
+    groups, i = [], 0
+    while i < len(regs):
+        n = run
+        while n > 1 and not (i + n <= len(regs) and offs[i][fast] % n == 0 and
+                             all(offs[i + q] == tuple(o + q * s for o, s in zip(offs[i], step)) for q in range(n))):
+            n //= 2
+        groups.append((i, n))
+        i += n
+    addresses = register_tile_addresses(lw, view, layout, t.shape, [g for g, _ in groups], base)
+    for g, n in groups:
+        ptr = b.inttoptr(addresses[g], SPTR)
+        if n == 1:
+            val = regs[g]
+        else:
+            val = ir.Constant(ir.VectorType(regs[g].type, n), None)
+            for q in range(n):
+                val = b.insert_element(val, regs[g + q], _cint(q))
+        b.store(val, ptr, align=esize * n)  # (threads holding copies of an element all write the same value)
+
+
 @handles("ttg.local_store")
 def _local_store(lw: KernelLowering, op):
     """A register tile into its stage, where the stage's encoding puts each element: one st.shared per run of
@@ -154,37 +190,13 @@ def _local_store(lw: KernelLowering, op):
     b = lw.b
     v, view_v = op.operands
     t, view = v.type, view_v.type
-    esize = view.scalar.bits // 8
-    layout = t.layout
     regs = lw.regs(v)
     if view.scalar.ir != t.scalar.ir:
         raise AssertionError(f"ttg.local_store: a {t.scalar} tile into a {view.scalar} stage")
     if op.attrs.get("tf32"):  # fp32 read by a tf32 dot: rounded as a dot staging its registers rounds them
         cvt = ir.FunctionType(I32, [ir.FloatType()])
         regs = [b.asm(cvt, "cvt.rna.tf32.f32 $0, $1;", "=r,f", [x], side_effect=False) for x in regs]
-    offs = layout.registers(t.shape)
-    fast = view.order[0]
-    run = 1
-    if isinstance(layout, Blocked) and layout.order[0] == fast:
-        run = min(layout.spt[fast], 16 // esize, t.shape[fast])
-    groups, i = [], 0
-    while i < len(regs):
-        step = [0, 0]
-        step[fast] = 1
-        n = run if (i + run <= len(regs) and offs[i][fast] % run == 0 and
-                    all(offs[i + q] == tuple(o + q * s for o, s in zip(offs[i], step)) for q in range(run))) else 1
-        groups.append((i, n))
-        i += n
-    addresses = register_tile_addresses(lw, view, layout, t.shape, [g for g, _ in groups], lw.get(view_v))
-    for g, n in groups:
-        ptr = b.inttoptr(addresses[g], SPTR)
-        if n == 1:
-            val = regs[g]
-        else:
-            val = ir.Constant(ir.VectorType(regs[g].type, n), None)
-            for q in range(n):
-                val = b.insert_element(val, regs[g + q], _cint(q))
-        b.store(val, ptr, align=esize * n)  # (threads holding copies of an element all write the same value)
+    store_to_stage(lw, t, regs, view, lw.get(view_v))
     if lw.arch >= 90 and view.swizzle:
         fence_proxy_async(lw)
 

@@ -75,12 +75,14 @@ class BlockPtrCopies:
         return self.vec_and_why(ld)[1]
 
     def copy(self, bld: Builder, ld: Op, bp, view, pred, vec=None):
-        """cp.async of a block pointer's tile: its addresses and bounds mask in a layout holding `vec`
-        contiguous elements per thread (the widest the block allows unless given), then the copy (out-of-bounds
-        runs become zeros)."""
+        """cp.async of a block pointer's tile: its addresses and bounds mask in a layout holding the widest run of
+        contiguous elements per thread the block allows, then the copy (out-of-bounds runs become zeros) of `vec`
+        elements at a time (default: the whole run). Runs copied element by element (into a K-major tf32 stage)
+        keep the wide layout: a run's addresses are then one base plus immediates, not one register pair each."""
         t = ld.result.type
-        vec = vec or self.vec_and_why(ld)[0]
-        layout = default_blocked(t.shape, self.num_warps, order=t.layout.order, spt_fast=vec)
+        run = self.vec_and_why(ld)[0]
+        vec = vec or run
+        layout = default_blocked(t.shape, self.num_warps, order=t.layout.order, spt_fast=run)
         addr = bld.op("ttg.block_ptr_addresses", [bp], [TensorType(t.shape, PointerType(t.scalar), layout),
                                                         TensorType(t.shape, int1, layout)],
                       {"boundary_check": list(ld.attrs.get("boundary_check", []))}, loc=ld.loc)
