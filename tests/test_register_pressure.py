@@ -244,6 +244,56 @@ def test_tf32_attention_loop_holds_no_invariant_addresses():
     assert "st.shared.b32" not in loop  # every probability goes out in a pair
 
 
+@pytest.mark.parametrize("layout_text, shape, order", [
+    ("#blocked<[1, 4], [2, 16], [4, 1], [1, 0]>", (64, 64), (0, 1)),  # tf32 B, N-contiguous rows into K-major
+    ("#blocked<[1, 4], [2, 16], [4, 1], [1, 0]>", (64, 64), (1, 0)),
+    ("#mma<[4, 1]>", (128, 64), (1, 0)),                               # attention's fp32 probabilities
+    ("#blocked<[4, 1], [16, 2], [1, 4], [0, 1]>", (64, 64), (1, 0))])
+def test_swizzled_stage_addresses_share_bases_where_every_thread_agrees(layout_text, shape, order):
+    """Register addresses into a swizzled stage reuse an earlier register's plus a constant when the distance is
+    the same in every thread (`lower_async._ThreadBytes`), checked here against each thread's own elements from
+    the layout's ownership (tests/gpu_passes/test_layouts.py). The tf32 B stage of Liger's neighborhood attention
+    needs 4 bases per thread instead of 16 (64x64 fp32 over 4 warps; A.V 128 -> 80 registers, Triton 96)."""
+    from kernellab.compiler.codegen.lower_async import _ThreadBytes
+    from kernellab.compiler.gpu.layouts import parse_layout
+    from kernellab.compiler.gpu.smem_layout import element_byte, linear_delta, swizzled
+    from kernellab.compiler.types import float32
+
+    from .gpu_passes.test_layouts import ownership
+
+    layout = parse_layout(layout_text)
+    t = swizzled(shape, float32, order)
+    offs = layout.registers(shape)
+    tb = _ThreadBytes(t, layout, shape)
+    reps, base_of = [], {}
+    for g in range(len(offs)):
+        for rg in reps:
+            d = linear_delta(t, offs[g][0] - offs[rg][0], offs[g][1] - offs[rg][1])
+            d = tb.delta(offs[g], offs[rg]) if d is None else d
+            if d is not None:
+                base_of[g] = (rg, d)
+                break
+        else:
+            reps.append(g)
+            base_of[g] = (g, 0)
+    owners, _ = ownership(layout, shape, layout.num_warps)
+    by_thread = {}
+    for idx, holders in owners.items():
+        for th, r in holders:
+            by_thread.setdefault(th, {})[r] = element_byte(t, *idx)
+    for th, regs in by_thread.items():
+        for g, byte in regs.items():
+            rg, d = base_of[g]
+            assert regs[rg] + d == byte, (th, g, rg, d)
+    if order == (0, 1) and layout_text.startswith("#blocked<[1, 4]"):
+        only_linear = []
+        for g in range(len(offs)):
+            if not any(linear_delta(t, offs[g][0] - offs[r][0], offs[g][1] - offs[r][1]) is not None
+                       for r in only_linear):
+                only_linear.append(g)
+        assert (len(reps), len(only_linear)) == (4, 16)
+
+
 def test_tf32_dot_operand_pointers_are_not_carried():
     """strength_reduce_pointers carries the pointer tile of a 16-bit dot operand, not of a tf32 one (one 64-bit
     pointer per element when its copies move 4 bytes each)."""

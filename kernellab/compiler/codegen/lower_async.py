@@ -12,7 +12,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..gpu.layouts import Blocked
-from ..gpu.smem_layout import linear_delta
+from ..gpu.smem_layout import element_byte, linear_delta
 from .lowering_core import I8, I32, I64, SPTR, VOID, KernelLowering, _cint, handles
 
 # cp.async fills a stage through the generic proxy and wgmma reads it through the async proxy. NVIDIA's own
@@ -40,6 +40,33 @@ def tile_byte_offset(lw: KernelLowering, t, r, c):
     return b.xor(lin, b.shl(b.and_(b.lshr(lin, _cint(7)), _cint(z // 16 - 1)), _cint(4)))
 
 
+class _ThreadBytes:
+    """The byte offsets of a register's element in a swizzled stage, for every thread of the layout (thread parts
+    computed as `KernelLowering.thread_parts` makes them). Two registers whose offsets differ by the same constant
+    in every thread share an address: in a swizzle period the XOR mixes the thread's bits and the register's,
+    which `linear_delta` (a distance for any element) must refuse, but where they never meet the XOR is an add.
+    A K-major tf32 stage filled from an N-contiguous tile (Liger's neighborhood attention) had 16 addresses per
+    thread held across the loop, now 4 (Triton, with its linear layouts, finds the same)."""
+
+    def __init__(self, t, layout, shape):
+        infos = layout.dims_info(shape)
+        self.t, self.shape, self._bytes = t, shape, {}
+        self.parts = sorted({tuple(((lane // i.lane_div) % i.lanes) * i.lane_stride +
+                                   ((warp // i.warp_div) % i.warps) * i.warp_stride for i in infos)
+                             for warp in range(32) for lane in range(32)})  # any launch's warps
+
+    def bytes(self, off):
+        if off not in self._bytes:
+            rows, cols = self.shape
+            self._bytes[off] = [element_byte(self.t, (r + off[0]) % rows, (c + off[1]) % cols) for r, c in self.parts]
+        return self._bytes[off]
+
+    def delta(self, off, base_off):
+        a, b = self.bytes(tuple(off)), self.bytes(tuple(base_off))
+        d = a[0] - b[0]
+        return d if all(x - y == d for x, y in zip(a, b)) else None
+
+
 def register_tile_addresses(lw: KernelLowering, t, layout, shape, groups, base):
     """Per register index in `groups`: the i32 shared-memory address of that register's element in stage
     `base` (a byte offset) of `t`. A register whose element lies a constant distance (see `linear_delta`)
@@ -50,6 +77,7 @@ def register_tile_addresses(lw: KernelLowering, t, layout, shape, groups, base):
     idx = lw.reg_indices(layout, shape)
     offs = layout.registers(shape)
     replicated = [i.replicated for i in layout.dims_info(shape)]
+    per_thread = _ThreadBytes(t, layout, shape) if getattr(t, "swizzle", 0) else None
     reps, out = [], {}
     for g in groups:
         for rg, addr in reps:
@@ -57,6 +85,8 @@ def register_tile_addresses(lw: KernelLowering, t, layout, shape, groups, base):
             if any(d[k] and replicated[k] for k in range(2)):
                 continue
             delta = linear_delta(t, *d)
+            if delta is None and per_thread is not None:
+                delta = per_thread.delta(offs[g], offs[rg])
             if delta is not None:
                 out[g] = b.add(addr, _cint(delta))
                 break
