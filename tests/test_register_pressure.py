@@ -376,3 +376,61 @@ def test_liger_kernels_gpu(op):
     r = rows[0]
     assert "error" not in r, r.get("traceback", r["error"])
     assert r["correct"], f"{r['worst']} is off by {r['worst_err_over_tol']:.3g} x the tolerance"
+
+
+_ATTORCH_CHILD = r"""
+import json, os, sys
+import torch
+torch.utils.deterministic.fill_uninitialized_memory = True  # torch.empty outputs come back NaN: unwritten shows
+import kernellab.compat
+kernellab.compat.install()
+sys.path.insert(0, os.environ["ATTORCH_PATH"])
+from attorch.layer_norm_layer import LayerNormAutoGrad
+from attorch.multi_head_attention_kernels import _attention
+out = {}
+g = torch.Generator().manual_seed(5)
+for rows, cols in ((512, 4096), (300, 1000)):
+    x = torch.randn(rows, cols, generator=g, dtype=torch.float64)
+    w, b = torch.rand(cols, generator=g, dtype=torch.float64) + 0.5, torch.randn(cols, generator=g, dtype=torch.float64)
+    dy = torch.randn(rows, cols, generator=g, dtype=torch.float64)
+    ins = [t.cuda().float().requires_grad_() for t in (x, w, b)]
+    y = LayerNormAutoGrad.apply(*ins, 1e-5)
+    y.backward(dy.cuda().float())
+    ref = [t.clone().requires_grad_() for t in (x, w, b)]
+    yr = torch.nn.functional.layer_norm(ref[0], (cols,), ref[1], ref[2], 1e-5)
+    yr.backward(dy)
+    errs = [((a.detach().double().cpu() - r.detach()).abs().max() / (r.detach().abs().max() + 1e-12)).item()
+            for a, r in zip([y] + [t.grad for t in ins], [yr] + [t.grad for t in ref])]
+    out[f"layer_norm {rows}x{cols}"] = errs
+for d in (64, 128):
+    q, k, v = (torch.randn(2, 3, 512, d, generator=g, dtype=torch.float64) for _ in range(3))
+    ctx = type("Ctx", (), {"save_for_backward": lambda self, *a: None})()
+    o = _attention.forward(ctx, *(t.cuda().float() for t in (q, k, v)), False, d ** -0.5)
+    want = torch.softmax(q @ k.transpose(-1, -2) * d ** -0.5, -1) @ v
+    out[f"flash fp32 d{d}"] = [((o.double().cpu() - want).abs().max() / want.abs().max()).item()]
+print("@@result " + json.dumps(out))
+"""
+
+
+@gpu
+def test_attorch_layer_norm_and_fp32_flash_gpu():
+    """attorch's own kernels (ATTORCH_PATH: a checkout of BobMcDear/attorch) through kernellab.compat, against torch
+    float64: layer norm forward and backward at every autotuned warp count it picks, the fp32 flash forward (tf32
+    dots) at d64 and d128. NaN-filled allocations make unwritten outputs fail."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not os.environ.get("ATTORCH_PATH"):
+        pytest.skip("set ATTORCH_PATH to a checkout of BobMcDear/attorch")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-c", _ATTORCH_CHILD], capture_output=True, text=True, env=env,
+                       cwd=str(root), timeout=900)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("@@result ")]
+    assert lines, p.stderr[-3000:]
+    for name, errs in json.loads(lines[0].split(" ", 1)[1]).items():
+        limit = 2e-2 if name.startswith("flash") else 1e-4  # tf32 dots; fp32 elsewhere
+        assert all(e <= limit for e in errs), (name, errs)
