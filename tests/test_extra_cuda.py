@@ -62,7 +62,7 @@ def test_num_threads_assembles():
     ck = threads_kernel.warmup(torch.empty(1056, dtype=torch.int32), torch.empty(2, dtype=torch.int32),
                                num_warps=8, grid=(1,))
     ck.build_gpu()
-    assert "cubin" in ck.asm and "end = 256" in ck.asm["tile"] and "maxntidx\", i32 256" in ck.asm["llir"]
+    assert "cubin" in ck.asm and "end = 256" in ck.asm["tile"] and "reqntidx\", i32 256" in ck.asm["llir"]
 
 
 @gpu

@@ -4,8 +4,9 @@ and stored into shared memory every iteration.
 
 The kernel is benchmarks/matmul.py's fp8 text (Triton's fp8 tutorial form, per-tensor scales in the epilogue).
 CPU tests assemble it with ptxas and read the loop: cp.async and wgmma, no st.shared, no global load into registers,
-no spills. B given N-contiguous (or K not a multiple of 16, which leaves 1-byte runs) keeps the register path, as
-Triton 3.6 does. GPU tests compare with torch float32 on the fp8-decoded inputs, on ragged shapes, outputs poisoned.
+no spills. An 8-bit B given N-contiguous (or K not a multiple of 16, which leaves 1-byte runs) keeps the register
+path, as Triton 3.6 does; an fp32 (tf32) one is copied 4 bytes at a time into a K-major stage. GPU tests compare
+with torch float32 on the fp8-decoded inputs, on ragged shapes, outputs poisoned.
 """
 from __future__ import annotations
 
@@ -268,14 +269,32 @@ def test_k_major_tf32_and_int8_loops_are_cp_async_and_wgmma_only(kind, config, i
     assert "cvt.rna.tf32" not in loop and ck.n_spills == 0
 
 
+@needs_ptxas
+@pytest.mark.parametrize("config", [(128, 128, 64, 4), (64, 64, 64, 4)], ids=lambda c: "x".join(map(str, c)))
+def test_n_contiguous_tf32_b_is_copied_into_a_k_major_stage(config, tmp_path, monkeypatch):
+    """fp32 B row-major [K, N] (N-contiguous): unlike an 8-bit one it is pipelined too, copied 4 bytes (one
+    element) at a time into a K-major stage (as Triton does). The copies of a run of the load's contiguous
+    elements address it from its first pointer plus immediates, so the carried pointer tile keeps one pointer
+    per run: 128x128x64 216 registers, no spills (each element's own pointer: 1916 bytes spilled; the register
+    path 176; Triton 3.6 255 registers, 196 bytes spilled)."""
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    ck, stats = _compile_other("tf32", False, config)
+    assert stats["pipelined"] == 1 and stats["buffers"] == 2 and not stats["skipped"], stats
+    loop = _wgmma_loop(ck.asm["ptx"])
+    assert _count(r"^\s*cp\.async\.cg\.shared\.global.*, 16", loop) > 0  # A: 16-byte copies
+    assert _count(r"^\s*cp\.async\.ca\.shared\.global.*, 4", loop) > 0  # B: one element each
+    assert _count(r"^\s*st\.shared", loop) == 0 and _count(r"^\s*ld\.global", loop) == 0
+    assert "cvt.rna.tf32" not in loop and ck.n_spills == 0, (ck.n_regs, ck.n_spills)
+
+
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("b_k_major", [True, False], ids=["Bkmajor", "Bnmajor"])
 @pytest.mark.parametrize("kind", ["tf32", "int8"])
 @pytest.mark.parametrize("shape", [(256, 256, 512), (70, 50, 90), (193, 130, 1040)], ids=lambda s: "x".join(map(str, s)))
 def test_gpu_tf32_and_int8_with_either_b_layout(shape, kind, b_k_major):
-    """tests/test_gpu_matmul.py's check (float64 reference, poisoned output) on the pipelined K-major path and the
-    register path, at 3 stages."""
+    """tests/test_gpu_matmul.py's check (float64 reference, poisoned output) at 3 stages: B K-major (pipelined as
+    it lies), B N-contiguous (tf32: copied element by element into a K-major stage; int8: the register path)."""
     from tests.test_gpu_matmul import check, run_matmul
 
     M, N, K = shape

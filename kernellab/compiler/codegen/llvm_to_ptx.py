@@ -63,6 +63,9 @@ def _initialize() -> None:
         # NVVMReflect in LLVM 22 ignores an "nvvm-reflect-prec-sqrt" module flag (checked: __nv_sqrtf stayed
         # sqrt.approx); its -nvvm-reflect-add option works. A process-wide setting, done once: IEEE sqrt.
         llvm.set_option("kernellab", "-nvvm-reflect-add=__CUDA_PREC_SQRT=1")
+        # 32-bit shared/const/local pointers (as Triton): a 64-bit shared address costs two registers, and
+        # LLVM keeps the addresses of one layout conversion live for the next that reuses them
+        llvm.set_option("kernellab", "-nvptx-short-ptr")
         if slsr_mode() == "off":
             llvm.set_option("kernellab", "-opt-disable=slsr")  # the pass gate only grows: for the whole process
         _INITIALIZED = True
@@ -284,7 +287,7 @@ def compile_llvm(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = Fal
             llvm.set_option("kernellab", lsr)
             ptx = tm.emit_assembly(mod)
         else:
-            ptx = _emit_in_child(optimized_ir, target, ["-nvvm-reflect-add=__CUDA_PREC_SQRT=1", lsr,
+            ptx = _emit_in_child(optimized_ir, target, ["-nvvm-reflect-add=__CUDA_PREC_SQRT=1", "-nvptx-short-ptr", lsr,
                                                         "-opt-disable=slsr"], kernel_name)
         times["emit_ptx"] = time.perf_counter() - t0
 

@@ -13,7 +13,7 @@ import llvmlite.ir as ir
 
 from ..gpu.layouts import Blocked
 from ..gpu.scratch import contiguous_run
-from ..gpu.smem_layout import linear_delta
+from ..gpu.smem_layout import element_byte, linear_delta
 from .lowering_core import I8, I32, I64, SPTR, VOID, KernelLowering, _cint, handles, llty
 
 # cp.async fills a stage through the generic proxy and wgmma reads it through the async proxy. NVIDIA's own
@@ -41,6 +41,33 @@ def tile_byte_offset(lw: KernelLowering, t, r, c):
     return b.xor(lin, b.shl(b.and_(b.lshr(lin, _cint(7)), _cint(z // 16 - 1)), _cint(4)))
 
 
+class _ThreadBytes:
+    """The byte offsets of a register's element in a swizzled stage, for every thread of the layout (thread parts
+    computed as `KernelLowering.thread_parts` makes them). Two registers whose offsets differ by the same constant
+    in every thread share an address: in a swizzle period the XOR mixes the thread's bits and the register's,
+    which `linear_delta` (a distance for any element) must refuse, but where they never meet the XOR is an add.
+    A K-major tf32 stage filled from an N-contiguous tile (Liger's neighborhood attention) had 16 addresses per
+    thread held across the loop, now 4 (Triton, with its linear layouts, finds the same)."""
+
+    def __init__(self, t, layout, shape):
+        infos = layout.dims_info(shape)
+        self.t, self.shape, self._bytes = t, shape, {}
+        self.parts = sorted({tuple(((lane // i.lane_div) % i.lanes) * i.lane_stride +
+                                   ((warp // i.warp_div) % i.warps) * i.warp_stride for i in infos)
+                             for warp in range(32) for lane in range(32)})  # any launch's warps
+
+    def bytes(self, off):
+        if off not in self._bytes:
+            rows, cols = self.shape
+            self._bytes[off] = [element_byte(self.t, (r + off[0]) % rows, (c + off[1]) % cols) for r, c in self.parts]
+        return self._bytes[off]
+
+    def delta(self, off, base_off):
+        a, b = self.bytes(tuple(off)), self.bytes(tuple(base_off))
+        d = a[0] - b[0]
+        return d if all(x - y == d for x, y in zip(a, b)) else None
+
+
 def register_tile_addresses(lw: KernelLowering, t, layout, shape, groups, base):
     """Per register index in `groups`: the i32 shared-memory address of that register's element in stage
     `base` (a byte offset) of `t`. A register whose element lies a constant distance (see `linear_delta`)
@@ -51,6 +78,7 @@ def register_tile_addresses(lw: KernelLowering, t, layout, shape, groups, base):
     idx = lw.reg_indices(layout, shape)
     offs = layout.registers(shape)
     replicated = [i.replicated for i in layout.dims_info(shape)]
+    per_thread = _ThreadBytes(t, layout, shape) if getattr(t, "swizzle", 0) else None
     reps, out = [], {}
     for g in groups:
         for rg, addr in reps:
@@ -58,6 +86,8 @@ def register_tile_addresses(lw: KernelLowering, t, layout, shape, groups, base):
             if any(d[k] and replicated[k] for k in range(2)):
                 continue
             delta = linear_delta(t, *d)
+            if delta is None and per_thread is not None:
+                delta = per_thread.delta(offs[g], offs[rg])
             if delta is not None:
                 out[g] = b.add(addr, _cint(delta))
                 break
@@ -107,6 +137,24 @@ def _memdesc_index(lw: KernelLowering, op):
     lw.put(op.result, lw.b.add(lw.get(buf), lw.b.mul(lw.get(slot), _cint(stride))))
 
 
+def _run_starts(t, run: int) -> list:
+    """Per register of pointer tile `t`: the register holding the first element of its run of `run` consecutive
+    elements along the layout's fast dim (contiguous in memory: the load's proven `vec`), or itself. A copy moving
+    one element at a time (into a K-major tf32 stage) then addresses a run from one pointer plus immediates."""
+    offs = t.layout.registers(t.shape)
+    out = list(range(len(offs)))
+    order = getattr(t.layout, "order", None)
+    if run <= 1 or order is None or len(offs) % run:
+        return out
+    fast = order[0]
+    for h in range(0, len(offs), run):
+        if offs[h][fast] % run == 0 and all(
+                offs[h + q][fast] == offs[h][fast] + q and
+                all(offs[h + q][d] == offs[h][d] for d in range(len(t.shape)) if d != fast) for q in range(run)):
+            out[h:h + run] = [h] * run
+    return out
+
+
 @handles("ttg.async_copy")
 def _async_copy(lw: KernelLowering, op):
     b = lw.b
@@ -136,10 +184,13 @@ def _async_copy(lw: KernelLowering, op):
     # the stage predicate (uniform) picks the byte count once; each run's mask then picks it or 0, so no
     # predicate stays live per copy (ptxas has 7 and re-made the uniform one before every select)
     stage_bytes = b.select(pred, _cint(nbytes), _cint(0))
+    starts = _run_starts(t, op.attrs.get("run", 1) if vec == 1 else 1)
     for g in range(0, len(ptrs), vec):
         dst = addresses[g]
         src_bytes = stage_bytes if masks is None else b.select(masks[g], stage_bytes, _cint(0))
-        args = [dst, b.ptrtoint(ptrs[g], I64), src_bytes]
+        h = starts[g]
+        src = b.ptrtoint(ptrs[g], I64) if h == g else b.add(b.ptrtoint(ptrs[h], I64), ir.Constant(I64, (g - h) * esize))
+        args = [dst, src, src_bytes]
         if valid is not None:
             args.append(b.zext(valid[g], I32))
         b.asm(fty, asm, cons, args, side_effect=True)
@@ -172,6 +223,44 @@ def _local_load(lw: KernelLowering, op):
     lw.put(res, [b.load(b.gep(lw.smem, [a], source_etype=I8), typ=ty) for a in addrs])
 
 
+def store_to_stage(lw: KernelLowering, t, regs, view, base):
+    """Store the registers `regs` of a tile of type `t` into one stage of encoding `view` that starts at byte
+    `base` (an LLVM i32): one st.shared per run of up to 16 bytes the thread holds along the stage's contiguous
+    dimension (a 16-byte run stays whole under any swizzle; found from the layout's own register positions, so
+    an mma accumulator's pairs are runs too), addressed as one base plus immediates where
+    `register_tile_addresses` finds constant distances."""
+    b = lw.b
+    esize = view.scalar.bits // 8
+    layout = t.layout
+    offs = layout.registers(t.shape)
+    fast = view.order[0]
+    run = 1
+    if isinstance(layout, Blocked) and layout.order[0] == fast:
+        run = min(layout.spt[fast], 16 // esize, t.shape[fast])
+    elif fast == len(t.shape) - 1:  # an MMA accumulator or a bit layout: its pairs of adjacent columns, where
+        run = contiguous_run(layout, t.shape, esize, t.shape[-1])  # every thread's first one is aligned too
+    step = [0, 0]
+    step[fast] = 1
+    groups, i = [], 0
+    while i < len(regs):
+        n = run
+        while n > 1 and not (i + n <= len(regs) and offs[i][fast] % n == 0 and
+                             all(offs[i + q] == tuple(o + q * s for o, s in zip(offs[i], step)) for q in range(n))):
+            n //= 2
+        groups.append((i, n))
+        i += n
+    addresses = register_tile_addresses(lw, view, layout, t.shape, [g for g, _ in groups], base)
+    for g, n in groups:
+        ptr = b.inttoptr(addresses[g], SPTR)
+        if n == 1:
+            val = regs[g]
+        else:
+            val = ir.Constant(ir.VectorType(regs[g].type, n), None)
+            for q in range(n):
+                val = b.insert_element(val, regs[g + q], _cint(q))
+        b.store(val, ptr, align=esize * n)  # (threads holding copies of an element all write the same value)
+
+
 @handles("ttg.local_store")
 def _local_store(lw: KernelLowering, op):
     """A register tile into its stage, where the stage's encoding puts each element: one st.shared per run of
@@ -182,39 +271,13 @@ def _local_store(lw: KernelLowering, op):
     b = lw.b
     v, view_v = op.operands
     t, view = v.type, view_v.type
-    esize = view.scalar.bits // 8
-    layout = t.layout
     regs = lw.regs(v)
     if view.scalar.ir != t.scalar.ir:
         raise AssertionError(f"ttg.local_store: a {t.scalar} tile into a {view.scalar} stage")
     if op.attrs.get("tf32"):  # fp32 read by a tf32 dot: rounded as a dot staging its registers rounds them
         cvt = ir.FunctionType(I32, [ir.FloatType()])
         regs = [b.asm(cvt, "cvt.rna.tf32.f32 $0, $1;", "=r,f", [x], side_effect=False) for x in regs]
-    offs = layout.registers(t.shape)
-    fast = view.order[0]
-    run = 1
-    if isinstance(layout, Blocked) and layout.order[0] == fast:
-        run = min(layout.spt[fast], 16 // esize, t.shape[fast])
-    elif fast == len(t.shape) - 1:  # an MMA accumulator or a bit layout: its pairs of adjacent columns
-        run = contiguous_run(layout, t.shape, esize, t.shape[-1])
-    groups, i = [], 0
-    while i < len(regs):
-        step = [0, 0]
-        step[fast] = 1
-        n = run if (i + run <= len(regs) and offs[i][fast] % run == 0 and
-                    all(offs[i + q] == tuple(o + q * s for o, s in zip(offs[i], step)) for q in range(run))) else 1
-        groups.append((i, n))
-        i += n
-    addresses = register_tile_addresses(lw, view, layout, t.shape, [g for g, _ in groups], lw.get(view_v))
-    for g, n in groups:
-        ptr = b.inttoptr(addresses[g], SPTR)
-        if n == 1:
-            val = regs[g]
-        else:
-            val = ir.Constant(ir.VectorType(regs[g].type, n), None)
-            for q in range(n):
-                val = b.insert_element(val, regs[g + q], _cint(q))
-        b.store(val, ptr, align=esize * n)  # (threads holding copies of an element all write the same value)
+    store_to_stage(lw, t, regs, view, lw.get(view_v))
     if lw.arch >= 90 and view.swizzle:
         fence_proxy_async(lw)
 

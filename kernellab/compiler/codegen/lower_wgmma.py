@@ -17,20 +17,21 @@ import llvmlite.ir as ir
 
 from ..gpu.scratch import a_from_registers, is_wgmma, wgmma_kind, wgmma_staging
 from ..gpu.smem_layout import descriptor_fields
-from .lower_async import fence_proxy_async, store_tile, tile_byte_offset
+from .lower_async import fence_proxy_async, store_to_stage
 from .lowering_core import F16, F32, I32, I64, VOID, KernelLowering, _cint, handles
 
 
 def _stage_swizzled(lw: KernelLowering, v, t, base: int, tf32: bool = False):
-    """Store a register tile into scratch at `base` in the swizzled encoding `t` (16-byte runs along a row stay
-    whole where the encoding keeps rows contiguous), fp32 rounded to tf32 when `tf32`."""
+    """Store a register tile into scratch at `base` in the swizzled encoding `t` (runs of up to 16 bytes along the
+    encoding's contiguous dimension stay whole; addresses shared where their distances are constant: an fp32
+    accumulator staged as attention's probabilities held 64 addresses across the loop, one per element),
+    fp32 rounded to tf32 when `tf32`."""
     b = lw.b
     regs = lw.regs(v)
     if tf32:
         cvt = ir.FunctionType(I32, [F32])
         regs = [b.asm(cvt, "cvt.rna.tf32.f32 $0, $1;", "=r,f", [x], side_effect=False) for x in regs]
-    store_tile(lw, v, regs, lambda r, c: b.add(_cint(base), tile_byte_offset(lw, t, r, c)), t.scalar.bits // 8,
-               vectorize=t.order[0] == 1)
+    store_to_stage(lw, v.type, regs, t, _cint(base))
 
 
 def pack_halves(lw: KernelLowering, regs: list) -> list:
@@ -61,11 +62,18 @@ class _Descriptors:
     with a constant. (Adding to the 64-bit value made ptxas carry into the high word on the uniform datapath
     every iteration: ncu's dispatch stalls of a 128x256 matmul were 8x Triton's.)"""
 
-    def __init__(self, lw: KernelLowering, tile_off, t, k_major: bool):
+    def __init__(self, lw: KernelLowering, tile_off, t, k_major: bool, fixed: bool = False):
         b = lw.b
         self.lw, self.t, self.k_major = lw, t, k_major
         _, lbo, sbo, mode = descriptor_fields(t, k_major, 0, 0)
         smem_addr = b.add(lw.smem32, tile_off)
+        if fixed:
+            # A tile at a fixed place (staged once, or the dot's own scratch) has loop-invariant descriptors, and
+            # LLVM hoisted each k-step's 64-bit one out of the loop, a register pair each for the whole loop
+            # (attorch's fp32 flash forward: q's 16 and the probabilities' 16, 64 registers, 120 bytes spilled).
+            # Through an opaque copy they are recomputed next to their wgmma, as Triton's are.
+            smem_addr = b.asm(ir.FunctionType(I32, [I32]), "mov.b32 $0, $1;", "=r,r", [smem_addr],
+                              side_effect=True)
         self.lo = b.or_(b.lshr(b.and_(smem_addr, _cint(0x3FFFF)), _cint(4)), _cint((lbo >> 4) << 16))
         self.hi = ir.Constant(I64, (((sbo >> 4) | (mode << 30)) << 32))
         self.per_64 = descriptor_fields(t, k_major, 0, 64)[0] - descriptor_fields(t, k_major, 0, 0)[0]
@@ -164,8 +172,8 @@ def dot_wgmma(lw: KernelLowering, op):
     # run between them while a group is being issued
     frags = {(k0, r): a_fragment_from_accumulator(lw, lw.regs(a_v), r, k0, K)
              for k0 in range(0, K, kind.k) for r in range(reps)} if a_regs else {}
-    b_desc = _Descriptors(lw, b_off, b_t, b_kmajor)
-    a_desc = None if a_regs else _Descriptors(lw, a_off, a_t, a_kmajor)
+    b_desc = _Descriptors(lw, b_off, b_t, b_kmajor, sb is not None or _fixed_tile(b_v))
+    a_desc = None if a_regs else _Descriptors(lw, a_off, a_t, a_kmajor, sa is not None or _fixed_tile(a_v))
     chunk = imprecise_chunk(op, kind, K)
     for c0 in range(0, K, chunk or K):
         # with a chunk (fp8 max_num_imprecise_acc), each chunk's products go into fresh registers (scale-d = 0),
@@ -209,6 +217,15 @@ def imprecise_chunk(op, kind, K: int) -> int:
     if limit is None or kind.ptx not in ("e4m3", "e5m2") or kind.acc != "f32" or limit > K:
         return 0
     return max(kind.k, limit // kind.k * kind.k)
+
+
+def _fixed_tile(v) -> bool:
+    """Whether operand `v` is a view of a one-stage buffer (a tile stored once): its address never changes."""
+    d = v.defining_op
+    if d is None or d.name != "ttg.memdesc_index":
+        return False
+    alloc = d.operands[0].defining_op
+    return alloc is not None and alloc.name == "ttg.local_alloc" and int(alloc.attrs.get("stages", 0)) == 1
 
 
 def _is_zero(v) -> bool:

@@ -174,7 +174,9 @@ class KernelLowering:
         # its 32-bit shared-window address: arithmetic on it stays 32-bit (through a 64-bit gep, LLVM does the
         # address math of wgmma descriptors in 64 bits, which ptxas turns into more uniform-datapath ops)
         self.smem32 = self.eb.ptrtoint(smem, I32, name="smem32")
-        md = self.mod.add_metadata([self.fn, ir.MetaDataString(self.mod, "maxntidx"),
+        # the exact block size (`.reqntid`, as Triton): with only an upper bound (`.maxntid`) ptxas may pick a
+        # register budget for occupancy (32 registers at 64 threads, then kilobytes of spills)
+        md = self.mod.add_metadata([self.fn, ir.MetaDataString(self.mod, "reqntidx"),
                                     _cint(self.opts.num_warps * 32)])
         md2 = self.mod.add_metadata([self.fn, ir.MetaDataString(self.mod, "kernel"), _cint(1)])
         self.mod.add_named_metadata("nvvm.annotations", md)

@@ -74,25 +74,35 @@ class BlockPtrCopies:
             return f'padding_option="{pad}" (cp.async and TMA fill out-of-bounds elements with zeros)'
         return self.vec_and_why(ld)[1]
 
-    def copy(self, bld: Builder, ld: Op, bp, view, pred):
-        """cp.async of a block pointer's tile: its addresses and bounds mask in a layout holding `vec`
-        contiguous elements per thread, then the copy (out-of-bounds runs become zeros)."""
+    def copy(self, bld: Builder, ld: Op, bp, view, pred, vec=None):
+        """cp.async of a block pointer's tile: its addresses and bounds mask in a layout holding the widest run of
+        contiguous elements per thread the block allows, then the copy (out-of-bounds runs become zeros) of `vec`
+        elements at a time (default: the whole run). Runs copied element by element (into a K-major tf32 stage)
+        keep the wide layout: a run's addresses are then one base plus immediates, not one register pair each."""
         t = ld.result.type
-        vec = self.vec_and_why(ld)[0]
-        layout = default_blocked(t.shape, self.num_warps, order=t.layout.order, spt_fast=vec)
+        run = self.vec_and_why(ld)[0]
+        vec = vec or run
+        layout = default_blocked(t.shape, self.num_warps, order=t.layout.order, spt_fast=run)
         addr = bld.op("ttg.block_ptr_addresses", [bp], [TensorType(t.shape, PointerType(t.scalar), layout),
                                                         TensorType(t.shape, int1, layout)],
                       {"boundary_check": list(ld.attrs.get("boundary_check", []))}, loc=ld.loc)
-        bld.op("ttg.async_copy", [addr.results[0], view, pred, addr.results[1]], [], {"vec": vec}, loc=ld.loc)
+        attrs = {"vec": vec, "run": run} if vec < run else {"vec": vec}
+        bld.op("ttg.async_copy", [addr.results[0], view, pred, addr.results[1]], [], attrs, loc=ld.loc)
 
 
 def copy_tile(bld: Builder, ld: Op, ptrs, view, pred, bpc: BlockPtrCopies, mask=None):
-    """cp.async of the tile `ld` loads, from `ptrs` (its pointers or block pointer, possibly cloned) into `view`."""
+    """cp.async of the tile `ld` loads, from `ptrs` (its pointers or block pointer, possibly cloned) into `view`:
+    runs of the load's `vec` elements, or single elements where the buffer is contiguous along the other
+    dimension (a K-major tf32 stage of a tile loaded N-contiguous)."""
+    across = view.type.order[0] != ld.result.type.layout.order[0]
     if ld.operands[0].type.is_block_ptr():
-        bpc.copy(bld, ld, ptrs, view, pred)
+        bpc.copy(bld, ld, ptrs, view, pred, 1 if across else None)
         return
     operands = [ptrs, view, pred] + ([mask] if mask is not None else [])
-    bld.op("ttg.async_copy", operands, [], {"vec": ld.attrs.get("vec", 1)}, loc=ld.loc)
+    # across: one element a copy; `run` says the load's runs are contiguous in memory, so a run's source addresses
+    # are its first pointer plus immediates (the other pointers of a carried pointer tile then die)
+    attrs = {"vec": 1, "run": ld.attrs.get("vec", 1)} if across else {"vec": ld.attrs.get("vec", 1)}
+    bld.op("ttg.async_copy", operands, [], attrs, loc=ld.loc)
 
 
 # element types whose tiles cp.async moves into stages: 16-bit ones for every tensor-core dot; the 8-bit and fp32 (tf32)
@@ -128,27 +138,50 @@ def copyable(ld: Op, bpc: BlockPtrCopies, wgmma: bool = False) -> str | None:
 
 
 def k_major_why(dot: Op, index: int, order) -> str | None:
-    """Why wgmma cannot read operand `index` of `dot` from a stage stored with dim `order[0]` contiguous, or None.
-    wgmma transposes 16-bit operands only: 8- and 32-bit ones must be K-major, A [M][K] with K contiguous and B
-    stored [N][K] (K contiguous in global memory: b = w.T of a row-major [N, K] w). cp.async cannot transpose a
-    tile on the way (its runs are 4-16 bytes along the global contiguous dim), so such an operand keeps the
+    """Why wgmma cannot read operand `index` of `dot` from a stage filled from a tile with dim `order[0]`
+    contiguous in global memory, or None. wgmma transposes 16-bit operands only: 8- and 32-bit ones must be
+    K-major in shared memory, A [M][K] with K contiguous and B stored [N][K]. An fp32 (tf32) tile contiguous along
+    M or N is copied 4 bytes (one element) at a time into a K-major stage (`copy_tile`, as Triton does); an 8-bit
+    one cannot be (cp.async's runs are 4-16 bytes along the global contiguous dim, 4+ elements), so it keeps the
     register path, which stages it K-major every iteration (as Triton 3.6 does: tt.load + local_alloc)."""
-    if not is_wgmma(dot) or not wgmma_kind(dot).k_major_only or order[0] == (1 if index == 0 else 0):
+    kind = wgmma_kind(dot) if is_wgmma(dot) else None
+    if kind is None or not kind.k_major_only or order[0] == (1 if index == 0 else 0) or kind.ptx == "tf32":
         return None
-    return (f"{wgmma_kind(dot).ptx} operand {'ab'[index]} is {'MN'[index]}-contiguous in global memory; wgmma reads "
+    return (f"{kind.ptx} operand {'ab'[index]} is {'MN'[index]}-contiguous in global memory; wgmma reads "
             "8/32-bit operands K-major only (kept in registers, transposed into shared memory each iteration)")
 
 
-def buffer_type(dot: Op, t, stages: int):
+def tf32_wgmma_operand(dot: Op, t) -> bool:
+    """An fp32 tile a wgmma reads as tf32. wgmma cannot transpose 32-bit operands: its stage buffer is K-major
+    (`buffer_type`), so a tile contiguous along the other dimension is copied 4 bytes at a time (as Triton does);
+    the tensor cores read the fp32 bits as tf32 (the low mantissa bits ignored, Triton's pipelined copies too)."""
+    return t.scalar.ir == "f32" and is_wgmma(dot) and wgmma_kind(dot).ptx == "tf32"
+
+
+def buffer_type(dot: Op, t, stages: int, index: int | None = None, transposed: bool = False):
     """The shared-memory encoding the dot reads this tile in: swizzled for wgmma, padded rows for ldmatrix
-    (None when wgmma cannot read it, or the dot is smaller than one 16x8 mma tile)."""
+    (None when wgmma cannot read it, or the dot is smaller than one 16x8 mma tile). A 32-bit tile (operand
+    `index`, read through a 2-D transpose when `transposed`) is stored K-major for wgmma, else None."""
     shape = (stages,) + tuple(t.shape)
     m, n = dot.operands[0].type.shape[0], dot.operands[1].type.shape[1]
     if m < 16 or n < 8:
         return None  # smaller than one mma.sync tile: the dot stages it itself, rows wrapped onto the tile
+    if t.scalar.bits == 32:
+        if index is None or not tf32_wgmma_operand(dot, t):
+            return None
+        order = (1, 0) if index == 0 else (0, 1)  # the view the dot reads: A [M][K], B [K][N], K contiguous
+        return swizzled(shape, t.scalar, tuple(1 - o for o in order) if transposed else order)
     if is_wgmma(dot):
         return swizzled(shape, t.scalar, tuple(t.layout.order))
     return MemDescType(shape, t.scalar, tuple(t.layout.order), MMA_PAD)
+
+
+def view_type(tile, transposed: bool):
+    """One stage as a dot reads it: the tile, or its 2-D transpose (the same bytes, dims and order swapped)."""
+    if not transposed:
+        return tile
+    return MemDescType(tuple(reversed(tile.shape)), tile.elem, tuple(1 - o for o in tile.order), tile.pad,
+                       tile.swizzle)
 
 
 def mbarrier_ring(bld: Builder, stages: int, hint: str, **attrs):

@@ -54,6 +54,10 @@ class _Tma:
             return None, "the dot reads padded rows (mma.sync); TMA fills swizzled wgmma stages only"
         if buf_t.shape[1:][buf_t.order[1]] > 256:
             return None, "the tile is over 256 rows (a TMA box dim holds at most 256)"
+        found = block_ptr.origin(addresses.operands[0])
+        if not isinstance(found, str) and found[0].attrs["order"][0] != buf_t.order[0]:
+            return None, ("the stage is contiguous along the tile's other dim (a K-major tf32 operand): TMA copies "
+                          "the tile as it lies in memory")
         return block_ptr.tma_operands(addresses.operands[0], buf_t.elem.bits // 8,
                                       addresses.attrs.get("boundary_check"), self.fn.args, self.axis)
 

@@ -31,12 +31,14 @@ An operand qualifies when it is a `tt.load` in the loop body used only by the do
 elements (also fp8, int8 and fp32 where wgmma reads it), a zero or absent `other`, accesses of 4 to 16
 bytes, and an address that only depends on the induction variable, loop invariants and loop-carried
 values whose updates are themselves recomputable. wgmma reads 8- and 32-bit operands K-major only, so
-such a tile qualifies when its contiguous dim in global memory is K: A row-major, B [K, N] given as w.T of
-a row-major [N, K] w (torch._scaled_mm's layout); an N-contiguous B keeps the register path, which
-transposes it into shared memory every iteration (Triton 3.6 does the same). fp32 stages are read as
-they are: the tensor cores truncate them to tf32 (Triton's Hopper dots do too; the register path rounds).
-The copies use the load's own (coalesced) layout; the tile is stored in shared memory contiguous along
-the same dimension as in global memory, each row padded by 16 bytes so ldmatrix
+an 8-bit tile qualifies when its contiguous dim in global memory is K: A row-major, B [K, N] given as w.T
+of a row-major [N, K] w (torch._scaled_mm's layout); an N-contiguous 8-bit B keeps the register path,
+which transposes it into shared memory every iteration (Triton 3.6 does the same). An fp32 tile a wgmma
+reads as tf32 is always staged K-major (`dot_stages.tf32_wgmma_operand`): one contiguous along M or N is
+copied 4 bytes at a time (as Triton). fp32 stages are read as they are: the tensor cores truncate them to
+tf32 (Triton's Hopper dots do too; the register path rounds). Otherwise the copies use the load's own
+(coalesced) layout; the tile is stored in shared memory contiguous along the same dimension as in global
+memory, each row padded by 16 bytes so ldmatrix
 reads are free of bank conflicts (swizzled instead where wgmma reads it). Loops that do not qualify keep
 the register path and the reason is recorded in the pass's stats.
 
@@ -58,7 +60,17 @@ from ..ops import is_pure
 from ..rewrite import extend_for_iter_args, insert_before, int_const, pure_slice
 from ..types import MemDescType, TensorType, int1
 from . import dce
-from .dot_stages import I32, BlockPtrCopies, Builder, buffer_type, copy_tile, copyable, k_major_why
+from .dot_stages import (
+    I32,
+    BlockPtrCopies,
+    Builder,
+    buffer_type,
+    copy_tile,
+    copyable,
+    k_major_why,
+    tf32_wgmma_operand,
+    view_type,
+)
 
 NAME = "pipeline_dot_operands"
 DESCRIPTION = "multi-buffer the tiles a tensor-core dot reads: cp.async copies num_stages-1 iterations ahead"
@@ -112,12 +124,13 @@ def _readers(v, body, transposed: bool, chain: list, out: list) -> str | None:
     return None
 
 
-def _view_type(tile, transposed: bool):
-    """One stage as a dot reads it: the tile, or its 2-D transpose (the same bytes, dims and order swapped)."""
-    if not transposed:
-        return tile
-    return MemDescType(tuple(reversed(tile.shape)), tile.elem, tuple(1 - o for o in tile.order), tile.pad,
-                       tile.swizzle)
+def _stage_type(dot, readers, t, stages: int):
+    """The stage buffer of tile `t` that `dot` (one of its readers) reads; a 32-bit tile's encoding depends on
+    the operand and transpose of each reader, which must then all agree (None otherwise)."""
+    if t.scalar.bits != 32:
+        return buffer_type(dot, t, stages)
+    types = {buffer_type(d, t, stages, index, transposed) for d, index, transposed, _ in readers}
+    return types.pop() if len(types) == 1 else None
 
 
 def _overlappable_wgmma(body, dots, targets, stages: int):
@@ -399,7 +412,11 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
             if id(ld) in seen:
                 continue  # another reader of a tile planned already
             sl = pure_slice(ld, body)
-            if buffer_type(dot, ld.result.type, 2) is None:
+            t = ld.result.type
+            if t.scalar.bits == 32 and not all(tf32_wgmma_operand(d, t) for d, *_ in rd):
+                why.append(f"{name}: fp32 elements read by a dot other than a tf32 wgmma")
+                continue
+            if _stage_type(dot, rd, t, 2) is None:
                 why.append(f"{name}: its contiguous extent cannot be swizzled for wgmma")
                 continue
             if sl is None:
@@ -444,8 +461,8 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     nbuf = stages - 1 if order == "reuse" else stages
     pre = Builder(for_op, loc)
     bufs = []
-    for (ld, _), (dot, index) in zip(plans, targets):
-        buf_t = buffer_type(dot, ld.result.type, nbuf)
+    for (ld, _), rd, (dot, index) in zip(plans, readers, targets):
+        buf_t = _stage_type(dot, rd, ld.result.type, nbuf)
         bufs.append(pre.op("ttg.local_alloc", [], [buf_t], {"stages": nbuf, "operand": "ab"[index]},
                            [f"{'ab'[index]}_stages"], loc=ld.loc).result)
     for ld, _, axis in side:  # a dense [1, N] / [N, 1] tile per stage
@@ -524,7 +541,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     for buf, (ld, _), rd in zip(bufs, plans, readers):
         erase = []
         for dot, index, transposed, chain in rd:
-            view_t = _view_type(buf.type.tile(), transposed)
+            view_t = view_type(buf.type.tile(), transposed)
             view = Builder(dot, loc).op("ttg.memdesc_index", [buf, read_slot], [view_t], loc=dot.loc).result
             dot.set_operand(index, view)
             erase += [op for op in reversed(chain) if op not in erase]

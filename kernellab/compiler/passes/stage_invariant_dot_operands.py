@@ -24,7 +24,7 @@ from ..gpu.scratch import a_from_registers, is_wgmma, wgmma_kind
 from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
 from ..ops import is_loop
-from .dot_stages import Builder, buffer_type
+from .dot_stages import Builder, buffer_type, tf32_wgmma_operand, view_type
 
 NAME = "stage_invariant_dot_operands"
 DESCRIPTION = "store tiles loaded once and read only by tensor-core dots into shared memory once (st.shared)"
@@ -87,8 +87,70 @@ def run(module: Module, options=None) -> dict:
         for u in uses:
             u.set_operand(index, view)
         stats["staged_once"] += 1
+    _stage_tf32_loads(module, stats)
     _store_invariant_operands(module, stats)
     return stats
+
+
+def _tf32_readers(v, chain: list, out: list) -> bool:
+    """Collect into `out` the (dot, operand index, transposed, chain of ops to erase) that tile `v` reaches through
+    layout conversions and 2-D transposes; False when a use is anything else or not a tf32 wgmma operand."""
+    if not v.uses:
+        return False
+    for u in v.uses:
+        if u.name == "tt.dot" and "mma" in u.attrs:
+            slots = [i for i in (0, 1) if u.operands[i] is v]
+            if len(slots) != 1 or u.operands[2] is v or not tf32_wgmma_operand(u, v.type):
+                return False
+            if slots[0] == 0 and a_from_registers(u):
+                return False
+            out.append((u, slots[0], sum(o.name == "tt.trans" for o in chain) % 2 == 1, list(chain)))
+        elif u.name == "ttg.convert_layout" or (u.name == "tt.trans" and list(u.attrs.get("order", [])) == [1, 0]):
+            if not _tf32_readers(u.result, chain + [u], out):
+                return False
+        else:
+            return False
+    return True
+
+
+def _stage_tf32_loads(module: Module, stats: dict):
+    """An fp32 tile loaded outside any loop and read only by tf32 wgmma dots (through layout conversions and
+    transposes) is stored into a K-major one-stage buffer right after its load, tf32-rounded as the dot's own
+    staging rounds it: Liger's neighborhood-attention q.k^T held both 64x64 fp32 tiles in registers up to the
+    dot (93 registers, Triton 66, which stores each tile at its load)."""
+    for ld in list(module.kernel.walk()):
+        if ld.name != "tt.load" or ld.block is None or _in_a_loop(ld) or ld.result.type.scalar.ir != "f32":
+            continue
+        readers: list = []
+        if not _tf32_readers(ld.result, [], readers):
+            continue
+        t = ld.result.type
+        types = {buffer_type(d, t, 1, i, tr) for d, i, tr, _ in readers}
+        if len(types) != 1 or None in types:
+            continue
+        buf_t = types.pop()
+        index = readers[0][1]
+        bld = Builder(ld.block.ops[ld.block.ops.index(ld) + 1], ld.loc)
+        buf = bld.op("ttg.local_alloc", [], [buf_t], {"stages": 1, "operand": "ab"[index], "fill": "registers"},
+                     [f"{'ab'[index]}_tile"]).result
+        zero = bld.const(0)
+        view = bld.op("ttg.memdesc_index", [buf, zero], [buf.type.tile()]).result
+        bld.op("ttg.local_store", [ld.result, view], [], {"tf32": True})
+        dots = [d for d, *_ in readers]
+        first = _first_in(ld.block, dots)
+        prev = ld.block.ops[ld.block.ops.index(first) - 1]
+        if not (prev.name == "ttg.barrier" and prev.attrs.get("reason") == REASON):
+            Builder(first, ld.loc).op("ttg.barrier", [], [], {"reason": REASON})
+        erase = []
+        for dot, i, transposed, chain in readers:
+            vt = view_type(buf.type.tile(), transposed)
+            dot.set_operand(i, view if not transposed else
+                            Builder(dot, dot.loc).op("ttg.memdesc_index", [buf, zero], [vt]).result)
+            erase += [op for op in reversed(chain) if op not in erase]
+        for op in erase:
+            if all(not r.uses for r in op.results):
+                op.erase()
+        stats["staged_once"] += 1
 
 
 def _loop_holding(op: Op, block):

@@ -10,8 +10,8 @@ tensor-core wait and the next copies. Here, in an `scf.for`, the pointer of a lo
 
 is recognised by distributing over `+`, `-`, `*` by a uniform invariant (a splat or a constant),
 `expand_dims`, `broadcast` and `addptr`, and carried by the loop in one of two forms (H200, same run):
-- for a load that feeds a `tt.dot` (directly or transposed), the pointer tile itself, starting at
-  `P0 + splat(c * lb + d)` and advanced by `splat(c * step)`: the form the pipeliner's copies run fastest (the
+- for a load of 16-bit elements that feeds a `tt.dot` (directly or transposed), the pointer tile itself, starting
+  at `P0 + splat(c * lb + d)` and advanced by `splat(c * step)`: the form the pipeliner's copies run fastest (the
   other form's per-pointer IMAD.WIDE piled up dispatch stalls next to the HGMMAs: a rebuilt-from-k matmul
   1.00 -> 0.88x Triton);
 - elsewhere (attention backward's row vectors `lse` and `delta`, next to its dots, too), a scalar offset `o`
@@ -19,9 +19,10 @@ is recognised by distributing over `+`, `-`, `*` by a uniform invariant (a splat
   iteration and no 64-bit pointer tile held across the loop (Liger's kl_div forward 0.81 -> 0.93x Triton,
   group_norm 0.87 -> 0.99x).
 
-Integer arithmetic wraps, so distributing is exact up to where the user's own 32-bit offset overflowed,
-which was already a wrong address. Only pointers with at least two tile ops depending on the counter are
-rewritten. Runs after licm, so "invariant" is "defined outside the loop".
+A 32-bit (tf32) dot operand keeps the user's form (see `_rewrite`). Integer arithmetic wraps, so distributing
+is exact up to where the user's own 32-bit offset overflowed, which was already a wrong address. Only pointers
+with at least two tile ops depending on the counter are rewritten. Runs after licm, so "invariant" is "defined
+outside the loop".
 """
 from __future__ import annotations
 
@@ -213,7 +214,13 @@ def _rewrite(root: Op, loop: Op, state: _Loop) -> Op | None:
     body = loop.regions[0]
     yield_op = body.terminator
     hint = ptr.hint or (f"{root.results[0].hint}_ptrs" if root.results and root.results[0].hint else None)
-    if _feeds_dot(root):  # the pointer tile itself
+    feeds_dot = _feeds_dot(root)
+    if feeds_dot and root.result.type.scalar.bits == 32:
+        # a tf32 operand: wgmma reads it K-major, so a tile contiguous along N is copied 4 bytes at a time and
+        # a carried tile is one 64-bit pointer per element (Liger's neighborhood attention, 64x64 fp32, 4 warps:
+        # 164 registers against 128 with the user's rebuild from the counter, whose per-run bases LLVM keeps)
+        return None
+    if feeds_dot:  # the pointer tile itself
         init = state.emit("tt.addptr", [inv, state.emit("tt.splat", [start], offsets_type)], ptr.type)
         delta = state.emit("tt.splat", [state.emit("arith.muli", [c, step], c.type)], offsets_type)
         carried = body.add_arg(ptr.type, hint)
