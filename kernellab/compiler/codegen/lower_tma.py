@@ -120,21 +120,27 @@ def _mbarrier_expect(lw: KernelLowering, op):
 @handles("ttg.tma_copy")
 def _tma_copy(lw: KernelLowering, op):
     desc_v, bp_v, view_v, bar_v, pred_v = op.operands
+    bar, desc = _saddr(lw, lw.get(bar_v)), lw.get(desc_v)
+    go = _one_thread(lw, lw.get(pred_v))
+    for dst, c_fast, c_slow in _boxes(lw, bp_v, view_v):
+        _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $4, 0; @p cp.async.bulk.tensor.2d.shared::cluster.global.tile"
+             ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3}], [$5]; }", "r,l,r,r,r,r,~{memory}",
+             [dst, desc, c_fast, c_slow, go, bar])
+
+
+def _boxes(lw: KernelLowering, bp_v, view_v):
+    """(shared address, fast and slow tensor coordinates) of each TMA box of a stage's tile: one box per swizzle
+    atom column, w contiguous elements by all the tile's rows (loads and stores move the same boxes)."""
     view = view_v.type
     _, _, _, _, offs = lw.get(bp_v)
     fast, slow = view.order[0], view.order[1]
     z = view.swizzle
     w = z // (view.scalar.bits // 8)
     rows = view.shape[slow]
-    b = lw.b
-    dst0, bar, desc = lw.get(view_v), _saddr(lw, lw.get(bar_v)), lw.get(desc_v)
-    go = _one_thread(lw, lw.get(pred_v))
-    for j in range(view.shape[fast] // w):  # one box per atom column: w contiguous elements x all rows
-        dst = _saddr(lw, b.add(dst0, _cint(j * rows * z)))
-        c0 = b.add(offs[fast], _cint(j * w)) if j else offs[fast]
-        _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $4, 0; @p cp.async.bulk.tensor.2d.shared::cluster.global.tile"
-             ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3}], [$5]; }", "r,l,r,r,r,r,~{memory}",
-             [dst, desc, c0, offs[slow], go, bar])
+    base = lw.get(view_v)
+    for j in range(view.shape[fast] // w):
+        c0 = lw.b.add(offs[fast], _cint(j * w)) if j else offs[fast]
+        yield _saddr(lw, lw.b.add(base, _cint(j * rows * z))), c0, offs[slow]
 
 
 @handles("ttg.mbarrier_wait")
@@ -197,20 +203,11 @@ def _tma_store(lw: KernelLowering, op):
     """Thread 0 stores the stage's tile, one box per swizzle atom column (as `ttg.tma_copy` loads it), and commits
     the boxes as one bulk group; the buffer may be written again after `cp.async.bulk.wait_group.read`."""
     desc_v, bp_v, view_v = op.operands
-    view = view_v.type
-    _, _, _, _, offs = lw.get(bp_v)
-    fast, slow = view.order[0], view.order[1]
-    z = view.swizzle
-    w = z // (view.scalar.bits // 8)
-    rows = view.shape[slow]
-    b = lw.b
-    src0, desc = lw.get(view_v), lw.get(desc_v)
+    desc = lw.get(desc_v)
     go = _one_thread(lw)
-    for j in range(view.shape[fast] // w):
-        src = _saddr(lw, b.add(src0, _cint(j * rows * z)))
-        c0 = b.add(offs[fast], _cint(j * w)) if j else offs[fast]
+    for src, c_fast, c_slow in _boxes(lw, bp_v, view_v):
         _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $4, 0; @p cp.async.bulk.tensor.2d.global.shared::cta.tile"
-             ".bulk_group [$0, {$1, $2}], [$3]; }", "l,r,r,r,r,~{memory}", [desc, c0, offs[slow], src, go])
+             ".bulk_group [$0, {$1, $2}], [$3]; }", "l,r,r,r,r,~{memory}", [desc, c_fast, c_slow, src, go])
     _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $0, 0; @p cp.async.bulk.commit_group; }", "r,~{memory}", [go])
 
 
