@@ -414,6 +414,39 @@ def test_library_triton_probes_find_one_active_driver_and_gluon(triton):
     assert gluon.constexpr_function is triton.constexpr_function
 
 
+@kl.jit
+def rebind_after_return(out_ptr, x_ptr, n_rows, n_cols, stride, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        TWO_D: tl.constexpr):
+    """flash-attn's rotary kernel: pointers move by a scalar, an `if ...: return` follows, and then the live path
+    rebinds the same names to blocks of pointers (and `scale` from a number to a block)."""
+    x_ptr = x_ptr + tl.program_id(1) * stride * BLOCK_M
+    out_ptr = out_ptr + tl.program_id(1) * stride * BLOCK_M
+    scale = 2.0
+    if tl.program_id(0) * BLOCK_N >= n_cols:
+        return
+    rm = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    if not TWO_D:
+        x_ptr = x_ptr + rn
+        out_ptr = out_ptr + rn
+        mask = (rn < n_cols) & (tl.program_id(1) * BLOCK_M < n_rows)
+    else:
+        x_ptr = x_ptr + (rm - tl.program_id(1) * BLOCK_M)[:, None] * stride + rn[None, :]
+        out_ptr = out_ptr + (rm - tl.program_id(1) * BLOCK_M)[:, None] * stride + rn[None, :]
+        mask = (rm[:, None] < n_rows) & (rn[None, :] < n_cols)
+    scale = scale + tl.zeros_like(rn).to(tl.float32)
+    tl.store(out_ptr, tl.load(x_ptr, mask=mask) * scale, mask=mask)
+
+
+@pytest.mark.parametrize("two_d", [False, True])
+def test_variable_rebound_with_another_type_after_an_early_return(two_d):
+    x = _rand(10, 24)
+    y = torch.full_like(x, float("nan"))
+    rebind_after_return[(4, 10 if not two_d else 3)](y, x, 10, 24, 24, BLOCK_M=1 if not two_d else 4, BLOCK_N=8,
+                                                     TWO_D=two_d)
+    torch.testing.assert_close(y, x * 2, rtol=0, atol=0)
+
+
 # -------------------------------------------------------------------------------------------- GPU and PTX
 
 @needs_ptxas
@@ -422,6 +455,23 @@ def test_block_pointer_element_type_cast_assembles():
                         BLOCK=64, grid=(1,))
     ck.build_gpu()
     assert "cvt.rn.bf16.f32" in ck.asm["ptx"] or "cvt.rn.bf16x2.f32" in ck.asm["ptx"]
+
+
+@needs_ptxas
+def test_variable_rebound_after_an_early_return_assembles():
+    ck = rebind_after_return.warmup(torch.empty(240), torch.empty(240), 10, 24, 24, BLOCK_M=4, BLOCK_N=8,
+                                    TWO_D=True, grid=(1,))
+    ck.build_gpu()
+    assert ck.n_regs > 0
+
+
+@pytest.mark.gpu
+def test_gpu_variable_rebound_after_an_early_return():
+    x = _rand(10, 24, device="cuda")
+    for two_d, bm, gm in ((False, 1, 10), (True, 4, 3)):
+        y = torch.full_like(x, float("nan"))
+        rebind_after_return[(4, gm)](y, x, 10, 24, 24, BLOCK_M=bm, BLOCK_N=8, TWO_D=two_d)
+        torch.testing.assert_close(y, x * 2, rtol=0, atol=0)
 
 
 @pytest.mark.gpu

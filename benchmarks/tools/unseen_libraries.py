@@ -11,7 +11,11 @@ TRITON_INTERPRET=1). Libraries that are not importable are skipped. Install them
 dependencies into a directory on PYTHONPATH: `pip install --no-deps --target /tmp/libs flag-gems sqlalchemy
 fla-core einops xformers torchao vllm regex sglang orjson pybase64 starlette msgspec pydantic pydantic_core
 typing_inspection tqdm aiohttp multidict yarl propcache aiohappyeyeballs aiosignal frozenlist` (the last ones
-are what SGLang's utils import; nothing here pulls torch or triton).
+are what SGLang's utils import; nothing here pulls torch or triton). mamba-ssm and flash-attn build CUDA
+extensions, so their sources go on PYTHONPATH instead: `git archive` of github.com/state-spaces/mamba (the
+`mamba_ssm` folder; its `__init__` imports the extension, so the runner loads `mamba_ssm` as a bare package and
+imports only `mamba_ssm.ops.triton.*`) and of github.com/Dao-AILab/flash-attention (the `flash_attn` folder; only
+`flash_attn.ops.triton.*` is imported), plus `einops`.
 
 GPU-first libraries probe CUDA while they are imported (FlagGems asks for the device's name and count and
 keeps a per-device cache); on a machine without a GPU this script answers those probes for one device
@@ -40,7 +44,10 @@ DEVICE = "cpu"  # --device cuda: every tensor the cases make (inputs, references
 LIBS = {"flag_gems": "flag_gems", "fla": "fla.ops", "xformers": "xformers.ops._triton.rmsnorm_kernels",
         "torchao": "torchao.kernel", "vllm": "vllm.triton_utils",
         "sglang": "sglang.kernels.ops.attention.decode_attention",
-        "torch_inductor": "torch._inductor.runtime.triton_helpers"}  # library -> the module whose import must work
+        "torch_inductor": "torch._inductor.runtime.triton_helpers",
+        "mamba_ssm": "mamba_ssm.ops.triton.selective_state_update",
+        "flash_attn": "flash_attn.ops.triton.layer_norm"}  # library -> the module whose import must work
+BARE_PACKAGES = {"mamba_ssm", "flash_attn"}  # their __init__ imports a compiled CUDA extension: only the Triton files are loaded
 CASES: dict[str, list] = {lib: [] for lib in LIBS}
 
 
@@ -1344,6 +1351,178 @@ def _ind_softmax():
     return [(sm, _d(x).softmax(1)), (am, x.argmax(1))]
 
 
+# -------------------------------------------------------------------------------------------------- mamba-ssm
+# (sources of github.com/state-spaces/mamba on PYTHONPATH; the references are the library's own, in float64)
+
+def _mamba_ssu(ngroups):
+    import torch
+    from mamba_ssm.ops.triton.selective_state_update import selective_state_update, selective_state_update_ref
+    b, h, p, n = 3, 4, 24, 16
+    state = _rand(b, h, p, n)
+    x, dt, z = _rand(b, h, p), _rand(b, h, p), _rand(b, h, p)
+    A, D, dt_bias = -_rand(h, p, n, lo=0.1), _rand(h, p), _rand(h, p)
+    B, C = _rand(b, ngroups, n), _rand(b, ngroups, n)
+    s64 = _d(state)
+    got_state = state.clone()
+    got = selective_state_update(got_state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=True)
+    want = selective_state_update_ref(s64, *map(_d, (x, dt, A, B, C)), D=_d(D), z=_d(z), dt_bias=_d(dt_bias),
+                                      dt_softplus=True)
+    return [(got, want), (got_state, s64)]
+
+
+@case("mamba_ssm", "selective_state_update", "scan", tol=1e-4)
+def _mb_ssu():
+    return _mamba_ssu(4)
+
+
+@case("mamba_ssm", "selective_state_update_gqa", "scan", tol=1e-4)
+def _mb_ssu_g():
+    return _mamba_ssu(2)
+
+
+@case("mamba_ssm", "rmsnorm_gated", "norm")
+def _mb_rms_gated():
+    from mamba_ssm.ops.triton.layernorm_gated import rms_norm_ref, rmsnorm_fn
+    x, z, w = _rand(7, 96), _rand(7, 96), _rand(96)
+    out = []
+    for gs, before in ((None, True), (32, False)):
+        out.append((rmsnorm_fn(x, w, None, z=z, group_size=gs, norm_before_gate=before),
+                    rms_norm_ref(_d(x), _d(w), None, z=_d(z), group_size=gs, norm_before_gate=before)))
+    return out
+
+
+@case("mamba_ssm", "layernorm_gated_bwd", "norm", tol=1e-4)
+def _mb_ln_gated_bwd():
+    import torch
+    from mamba_ssm.ops.triton.layernorm_gated import layernorm_fn
+    x, z, w, bias = _rand(7, 64), _rand(7, 64), _rand(64), _rand(64)
+    ins = [t.clone().requires_grad_() for t in (x, z, w, bias)]
+    ref = [_d(t).requires_grad_() for t in (x, z, w, bias)]
+    y = layernorm_fn(*ins[:1], ins[2], ins[3], z=ins[1], group_size=32)
+    xr = ref[0].view(7, 2, 32)
+    yr = ((xr - xr.mean(-1, keepdim=True)) * (xr.var(-1, unbiased=False, keepdim=True) + 1e-6).rsqrt()).view(7, 64)
+    yr = (yr * ref[2] + ref[3]) * torch.nn.functional.silu(ref[1])
+    dy = _rand(7, 64)
+    y.backward(dy)
+    yr.backward(_d(dy))
+    return [(y, yr)] + [(a.grad, b.grad) for a, b in zip(ins, ref)]
+
+
+@case("mamba_ssm", "layer_norm_residual", "norm")
+def _mb_layer_norm():
+    from mamba_ssm.ops.triton.layer_norm import layer_norm_fn, layer_norm_ref, rms_norm_fn, rms_norm_ref
+    x, r, w, b = _rand(9, 80), _rand(9, 80), _rand(80), _rand(80)
+    y, res = layer_norm_fn(x, w, b, residual=r, prenorm=True, eps=1e-5)
+    yr, resr = layer_norm_ref(*map(_d, (x, w, b)), residual=_d(r), prenorm=True, eps=1e-5)
+    return [(y, yr), (res, resr), (rms_norm_fn(x, w, None, eps=1e-5), rms_norm_ref(_d(x), _d(w), None, eps=1e-5))]
+
+
+@case("mamba_ssm", "swiglu", "elementwise")
+def _mb_swiglu():
+    import torch.nn.functional as F
+    from mamba_ssm.ops.triton.k_activations import _swiglu_fwd
+    xy = _rand(6, 160)
+    return [(_swiglu_fwd(xy), F.silu(_d(xy[:, :80])) * _d(xy[:, 80:]))]
+
+
+def _ssd_inputs():
+    b, L, h, p, g, n = 2, 48, 4, 16, 2, 16  # the reference wants whole chunks
+    return (_rand(b, L, h, p), _rand(b, L, h, scale=0.5), -_rand(h, lo=0.5), _rand(b, L, g, n), _rand(b, L, g, n),
+            _rand(h, p), _rand(b, L, h, p), _rand(h))
+
+
+@case("mamba_ssm", "ssd_chunk_scan_combined", "scan", tol=1e-3)
+def _mb_ssd():
+    from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined, ssd_chunk_scan_combined_ref
+    x, dt, A, B, C, D, z, dt_bias = _ssd_inputs()
+    got = mamba_chunk_scan_combined(x, dt, A, B, C, 16, D=D, z=z, dt_bias=dt_bias, dt_softplus=True)
+    want = ssd_chunk_scan_combined_ref(*map(_d, (x, dt, A, B, C)), 16, D=_d(D), z=_d(z), dt_bias=_d(dt_bias),
+                                       dt_softplus=True)
+    return [(got, want)]
+
+
+@case("mamba_ssm", "ssd_chunk_scan_combined_bwd", "scan", tol=2e-3)
+def _mb_ssd_bwd():
+    from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined, ssd_chunk_scan_combined_ref
+    ins = _ssd_inputs()
+    got_in = [t.clone().requires_grad_() for t in ins]
+    ref_in = [_d(t).requires_grad_() for t in ins]
+    x, dt, A, B, C, D, z, dtb = got_in
+    out = mamba_chunk_scan_combined(x, dt, A, B, C, 16, D=D, z=z, dt_bias=dtb, dt_softplus=True)
+    x, dt, A, B, C, D, z, dtb = ref_in
+    ref = ssd_chunk_scan_combined_ref(x, dt, A, B, C, 16, D=D, z=z, dt_bias=dtb, dt_softplus=True)
+    dout = _rand(*out.shape)
+    out.backward(dout)
+    ref.backward(_d(dout))
+    return [(out, ref)] + [(a.grad, b.grad) for a, b in zip(got_in, ref_in)]
+
+
+# -------------------------------------------------------------------------------------------------- flash-attn
+# (sources of github.com/Dao-AILab/flash-attention on PYTHONPATH: only flash_attn.ops.triton is imported)
+
+@case("flash_attn", "layer_norm_residual", "norm")
+def _fa_layer_norm():
+    from flash_attn.ops.triton.layer_norm import layer_norm_fn, layer_norm_ref
+    x, r, w, b = _rand(9, 80), _rand(9, 80), _rand(80), _rand(80)
+    y, res = layer_norm_fn(x, w, b, residual=r, prenorm=True, eps=1e-5)
+    yr, resr = layer_norm_ref(*map(_d, (x, w, b)), residual=_d(r), prenorm=True, eps=1e-5)
+    return [(y, yr), (res, resr)]
+
+
+@case("flash_attn", "rms_norm_bwd", "norm", tol=1e-4)
+def _fa_rms_bwd():
+    from flash_attn.ops.triton.layer_norm import rms_norm_fn, rms_norm_ref
+    x, r, w = _rand(9, 80), _rand(9, 80), _rand(80)
+    ins = [t.clone().requires_grad_() for t in (x, r, w)]
+    ref = [_d(t).requires_grad_() for t in (x, r, w)]
+    y = rms_norm_fn(ins[0], ins[2], None, residual=ins[1], eps=1e-5)
+    yr = rms_norm_ref(ref[0], ref[2], None, residual=ref[1], eps=1e-5)
+    dy = _rand(9, 80)
+    y.backward(dy)
+    yr.backward(_d(dy))
+    return [(y, yr)] + [(a.grad, b.grad) for a, b in zip(ins, ref)]
+
+
+def _rotary_ref(x, cos, sin, interleaved):
+    import torch
+    d = cos.shape[-1] * 2
+    cos, sin = (t[:x.shape[1], None, :] for t in (cos, sin))
+    xr = x[..., :d]
+    if interleaved:
+        x1, x2 = xr[..., 0::2], xr[..., 1::2]
+        y = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2)
+    else:
+        x1, x2 = xr.chunk(2, -1)
+        y = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1)
+    return torch.cat((y, x[..., d:]), -1)
+
+
+@case("flash_attn", "rotary", "elementwise")
+def _fa_rotary():
+    import torch
+    from flash_attn.ops.triton.rotary import apply_rotary
+    x = _rand(2, 11, 3, 64)
+    ang = torch.rand(16, 24, dtype=torch.float64) * 6.28
+    cos, sin = ang.cos().float(), ang.sin().float()
+    return [(apply_rotary(x, cos, sin, interleaved=il), _rotary_ref(_d(x), _d(cos), _d(sin), il))
+            for il in (False, True)]
+
+
+@case("flash_attn", "cross_entropy", "loss", tol=1e-4)
+def _fa_ce():
+    import torch
+    import torch.nn.functional as F
+    from flash_attn.ops.triton.cross_entropy import cross_entropy_loss
+    logits = _rand(6, 300, scale=3.0).requires_grad_()
+    labels = torch.tensor([3, 299, -100, 0, 150, 7])
+    loss, _ = cross_entropy_loss(logits, labels, label_smoothing=0.1)
+    ref_logits = _d(logits.detach()).requires_grad_()
+    ref = F.cross_entropy(ref_logits, labels, label_smoothing=0.1, reduction="none")
+    loss.sum().backward()
+    ref.sum().backward()
+    return [(loss, ref), (logits.grad, ref_logits.grad)]
+
+
 # ---------------------------------------------------------------------------------------------------- running
 
 def _err(got, want) -> float:
@@ -1361,6 +1540,16 @@ def _err(got, want) -> float:
     scale = w.abs().clamp(min=1.0)
     both_nan = g.isnan() & w.isnan()
     return float(((g - w).abs() / scale).masked_fill(both_nan, 0).nan_to_num(float("inf")).max()) if g.numel() else 0.0
+
+
+def _bare_package(name):
+    """Make `name` importable without running its __init__ (which loads a compiled extension we do not build)."""
+    import types
+
+    if name not in sys.modules:
+        mod = types.ModuleType(name)
+        mod.__path__ = list(importlib.util.find_spec(name).submodule_search_locations)
+        sys.modules[name] = mod
 
 
 def run_library(lib: str, side: str, only=()) -> list[dict]:
@@ -1423,6 +1612,8 @@ def main(argv=None) -> int:
         if importlib.util.find_spec(LIBS[lib].split(".")[0]) is None:
             print(f"SKIP {lib}: not installed")
             continue
+        if lib in BARE_PACKAGES:
+            _bare_package(lib)
         try:
             importlib.import_module(LIBS[lib])
         except Exception as e:

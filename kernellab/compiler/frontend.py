@@ -487,6 +487,7 @@ class CodeGenerator(ast.NodeVisitor):
         then_block, else_block = Block(), Block()
         then_scope, then_ret = self._gen_region(then_block, node.body, dict(before))
         else_scope, else_ret = self._gen_region(else_block, node.orelse, dict(before))
+        exits = (then_ret is not None, else_ret is not None)  # a path that returned: its variables are dead
         names, then_vals, else_vals, trees = [], [], [], []
         for name in list(dict.fromkeys(list(then_scope) + list(else_scope))):
             in_then, in_else = name in then_scope, name in else_scope
@@ -545,6 +546,15 @@ class CodeGenerator(ast.NodeVisitor):
         else_t = self._yield_values(else_block, else_vals)
         types = []
         for i, (a, b) in enumerate(zip(then_t, else_t)):
+            if a.type != b.type and i >= n_ret and any(exits):
+                # a variable rebound with another type on the path that goes on (Triton allows it: after
+                # `if c: return`, `X = X + offs` makes a pointer scalar a block): the returned path's value is
+                # never read, so it yields an undefined value of the live path's type
+                dead, live_t = (then_t, else_t) if exits[0] else (else_t, then_t)
+                poison = self._poison_like(then_block if exits[0] else else_block, [live_t[i]])
+                if poison is not None:
+                    dead[i] = poison[0]
+                    a, b = then_t[i], else_t[i]
             if a.type != b.type:
                 if self._unify(a, b, then_block, else_block, then_t, else_t, i)[0] is None:
                     label = f"return value {i}" if i < n_ret else f"`{names[i - n_ret]}`"
