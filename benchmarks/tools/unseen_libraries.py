@@ -14,8 +14,8 @@ typing_inspection tqdm aiohttp multidict yarl propcache aiohappyeyeballs aiosign
 are what SGLang's utils import; nothing here pulls torch or triton). mamba-ssm and flash-attn build CUDA
 extensions, so their sources go on PYTHONPATH instead: `git archive` of github.com/state-spaces/mamba (the
 `mamba_ssm` folder; its `__init__` imports the extension, so the runner loads `mamba_ssm` as a bare package and
-imports only `mamba_ssm.ops.triton.*`) and of github.com/Dao-AILab/flash-attention (the `flash_attn` folder; only
-`flash_attn.ops.triton.*` is imported), plus `einops`.
+imports only `mamba_ssm.ops.triton.*`) and of github.com/Dao-AILab/flash-attention (the `flash_attn` folder, loaded
+the same way; only `flash_attn.ops.triton.*` is imported), plus `einops` (`pip install --no-deps --target`).
 
 GPU-first libraries probe CUDA while they are imported (FlagGems asks for the device's name and count and
 keeps a per-device cache); on a machine without a GPU this script answers those probes for one device
@@ -47,7 +47,7 @@ LIBS = {"flag_gems": "flag_gems", "fla": "fla.ops", "xformers": "xformers.ops._t
         "torch_inductor": "torch._inductor.runtime.triton_helpers",
         "mamba_ssm": "mamba_ssm.ops.triton.selective_state_update",
         "flash_attn": "flash_attn.ops.triton.layer_norm"}  # library -> the module whose import must work
-BARE_PACKAGES = {"mamba_ssm", "flash_attn"}  # their __init__ imports a compiled CUDA extension: only the Triton files are loaded
+BARE_PACKAGES = {"mamba_ssm", "flash_attn"}  # their __init__ loads a CUDA extension: only Triton files are loaded
 CASES: dict[str, list] = {lib: [] for lib in LIBS}
 
 
@@ -1355,7 +1355,6 @@ def _ind_softmax():
 # (sources of github.com/state-spaces/mamba on PYTHONPATH; the references are the library's own, in float64)
 
 def _mamba_ssu(ngroups):
-    import torch
     from mamba_ssm.ops.triton.selective_state_update import selective_state_update, selective_state_update_ref
     b, h, p, n = 3, 4, 24, 16
     state = _rand(b, h, p, n)
