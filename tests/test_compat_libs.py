@@ -447,6 +447,40 @@ def test_variable_rebound_with_another_type_after_an_early_return(two_d):
     torch.testing.assert_close(y, x * 2, rtol=0, atol=0)
 
 
+@kl.jit
+def asm_unary(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    """mamba-3's helpers: one PTX f32 instruction each through inline asm (evaluated by the interpreter)."""
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    t = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", constraints="=f,f", args=[x], dtype=tl.float32,
+                                  is_pure=True, pack=1)
+    c = tl.inline_asm_elementwise("cos.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
+    e = tl.inline_asm_elementwise("ex2.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
+    tl.store(y_ptr + offs, t + 2 * c + 3 * e, mask=offs < n)
+
+
+def test_single_instruction_f32_inline_asm_runs_on_the_interpreter():
+    x = _rand(50, device=DEVICE)
+    y = torch.full_like(x, float("nan"))
+    asm_unary[(1,)](x, y, 50, BLOCK=64)
+    xd = x.double()
+    tol = 1e-6 if DEVICE == "cpu" else 3e-3  # exact on the CPU; tanh.approx.f32 is good to 2^-11 on a GPU
+    torch.testing.assert_close(y.double(), xd.tanh() + 2 * xd.cos() + 3 * xd.exp2(), rtol=tol, atol=tol)
+
+
+def test_other_inline_asm_still_refuses_on_the_interpreter():
+    @kl.jit
+    def two_in(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs)
+        tl.store(y_ptr + offs, tl.inline_asm_elementwise("add.f32 $0, $1, $2;", "=f,f,f", [x, x], dtype=tl.float32,
+                                                         is_pure=True, pack=1))
+
+    if DEVICE == "cpu":
+        with pytest.raises(kl.InterpreterError, match="inline_asm_elementwise"):
+            two_in[(1,)](torch.ones(8), torch.zeros(8), BLOCK=8)
+
+
 # -------------------------------------------------------------------------------------------- GPU and PTX
 
 @needs_ptxas

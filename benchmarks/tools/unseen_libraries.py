@@ -1456,6 +1456,40 @@ def _mb_ssd_bwd():
     return [(out, ref)] + [(a.grad, b.grad) for a, b in zip(got_in, ref_in)]
 
 
+def _mamba3_step():
+    """Mamba-3 SISO decode steps against the reference in the library's test file (both from the mamba sources);
+    its helpers are PTX `cos/sin/tanh.approx.f32` inline asm, which the interpreter evaluates."""
+    import torch
+    tests = Path(sys.modules["mamba_ssm"].__path__[0]).parent / "tests/ops/triton"
+    spec = importlib.util.spec_from_file_location("mamba3_siso_tests", tests / "test_mamba3_siso.py")
+    t = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t)
+    names = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "Angles", "D", "Z", "Input_States")
+    inp = t.create_mamba3_siso_inputs(2, 5, 4, 2, 32, 16, torch.float32, DEVICE, has_D=True, has_Z=True,
+                                      has_input_states=True)
+    Q, K, V, ADT, DT, Trap, Qb, Kb, Ang, D, Z, states = (inp[k] for k in names)
+    outs = []
+    for s in range(Q.shape[1]):
+        o, states = t.mamba3_siso_step(*(x[:, s].contiguous() for x in (Q, K, V)),
+                                       *(x[:, :, s].contiguous() for x in (ADT, DT, Trap)), Qb, Kb,
+                                       Ang[:, s].contiguous(), D, Z[:, s].contiguous(), states)
+        outs.append(o)
+    ref, ref_states = t.mamba3_siso_step_ref(*map(_d, (Q, K, V, ADT, DT, Trap, Qb, Kb, Ang, D, Z)),
+                                             Input_States=tuple(map(_d, inp["Input_States"])))
+    return torch.stack(outs, 1), ref, list(zip(states, ref_states))
+
+
+@case("mamba_ssm", "mamba3_siso_step_states", "scan", tol=1e-5)
+def _mb3_step_states():
+    return _mamba3_step()[2]
+
+
+@case("mamba_ssm", "mamba3_siso_step_out", "scan", tol=6e-2)
+def _mb3_step_out():
+    got, want, _ = _mamba3_step()  # the kernel's output product is a bf16 tl.dot by design: bf16 tolerance
+    return [(got, want)]
+
+
 # -------------------------------------------------------------------------------------------------- flash-attn
 # (sources of github.com/Dao-AILab/flash-attention on PYTHONPATH: only flash_attn.ops.triton is imported)
 

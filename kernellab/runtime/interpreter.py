@@ -23,7 +23,7 @@ from ..compiler import fp8, op_eval, ops
 from ..compiler.ir import Function, Module, Op
 from ..compiler.ops import is_pure
 from ..compiler.print_format import host_lines
-from ..compiler.types import BlockPtrType, DType, PointerType
+from ..compiler.types import BlockPtrType, DType, PointerType, float32
 from ..errors import InterpreterError, LaunchError
 from .interp_memory import BOUNDS, Fault, Memory, mem_kind, region_for, round_bf16
 
@@ -44,6 +44,29 @@ class _Return(Exception):
 
 # ---------------------------------------------------------------------------------------------
 # Type helpers
+
+# PTX instructions that compute one f32 from one f32, as a `tl.inline_asm_elementwise("<op> $0, $1;", "=f,f", ...)`
+# helper writes them (an approximate instruction is evaluated exactly: its result is within its own error bound)
+_PTX_UNARY_F32 = {"cos": np.cos, "sin": np.sin, "tanh": np.tanh, "ex2": np.exp2, "lg2": np.log2,
+                  "rcp": lambda x: 1.0 / x, "rsqrt": lambda x: 1.0 / np.sqrt(x), "sqrt": np.sqrt,
+                  "abs": np.abs, "neg": np.negative}
+
+
+def _asm_unary_f32(op):
+    """The numpy function for an inline asm that is one unary f32 PTX instruction (`tanh.approx.f32 $0, $1;`,
+    modifiers .approx/.rn/.ftz), else None: such helpers then run on the CPU interpreter."""
+    import re
+
+    m = re.fullmatch(r"\s*([a-z0-9]+)((?:\.(?:approx|rn|ftz|full))*)\.f32\s+\$0\s*,\s*\$1\s*;?\s*",
+                     op.attrs.get("asm", ""))
+    if m is None or int(op.attrs.get("pack", 1)) != 1 or len(op.operands) != 1 or len(op.results) != 1:
+        return None
+    if op.attrs.get("constraints", "").replace(" ", "") != "=f,f":
+        return None
+    if any(t.type.scalar != float32 for t in (op.operands[0], op.results[0])):
+        return None
+    return _PTX_UNARY_F32.get(m.group(1))
+
 
 def _np_of(ty) -> np.dtype:
     s = ty.scalar
@@ -1140,6 +1163,14 @@ class _Compiler:
         return f
 
     def op_inline_asm(self, op):
+        fn = _asm_unary_f32(op)
+        if fn is not None:  # one PTX math instruction on f32 (mamba-3's cos/sin/tanh.approx helpers)
+            src, dst = self.s(op.operands[0]), self.d(op.results[0])
+
+            def f(env):
+                with np.errstate(all="ignore"):
+                    env[dst] = fn(np.asarray(env[src], dtype=np.float32).astype(np.float64)).astype(np.float32)
+            return f
         line = op.loc.line if op.loc else None
         where = f" (line {line})" if line else ""
         raise InterpreterError(f"kernel '{self.fn.name}'{where}: tl.inline_asm_elementwise runs PTX, which the CPU "
