@@ -210,6 +210,8 @@ def recorded_results(gpu_only: bool = True, benchmark: str | None = None) -> lis
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
+        if not isinstance(data, dict):  # a tool's bare list of results (no date, no GPU): not a benchmark file
+            continue
         rows = data.get("rows")
         if not isinstance(rows, list) or not data.get("gpu"):
             if gpu_only:
@@ -245,7 +247,8 @@ def recorded_benchmark(benchmark: str, gpu: str = "NVIDIA H200") -> dict | None:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        return dict(data, file=f"benchmarks/results/{path.name}", recorded=True)
+        if isinstance(data, dict):
+            return dict(data, file=f"benchmarks/results/{path.name}", recorded=True)
     return None
 
 

@@ -203,6 +203,7 @@ def test_results_dir_override(tmp_path, monkeypatch):
     (tmp_path / "a.json").write_text(json.dumps({"gpu": "G", "date": "d", "rows": [
         {"case": "vector_add n=100", "bytes": 1200, "kernellab": {"seconds": 1e-6}}]}))
     (tmp_path / "broken.json").write_text("{not json")
+    (tmp_path / "cpu-list.json").write_text(json.dumps([{"op": "x", "passed": True}]))  # a tool's bare list
     monkeypatch.setenv("KERNELLAB_RESULTS_DIR", str(tmp_path))
     (res,) = recorded_results()
     assert res["gpu"] == "G" and res["rows"][0]["flops"] == 100 and res["rows"][0]["flops_estimated"]
