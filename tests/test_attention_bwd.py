@@ -97,6 +97,22 @@ def test_attention_bwd_strides_interpreter():
     _check((lse, dq, dk, dv), (lse_ref, *grads), torch.float16)
 
 
+def _warm_dkdv(D, causal, BM, BN, B=4, H=16, N=1024, scale=None, **opts):
+    """The dK/dV kernel compiled to tile IR (no launch) for B x H heads x N rows of head dim D."""
+    t, lse = torch.empty(B, H, N, D, dtype=torch.float16), torch.empty(B, H, N)
+    scale = scale if scale is not None else 1 / math.sqrt(D)
+    return BWD[1].warmup(t, t, t, t, t, t, lse, lse, scale, scale * LOG2E, *(t.stride() * 4), H, N, BLOCK_M=BM,
+                         BLOCK_N=BN, HEAD_DIM=D, CAUSAL=causal, grid=(1,), **opts)
+
+
+def _warm_dq(D, causal, BM, BN, B=4, H=16, N=1024, scale=None, **opts):
+    """The dQ kernel compiled to tile IR (no launch), shapes as `_warm_dkdv`'s."""
+    t, lse = torch.empty(B, H, N, D, dtype=torch.float16), torch.empty(B, H, N)
+    scale = scale if scale is not None else 1 / math.sqrt(D)
+    return BWD[2].warmup(t, t, t, t, t, lse, lse, scale, scale * LOG2E, *(t.stride() * 4), H, N, BLOCK_M=BM,
+                         BLOCK_N=BN, HEAD_DIM=D, CAUSAL=causal, grid=(1,), **opts)
+
+
 CODEGEN_CASES = [(d, c) for d in (64, 128) for c in (False, True)]
 
 
@@ -111,17 +127,10 @@ def test_attention_bwd_assembles_with_tensor_cores(D, causal, tmp_path, monkeypa
     from kernellab.compiler.codegen.target import Target
 
     monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
-    _, dkdv, dq = BWD
     cfg = dict(BWD_CONFIGS[D])
     nw, ns = cfg.pop("num_warps"), cfg.pop("num_stages")
-    t = torch.empty(4, 16, 1024, D, dtype=torch.float16)
-    lse = torch.empty(4, 16, 1024)
-    scale = 1 / math.sqrt(D)
-    strides = (*t.stride(),) * 4
-    kv = dkdv.warmup(t, t, t, t, t, t, lse, lse, scale, scale * LOG2E, *strides, 16, 1024, BLOCK_M=cfg["BLOCK_M1"],
-                     BLOCK_N=cfg["BLOCK_N1"], HEAD_DIM=D, CAUSAL=causal, grid=(1,), num_warps=nw, num_stages=ns)
-    qq = dq.warmup(t, t, t, t, t, lse, lse, scale, scale * LOG2E, *strides, 16, 1024, BLOCK_M=cfg["BLOCK_M2"],
-                   BLOCK_N=cfg["BLOCK_N2"], HEAD_DIM=D, CAUSAL=causal, grid=(1,), num_warps=nw, num_stages=ns)
+    kv = _warm_dkdv(D, causal, cfg["BLOCK_M1"], cfg["BLOCK_N1"], num_warps=nw, num_stages=ns)
+    qq = _warm_dq(D, causal, cfg["BLOCK_M2"], cfg["BLOCK_N2"], num_warps=nw, num_stages=ns)
     loops = 2 if causal else 1
     for ck in (kv, qq):  # mma.sync and ldmatrix (sm_80) from the same shared stage buffers assemble too
         assert ck.build_gpu(Target(80)).asm["cubin"][:4] == b"\x7fELF" and "ldmatrix" in ck.asm["ptx"]
@@ -173,16 +182,10 @@ def test_attention_bwd_shared_reuse_is_ordered(D, warps, stages, arch, blocks, t
     from kernellab.compiler.codegen.target import Target
 
     monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
-    _, dkdv, dq = BWD
     m1, n1, m2, n2 = blocks
-    t = torch.empty(1, 2, 256, D, dtype=torch.float16)
-    lse = torch.empty(1, 2, 256)
-    strides = (*t.stride(),) * 4
-    opts = dict(grid=(1,), num_warps=warps, num_stages=stages, enable_wgmma=arch >= 90)
-    kv = dkdv.warmup(t, t, t, t, t, t, lse, lse, 0.125, 0.125 * LOG2E, *strides, 2, 256, BLOCK_M=m1, BLOCK_N=n1,
-                     HEAD_DIM=D, CAUSAL=False, **opts)
-    qq = dq.warmup(t, t, t, t, t, lse, lse, 0.125, 0.125 * LOG2E, *strides, 2, 256, BLOCK_M=m2, BLOCK_N=n2,
-                   HEAD_DIM=D, CAUSAL=False, **opts)
+    opts = dict(B=1, H=2, N=256, scale=0.125, num_warps=warps, num_stages=stages, enable_wgmma=arch >= 90)
+    kv = _warm_dkdv(D, False, m1, n1, **opts)
+    qq = _warm_dq(D, False, m2, n2, **opts)
     for ck in (kv, qq):
         ck.build_gpu(Target(arch))
         gpu = ck.asm["gpu"]
@@ -195,8 +198,7 @@ def test_attention_bwd_shared_reuse_is_ordered(D, warps, stages, arch, blocks, t
     waits = [m.start() for m in re.finditer(r"ttg\.async_wait|ttg\.mbarrier_wait", body)]
     assert reads and waits and min(waits) < min(reads), (reads[:2], waits[:2])
     _fresh(monkeypatch)  # without side loads no ld.shared may follow a copy
-    kv0 = dkdv.warmup(t, t, t, t, t, t, lse, lse, 0.125, 0.125 * LOG2E, *strides, 2, 256, BLOCK_M=m1, BLOCK_N=n1,
-                      HEAD_DIM=D, CAUSAL=False, **opts)
+    kv0 = _warm_dkdv(D, False, m1, n1, **opts)
     kv0.build_gpu(Target(arch))
     assert loads_after_copies(kv0.asm["ptx"]) == [], loads_after_copies(kv0.asm["ptx"])[:4]
     # the case this guards: the conversions sit where the stage buffer goes, separated by a barrier
@@ -313,17 +315,12 @@ def test_attention_bwd_side_loads_ride_in_the_stages(D, causal, tmp_path, monkey
 
     monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
     _fresh(monkeypatch, "KERNELLAB_PIPELINE_SIDE_LOADS")
-    _, dkdv, _ = BWD
     cfg = dict(BWD_CONFIGS[D])
     nw, ns = cfg.pop("num_warps"), cfg.pop("num_stages")
-    t = torch.empty(4, 16, 1024, D, dtype=torch.float16)
-    lse = torch.empty(4, 16, 1024)
-    scale = 1 / math.sqrt(D)
     loops = 2 if causal else 1
     for arch in (90, 80):
-        ck = dkdv.warmup(t, t, t, t, t, t, lse, lse, scale, scale * LOG2E, *(t.stride() * 4), 16, 1024,
-                         BLOCK_M=cfg["BLOCK_M1"], BLOCK_N=cfg["BLOCK_N1"], HEAD_DIM=D, CAUSAL=causal, grid=(1,),
-                         num_warps=nw, num_stages=ns, enable_wgmma=arch >= 90)
+        ck = _warm_dkdv(D, causal, cfg["BLOCK_M1"], cfg["BLOCK_N1"], num_warps=nw, num_stages=ns,
+                        enable_wgmma=arch >= 90)
         ck.build_gpu(Target(arch))
         gpu, ptx = ck.asm["gpu"], ck.asm["ptx"]
         assert gpu.count('operand = "side"') == 2 * loops and gpu.count("ttg.local_load") == 2 * loops
@@ -353,17 +350,10 @@ def test_attention_bwd_refill_at_end(D, causal, tmp_path, monkeypatch):
 
     monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
     _fresh(monkeypatch, "KERNELLAB_REFILL_AT_END")
-    _, dkdv, dq = BWD
     cfg = dict(BWD_CONFIGS[D])
     nw, ns = cfg.pop("num_warps"), cfg.pop("num_stages")
-    t = torch.empty(4, 16, 1024, D, dtype=torch.float16)
-    lse = torch.empty(4, 16, 1024)
-    scale = 1 / math.sqrt(D)
-    common = dict(HEAD_DIM=D, CAUSAL=causal, grid=(1,), num_warps=nw, num_stages=ns)
-    kv = dkdv.warmup(t, t, t, t, t, t, lse, lse, scale, scale * LOG2E, *(t.stride() * 4), 16, 1024,
-                     BLOCK_M=cfg["BLOCK_M1"], BLOCK_N=cfg["BLOCK_N1"], **common)
-    qq = dq.warmup(t, t, t, t, t, lse, lse, scale, scale * LOG2E, *(t.stride() * 4), 16, 1024,
-                   BLOCK_M=cfg["BLOCK_M2"], BLOCK_N=cfg["BLOCK_N2"], **common)
+    kv = _warm_dkdv(D, causal, cfg["BLOCK_M1"], cfg["BLOCK_N1"], num_warps=nw, num_stages=ns)
+    qq = _warm_dq(D, causal, cfg["BLOCK_M2"], cfg["BLOCK_N2"], num_warps=nw, num_stages=ns)
     for ck in (kv, qq):
         ck.build_gpu(Target(90))
         for body in loop_bodies(ck.asm["ptx"]):
