@@ -316,20 +316,13 @@ def test_row_norm_backward(device, warps):
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
 @pytest.mark.parametrize("shape", [(128, 64, 256), (100, 50, 200)])
-def test_tf32_loop_dot(device, shape):
+@pytest.mark.parametrize("kernel", ["pointers", "block_ptr"])
+def test_tf32_loop_dot(device, shape, kernel):
     args, c, want = _tf32_args(device, *shape)
     M, N, _ = shape
-    tf32_loop_dot[(triton_cdiv(M, 64), triton_cdiv(N, 64))](*args, BM=64, BN=64, BK=64, num_warps=4)
+    k = tf32_loop_dot if kernel == "pointers" else tf32_block_ptr_dot
+    k[(triton_cdiv(M, 64), triton_cdiv(N, 64))](*args, BM=64, BN=64, BK=64, num_warps=4)
     # tf32 operands (10 mantissa bits, truncated by the tensor cores): relative error ~1e-3 of the row's scale
-    torch.testing.assert_close(c.double().cpu(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item() ** 0.5)
-
-
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
-@pytest.mark.parametrize("shape", [(128, 64, 256), (100, 50, 200)])
-def test_tf32_block_ptr_dot(device, shape):
-    args, c, want = _tf32_args(device, *shape)
-    M, N, _ = shape
-    tf32_block_ptr_dot[(triton_cdiv(M, 64), triton_cdiv(N, 64))](*args, BM=64, BN=64, BK=64, num_warps=4)
     torch.testing.assert_close(c.double().cpu(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item() ** 0.5)
 
 
