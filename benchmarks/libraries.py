@@ -122,7 +122,7 @@ def _sparsemax(x):
     import torch
 
     z, _ = torch.sort(x, dim=-1, descending=True)
-    k = torch.arange(1, x.shape[-1] + 1, dtype=x.dtype)
+    k = torch.arange(1, x.shape[-1] + 1, dtype=x.dtype, device=x.device)
     cs = z.cumsum(-1)
     support = (1 + k * z) > cs
     kz = support.sum(-1, keepdim=True)
