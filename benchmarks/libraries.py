@@ -450,13 +450,15 @@ def _ops() -> list[Op]:
                 "w": torch.softmax(_rand((t, k), 1.0), -1)}
 
     def moe_ref(x):
+        """Expert by expert over the tokens routed to it (gathering one weight matrix per token would need
+        T x 2I x H floats: 64 GiB at the GPU size)."""
         out = torch.zeros_like(x["x"])
         inter = x["gu"].shape[1] // 2
-        for j in range(x["idx"].shape[1]):
-            e = x["idx"][:, j].long()
-            gu = torch.einsum("th,tnh->tn", x["x"], x["gu"][e])
+        for e in range(x["gu"].shape[0]):
+            tok, slot = (x["idx"] == e).nonzero(as_tuple=True)
+            gu = x["x"][tok] @ x["gu"][e].T
             a = F.silu(gu[:, :inter]) * gu[:, inter:]
-            out = out + x["w"][:, j:j + 1] * torch.einsum("ti,thi->th", a, x["down"][e])
+            out = out.index_add(0, tok, x["w"][tok, slot][:, None] * (a @ x["down"][e].T))
         return (out,)
 
     add(name="fused_moe", sizes={"cpu": (16, 32, 16, 4, 2), "gpu": (4096, 2048, 1024, 8, 2)},
@@ -469,7 +471,7 @@ def _ops() -> list[Op]:
         return ((F.silu(x["x"] @ x["Wg"].T) * (x["x"] @ x["Wu"].T)) @ x["Wd"].T,)
 
     add(name="mlp", sizes={"cpu": (16, 64, 128), "gpu": (4096, 4096, 14336)},
-        build=lambda s: {"x": _rand(s[:2], 1.0, (5.0,)), "Wg": _rand((s[2], s[1]), s[1] ** -0.5),
+        build=lambda s: {"x": _rand((2, s[0] // 2, s[1]), 1.0, (5.0,)), "Wg": _rand((s[2], s[1]), s[1] ** -0.5),
                          "Wu": _rand((s[2], s[1]), s[1] ** -0.5), "Wd": _rand((s[1], s[2]), s[2] ** -0.5)},
         liger=lambda x: (_L("mlp").LigerMLPFunction.apply(x["x"], x["Wg"], x["Wu"], x["Wd"]),),
         ref=mlp_ref, grads=("x", "Wg", "Wu", "Wd"), gpu_atol=2e-2, gpu_rtol=2e-2,
@@ -501,7 +503,9 @@ def _ops() -> list[Op]:
     add(name="fused_ce_tvd", sizes={"cpu": (16, 200), "gpu": (4096, 32768)},
         build=cetvd_build,
         liger=lambda x: tuple(_L("fused_ce_tvd").LigerFusedCETVDFunction.apply(x["s"], x["t"], x["target"])),
-        ref=cetvd_ref, grads=("s",), backprop=(0, 1))
+        ref=cetvd_ref, grads=("s",), backprop=(0, 1), gpu_atol=1e-4,
+        note="gpu_atol: where p - q is within rounding of 0, float32 and float64 take opposite signs of the TVD "
+             "subgradient, moving ds by ~p_j (6e-5 at V=32768, the same bits for both compilers)")
 
     add(name="embedding", sizes={"cpu": (200, 64, 48), "gpu": (32768, 4096, 8192)},
         build=lambda s: {"E": _rand(s[:2], 1.0, (9.0,)), "idx": torch.randint(0, s[0], (s[2],))},
