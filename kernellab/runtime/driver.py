@@ -391,7 +391,8 @@ class LoadedKernel:
     """
 
     def __init__(self, name: str, function, signature: Sequence[str], *, device_index: int, props: dict,
-                 attributes: dict, module=None, launch_fn: Callable | None = None, dynamic_shared_limit: int = 0):
+                 attributes: dict, module=None, launch_fn: Callable | None = None, dynamic_shared_limit: int = 0,
+                 launch_ex_fn: Callable | None = None):
         self.name = name
         self.function = function
         self.module = module
@@ -407,7 +408,9 @@ class LoadedKernel:
         self._lock = threading.Lock()
         self._pack = self.packer.pack
         self._launch_fn = launch_fn
+        self._launch_ex = launch_ex_fn  # cuLaunchKernelEx, for programmatic dependent launches
         self._max_grid = tuple(props["max_grid_dims"])
+        self.cc_major = (props.get("cc") or (0, 0))[0]
         static = attributes.get("static_shared_bytes") or 0
         optin = props.get("max_shared_per_block_optin") or props.get("max_shared_per_block") or 48 * 1024
         self.max_dynamic_shared = optin - static  # the device limit for this kernel's dynamic shared memory
@@ -419,10 +422,12 @@ class LoadedKernel:
     def __repr__(self) -> str:
         return f"LoadedKernel({self.name!r}, device={self.device_index}, signature={list(self.signature)})"
 
-    def launch(self, grid: Sequence[int], num_warps: int, shared: int, stream: int, args: Sequence[Any]) -> None:
+    def launch(self, grid: Sequence[int], num_warps: int, shared: int, stream: int, args: Sequence[Any],
+               pdl: bool = False) -> None:
         """Launch on ``stream`` (a CUstream handle as an int, e.g. ``torch.cuda.current_stream().cuda_stream``;
         0 = the legacy default stream) with ``num_warps * 32`` threads per block and ``shared`` bytes of dynamic
-        shared memory. A grid with a zero dimension launches nothing."""
+        shared memory. A grid with a zero dimension launches nothing. ``pdl``: a programmatic dependent launch
+        (sm_90+): the grid may start before the previous one on the stream has finished; its gdc_wait waits."""
         global _last_launched
         try:
             n = len(grid)
@@ -451,7 +456,10 @@ class LoadedKernel:
             raise self.packer.explain(args, self.name) from None
         _last_launched = self.name
         try:
-            err = self._launch_fn(self.function, gx, gy, gz, 32 * num_warps, 1, 1, shared, stream, params, 0)[0]
+            if pdl:
+                err = self._launch_dependent(gx, gy, gz, 32 * num_warps, shared, stream, params)
+            else:
+                err = self._launch_fn(self.function, gx, gy, gz, 32 * num_warps, 1, 1, shared, stream, params, 0)[0]
         except (TypeError, OverflowError, ValueError) as e:
             raise LaunchError(f"kernel '{self.name}': bad launch parameters grid={tuple(grid)}, "
                               f"num_warps={num_warps!r}, shared={shared!r}, stream={stream!r}: {e}") from None
@@ -459,6 +467,25 @@ class LoadedKernel:
             self._launch_failed(err, (gx, gy, gz, num_warps, shared, stream, params))
 
     # -- slow paths ------------------------------------------------------------------------------------------
+
+    def _launch_dependent(self, gx, gy, gz, threads, shared, stream, params):
+        """cuLaunchKernelEx with programmatic stream serialization allowed (what Triton's `launch_pdl=True` asks).
+        Where the device (before sm_90) or a test's fake launcher has no such launch, a plain launch is the same
+        program: the grid then starts after the previous one, and gdc_wait has nothing to wait for."""
+        if self._launch_ex is None or self.cc_major < 9:
+            return self._launch_fn(self.function, gx, gy, gz, threads, 1, 1, shared, stream, params, 0)[0]
+        drv = _driver()
+        cfg = drv.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = gx, gy, gz
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
+        cfg.sharedMemBytes = shared
+        cfg.hStream = drv.CUstream(stream)
+        attr = drv.CUlaunchAttribute()
+        attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        cfg.attrs = [attr]
+        cfg.numAttrs = 1
+        return self._launch_ex(cfg, self.function, params, 0)[0]
 
     def _packer_for_thread(self) -> ArgPacker:
         tid = _get_ident()
@@ -571,6 +598,7 @@ def load_kernel(cubin: bytes, name: str, shared_bytes: int = 0, signature: Seque
             attributes[key] = None if err else int(value)
         kernel = LoadedKernel(name, function, signature, device_index=device_index, props=props,
                               attributes=attributes, module=module, launch_fn=drv.cuLaunchKernel,
+                              launch_ex_fn=getattr(drv, "cuLaunchKernelEx", None),
                               dynamic_shared_limit=(props.get("max_shared_per_block") or 48 * 1024)
                               - (attributes.get("static_shared_bytes") or 0))
         if shared_bytes > kernel._dynamic_shared_limit:

@@ -1197,6 +1197,7 @@ _HANDLERS = {
     "tt.get_program_id": _Compiler.op_pid,
     "tt.get_num_programs": _Compiler.op_nprog,
     "tt.debug_barrier": _Compiler.op_nop,
+    "tt.grid_dependency": _Compiler.op_nop,  # one grid at a time: the previous one has finished
     "tt.splat": _Compiler.op_splat,
     "tt.broadcast": _Compiler.op_broadcast,
     "tt.expand_dims": _Compiler.op_reshape,

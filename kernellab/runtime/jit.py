@@ -31,8 +31,8 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_f
                   "enable_reflect_ftz", "debug", "launch_cooperative_grid", "stream", "warmup",
                   # the CPU interpreter's: how far pointers may reach, and the race / uninitialized-read checks
                   "bounds", "sanitize",
-                  # Triton's, accepted and without effect here: libdevice is always linked (extern_libs);
-                  # launches are not programmatically dependent (launch_pdl), so gdc_wait returns at once
+                  # libdevice is always linked (extern_libs: accepted, without effect); launch_pdl: a
+                  # programmatic dependent launch on sm_90+ (gdc_wait / gdc_launch_dependents in the kernel)
                   "extern_libs", "launch_pdl")
 
 _TORCH_DTYPES = {
@@ -221,8 +221,9 @@ class CompiledKernel:
         if sanitize:
             self.sanitizer_report = report
 
-    def run_gpu(self, grid, args):
-        """Build (once) for the current device's target, load, and launch on torch's current stream."""
+    def run_gpu(self, grid, args, pdl=False):
+        """Build (once) for the current device's target, load, and launch on torch's current stream (`pdl`: as a
+        programmatic dependent launch, Triton's `launch_pdl=True`)."""
         import torch
 
         from ..compiler.codegen.target import detect_target
@@ -232,7 +233,7 @@ class CompiledKernel:
         if target is None:
             target = _TARGETS[dev] = detect_target()
         self.gpu(target)
-        self.launch_gpu(grid, args, torch.cuda.current_stream().cuda_stream)
+        self.launch_gpu(grid, args, torch.cuda.current_stream().cuda_stream, pdl)
 
     # ------------------------------------------------------------------ GPU
     def build_gpu(self, target=None):
@@ -351,8 +352,8 @@ class CompiledKernel:
             self._loaded = load_kernel(self.asm["cubin"], self.name, self.shared, self.arg_kinds)
         return self._loaded
 
-    def launch_gpu(self, grid, args, stream):
-        self._loaded.launch(grid, self.num_warps, self.shared, stream, args)
+    def launch_gpu(self, grid, args, stream, pdl=False):
+        self._loaded.launch(grid, self.num_warps, self.shared, stream, args, pdl)
 
     def __getitem__(self, grid):
         """`compiled[grid](*args)`: the runtime arguments, or (as Triton's compiled kernels take them) every
@@ -1141,7 +1142,7 @@ class JITFunction(KernelInterface):
             if options.get("sanitize", self.sanitize):
                 raise LaunchError(f"kernel '{self.__name__}': sanitize runs on the CPU interpreter; pass CPU "
                                   "tensors (a GPU launch can be checked with `compute-sanitizer python ...`)")
-            self._run_gpu(ck, grid, runtime_values)
+            self._run_gpu(ck, grid, runtime_values, bool(options.get("launch_pdl")))
             self._remember_fast(args, kwargs, ck, runtime_values)
             return ck
         _notice_interpreter(self.__name__)
@@ -1152,8 +1153,8 @@ class JITFunction(KernelInterface):
         ck.run(grid, runtime_values, **extra)  # (only what is not the default: tests replace CompiledKernel.run)
         return ck
 
-    def _run_gpu(self, ck, grid, runtime_values):
-        ck.run_gpu(grid, runtime_values)
+    def _run_gpu(self, ck, grid, runtime_values, pdl=False):
+        ck.run_gpu(grid, runtime_values, pdl)
         return ck
 
     # ------------------------------------------------------------------ the warm-launch fast path
@@ -1239,7 +1240,8 @@ class JITFunction(KernelInterface):
         if type(grid) is not tuple:
             grid = _normalize_grid(self.__name__, grid)
         vals = [args[i] if i < len(args) else defaults[i] for i in positions]
-        ck._loaded.launch(grid, ck.num_warps, ck.shared, _current_stream(device), vals)
+        ck._loaded.launch(grid, ck.num_warps, ck.shared, _current_stream(device), vals,
+                          bool(kwargs) and bool(kwargs.get("launch_pdl")))
         return ck
 
     def _remember_fast(self, args, kwargs, ck, runtime_values):

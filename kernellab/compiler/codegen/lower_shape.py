@@ -273,3 +273,12 @@ def _cat(lw: KernelLowering, op):
 @handles("ttg.barrier", "tt.debug_barrier")
 def _barrier(lw: KernelLowering, op):
     lw.barrier()
+
+
+@handles("tt.grid_dependency")
+def _grid_dependency(lw: KernelLowering, op):
+    """griddepcontrol (sm_90+): a memory clobber, so no load moves above the wait. Older GPUs have no programmatic
+    dependent launch: there the previous grid has always finished, and nothing is emitted."""
+    if lw.arch >= 90:
+        lw.b.asm(ir.FunctionType(ir.VoidType(), []), f"griddepcontrol.{op.attrs['kind']};", "~{memory}", [],
+                 side_effect=True)

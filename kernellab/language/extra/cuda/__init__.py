@@ -12,16 +12,17 @@ from . import libdevice  # noqa: F401
 
 @_builtin
 def gdc_wait(_sem=None):
-    """Wait for the grid this one depends on (programmatic dependent launch). kernellab launches grids in
-    stream order, never as dependents, so everything before has finished: nothing to wait for."""
-    return None
+    """Wait until the grid this one depends on has finished and its memory is visible (programmatic dependent
+    launch, `launch_pdl=True`; PTX griddepcontrol.wait on sm_90+). Without PDL the previous grid has finished
+    before this one starts, so it returns at once; before sm_90 it compiles to nothing."""
+    _sem.emit("tt.grid_dependency", [], None, {"kind": "wait"})
 
 
 @_builtin
 def gdc_launch_dependents(_sem=None):
-    """Allow a dependent grid to start early (programmatic dependent launch); with stream-ordered launches
-    there is no dependent grid waiting, so this is a no-op."""
-    return None
+    """Let the next grid launched with `launch_pdl=True` start while this one finishes (griddepcontrol.
+    launch_dependents on sm_90+). It orders no memory: the dependent's gdc_wait does that."""
+    _sem.emit("tt.grid_dependency", [], None, {"kind": "launch_dependents"})
 
 
 @_builtin
