@@ -211,7 +211,8 @@ _def("tt.inline_asm", "inline assembly run on each element, or each `pack` eleme
 _def("tt.print", "print values from each program {prefix}", pure=False)
 _def("tt.assert", "abort with {message} where the condition is false", pure=False)
 _def("tt.debug_barrier", "synchronize all threads of the program", pure=False)
-_def("tt.grid_dependency", "programmatic dependent launch (sm_90): {kind} = wait (griddepcontrol.wait: the grid this one depends on has finished and its writes are visible) or launch_dependents (the next grid may start)",
+_def("tt.grid_dependency", "programmatic dependent launch (sm_90): {kind} = wait (griddepcontrol.wait: the grid "
+     "this one depends on has finished and its writes are visible) or launch_dependents (the next grid may start)",
      pure=False)
 
 # GPU IR (after layouts are assigned).
