@@ -98,6 +98,12 @@ def _top_level(op: Op, body) -> Op:
     return op
 
 
+def _common_top(ops, body) -> Op:
+    """The first op of `body` holding one of `ops`: a shared buffer is made before every store that writes it."""
+    tops = [_top_level(o, body) for o in ops]
+    return min(tops, key=body.ops.index)
+
+
 def _in_loop(op: Op) -> bool:
     while op.block is not None and op.block.parent is not None:
         op = op.block.parent
@@ -128,22 +134,35 @@ def run(module: Module, options=None) -> dict:
     allocs = sum(o.result.type.shape[0] * o.result.type.tile_bytes for o in fn.walk()
                  if o.name in ("ttg.local_alloc", "ttg.mbarrier_alloc"))
     scratch = max((scratch_bytes(o)[0] for o in fn.walk() if id(o) not in going), default=0)
-    need = sum(b.tile_bytes for _, b, _, _ in found)
+    # stores of one tensor in the same tile shape (a fused loop and the nest kept for an empty K loop, see
+    # flatten_loops) share a buffer and a tensor map; each then waits for every earlier TMA store first
+    key = {id(op): (str(b), tuple(id(v) if v.defining_op is None else ("c", v.defining_op.attrs.get("value"))
+                                  for v in operands)) for op, b, operands, _ in found}
+    firsts = {}
+    for op, b, _, _ in found:
+        firsts.setdefault(key[id(op)], (op, b))
+    shared = len(firsts) < len(found)
+    need = sum(b.tile_bytes for _, b in firsts.values())
     if allocs + scratch + need > SMEM_BUDGET:
         stats["no_tma_store"] = [f"the tile buffers ({need} bytes) do not fit next to the stages ({allocs} bytes) "
                                  f"and scratch ({scratch} bytes)"]
         return stats
     pending = len(found) - 1 if len({id(op.block) for op, *_ in found}) == 1 else 0
-    views = []
+    if shared:
+        pending = 0
+    views, made_for = [], {}
     for k, (op, buf_t, operands, value) in enumerate(found):
-        at_entry = Builder(_top_level(op, fn.body), op.loc)
-        buf = at_entry.op("ttg.local_alloc", [], [buf_t], {"stages": 1, "fill": "registers", "read_by": "TMA store"},
-                          [f"store{k}_tile"]).result
-        view = at_entry.op("ttg.memdesc_index", [buf, at_entry.const(0)], [buf_t.tile()]).result
-        tmap = _tensormap(at_entry, operands, buf_t, f"store{k}_tensormap", op.loc)
-        views.append(view)
+        if key[id(op)] not in made_for:
+            at_entry = Builder(_common_top([o for o, *_ in found if key[id(o)] == key[id(op)]], fn.body), op.loc)
+            buf = at_entry.op("ttg.local_alloc", [], [buf_t], {"stages": 1, "fill": "registers",
+                                                               "read_by": "TMA store"}, [f"store{k}_tile"]).result
+            view = at_entry.op("ttg.memdesc_index", [buf, at_entry.const(0)], [buf_t.tile()]).result
+            tmap = _tensormap(at_entry, operands, buf_t, f"store{k}_tensormap", op.loc)
+            views.append(view)
+            made_for[key[id(op)]] = (view, tmap)
+        view, tmap = made_for[key[id(op)]]
         at = Builder(op, op.loc)
-        if _in_loop(op):  # written again each iteration (once, elsewhere: insert_barriers orders the write)
+        if _in_loop(op) or shared:  # written again (once, elsewhere: insert_barriers orders the write)
             at.op("ttg.tma_store_wait", [view], [], {"pending": pending})
             at.op("ttg.barrier", [], [], {"reason": "the buffer's previous TMA store has read it"})
         at.op("ttg.local_store", [value, view], [])
