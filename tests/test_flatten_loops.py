@@ -324,6 +324,17 @@ def test_sm90_knob_off_keeps_the_nest(tmp_path, monkeypatch):
     assert "flattened" not in ck.asm["gpu"]
 
 
+def test_sm90_over_shared_memory_keeps_the_nest(tmp_path, monkeypatch):
+    """128x256x128 in 2 stages (192 KB) and the epilogue's 64 KB tile do not fit together in the fused loop (its
+    stages live through the epilogue): the build keeps the nest, still in 2 stages, instead of dropping to one."""
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    ck = _build("descriptors", BK=128, stages=2)
+    assert ck.n_spills == 0 and ck.shared <= 232448
+    assert "over the shared memory" in _stats(ck, "flatten_loops")["not_flattened"][0]
+    assert _stats(ck, "pipeline_dot_operands")["pipelined"] == 1
+    assert any("nest kept" in n for n in ck.trace.notes), ck.trace.notes
+
+
 def test_sm80_mma_sync(tmp_path, monkeypatch):
     """sm_80 (mma.sync, cp.async): the fused loop pipelines too; the reset is a select there."""
     monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))

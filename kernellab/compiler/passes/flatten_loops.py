@@ -35,7 +35,9 @@ A nest qualifies when the outer body holds exactly one loop, an `scf.for` at its
 it and a `tl.dot` in it (Triton's rule), both steps are constants, the inner bounds are defined outside the outer
 loop (or computed in its body from such values by pure scalar ops, which move out), and the values the fused
 loop must carry can start undefined (no block pointers). Why a `flatten=True` loop stays a nest is recorded in
-the stats. KERNELLAB_FLATTEN=0 turns the pass off (to time before/after; part of the disk-cache key). The
+the stats. The fused loop's stage buffers stay live through the epilogue's (a TMA store's tile, a layout
+conversion's scratch), so where they do not fit together the build keeps the nest (runtime/jit.py) rather than
+drop a stage. KERNELLAB_FLATTEN=0 turns the pass off (to time before/after; part of the disk-cache key). The
 CPU interpreter runs the tile IR, before this GPU pass.
 """
 from __future__ import annotations
@@ -337,6 +339,9 @@ def run(module: Module, options=None) -> dict:
     why_not = []
     if not enabled():
         why_not = [f"{_line(op)}: KERNELLAB_FLATTEN=0" for op in loops]
+    elif not getattr(options, "flatten", True):
+        why_not = [f"{_line(op)}: fused, the stages and the epilogue's buffers were over the shared memory"
+                   for op in loops]
     else:
         for op in loops:
             if op.block is None:
