@@ -91,6 +91,27 @@ def desc_matmul(A, B, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.con
 
 
 @kl.jit
+def bp_matmul(A, B, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
+              NUM_SMS: tl.constexpr, FLAT: tl.constexpr):
+    """C = A @ B, block pointers made in the tile's prologue and advanced along K (carried by the K loop)."""
+    start = tl.program_id(0)
+    num_m = tl.cdiv(M, BM)
+    num_n = tl.cdiv(N, BN)
+    in_group = GROUP * num_n
+    for tile in tl.range(start, num_m * num_n, NUM_SMS, flatten=FLAT):
+        pm, pn = _tile_of(tile, num_m, in_group, GROUP)
+        a_bp = tl.make_block_ptr(A, (M, K), (K, 1), (pm * BM, 0), (BM, BK), (1, 0))
+        b_bp = tl.make_block_ptr(B, (K, N), (N, 1), (0, pn * BN), (BK, BN), (1, 0))
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for kt in range(tl.cdiv(K, BK)):
+            acc = tl.dot(tl.load(a_bp, boundary_check=(0, 1)), tl.load(b_bp, boundary_check=(0, 1)), acc)
+            a_bp = tl.advance(a_bp, (0, BK))
+            b_bp = tl.advance(b_bp, (BK, 0))
+        c_bp = tl.make_block_ptr(C, (M, N), (N, 1), (pm * BM, pn * BN), (BM, BN), (1, 0))
+        tl.store(c_bp, acc.to(C.dtype.element_ty), boundary_check=(0, 1))
+
+
+@kl.jit
 def odd_nest(A, B, C, bias, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NUM_SMS: tl.constexpr):
     """A nest off the common path: the tile loop runs backwards, the K loop from 1 in steps of 2 over K-tile
     pairs (the even K-tile added in the body), the accumulator starts from a bias row loaded in the prologue,
@@ -172,6 +193,16 @@ def test_interpreted_descriptor_matmul(M, N, K, sms, monkeypatch):
     torch.testing.assert_close(c.double(), _ref(a, b, b_nk=True), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("M, N, K, sms", SHAPES)
+def test_interpreted_block_pointer_matmul(M, N, K, sms, monkeypatch):
+    a, b = _inputs(M, N, K, M * 5 + N + K)
+    c = torch.full((M, N), float("nan"), dtype=torch.float32)
+    seen = _interpret_flattened(monkeypatch, lambda: bp_matmul[(sms,)](
+        a, b, c, M, N, K, BM=16, BN=32, BK=16, GROUP=2, NUM_SMS=sms, FLAT=True))
+    assert seen[0][0]["flattened"] == 1, seen[0][0]
+    torch.testing.assert_close(c.double(), _ref(a, b), rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("M, N, K, sms", [(45, 70, 40, 3), (33, 40, 16, 2), (16, 32, 0, 5), (40, 20, 80, 1)])
 def test_interpreted_odd_nest(M, N, K, sms, monkeypatch):
     a, b = _inputs(M, N, K, M + 5 * N + K)
@@ -230,8 +261,8 @@ def _nest_kinds(X, Y, N, K, BK: tl.constexpr, KIND: tl.constexpr):
             for k in range(K):
                 for j in range(2):
                     acc = tl.dot(tl.load(X + k * 256 + r[:, None] * 16 + r[None, :]), tl.load(Y + j + r[:, None] * 16 + r[None, :]), acc)
-        else:  # a block pointer made per tile and advanced along K: it would have to start undefined
-            p = tl.make_block_ptr(X, (N * 16, K * 16), (K * 16, 1), (i * 16, 0), (16, 16), (1, 0))
+        else:  # a block pointer made per tile from a base that changes with the tile: no placeholder for it
+            p = tl.make_block_ptr(X + i, (N * 16, K * 16), (K * 16, 1), (i * 16, 0), (16, 16), (1, 0))
             for k in range(K):
                 acc = tl.dot(tl.load(p, boundary_check=(0, 1)), tl.load(Y + r[:, None] * 16 + r[None, :]), acc)
                 p = tl.advance(p, (0, 16))
@@ -272,14 +303,17 @@ def _build(kernel_name, arch=90, flat=True, BM=128, BN=256, BK=64, warps=8, stag
     from kernellab.compiler.codegen.target import Target
 
     M = N = K = 512
-    ptr_matmul.device_caches.clear()
-    desc_matmul.device_caches.clear()
+    for k in (ptr_matmul, desc_matmul, bp_matmul):
+        k.device_caches.clear()
     a = torch.empty(M, K, dtype=torch.float16)
     c = torch.empty(M, N, dtype=torch.float16)
     common = dict(BM=BM, BN=BN, BK=BK, GROUP=8, NUM_SMS=132, FLAT=flat, num_warps=warps, num_stages=stages, grid=(1,))
     if kernel_name == "pointers":
         b = torch.empty(K, N, dtype=torch.float16)
         ck = ptr_matmul.warmup(a, b, c, M, N, K, K, 1, N, 1, N, 1, **common)
+    elif kernel_name == "block_ptrs":
+        b = torch.empty(K, N, dtype=torch.float16)
+        ck = bp_matmul.warmup(a, b, c, M, N, K, **common)
     else:
         b = torch.empty(N, K, dtype=torch.float16)
         ck = desc_matmul.warmup(a, b, c, M, N, K, **common)
@@ -293,7 +327,7 @@ def _stats(ck, name):
     return next(rec.stats for rec in ck.trace.passes if rec.name == name)
 
 
-@pytest.mark.parametrize("kernel_name", ["pointers", "descriptors"])
+@pytest.mark.parametrize("kernel_name", ["pointers", "descriptors", "block_ptrs"])
 def test_sm90_one_pipelined_loop(kernel_name, tmp_path, monkeypatch):
     """sm_90a, 128x256x64, 8 warps, 3 stages: the fused loop is pipelined with its wgmma left in flight (the tile's
     epilogue waits for it first), descriptor tiles come by TMA and go out by TMA store, no spills; the PTX has one
@@ -304,7 +338,7 @@ def test_sm90_one_pipelined_loop(kernel_name, tmp_path, monkeypatch):
     assert _stats(ck, "flatten_loops") == {"flattened": 1}
     pipe = _stats(ck, "pipeline_dot_operands")
     assert pipe["pipelined"] == 1 and pipe.get("overlapped_wgmma") == 1, pipe
-    if kernel_name == "descriptors":
+    if kernel_name != "pointers":
         assert _stats(ck, "fill_stages_with_tma")["tma"] == 2
         assert _stats(ck, "tma_store")["tma_store"] == 2  # the fused loop's and the kept nest's, one buffer
         assert sum(b["size"] for b in ck.shared_plan if "TMA store" in b["reason"]) == 128 * 256 * 2
@@ -352,7 +386,7 @@ GPU_CFGS = [(128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (64, 64, 32, 4, 2)]
 @pytest.mark.gpu
 @pytest.mark.parametrize("M, N, K", GPU_SHAPES)
 @pytest.mark.parametrize("cfg", GPU_CFGS, ids=lambda c: "x".join(map(str, c)))
-@pytest.mark.parametrize("kernel_name", ["pointers", "descriptors"])
+@pytest.mark.parametrize("kernel_name", ["pointers", "descriptors", "block_ptrs"])
 @pytest.mark.parametrize("sms", [5, 132, 1000])
 def test_gpu(M, N, K, cfg, kernel_name, sms):
     """Against torch float32, outputs NaN-poisoned; 1000 programs leave most without a tile."""
@@ -368,6 +402,9 @@ def test_gpu(M, N, K, cfg, kernel_name, sms):
         ptr_matmul[(sms,)](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
                            c.stride(1), BM=BM, BN=BN, BK=BK, GROUP=8, NUM_SMS=sms, FLAT=True, num_warps=warps,
                            num_stages=stages)
+    elif kernel_name == "block_ptrs":
+        bp_matmul[(sms,)](a, b, c, M, N, K, BM=BM, BN=BN, BK=BK, GROUP=8, NUM_SMS=sms, FLAT=True, num_warps=warps,
+                          num_stages=stages)
     else:
         kl.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda", dtype=torch.int8))
         desc_matmul[(sms,)](a, b, c, M, N, K, BM=BM, BN=BN, BK=BK, GROUP=8, NUM_SMS=sms, FLAT=True,

@@ -34,7 +34,8 @@ results are its inits), where the prologue and the epilogue run once per outer i
 A nest qualifies when the outer body holds exactly one loop, an `scf.for` at its top level with no loop inside
 it and a `tl.dot` in it (Triton's rule), both steps are constants, the inner bounds are defined outside the outer
 loop (or computed in its body from such values by pure scalar ops, which move out), and the values the fused
-loop must carry can start undefined (no block pointers). Why a `flatten=True` loop stays a nest is recorded in
+loop must carry can start undefined (a block pointer the prologue makes starts as one with undefined offsets,
+block_ptr.placeholder). Why a `flatten=True` loop stays a nest is recorded in
 the stats. The fused loop's stage buffers stay live through the epilogue's (a TMA store's tile, a layout
 conversion's scratch), so where they do not fit together the build keeps the nest (runtime/jit.py) rather than
 drop a stage. KERNELLAB_FLATTEN=0 turns the pass off (to time before/after; part of the disk-cache key). The
@@ -153,7 +154,26 @@ def _trips(b: Builder, lb, ub, step: int):
     return b.op("arith.maxsi", [span, b.const(0, t)], [t]).result
 
 
-def _poison(b: Builder, t):
+def _block_ptr_origin(v, outer: Op) -> Op | None:
+    """The prologue's `tt.make_block_ptr` block pointer `v` comes from (through `tt.advance`) when its base,
+    shape and strides are defined outside the outer loop: the fused loop can then carry it from a placeholder."""
+    d = v.defining_op
+    while d is not None and d.name == "tt.advance":
+        d = d.operands[0].defining_op
+    if d is None or d.name != "tt.make_block_ptr" or d.block is not outer.regions[0]:
+        return None
+    n = len(d.attrs["block_shape"])
+    return None if any(is_defined_inside(x, outer) for x in d.operands[:1 + 2 * n]) else d
+
+
+def _poison(b: Builder, t, v=None, outer=None):
+    """An undefined value of type `t`; for a block pointer, one with `v`'s base, shape and strides and undefined
+    offsets (block_ptr.placeholder)."""
+    if t.is_block_ptr():
+        mk = _block_ptr_origin(v, outer)
+        n = len(mk.attrs["block_shape"])
+        offs = [b.op("ub.poison", [], [o.type]).result for o in mk.operands[1 + 2 * n:]]
+        return b.op("tt.make_block_ptr", list(mk.operands[:1 + 2 * n]) + offs, [t], dict(mk.attrs)).result
     p = b.op("ub.poison", [], [t.scalar]).result
     return b.op("tt.splat", [p], [t]).result if isinstance(t, TensorType) and t.shape else p
 
@@ -195,7 +215,7 @@ def _flatten(outer: Op):
     inits = list(inner.operands[3:])
     dyn = [n for n, v in enumerate(inits) if is_defined_inside(v, outer)]
     for v in outs + [inits[n] for n in dyn]:
-        if not _poisonable(v.type):
+        if not _poisonable(v.type) and _block_ptr_origin(v, outer) is None:
             return f"a {v.type} value of the tile's prologue would be carried across tiles"
     loc = outer.loc
     lb_o, ub_o, st_o = outer.operands[:3]
@@ -236,8 +256,8 @@ def _flatten(outer: Op):
     f_i = fb.args[3 + len(o_args):3 + len(o_args) + len(i_args)]
     f_p = fb.args[3 + len(o_args) + len(i_args):]
     flat_inits = ([b.const(-1, ity), b.op("arith.subi", [lb_o, st_o], [ity]).result] + list(outer.operands[3:])
-                  + [_poison(b, v.type) if n in dyn else v for n, v in enumerate(inits)]
-                  + [_poison(b, v.type) for v in outs])
+                  + [_poison(b, v.type, v, outer) if n in dyn else v for n, v in enumerate(inits)]
+                  + [_poison(b, v.type, v, outer) for v in outs])
     attrs = {"flattened": True}
     stages = inner.attrs.get("num_stages", outer.attrs.get("num_stages"))
     if stages is not None:
