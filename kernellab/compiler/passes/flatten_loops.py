@@ -125,9 +125,12 @@ def _nest(outer: Op):
     body = outer.regions[0]
     inner = [op for op in body.ops if op.name == "scf.for"]
     loops = [op for top in body.ops for op in top.walk() if is_loop(op.name)]
-    if len(inner) != 1 or len(loops) != 1:
-        return (f"the loop holds {len(loops)} loops" + (" (one scf.for at its top level is fused)" if loops else "")
-                if len(loops) != 1 or not inner else "the inner loop is not at the loop body's top level")
+    if not loops:
+        return "the loop holds no loop (an inner loop of one iteration is unrolled)"
+    if len(loops) != 1:
+        return f"the loop holds {len(loops)} loops (a nest of two is fused)"
+    if not inner:
+        return "the inner loop is not at the loop body's top level"
     inner = inner[0]
     if not any(op.name == "tt.dot" for op in inner.walk()):
         return "the inner loop has no tl.dot (only a matmul's K loop gains)"
@@ -200,14 +203,13 @@ def _flatten(outer: Op):
     if isinstance(found, str):
         return found
     inner, hoist = found
-    for op in hoist:
+    for op in hoist:  # the inner bounds' computation
         move_before(op, outer)
-    hoist = []
     _hoist_invariants(outer)
     body, ib = outer.regions[0], inner.regions[0]
     k = body.ops.index(inner)
     prologue, epilogue = body.ops[:k], body.ops[k + 1:-1]
-    pro_ids = {id(op) for op in prologue if op not in hoist}
+    pro_ids = {id(op) for op in prologue}
     # the prologue's values used past it (in the inner body, the epilogue, the outer yield); the inner loop's own
     # operands are its bounds (hoisted) and its inits (carried in their own slots)
     outs = [r for op in prologue if id(op) in pro_ids for r in op.results
