@@ -152,7 +152,7 @@ def _overlappable_wgmma(body, dots, targets, stages: int):
         return None
     j = args.index(acc)
     y = body.terminator
-    if y.operands[j] is not dot.result or _epilogue_if(body, dot, y) is False:
+    if y.operands[j] is not dot.result or dot.result.uses.count(y) != 1 or _epilogue_if(body, dot, y) is False:
         return None
     return dot, j
 
@@ -530,8 +530,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         yield_op.set_operand(j, done)
         if eif:  # a fused loop's tile epilogue reads the accumulator: every group retired first thing in it
             for region in eif.regions:
-                users = [u for u in dot.result.uses if _top_level(u, region) is not None and u is not done.defining_op
-                         and _within(u, region)]
+                users = [u for u in dot.result.uses if _within(u, region)]
                 if not users:
                     continue
                 fin = Builder(region.ops[0], loc).op("ttg.dot_wait", [done], [done.type], {"pending": 0},
