@@ -319,17 +319,47 @@ def drop_if_results(if_op: Op, indices) -> Op:
     return rebuild_op(if_op, list(if_op.operands), keep)
 
 
-def pure_slice(op: Op, body: Block) -> list | None:
+def pure_slice(op: Op, body: Block, ifs: bool = False) -> list | None:
     """The pure ops of `body` (top level) that `op`'s operands depend on, in body order; None when they
-    need something that cannot be recomputed (a load, a region op...)."""
-    needed, stack = set(), list(op.operands)
+    need something that cannot be recomputed (a load, a region op...). `ifs`: a pure `scf.if` may be among
+    them (a fused loop's prologue, see passes/flatten_loops.py), and so may what its regions read from `body`."""
+    needed, stack = set(), list(op.operands) + (_captured(op) if ifs and op.regions else [])
     while stack:
         v = stack.pop()
         d = v.defining_op
         if d is None or d.block is not body or id(d) in needed:
             continue
-        if d.regions or not is_pure(d):
+        if not is_pure(d) or (d.regions and not (ifs and d.name == "scf.if")):
             return None
         needed.add(id(d))
         stack.extend(d.operands)
+        if d.regions:
+            stack.extend(_captured(d))
     return [d for d in body.ops if id(d) in needed]
+
+
+def _captured(op: Op) -> list:
+    """The values the ops nested in `op`'s regions read from outside them."""
+    out = []
+    for r in op.regions:
+        for inner in r.ops:
+            for sub in inner.walk():
+                out += [v for v in sub.operands if not is_defined_inside(v, op)]
+    return out
+
+
+def zero_reset(acc):
+    """(the condition, the select) when `acc` is `select(c, 0, x)` with a scalar condition `c` (splat or not), as
+    flatten_loops resets an accumulator where a tile starts; else None."""
+    sel = acc.defining_op
+    if sel is None or sel.name != "arith.select":
+        return None
+    c, zero = sel.operands[0], sel.operands[1].defining_op
+    if zero is None or zero.name != "arith.constant" or zero.attrs.get("value") not in (0, 0.0):
+        return None
+    d = c.defining_op
+    if c.type.shape:
+        if d is None or d.name != "tt.splat":
+            return None
+        c = d.operands[0]
+    return c, sel

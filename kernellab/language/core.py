@@ -422,8 +422,10 @@ class static_range:
 
 
 class range:
-    """`tl.range`: a runtime loop with pipelining hints (`num_stages`, `loop_unroll_factor`). Triton's other
-    hints (`flatten`, `warp_specialize`, `disable_licm`...) are accepted and do not change the loop."""
+    """`tl.range`: a runtime loop with pipelining hints (`num_stages`, `loop_unroll_factor`, `flatten`: fuse the
+    loop with the one loop nested in it so the pipeliner runs across outer iterations, see
+    compiler/passes/flatten_loops.py). Triton's other hints (`warp_specialize`, `disable_licm`...) are accepted
+    and do not change the loop."""
 
     def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None,
                  disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False, disable_licm=False):
@@ -433,6 +435,7 @@ class range:
             self.start, self.end = arg1, arg2
         self.step = 1 if step is None else step
         self.num_stages = unwrap(num_stages)
+        self.flatten = bool(unwrap(flatten))
 
 
 class PropagateNan:

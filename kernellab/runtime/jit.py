@@ -262,9 +262,16 @@ class CompiledKernel:
             limit = _max_shared(target.arch)
             if out["shared"] <= limit or opts.num_stages <= 1:
                 break
+            fused = any(rec.name == "flatten_loops" and rec.stats.get("flattened") for rec in self.trace.passes[start:])
+            del self.trace.passes[start:]
+            if fused:
+                # a fused tile loop keeps its stages through the epilogue's buffers: the nest at num_stages first
+                self.trace.notes.append(f"shared memory: {out['shared']} bytes with the flatten=True nest fused is "
+                                        f"over sm_{target.arch}'s {limit}; built with the nest kept")
+                opts = dataclasses.replace(opts, flatten=False)
+                continue
             # Too many pipeline buffers for this GPU: fewer stages (down to one) rather than a kernel that
             # cannot launch; the trace keeps the build that was used and says why.
-            del self.trace.passes[start:]
             self.trace.notes.append(f"shared memory: {out['shared']} bytes with num_stages={opts.num_stages} is "
                                     f"over sm_{target.arch}'s {limit}; built with num_stages={opts.num_stages - 1}")
             opts = dataclasses.replace(opts, num_stages=opts.num_stages - 1)
@@ -486,7 +493,7 @@ def _gpu_cache_key(tile_ir: str, opts, target) -> str:
 # environment variables that change the code generated (switches kept to measure a choice against the other)
 CODEGEN_ENV = ("KERNELLAB_LLVM_LSR", "KERNELLAB_LLVM_SLSR", "KERNELLAB_NVVM_REFLECT", "KERNELLAB_OCCUPANCY_CAP",
                "KERNELLAB_CONVERT_ADDRESSES", "KERNELLAB_PIPELINE_SIDE_LOADS", "KERNELLAB_REFILL_AT_END",
-               "KERNELLAB_MMA_COPIES")
+               "KERNELLAB_MMA_COPIES", "KERNELLAB_FLATTEN")
 
 
 def _load_cached(key, trace):

@@ -117,6 +117,46 @@ tt.func @k(%p: !ptr<f32>, %n: i32, %x: f32) {
     assert stats["iter_args_removed"] == 1
 
 
+def test_dead_loop_carried_value_through_an_if_removed(check):
+    """A fused loop's tile prologue (flatten_loops) yields the carried value or a new one; once nothing reads it,
+    the slot goes from the loop and from the if."""
+    stats = check(dce, """
+tt.func @k(%p: !ptr<f32>, %n: i32, %x: f32, %c: i1) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %acc, %cnt = scf.for %c0, %n, %c1, %x, %c0 : f32, i32 {
+  ^bb(%i: i32, %a: f32, %k: i32):
+    %t, %k0 = scf.if %c : i32, i32 {
+      %m = arith.muli %i, %i : i32
+      scf.yield %i, %m
+    } {
+      scf.yield %c0, %k
+    }
+    %v = tt.load %p : f32
+    %s = arith.addf %a, %v : f32
+    %k1 = arith.addi %k0, %t : i32
+    scf.yield %s, %k1
+  }
+  tt.store %p, %acc
+  tt.return
+}
+""", """
+tt.func @k(%p: !ptr<f32>, %n: i32, %x: f32, %c: i1) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %acc = scf.for %c0, %n, %c1, %x : f32 {
+  ^bb(%i: i32, %a: f32):
+    %v = tt.load %p : f32
+    %s = arith.addf %a, %v : f32
+    scf.yield %s
+  }
+  tt.store %p, %acc
+  tt.return
+}
+""")
+    assert stats["iter_args_removed"] == 1
+
+
 def test_loop_carried_value_feeding_others_kept(check):
     # %k's result is unused, but %k feeds the stored value, so it must stay.
     text = """

@@ -17,6 +17,7 @@ import llvmlite.ir as ir
 
 from ..gpu.scratch import a_from_registers, is_wgmma, wgmma_kind, wgmma_staging
 from ..gpu.smem_layout import descriptor_fields
+from ..rewrite import zero_reset
 from .lower_async import fence_proxy_async, store_to_stage
 from .lowering_core import F16, F32, I32, I64, VOID, KernelLowering, _cint, handles
 
@@ -142,6 +143,13 @@ def dot_wgmma(lw: KernelLowering, op):
     half_acc = kind.acc == "f16"
     acc_t, con = {"f32": (F32, "f"), "f16": (I32, "r"), "s32": (I32, "r")}[kind.acc]
     n_acc = N // 4 if half_acc else N // 2  # b32 accumulator registers per thread and instruction
+    reset = zero_reset(c_v)
+    scale_d = None
+    if reset is not None and not imprecise_chunk(op, kind, K):
+        # `select(c, 0, acc)` (a fused loop's tile start): acc's registers, scale-d = !c on the first k-step, so the
+        # reset costs no instruction (the select's own lowering is dead)
+        c_v = reset[1].operands[2]
+        scale_d = b.select(lw.get(reset[0]), _cint(0), _cint(1))
     acc = list(lw.regs(c_v))
     assert len(acc) == reps * N // 2, (len(acc), reps, N)
     zero_acc = _is_zero(c_v)
@@ -190,7 +198,8 @@ def dot_wgmma(lw: KernelLowering, op):
                     a_in = [a_desc.at(k0, rows, key=r)]
                 part = into[r * n_acc:(r + 1) * n_acc]
                 fresh = (k0 == c0) if chunk else (zero_acc and k0 == 0)
-                out = b.asm(fty, asm, cons, a_in + [db, _cint(0 if fresh else 1)] + part, side_effect=True)
+                scale = scale_d if scale_d is not None and k0 == c0 and not fresh else _cint(0 if fresh else 1)
+                out = b.asm(fty, asm, cons, a_in + [db, scale] + part, side_effect=True)
                 into[r * n_acc:(r + 1) * n_acc] = [b.extract_value(out, i) for i in range(n_acc)]
         b.asm(ir.FunctionType(VOID, []), "wgmma.commit_group.sync.aligned;", "~{memory}", [], side_effect=True)
         if not chunk:

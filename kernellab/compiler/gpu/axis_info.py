@@ -108,6 +108,14 @@ class AxisAnalysis:
             for r, v in zip(op.results, op.regions[0].ops[-1].operands[1:]):
                 self.set(r, self[v])
             return
+        if name == "ub.poison" or (name == "tt.splat" and op.operands[0].defining_op is not None
+                                   and op.operands[0].defining_op.name == "ub.poison"):
+            # undefined contents: the meet's identity (a loop value that starts undefined, as flatten_loops makes,
+            # takes what the loop gives it)
+            self.set(op.results[0], AxisInfo((MAX_DIV,) * len(_shape(op.results[0])),
+                                             (MAX_DIV,) * len(_shape(op.results[0])),
+                                             (MAX_DIV,) * len(_shape(op.results[0]))))
+            return
         if name == "scf.if":
             for r in op.regions:
                 self.block(r)

@@ -20,9 +20,20 @@ from .axis_info import AxisAnalysis
 
 def origin(v: Value) -> tuple[Op, list[Op]] | str:
     """(the `tt.make_block_ptr`, every `tt.advance` on the way) for a block-pointer value, following loop
-    iter args to both their initial value and their update; a reason string when the value comes from
-    anything else (a select between block pointers, a function argument...)."""
-    makes, advances, seen, stack = [], [], set(), [v]
+    iter args to both their initial value and their update (and an `scf.if`'s result to both branches); a reason
+    string when the value comes from anything else (a select between block pointers, a function argument...).
+    Several makes (a fused loop's tile prologue and its copies ahead, see flatten_loops) are one when they agree
+    on all but the offsets: the first is returned, `makes` lists them all."""
+    found = makes(v)
+    if isinstance(found, str):
+        return found
+    return found[0][0], found[1]
+
+
+def makes(v: Value) -> tuple[list, list] | str:
+    """(every `tt.make_block_ptr` but placeholders, every `tt.advance`) block pointer `v` may come from, or why
+    it cannot be followed; the makes agree on base, shape, strides and attributes."""
+    found, advances, seen, stack = [], [], set(), [v]
     while stack:
         x = stack.pop()
         if id(x) in seen:
@@ -40,13 +51,26 @@ def origin(v: Value) -> tuple[Op, list[Op]] | str:
             advances.append(d)
             stack.append(d.operands[0])
         elif d.name == "tt.make_block_ptr":
-            if not any(m is d for m in makes):
-                makes.append(d)
+            if not any(m is d for m in found):
+                found.append(d)
+        elif d.name == "scf.if":  # a fused loop's tile prologue makes it where a tile starts (flatten_loops)
+            stack += [r.terminator.operands[x.index] for r in d.regions]
         else:
             return f"the block pointer comes from {d.name}"
-    if len(makes) != 1:
+    real = [m for m in found if not placeholder(m)]
+    if not real:
+        return "the block pointer is never made with defined offsets"
+    n = len(real[0].attrs["block_shape"])
+    if any(m.operands[:1 + 2 * n] != real[0].operands[:1 + 2 * n] or m.attrs != real[0].attrs for m in found):
         return "the block pointer may come from several tl.make_block_ptr"
-    return makes[0], advances
+    return real, advances
+
+
+def placeholder(mk: Op) -> bool:
+    """A `tt.make_block_ptr` whose offsets are all undefined (`ub.poison`): the value a fused loop carries before a
+    tile's prologue sets it (flatten_loops), not a pointer anything reads through."""
+    offs = parts(mk)[3]
+    return bool(offs) and all(o.defining_op is not None and o.defining_op.name == "ub.poison" for o in offs)
 
 
 def parts(mk: Op) -> tuple[Value, list, list, list]:
@@ -78,10 +102,10 @@ def copy_vec(ld: Op, axis: AxisAnalysis) -> tuple[int, str | None]:
     """(elements per cp.async, or per vector load/store, None) for a block-pointer load or store, or
     (1, why not even 4 bytes work)."""
     tile = ld.result.type if ld.name == "tt.load" else ld.operands[1].type
-    found = origin(ld.operands[0])
+    found = makes(ld.operands[0])
     if isinstance(found, str):
         return 1, found
-    mk, advances = found
+    (mk, *others), advances = found
     base, shape, strides, offs = parts(mk)
     fast = mk.attrs["order"][0]
     esize = max(1, tile.scalar.bits // 8)  # int1 lives in bytes
@@ -89,7 +113,8 @@ def copy_vec(ld: Op, axis: AxisAnalysis) -> tuple[int, str | None]:
         return 1, f"the stride of the contiguous dim {fast} is not the constant 1"
     vec = min(16 // esize, tile.shape[fast], max(1, axis[base].div[0] // esize))
     limits = [axis[s].div[0] for d, s in enumerate(strides) if d != fast]
-    limits += [axis[offs[fast]].div[0]] + [axis[a.operands[1 + fast]].div[0] for a in advances]
+    limits += [axis[parts(m)[3][fast]].div[0] for m in [mk] + others] + [axis[a.operands[1 + fast]].div[0]
+                                                                       for a in advances]
     if fast in ld.attrs.get("boundary_check", []):
         limits.append(axis[shape[fast]].div[0])
     for lim in limits:

@@ -16,6 +16,9 @@ class GpuOptions:
     # fewer instructions and registers (e.g. logf); `enable_reflect_ftz=False` keeps subnormals exact
     reflect_ftz: bool = True
     maxnreg: int | None = None  # a cap on registers per thread (Triton's maxnreg), given to ptxas
+    # fuse `tl.range(..., flatten=True)` nests (passes/flatten_loops.py); the build turns it off when the fused
+    # loop's shared memory (its stages live through the epilogue) is over the GPU's, before it drops stages
+    flatten: bool = True
     # source lines through LLVM IR (!dbg), PTX (.loc) and SASS (ptxas -lineinfo) for the lab's linked view; they
     # do not change the code (tests/test_line_info.py). Off: KERNELLAB_DISABLE_LINE_INFO=1, as Triton's knob
     line_info: bool = True

@@ -292,6 +292,13 @@ class LayoutAssigner:
             then_y, else_y = op.regions[0].ops[-1], op.regions[1].ops[-1]
             for i, r in enumerate(op.results):
                 lay = self.layout_of(then_y.operands[i])
+                if lay is not None and r.type.scalar.is_ptr():
+                    # pointers take the layout of the access they feed (a fused loop's tile prologue computes a
+                    # K loop's pointers once per tile; converting them there beats converting at every access)
+                    pref = self.preferred(r)
+                    if pref is not None and pref.rank == lay.rank and pref != lay:
+                        self.want(then_y, i, pref)
+                        lay = pref
                 if lay is not None:
                     self.want(else_y, i, lay)
                     self.set_layout(r, lay)
@@ -432,12 +439,24 @@ def loop_layout_hints(module: Module) -> dict:
         if op.name != "scf.for":
             continue
         body = op.regions[0]
-        for i, (arg, y) in enumerate(zip(body.args[1:], body.terminator.operands)):
+        for i, (arg, y, init) in enumerate(zip(body.args[1:], body.terminator.operands, op.operands[3:])):
             lay = _converted_into(arg, y, body)
+            c = y.defining_op
+            if lay is None and _undefined(init) and c is not None and c.name == "ttg.convert_layout" and \
+                    c.block is body:
+                lay = c.operands[0].type.layout  # a value that starts undefined (flatten_loops): as the body makes it
             if lay is not None:
                 hints[(nth, i)] = lay
         nth += 1
     return hints
+
+
+def _undefined(v) -> bool:
+    """`ub.poison` or a splat of it (a loop-carried value the fused loop sets before its first read)."""
+    d = v.defining_op
+    while d is not None and d.name in ("tt.splat", "ttg.convert_layout"):
+        d = d.operands[0].defining_op
+    return d is not None and d.name == "ub.poison"
 
 
 def _converted_into(arg, y, body):

@@ -57,7 +57,7 @@ from ..gpu.layouts import Slice
 from ..gpu.scratch import is_wgmma
 from ..ir import Module, Op
 from ..ops import is_pure
-from ..rewrite import extend_for_iter_args, insert_before, int_const, pure_slice
+from ..rewrite import _captured, extend_for_iter_args, insert_before, int_const, pure_slice, zero_reset
 from ..types import MemDescType, TensorType, int1
 from . import dce
 from .dot_stages import (
@@ -144,14 +144,32 @@ def _overlappable_wgmma(body, dots, targets, stages: int):
     if {i for d, i in targets if d is dot} != {0, 1}:
         return None
     acc = dot.operands[2]
+    reset = zero_reset(acc)
+    if reset is not None and reset[1].block is body and len(acc.uses) == 1:
+        acc = reset[1].operands[2]  # a fused loop's `select(tile start, 0, acc)`: wgmma's scale-d (lower_wgmma)
     args = list(body.args[1:])
     if acc not in args or len(acc.uses) != 1:
         return None
     j = args.index(acc)
     y = body.terminator
-    if dot.result.uses != [y] or y.operands[j] is not dot.result:
+    if y.operands[j] is not dot.result or dot.result.uses.count(y) != 1 or _epilogue_if(body, dot, y) is False:
         return None
     return dot, j
+
+
+def _epilogue_if(body, dot, y):
+    """The `scf.if` after `dot` in `body` (a fused loop's tile epilogue) that reads the dot's result besides the
+    yield `y`; None when only `y` reads it, False when something else does."""
+    users = [u for u in dot.result.uses if u is not y]
+    if not users:
+        return None
+    tops = {id(_top_level(u, body)): _top_level(u, body) for u in users}
+    if len(tops) != 1 or any(u.block is body for u in users):
+        return False
+    eif = next(iter(tops.values()))
+    if eif.name != "scf.if" or body.ops.index(eif) < body.ops.index(dot):
+        return False
+    return eif
 
 
 def _half_acc(dot) -> bool:
@@ -215,9 +233,13 @@ def _retire_at_next_wait(body, dots, stats: dict) -> None:
 
 
 def _top_level(op: Op, body) -> Op:
-    while op.block is not body:
-        op = op.block.parent
+    while op is not None and op.block is not body:
+        op = op.block.parent if op.block is not None else None
     return op
+
+
+def _within(op: Op, region) -> bool:
+    return _top_level(op, region) is not None
 
 
 def _derived_from(v, arg, body, depth: int = 8) -> bool:
@@ -238,10 +260,11 @@ def _carried_closure(for_op: Op, slices) -> set | None:
     yield_op = body.terminator
     pos = {id(a): i for i, a in enumerate(iter_args)}
     need, work = set(), []
+    ifs = _fused(for_op)
 
     def scan(ops):
         for op in ops:
-            for v in op.operands:
+            for v in op.operands + (_captured(op) if op.regions else []):
                 if id(v) in pos and pos[id(v)] not in need:
                     need.add(pos[id(v)])
                     work.append(pos[id(v)])
@@ -254,11 +277,16 @@ def _carried_closure(for_op: Op, slices) -> set | None:
         d = y.defining_op
         if d is None or d.block is not body:
             continue
-        sl = pure_slice(d, body)
-        if sl is None or d.regions or not is_pure(d):
+        sl = pure_slice(d, body, ifs)
+        if sl is None or (d.regions and not (ifs and d.name == "scf.if")) or not is_pure(d):
             return None
         scan(sl + [d])
     return need
+
+
+def _fused(for_op: Op) -> bool:
+    """A loop flatten_loops made: its tile prologue, a pure `scf.if`, may be recomputed for the copies ahead."""
+    return bool(for_op.attrs.get("flattened"))
 
 
 def side_loads_enabled() -> bool:
@@ -380,7 +408,7 @@ def _advance(bld: Builder, for_op: Op, carried, mapping) -> dict:
         y = yield_op.operands[i]
         d = y.defining_op
         if d is not None and d.block is body:
-            for op in pure_slice(d, body) + [d]:
+            for op in pure_slice(d, body, _fused(for_op)) + [d]:
                 if id(op.results[0]) not in inner:
                     insert_before(bld.anchor, op.clone(inner))
         nxt[id(iter_args[i])] = inner.get(id(y), mapping.get(id(y), y))
@@ -411,7 +439,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
                 continue
             if id(ld) in seen:
                 continue  # another reader of a tile planned already
-            sl = pure_slice(ld, body)
+            sl = pure_slice(ld, body, _fused(for_op))
             t = ld.result.type
             if t.scalar.bits == 32 and not all(tf32_wgmma_operand(d, t) for d, *_ in rd):
                 why.append(f"{name}: fp32 elements read by a dot other than a tf32 wgmma")
@@ -496,9 +524,21 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         # the wgmma stays in flight into the next iteration: at most one group pending at the end of the body
         dot, j = overlap
         dot.attrs["wgmma_async"] = True
-        at = Builder(yield_op, loc)
+        eif = _epilogue_if(body, dot, yield_op)
+        at = Builder(eif or yield_op, loc)
         done = at.op("ttg.dot_wait", [dot.result], [dot.result.type], {"pending": 1}, [dot.result.hint]).result
         yield_op.set_operand(j, done)
+        if eif:  # a fused loop's tile epilogue reads the accumulator: every group retired first thing in it
+            for region in eif.regions:
+                users = [u for u in dot.result.uses if _within(u, region)]
+                if not users:
+                    continue
+                fin = Builder(region.ops[0], loc).op("ttg.dot_wait", [done], [done.type], {"pending": 0},
+                                                     [dot.result.hint]).result
+                for u in users:
+                    for k, v in enumerate(u.operands):
+                        if v is dot.result:
+                            u.set_operand(k, fin)
         stats["overlapped_wgmma"] = stats.get("overlapped_wgmma", 0) + 1
         # the copies go after the wait and a barrier: then every warpgroup's previous wgmma has finished
         # reading the stage they refill, so they still run S-1 iterations ahead (measured on the H200: issued

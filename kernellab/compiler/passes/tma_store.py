@@ -98,6 +98,36 @@ def _top_level(op: Op, body) -> Op:
     return op
 
 
+def _exclusive_sites(found, body) -> dict:
+    """{id(store): the store whose buffer and tensor map it reuses} for the stores of a nest flatten_loops
+    versioned (`if K loop runs: fused loop else: the nest without it`): the same stores, in the same order, in the
+    two branches of one `scf.if` of the kernel's body, which never both run, so the i-th store of each branch can
+    share the i-th buffer (one tile buffer fewer in shared memory) and the waits count as in one branch."""
+    sites: dict = {}
+    for op, b, operands, _ in found:
+        sites.setdefault(id(op.block), []).append((op, str(b), [id(v) if v.defining_op is None else
+                                                               ("c", v.defining_op.attrs.get("value"))
+                                                               for v in operands]))
+    if len(sites) != 2:
+        return {}
+    first, second = sites.values()
+    tops = {id(_top_level(op, body)) for op, *_ in first + second}
+    top = _top_level(first[0][0], body)
+    if len(tops) != 1 or top.name != "scf.if" or len(first) != len(second):
+        return {}
+    if _region_of(first[0][0], top) is _region_of(second[0][0], top):
+        return {}
+    if any((b1, o1) != (b2, o2) for (_, b1, o1), (_, b2, o2) in zip(first, second)):
+        return {}
+    return {id(s2): s1 for (s1, *_), (s2, *_) in zip(first, second)}
+
+
+def _region_of(op: Op, top: Op):
+    while op.block.parent is not top:
+        op = op.block.parent
+    return op.block
+
+
 def _in_loop(op: Op) -> bool:
     while op.block is not None and op.block.parent is not None:
         op = op.block.parent
@@ -128,20 +158,26 @@ def run(module: Module, options=None) -> dict:
     allocs = sum(o.result.type.shape[0] * o.result.type.tile_bytes for o in fn.walk()
                  if o.name in ("ttg.local_alloc", "ttg.mbarrier_alloc"))
     scratch = max((scratch_bytes(o)[0] for o in fn.walk() if id(o) not in going), default=0)
-    need = sum(b.tile_bytes for _, b, _, _ in found)
+    share = _exclusive_sites(found, fn.body)  # id(store) -> the store whose buffer it reuses
+    need = sum(b.tile_bytes for op, b, _, _ in found if id(op) not in share)
     if allocs + scratch + need > SMEM_BUDGET:
         stats["no_tma_store"] = [f"the tile buffers ({need} bytes) do not fit next to the stages ({allocs} bytes) "
                                  f"and scratch ({scratch} bytes)"]
         return stats
-    pending = len(found) - 1 if len({id(op.block) for op, *_ in found}) == 1 else 0
-    views = []
+    blocks = {id(op.block) for op, *_ in found}
+    pending = len(found) // len(blocks) - 1 if len(blocks) == 1 or share else 0
+    views, owned = [], {}
     for k, (op, buf_t, operands, value) in enumerate(found):
-        at_entry = Builder(_top_level(op, fn.body), op.loc)
-        buf = at_entry.op("ttg.local_alloc", [], [buf_t], {"stages": 1, "fill": "registers", "read_by": "TMA store"},
-                          [f"store{k}_tile"]).result
-        view = at_entry.op("ttg.memdesc_index", [buf, at_entry.const(0)], [buf_t.tile()]).result
-        tmap = _tensormap(at_entry, operands, buf_t, f"store{k}_tensormap", op.loc)
-        views.append(view)
+        if id(op) in share:
+            view, tmap = owned[id(share[id(op)])]
+        else:
+            at_entry = Builder(_top_level(op, fn.body), op.loc)
+            buf = at_entry.op("ttg.local_alloc", [], [buf_t], {"stages": 1, "fill": "registers",
+                                                               "read_by": "TMA store"}, [f"store{k}_tile"]).result
+            view = at_entry.op("ttg.memdesc_index", [buf, at_entry.const(0)], [buf_t.tile()]).result
+            tmap = _tensormap(at_entry, operands, buf_t, f"store{k}_tensormap", op.loc)
+            views.append(view)
+            owned[id(op)] = (view, tmap)
         at = Builder(op, op.loc)
         if _in_loop(op):  # written again each iteration (once, elsewhere: insert_barriers orders the write)
             at.op("ttg.tma_store_wait", [view], [], {"pending": pending})
