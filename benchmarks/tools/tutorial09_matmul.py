@@ -116,6 +116,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tutorial", required=True, help="path of Triton's python/tutorials/09-persistent-matmul.py")
     ap.add_argument("--k", type=int, nargs="+", default=[512, 1024, 4096])
+    ap.add_argument("--also-env", action="append", default=[], metavar="VAR=VALUE",
+                    help="one more kernellab child with this environment setting (a codegen switch such as "
+                         "KERNELLAB_FLATTEN=0), timed in the same run; its column is 'alt'")
     ap.add_argument("--child", choices=["kernellab", "triton"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -126,20 +129,28 @@ def main(argv=None):
     if not torch.cuda.is_available():
         print("tutorial09_matmul.py: needs a CUDA GPU; skipped")
         return 0
-    sides = ["kernellab"] + (["triton"] if importlib.util.find_spec("triton") is not None else [])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    sides = [("kernellab", "kernellab", {})]
+    for setting in args.also_env:
+        var, _, value = setting.partition("=")
+        sides.append(("alt", "kernellab", {var: value}))
+    if importlib.util.find_spec("triton") is not None:
+        sides.append(("triton", "triton", {}))
     res = {}
-    for side in sides:
+    for label, side, extra in sides:
         p = subprocess.run([sys.executable, __file__, "--tutorial", args.tutorial, "--k", *map(str, args.k),
-                            "--child", side], capture_output=True, text=True, env=env)
+                            "--child", side], capture_output=True, text=True, env={**env, **extra})
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("@@rows ")]
         if not lines:
-            print(f"{side}: the child failed:\n{p.stderr[-2000:]}")
+            print(f"{label}: the child failed:\n{p.stderr[-2000:]}")
             continue
-        res[side] = {(r["K"], r["kernel"], r["cfg"]): r for r in json.loads(lines[-1][7:])}
-    kl, tr = res.get("kernellab", {}), res.get("triton", {})
+        res[label] = {(r["K"], r["kernel"], r["cfg"]): r for r in json.loads(lines[-1][7:])}
+    if args.also_env:
+        print("alt: kernellab with " + " ".join(args.also_env))
+    kl, tr, alt = res.get("kernellab", {}), res.get("triton", {}), res.get("alt")
     cublas = {k[0]: r["ms"] for k, r in tr.items() if k[1] == "torch"}
-    print(f"{'K':>5} {'kernel':18} {'config':16} {'kl TF/s':>8} {'tri TF/s':>8} {'kl/tri':>6} {'kl/cuBLAS':>9}")
+    print(f"{'K':>5} {'kernel':18} {'config':16} {'kl TF/s':>8} {'tri TF/s':>8} {'kl/tri':>6} {'kl/cuBLAS':>9}"
+          + (f" {'alt/tri':>7}" if alt is not None else ""))
     for key in sorted(set(kl) | set(tr)):
         if key[1] == "torch":
             continue
@@ -149,7 +160,14 @@ def main(argv=None):
         tf_t = flops / t["ms"] / 1e9 if "ms" in t else float("nan")
         vs_blas = cublas.get(key[0], float("nan")) / k["ms"] if "ms" in k else float("nan")
         note = (k.get("error") or t.get("error") or ("" if k.get("ok", True) and t.get("ok", True) else "WRONG"))[:60]
-        print(f"{key[0]:>5} {key[1]:18} {key[2]:16} {tf_k:8.0f} {tf_t:8.0f} {tf_k / tf_t:6.2f} {vs_blas:9.2f} {note}")
+        alt_col = ""
+        if alt is not None:
+            a = alt.get(key, {})
+            alt_col = f" {(t['ms'] / a['ms'] if 'ms' in a and 'ms' in t else float('nan')):7.2f}"
+            if a and not a.get("ok", True):
+                note = note or "alt WRONG"
+        print(f"{key[0]:>5} {key[1]:18} {key[2]:16} {tf_k:8.0f} {tf_t:8.0f} {tf_k / tf_t:6.2f} {vs_blas:9.2f}"
+              f"{alt_col} {note}")
     return 0
 
 
