@@ -70,3 +70,41 @@ def test_keyword_launches_take_the_fast_path_with_the_right_results(monkeypatch)
 
 def triton_cdiv(a, b):
     return (a + b - 1) // b
+
+
+@kernellab.jit
+def _desc_copy(src_desc, dst_ptr, ld, BM: tl.constexpr, BN: tl.constexpr):
+    pm, pn = tl.program_id(0), tl.program_id(1)
+    tile = src_desc.load([pm * BM, pn * BN])
+    rows = pm * BM + tl.arange(0, BM)[:, None]
+    cols = pn * BN + tl.arange(0, BN)[None, :]
+    tl.store(dst_ptr + rows * ld + cols, tile * 2.0)
+
+
+@pytest.mark.gpu
+def test_host_tensor_descriptor_launches_take_the_fast_path(monkeypatch):
+    """A host TensorDescriptor is five kernel parameters (base, shape, strides) and a key of its own: warm launches
+    skip binding (tutorial 09's TMA kernels paid ~0.1 ms of host time per launch before, which showed at K=512),
+    and a descriptor over another shape or stride class is another key, never the warm kernel's."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from kernellab.tools.tensor_descriptor import TensorDescriptor
+
+    def run(rows, cols, view_cols=None):
+        src = torch.randn(rows, view_cols or cols, device="cuda")[:, :cols]
+        dst = torch.full((rows // 64 * 64, cols // 64 * 64), float("nan"), device="cuda")
+        d = TensorDescriptor(src, list(src.shape), list(src.stride()), [64, 64])
+        _desc_copy[(rows // 64, cols // 64)](d, dst, dst.stride(0), BM=64, BN=64)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(dst, src[:dst.shape[0], :dst.shape[1]] * 2.0)
+
+    run(256, 128)
+    assert any(e[4] for e in _desc_copy._fast.values()), "the descriptor launch was not remembered"
+    calls = []
+    monkeypatch.setattr(type(_desc_copy), "_get_compiled", lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(
+        AssertionError("the slow path ran for a warm descriptor launch")))
+    run(256, 128)
+    run(512, 192)  # same classes (multiples of 16): the warm kernel, new values
+    monkeypatch.undo()
+    run(256, 128, view_cols=136)  # row stride 136: another key (still % 8 elements = 16-byte aligned)
+    assert not calls

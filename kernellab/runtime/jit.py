@@ -1185,6 +1185,11 @@ class JITFunction(KernelInterface):
                 sig.append("f")
             elif a is None or t is bool or t is str:
                 sig.append((t, a))  # compiled in (None, a string) or a 1-bit parameter: the value is the key
+            elif t.__name__ == "TensorDescriptor" and kind == "r":
+                key = _descriptor_sig(a)
+                if key is None:
+                    return None
+                sig.append(key)
             else:
                 dp = getattr(a, "data_ptr", None)
                 if dp is None or not getattr(a, "is_cuda", False):
@@ -1236,7 +1241,7 @@ class JITFunction(KernelInterface):
         entry = self._fast.get(sig)
         if entry is None:
             return _SLOW
-        ck, positions, defaults, device = entry
+        ck, positions, defaults, device, leaves = entry
         if callable(grid):
             meta = dict(self._defaults)
             meta.update(zip(self.arg_names, args))
@@ -1246,7 +1251,8 @@ class JITFunction(KernelInterface):
             grid = grid(meta)
         if type(grid) is not tuple:
             grid = _normalize_grid(self.__name__, grid)
-        vals = [args[i] if i < len(args) else defaults[i] for i in positions]
+        vals = [args[i] if i < len(args) else defaults[i] for i in positions] if leaves is None \
+            else [_leaf(args[i] if i < len(args) else defaults[i], path) for i, path in leaves]
         ck._loaded.launch(grid, ck.num_warps, ck.shared, _current_stream(device), vals,
                           bool(kwargs) and bool(kwargs.get("launch_pdl")))
         return ck
@@ -1265,11 +1271,24 @@ class JITFunction(KernelInterface):
             return
         names = self.arg_names
         positions = [i for i, n in enumerate(names) if n in ck.arg_names]
+        leaves = None
         if len(positions) != len(ck.arg_names):
-            return
+            # host TensorDescriptors: each is several kernel parameters, named "desc[0]" (the base), "desc[1][j]"
+            # (shape) and "desc[2][j]" (strides)
+            leaves = []
+            for rn in ck.arg_names:
+                name, _, rest = rn.partition("[")
+                i = self._param_index.get(name)
+                if i is None or (rest and (self._positional_kinds[i] != "r" or i >= len(args)
+                                           or not _is_host_descriptor(args[i]))):
+                    return
+                path = tuple(int(x) for x in rest.rstrip("]").split("][")) if rest else ()
+                if len(path) not in (0, 1, 2) or (path and path[0] not in (0, 1, 2)):
+                    return
+                leaves.append((i, path))
         defaults = {i: self._defaults.get(names[i]) for i in range(len(names))}
         device = next((v.get_device() for v in runtime_values if hasattr(v, "get_device")), 0)
-        self._fast[sig] = (ck, positions, defaults, device)
+        self._fast[sig] = (ck, positions, defaults, device, leaves)
 
     @property
     def _positional_kinds(self):
@@ -1285,6 +1304,32 @@ class JITFunction(KernelInterface):
 
 
 _SLOW = object()
+
+
+def _descriptor_sig(d):
+    """A host TensorDescriptor's part of a fast-path key: what binding it specializes on (the base's dtype and
+    16-byte alignment, each shape and stride's integer class, == 1 and % 16) plus what is compiled in (block
+    shape, padding). None when the base is not a CUDA tensor (the slow path explains)."""
+    base = d.base
+    dp = getattr(base, "data_ptr", None)
+    if dp is None or not getattr(base, "is_cuda", False):
+        return None
+    ints = []
+    for v in (*d.shape, *d.strides):
+        if type(v) is not int:
+            return None
+        ints.append(((-2**31 <= v < 2**31) + 2 * (0 <= v < 2**32) + 4 * (-2**63 <= v < 2**63), v == 1, v % 16 == 0))
+    return ("desc", base.dtype, dp() % 16 == 0, len(d.shape), tuple(ints), tuple(d.block_shape), d.padding)
+
+
+def _leaf(value, path):
+    """One kernel parameter of an argument: the argument itself (path ()), or a host TensorDescriptor's base
+    (0,), shape[j] (1, j) or strides[j] (2, j)."""
+    if not path:
+        return value
+    if path[0] == 0:
+        return value.base
+    return (value.shape if path[0] == 1 else value.strides)[path[1]]
 _HASHABLE = (int, float, bool, str, type(None), DType, PointerType, tuple)
 _STREAM_FN = []
 
