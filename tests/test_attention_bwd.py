@@ -292,7 +292,7 @@ def test_benchmark_bwd_row_on_cpu():
     assert _fmt(row).startswith("hd32 s64 causal bwd")
 
 
-KNOBS = ("KERNELLAB_PIPELINE_SIDE_LOADS", "KERNELLAB_REFILL_AT_END")
+KNOBS = ("KERNELLAB_PIPELINE_SIDE_LOADS",)
 
 
 def _fresh(monkeypatch, *on):
@@ -340,39 +340,8 @@ def test_attention_bwd_side_loads_ride_in_the_stages(D, causal, tmp_path, monkey
     _fresh(monkeypatch)
 
 
-@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
-@pytest.mark.parametrize("D,causal", CODEGEN_CASES, ids=[f"hd{d}-{'causal' if c else 'full'}" for d, c in CODEGEN_CASES])
-def test_attention_bwd_refill_at_end(D, causal, tmp_path, monkeypatch):
-    """KERNELLAB_REFILL_AT_END=1: in both backward loops the barrier and the copies that refill a stage come after the
-    last dot's issue (Triton's order) instead of after the first dot's wait; still two waits and two barriers per
-    iteration, no serialized wgmma, and the same registers' budget (dQ: two programs per SM at hd128)."""
-    from kernellab.compiler.codegen.target import Target
-
-    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
-    _fresh(monkeypatch, "KERNELLAB_REFILL_AT_END")
-    cfg = dict(BWD_CONFIGS[D])
-    nw, ns = cfg.pop("num_warps"), cfg.pop("num_stages")
-    kv = _warm_dkdv(D, causal, cfg["BLOCK_M1"], cfg["BLOCK_N1"], num_warps=nw, num_stages=ns)
-    qq = _warm_dq(D, causal, cfg["BLOCK_M2"], cfg["BLOCK_N2"], num_warps=nw, num_stages=ns)
-    for ck in (kv, qq):
-        ck.build_gpu(Target(90))
-        for body in loop_bodies(ck.asm["ptx"]):
-            assert body.count("bar.sync") == 2 and body.count("wgmma.wait_group") == 2
-            last_mma = body.rindex("wgmma.commit_group")
-            # the refill's barrier and copies follow the last dot's issue
-            assert body.rindex("bar.sync") > last_mma and body.index("cp.async.c") > last_mma
-        assert "C7514" not in ck.report.get("log", "") and "C7515" not in ck.report.get("log", "")
-        # hd64 dK/dV at the 255 cap: 80 bytes full (main before spill14's 32-bit shared addresses and stage stores:
-        # 24), none causal; the default schedule (side loads, no refill at end) spills 128 full / 112 causal
-        assert ck.n_spills <= (96 if D == 64 else 0), (ck.name, ck.n_regs, ck.n_spills)
-    if not causal:
-        assert 65536 // (-(-qq.n_regs // 8) * 8 * nw * 32) >= {128: 2, 64: 3}[D], qq.n_regs
-    _fresh(monkeypatch)
-
-
-SCHEDULES = [("KERNELLAB_PIPELINE_SIDE_LOADS",), ("KERNELLAB_REFILL_AT_END",),
-             ("KERNELLAB_PIPELINE_SIDE_LOADS", "KERNELLAB_REFILL_AT_END")]
-SCHEDULE_IDS = ["side", "end", "side+end"]
+SCHEDULES = [()]  # the default (lse and delta through the stages) is test_attention_bwd_gpu's
+SCHEDULE_IDS = ["no-side-loads"]
 
 
 @pytest.mark.gpu
@@ -380,8 +349,7 @@ SCHEDULE_IDS = ["side", "end", "side+end"]
 @pytest.mark.parametrize("D,causal,dtype", GPU_CASES,
                          ids=[f"hd{d}-{'causal' if c else 'full'}-{str(dt)[6:]}" for d, c, dt in GPU_CASES])
 def test_attention_bwd_gpu_schedules(D, causal, dtype, knobs, monkeypatch):
-    """test_attention_bwd_gpu under the schedule switches (lse and delta through the stages; the refill at the end of
-    the body; both)."""
+    """test_attention_bwd_gpu with KERNELLAB_PIPELINE_SIDE_LOADS=0 (lse and delta loaded in the body)."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     _fresh(monkeypatch, *knobs)

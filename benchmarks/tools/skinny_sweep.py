@@ -1,16 +1,16 @@
-"""Skinny matmul (small M: 16 x 4096 x 4096 by default) over small-M tile configs: kernellab (per mma.sync copy
-order, the KERNELLAB_MMA_COPIES experiment), Triton on the same text and config, and cuBLAS, in TFLOP/s.
+"""Skinny matmul (small M: 16 x 4096 x 4096 by default) over small-M tile configs: kernellab, Triton on the same
+text and config, and cuBLAS, in TFLOP/s.
 
-    python benchmarks/tools/skinny_sweep.py [--m 16] [--n 4096] [--k 4096] [--orders before,after,reuse]
+    python benchmarks/tools/skinny_sweep.py [--m 16] [--n 4096] [--k 4096]
 
 BLOCK_M 16 or 32 runs on mma.sync on sm_90 (wgmma needs 64 rows per warpgroup); the 64-row configs (wgmma)
-are the control. Each order gets fresh kernels (the order is part of the GPU cache key, not of the in-memory one).
+are the control. (The mma.sync copy-order experiment it once swept, after/reuse, measured the same as the default
+and was removed.)
 Outputs are NaN-poisoned and checked against float32 before timing.
 """
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -32,10 +32,9 @@ def main():
     p.add_argument("--m", type=int, default=16)
     p.add_argument("--n", type=int, default=4096)
     p.add_argument("--k", type=int, default=4096)
-    p.add_argument("--orders", default="before,after,reuse")
     args = p.parse_args()
     M, N, K = args.m, args.n, args.k
-    orders = [o for o in args.orders.split(",") if o]
+    orders = ["kernellab"]
     a = torch.randn(M, K, device="cuda").half()
     b = torch.randn(K, N, device="cuda").half()
     ref = a.float() @ b.float()
@@ -58,20 +57,17 @@ def main():
             return type(e).__name__
 
     rows = {cfg: {} for cfg in CONFIGS}
-    triton = None
-    for order in orders:
-        os.environ["KERNELLAB_MMA_COPIES"] = order
-        impls, _ = implementations()  # fresh JIT functions: this order's compiles
-        triton = triton or impls.get("triton")
-        for cfg in CONFIGS:
-            rows[cfg][order] = run(impls["kernellab"], cfg)
+    impls, _ = implementations()
+    triton = impls.get("triton")
+    for cfg in CONFIGS:
+        rows[cfg]["kernellab"] = run(impls["kernellab"], cfg)
     for cfg in CONFIGS:
         rows[cfg]["triton"] = run(triton, cfg) if triton is not None else "-"
 
     def f(x):
         return f"{x:6.1f}" if isinstance(x, float) else f"{str(x)[:6]:>6}"
 
-    print(f"{'config':18} " + " ".join(f"{'kl ' + o:>10}" for o in orders) + f" {'triton':>7} {'best/tri':>8}"
+    print(f"{'config':18} " + " ".join(f"{o:>10}" for o in orders) + f" {'triton':>7} {'best/tri':>8}"
           f" {'best/cuBLAS':>11}")
     for cfg, r in rows.items():
         bm, bn, bk, w, s = cfg

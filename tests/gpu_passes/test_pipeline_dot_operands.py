@@ -243,33 +243,25 @@ def test_an_mma_sync_dot_waits_every_iteration(run_pass):
 
 
 
-@pytest.mark.parametrize("order, stages, buffers, barrier", [
-    ("before", 3, 3, False), ("after", 3, 3, False), ("reuse", 3, 2, True), ("reuse", 4, 3, True),
-    ("reuse", 2, 2, False),  # one stage would leave nothing in flight during the dot: "after" instead
-])
-def test_mma_sync_copy_order_experiment(run_pass, monkeypatch, order, stages, buffers, barrier):
-    """KERNELLAB_MMA_COPIES (an experiment, default "before"): the copies of iteration i + stages - 1 before the
-    dot into the stage iteration i - 1 read; behind it ("after"); or Triton's way ("reuse"): stages - 1 buffers,
-    and behind the dot a barrier, then the copies refill the stage it just read (write stage = read stage)."""
-    monkeypatch.setenv("KERNELLAB_MMA_COPIES", order)
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_mma_sync_copies_go_before_the_dot(run_pass, stages):
+    """mma.sync loop: the copies of iteration i + stages - 1 go before the dot, into the stage iteration i - 1 read
+    (one buffer per stage, no barrier of their own: the wait's barrier proves every warp has read it)."""
     m, stats = run_pass(pipeline_dot_operands, LOOP, GpuOptions(num_warps=4, num_stages=stages))
     allocs = [op for op in m.kernel.body.ops if op.name == "ttg.local_alloc"]
-    assert [op.attrs["stages"] for op in allocs] == [buffers, buffers]
+    assert [op.attrs["stages"] for op in allocs] == [stages, stages]
     top = [op.name for op in m.kernel.body.ops]
     assert top[:top.index("scf.for")].count("ttg.async_commit") == stages - 1  # still stages-1 ahead
     loop = next(op for op in m.kernel.body.ops if op.name == "scf.for")
     body = loop.regions[0].ops
     kinds = [op.name for op in body]
     assert body[0].name == "ttg.async_wait" and body[0].attrs["pending"] == stages - 2
-    assert (kinds.index("tt.dot") < kinds.index("ttg.async_copy")) == (order != "before")
-    assert ("ttg.barrier" in kinds) == barrier
-    if barrier:
-        assert kinds.index("tt.dot") < kinds.index("ttg.barrier") < kinds.index("ttg.async_copy")
+    assert kinds.index("ttg.async_copy") < kinds.index("tt.dot") and "ttg.barrier" not in kinds
     read, write = loop.regions[0].args[-2:]
     copies = [op for op in body if op.name == "ttg.memdesc_index" and any(
         u.name == "ttg.async_copy" for u in op.result.uses)]
     assert copies and all(op.operands[1] is write for op in copies)
-    assert [int_const(v) for v in loop.operands[-2:]] == [0, (stages - 1) % buffers]
+    assert [int_const(v) for v in loop.operands[-2:]] == [0, stages - 1]
 
 
 def _attention_loop(warps):
@@ -301,16 +293,11 @@ tt.func @k(%q_ptrs: tensor<{rows}x64x!ptr<f16>, #L0>, %k_ptrs: tensor<64x64x!ptr
 """
 
 
-@pytest.mark.parametrize("refill_at_end", [False, True], ids=["default", "refill_at_end_set"])
 @pytest.mark.parametrize("warps", [4])
-def test_attention_keeps_the_second_wgmma_in_flight_behind_the_next_first_one(run_passes, warps, refill_at_end,
-                                                                               monkeypatch):
+def test_attention_keeps_the_second_wgmma_in_flight_behind_the_next_first_one(run_passes, warps):
     """s = dot(q, k); acc = dot(p, v, acc * ..) on wgmma with one warpgroup (q staged once before): the p·v group
     is not waited for in its iteration; the next iteration's q·k wait retires it, then a dot_wait ties the
-    carried acc (every read of it comes after), a barrier, and only then the copies refill the stage both read.
-    KERNELLAB_REFILL_AT_END concerns longer chains only: this one is the same with it."""
-    if refill_at_end:
-        monkeypatch.setenv("KERNELLAB_REFILL_AT_END", "1")
+    carried acc (every read of it comes after), a barrier, and only then the copies refill the stage both read."""
     m, (staged, stats) = run_passes([stage_invariant_dot_operands, pipeline_dot_operands], _attention_loop(warps),
                                     GpuOptions(num_warps=warps, num_stages=3))
     assert stats["overlapped_wgmma"] == 1 and stats["pipelined"] == 1 and staged["staged_once"] == 1
@@ -431,7 +418,6 @@ def test_attention_backward_loop_keeps_two_waits_per_iteration(run_pass, monkeyp
     """The dK/dV loop (s^T = k·qT, dV += p^T·do, dP^T = v·do^T, dK += ds^T·q): qT and do each fill one buffer read
     twice; dK stays in flight behind the next iteration's s^T (whose wait retires it, then the carried dK is tied,
     a barrier, the copies), dV is retired by dP^T's wait and tied right after it; s^T and dP^T wait at once."""
-    monkeypatch.delenv("KERNELLAB_REFILL_AT_END", raising=False)  # the default schedule
     m, stats = run_pass(pipeline_dot_operands, DKDV_LOOP, GpuOptions(num_warps=4, num_stages=3))
     assert stats["pipelined"] == 1 and stats["buffers"] == 2 and stats["overlapped_wgmma"] == 1, stats
     assert stats["retired_at_next_wait"] == 1
@@ -598,20 +584,3 @@ def test_8bit_operands_need_wgmma_and_4_byte_runs(run_pass, elem, instr, vec, ok
     if not ok:
         want = "2-byte accesses" if vec == 2 else "i8 elements read by mma.sync"
         assert want in stats["skipped"][0], stats
-
-
-def test_attention_backward_refill_at_end(run_pass, monkeypatch):
-    """KERNELLAB_REFILL_AT_END=1 (a schedule to time): the same waits, but the barrier and the copies that refill the
-    stage go after the last dot's issue (dK, in flight across them), Triton's order; a two-dot chain (the forward)
-    keeps them right after the first dot's wait."""
-    monkeypatch.setenv("KERNELLAB_REFILL_AT_END", "1")
-    m, stats = run_pass(pipeline_dot_operands, DKDV_LOOP, GpuOptions(num_warps=4, num_stages=3))
-    assert stats["pipelined"] == 1 and stats["overlapped_wgmma"] == 1 and stats["retired_at_next_wait"] == 1
-    loop = next(op for op in m.kernel.body.ops if op.name == "scf.for")
-    body = loop.regions[0].ops
-    kinds = [op.name for op in body]
-    st, dv, dpt, dk = [op for op in body if op.name == "tt.dot"]
-    waits = [op for op in body if op.name == "ttg.dot_wait"]
-    assert len(waits) == 2 and body.index(waits[0]) == body.index(st) + 1
-    assert body.index(dk) < kinds.index("ttg.barrier") < kinds.index("ttg.async_copy") < kinds.index("ttg.async_commit")
-    assert kinds.count("ttg.barrier") == 1 and dk.attrs.get("wgmma_async")

@@ -296,15 +296,6 @@ def side_loads_enabled() -> bool:
     return os.environ.get("KERNELLAB_PIPELINE_SIDE_LOADS", "1").lower() not in ("0", "off", "false", "no")
 
 
-def refill_at_end() -> bool:
-    """KERNELLAB_REFILL_AT_END=1: in a chain of more than two wgmma dots (the attention backward's loops) the
-    barrier and the copies that refill a stage go at the end of the body, after the last dot's issue (Triton's
-    order), instead of right after the first dot's wait (which the forward's two-dot chain measured faster).
-    Either way they refill the stage the previous iteration read, which the first dot's wait has retired. Off by
-    default until timed on the GPU; part of the disk-cache key."""
-    return os.environ.get("KERNELLAB_REFILL_AT_END", "0").lower() not in ("", "0", "off", "false", "no")
-
-
 def _side_loads(body, taken: set) -> list:
     """The loads of the loop body besides the dots' tiles that the copies can carry too, as (load, address slice,
     the axis the stage adds): row vectors (a 1-D slice of a 2-D layout, 2- or 4-byte elements: the attention
@@ -482,16 +473,11 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     overlap = _overlappable_wgmma(body, dots, reads, stages)
     chain_overlap = None if overlap is not None else _overlappable_chain(body, dots, reads, stages)
     ahead = stages - 1  # iterations the copies run ahead
-    # experiment (KERNELLAB_MMA_COPIES, default "before"): where an mma.sync loop issues its copies
-    order = mma_copy_order() if overlap is None and chain_overlap is None else "before"
-    if order == "reuse" and stages < 3:
-        order = "after"
-    nbuf = stages - 1 if order == "reuse" else stages
     pre = Builder(for_op, loc)
     bufs = []
     for (ld, _), rd, (dot, index) in zip(plans, readers, targets):
-        buf_t = _stage_type(dot, rd, ld.result.type, nbuf)
-        bufs.append(pre.op("ttg.local_alloc", [], [buf_t], {"stages": nbuf, "operand": "ab"[index]},
+        buf_t = _stage_type(dot, rd, ld.result.type, stages)
+        bufs.append(pre.op("ttg.local_alloc", [], [buf_t], {"stages": stages, "operand": "ab"[index]},
                            [f"{'ab'[index]}_stages"], loc=ld.loc).result)
     for ld, _, axis in side:  # a dense [1, N] / [N, 1] tile per stage
         t = ld.result.type
@@ -515,7 +501,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         ahead_args[i] = body.add_arg(a.type, (a.hint or "v") + "_ahead")
     read_slot = body.add_arg(I32, "read_stage")
     write_slot = body.add_arg(I32, "write_stage")
-    inits = [state[id(iter_args[i])] for i in sorted(carried)] + [pre.const(0), pre.const(ahead % nbuf)]
+    inits = [state[id(iter_args[i])] for i in sorted(carried)] + [pre.const(0), pre.const(ahead % stages)]
 
     top = Builder(body.ops[0], loc)
     top.op("ttg.async_wait", bufs, [], {"pending": ahead - 1})
@@ -554,17 +540,10 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         done = at.op("ttg.dot_wait", [acc], [acc.type], {"pending": 0}, [acc.hint]).result
         acc.replace_all_uses_with(done)
         done.defining_op.set_operand(0, acc)
-        if len(dots) > 2 and refill_at_end():
-            at = Builder(yield_op, loc)  # after the last dot's issue, as Triton's (it runs across the barrier)
         at.op("ttg.barrier", [], [], {"reason": "every warpgroup's previous wgmmas have read the stage refilled next"})
         overlap = (second, j)
         stats["overlapped_wgmma"] = stats.get("overlapped_wgmma", 0) + 1
         _retire_at_next_wait(body, dots, stats)
-    elif order == "after":  # behind the dot: its ldmatrix loads do not queue behind the copies
-        at = Builder(yield_op, loc)
-    elif order == "reuse":  # Triton's: S-1 stages, the copies refill the stage just read once every warp has read it
-        at = Builder(yield_op, loc)
-        at.op("ttg.barrier", [], [], {"reason": "every warp has read the stage refilled next"})
     iv_ahead = at.add(iv, at.const(ahead * step, iv.type))
     mapping = {id(iter_args[i]): ahead_args[i] for i in carried}
     mapping[id(iv)] = iv_ahead
@@ -590,7 +569,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
                 op.erase()
         ld.erase()
     end = Builder(yield_op, loc)
-    one, last = end.const(1), end.const(nbuf - 1)
+    one, last = end.const(1), end.const(stages - 1)
     new_slots = []
     for slot in (read_slot, write_slot):
         at_end = end.op("arith.cmpi", [slot, last], [int1], {"predicate": "eq"}).result
@@ -614,17 +593,6 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     Builder(after, loc).op("ttg.async_wait", list(bufs), [], {"pending": 0})
     stats["pipelined"] += 1
     stats["buffers"] += len(bufs)
-
-
-def mma_copy_order() -> str:
-    """KERNELLAB_MMA_COPIES, an experiment for mma.sync loops (wgmma loops keep theirs): "before" (the default)
-    issues the copies right after the wait, before the dot, into the stage the previous iteration read (S
-    stages); "after" issues them behind the dot (S stages); "reuse" is Triton's: S-1 stages, and behind the dot a
-    barrier, then the copies refill the stage the dot just read (less shared memory, two barriers)."""
-    import os
-
-    v = os.environ.get("KERNELLAB_MMA_COPIES", "before").strip().lower() or "before"
-    return v if v in ("before", "after", "reuse") else "before"
 
 
 def run(module: Module, options=None) -> dict:
