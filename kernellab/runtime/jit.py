@@ -321,31 +321,35 @@ class CompiledKernel:
     def _check_register_budget(self, num_warps: int):
         """Refuse, before LLVM sees it, a tile that gives each thread more than GPU_TILE_BYTES_PER_THREAD bytes
         of one value: it cannot live in registers (255 x 4 bytes), spills to local memory, and LLVM's time
-        grows faster than linearly with it (BLOCK=2**24 never finished). The interpreter still runs it."""
+        grows faster than linearly with it (BLOCK=2**24 never finished). A tile computed element by element
+        passes: the GPU pass strip_mine_tiles computes it in chunks of rows. The interpreter runs either."""
+        from ..compiler.passes import strip_mine_tiles
+
         threads = 32 * num_warps
         worst, where = 0, None
         for fn in self.module.functions:
-            for op in fn.walk():
-                for r in op.results:
-                    t = r.type
-                    if not t.is_block() or t.scalar.is_ptr():
-                        size = 0
-                    else:
-                        n = 1
-                        for d in t.shape:
-                            n *= d
-                        size = n * t.scalar.itemsize
-                    if size > worst:
-                        worst, where = size, op
+            size, op = strip_mine_tiles.worst_tile(fn)
+            if size > worst:
+                worst, where = size, op
         per_thread = worst // threads
-        if per_thread > GPU_TILE_BYTES_PER_THREAD:
-            line = where.loc.line if where is not None and where.loc is not None else None
-            text = self.source_lines[line - 1] if line and line <= len(self.source_lines) else None
-            raise CompilationError(self.name, f"a tile of {worst} bytes gives each of the {threads} threads "
-                                   f"({num_warps} warps) {per_thread} bytes, over the GPU budget of "
-                                   f"{GPU_TILE_BYTES_PER_THREAD}; use a smaller BLOCK (loop over the data) or more "
-                                   "warps", "<gpu>" if line is None else self.trace_filename(), line,
-                                   max(0, where.loc.col - 1) if line else 0, text)
+        if per_thread <= GPU_TILE_BYTES_PER_THREAD:
+            return
+        try:
+            if strip_mine_tiles.plan(self.module.kernel, num_warps) is not None:
+                return
+            why = ""
+        except strip_mine_tiles.Refusal as r:
+            why = (f"; kernellab computes such a tile in chunks of rows only when every op on it works element by "
+                   f"element (loads, stores, arithmetic, broadcasts), but here {r.reason}")
+            if r.op is not None and r.op.loc is not None:
+                where = r.op
+        line = where.loc.line if where is not None and where.loc is not None else None
+        text = self.source_lines[line - 1] if line and line <= len(self.source_lines) else None
+        raise CompilationError(self.name, f"a tile of {worst} bytes gives each of the {threads} threads "
+                               f"({num_warps} warps) {per_thread} bytes, over the GPU budget of "
+                               f"{GPU_TILE_BYTES_PER_THREAD}{why}; use a smaller BLOCK (loop over the data) or more "
+                               "warps", "<gpu>" if line is None else self.trace_filename(), line,
+                               max(0, where.loc.col - 1) if line else 0, text)
 
     def trace_filename(self) -> str:
         return getattr(self.module.kernel, "source_file", "<unknown>")
@@ -376,9 +380,12 @@ class CompiledKernel:
         return launch
 
 
+from ..compiler.passes.strip_mine_tiles import TILE_BYTES_PER_THREAD as _TILE_BYTES_PER_THREAD  # noqa: E402
+
 _TARGETS: dict = {}
-# Bytes of one tile value per thread beyond which the GPU build is refused (registers hold ~1 KiB per thread).
-GPU_TILE_BYTES_PER_THREAD = 16 * 1024
+# Bytes of one tile value per thread beyond which the GPU build splits the tile (strip_mine_tiles) or refuses it
+# (registers hold ~1 KiB per thread).
+GPU_TILE_BYTES_PER_THREAD = _TILE_BYTES_PER_THREAD
 
 
 def _can_assemble() -> bool:
