@@ -422,8 +422,9 @@ class static_range:
 
 
 class range:
-    """`tl.range`: a runtime loop with pipelining hints (`num_stages`, `loop_unroll_factor`). Triton's other
-    hints (`flatten`, `warp_specialize`, `disable_licm`...) are accepted and do not change the loop."""
+    """`tl.range`: a runtime loop with pipelining hints (`num_stages`, `loop_unroll_factor`, `warp_specialize`: on
+    sm_90 a producer warpgroup issues the loop's TMA copies, passes/warp_specialize.py). Triton's other hints
+    (`flatten`, `disable_licm`...) are accepted and do not change the loop."""
 
     def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None,
                  disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False, disable_licm=False):
@@ -433,6 +434,7 @@ class range:
             self.start, self.end = arg1, arg2
         self.step = 1 if step is None else step
         self.num_stages = unwrap(num_stages)
+        self.warp_specialize = bool(unwrap(warp_specialize))
 
 
 class PropagateNan:
