@@ -313,3 +313,17 @@ def test_gpu_unspecialized_baseline(kernel):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     _child(kernel, "fp16", (128, 128, 64, 3, 8), (200, 136, 328), False)
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
+def test_persistent_stages_that_no_longer_fit_build_unspecialized(tmp_path, monkeypatch):
+    """128x256x128 with 2 stages: live across the tile loop, the stages no longer share the epilogue's shared memory
+    (264 KB); the build drops the producer, not a stage, and the trace says so."""
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    ck = _compile_stats("persistent", (128, 256, 128, 2, 8), ws=True)
+    assert ck.launch_warps == 8 and ck.shared <= 232448
+    assert "built without warp specialization" in ck.trace.notes[-1]
+    (why,) = ws_stats(ck)["not_specialized"]
+    assert "off for this build" in why
+    stats = {k: v for p in ck.trace.passes if p.name == "pipeline_dot_operands" for k, v in p.stats.items()}
+    assert stats["pipelined"] == 1

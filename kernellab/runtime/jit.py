@@ -262,6 +262,14 @@ class CompiledKernel:
             limit = _max_shared(target.arch)
             if out["shared"] <= limit or opts.num_stages <= 1:
                 break
+            if (out.get("launch_warps") or opts.num_warps) > opts.num_warps:
+                # warp-specialized: its stage buffers cannot share the epilogue's shared memory (the producer fills
+                # the next tile's stages meanwhile); the same stages without the producer come before fewer stages
+                del self.trace.passes[start:]
+                self.trace.notes.append(f"shared memory: {out['shared']} bytes warp-specialized is over sm_"
+                                        f"{target.arch}'s {limit}; built without warp specialization")
+                opts = dataclasses.replace(opts, warp_specialize=False)
+                continue
             # Too many pipeline buffers for this GPU: fewer stages (down to one) rather than a kernel that
             # cannot launch; the trace keeps the build that was used and says why.
             del self.trace.passes[start:]

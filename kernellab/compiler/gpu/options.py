@@ -15,6 +15,9 @@ class GpuOptions:
     # libdevice's functions flush subnormals (its "ftz" variants), as Triton's default enable_reflect_ftz does:
     # fewer instructions and registers (e.g. logf); `enable_reflect_ftz=False` keeps subnormals exact
     reflect_ftz: bool = True
+    # sm_90: loops marked `tl.range(..., warp_specialize=True)` (or all TMA dot loops under
+    # KERNELLAB_WARP_SPECIALIZE=1) get a producer warpgroup; False: none (a build whose stages then no longer fit)
+    warp_specialize: bool = True
     maxnreg: int | None = None  # a cap on registers per thread (Triton's maxnreg), given to ptxas
     # source lines through LLVM IR (!dbg), PTX (.loc) and SASS (ptxas -lineinfo) for the lab's linked view; they
     # do not change the code (tests/test_line_info.py). Off: KERNELLAB_DISABLE_LINE_INFO=1, as Triton's knob

@@ -436,6 +436,9 @@ def run(module: Module, options=None) -> dict:
         why = None
         if arch < 90:
             why = f"sm_{arch} has no TMA or setmaxnreg"
+        elif not getattr(options, "warp_specialize", True):
+            why = ("off for this build: with the stage buffers live across the tile loop the shared memory did not "
+                   "fit (see the trace's notes)")
         elif num_warps % 4:
             why = f"num_warps={num_warps} is not a whole number of warpgroups"
         elif stats["warp_specialized"]:
