@@ -99,20 +99,14 @@ class _TmaLoop:
         self.barrier = barriers[0]
         if self.overlapped:
             wait = next_op(self.dot)
-            if wait.name != "ttg.dot_wait" or next_op(wait) is not self.barrier:
-                raise _Skip("the wgmma in flight is not retired right before the refill")
-        for o in for_op.walk():
-            if o is not for_op and (o.regions or o.name in ("tt.debug_barrier", "tt.store", "tt.atomic_rmw",
-                                                            "tt.atomic_cas", "ttg.local_store")):
-                raise _Skip(f"{o.name} in the loop body")
+            if wait.name != "ttg.dot_wait" or next_op(wait) is not self.barrier or self.final_wait() is None:
+                raise _Skip("the wgmma in flight is not retired right before the refill and after the loop")
+        if any(v not in body.args[1:] for v in (self.read_slot, self.write_slot, self.phase)):
+            raise _Skip("the stages are not carried by the loop")
 
     def arg_index(self, v) -> int:
         """The iter-arg index of a block argument of the body."""
         return self.body.args.index(v) - 1
-
-    def drain(self) -> Op:
-        ops = self.for_op.block.ops
-        return next(o for o in ops[ops.index(self.for_op) + 1:] if o.name == "ttg.async_wait")
 
     def inval(self) -> Op:
         ops = self.for_op.block.ops
@@ -304,7 +298,7 @@ def _build_producer(ws: Op, seq, sl: _Slice, loop: _TmaLoop, outer, empty) -> No
 
 # ------------------------------------------------------------------------------------------------ the consumers
 
-def _consume(loop: _TmaLoop, empty) -> Op:
+def _consume(loop: _TmaLoop, empty) -> None:
     """The consumers' loop: no copies; each warp releases a stage once the wgmma that read it has retired."""
     loc, body = loop.for_op.loc, loop.body
     for o in loop.pre_fills + loop.body_fills:
@@ -319,15 +313,11 @@ def _consume(loop: _TmaLoop, empty) -> Op:
         ev = rel.op("ttg.memdesc_index", [empty, loop.read_slot], [empty.type.tile()]).result
         rel.op("ttg.mbarrier_arrive", [ev, rel.op("arith.constant", [], [int1], {"value": 1}).result], [])
     loop.barrier.erase()
-    fin = loop.final_wait()
-    if loop.overlapped and fin is not None:  # the last iteration's stage, once its wgmma has retired
-        after = Builder(next_op(fin), loc)
+    if loop.overlapped:  # the last iteration's stage, once its wgmma has retired (none when the loop ran none)
+        after = Builder(next_op(loop.final_wait()), loc)
         last = loop.for_op.results[loop.arg_index(loop.write_slot)]
         ev = after.op("ttg.memdesc_index", [empty, last], [empty.type.tile()]).result
         after.op("ttg.mbarrier_arrive", [ev, after.lt(lb, ub)], [])
-    elif loop.overlapped:
-        raise AssertionError("an overlapped wgmma loop without its final dot_wait")
-    return loop.for_op
 
 
 # ------------------------------------------------------------------------------------------------ driver
