@@ -139,6 +139,8 @@ def test_why_a_marked_loop_is_not_specialized(check):
     cases = [
         (MARKED, GpuOptions(num_warps=4, num_stages=2, arch=80), "sm_80 has no TMA or setmaxnreg"),
         (MARKED, GpuOptions(num_warps=2, num_stages=2, arch=90), "num_warps=2 is not a whole number of warpgroups"),
+        (MARKED, GpuOptions(num_warps=32, num_stages=2, arch=90),
+         "num_warps=32 leaves no room for a producer warpgroup (1024 threads per block)"),
         (PIPELINED_2.replace("{pipelined_stages = 2}", "{pipelined_stages = 2, warp_specialize = true}"), SM90,
          "its stages are filled by cp.async, not TMA (fill_stages_with_tma's no_tma says why)"),
         (MARKED.replace("  %zero = arith.constant", "  %old = tt.atomic_rmw %a_ptr, %c0 {kind = \"add\"} : i32\n"

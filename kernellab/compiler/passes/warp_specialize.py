@@ -431,6 +431,8 @@ def run(module: Module, options=None) -> dict:
                    "fit (see the trace's notes)")
         elif num_warps % 4:
             why = f"num_warps={num_warps} is not a whole number of warpgroups"
+        elif (num_warps + PRODUCER_WARPS) * 32 > 1024:
+            why = f"num_warps={num_warps} leaves no room for a producer warpgroup (1024 threads per block)"
         elif stats["warp_specialized"]:
             why = "one specialized loop per kernel"
         if why is None:
