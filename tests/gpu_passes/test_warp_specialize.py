@@ -150,3 +150,46 @@ def test_why_a_marked_loop_is_not_specialized(check):
     for text, options, why in cases:
         _, stats = check(warp_specialize, text, text, options)
         assert stats == {"warp_specialized": 0, "not_specialized": [f"line ?: {why}"]}
+
+
+def test_persistent_tile_loop(run_pass):
+    """Tutorial 09's persistent descriptor matmul (the tile loop marked, the K loop inside it pipelined and filled by
+    TMA): the buffers and mbarriers move before the tile loop; the producer's copy of the tile loop carries the fill
+    count (and nothing of the accumulator or the epilogue); the consumers' tile loop carries the K loop's read stage,
+    write stage and phase from one tile to the next; the mbarriers are invalidated after the tile loop."""
+    from kernellab.compiler.codegen.target import Target
+    from tests.test_warp_specialize import launch
+
+    ck, _, _ = launch("persistent", "fp16", (256, 256, 512), (64, 64, 64, 3, 4), True, device="cpu", warmup=True)
+    ck.build_gpu(Target(90))
+    before = next(p.ir for p in ck.trace.passes if p.name == "warpgroup_turns")
+    m, stats = run_pass(warp_specialize, before, SM90)
+    assert stats == {"warp_specialized": 1}
+    top = m.kernel.body.ops
+    names = [o.name for o in top]
+    ws, tiles = names.index("ttg.warp_specialize"), names.index("scf.for")
+    assert ws < tiles and names.count("scf.for") == 1
+    assert [o.attrs.get("purpose") for o in top[:ws] if o.name == "ttg.mbarrier_alloc"] == [None, "empty"]
+    assert names[:ws].count("ttg.local_alloc") == 2 and names[:ws].count("ttg.tensormap") == 2
+    assert [o.name for o in top[tiles + 1:]] == ["ttg.mbarrier_inval", "ttg.mbarrier_inval", "tt.return"]
+    # the producer: a tile loop carrying the fill count, a K loop carrying it too, and no tensor anywhere
+    region = top[ws].regions[0]
+    (p_tiles,) = [o for o in region.ops if o.name == "scf.for"]
+    assert [a.hint for a in p_tiles.regions[0].args[1:]] == ["fills"]
+    (p_k,) = [o for o in p_tiles.regions[0].ops if o.name == "scf.for"]
+    assert [a.hint for a in p_k.regions[0].args[1:]] == ["fill"]
+    inner = list(top[ws].walk())
+    assert not any(o.name in ("tt.dot", "ttg.dot_wait", "tt.store", "ttg.mbarrier_arrive") for o in inner)
+    assert not any(r.type.is_block() for o in inner for r in o.results)
+    assert sum(o.name == "ttg.mbarrier_expect" for o in inner) == 3  # the S-1 ahead of the K loop and its own
+    assert sum(o.name == "ttg.mbarrier_wait" and len(o.operands) == 3 for o in inner) == 3
+    # the consumers: no copies; the K loop's stage state comes from the tile loop and goes back to it
+    consumer = top[tiles]
+    assert not any(o.name in ("ttg.tma_copy", "ttg.mbarrier_expect") for o in consumer.walk())
+    body = consumer.regions[0]
+    (k_loop,) = [o for o in body.ops if o.name == "scf.for"]
+    carried = body.args[-3:]
+    assert list(k_loop.operands[-3:]) == carried
+    assert list(body.terminator.operands[-3:]) == list(k_loop.results[-3:])
+    assert [int(v.defining_op.attrs["value"]) for v in consumer.operands[-3:]] == [0, 2, 0]
+    assert sum(o.name == "ttg.mbarrier_arrive" for o in consumer.walk()) == 2
