@@ -23,7 +23,11 @@ for nothing. In a persistent kernel (the marked loop is a tile loop around the p
 tutorial 09) the stage buffers and mbarriers move before the tile loop, which carries the consumers' read stage and
 phase from one tile's K loop to the next while the producer's fill count runs on.
 
-Why a marked loop was left alone is in the stats (`not_specialized`).
+This version takes one such loop per kernel, at the kernel's top level (or its tile loop there), with one wgmma dot
+whose operands TMA fills (Triton on Hopper asks for all-TMA loads too); code before the split runs in every warp, so
+no dot, atomic or print may precede it. Why a marked loop was left alone is in the stats (`not_specialized`). A
+persistent build whose stages no longer fit next to the epilogue's shared memory is rebuilt without the producer
+(runtime/jit.py), before fewer stages are tried.
 """
 from __future__ import annotations
 
