@@ -7,6 +7,7 @@ and prints TFLOP/s and ratios.
 
     python benchmarks/matmul.py          # needs a CUDA GPU, torch and (for the comparison) triton
     python benchmarks/matmul.py --fp8    # the fp8 rows only ("bp": the block-pointer text, TMA in kernellab)
+    python benchmarks/matmul.py --fp8 --warp-specialize   # kernellab's TMA loops (the "bp" rows) warp-specialized
 """
 from __future__ import annotations
 
@@ -233,7 +234,14 @@ def main(argv=None):
     ap.add_argument("--no-fp8", action="store_true", help="skip the fp8 rows")
     ap.add_argument("--fp8-stages", type=int, default=FP8_NUM_STAGES,
                     help=f"num_stages of the fp8 rows, both compilers (default {FP8_NUM_STAGES}; 4 fits 128x256x128)")
+    ap.add_argument("--warp-specialize", action="store_true",
+                    help="KERNELLAB_WARP_SPECIALIZE=1: kernellab's TMA dot loops (the fp8 'bp' rows) get a producer "
+                    "warpgroup (passes/warp_specialize.py)")
     args = ap.parse_args(argv)
+    if args.warp_specialize:
+        import os
+
+        os.environ["KERNELLAB_WARP_SPECIALIZE"] = "1"
     impls, triton_version = implementations()
     shapes = [(s, s, s) for s in (1024, 2048, 4096, 8192)] + [(8192, 8192, 1024), (16, 4096, 4096)]
     rows = []

@@ -67,6 +67,11 @@ def _runs(t, triton, TensorDescriptor, a, b, c, K, cfg, num_sms):
                 ad, bd, cd, M, N, K, FP8_OUTPUT=False, EPILOGUE_SUBTILE=sub, NUM_SMS=num_sms, WARP_SPECIALIZE=False,
                 **common))
     for ws in (False, True):
+        ad, bd = TensorDescriptor.from_tensor(a, [BM, BK]), TensorDescriptor.from_tensor(b, [BN, BK])
+        cd = TensorDescriptor.from_tensor(c, [BM, BN])
+        runs["tma" + ("_ws" if ws else "")] = (  # the K loop marked (Triton 3.6 on Hopper may refuse it)
+            lambda ad=ad, bd=bd, cd=cd, ws=ws: t.matmul_kernel_tma.fn[g1](
+                ad, bd, cd, M, N, K, FP8_OUTPUT=False, WARP_SPECIALIZE=ws, **common))
         runs["desc_persistent" + ("_ws" if ws else "")] = (
             lambda ws=ws: t.matmul_kernel_descriptor_persistent.fn[gp](
                 a, b, c, M, N, K, EPILOGUE_SUBTILE=False, NUM_SMS=num_sms, WARP_SPECIALIZE=ws, FLATTEN=not ws,
@@ -74,7 +79,7 @@ def _runs(t, triton, TensorDescriptor, a, b, c, K, cfg, num_sms):
     return runs
 
 
-def child(side: str, tutorial: str, ks: list) -> list:
+def child(side: str, tutorial: str, ks: list, only=None) -> list:
     if side == "kernellab":
         import kernellab.compat
 
@@ -99,6 +104,8 @@ def child(side: str, tutorial: str, ks: list) -> list:
         for cfg in CONFIGS:
             c = torch.empty((8192, 8192), device="cuda", dtype=torch.float16)
             for name, fn in _runs(t, triton, TensorDescriptor, a, b, c, K, cfg, num_sms).items():
+                if only and name not in only:
+                    continue
                 row = dict(K=K, kernel=name, cfg="{}x{}x{}/{}/{}".format(*cfg))
                 try:
                     c.fill_(float("nan"))
@@ -119,10 +126,13 @@ def main(argv=None):
     ap.add_argument("--also-env", action="append", default=[], metavar="VAR=VALUE",
                     help="one more kernellab child with this environment setting (a codegen switch such as "
                          "KERNELLAB_FLATTEN=0), timed in the same run; its column is 'alt'")
+    ap.add_argument("--kernels", nargs="+", help="only these rows (naive, persistent, tma, tma_ws, tma_persistent, "
+                    "tma_persistent_sub, desc_persistent, desc_persistent_ws); KERNELLAB_WARP_SPECIALIZE=1 in the "
+                    "environment warp-specializes every TMA loop on the kernellab side")
     ap.add_argument("--child", choices=["kernellab", "triton"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        print("@@rows " + json.dumps(child(args.child, args.tutorial, args.k)), flush=True)
+        print("@@rows " + json.dumps(child(args.child, args.tutorial, args.k, args.kernels)), flush=True)
         return 0
     import torch
 
@@ -139,7 +149,8 @@ def main(argv=None):
     res = {}
     for label, side, extra in sides:
         p = subprocess.run([sys.executable, __file__, "--tutorial", args.tutorial, "--k", *map(str, args.k),
-                            "--child", side], capture_output=True, text=True, env={**env, **extra})
+                            *(["--kernels", *args.kernels] if args.kernels else []), "--child", side],
+                           capture_output=True, text=True, env={**env, **extra})
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("@@rows ")]
         if not lines:
             print(f"{label}: the child failed:\n{p.stderr[-2000:]}")

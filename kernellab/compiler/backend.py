@@ -13,6 +13,7 @@ from .codegen import occupancy_cap
 from .codegen.line_map import llvm_positions, ptx_positions
 from .codegen.llvm_to_ptx import compile_llvm
 from .codegen.lower import LoweringError, lower_kernel
+from .codegen.lower_warp_specialize import producer_warps, registers
 from .codegen.ptx_to_cubin import ptx_to_cubin
 from .codegen.target import Target
 from .gpu.options import GpuOptions
@@ -63,7 +64,8 @@ def _tile(b: Build):
 def _gpu(b: Build):
     check_fp8_formats(b.module, b.target.arch if b.target is not None else 90)
     run_gpu_pipeline(b.module, b.trace, b.options)
-    b.out.update(gpu=b.trace.stage("gpu").ir, shared=b.module.shared_bytes, shared_plan=b.module.shared_plan)
+    b.out.update(gpu=b.trace.stage("gpu").ir, shared=b.module.shared_bytes, shared_plan=b.module.shared_plan,
+                 launch_warps=b.options.num_warps + producer_warps(b.module.kernel))
 
 
 def _llir(b: Build):
@@ -97,7 +99,10 @@ def _ptx(b: Build):
     lsr = _llvm_lsr(b.module)
     res = compile_llvm(b.out["llir"], b.target, b.name, ftz=b.options.reflect_ftz, loop_strength_reduction=lsr)
     ptx = res.ptx
-    if b.options.maxnreg:
+    extra = producer_warps(b.module.kernel)
+    if extra:  # setmaxnreg needs the count at entry: all the launch's threads share the register file
+        ptx = _cap_registers(ptx, registers(b.options.num_warps, b.options.maxnreg, extra)[0])
+    elif b.options.maxnreg:
         ptx = _cap_registers(ptx, b.options.maxnreg)
     b.out["ptx"] = ptx
     positions = ptx_positions(ptx) if b.options.line_info else None

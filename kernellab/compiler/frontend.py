@@ -625,7 +625,8 @@ class CodeGenerator(ast.NodeVisitor):
                 return self.unrolled_for(node, builtins.range(unwrap(r.start), unwrap(r.end), unwrap(r.step)))
             if fn is builtins.range or fn is lcore.range:
                 r = lcore.range(*args, **kwargs)
-                return self.runtime_for(node, r.start, r.end, r.step, r.num_stages, getattr(r, "flatten", False))
+                return self.runtime_for(node, r.start, r.end, r.step, r.num_stages, getattr(r, "flatten", False),
+                                        r.warp_specialize)
             iterable = fn(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
         else:
             iterable = self.visit(it)
@@ -695,7 +696,7 @@ class CodeGenerator(ast.NodeVisitor):
             out += [unwrap(x) for x in leaves(scope[n]) if isinstance(unwrap(x), tensor) or _is_num(unwrap(x))]
         return out
 
-    def runtime_for(self, node, start, end, step, num_stages=None, flatten=False):
+    def runtime_for(self, node, start, end, step, num_stages=None, flatten=False, warp_specialize=False):
         jump = _first_node(node.body, (ast.Break, ast.Continue))
         if jump is not None:
             raise self.error(jump, _jump_reason(jump, "; use a `while` loop with a condition"))
@@ -743,6 +744,8 @@ class CodeGenerator(ast.NodeVisitor):
         attrs = {"num_stages": num_stages} if num_stages is not None else {}
         if flatten:  # a hint for the GPU pipeline (passes/flatten_loops.py); the tile IR's meaning is unchanged
             attrs["flatten"] = True
+        if warp_specialize:  # sm_90: a producer warpgroup issues the loop's TMA copies (passes/warp_specialize.py)
+            attrs["warp_specialize"] = True
         op = self.builder.create("scf.for", [lb.handle, ub.handle, st.handle] + [v.handle for v in inits],
                                  [v.type for v in inits], attrs, [body], hints=hints)
         self.scope.update(self._rebuild_carried(carried, templates, [tensor(r, r.type) for r in op.results]))

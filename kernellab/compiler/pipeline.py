@@ -91,12 +91,13 @@ def gpu_passes():
         strip_mine_tiles,
         tma_store,
         upcast_fp8_dot,
+        warp_specialize,
         warpgroup_turns,
     )
 
     return [flatten_loops, strip_mine_tiles, upcast_fp8_dot, decompose_batched_dot, accelerate_matmul, assign_layouts,
             remove_layout_conversions, share_uniform_runs, stage_invariant_dot_operands, pipeline_dot_operands,
-            fill_stages_with_tma, warpgroup_turns, tma_store, allocate_shared, insert_barriers]
+            fill_stages_with_tma, warpgroup_turns, warp_specialize, tma_store, allocate_shared, insert_barriers]
 
 
 def _restore_origins(module: Module, tile) -> None:

@@ -147,6 +147,7 @@ class CompiledKernel:
     shared_plan: list = field(default_factory=list)
     report: dict = field(default_factory=dict)
     num_warps: int = 4
+    launch_warps: int | None = None  # warps launched: num_warps, plus a producer warpgroup when warp-specialized
     arg_kinds: list = field(default_factory=list)
     _built_for: str | None = None
     param_names: list = field(default_factory=list)  # every parameter of the @jit function, constexprs too
@@ -270,6 +271,13 @@ class CompiledKernel:
                                         f"over sm_{target.arch}'s {limit}; built with the nest kept")
                 opts = dataclasses.replace(opts, flatten=False)
                 continue
+            if (out.get("launch_warps") or opts.num_warps) > opts.num_warps:
+                # warp-specialized: its stage buffers cannot share the epilogue's shared memory (the producer fills
+                # the next tile's stages meanwhile); the same stages without the producer come before fewer stages
+                self.trace.notes.append(f"shared memory: {out['shared']} bytes warp-specialized is over sm_"
+                                        f"{target.arch}'s {limit}; built without warp specialization")
+                opts = dataclasses.replace(opts, warp_specialize=False)
+                continue
             # Too many pipeline buffers for this GPU: fewer stages (down to one) rather than a kernel that
             # cannot launch; the trace keeps the build that was used and says why.
             self.trace.notes.append(f"shared memory: {out['shared']} bytes with num_stages={opts.num_stages} is "
@@ -289,6 +297,7 @@ class CompiledKernel:
         self.n_regs = out["report"].get("n_regs")
         self.n_spills = out["report"].get("n_spills", 0)
         self.num_warps = opts.num_warps
+        self.launch_warps = out.get("launch_warps") or opts.num_warps
         self.arg_kinds = out["arg_kinds"]
         self._built_for = target.cpu
         return self
@@ -364,7 +373,7 @@ class CompiledKernel:
         return self._loaded
 
     def launch_gpu(self, grid, args, stream, pdl=False):
-        self._loaded.launch(grid, self.num_warps, self.shared, stream, args, pdl)
+        self._loaded.launch(grid, self.launch_warps or self.num_warps, self.shared, stream, args, pdl)
 
     def __getitem__(self, grid):
         """`compiled[grid](*args)`: the runtime arguments, or (as Triton's compiled kernels take them) every
@@ -499,8 +508,8 @@ def _gpu_cache_key(tile_ir: str, opts, target) -> str:
 
 # environment variables that change the code generated (switches kept to measure a choice against the other)
 CODEGEN_ENV = ("KERNELLAB_LLVM_LSR", "KERNELLAB_LLVM_SLSR", "KERNELLAB_NVVM_REFLECT", "KERNELLAB_OCCUPANCY_CAP",
-               "KERNELLAB_CONVERT_ADDRESSES", "KERNELLAB_PIPELINE_SIDE_LOADS",
-               "KERNELLAB_FLATTEN")
+               "KERNELLAB_CONVERT_ADDRESSES", "KERNELLAB_PIPELINE_SIDE_LOADS", "KERNELLAB_FLATTEN",
+               "KERNELLAB_WARP_SPECIALIZE")
 
 
 def _load_cached(key, trace):
@@ -527,7 +536,7 @@ def _load_cached(key, trace):
         trace.notes.append("GPU stages loaded from the disk cache (times are from the original compile)")
         return {"gpu": files["gpu"].decode(), "llir": files["llir"].decode(), "ptx": files["ptx"].decode(),
                 "cubin": files["cubin"], "arg_kinds": meta["arg_kinds"], "shared": meta["shared"],
-                "shared_plan": meta["shared_plan"], "report": meta["report"]}
+                "shared_plan": meta["shared_plan"], "report": meta["report"], "launch_warps": meta.get("launch_warps")}
     except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError):
         # a broken meta: drop the entry so this compile's store repairs it (else every process recompiles)
         del trace.passes[n_before:]
@@ -546,7 +555,8 @@ def _store_cached(key, out, records):
     from .cache import DiskCache
 
     meta = {"arg_kinds": out["arg_kinds"], "shared": out["shared"], "shared_plan": out["shared_plan"],
-            "report": out["report"], "trace_schema": TRACE_SCHEMA, "passes": [to_json(r) for r in records]}
+            "report": out["report"], "launch_warps": out.get("launch_warps"), "trace_schema": TRACE_SCHEMA,
+            "passes": [to_json(r) for r in records]}
     try:
         DiskCache().put(key, {"gpu": out["gpu"].encode(), "llir": out["llir"].encode(), "ptx": out["ptx"].encode(),
                               "cubin": out["cubin"], "meta.json": json.dumps(meta, default=str).encode()})
@@ -1260,7 +1270,7 @@ class JITFunction(KernelInterface):
             grid = _normalize_grid(self.__name__, grid)
         vals = [args[i] if i < len(args) else defaults[i] for i in positions] if leaves is None \
             else [_leaf(args[i] if i < len(args) else defaults[i], path) for i, path in leaves]
-        ck._loaded.launch(grid, ck.num_warps, ck.shared, _current_stream(device), vals,
+        ck._loaded.launch(grid, ck.launch_warps or ck.num_warps, ck.shared, _current_stream(device), vals,
                           bool(kwargs) and bool(kwargs.get("launch_pdl")))
         return ck
 

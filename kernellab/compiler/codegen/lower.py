@@ -17,6 +17,7 @@ from . import (  # noqa: F401 - importing them registers their op handlers
     lower_reduce,
     lower_shape,
     lower_tma,
+    lower_warp_specialize,
     lower_wgmma,
 )
 from .lowering_core import KernelLowering, LoweringError

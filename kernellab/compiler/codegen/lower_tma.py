@@ -77,8 +77,9 @@ def _saddr(lw: KernelLowering, offset):
 
 
 def _one_thread(lw: KernelLowering, pred=None):
-    """i32 1 in thread 0 (where `pred` holds), else 0."""
-    first = lw.b.icmp_unsigned("==", lw.tid, _cint(0))
+    """i32 1 in thread 0 (the producer warp's first thread in a warp-specialized producer) where `pred` holds,
+    else 0."""
+    first = lw.b.icmp_unsigned("==", lw.tid, _cint(lw.leader))
     if pred is not None:
         first = lw.b.and_(first, pred)
     return lw.b.zext(first, I32)
@@ -146,6 +147,11 @@ def _boxes(lw: KernelLowering, bp_v, view_v):
 @handles("ttg.mbarrier_wait")
 def _mbarrier_wait(lw: KernelLowering, op):
     bar, phase = lw.get(op.operands[0]), lw.get(op.operands[1])
+    if len(op.operands) > 2:  # only where pred holds (a warp-specialized producer's fill past the loop's end)
+        _asm(lw, "{ .reg .pred done, go; setp.ne.b32 go, $2, 0; @!go bra.uni skip_wait; wait_phase: "
+             "mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1; @!done bra.uni wait_phase; skip_wait: }",
+             "r,r,r,~{memory}", [_saddr(lw, bar), phase, lw.b.zext(lw.get(op.operands[2]), I32)])
+        return
     _asm(lw, "{ .reg .pred done; wait_phase: mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1; "
          "@!done bra.uni wait_phase; }", "r,r,~{memory}", [_saddr(lw, bar), phase])
     if op.attrs.get("fence_proxy") and CP_ASYNC_PROXY_FENCE:  # cp.async wrote the stage (see lower_async)

@@ -118,6 +118,10 @@ class KernelLowering:
         self.idx_cache: dict = {}
         self.strings: dict[str, ir.GlobalVariable] = {}
         self.arg_kinds: list[str] = []
+        # warp specialization (lower_warp_specialize): the thread that issues one-thread operations (TMA, mbarrier
+        # expects) and, once the producer warps have left, the consumers' thread count for their named barrier
+        self.leader = 0
+        self.consumer_threads = 0
         self._make_function(tensormaps)
         self.debug = DebugLines(self) if getattr(options, "line_info", True) else None
 
@@ -176,8 +180,10 @@ class KernelLowering:
         self.smem32 = self.eb.ptrtoint(smem, I32, name="smem32")
         # the exact block size (`.reqntid`, as Triton): with only an upper bound (`.maxntid`) ptxas may pick a
         # register budget for occupancy (32 registers at 64 threads, then kilobytes of spills)
-        md = self.mod.add_metadata([self.fn, ir.MetaDataString(self.mod, "reqntidx"),
-                                    _cint(self.opts.num_warps * 32)])
+        from .lower_warp_specialize import producer_warps  # (a warp-specialized kernel launches them on top)
+
+        threads = (self.opts.num_warps + producer_warps(self.ir_fn)) * 32
+        md = self.mod.add_metadata([self.fn, ir.MetaDataString(self.mod, "reqntidx"), _cint(threads)])
         md2 = self.mod.add_metadata([self.fn, ir.MetaDataString(self.mod, "kernel"), _cint(1)])
         self.mod.add_named_metadata("nvvm.annotations", md)
         self.mod.add_named_metadata("nvvm.annotations", md2)
@@ -311,6 +317,14 @@ class KernelLowering:
         return self.b.gep(self.smem, [off], source_etype=I8)
 
     def barrier(self):
+        """Every thread of the program waits here; after a warp-specialized split, every consumer thread (a named
+        barrier: the producer warps have left)."""
+        if self.consumer_threads:
+            from .lower_warp_specialize import CONSUMER_BARRIER
+
+            fn = self.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.count", VOID, [I32, I32])
+            self.b.call(fn, [_cint(CONSUMER_BARRIER), _cint(self.consumer_threads)])
+            return
         self.b.call(self.intrinsic("llvm.nvvm.barrier0", VOID, []), [])
 
     # ------------------------------------------------------------------ driver

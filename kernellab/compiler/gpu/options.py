@@ -15,6 +15,9 @@ class GpuOptions:
     # libdevice's functions flush subnormals (its "ftz" variants), as Triton's default enable_reflect_ftz does:
     # fewer instructions and registers (e.g. logf); `enable_reflect_ftz=False` keeps subnormals exact
     reflect_ftz: bool = True
+    # sm_90: loops marked `tl.range(..., warp_specialize=True)` (or all TMA dot loops under
+    # KERNELLAB_WARP_SPECIALIZE=1) get a producer warpgroup; False: none (a build whose stages then no longer fit)
+    warp_specialize: bool = True
     maxnreg: int | None = None  # a cap on registers per thread (Triton's maxnreg), given to ptxas
     # fuse `tl.range(..., flatten=True)` nests (passes/flatten_loops.py); the build turns it off when the fused
     # loop's shared memory (its stages live through the epilogue) is over the GPU's, before it drops stages

@@ -136,6 +136,14 @@ def _sweep(block: Block, stats: dict) -> bool:
     return changed
 
 
+def sweep_block(block: Block) -> dict:
+    """DCE of the ops nested in one block (a region another pass just built), until nothing changes."""
+    stats = {"removed": 0, "iter_args_removed": 0, "if_results_removed": 0}
+    while _sweep(block, stats):
+        pass
+    return stats
+
+
 def run(module: Module) -> dict:
     stats = {"removed": 0, "iter_args_removed": 0, "if_results_removed": 0}
     for fn in module.functions:
