@@ -1895,6 +1895,8 @@ def main(argv=None) -> int:
     if DEVICE != "cpu":
         torch.set_default_device(DEVICE)
     _pretend_one_cuda_device()
+    for name in filter(None, os.environ.get("UNSEEN_LIBRARIES_ABSENT", "").split(",")):
+        sys.modules.setdefault(name, None)  # as if not installed: the imports the packed copy was traced with
     progress = open(args.jsonl, "a") if args.jsonl else None  # noqa: SIM115 (open for the whole run)
     _emit(progress, {"meta": {"side": args.side, "device": DEVICE, "gpu": _gpu_name(), "versions": _versions(
         args.side), "timed": args.time, "rounds": args.rounds}})
