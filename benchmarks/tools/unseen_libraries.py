@@ -1782,6 +1782,8 @@ def run_library(lib: str, side: str, only=(), skip=(), time_rounds=0, progress=N
         if (only and name not in only) or name in skip:
             continue
         _emit(progress, {"start": name, "library": lib})
+        if os.environ.get("UNSEEN_LIBRARIES_CRASH_AT") == name:  # tests of --compare: a child dying in a case
+            os._exit(3)
         torch.manual_seed(0)
         t0 = time.time()
         row = {"library": lib, "op": name, "kind": kind}
@@ -1836,7 +1838,7 @@ def _versions(side) -> dict:
             import subprocess
 
             out["kernellab_commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                                                     capture_output=True, text=True, timeout=10).stdout.strip()
+                                                     capture_output=True, text=True, timeout=10).stdout.strip() or None
     else:
         import triton
 
@@ -2021,8 +2023,8 @@ def merge(work: Path, libs, device) -> dict:
             per_side[side] = got
             if meta:
                 metas[side] = meta
-        names = [n for n, *_ in CASES[lib]] + sorted(set(per_side["kernellab"]) | set(per_side["triton"]) -
-                                                     {n for n, *_ in CASES[lib]})
+        known = [n for n, *_ in CASES[lib]]
+        names = known + sorted((set(per_side["kernellab"]) | set(per_side["triton"])) - set(known))
         for name in names:
             kl, tr = per_side["kernellab"].get(name), per_side["triton"].get(name)
             if kl is None and tr is None:
