@@ -3,7 +3,8 @@ plain torch in float64 (or the library's own pure-torch reference).
 
     PYTHONPATH=<kernellab>:<libs> python benchmarks/tools/unseen_libraries.py [lib ...] [--op NAME ...]
     PYTHONPATH=<libs> TRITON_INTERPRET=1 <python with triton> benchmarks/tools/unseen_libraries.py --side triton
-    ... unseen_libraries.py --device cuda     # on a GPU: compiled kernels, same checks
+    ... unseen_libraries.py --device cuda [--time]   # on a GPU: compiled kernels, same checks (and timings)
+    ... unseen_libraries.py --compare --device cuda --time [--jobs N] [--budget S] [--out DIR]   # both sides
 
 `--side kernellab` (default) calls `kernellab.compat.install()` before a library is imported, so every
 `@triton.jit` in it is a kernellab kernel; `--side triton` imports the real Triton (its interpreter with
@@ -22,7 +23,20 @@ keeps a per-device cache); on a machine without a GPU this script answers those 
 (`_pretend_one_cuda_device`), which changes nothing that a kernel computes. Each op is one case: it builds
 inputs from a fixed seed, runs the library's op and compares every output with the reference; a case passes
 when the largest error is within its tolerance. Prints one line per case and a summary per library, and with
-`--json PATH` writes the results.
+`--json PATH` writes the results (an object: date, device, gpu, side, versions, rows).
+
+`--time` (for a GPU; on a CPU it only proves the plumbing): after a case's check, the kernel launches of one
+more call are recorded and replayed (see "timing" below: the library's launch wrappers and the compiler's launch
+path are in, the torch glue and the reference are not), timed with benchmarks/libraries.py's `_time_gpu`
+(CUDA events; warm-up, then the median of 20..200 timings, each after an L2 flush, of `--rounds` rounds):
+`ms` = GPU time per call, launch costs on the device included; `wall_ms` = back-to-back calls, the host's launch
+path included. `--compare` runs both sides as children (kernellab.compat and the real Triton cannot share a
+process), one per library and side, resumed in a new child when one dies in a case (recorded as failed), and
+writes `<date>-<gpu>-unseen-libraries.json` (an object: versions, per case both sides' rows and
+`ratio` = kernellab ms / Triton ms, `launch_bound` when both are under 20 us; per library and overall the counts,
+the geomean ratio with and without launch-bound cases, and the worst case), then prints a table. A rerun with
+the same `--work` goes on where it stopped (`--budget`). The libraries for a GPU machine without network come
+from benchmarks/tools/pack_unseen_libraries.py; the device command is in benchmarks/NOTES.md.
 """
 from __future__ import annotations
 
@@ -1774,6 +1788,20 @@ def _emit(progress, obj):
         progress.flush()
 
 
+CONTEXT_LOST = 75  # a child's exit code: a case broke the CUDA context; --compare goes on in a new child
+
+
+def _context_lost() -> bool:
+    """After a failed case on the GPU: whether the CUDA context is unusable (an illegal address poisons it)."""
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        return torch.ones(1, device=DEVICE).add_(1).item() != 2.0
+    except Exception:
+        return True
+
+
 def run_library(lib: str, side: str, only=(), skip=(), time_rounds=0, progress=None) -> list[dict]:
     import torch
 
@@ -1809,6 +1837,11 @@ def run_library(lib: str, side: str, only=(), skip=(), time_rounds=0, progress=N
                 row["time_failure"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]
         rows.append(row)
         _emit(progress, row)
+        if DEVICE != "cpu" and (not row["passed"] or "time_failure" in row) and _context_lost():
+            print(f"FAIL {lib} {name}: the CUDA context is lost (every later call would fail): the rest of the "
+                  f"library needs a new process ({'--compare starts one' if progress else 'run it again'})",
+                  flush=True)
+            os._exit(CONTEXT_LOST)
         status = "PASS" if row["passed"] else "FAIL"
         detail = f"err {row['error']:.2e}" if "error" in row else row["failure"]
         if "ms" in row:
@@ -1879,6 +1912,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=0, help="--compare: start no child after this many seconds "
                     "(a rerun continues)")
     ap.add_argument("--child-timeout", type=float, default=480, help="--compare: seconds for one child")
+    ap.add_argument("--jobs", type=int, default=1, help="--compare: first run every child untimed, this many at "
+                    "a time, to fill the compile caches (the timed children then run one at a time)")
     ap.add_argument("--triton-python", default=sys.executable, help="--compare: the python of the Triton side")
     args = ap.parse_args(argv)
     if args.compare:
@@ -1964,7 +1999,7 @@ def _read_progress(path: Path):
     return rows, meta, ended, started
 
 
-def _run_child(args, lib, side, path, log, timeout):
+def _run_child(args, lib, side, path, log, timeout, timed=True):
     """One child for (lib, side), appending to `path`; its exit code (None: killed at the timeout)."""
     import signal
     import subprocess
@@ -1972,7 +2007,7 @@ def _run_child(args, lib, side, path, log, timeout):
     done = set(_read_progress(path)[0])
     cmd = [sys.executable if side == "kernellab" else args.triton_python, __file__, lib, "--side", side,
            "--device", args.device, "--jsonl", str(path)]
-    cmd += ["--time", "--rounds", str(args.rounds)] if args.time else []
+    cmd += ["--time", "--rounds", str(args.rounds)] if args.time and timed else []
     for op in args.op:
         cmd += ["--op", op]
     for op in sorted(done):
@@ -1980,6 +2015,9 @@ def _run_child(args, lib, side, path, log, timeout):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH")] if p))
     if side == "triton" and args.device == "cpu":
         env["TRITON_INTERPRET"] = "1"
+    # FlagGems keeps tuned configs in a database keyed by GPU and Triton version, which kernellab.compat reports
+    # too: one per side (and apart for the untimed warm-up, tuned while others ran), so neither inherits the other's
+    env["FLAGGEMS_CACHE_DIR"] = str(Path(path).parent / f"flaggems-{side}")
     with open(log, "a") as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT),
                              start_new_session=True)
@@ -2069,12 +2107,38 @@ def _table(res) -> str:
     return "\n".join(lines)
 
 
+def _warm(args, work, libs, t0):
+    """`--jobs N`: first every (library, side) not finished yet, untimed, N children at a time: they fill both
+    compilers' on-disk caches (kernellab's, Triton's), so the timed children, one at a time, mostly load
+    kernels instead of compiling them. Their results are kept apart (warm/) and not used."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    (work / "warm").mkdir(exist_ok=True)
+    todo = [(lib, side) for lib in libs for side in ("kernellab", "triton")
+            if not _read_progress(work / f"{side}-{lib}.jsonl")[2]
+            and not _read_progress(work / "warm" / f"{side}-{lib}.jsonl")[2]]
+
+    def one(job):
+        lib, side = job
+        left = args.budget - (time.time() - t0) if args.budget else args.child_timeout
+        if left > 5:
+            _run_child(args, lib, side, work / "warm" / f"{side}-{lib}.jsonl", work / "warm" / f"{side}-{lib}.log",
+                       min(args.child_timeout, left), timed=False)
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        list(pool.map(one, todo))
+    print(f"-- warmed the compile caches: {len(todo)} children, {args.jobs} at a time, "
+          f"{time.time() - t0:.0f} s", flush=True)
+
+
 def compare(args) -> int:
     """The driver: children for every (library, side), then the merged JSON and a table (printed last)."""
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     libs = args.libs or list(LIBS)
     t0, stopped = time.time(), False
+    if args.jobs > 1:
+        _warm(args, work, libs, t0)
     for lib in libs:
         for side in ("kernellab", "triton"):
             path, log = work / f"{side}-{lib}.jsonl", work / f"{side}-{lib}.log"
@@ -2092,6 +2156,8 @@ def compare(args) -> int:
                 rows, _, ended, started = _read_progress(path)
                 if rc == 0 or ended:
                     break
+                if rc == CONTEXT_LOST and started is None:  # its row is written: the rest in a new child
+                    continue
                 if rc is None and args.budget and time.time() - t0 >= args.budget - 5:
                     stopped = True  # the budget ran out, not the case: the next run goes on with it
                     break
