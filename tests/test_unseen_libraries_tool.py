@@ -143,3 +143,32 @@ def test_libraries_timer_runs_setup_before_every_call_outside_the_events(monkeyp
     assert calls[0] == "setup" and all(a == "setup" for a, b in zip(calls, calls[1:]) if b == "fn")
     timed = "".join("e" if x == "event" else x[0] for x in log)
     assert timed.count("efe") >= t["reps"]  # start event, the call, end event: nothing else between
+
+
+def test_gpu_timing_branch_with_cuda_stubbed(monkeypatch):
+    """`_time_launches` as on a GPU (CUDA events, sleep and sync stubbed): rounds of libraries.py's timer with
+    the restore as its setup, medians over rounds."""
+    u = _tool()
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = 0.0
+
+        def record(self):
+            import time
+            self.t = time.perf_counter()
+
+        def elapsed_time(self, end):
+            return (end.t - self.t) * 1e3
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda n: None)
+    monkeypatch.setattr(u, "DEVICE", "cuda")
+    monkeypatch.setattr(u, "REP_S", 0.002)
+    u._TIMER.update(flush=torch.empty(4), cycles=[1e6])
+    x = torch.zeros(8)
+    restores = []
+    t = u._time_launches([lambda: x.add_(1)], lambda: (restores.append(1), x.zero_()), 3)
+    assert len(t["ms_rounds"]) == 3 and len(t["reps"]) == 3 and t["ms"] > 0 and t["wall_ms"] >= 0
+    assert "cuda events" in t["timer"] and len(restores) > sum(t["reps"]) and float(x[0]) == 0.0

@@ -1712,6 +1712,7 @@ class _LaunchRecorder:
 
 
 _TIMER = {}
+REP_S = 0.05  # --rep-s: seconds of timed calls per round (half as much warm-up); libraries.py uses 0.1 for larger ops
 
 
 def _time_gpu():
@@ -1720,6 +1721,7 @@ def _time_gpu():
         path = ROOT / "benchmarks" / "libraries.py"
         spec = importlib.util.spec_from_file_location("_kernellab_bench_libraries", path)
         mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod  # its dataclasses look their module up
         spec.loader.exec_module(mod)
         _TIMER["fn"] = mod._time_gpu
     return _TIMER["fn"]
@@ -1753,7 +1755,8 @@ def _time_launches(launches, restore, rounds):
     if "flush" not in _TIMER:
         _TIMER["flush"] = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=DEVICE)
         _TIMER["cycles"] = []
-    res = [timer(replay, _TIMER["flush"], _TIMER["cycles"], setup=restore) for _ in range(max(1, rounds))]
+    res = [timer(replay, _TIMER["flush"], _TIMER["cycles"], warmup_s=REP_S / 2, rep_s=REP_S, setup=restore)
+           for _ in range(max(1, rounds))]
     restore()
     torch.cuda.synchronize()
     med = {k: statistics.median(r[k] for r in res) for k in ("ms", "wall_ms", "host_ms")}
@@ -1903,6 +1906,7 @@ def main(argv=None) -> int:
                     "cuda (compiled kernels; the references run there too, in float64)")
     ap.add_argument("--time", action="store_true", help="time each case's kernel launches after its check")
     ap.add_argument("--rounds", type=int, default=3, help="--time: rounds per case (the median is kept)")
+    ap.add_argument("--rep-s", type=float, default=0.05, help="--time: seconds of timed calls per round")
     ap.add_argument("--jsonl", help="append progress here: {'start': op} before a case, its row after it")
     ap.add_argument("--compare", action="store_true", help="run both sides as child processes and merge (below)")
     ap.add_argument("--work", default=str(ROOT / ".ulibs-run"), help="--compare: the children's progress and logs "
@@ -1918,8 +1922,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.compare:
         return compare(args)
-    global DEVICE
-    DEVICE = args.device
+    global DEVICE, REP_S
+    DEVICE, REP_S = args.device, args.rep_s
     os.environ.setdefault("GEMS_VENDOR", "nvidia")  # FlagGems picks its backend from this without a GPU query
     if args.side == "kernellab":
         if importlib.util.find_spec("kernellab") is None:
@@ -2007,7 +2011,7 @@ def _run_child(args, lib, side, path, log, timeout, timed=True):
     done = set(_read_progress(path)[0])
     cmd = [sys.executable if side == "kernellab" else args.triton_python, __file__, lib, "--side", side,
            "--device", args.device, "--jsonl", str(path)]
-    cmd += ["--time", "--rounds", str(args.rounds)] if args.time and timed else []
+    cmd += ["--time", "--rounds", str(args.rounds), "--rep-s", str(args.rep_s)] if args.time and timed else []
     for op in args.op:
         cmd += ["--op", op]
     for op in sorted(done):
