@@ -53,6 +53,7 @@ IMAGE = {
     "msgpack", "cloudpickle", "zipp", "pyarrow", "uvloop", "anyio", "h11", "httpx", "httpcore", "sniffio",
     "typing_inspect", "mypy_extensions", "tabulate", "xxhash", "wrapt", "protobuf", "google", "PIL", "cv2",
     "kernellab", "nvidia", "cuda", "jax", "jaxlib", "cupy", "numba", "llvmlite", "ml_dtypes",
+    "torchgen", "functorch", "torchvision", "torchaudio", "py",  # torch's own (its 2.11 there), pytest's shim
 }
 PURE_FALLBACK = {"sqlalchemy"}  # their extensions are optional speed-ups (9 MiB of SQLAlchemy's): not carried
 
@@ -153,6 +154,8 @@ def select(traces: list[dict], roots: list[Path], siblings: bool) -> tuple[dict,
             if root is None or rel.parts[0].endswith((".dist-info", ".egg-info")):
                 continue
             top = rel.parts[0].split(".")[0]
+            if top.startswith("__editable__"):  # this checkout's editable-install finder
+                continue
             if top in IMAGE:
                 image.add(top)
                 continue
@@ -298,8 +301,12 @@ def verify(out: Path, python: str, side: str, libs: list[str], extra_path=None) 
         base = _under(p, [out.resolve(), work.resolve(), ROOT, *stdlib])[0]
         if base is not None and "site-packages" not in str(p.relative_to(base)):
             continue
-        top = next((part for part in reversed(p.parts[:-1]) if part == "site-packages"), None)
-        rel = p.parts[p.parts.index(top) + 1:] if top else p.parts
+        extra, rel = _under(p, [Path(extra_path).resolve()] if extra_path else [])
+        if extra is None:
+            top = next((part for part in reversed(p.parts[:-1]) if part == "site-packages"), None)
+            rel = p.parts[p.parts.index(top) + 1:] if top else p.parts
+        else:
+            rel = rel.parts
         name = rel[0].split(".")[0]
         if name not in IMAGE and not name.startswith("_") and name != "kernellab":
             outside.add(name)
