@@ -1613,6 +1613,20 @@ def _hide_source_only(lib):
     return hidden
 
 
+def _pin_vllm_platform():
+    """vLLM resolves its platform when first asked: on a GPU its CUDA platform, whose module imports vLLM's
+    compiled ops (`vllm._C_stable_libtorch`, 92 MB, built for vLLM's own torch; the packed copy leaves it out and
+    no Triton case uses it). Where they are missing, pin the platform the CPU check ran with (vLLM's
+    UnspecifiedPlatform, its choice where NVML sees no GPU), so `vllm.triton_utils` imports; the kernels are
+    the same Triton code."""
+    if importlib.util.find_spec("vllm._C_stable_libtorch") is not None:
+        return
+    import vllm.platforms as platforms
+    from vllm.platforms.interface import UnspecifiedPlatform
+
+    platforms._current_platform = UnspecifiedPlatform()
+
+
 # ---------------------------------------------------------------------------------------------------- timing
 # `--time`: after a case's check, its library call is timed by replaying the kernel launches it made. A third
 # call of the case runs with every `run`/`__getitem__` of Triton's KernelInterface classes (JITFunction,
@@ -1950,6 +1964,8 @@ def main(argv=None) -> int:
             _bare_package(lib)
         hidden = _hide_source_only(lib)
         try:
+            if lib == "vllm" and DEVICE != "cpu":
+                _pin_vllm_platform()
             importlib.import_module(LIBS[lib])
         except Exception as e:
             print(f"FAIL {lib}: import: {type(e).__name__}: {e}")
