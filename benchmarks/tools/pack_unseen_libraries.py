@@ -23,6 +23,11 @@ pydantic_core==2.50.5 pyzmq==27.3.0` (the versions MANIFEST.json's `compiled` ca
 lists what was copied, what the image has, and the extensions left built for this Python only.
 With `--tar`, also OUT.tar.xz (the carry is plain files: unpack with `tar -xJf`).
 
+The copy for the GPU run was made with (the library folders as installed for the CPU check):
+`PYTHONPATH=.:/tmp/libs13/site:/tmp/libs13/site_sgl:/tmp/libs13/site_vllm:/tmp/libs13b/state-spaces+mamba:
+/tmp/libs13b/fa python benchmarks/tools/pack_unseen_libraries.py /tmp/ulibs/pack --siblings --tar --wheels DIR
+--triton-python /tmp/tri/bin/python --triton-path /tmp/libs13/site_tri` (site_tri: pyyaml for that Python).
+
 Check the copy alone: `PYTHONPATH=.:OUT/site python benchmarks/tools/unseen_libraries.py` (no other library
 folder on the path) must pass every case. The device command is in benchmarks/NOTES.md ("Unseen libraries").
 """
