@@ -701,7 +701,7 @@ def _timer(op, x, gouts):
     return one_round
 
 
-def _time_gpu(fn, flush, cycles, warmup_s=0.05, rep_s=0.1, min_reps=20, max_reps=200):
+def _time_gpu(fn, flush, cycles, warmup_s=0.05, rep_s=0.1, min_reps=20, max_reps=200, setup=None):
     """Time `fn` on the GPU (ms): the same code on both sides (Triton's do_bench returns a mean,
     kernellab's a median: neither is used).
 
@@ -710,26 +710,43 @@ def _time_gpu(fn, flush, cycles, warmup_s=0.05, rep_s=0.1, min_reps=20, max_reps
     - host_ms: enqueue time of one call (median of 5), for sizing the sleep below;
     - ms: the median over reps of CUDA events around one call, each rep after an L2 flush and a
       `torch.cuda._sleep` twice as long as the enqueue, so the events time the GPU's work, not the launches
-      (an op that syncs inside, as liger's cross_entropy does with .item(), still shows what follows the sync)."""
+      (an op that syncs inside, as liger's cross_entropy does with .item(), still shows what follows the sync).
+
+    `setup` (benchmarks/tools/unseen_libraries.py: restoring the tensors a replayed call changes), when given,
+    runs before every call, outside what is timed: `ms` and `host_ms` leave it out, and `wall_ms` is
+    back-to-back setup+call less back-to-back setup alone."""
     import torch
 
     sync = torch.cuda.synchronize
-    fn()
+    has_setup, setup = setup is not None, setup or (lambda: None)
+
+    def call():
+        setup()
+        fn()
+
+    call()
     sync()
     t0, n = time.perf_counter(), 0
     while n < 3 or time.perf_counter() - t0 < warmup_s:
-        fn()
+        call()
         n += 1
     sync()
     per_call = (time.perf_counter() - t0) / n
     n_wall = max(5, min(1000, int(rep_s / per_call)))
     t0 = time.perf_counter()
     for _ in range(n_wall):
-        fn()
+        call()
     sync()
     wall_ms = (time.perf_counter() - t0) / n_wall * 1e3
+    if has_setup:  # its own back-to-back time comes off
+        t0 = time.perf_counter()
+        for _ in range(n_wall):
+            setup()
+        sync()
+        wall_ms = max(0.0, wall_ms - (time.perf_counter() - t0) / n_wall * 1e3)
     host = []
     for _ in range(5):
+        setup()
         t0 = time.perf_counter()
         fn()
         host.append(time.perf_counter() - t0)
@@ -743,10 +760,11 @@ def _time_gpu(fn, flush, cycles, warmup_s=0.05, rep_s=0.1, min_reps=20, max_reps
         sync()
         cycles.append(10_000_000 / a.elapsed_time(b))
     sleep = int(cycles[0] * (2 * host_ms + 0.05))
-    reps = max(min_reps, min(max_reps, int(rep_s * 1e3 / wall_ms)))
+    reps = max(min_reps, min(max_reps, int(rep_s * 1e3 / max(wall_ms, 1e-3))))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
+        setup()
         flush.zero_()
         torch.cuda._sleep(sleep)
         starts[i].record()

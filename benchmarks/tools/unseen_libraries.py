@@ -3,7 +3,8 @@ plain torch in float64 (or the library's own pure-torch reference).
 
     PYTHONPATH=<kernellab>:<libs> python benchmarks/tools/unseen_libraries.py [lib ...] [--op NAME ...]
     PYTHONPATH=<libs> TRITON_INTERPRET=1 <python with triton> benchmarks/tools/unseen_libraries.py --side triton
-    ... unseen_libraries.py --device cuda     # on a GPU: compiled kernels, same checks
+    ... unseen_libraries.py --device cuda [--time]   # on a GPU: compiled kernels, same checks (and timings)
+    ... unseen_libraries.py --compare --device cuda --time [--jobs N] [--budget S] [--out DIR]   # both sides
 
 `--side kernellab` (default) calls `kernellab.compat.install()` before a library is imported, so every
 `@triton.jit` in it is a kernellab kernel; `--side triton` imports the real Triton (its interpreter with
@@ -22,12 +23,26 @@ keeps a per-device cache); on a machine without a GPU this script answers those 
 (`_pretend_one_cuda_device`), which changes nothing that a kernel computes. Each op is one case: it builds
 inputs from a fixed seed, runs the library's op and compares every output with the reference; a case passes
 when the largest error is within its tolerance. Prints one line per case and a summary per library, and with
-`--json PATH` writes the results.
+`--json PATH` writes the results (an object: date, device, gpu, side, versions, rows).
+
+`--time` (for a GPU; on a CPU it only proves the plumbing): after a case's check, the kernel launches of one
+more call are recorded and replayed (see "timing" below: the library's launch wrappers and the compiler's launch
+path are in, the torch glue and the reference are not), timed with benchmarks/libraries.py's `_time_gpu`
+(CUDA events; warm-up, then the median of 20..200 timings, each after an L2 flush, of `--rounds` rounds):
+`ms` = GPU time per call, launch costs on the device included; `wall_ms` = back-to-back calls, the host's launch
+path included. `--compare` runs both sides as children (kernellab.compat and the real Triton cannot share a
+process), one per library and side, resumed in a new child when one dies in a case (recorded as failed), and
+writes `<date>-<gpu>-unseen-libraries.json` (an object: versions, per case both sides' rows and
+`ratio` = kernellab ms / Triton ms, `launch_bound` when both are under 20 us; per library and overall the counts,
+the geomean ratio with and without launch-bound cases, and the worst case), then prints a table. A rerun with
+the same `--work` goes on where it stopped (`--budget`). The libraries for a GPU machine without network come
+from benchmarks/tools/pack_unseen_libraries.py; the device command is in benchmarks/NOTES.md.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import importlib.util
 import json
@@ -1585,13 +1600,235 @@ def _bare_package(name):
         sys.modules[name] = mod
 
 
-def run_library(lib: str, side: str, only=()) -> list[dict]:
+def _hide_source_only(lib):
+    """Packages another library would pick up but cannot use here: flash-attn's sources without their CUDA
+    extension (xformers imports `flash_attn` whenever it is findable, and its `__init__` loads the extension).
+    Hidden (`sys.modules[name] = None`: find_spec answers None) while `lib` is imported; [names] to restore."""
+    hidden = []
+    if lib == "xformers" and "flash_attn" not in sys.modules and importlib.util.find_spec("flash_attn_2_cuda") is None:
+        with contextlib.suppress(ImportError, ValueError):
+            if importlib.util.find_spec("flash_attn") is not None:
+                sys.modules["flash_attn"] = None
+                hidden.append("flash_attn")
+    return hidden
+
+
+def _pin_vllm_platform():
+    """vLLM resolves its platform when first asked: on a GPU its CUDA platform, whose module imports vLLM's
+    compiled ops (`vllm._C_stable_libtorch`, 92 MB, built for vLLM's own torch; the packed copy leaves it out and
+    no Triton case uses it). Where they are missing, pin the platform the CPU check ran with (vLLM's
+    UnspecifiedPlatform, its choice where NVML sees no GPU), so `vllm.triton_utils` imports; the kernels are
+    the same Triton code."""
+    if importlib.util.find_spec("vllm._C_stable_libtorch") is not None:
+        return
+    import vllm.platforms as platforms
+    from vllm.platforms.interface import UnspecifiedPlatform
+
+    platforms._current_platform = UnspecifiedPlatform()
+
+
+# ---------------------------------------------------------------------------------------------------- timing
+# `--time`: after a case's check, its library call is timed by replaying the kernel launches it made. A third
+# call of the case runs with every `run`/`__getitem__` of Triton's KernelInterface classes (JITFunction,
+# Autotuner, Heuristics, and the libraries' own subclasses: FlagGems' LibEntry/LibTuner) wrapped, and each
+# outermost launch is recorded as a closure (`kernel[grid](*args, **kw)` or `kernel.run(*args, **kw)`, the same
+# objects and arguments). The wrappers are then removed and the closures replayed in order: each replay goes
+# through the library's launch wrappers and the compiler's launch path (argument binding, cache lookup,
+# autotuner cache, the driver's launch), as the library call does, but not through the torch glue around it
+# (allocations, views, the reference), which is the same on both sides. A replay must see what the call saw:
+# kernels that count into a zeroed scratch buffer (FlagGems' moe_align_block_size) or update in place would
+# otherwise read past their buffers on the second replay. So every tensor argument is copied when it is first
+# passed to a launch, and those the call changed are restored before each replay, outside what is timed.
+
+class _LaunchRecorder:
+    """Within `with`: records the outermost kernel launches (nested ones, an autotuner's benchmark runs
+    included, belong to the outer launch) as zero-argument replays in `self.launches`."""
+
+    def __init__(self):
+        self.launches: list = []
+        self.tensors: dict = {}  # id -> (tensor, its copy from before the first launch it was passed to)
+        self._depth = 0
+        self._saved: list = []
+
+    def __enter__(self):
+        import inspect
+
+        import triton
+
+        base = getattr(triton, "KernelInterface", None) or triton.runtime.jit.KernelInterface
+        classes, todo = [], [base]
+        while todo:  # every subclass defined by now (the case has run twice: lazily imported modules are in)
+            c = todo.pop()
+            if c not in classes:
+                classes.append(c)
+                todo += c.__subclasses__()
+        for cls in classes:
+            for name, wrap in (("run", self._wrap_run), ("__getitem__", self._wrap_getitem)):
+                orig = cls.__dict__.get(name)
+                if inspect.isfunction(orig):
+                    self._saved.append((cls, name, orig))
+                    setattr(cls, name, wrap(orig))
+        return self
+
+    def __exit__(self, *exc):
+        for cls, name, orig in reversed(self._saved):
+            setattr(cls, name, orig)
+        self._saved.clear()
+
+    def _call(self, replay, fn, args, kwargs):
+        if self._depth == 0:
+            self.launches.append(replay)
+            self._snapshot(list(args) + list(kwargs.values()))
+        self._depth += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._depth -= 1
+
+    def _snapshot(self, values):
+        import torch
+
+        for v in values:
+            if isinstance(v, (tuple, list)):
+                self._snapshot(v)
+            elif isinstance(v, torch.Tensor) and id(v) not in self.tensors:
+                self.tensors[id(v)] = (v, v.detach().clone())
+
+    def changed(self) -> list:
+        """[(tensor, its copy)] of the tensors the recorded call changed (NaNs in the same places are equal)."""
+        import torch
+
+        out = []
+        for t, before in self.tensors.values():
+            a, b = t.detach(), before
+            same = (a.shape == b.shape and (torch.equal(a, b) or (a.is_floating_point() or a.is_complex()) and bool(
+                ((a == b) | (a.isnan() & b.isnan())).all())))
+            if not same:
+                out.append((t, before))
+        return out
+
+    def _wrap_run(self, orig):
+        rec = self
+
+        @functools.wraps(orig)
+        def run(obj, *args, **kwargs):
+            return rec._call(lambda: obj.run(*args, **kwargs), orig, (obj, *args), kwargs)
+        return run
+
+    def _wrap_getitem(self, orig):
+        rec = self
+
+        @functools.wraps(orig)
+        def getitem(obj, grid):
+            launch = orig(obj, grid)
+            return lambda *args, **kwargs: rec._call(lambda: obj[grid](*args, **kwargs), launch, args, kwargs)
+        return getitem
+
+
+_TIMER = {}
+REP_S = 0.05  # --rep-s: seconds of timed calls per round (half as much warm-up); libraries.py uses 0.1 for larger ops
+
+
+def _time_gpu():
+    """benchmarks/libraries.py's `_time_gpu` (one timer for both benchmarks), loaded from its file."""
+    if "fn" not in _TIMER:
+        path = ROOT / "benchmarks" / "libraries.py"
+        spec = importlib.util.spec_from_file_location("_kernellab_bench_libraries", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod  # its dataclasses look their module up
+        spec.loader.exec_module(mod)
+        _TIMER["fn"] = mod._time_gpu
+    return _TIMER["fn"]
+
+
+def _time_launches(launches, restore, rounds):
+    """{ms, wall_ms, host_ms, ms_rounds, timer} for replaying `launches` in order, `restore` before each replay
+    (outside what is timed). On CUDA: `rounds` rounds of libraries.py's timer (each: warm-up, then the median of
+    CUDA-event timings of one replay after an L2 flush and a GPU sleep covering the enqueue, so `ms` is the
+    GPU's time, each launch's device-side cost in it; `wall_ms`: back-to-back replays, the host's launch path
+    included); the figures are the medians over rounds. On a CPU (a dry run of the plumbing, interpreters on
+    both sides): the median wall time of `rounds` replays."""
+    import statistics
+
+    import torch
+
+    def replay():
+        for f in launches:
+            f()
+
+    if DEVICE == "cpu":
+        ts = []
+        for _ in range(max(1, rounds) + 1):  # the first one is a warm-up
+            restore()
+            t0 = time.perf_counter()
+            replay()
+            ts.append((time.perf_counter() - t0) * 1e3)
+        ms = statistics.median(ts[1:])
+        return {"ms": ms, "wall_ms": ms, "ms_rounds": ts[1:], "timer": "cpu wall (interpreter; plumbing only)"}
+    timer = _time_gpu()
+    if "flush" not in _TIMER:
+        _TIMER["flush"] = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=DEVICE)
+        _TIMER["cycles"] = []
+    res = [timer(replay, _TIMER["flush"], _TIMER["cycles"], warmup_s=REP_S / 2, rep_s=REP_S, setup=restore)
+           for _ in range(max(1, rounds))]
+    restore()
+    torch.cuda.synchronize()
+    med = {k: statistics.median(r[k] for r in res) for k in ("ms", "wall_ms", "host_ms")}
+    return dict(med, ms_rounds=[r["ms"] for r in res], reps=[r["reps"] for r in res],
+                timer="cuda events (benchmarks/libraries.py _time_gpu)")
+
+
+def _timed(fn, rounds) -> dict:
+    """The timing fields of a row for case `fn` (called once more, recording its launches)."""
+    import torch
+
+    torch.manual_seed(0)
+    with _LaunchRecorder() as rec:
+        fn()
+    if DEVICE != "cpu":
+        torch.cuda.synchronize()
+    if not rec.launches:
+        return {"launches": 0, "time_failure": "no Triton kernel launch recorded"}
+    changed = rec.changed()
+    rec.tensors.clear()
+
+    def restore():
+        for t, before in changed:
+            t.detach().copy_(before)
+
+    return dict(_time_launches(rec.launches, restore, rounds), launches=len(rec.launches), restored=len(changed))
+
+
+def _emit(progress, obj):
+    if progress is not None:
+        progress.write(json.dumps(obj) + "\n")
+        progress.flush()
+
+
+CONTEXT_LOST = 75  # a child's exit code: a case broke the CUDA context; --compare goes on in a new child
+
+
+def _context_lost() -> bool:
+    """After a failed case on the GPU: whether the CUDA context is unusable (an illegal address poisons it)."""
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        return torch.ones(1, device=DEVICE).add_(1).item() != 2.0
+    except Exception:
+        return True
+
+
+def run_library(lib: str, side: str, only=(), skip=(), time_rounds=0, progress=None) -> list[dict]:
     import torch
 
     rows = []
     for name, kind, tol, fn in CASES[lib]:
-        if only and name not in only:
+        if (only and name not in only) or name in skip:
             continue
+        _emit(progress, {"start": name, "library": lib})
+        if os.environ.get("UNSEEN_LIBRARIES_CRASH_AT") == name:  # tests of --compare: a child dying in a case
+            os._exit(3)
         torch.manual_seed(0)
         t0 = time.time()
         row = {"library": lib, "op": name, "kind": kind}
@@ -1610,24 +1847,97 @@ def run_library(lib: str, side: str, only=()) -> list[dict]:
             row.update(passed=False, failure=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400],
                        where=where)
         row["seconds"] = round(time.time() - t0, 2)
+        if time_rounds and "error" in row:  # timed when it ran (a wrong result is timed too, and marked so)
+            try:
+                row.update(_timed(fn, time_rounds))
+            except Exception as e:
+                row["time_failure"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]
         rows.append(row)
+        _emit(progress, row)
+        if DEVICE != "cpu" and (not row["passed"] or "time_failure" in row) and _context_lost():
+            print(f"FAIL {lib} {name}: the CUDA context is lost (every later call would fail): the rest of the "
+                  f"library needs a new process ({'--compare starts one' if progress else 'run it again'})",
+                  flush=True)
+            os._exit(CONTEXT_LOST)
         status = "PASS" if row["passed"] else "FAIL"
         detail = f"err {row['error']:.2e}" if "error" in row else row["failure"]
+        if "ms" in row:
+            detail += f"  {row['ms'] * 1e3:9.1f} us ({row['launches']} launches, wall {row['wall_ms'] * 1e3:.1f} us)"
+        elif "time_failure" in row:
+            detail += f"  not timed: {row['time_failure']}"
         print(f"{status} {lib:10s} {name:22s} {kind:12s} {row['seconds']:6.1f}s  {detail}", flush=True)
     return rows
+
+
+def _versions(side) -> dict:
+    """Versions for the results: python, torch, the compiler of this side, the libraries that are installed."""
+    import importlib.metadata
+    import platform
+    import re
+
+    import torch
+
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    if side == "kernellab":
+        import kernellab
+        import kernellab.compat
+
+        out["kernellab"] = kernellab.__version__
+        out["triton (served by kernellab.compat)"] = kernellab.compat.TRITON_VERSION
+        with contextlib.suppress(Exception):
+            import subprocess
+
+            out["kernellab_commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                                     capture_output=True, text=True, timeout=10).stdout.strip() or None
+    else:
+        import triton
+
+        out["triton"] = triton.__version__
+    for dist in ("flag-gems", "fla-core", "xformers", "torchao", "vllm", "sglang", "einops"):
+        with contextlib.suppress(Exception):
+            out[dist] = importlib.metadata.version(dist)
+    for pkg in BARE_PACKAGES:  # sources without metadata: the version their __init__ states
+        with contextlib.suppress(Exception):
+            init = Path(importlib.util.find_spec(pkg).submodule_search_locations[0]) / "__init__.py"
+            out[pkg] = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", init.read_text()).group(1)
+    return out
+
+
+def _gpu_name():
+    import torch
+
+    return torch.cuda.get_device_name() if DEVICE != "cpu" and torch.cuda.is_available() else None
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("libs", nargs="*", help=f"libraries to run (default: all of {', '.join(LIBS)})")
     ap.add_argument("--op", action="append", default=[], help="run only these ops")
+    ap.add_argument("--skip", action="append", default=[], help="leave these ops out")
     ap.add_argument("--side", choices=("kernellab", "triton"), default="kernellab")
-    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--json", help="write the results here (an object: date, device, gpu, side, versions, rows)")
     ap.add_argument("--device", default="cpu", help="where the cases make their tensors: cpu (the interpreter) or "
                     "cuda (compiled kernels; the references run there too, in float64)")
+    ap.add_argument("--time", action="store_true", help="time each case's kernel launches after its check")
+    ap.add_argument("--rounds", type=int, default=3, help="--time: rounds per case (the median is kept)")
+    ap.add_argument("--rep-s", type=float, default=0.05, help="--time: seconds of timed calls per round")
+    ap.add_argument("--jsonl", help="append progress here: {'start': op} before a case, its row after it")
+    ap.add_argument("--compare", action="store_true", help="run both sides as child processes and merge (below)")
+    ap.add_argument("--work", default=str(ROOT / ".ulibs-run"), help="--compare: the children's progress and logs "
+                    "(a rerun continues from them; delete it to start over)")
+    ap.add_argument("--out", help="--compare: the merged JSON (a file, or a folder for <date>-<gpu>-unseen-"
+                    "libraries.json; default benchmarks/results/ on a GPU, the --work folder on a CPU)")
+    ap.add_argument("--budget", type=float, default=0, help="--compare: start no child after this many seconds "
+                    "(a rerun continues)")
+    ap.add_argument("--child-timeout", type=float, default=480, help="--compare: seconds for one child")
+    ap.add_argument("--jobs", type=int, default=1, help="--compare: first run every child untimed, this many at "
+                    "a time, to fill the compile caches (the timed children then run one at a time)")
+    ap.add_argument("--triton-python", default=sys.executable, help="--compare: the python of the Triton side")
     args = ap.parse_args(argv)
-    global DEVICE
-    DEVICE = args.device
+    if args.compare:
+        return compare(args)
+    global DEVICE, REP_S
+    DEVICE, REP_S = args.device, args.rep_s
     os.environ.setdefault("GEMS_VENDOR", "nvidia")  # FlagGems picks its backend from this without a GPU query
     if args.side == "kernellab":
         if importlib.util.find_spec("kernellab") is None:
@@ -1640,6 +1950,11 @@ def main(argv=None) -> int:
     if DEVICE != "cpu":
         torch.set_default_device(DEVICE)
     _pretend_one_cuda_device()
+    for name in filter(None, os.environ.get("UNSEEN_LIBRARIES_ABSENT", "").split(",")):
+        sys.modules.setdefault(name, None)  # as if not installed: the imports the packed copy was traced with
+    progress = open(args.jsonl, "a") if args.jsonl else None  # noqa: SIM115 (open for the whole run)
+    _emit(progress, {"meta": {"side": args.side, "device": DEVICE, "gpu": _gpu_name(), "versions": _versions(
+        args.side), "timed": args.time, "rounds": args.rounds}})
     results = []
     for lib in args.libs or list(LIBS):
         if importlib.util.find_spec(LIBS[lib].split(".")[0]) is None:
@@ -1647,18 +1962,254 @@ def main(argv=None) -> int:
             continue
         if lib in BARE_PACKAGES:
             _bare_package(lib)
+        hidden = _hide_source_only(lib)
         try:
+            if lib == "vllm" and DEVICE != "cpu":
+                _pin_vllm_platform()
             importlib.import_module(LIBS[lib])
         except Exception as e:
             print(f"FAIL {lib}: import: {type(e).__name__}: {e}")
-            results.append({"library": lib, "op": "(import)", "passed": False, "failure": f"{type(e).__name__}: {e}"})
+            row = {"library": lib, "op": "(import)", "passed": False, "failure": f"{type(e).__name__}: {e}"[:400]}
+            results.append(row)
+            _emit(progress, row)
             continue
-        rows = run_library(lib, args.side, set(args.op))
+        finally:
+            for name in hidden:
+                sys.modules.pop(name, None)
+        rows = run_library(lib, args.side, set(args.op), set(args.skip), args.rounds if args.time else 0, progress)
         results += rows
         print(f"== {lib}: {sum(r['passed'] for r in rows)} of {len(rows)} passed ({args.side})")
+    _emit(progress, {"end": True})
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        Path(args.json).write_text(json.dumps({
+            "tool": "benchmarks/tools/unseen_libraries.py", "date": time.strftime("%Y-%m-%d"), "device": DEVICE,
+            "gpu": _gpu_name(), "side": args.side, "timed": args.time, "versions": _versions(args.side),
+            "rows": results}, indent=1))
     return 0
+
+
+# ---------------------------------------------------------------------------------------------------- --compare
+# Both sides in child processes (kernellab.compat and the real Triton cannot share one), one child per library and
+# side, each appending its rows to <work>/<side>-<lib>.jsonl as it goes. A child that dies (a crash, an illegal
+# address that poisons the CUDA context, a timeout) costs the case it was in, recorded as failed, and the rest of
+# the library runs in a new child. A rerun of the same command continues from the files.
+
+LAUNCH_BOUND_MS = 0.020  # a case whose GPU time is under this on both sides is launch-bound (quoted apart)
+
+
+def _read_progress(path: Path):
+    """(rows by op, meta, ended, the op started last without a row) of one child's .jsonl."""
+    rows, meta, ended, started = {}, None, False, None
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a crash
+            if "meta" in obj:
+                meta, ended = obj["meta"], False
+            elif "start" in obj:
+                started, ended = obj["start"], False
+            elif "end" in obj:
+                ended = True
+            elif "op" in obj:
+                rows[obj["op"]] = obj
+                if obj["op"] == started:
+                    started = None
+    return rows, meta, ended, started
+
+
+def _run_child(args, lib, side, path, log, timeout, timed=True):
+    """One child for (lib, side), appending to `path`; its exit code (None: killed at the timeout)."""
+    import signal
+    import subprocess
+
+    done = set(_read_progress(path)[0])
+    cmd = [sys.executable if side == "kernellab" else args.triton_python, __file__, lib, "--side", side,
+           "--device", args.device, "--jsonl", str(path)]
+    cmd += ["--time", "--rounds", str(args.rounds), "--rep-s", str(args.rep_s)] if args.time and timed else []
+    for op in args.op:
+        cmd += ["--op", op]
+    for op in sorted(done):
+        cmd += ["--skip", op]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH")] if p))
+    if side == "triton" and args.device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    # FlagGems keeps tuned configs in a database keyed by GPU and Triton version, which kernellab.compat reports
+    # too: one per side (and apart for the untimed warm-up, tuned while others ran), so neither inherits the other's
+    env["FLAGGEMS_CACHE_DIR"] = str(Path(path).parent / f"flaggems-{side}")
+    with open(log, "a") as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT),
+                             start_new_session=True)
+        try:
+            return p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)  # the child's own session: it and nothing else
+            p.wait()
+            return None
+
+
+def _geomean(xs):
+    import math
+
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def _summary(rows) -> dict:
+    """Counts and ratios (kernellab ms / Triton ms: > 1, kernellab slower) of merged rows."""
+    timed = [r for r in rows if r.get("ratio") is not None and r["kernellab"].get("passed")
+             and r["triton"].get("passed")]
+    big = [r for r in timed if not r["launch_bound"]]
+    worst = max(timed, key=lambda r: r["ratio"], default=None)
+    return {"cases": len(rows),
+            "kernellab_correct": sum(bool(r["kernellab"].get("passed")) for r in rows),
+            "triton_correct": sum(bool(r["triton"].get("passed")) for r in rows),
+            "timed_both_correct": len(timed), "launch_bound": len(timed) - len(big),
+            "geomean_ratio": _geomean([r["ratio"] for r in timed]),
+            "geomean_ratio_not_launch_bound": _geomean([r["ratio"] for r in big]),
+            "geomean_wall_ratio": _geomean([r["wall_ratio"] for r in timed if r.get("wall_ratio")]),
+            "worst": {"op": worst["op"], "ratio": worst["ratio"]} if worst else None}
+
+
+def merge(work: Path, libs, device) -> dict:
+    """The merged results of the children's files in `work` (both sides, `libs` in order)."""
+    rows, metas = [], {}
+    for lib in libs:
+        per_side = {}
+        for side in ("kernellab", "triton"):
+            got, meta, _, _ = _read_progress(work / f"{side}-{lib}.jsonl")
+            per_side[side] = got
+            if meta:
+                metas[side] = meta
+        known = [n for n, *_ in CASES[lib]]
+        names = known + sorted((set(per_side["kernellab"]) | set(per_side["triton"])) - set(known))
+        for name in names:
+            kl, tr = per_side["kernellab"].get(name), per_side["triton"].get(name)
+            if kl is None and tr is None:
+                continue
+            kl, tr = kl or {"passed": None, "failure": "not run"}, tr or {"passed": None, "failure": "not run"}
+            row = {"library": lib, "op": name, "kind": kl.get("kind") or tr.get("kind"),
+                   "kernellab": {k: v for k, v in kl.items() if k not in ("library", "op", "kind")},
+                   "triton": {k: v for k, v in tr.items() if k not in ("library", "op", "kind")},
+                   "ratio": None, "wall_ratio": None, "launch_bound": None}
+            if kl.get("ms") and tr.get("ms"):
+                row["ratio"] = kl["ms"] / tr["ms"]
+                row["wall_ratio"] = kl["wall_ms"] / tr["wall_ms"] if kl.get("wall_ms") and tr.get("wall_ms") else None
+                row["launch_bound"] = max(kl["ms"], tr["ms"]) < LAUNCH_BOUND_MS
+            rows.append(row)
+    gpu = next((m.get("gpu") for m in metas.values() if m.get("gpu")), None)
+    versions = {}
+    for side in ("triton", "kernellab"):
+        versions.update((metas.get(side) or {}).get("versions", {}))
+    return {
+        "tool": "benchmarks/tools/unseen_libraries.py --compare", "date": time.strftime("%Y-%m-%d"),
+        "gpu": gpu, "device": device, "versions": versions,
+        "timed": any((m or {}).get("timed") for m in metas.values()),
+        "timer": next((r[s]["timer"] for r in rows for s in ("kernellab", "triton") if r[s].get("timer")), None),
+        "ratio": "kernellab_ms / triton_ms (> 1: kernellab slower); wall_ratio: the same of back-to-back calls",
+        "launch_bound": f"both sides' GPU time under {LAUNCH_BOUND_MS * 1e3:.0f} us; the geomeans are quoted with "
+                        "and without them (only cases both compilers got right are in a geomean)",
+        "summary": {lib: _summary([r for r in rows if r["library"] == lib]) for lib in libs
+                    if any(r["library"] == lib for r in rows)},
+        "overall": _summary(rows), "rows": rows}
+
+
+def _table(res) -> str:
+    f = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+    lines = [f"{'library':15s} {'cases':>5s} {'kl ok':>5s} {'tr ok':>5s} {'timed':>5s} {'l-bnd':>5s} "
+             f"{'geomean':>7s} {'w/o lb':>7s} {'wall':>6s}  worst ratio (case)"]
+    for lib, s in list(res["summary"].items()) + [("all", res["overall"])]:
+        w = s["worst"]
+        lines.append(f"{lib:15s} {s['cases']:5d} {s['kernellab_correct']:5d} {s['triton_correct']:5d} "
+                     f"{s['timed_both_correct']:5d} {s['launch_bound']:5d} {f(s['geomean_ratio']):>7s} "
+                     f"{f(s['geomean_ratio_not_launch_bound']):>7s} {f(s['geomean_wall_ratio']):>6s}  "
+                     + (f"{w['ratio']:.2f} ({w['op']})" if w else "-"))
+    return "\n".join(lines)
+
+
+def _warm(args, work, libs, t0):
+    """`--jobs N`: first every (library, side) not finished yet, untimed, N children at a time: they fill both
+    compilers' on-disk caches (kernellab's, Triton's), so the timed children, one at a time, mostly load
+    kernels instead of compiling them. Their results are kept apart (warm/) and not used."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    (work / "warm").mkdir(exist_ok=True)
+    todo = [(lib, side) for lib in libs for side in ("kernellab", "triton")
+            if not _read_progress(work / f"{side}-{lib}.jsonl")[2]
+            and not _read_progress(work / "warm" / f"{side}-{lib}.jsonl")[2]]
+
+    def one(job):
+        lib, side = job
+        left = args.budget - (time.time() - t0) if args.budget else args.child_timeout
+        if left > 5:
+            _run_child(args, lib, side, work / "warm" / f"{side}-{lib}.jsonl", work / "warm" / f"{side}-{lib}.log",
+                       min(args.child_timeout, left), timed=False)
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        list(pool.map(one, todo))
+    print(f"-- warmed the compile caches: {len(todo)} children, {args.jobs} at a time, "
+          f"{time.time() - t0:.0f} s", flush=True)
+
+
+def compare(args) -> int:
+    """The driver: children for every (library, side), then the merged JSON and a table (printed last)."""
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    libs = args.libs or list(LIBS)
+    t0, stopped = time.time(), False
+    if args.jobs > 1:
+        _warm(args, work, libs, t0)
+    for lib in libs:
+        for side in ("kernellab", "triton"):
+            path, log = work / f"{side}-{lib}.jsonl", work / f"{side}-{lib}.log"
+            n_before = -1
+            while True:
+                rows, _, ended, started = _read_progress(path)
+                if ended or len(rows) == n_before:  # finished, or a child that made no progress at all
+                    break
+                left = args.budget - (time.time() - t0) if args.budget else args.child_timeout
+                if left <= 5:
+                    stopped = True
+                    break
+                n_before = len(rows)
+                rc = _run_child(args, lib, side, path, log, min(args.child_timeout, left))
+                rows, _, ended, started = _read_progress(path)
+                if rc == 0 or ended:
+                    break
+                if rc == CONTEXT_LOST and started is None:  # its row is written: the rest in a new child
+                    continue
+                if rc is None and args.budget and time.time() - t0 >= args.budget - 5:
+                    stopped = True  # the budget ran out, not the case: the next run goes on with it
+                    break
+                why = "timed out" if rc is None else f"exited with {rc}"
+                if started is not None:
+                    _emit(open(path, "a"), {"library": lib, "op": started, "passed": False, "crashed": True,
+                                            "failure": f"the child {why} during this case (see {log.name})"})
+                else:  # died outside a case (at its start: imports, CUDA init): nothing more to learn
+                    _emit(open(path, "a"), {"library": lib, "op": "(child)", "passed": False, "crashed": True,
+                                            "failure": f"the child {why} outside a case (see {log.name})"})
+                    break
+            rows, _, ended, _ = _read_progress(path)
+            bad = [r for r in rows.values() if not r.get("passed")]
+            why = [f"\n   FAIL {r['op']}: {r.get('failure') or r.get('error')}" for r in bad[:8]]
+            print(f"-- {side:9s} {lib:14s} {len(rows) - len(bad):4d} of {len(rows):4d} correct"
+                  + ("" if ended else "  (unfinished)") + "".join(why), flush=True)
+            if stopped:
+                break
+        if stopped:
+            break
+    res = merge(work, libs, args.device)
+    gpu = (res["gpu"] or "cpu").replace(" ", "_")
+    out = Path(args.out) if args.out else (work if args.device == "cpu" else ROOT / "benchmarks" / "results")
+    if out.is_dir() or not out.suffix:
+        out.mkdir(parents=True, exist_ok=True)
+        out = out / f"{res['date']}-{gpu}-unseen-libraries.json"
+    out.write_text(json.dumps(res, indent=1))
+    print(f"wrote {out}" + (f"\nstopped at the --budget of {args.budget:.0f} s: run the same command again to go on"
+                            if stopped else ""))
+    print(_table(res))
+    return 0
+
 
 
 if __name__ == "__main__":
