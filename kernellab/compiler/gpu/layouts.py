@@ -277,8 +277,12 @@ class Bits(Layout):
         return out
 
     def registers(self, shape):
-        """Register K holds, along each dimension, the sum of the positions of the register bits set in K."""
-        assert tuple(shape) == tuple(1 << len(d) for d in self.dims), (shape, self)
+        """Register K holds, along each dimension, the sum of the positions of the register bits set in K. A
+        dimension of size 1 whose bits are lane or warp bits only (the tile a broadcast will widen: those threads
+        hold copies, as `dims_info` reads it) has every register at 0."""
+        assert len(shape) == self.rank and all(
+            size == 1 << len(d) or (size == 1 and not any(b[0] == "r" for b in d))
+            for size, d in zip(shape, self.dims)), (shape, self)
         where = {}
         for d, bits in enumerate(self.dims):
             for i, b in enumerate(bits):
