@@ -60,6 +60,11 @@ IMAGE = {
     "kernellab", "nvidia", "cuda", "jax", "jaxlib", "cupy", "numba", "llvmlite", "ml_dtypes",
     "torchgen", "functorch", "torchvision", "torchaudio", "py",  # torch's own (its 2.11 there), pytest's shim
 }
+# folders copied whole (no compiled extensions): what only a CUDA run imports, unseen by the CPU trace. FlagGems
+# loads its vendor's arch folder by the device's capability (`_nvidia/hopper` on sm_90, `ampere` on sm_80: put on
+# sys.path and imported as `hopper`); xformers imports `ops.fmha.triton_splitk` -> `ops.fmha._triton` (and other
+# Triton-only modules) when it finds a GPU. Both are small (0.1 and 0.8 MiB).
+GPU_WHOLE = ["flag_gems/runtime/backend/_nvidia", "xformers"]
 PURE_FALLBACK = {"sqlalchemy"}  # their extensions are optional speed-ups (9 MiB of SQLAlchemy's): not carried
 
 
@@ -184,6 +189,27 @@ def select(traces: list[dict], roots: list[Path], siblings: bool) -> tuple[dict,
             for sib in src.parent.glob("*.py"):
                 files.setdefault(rel.parent / sib.name, sib)
     return files, {"compiled": sorted(compiled), "skipped_image": sorted(image)}
+
+
+def _gpu_whole(roots: list[Path], files: dict) -> dict:
+    """The files of the `GPU_WHOLE` folders (of the libraries that are copied at all), their parents' __init__."""
+    out = {}
+    tops = {rel.parts[0] for rel in files}
+    for folder in GPU_WHOLE:
+        if Path(folder).parts[0] not in tops:
+            continue
+        for root in roots:
+            if (root / folder).is_dir():
+                for f in sorted((root / folder).rglob("*")):
+                    if f.is_file() and "__pycache__" not in f.parts and f.suffix not in (".so", ".pyd", ".pyc"):
+                        out.setdefault(f.relative_to(root), f)
+                break
+    for rel, src in list(out.items()):
+        root = Path(str(src)[: -len(str(rel))])
+        for parent in list(rel.parents)[:-1]:
+            if (root / parent / "__init__.py").is_file():
+                out.setdefault(parent / "__init__.py", root / parent / "__init__.py")
+    return out
 
 
 def absent(trace: dict, roots: list[Path], files: dict) -> list[str]:
@@ -354,6 +380,7 @@ def main(argv=None) -> int:
             extra["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", ""), args.triton_path])
         traces.append(trace(args.triton_python, "triton", args.libs, work, extra, args.reuse_traces))
     files, notes = select(traces, roots, args.siblings)
+    files.update(_gpu_whole(roots, files))
     files.update(_dist_infos(files, roots))
     files.update(_with_libs(files, roots))
     if out.exists():
