@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,6 +114,38 @@ def test_compare_resumes_after_a_child_dies_in_a_case(tmp_path):
     assert kl["welford_layer_norm"]["crashed"] and not kl["welford_layer_norm"]["passed"]
     assert kl["softmax_argmax"]["passed"] and kl["softmax_argmax"]["launches"] == 1 and kl["softmax_argmax"]["ms"] > 0
     assert out.stdout.strip().splitlines()[-1].startswith("all ")  # the table is printed last
+
+
+def test_compare_jobs_run_sides_at_once_timing_under_the_lock_and_a_rerun_goes_on(tmp_path):
+    """`--jobs 2`: both sides' children at once, each timing its cases right after their checks while holding the
+    time lock (no separate warm-up pass); a first run stopped by --budget before any child leaves nothing that a
+    rerun of the same command does not finish."""
+    tri = os.environ.get("TRITON_PYTHON", "/tmp/tri/bin/python")  # a Python with the real Triton (CPU build)
+    if not Path(tri).exists():
+        pytest.skip("no Python with the real Triton (set TRITON_PYTHON)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH")] if p))
+    cmd = [sys.executable, str(TOOL), "--compare", "torch_inductor", "--device", "cpu", "--time", "--rounds", "1",
+           "--jobs", "2", "--triton-python", tri, "--work", str(tmp_path / "work"), "--out", str(tmp_path / "r.json")]
+    first = subprocess.run(cmd + ["--budget", "1"], capture_output=True, text=True, env=env, timeout=600,
+                           cwd=str(ROOT))
+    assert first.returncode == 0 and "stopped at the --budget" in first.stdout, first.stdout + first.stderr
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=str(ROOT))
+    assert out.returncode == 0, out.stdout + out.stderr
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert res["overall"]["cases"] == 2 and res["overall"]["kernellab_correct"] == 2, res["overall"]
+    assert all(r["kernellab"]["ms"] > 0 and r["triton"]["passed"] is not None for r in res["rows"])  # both ran
+    assert not (tmp_path / "work" / "warm").exists() and (tmp_path / "work" / "time.lock").exists()
+    meta = json.loads((tmp_path / "work" / "triton-torch_inductor.jsonl").read_text().splitlines()[0])["meta"]
+    assert meta["time_lock"] and meta["timed"]
+
+
+def test_tf32_tolerance_only_for_marked_cases_on_cuda():
+    u = _tool()
+    assert ("fla", "chunk_gla") in u.TF32_CASES and ("flag_gems", "mm") not in u.TF32_CASES
+    assert u._tolerance("fla", "chunk_gla", 2e-3) == 2e-3  # the CPU interpreters compute fp32 dots in fp32
+    u.DEVICE = "cuda"
+    assert u._tolerance("fla", "chunk_gla", 2e-3) == u.TF32_TOL == 2.0 ** -5
+    assert u._tolerance("flag_gems", "mm", 1e-3) == 1e-3 and u._tolerance("fla", "chunk_delta_rule", 3e-2) == 2.0 ** -5
 
 
 def test_libraries_timer_runs_setup_before_every_call_outside_the_events(monkeypatch):
