@@ -22,7 +22,8 @@ GPU-first libraries probe CUDA while they are imported (FlagGems asks for the de
 keeps a per-device cache); on a machine without a GPU this script answers those probes for one device
 (`_pretend_one_cuda_device`), which changes nothing that a kernel computes. Each op is one case: it builds
 inputs from a fixed seed, runs the library's op and compares every output with the reference; a case passes
-when the largest error is within its tolerance. Prints one line per case and a summary per library, and with
+when the largest error is within its tolerance (on CUDA, cases marked `tf32` use TF32_TOL: see there). Prints
+one line per case and a summary per library, and with
 `--json PATH` writes the results (an object: date, device, gpu, side, versions, rows).
 
 `--time` (for a GPU; on a CPU it only proves the plumbing): after a case's check, the kernel launches of one
@@ -32,6 +33,8 @@ path are in, the torch glue and the reference are not), timed with benchmarks/li
 `ms` = GPU time per call, launch costs on the device included; `wall_ms` = back-to-back calls, the host's launch
 path included. `--compare` runs both sides as children (kernellab.compat and the real Triton cannot share a
 process), one per library and side, resumed in a new child when one dies in a case (recorded as failed), and
+with `--jobs N` N children at a time (the longest libraries first; each times a case right after checking it,
+holding a lock file so that no two children time at once, while the others compile and check), and
 writes `<date>-<gpu>-unseen-libraries.json` (an object: versions, per case both sides' rows and
 `ratio` = kernellab ms / Triton ms, `launch_bound` when both are under 20 us; per library and overall the counts,
 the geomean ratio with and without launch-bound cases, and the worst case), then prints a table. A rerun with
