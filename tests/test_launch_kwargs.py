@@ -108,3 +108,28 @@ def test_host_tensor_descriptor_launches_take_the_fast_path(monkeypatch):
     monkeypatch.undo()
     run(256, 128, view_cols=136)  # row stride 136: another key (still % 8 elements = 16-byte aligned)
     assert not calls
+
+
+@kernellab.jit
+def _ints(out, a, b, BLOCK: tl.constexpr = 16):
+    tl.store(out + tl.arange(0, BLOCK), tl.zeros((BLOCK,), tl.int64) + a + b)
+
+
+def test_fast_key_classes_integers_as_specialization_does():
+    """Two integers share a fast-path key only when binding would specialize them alike (the same type: int32,
+    int64, uint64; == 1 or not; a multiple of 16 or not), and every two int32 values that specialize alike share
+    one (outside int32 a finer key is harmless)."""
+    def spec(v):
+        width = "i32" if -2**31 <= v < 2**31 else "i64" if -2**63 <= v < 2**63 else "u64"
+        return width, v == 1, v % 16 == 0
+
+    values = [0, 1, 2, 3, 15, 16, 17, 32, -1, -16, -17, 2**31 - 16, 2**31 - 1, 2**31, 2**31 + 16, 2**32, 2**32 + 1,
+              -2**31, -2**31 - 1, -2**31 - 16, 2**63 - 1, 2**63, 2**63 + 16, 2**64 - 1, None]
+    values = [v for v in values if v is not None]
+    keys = {v: _ints._fast_sig((None, v, 3), {}) for v in values}
+    for v in values:
+        for w in values:
+            if keys[v] == keys[w]:
+                assert spec(v) == spec(w), (v, w)
+            elif spec(v) == spec(w):
+                assert spec(v)[0] != "i32", (v, w)

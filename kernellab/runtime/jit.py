@@ -1189,15 +1189,23 @@ class JITFunction(KernelInterface):
         if len(args) > len(self._positional_kinds):
             return None
         sig = []
+        tensor_type = _tensor_type()
         for a, kind in zip(args, self._positional_kinds):
             t = type(a)
             if kind == "c":
                 sig.append(a if t in _HASHABLE else id(a))
+            elif t is tensor_type:  # the common case first: a plain torch.Tensor
+                if not a.is_cuda:
+                    return None
+                sig.append((a.dtype, kind == "n" or a.data_ptr() % 16 == 0))
             elif t is int:
-                # the integer's type class (i32 / i64 / u64, as specialize decides; finer is harmless), plus the
-                # ==1 and %16 specializations unless the parameter is do_not_specialize
-                width = (-2**31 <= a < 2**31) + 2 * (0 <= a < 2**32) + 4 * (-2**63 <= a < 2**63)
-                sig.append(("i", width) if kind == "n" else ("i", width, a == 1, a % 16 == 0))
+                # the ==1 and %16 specializations unless the parameter is do_not_specialize, and outside int32 the
+                # integer's type class (i64 / u64, as specialize decides; finer is harmless)
+                if -2147483648 <= a < 2147483648:
+                    sig.append(0 if kind == "n" else (a == 1, not a & 15))
+                else:
+                    width = 2 * (0 <= a < 2**32) + 4 * (-2**63 <= a < 2**63)
+                    sig.append(("i", width) if kind == "n" else ("i", width, a == 1, not a & 15))
             elif t is float:
                 sig.append("f")
             elif a is None or t is bool or t is str:
@@ -1207,7 +1215,7 @@ class JITFunction(KernelInterface):
                 if key is None:
                     return None
                 sig.append(key)
-            else:
+            else:  # a tensor subclass or another object with a data pointer
                 dp = getattr(a, "data_ptr", None)
                 if dp is None or not getattr(a, "is_cuda", False):
                     return None
@@ -1321,6 +1329,21 @@ class JITFunction(KernelInterface):
 
 
 _SLOW = object()
+_TENSOR_TYPE: list = []
+
+
+class _NotATensor:
+    pass
+
+
+def _tensor_type():
+    """torch.Tensor once torch is imported (a launch with tensors has imported it), else a type nothing is."""
+    if not _TENSOR_TYPE:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return _NotATensor
+        _TENSOR_TYPE.append(torch.Tensor)
+    return _TENSOR_TYPE[0]
 
 
 def _descriptor_sig(d):
