@@ -13,7 +13,8 @@ from .codegen import occupancy_cap
 from .codegen.line_map import llvm_positions, ptx_positions
 from .codegen.llvm_to_ptx import compile_llvm
 from .codegen.lower import LoweringError, lower_kernel
-from .codegen.lower_warp_specialize import producer_warps, registers
+from .codegen.lower_warp_specialize import registers
+from .codegen.lowering_core import producer_warps
 from .codegen.ptx_to_cubin import ptx_to_cubin
 from .codegen.target import Target
 from .gpu.options import GpuOptions

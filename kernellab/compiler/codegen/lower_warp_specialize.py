@@ -12,18 +12,10 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..ir import Function
 from .lowering_core import VOID, KernelLowering, _cint, handles
 
-CONSUMER_BARRIER = 3  # named barriers 1 and 2 are warpgroup_turns'
 PRODUCER_REGISTERS = 40
 MAX_REGISTERS = 240
-
-
-def producer_warps(fn: Function) -> int:
-    """The warps a kernel launches beyond num_warps: its producer warpgroup, if it is warp-specialized."""
-    return max((int(op.attrs.get("producer_warps", 4)) for op in fn.walk() if op.name == "ttg.warp_specialize"),
-               default=0)
 
 
 def registers(num_warps: int, maxnreg: int | None = None, extra: int = 4) -> tuple[int, int, int]:

@@ -103,6 +103,16 @@ def _cint(v, ty=I32):
     return ir.Constant(ty, v)
 
 
+CONSUMER_BARRIER = 3  # the named barrier of a warp-specialized kernel's consumers (1 and 2 are warpgroup_turns')
+
+
+def producer_warps(fn) -> int:
+    """The warps a kernel launches beyond num_warps: its producer warpgroup, if it is warp-specialized
+    (codegen/lower_warp_specialize.py)."""
+    return max((int(op.attrs.get("producer_warps", 4)) for op in fn.walk() if op.name == "ttg.warp_specialize"),
+               default=0)
+
+
 class KernelLowering:
     def __init__(self, module: Module, options, arch: int = 90, tensormaps=None):
         """`tensormaps`: (the TMA tensor-map recipes, one kernel parameter each, and id(ttg.tensormap op) -> its
@@ -180,7 +190,6 @@ class KernelLowering:
         self.smem32 = self.eb.ptrtoint(smem, I32, name="smem32")
         # the exact block size (`.reqntid`, as Triton): with only an upper bound (`.maxntid`) ptxas may pick a
         # register budget for occupancy (32 registers at 64 threads, then kilobytes of spills)
-        from .lower_warp_specialize import producer_warps  # (a warp-specialized kernel launches them on top)
 
         threads = (self.opts.num_warps + producer_warps(self.ir_fn)) * 32
         md = self.mod.add_metadata([self.fn, ir.MetaDataString(self.mod, "reqntidx"), _cint(threads)])
@@ -320,7 +329,6 @@ class KernelLowering:
         """Every thread of the program waits here; after a warp-specialized split, every consumer thread (a named
         barrier: the producer warps have left)."""
         if self.consumer_threads:
-            from .lower_warp_specialize import CONSUMER_BARRIER
 
             fn = self.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.count", VOID, [I32, I32])
             self.b.call(fn, [_cint(CONSUMER_BARRIER), _cint(self.consumer_threads)])
