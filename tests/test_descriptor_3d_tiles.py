@@ -16,6 +16,7 @@ import torch
 import kernellab as kl
 import kernellab.language as tl
 
+needs_liger = pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is None, reason="liger_kernel not installed")
 needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
 
 
@@ -75,6 +76,33 @@ def test_interpreter_ragged(b_off):
     torch.testing.assert_close(o.double(), _reference(x, w, b_off), rtol=1e-5, atol=1e-5)
 
 
+@needs_liger
+def test_interpreter_liger_mlp_backward_kernels(triton):
+    """Liger's mlp kernels on the interpreter (LigerMLPFunction asserts CUDA tensors, so its steps are called
+    directly): the forward's A, G, U, then dG and dU written over G and U in place, dI, and the torch GEMMs for the
+    weight gradients, against float64 autograd on a ragged shape (S not a multiple of BLOCK_M)."""
+    import liger_kernel.ops.mlp as mlp
+
+    B, S, dim, hid = 2, 70, 72, 136
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(B, S, dim, generator=g)
+    Wg, Wu = (torch.randn(hid, dim, generator=g) / dim ** 0.5 for _ in range(2))
+    Wd = torch.randn(dim, hid, generator=g) / hid ** 0.5
+    dO = torch.randn(B, S, dim, generator=g)
+    AGU, cfg = mlp.gemm_swiglu(x, Wg, Wu, 1.0, True)
+    y = AGU[..., :hid] @ Wd.T
+    dWd = dO.reshape(-1, dim).T @ AGU[..., :hid].reshape(-1, hid)
+    mlp.swiglu_backward_dGU(dO, Wd, AGU, cfg, 1.0, 1.0)
+    dWug = AGU[..., hid:].reshape(-1, 2 * hid).T @ x.reshape(-1, dim)
+    dI = mlp.swiglu_backward_dI(Wg, Wu, AGU)
+    refs = [t.double().requires_grad_() for t in (x, Wg, Wu, Wd)]
+    yr = (torch.nn.functional.silu(refs[0] @ refs[1].T) * (refs[0] @ refs[2].T)) @ refs[3].T
+    yr.backward(dO.double())
+    for got, ref in [(y, yr), (dI, refs[0].grad), (dWug[:hid], refs[1].grad), (dWug[hid:], refs[2].grad),
+                     (dWd, refs[3].grad)]:
+        torch.testing.assert_close(got.double(), ref.detach(), rtol=1e-4, atol=1e-4)
+
+
 # ---------------------------------------------------------------------------------------------- sm_90 / sm_80
 def _stats(ck):
     return {p.name: p.stats for p in ck.trace.passes}
@@ -131,11 +159,11 @@ def test_squeezed_load_other_paths_assemble(arch, stages, tmp_path, monkeypatch)
 
 # ---------------------------------------------------------------------------------------------- GPU
 SHAPES = [(2, 256, 256, 256), (3, 200, 136, 520), (2, 70, 56, 72)]  # ragged S, N; K a multiple of 8 (TMA strides)
-CONFIGS = [(128, 128, 64, 8), (64, 128, 32, 4), (64, 64, 64, 4)]
+CONFIGS = [(128, 128, 64, 8), (64, 128, 32, 4)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("stages", [1, 2, 3])
+@pytest.mark.parametrize("stages", [1, 3])
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "x".join(map(str, c)))
 @pytest.mark.parametrize("kind", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
@@ -156,12 +184,9 @@ def test_gpu_bmm3d(shape, kind, cfg, stages):
             assert torch.equal(got[-1], torch.zeros_like(got[-1]))
 
 
-needs_liger = pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is None, reason="liger_kernel not installed")
-
-
 @pytest.mark.gpu
 @needs_liger
-@pytest.mark.parametrize("shape", [(2, 200, 256, 384), (1, 128, 512, 256)], ids=["ragged", "square"])
+@pytest.mark.parametrize("shape", [(2, 200, 256, 384)], ids=["ragged"])
 def test_gpu_liger_mlp_forward_backward(triton, shape):
     """Liger's fused SwiGLU MLP (3-D descriptor tiles, G and U overwritten in place by dG and dU) against float64;
     the kernels' fp32 dots are tf32 on the tensor cores, hence the normwise tolerance."""

@@ -45,7 +45,9 @@ the register path and the reason is recorded in the pass's stats.
 Block-pointer loads (`tl.load(block_ptr, boundary_check=...)`, the pointer carried by `tl.advance`) qualify
 too: their copies get the tile's addresses and in-bounds mask from `ttg.block_ptr_addresses` (out-of-bounds
 runs become zeros, so only padding_option "zero" qualifies), `vec` from the block's strides and offsets
-(gpu/block_ptr.py). Later passes rewrite a loop pipelined here: `fill_stages_with_tma` fills block-pointer
+(gpu/block_ptr.py). A tile of a block whose leading dims are 1 (a host descriptor's `[1, M, K]` block, reshaped to
+`[M, K]` for the dot, as Liger's mlp loads its input) is an operand too: the load is rewritten to give the 2-D tile
+(`_squeeze_load`). Later passes rewrite a loop pipelined here: `fill_stages_with_tma` fills block-pointer
 stages by TMA on sm_90, `warpgroup_turns` lets attention's two warpgroups sync on mbarriers and take turns.
 """
 from __future__ import annotations
