@@ -55,7 +55,7 @@ from __future__ import annotations
 import os
 
 from ..gpu.axis_info import AxisAnalysis
-from ..gpu.layouts import Slice
+from ..gpu.layouts import Blocked, Slice
 from ..gpu.reshape_layout import register_map
 from ..gpu.scratch import is_wgmma
 from ..ir import Module, Op
@@ -90,7 +90,9 @@ def _operand_load(dot: Op, index: int, body, bpc: BlockPtrCopies):
         v = op.operands[0]
         op = v.defining_op
     if op is not None and op.name == "tt.reshape" and op.block is body:
-        op = _squeeze_load(op)
+        op, why = _squeeze_load(op)
+        if why is not None:
+            return None, why
     if op is None or op.name != "tt.load" or op.block is not body:
         return None, "not loaded in the loop body"
     readers = []
@@ -114,17 +116,20 @@ def _squeeze_load(rs: Op) -> Op:
     the reshape goes, and the load is then a dot operand like a 2-D one (staged 2-D, filled by TMA with a
     rank-3 map). The same elements in the same order: the dropped dims are at the block's offset, and their
     boundary check stays (an out-of-range index there reads padding); codegen indexes the dropped dims at 0.
-    Anything else is returned unchanged (its reason is then "not loaded in the loop body")."""
+    Returns (the load, None), or (the reshape unchanged, why not: None for a reshape of anything else, whose
+    reason is then "not loaded in the loop body")."""
     src = rs.operands[0]
     ld = src.defining_op
-    if ld is None or ld.name != "tt.load" or ld.block is not rs.block or len(src.uses) != 1:
-        return rs
-    if not ld.operands[0].type.is_block_ptr():
-        return rs
+    if ld is None or ld.name != "tt.load" or ld.block is not rs.block or not ld.operands[0].type.is_block_ptr():
+        return rs, None
     s_shape, r_shape = tuple(src.type.shape), tuple(rs.result.type.shape)
     k = len(s_shape) - 2
     if len(r_shape) != 2 or k < 1 or any(d != 1 for d in s_shape[:k]) or s_shape[k:] != r_shape:
-        return rs
+        return rs, f"a {list(s_shape)} block-pointer tile reshaped to {list(r_shape)} (only leading 1s may go)"
+    if len(src.uses) != 1:
+        return rs, f"the {list(s_shape)} tile is also used without the reshape"
+    if not isinstance(rs.result.type.layout, Blocked):
+        return rs, "the reshaped tile has no blocked layout (its copies take the load's order)"
     attrs = dict(ld.attrs)
     m = register_map(src.type.layout, s_shape, rs.result.type.layout, r_shape)
     if m is None or list(m) != list(range(len(m))):
@@ -134,7 +139,7 @@ def _squeeze_load(rs: Op) -> Op:
     rs.result.replace_all_uses_with(new.result)
     rs.erase()
     ld.erase()
-    return new
+    return new, None
 
 
 def _readers(v, body, transposed: bool, chain: list, out: list) -> str | None:
