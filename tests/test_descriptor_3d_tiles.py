@@ -179,7 +179,7 @@ def test_gpu_bmm3d(shape, kind, cfg, stages):
         assert not torch.isnan(got).any(), "unwritten (poisoned) elements"
         ref = _reference(x, w, b_off)
         err = ((got - ref).norm() / ref.norm()).item()
-        assert err < {"fp32": 2e-3, "bf16": 8e-3, "fp16": 2e-3}[kind], err
+        assert err < {"fp32": 5e-3, "bf16": 8e-3, "fp16": 2e-3}[kind], err  # fp32: tf32, truncated from stages
         if b_off:
             assert torch.equal(got[-1], torch.zeros_like(got[-1]))
 
@@ -214,4 +214,4 @@ def test_gpu_liger_mlp_forward_backward(triton, shape):
         got = got.detach().double().cpu()
         assert not torch.isnan(got).any(), name
         err = ((got - ref.detach()).norm() / ref.detach().norm()).item()
-        assert err < 5e-3, (name, err)
+        assert err < 1e-2, (name, err)  # tf32 (truncated: biased by ~1e-3 per dot), dWd over 400 rows
