@@ -235,7 +235,8 @@ _def("ttg.async_wait", "wait until at most {pending} copy groups are in flight, 
 _def("ttg.block_ptr_addresses", "the addresses and in-bounds mask of a block pointer's tile, in the results' layout "
      "(what a cp.async of a block-pointer tile copies from) {boundary_check}")
 _def("ttg.tensormap", "the TMA tensor map (a kernel parameter the launcher makes) of a 2-D tensor: "
-     "(base, extent of the contiguous dim, extent of the other, its stride) {box, swizzle}")
+     "(base, extent of the contiguous dim, extent of the other, its stride[, extent and stride of each leading "
+     "dim of a [1, .., M, K] block, innermost first]) {box, swizzle}")
 _def("ttg.mbarrier_alloc", "one mbarrier per pipeline stage in shared memory, initialized by one thread to expect "
      "{count} arrivals per phase (1 when absent)", pure=False)
 _def("ttg.mbarrier_expect", "one thread arrives on the stage's mbarrier, announcing {bytes} of TMA copies (pred)",

@@ -290,7 +290,9 @@ def _dot(b, xs, ys):
 
 
 def _block_ptr_addresses(lw, op, bp_value, layout, shape, checks):
-    """Per register: the element's address and, over the `checks` dims, whether it is in bounds.
+    """Per register: the element's address and, over the `checks` dims, whether it is in bounds. A tile of
+    lower rank than the block (pipeline_dot_operands' `[M, K]` load of a `[1, M, K]` block) is the block's
+    trailing dims: the dropped leading ones are at index 0.
 
     The address is split as (base + offsets · strides) + (index in the tile · strides): the first term is one
     scalar per tile, the second does not depend on the offsets, so LLVM hoists it out of a loop that advances
@@ -301,9 +303,10 @@ def _block_ptr_addresses(lw, op, bp_value, layout, shape, checks):
     offs64 = [b.sext(o, I64) for o in offs]
     tile = b.gep(base, [_dot(b, offs64, strides)], source_etype=elem)
     zero = ir.Constant(I64, 0)
+    lead = [zero] * (len(offs) - len(shape))  # a tile without the block's leading unit dims: index 0 there
     ptrs, masks = [], []
     for ix in lw.reg_indices(layout, shape):
-        ix64 = [b.sext(i, I64) for i in ix]
+        ix64 = lead + [b.sext(i, I64) for i in ix]
         m = None
         for d in sorted(checks):
             pos = b.add(offs64[d], ix64[d])

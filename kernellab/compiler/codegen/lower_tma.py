@@ -47,11 +47,12 @@ def tensormap_recipes(fn: Function) -> tuple[list, dict]:
     for op in fn.walk():
         if op.name != "ttg.tensormap":
             continue
-        base, d0, d1, s1 = op.operands
+        base, d0, d1, s1, *outer = op.operands  # then (extent, stride) of each leading unit dim, innermost first
         kind, i = _ref(base, fn.args)
         if kind != "arg":
             raise LoweringError("a ttg.tensormap base must be a kernel argument")
-        r = {"base": i, "dims": [_ref(d0, fn.args), _ref(d1, fn.args)], "strides": [_ref(s1, fn.args)],
+        r = {"base": i, "dims": [_ref(d, fn.args) for d in [d0, d1] + outer[0::2]],
+             "strides": [_ref(s, fn.args) for s in [s1] + outer[1::2]],
              "box": [int(b) for b in op.attrs["box"]], "swizzle": int(op.attrs["swizzle"]),
              "dtype": base.type.elem.ir}
         if r not in recipes:
@@ -123,25 +124,30 @@ def _tma_copy(lw: KernelLowering, op):
     desc_v, bp_v, view_v, bar_v, pred_v = op.operands
     bar, desc = _saddr(lw, lw.get(bar_v)), lw.get(desc_v)
     go = _one_thread(lw, lw.get(pred_v))
-    for dst, c_fast, c_slow in _boxes(lw, bp_v, view_v):
-        _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $4, 0; @p cp.async.bulk.tensor.2d.shared::cluster.global.tile"
-             ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3}], [$5]; }", "r,l,r,r,r,r,~{memory}",
-             [dst, desc, c_fast, c_slow, go, bar])
+    for dst, coords in _boxes(lw, bp_v, view_v):
+        n = len(coords)
+        c = ", ".join(f"${2 + i}" for i in range(n))
+        _asm(lw, f"{{ .reg .pred p; setp.ne.b32 p, ${2 + n}, 0; @p cp.async.bulk.tensor.{n}d.shared::cluster.global"
+             f".tile.mbarrier::complete_tx::bytes [$0], [$1, {{{c}}}], [${3 + n}]; }}",
+             "r,l," + "r," * n + "r,r,~{memory}", [dst, desc, *coords, go, bar])
 
 
 def _boxes(lw: KernelLowering, bp_v, view_v):
-    """(shared address, fast and slow tensor coordinates) of each TMA box of a stage's tile: one box per swizzle
-    atom column, w contiguous elements by all the tile's rows (loads and stores move the same boxes)."""
+    """(shared address, tensor coordinates: fast, slow, then each leading unit dim of the block innermost first) of
+    each TMA box of a stage's tile: one box per swizzle atom column, w contiguous elements by all the tile's rows
+    (loads and stores move the same boxes). The 2-D stage of a `[1, M, K]` block is its last two dims."""
     view = view_v.type
     _, _, _, _, offs = lw.get(bp_v)
-    fast, slow = view.order[0], view.order[1]
+    k = len(offs) - 2
+    fast, slow = view.order[0] + k, view.order[1] + k
+    outer = [offs[d] for d in range(k - 1, -1, -1)]
     z = view.swizzle
     w = z // (view.scalar.bits // 8)
-    rows = view.shape[slow]
+    rows = view.shape[view.order[1]]
     base = lw.get(view_v)
-    for j in range(view.shape[fast] // w):
+    for j in range(view.shape[view.order[0]] // w):
         c0 = lw.b.add(offs[fast], _cint(j * w)) if j else offs[fast]
-        yield _saddr(lw, lw.b.add(base, _cint(j * rows * z))), c0, offs[slow]
+        yield _saddr(lw, lw.b.add(base, _cint(j * rows * z))), [c0, offs[slow]] + outer
 
 
 @handles("ttg.mbarrier_wait")
@@ -211,9 +217,12 @@ def _tma_store(lw: KernelLowering, op):
     desc_v, bp_v, view_v = op.operands
     desc = lw.get(desc_v)
     go = _one_thread(lw)
-    for src, c_fast, c_slow in _boxes(lw, bp_v, view_v):
-        _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $4, 0; @p cp.async.bulk.tensor.2d.global.shared::cta.tile"
-             ".bulk_group [$0, {$1, $2}], [$3]; }", "l,r,r,r,r,~{memory}", [desc, c_fast, c_slow, src, go])
+    for src, coords in _boxes(lw, bp_v, view_v):
+        n = len(coords)
+        c = ", ".join(f"${1 + i}" for i in range(n))
+        _asm(lw, f"{{ .reg .pred p; setp.ne.b32 p, ${2 + n}, 0; @p cp.async.bulk.tensor.{n}d.global.shared::cta"
+             f".tile.bulk_group [$0, {{{c}}}], [${1 + n}]; }}", "l," + "r," * n + "r,r,~{memory}",
+             [desc, *coords, src, go])
     _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $0, 0; @p cp.async.bulk.commit_group; }", "r,~{memory}", [go])
 
 

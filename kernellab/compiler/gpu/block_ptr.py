@@ -89,6 +89,18 @@ def unwiden(v: Value) -> Value:
     return v
 
 
+def squeezed(mk: Op, rank: int) -> int:
+    """How many leading unit dims of `mk`'s block a tile of `rank` dims drops: a `[1, M, K]` descriptor block
+    loaded as its `[M, K]` tile (pipeline_dot_operands folds the `tl.reshape`), or 0 when the ranks agree."""
+    return len(mk.attrs["block_shape"]) - rank
+
+
+def tile_order(mk: Op, rank: int) -> tuple:
+    """The block's dim order (fastest first) as dims of its rank-`rank` tile: the dropped leading dims left out."""
+    k = squeezed(mk, rank)
+    return tuple(d - k for d in mk.attrs["order"] if d >= k)
+
+
 def _const(v: Value):
     d = unwiden(v).defining_op
     return d.attrs.get("value") if d is not None and d.name == "arith.constant" else None
@@ -108,10 +120,13 @@ def copy_vec(ld: Op, axis: AxisAnalysis) -> tuple[int, str | None]:
     (mk, *others), advances = found
     base, shape, strides, offs = parts(mk)
     fast = mk.attrs["order"][0]
+    k = squeezed(mk, len(tile.shape))
+    if fast < k:
+        return 1, f"the contiguous dim {fast} is a dropped unit dim of the block"
     esize = max(1, tile.scalar.bits // 8)  # int1 lives in bytes
     if _const(strides[fast]) != 1:
         return 1, f"the stride of the contiguous dim {fast} is not the constant 1"
-    vec = min(16 // esize, tile.shape[fast], max(1, axis[base].div[0] // esize))
+    vec = min(16 // esize, tile.shape[fast - k], max(1, axis[base].div[0] // esize))
     limits = [axis[s].div[0] for d, s in enumerate(strides) if d != fast]
     limits += [axis[parts(m)[3][fast]].div[0] for m in [mk] + others] + [axis[a.operands[1 + fast]].div[0]
                                                                        for a in advances]
@@ -137,28 +152,43 @@ def _kernel_value(v: Value, fn_args) -> bool:
 
 
 def tma_operands(bp: Value, elem_bytes: int, boundary_check, fn_args, axis: AxisAnalysis) -> tuple[list | None, str]:
-    """([base, extent of the contiguous dim, extent of the other dim, stride of the other dim], unwidened: kernel
-    arguments or constants) when a host-made tensor map can serve the 2-D tiles of block pointer `bp` (elements
-    of `elem_bytes`, read with `boundary_check`), else (None, why not)."""
+    """([base, extent of the contiguous dim, extent of the other dim, stride of the other dim, then extent and
+    stride of each leading unit dim, innermost first], unwidened: kernel arguments or constants) when a host-made
+    tensor map can serve the 2-D tiles of block pointer `bp` (elements of `elem_bytes`, read with
+    `boundary_check`), else (None, why not). A block of rank 3 to 5 qualifies when its leading dims are 1 (a
+    host descriptor's `[1, M, K]` block): the map has the block's rank, its box is 1 along those dims, and TMA's
+    zero fill outside the shape covers their boundary check too (an out-of-range batch index reads zeros)."""
     found = origin(bp)
     if isinstance(found, str):
         return None, found
     mk, _ = found
     base, shape, strides, _ = parts(mk)
-    if len(shape) != 2:
-        return None, f"a rank-{len(shape)} block (TMA here handles 2-D tiles)"
-    fast, slow = mk.attrs["order"][0], mk.attrs["order"][1]
+    n = len(shape)
+    block = list(mk.attrs["block_shape"])
+    if n > 5:
+        return None, f"a rank-{n} block (a TMA tensor map has at most 5 dims)"
+    if n > 2 and any(b != 1 for b in block[:n - 2]):
+        return None, f"a rank-{n} block {block} whose leading dims are not 1 (TMA here fills 2-D stages)"
+    order = list(mk.attrs["order"])
+    fast, slow = order[0], order[1]
+    if n > 2 and sorted((fast, slow)) != [n - 2, n - 1]:
+        return None, f"a rank-{n} block whose two fastest dims are not its last two (order {order})"
     if base.defining_op is not None or not any(base is a for a in fn_args):
         return None, "the base has a per-program offset (pass offsets= to tl.make_block_ptr instead)"
     if axis[base].div[0] < 16:
         return None, "the base pointer is not known to be 16-byte aligned"
     if _const(strides[fast]) != 1:
         return None, f"the stride of the contiguous dim {fast} is not 1"
-    for what, v in (("shape", shape[0]), ("shape", shape[1]), ("stride", strides[slow])):
+    outer = list(range(n - 3, -1, -1))  # the leading unit dims, innermost first (the map's dims 2, 3, ...)
+    for what, v in [("shape", shape[d]) for d in range(n)] + [("stride", strides[d]) for d in [slow] + outer]:
         if not _kernel_value(v, fn_args):
             return None, f"its {what} is computed in the kernel (the host makes the tensor map from arguments)"
-    if (axis[strides[slow]].div[0] * elem_bytes) % 16:
-        return None, f"the stride of dim {slow} is not known to be a multiple of 16 bytes"
-    if sorted(boundary_check or []) != [0, 1]:
+    for d in [slow] + outer:
+        if (axis[strides[d]].div[0] * elem_bytes) % 16:
+            return None, f"the stride of dim {d} is not known to be a multiple of 16 bytes"
+    if sorted(boundary_check or []) != list(range(n)):
         return None, "a dim is not boundary-checked (TMA zero-fills everything outside the shape)"
-    return [unwiden(v) for v in (base, shape[fast], shape[slow], strides[slow])], ""
+    ops = [base, shape[fast], shape[slow], strides[slow]]
+    for d in outer:
+        ops += [shape[d], strides[d]]
+    return [unwiden(v) for v in ops], ""

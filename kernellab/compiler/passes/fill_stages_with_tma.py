@@ -4,8 +4,10 @@ pipelined.
 TMA (the tensor memory accelerator) copies a whole tile from a tensor map: one thread issues it, no thread
 computes an address, and the copy completes by counting its bytes on an mbarrier. A tile qualifies when its
 stages are swizzled for wgmma (TMA writes the same swizzle) and the host can describe the tensor from the
-kernel's arguments: base, shape and strides are kernel arguments (or constants), 16-byte aligned, both dims
-boundary-checked (TMA zero-fills everything outside the shape). Its copies become:
+kernel's arguments: base, shape and strides are kernel arguments (or constants), 16-byte aligned, every dim
+boundary-checked (TMA zero-fills everything outside the shape). A block of rank 3+ whose leading dims are 1 (a host
+descriptor's `[1, M, K]` block, loaded as its `[M, K]` tile) gets a tensor map of its rank with a box of 1 there.
+Its copies become:
 
     before:    tensor maps (kernel parameters), one mbarrier per stage
     issue:     mbarrier_expect(stage's bytes) + tma_copy(tiles -> stage)          # one thread
@@ -55,7 +57,7 @@ class _Tma:
         if buf_t.shape[1:][buf_t.order[1]] > 256:
             return None, "the tile is over 256 rows (a TMA box dim holds at most 256)"
         found = block_ptr.origin(addresses.operands[0])
-        if not isinstance(found, str) and found[0].attrs["order"][0] != buf_t.order[0]:
+        if not isinstance(found, str) and block_ptr.tile_order(found[0], 2)[0] != buf_t.order[0]:
             return None, ("the stage is contiguous along the tile's other dim (a K-major tf32 operand): TMA copies "
                           "the tile as it lies in memory")
         return block_ptr.tma_operands(addresses.operands[0], buf_t.elem.bits // 8,
@@ -67,6 +69,7 @@ def _tensormap(bld: Builder, operands, buf_t, hint: str, loc):
     whole tensor; the box is one swizzle atom wide (all of the tile's rows)."""
     host = [v if v.defining_op is None else bld.const(v.defining_op.attrs["value"], I64) for v in operands]
     box = [buf_t.swizzle // (buf_t.elem.bits // 8), buf_t.shape[1:][buf_t.order[1]]]
+    box += [1] * ((len(operands) - 4) // 2)  # a [1, M, K] descriptor block: 1 along each leading dim
     return bld.op("ttg.tensormap", host, [I64], {"box": box, "swizzle": buf_t.swizzle}, [hint], loc=loc).result
 
 

@@ -45,7 +45,9 @@ the register path and the reason is recorded in the pass's stats.
 Block-pointer loads (`tl.load(block_ptr, boundary_check=...)`, the pointer carried by `tl.advance`) qualify
 too: their copies get the tile's addresses and in-bounds mask from `ttg.block_ptr_addresses` (out-of-bounds
 runs become zeros, so only padding_option "zero" qualifies), `vec` from the block's strides and offsets
-(gpu/block_ptr.py). Later passes rewrite a loop pipelined here: `fill_stages_with_tma` fills block-pointer
+(gpu/block_ptr.py). A tile of a block whose leading dims are 1 (a host descriptor's `[1, M, K]` block, reshaped to
+`[M, K]` for the dot, as Liger's mlp loads its input) is an operand too: the load is rewritten to give the 2-D tile
+(`_squeeze_load`). Later passes rewrite a loop pipelined here: `fill_stages_with_tma` fills block-pointer
 stages by TMA on sm_90, `warpgroup_turns` lets attention's two warpgroups sync on mbarriers and take turns.
 """
 from __future__ import annotations
@@ -53,7 +55,8 @@ from __future__ import annotations
 import os
 
 from ..gpu.axis_info import AxisAnalysis
-from ..gpu.layouts import Slice
+from ..gpu.layouts import Blocked, Slice
+from ..gpu.reshape_layout import register_map
 from ..gpu.scratch import is_wgmma
 from ..ir import Module, Op
 from ..ops import is_pure
@@ -86,6 +89,10 @@ def _operand_load(dot: Op, index: int, body, bpc: BlockPtrCopies):
     while op is not None and op.name in ("ttg.convert_layout", "tt.trans") and op.block is body:
         v = op.operands[0]
         op = v.defining_op
+    if op is not None and op.name == "tt.reshape" and op.block is body:
+        op, why = _squeeze_load(op)
+        if why is not None:
+            return None, why
     if op is None or op.name != "tt.load" or op.block is not body:
         return None, "not loaded in the loop body"
     readers = []
@@ -101,6 +108,38 @@ def _operand_load(dot: Op, index: int, body, bpc: BlockPtrCopies):
             return None, why
     why = copyable(op, bpc, wgmma=is_wgmma(readers[0][0]))
     return (op, readers) if why is None else (None, why)
+
+
+def _squeeze_load(rs: Op) -> Op:
+    """`tl.reshape(load(block_ptr), [M, K])` of a block whose leading dims are 1 (a host descriptor's
+    `[1, M, K]` tile, as Liger's mlp loads its input): the load is rewritten to give the `[M, K]` tile itself,
+    the reshape goes, and the load is then a dot operand like a 2-D one (staged 2-D, filled by TMA with a
+    rank-3 map). The same elements in the same order: the dropped dims are at the block's offset, and their
+    boundary check stays (an out-of-range index there reads padding); codegen indexes the dropped dims at 0.
+    Returns (the load, None), or (the reshape unchanged, why not: None for a reshape of anything else, whose
+    reason is then "not loaded in the loop body")."""
+    src = rs.operands[0]
+    ld = src.defining_op
+    if ld is None or ld.name != "tt.load" or ld.block is not rs.block or not ld.operands[0].type.is_block_ptr():
+        return rs, None
+    s_shape, r_shape = tuple(src.type.shape), tuple(rs.result.type.shape)
+    k = len(s_shape) - 2
+    if len(r_shape) != 2 or k < 1 or any(d != 1 for d in s_shape[:k]) or s_shape[k:] != r_shape:
+        return rs, f"a {list(s_shape)} block-pointer tile reshaped to {list(r_shape)} (only leading 1s may go)"
+    if len(src.uses) != 1:
+        return rs, f"the {list(s_shape)} tile is also used without the reshape"
+    if not isinstance(rs.result.type.layout, Blocked):
+        return rs, "the reshaped tile has no blocked layout (its copies take the load's order)"
+    attrs = dict(ld.attrs)
+    m = register_map(src.type.layout, s_shape, rs.result.type.layout, r_shape)
+    if m is None or list(m) != list(range(len(m))):
+        attrs.pop("vec", None)  # the runs were counted in the 3-D layout: copies get their own (copy_vec)
+    new = Op("tt.load", list(ld.operands), [rs.result.type], attrs, (), ld.loc, [rs.result.hint or src.hint])
+    insert_before(ld, new)
+    rs.result.replace_all_uses_with(new.result)
+    rs.erase()
+    ld.erase()
+    return new, None
 
 
 def _readers(v, body, transposed: bool, chain: list, out: list) -> str | None:

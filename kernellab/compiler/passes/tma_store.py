@@ -19,7 +19,9 @@ subtiled epilogue's two halves), each has its own buffer and waits with `pending
 since its own previous store. Stores in different blocks wait for all (pending 0).
 
 A store qualifies when a host-made tensor map can describe the tensor (block_ptr.tma_operands: base, shape and
-strides are kernel arguments or constants, 16-byte aligned, both dims checked), the kernel only stores to that
+strides are kernel arguments or constants, 16-byte aligned, every dim checked; a `[1, M, N]` tile of a rank-3
+descriptor, the reshape of an `[M, N]` one, as Liger's mlp stores, is stored from that 2-D tile through a tensor
+map of rank 3 with a box of 1 along the leading dim), the kernel only stores to that
 tensor (nothing of it is read back while a TMA store may still be writing), its tile can be swizzled and
 has at most 256 rows, and the buffers fit in shared memory next to the kernel's stage buffers. Why a store keeps
 st.global is recorded in the stats (`no_tma_store`).
@@ -32,6 +34,7 @@ from ..gpu.scratch import scratch_bytes
 from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
 from ..ops import is_loop
+from ..rewrite import insert_before
 from ..types import TensorType
 from .dot_stages import Builder
 from .fill_stages_with_tma import _tensormap
@@ -59,12 +62,54 @@ def _only_stored(base) -> bool:
     return True
 
 
+_CASTS = ("arith.truncf", "arith.extf", "arith.bitcast", "tt.fp_to_fp", "arith.sitofp", "arith.uitofp",
+          "arith.fptosi", "arith.fptoui", "arith.trunci", "arith.extsi", "arith.extui")
+
+
+def _unsqueezed(v):
+    """The 2-D tile `v` (a `[1, M, N]` tile stored through a descriptor with a `[1, M, N]` block, as Liger's mlp
+    stores) reshapes, as (value, [ops it then replaces]), or (None, why not). Looks through layout conversions
+    and one elementwise cast (`x.to(dtype)` after the reshape): the cast is rebuilt on the 2-D tile, in its
+    layout."""
+    chain = []
+    d = v.defining_op
+    while d is not None and d.name == "ttg.convert_layout" and len(d.result.uses) == 1:
+        chain.append(d)
+        d = d.operands[0].defining_op
+    cast = None
+    if d is not None and d.name in _CASTS and len(d.operands) == 1 and len(d.result.uses) == 1:
+        cast = d
+        chain.append(d)
+        d = d.operands[0].defining_op
+    unit = d is not None and (d.name == "tt.reshape" or (d.name == "tt.expand_dims" and d.attrs.get("axis") == 0))
+    if not unit or len(d.result.uses) != 1:  # (the canonicalizer makes the reshape an expand_dims)
+        return None, "a [1, M, N] tile that is not tl.reshape of a 2-D one"
+    x = d.operands[0]
+    if not isinstance(x.type, TensorType) or tuple(x.type.shape) != tuple(v.type.shape[-2:]):
+        return None, "a [1, M, N] tile that is not tl.reshape of an [M, N] one"
+    chain.append(d)
+    if cast is None:
+        return x, chain
+    new = Op(cast.name, [x], [TensorType(tuple(x.type.shape), cast.result.type.scalar, x.type.layout)],
+             dict(cast.attrs), (), cast.loc, [cast.result.hint])
+    return new, chain
+
+
 def _qualifies(op: Op, fn, axis):
-    """(buffer type, tensor-map operands, the value to store) or (None, why not, None)."""
+    """(buffer type, tensor-map operands, the value to store) or (None, why not, None). A tile of rank 3+ whose
+    leading dims are 1 qualifies through the 2-D tile it reshapes (`_unsqueezed`): the value is then a tuple
+    (2-D value or an unplaced cast op making it, the ops it replaces)."""
     bp, v = op.operands[0], op.operands[1]
     t = v.type
+    squeezed = None
+    if isinstance(t, TensorType) and len(t.shape) > 2 and all(d == 1 for d in t.shape[:-2]):
+        x, chain = _unsqueezed(v)
+        if x is None:
+            return None, chain, None
+        squeezed = (x, chain)
+        t = TensorType(tuple(t.shape[-2:]), t.elem, None)
     if not isinstance(t, TensorType) or len(t.shape) != 2:
-        return None, "not a 2-D tile", None
+        return None, "not a 2-D tile (nor [1, M, N])", None
     if t.scalar.ir != bp.type.elem.ir:
         return None, "the value's type differs from the tensor's", None
     if t.scalar.ir not in TMA_ELEMS:
@@ -72,7 +117,7 @@ def _qualifies(op: Op, fn, axis):
     found = block_ptr.origin(bp)
     if isinstance(found, str):
         return None, found, None
-    order = tuple(found[0].attrs.get("order", (1, 0)))
+    order = block_ptr.tile_order(found[0], 2)
     buf_t = swizzled((1,) + tuple(t.shape), t.scalar, order)
     if buf_t is None:
         return None, "the tile's contiguous extent cannot be swizzled", None
@@ -83,10 +128,34 @@ def _qualifies(op: Op, fn, axis):
         return None, why, None
     if not _only_stored(operands[0]):
         return None, "the kernel also reads the tensor (a TMA store is not ordered before the kernel's own reads)", None
+    if squeezed is not None:
+        return buf_t, operands, squeezed
     d = v.defining_op
     if d is not None and d.name == "ttg.convert_layout" and len(v.uses) == 1:
         v = d.operands[0]  # local_store writes any layout: the conversion for st.global goes
     return buf_t, operands, v
+
+
+def _live_alloc_bytes(fn, found) -> int:
+    """Bytes of the shared buffers made so far that may still be live where the first store buffer is made:
+    a pipelined loop's stages whose last reader (the drain after the loop) comes before every store's kernel-level
+    op are dead there, and allocate_shared (by liveness) gives their addresses to the store buffers (Liger's
+    mlp epilogue stores three 128x128 fp32 tiles after a loop whose stages take 192 KiB)."""
+    body = fn.body
+    first = min(body.ops.index(_top_level(op, body)) for op, *_ in found)
+    total = 0
+    for o in fn.walk():
+        if o.name not in ("ttg.local_alloc", "ttg.mbarrier_alloc"):
+            continue
+        last, work = body.ops.index(_top_level(o, body)), list(o.results)
+        while work:
+            for u in work.pop().uses:
+                last = max(last, body.ops.index(_top_level(u, body)))
+                if u.name == "ttg.memdesc_index":
+                    work.extend(u.results)
+        if last >= first:
+            total += o.result.type.shape[0] * o.result.type.tile_bytes
+    return total
 
 
 def _top_level(op: Op, body) -> Op:
@@ -155,8 +224,8 @@ def run(module: Module, options=None) -> dict:
     if not found:
         return stats
     going = {id(op.operands[1].defining_op) for op, _, _, v in found if v is not op.operands[1]}
-    allocs = sum(o.result.type.shape[0] * o.result.type.tile_bytes for o in fn.walk()
-                 if o.name in ("ttg.local_alloc", "ttg.mbarrier_alloc"))
+    going |= {id(c) for _, _, _, v in found if isinstance(v, tuple) for c in v[1]}
+    allocs = _live_alloc_bytes(fn, found)
     scratch = max((scratch_bytes(o)[0] for o in fn.walk() if id(o) not in going), default=0)
     share = _exclusive_sites(found, fn.body)  # id(store) -> the store whose buffer it reuses
     need = sum(b.tile_bytes for op, b, _, _ in found if id(op) not in share)
@@ -179,6 +248,12 @@ def run(module: Module, options=None) -> dict:
             views.append(view)
             owned[id(op)] = (view, tmap)
         at = Builder(op, op.loc)
+        chain = []
+        if isinstance(value, tuple):  # a [1, M, N] tile: its 2-D value (a cast rebuilt on it, placed here)
+            value, chain = value
+            if isinstance(value, Op):
+                insert_before(op, value)
+                value = value.result
         if _in_loop(op):  # written again each iteration (once, elsewhere: insert_barriers orders the write)
             at.op("ttg.tma_store_wait", [view], [], {"pending": pending})
             at.op("ttg.barrier", [], [], {"reason": "the buffer's previous TMA store has read it"})
@@ -187,8 +262,11 @@ def run(module: Module, options=None) -> dict:
         at.op("ttg.tma_store", [tmap, op.operands[0], view], [])
         old = op.operands[1].defining_op
         op.erase()
-        if old is not None and id(old) in going and not old.result.uses:
+        if old is not None and id(old) in going and not old.result.uses and old not in chain:
             old.erase()
+        for c in chain:  # the conversions, cast and reshape that made the [1, M, N] tile, dead now
+            if not c.result.uses:
+                c.erase()
         stats["tma_store"] += 1
     made = [fn.body.ops.index(v.defining_op) for v in views]
     for ret in [o for o in fn.walk() if o.name == "tt.return"]:
