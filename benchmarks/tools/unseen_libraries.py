@@ -1979,7 +1979,9 @@ def main(argv=None) -> int:
                     "(a rerun continues)")
     ap.add_argument("--child-timeout", type=float, default=480, help="--compare: seconds for one child")
     ap.add_argument("--jobs", type=int, default=1, help="--compare: run this many children at a time (each checks "
-                    "and times its cases; timings take --time-lock, so only one child times at once)")
+                    "and times its cases; timings take --time-lock, so only one child times at once, but the others "
+                    "still compile and run checks on the GPU meanwhile: with --jobs > 1 timings are indicative only, "
+                    "and the JSON says so; quote figures from --jobs 1)")
     ap.add_argument("--time-lock", help="--time: hold a lock on this file while timing (set by --compare --jobs)")
     ap.add_argument("--triton-python", default=sys.executable, help="--compare: the python of the Triton side")
     args = ap.parse_args(argv)
@@ -2122,7 +2124,7 @@ def _summary(rows) -> dict:
             "worst": {"op": worst["op"], "ratio": worst["ratio"]} if worst else None}
 
 
-def merge(work: Path, libs, device) -> dict:
+def merge(work: Path, libs, device, jobs: int = 1) -> dict:
     """The merged results of the children's files in `work` (both sides, `libs` in order)."""
     rows, metas = [], {}
     for lib in libs:
@@ -2156,6 +2158,8 @@ def merge(work: Path, libs, device) -> dict:
         "tool": "benchmarks/tools/unseen_libraries.py --compare", "date": time.strftime("%Y-%m-%d"),
         "gpu": gpu, "device": device, "versions": versions,
         "timed": any((m or {}).get("timed") for m in metas.values()),
+        "jobs": jobs, "timings": "figures" if jobs <= 1 else (
+            f"indicative only: {jobs} children shared the GPU (one timed while others compiled and checked)"),
         "timer": next((r[s]["timer"] for r in rows for s in ("kernellab", "triton") if r[s].get("timer")), None),
         "ratio": "kernellab_ms / triton_ms (> 1: kernellab slower); wall_ratio: the same of back-to-back calls",
         "launch_bound": f"both sides' GPU time under {LAUNCH_BOUND_MS * 1e3:.0f} us; the geomeans are quoted with "
@@ -2233,7 +2237,7 @@ def compare(args) -> int:
     jobs = [(lib, side) for lib in order for side in ("kernellab", "triton")]
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         stopped = any(list(pool.map(lambda job: _library_side(args, work, *job, t0), jobs)))
-    res = merge(work, libs, args.device)
+    res = merge(work, libs, args.device, args.jobs)
     gpu = (res["gpu"] or "cpu").replace(" ", "_")
     out = Path(args.out) if args.out else (work if args.device == "cpu" else ROOT / "benchmarks" / "results")
     if out.is_dir() or not out.suffix:
