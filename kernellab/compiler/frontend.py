@@ -625,8 +625,7 @@ class CodeGenerator(ast.NodeVisitor):
                 return self.unrolled_for(node, builtins.range(unwrap(r.start), unwrap(r.end), unwrap(r.step)))
             if fn is builtins.range or fn is lcore.range:
                 r = lcore.range(*args, **kwargs)
-                return self.runtime_for(node, r.start, r.end, r.step, r.num_stages, getattr(r, "flatten", False),
-                                        r.warp_specialize)
+                return self.runtime_for(node, r.start, r.end, r.step, r.num_stages, r.flatten, r.warp_specialize)
             iterable = fn(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
         else:
             iterable = self.visit(it)

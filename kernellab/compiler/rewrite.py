@@ -323,7 +323,7 @@ def pure_slice(op: Op, body: Block, ifs: bool = False) -> list | None:
     """The pure ops of `body` (top level) that `op`'s operands depend on, in body order; None when they
     need something that cannot be recomputed (a load, a region op...). `ifs`: a pure `scf.if` may be among
     them (a fused loop's prologue, see passes/flatten_loops.py), and so may what its regions read from `body`."""
-    needed, stack = set(), list(op.operands) + (_captured(op) if ifs and op.regions else [])
+    needed, stack = set(), list(op.operands) + (captured(op) if ifs and op.regions else [])
     while stack:
         v = stack.pop()
         d = v.defining_op
@@ -334,11 +334,11 @@ def pure_slice(op: Op, body: Block, ifs: bool = False) -> list | None:
         needed.add(id(d))
         stack.extend(d.operands)
         if d.regions:
-            stack.extend(_captured(d))
+            stack.extend(captured(d))
     return [d for d in body.ops if id(d) in needed]
 
 
-def _captured(op: Op) -> list:
+def captured(op: Op) -> list:
     """The values the ops nested in `op`'s regions read from outside them."""
     out = []
     for r in op.regions:

@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ..compiler.frontend import FunctionSource, ModuleCompiler, RuntimeArg, runtime_leaves
+from ..compiler.passes import strip_mine_tiles
 from ..compiler.pipeline import CompileTrace
 from ..compiler.pytree import is_node, map_leaves, rebuild_like
 from ..compiler.types import DTYPES, DType, PointerType
@@ -332,8 +333,6 @@ class CompiledKernel:
         of one value: it cannot live in registers (255 x 4 bytes), spills to local memory, and LLVM's time
         grows faster than linearly with it (BLOCK=2**24 never finished). A tile computed element by element
         passes: the GPU pass strip_mine_tiles computes it in chunks of rows. The interpreter runs either."""
-        from ..compiler.passes import strip_mine_tiles
-
         threads = 32 * num_warps
         worst, where = 0, None
         for fn in self.module.functions:
@@ -389,12 +388,10 @@ class CompiledKernel:
         return launch
 
 
-from ..compiler.passes.strip_mine_tiles import TILE_BYTES_PER_THREAD as _TILE_BYTES_PER_THREAD  # noqa: E402
-
 _TARGETS: dict = {}
 # Bytes of one tile value per thread beyond which the GPU build splits the tile (strip_mine_tiles) or refuses it
 # (registers hold ~1 KiB per thread).
-GPU_TILE_BYTES_PER_THREAD = _TILE_BYTES_PER_THREAD
+GPU_TILE_BYTES_PER_THREAD = strip_mine_tiles.TILE_BYTES_PER_THREAD
 
 
 def _can_assemble() -> bool:
@@ -1201,11 +1198,10 @@ class JITFunction(KernelInterface):
             elif t is int:
                 # the ==1 and %16 specializations unless the parameter is do_not_specialize, and outside int32 the
                 # integer's type class (i64 / u64, as specialize decides; finer is harmless)
-                if -2147483648 <= a < 2147483648:
+                if -2147483648 <= a < 2147483648:  # (inline: the common case of a hot path)
                     sig.append(0 if kind == "n" else (a == 1, not a & 15))
                 else:
-                    width = 2 * (0 <= a < 2**32) + 4 * (-2**63 <= a < 2**63)
-                    sig.append(("i", width) if kind == "n" else ("i", width, a == 1, not a & 15))
+                    sig.append(_wide_int_key(a, kind != "n"))
             elif t is float:
                 sig.append("f")
             elif a is None or t is bool or t is str:
@@ -1346,6 +1342,13 @@ def _tensor_type():
     return _TENSOR_TYPE[0]
 
 
+def _wide_int_key(v: int, specialize: bool) -> tuple:
+    """An integer's part of a fast-path key: its type class (i32 / i64 / u64, as binding decides; finer is
+    harmless), plus the == 1 and % 16 specializations unless the parameter is do_not_specialize."""
+    width = (-2**31 <= v < 2**31) + 2 * (0 <= v < 2**32) + 4 * (-2**63 <= v < 2**63)
+    return ("i", width, v == 1, not v & 15) if specialize else ("i", width)
+
+
 def _descriptor_sig(d):
     """A host TensorDescriptor's part of a fast-path key: what binding it specializes on (the base's dtype and
     16-byte alignment, each shape and stride's integer class, == 1 and % 16) plus what is compiled in (block
@@ -1358,7 +1361,7 @@ def _descriptor_sig(d):
     for v in (*d.shape, *d.strides):
         if type(v) is not int:
             return None
-        ints.append(((-2**31 <= v < 2**31) + 2 * (0 <= v < 2**32) + 4 * (-2**63 <= v < 2**63), v == 1, v % 16 == 0))
+        ints.append(_wide_int_key(v, True))
     return ("desc", base.dtype, dp() % 16 == 0, len(d.shape), tuple(ints), tuple(d.block_shape), d.padding)
 
 
@@ -1370,6 +1373,8 @@ def _leaf(value, path):
     if path[0] == 0:
         return value.base
     return (value.shape if path[0] == 1 else value.strides)[path[1]]
+
+
 _HASHABLE = (int, float, bool, str, type(None), DType, PointerType, tuple)
 _STREAM_FN = []
 

@@ -143,9 +143,10 @@ def dot_wgmma(lw: KernelLowering, op):
     half_acc = kind.acc == "f16"
     acc_t, con = {"f32": (F32, "f"), "f16": (I32, "r"), "s32": (I32, "r")}[kind.acc]
     n_acc = N // 4 if half_acc else N // 2  # b32 accumulator registers per thread and instruction
+    chunk = imprecise_chunk(op, kind, K)
     reset = zero_reset(c_v)
     scale_d = None
-    if reset is not None and not imprecise_chunk(op, kind, K):
+    if reset is not None and not chunk:
         # `select(c, 0, acc)` (a fused loop's tile start): acc's registers, scale-d = !c on the first k-step, so the
         # reset costs no instruction (the select's own lowering is dead)
         c_v = reset[1].operands[2]
@@ -182,7 +183,6 @@ def dot_wgmma(lw: KernelLowering, op):
              for k0 in range(0, K, kind.k) for r in range(reps)} if a_regs else {}
     b_desc = _Descriptors(lw, b_off, b_t, b_kmajor, sb is not None or _fixed_tile(b_v))
     a_desc = None if a_regs else _Descriptors(lw, a_off, a_t, a_kmajor, sa is not None or _fixed_tile(a_v))
-    chunk = imprecise_chunk(op, kind, K)
     for c0 in range(0, K, chunk or K):
         # with a chunk (fp8 max_num_imprecise_acc), each chunk's products go into fresh registers (scale-d = 0),
         # which are waited for and added to the fp32 accumulator on the CUDA cores

@@ -189,8 +189,8 @@ class KernelLowering:
         # address math of wgmma descriptors in 64 bits, which ptxas turns into more uniform-datapath ops)
         self.smem32 = self.eb.ptrtoint(smem, I32, name="smem32")
         # the exact block size (`.reqntid`, as Triton): with only an upper bound (`.maxntid`) ptxas may pick a
-        # register budget for occupancy (32 registers at 64 threads, then kilobytes of spills)
-
+        # register budget for occupancy (32 registers at 64 threads, then kilobytes of spills); a warp-specialized
+        # kernel launches its producer warps on top
         threads = (self.opts.num_warps + producer_warps(self.ir_fn)) * 32
         md = self.mod.add_metadata([self.fn, ir.MetaDataString(self.mod, "reqntidx"), _cint(threads)])
         md2 = self.mod.add_metadata([self.fn, ir.MetaDataString(self.mod, "kernel"), _cint(1)])
@@ -329,7 +329,6 @@ class KernelLowering:
         """Every thread of the program waits here; after a warp-specialized split, every consumer thread (a named
         barrier: the producer warps have left)."""
         if self.consumer_threads:
-
             fn = self.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.count", VOID, [I32, I32])
             self.b.call(fn, [_cint(CONSUMER_BARRIER), _cint(self.consumer_threads)])
             return

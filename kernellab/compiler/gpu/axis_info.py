@@ -112,9 +112,8 @@ class AxisAnalysis:
                                    and op.operands[0].defining_op.name == "ub.poison"):
             # undefined contents: the meet's identity (a loop value that starts undefined, as flatten_loops makes,
             # takes what the loop gives it)
-            self.set(op.results[0], AxisInfo((MAX_DIV,) * len(_shape(op.results[0])),
-                                             (MAX_DIV,) * len(_shape(op.results[0])),
-                                             (MAX_DIV,) * len(_shape(op.results[0]))))
+            top = (MAX_DIV,) * len(_shape(op.results[0]))
+            self.set(op.results[0], AxisInfo(top, top, top))
             return
         if name == "scf.if":
             for r in op.regions:

@@ -60,7 +60,7 @@ from ..gpu.reshape_layout import register_map
 from ..gpu.scratch import is_wgmma
 from ..ir import Module, Op
 from ..ops import is_pure
-from ..rewrite import _captured, extend_for_iter_args, insert_before, int_const, pure_slice, zero_reset
+from ..rewrite import captured, extend_for_iter_args, insert_before, int_const, pure_slice, zero_reset
 from ..types import MemDescType, TensorType, int1
 from . import dce
 from .dot_stages import (
@@ -303,7 +303,7 @@ def _carried_closure(for_op: Op, slices) -> set | None:
 
     def scan(ops):
         for op in ops:
-            for v in op.operands + (_captured(op) if op.regions else []):
+            for v in op.operands + (captured(op) if op.regions else []):
                 if id(v) in pos and pos[id(v)] not in need:
                     need.add(pos[id(v)])
                     work.append(pos[id(v)])
