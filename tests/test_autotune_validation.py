@@ -83,3 +83,47 @@ def test_early_prune_gets_positional_and_keyword_args_as_triton_passes_them():
 def test_config_needs_a_dict_of_names(bad):
     with pytest.raises(kl.LaunchError, match="kl.Config"):
         kl.Config(bad)
+
+
+# ------------------------------------------------------------------- kernels whose only tensors are descriptors
+class _FakeCudaTensor:
+    is_cuda = True
+
+    def data_ptr(self):
+        return 0
+
+
+def test_host_descriptors_over_cuda_tensors_are_timed_on_the_gpu():
+    """A kernel taking only host TensorDescriptors (Liger's mlp) launches on the GPU: the autotuner must time
+    its configs there, not keep the first that compiles as it does for the CPU interpreter."""
+    desc = kl.TensorDescriptor.from_tensor(torch.zeros(8, 16), [8, 16])
+    assert not A._on_gpu((desc, 8), {"BLOCK": 16})  # over a CPU tensor: the interpreter
+    desc.base = _FakeCudaTensor()
+    assert A._on_gpu((desc, 8), {"BLOCK": 16})
+
+
+@kl.jit
+def _desc_scale(in_desc, out_desc, N, BM: tl.constexpr, BN: tl.constexpr):
+    m0, n0 = tl.program_id(0) * BM, tl.program_id(1) * BN
+    out_desc.store([m0, n0], in_desc.load([m0, n0]) * 3)
+
+
+def _desc_hook(nargs):
+    nargs["in_desc"].block_shape = [nargs["BM"], nargs["BN"]]
+    nargs["out_desc"].block_shape = [nargs["BM"], nargs["BN"]]
+
+
+@pytest.mark.gpu
+def test_autotune_times_descriptor_only_kernel_on_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    configs = [kl.Config({"BM": bm, "BN": 64}, num_warps=4, pre_hook=_desc_hook) for bm in (16, 64)]
+    tuned = kl.autotune(configs, key=["N"])(_desc_scale)
+    a = torch.randn(200, 192, device="cuda")
+    out = torch.full_like(a, float("nan"))
+    D = kl.TensorDescriptor
+    grid = lambda meta: (kl.cdiv(200, meta["BM"]), kl.cdiv(192, meta["BN"]))  # noqa: E731
+    tuned[grid](D.from_tensor(a, [1, 1]), D.from_tensor(out, [1, 1]), 192)
+    assert tuned.best_config_reason.startswith("fastest of 2"), tuned.best_config_reason
+    assert len(tuned.configs_timings) == 2
+    torch.testing.assert_close(out, a * 3)

@@ -298,7 +298,8 @@ def test_tf32x3_is_three_tf32_dots():
 # --------------------------------------------------------------------------- on the GPU
 
 GPU_SHAPES = [(256, 256, 256), (70, 50, 90), (193, 130, 200)]
-GPU_CONFIGS = [(64, 64, 64, 4), (128, 128, 64, 4), (128, 128, 64, 8), (128, 256, 64, 8)]
+GPU_CONFIGS = [(64, 64, 64, 4), (128, 128, 64, 4), (128, 128, 64, 8), (128, 256, 64, 8),
+               (64, 128, 64, 8), (64, 256, 32, 8)]  # 64 rows over 8 warps: two warpgroups side by side along N
 
 
 @pytest.mark.gpu
@@ -336,3 +337,78 @@ def test_gpu_single_dot_matches_the_interpreter(in_t, out_t, prec, wgmma):
     _check(out_t, prec, outs[1], a, b)
     if out_t == "int32":
         assert torch.equal(outs[0], outs[1])
+
+
+# ------------------------------------------------- 64-row tiles over 8 warps: two warpgroups side by side along N
+@needs_ptxas
+@pytest.mark.parametrize("in_t, acc_t, bn, form", [
+    ("float16", "float32", 128, "m64n64k16.f32.f16"), ("bfloat16", "float32", 256, "m64n128k16.f32.bf16"),
+    ("float32", "float32", 64, "m64n32k8.f32.tf32"), ("float32", "float32", 128, "m64n64k8.f32.tf32"),
+    ("float8e4nv", "float32", 256, "m64n128k32.f32.e4m3"), ("int8", "int32", 256, "m64n128k32.satfinite.s32.s8")])
+def test_64_row_tile_over_8_warps_splits_n_between_warpgroups(in_t, acc_t, bn, form, tmp_path, monkeypatch):
+    """BLOCK_M = 64 with num_warps = 8 (a config Liger's and others' autotune lists carry) was mma.sync, about 250
+    registers and 1.5-2.7x slower than Triton on the H100: now each warpgroup takes half the columns with its own
+    wgmma, as Triton's [4, 2] warps do. A split that would start a warpgroup inside a swizzle atom stays mma.sync."""
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    a = torch.zeros(512, 512).to(TORCH[in_t])
+    c = torch.zeros(512, 512, dtype=torch.int32 if acc_t == "int32" else torch.float32)
+    prec = "tf32" if in_t == "float32" else "ieee"
+    ck = matmul.warmup(a, a, c, 512, 512, 512, 512, 1, 512, 1, BM=64, BN=bn, BK=64, PREC=prec, ACC_T=OUT[acc_t],
+                       num_warps=8, num_stages=3, grid=(1,))
+    ptx = _build(ck, 90)
+    assert f"wgmma.mma_async.sync.aligned.{form}" in ptx and "mma.sync" not in ptx
+    assert ck.n_spills == 0 and ck.n_regs <= 128 and "C7514" not in ck.report.get("log", "")
+    ck = matmul.warmup(a, a, c, 512, 512, 512, 512, 1, 512, 1, BM=64, BN=64, BK=64, PREC=prec, ACC_T=OUT[acc_t],
+                       num_warps=8, num_stages=3, grid=(1,))
+    ptx = _build(ck, 90)  # 32 columns a warpgroup: 64 bytes of fp16, half a swizzle atom
+    assert ("wgmma.mma_async" in ptx) == (in_t == "float32")
+
+
+def test_wgmma_warps_plan():
+    from kernellab.compiler.gpu.scratch import WgmmaKind
+    from kernellab.compiler.passes.accelerate_matmul import wgmma_warps
+
+    f16, tf32 = WgmmaKind("f16", 16, "f32"), WgmmaKind("tf32", 8, "f32")
+    assert wgmma_warps(128, 128, 8, f16) == [8, 1] and wgmma_warps(64, 128, 4, f16) == [4, 1]
+    assert wgmma_warps(64, 128, 8, f16) == [4, 2] and wgmma_warps(64, 256, 16, f16) == [4, 4]
+    assert wgmma_warps(128, 256, 16, f16) == [8, 2] and wgmma_warps(64, 64, 8, tf32) == [4, 2]
+    assert wgmma_warps(64, 64, 8, f16) is None and wgmma_warps(32, 128, 4, f16) is None
+    assert wgmma_warps(64, 128, 6, f16) is None
+
+
+@kl.jit
+def desc_matmul_bt(a_desc, b_desc, c_desc, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """Liger mlp's shape of loop: host descriptors, B read as [BN, BK] rows and transposed into the dot."""
+    m0, n0 = tl.program_id(0) * BM, tl.program_id(1) * BN
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        acc = tl.dot(a_desc.load([m0, k]), tl.trans(b_desc.load([n0, k])), acc)
+    c_desc.store([m0, n0], acc.to(c_desc.dtype))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("bn, bk, stages", [(128, 64, 2), (128, 32, 3), (256, 64, 3)], ids=_ids)
+def test_gpu_64_row_tile_over_8_warps_with_descriptors(dtype, bn, bk, stages):
+    """Warpgroups side by side along N with B K-major (transposed rows) through TMA stages, ragged M, N, K."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("host descriptors need sm_90")
+    M, N, K = 200, 328, 264  # ragged against every tile; rows 16-byte aligned, as TMA needs
+    g = torch.Generator().manual_seed(5)
+    a = (torch.randn(M, K, generator=g) * 0.5).to(TORCH[dtype])
+    bt = (torch.randn(N, K, generator=g) * 0.5).to(TORCH[dtype])
+    a[0, 0], bt[0, 0] = 30.0, -30.0
+    out_t = torch.float32 if dtype == "float32" else TORCH[dtype]
+    c = torch.full((M, N), float("nan"), dtype=out_t, device="cuda")
+    D = kl.TensorDescriptor
+    bm = 64
+    desc_matmul_bt[(kl.cdiv(M, bm), kl.cdiv(N, bn))](
+        D.from_tensor(a.cuda(), [bm, bk]), D.from_tensor(bt.cuda(), [bn, bk]), D.from_tensor(c, [bm, bn]), K,
+        BM=bm, BN=bn, BK=bk, num_warps=8, num_stages=stages)
+    ref = a.double() @ bt.double().T
+    terms = a.double().abs() @ bt.double().abs().T
+    rel = 2.0 ** -9 if dtype == "float32" else 2.0 ** -8  # tf32 operands truncated; 16-bit output rounding
+    got = c.double().cpu()
+    assert not torch.isnan(got).any(), "unwritten (poisoned) elements"
+    assert ((got - ref).abs() <= 1e-3 + rel * terms).all()

@@ -7,7 +7,7 @@ that runs (and says so in `best_config_reason`).
 from __future__ import annotations
 
 from ..errors import LaunchError
-from .jit import KernelInterface
+from .jit import KernelInterface, launches_on_gpu
 
 
 class Config:
@@ -253,6 +253,7 @@ class Autotuner(KernelInterface):
         for n in self.reset_to_zero:
             if named.get(n) is not None:
                 named[n].zero_()
+        self.configs_timings = timings  # Triton's attribute: what each config measured (ms), for the curious
         best = min(timings, key=timings.get)
         if timings[best] == float("inf"):
             why = "; ".join(f"{c} -> {w}" for c, w in self.failed_configs.items())
@@ -305,8 +306,9 @@ def _base_fn(wrapper):
 
 
 def _on_gpu(args, kwargs) -> bool:
-    """Whether this launch runs on a GPU (any CUDA tensor): only there are timings worth taking."""
-    return any(getattr(a, "is_cuda", False) for a in (*args, *kwargs.values()))
+    """Whether this launch runs on a GPU, by the rule the launch itself follows (CUDA tensors or host descriptors
+    over them; a GPU present and no tensor at all): only there are timings worth taking."""
+    return launches_on_gpu((*args, *kwargs.values()))
 
 
 def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,

@@ -86,21 +86,29 @@ def data_ptr(a) -> int:
     return a.__array_interface__["data"][0]
 
 
+def _tensor_of(a):
+    """The tensor an argument stands for: a host TensorDescriptor's `base`, else the argument itself."""
+    base = getattr(a, "base", None)
+    return base if base is not None and hasattr(a, "block_shape") and hasattr(base, "data_ptr") else a
+
+
 def is_cuda(a) -> bool:
-    """Whether an argument lives on a GPU: a CUDA tensor, or a tensor-like object (data_ptr() and dtype, which
-    Triton accepts as a pointer) whose `device` is a CUDA device (FlagGems' StridedBuffer has no `is_cuda`)."""
+    """Whether an argument lives on a GPU: a CUDA tensor (or a host TensorDescriptor over one), or a tensor-like
+    object (data_ptr() and dtype, which Triton accepts as a pointer) whose `device` is a CUDA device (FlagGems'
+    StridedBuffer has no `is_cuda`)."""
+    a = _tensor_of(a)
     flag = getattr(a, "is_cuda", None)
     if flag is not None:
         return bool(flag)
     return hasattr(a, "data_ptr") and getattr(getattr(a, "device", None), "type", None) == "cuda"
 
 
-def _on_gpu(values, sanitize=False) -> bool:
+def launches_on_gpu(values, sanitize=False) -> bool:
     """Where a launch runs: on the GPU when its tensors are CUDA tensors, and, as in Triton, when it has no
     tensor at all and a GPU is there (a kernel of scalars and prints); else on the CPU interpreter."""
     if any(is_cuda(v) for v in values):
         return True
-    if sanitize or any(hasattr(v, "data_ptr") for v in values):
+    if sanitize or any(hasattr(_tensor_of(v), "data_ptr") for v in values):
         return False
     torch = sys.modules.get("torch")  # only if the user has it: no import on the launch path
     return bool(torch is not None and torch.cuda.is_available())
@@ -209,7 +217,7 @@ class CompiledKernel:
         """Run on the GPU when the tensor arguments are CUDA tensors, else on the CPU interpreter (`bounds` and
         `sanitize`: see `Interpreter.run`; bounds None: `default_bounds`, as for a launch through the kernel)."""
         bounds = bounds or default_bounds
-        if _on_gpu(args):
+        if launches_on_gpu(args):
             if sanitize:
                 raise LaunchError(f"kernel '{self.name}': sanitize runs on the CPU interpreter; pass CPU tensors "
                                   "(a GPU launch can be checked with `compute-sanitizer python ...`)")
@@ -1152,7 +1160,7 @@ class JITFunction(KernelInterface):
         grid = _normalize_grid(self.__name__, grid)
         if 0 in grid:
             return ck
-        if _on_gpu(runtime_values, options.get("sanitize", self.sanitize)):
+        if launches_on_gpu(runtime_values, options.get("sanitize", self.sanitize)):
             devices = {str(v.device) for v in runtime_values if hasattr(v, "device")}
             if len(devices) > 1:
                 raise LaunchError(f"kernel '{self.__name__}': tensors are on different devices {sorted(devices)}; "

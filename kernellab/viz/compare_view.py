@@ -117,7 +117,10 @@ def _grid_for(grid, kernel, args, kw):
 
 
 def _on_gpu(args, kw) -> bool:
-    return any(getattr(v, "is_cuda", False) for v in list(args) + list(kw.values()))
+    """Timed only where the launch itself goes to the GPU (the launch's own rule, descriptors included)."""
+    from ..runtime.jit import launches_on_gpu
+
+    return launches_on_gpu((*args, *kw.values()))
 
 
 def _time(kernel, grid, args, kw):

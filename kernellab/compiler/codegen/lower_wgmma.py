@@ -119,8 +119,9 @@ def dot_wgmma(lw: KernelLowering, op):
     M, K = a_v.type.shape
     N = b_v.type.shape[1]
     kind = wgmma_kind(op)
-    nw = op.attrs["mma"][0]
+    nw, wn = op.attrs["mma"]
     reps = M // (16 * nw)  # m64 instructions per warpgroup and k-step (the layout interleaves warps by 16 rows)
+    N = N // wn  # with warpgroups along N, each takes N / wn consecutive columns (one m64n(N/wn) each)
     a_regs = a_from_registers(op)
     sa, sb = wgmma_staging(op)
     base = op.attrs.get("smem_offset", 0)
@@ -140,6 +141,11 @@ def dot_wgmma(lw: KernelLowering, op):
     b_kmajor = b_t.order[0] == 0   # B stored [N][K], K contiguous
     assert not kind.k_major_only or (a_kmajor and b_kmajor), "wgmma reads 8/32-bit operands K-major only"
     wg = b.lshr(lw.warp, _cint(2))
+    if wn > 1:  # warp = (index along M) + nw * (index along N): warpgroup (wg % (nw/4)) along M, (warp / nw) along N
+        wg_n = b.lshr(lw.warp, _cint((nw - 1).bit_length()))
+        wg = b.and_(wg, _cint(nw // 4 - 1))
+        col0 = descriptor_fields(b_t, b_kmajor, 0, N)[0] - descriptor_fields(b_t, b_kmajor, 0, 0)[0]
+        b_off = b.add(b_off, b.mul(wg_n, _cint(col0)))
     half_acc = kind.acc == "f16"
     acc_t, con = {"f32": (F32, "f"), "f16": (I32, "r"), "s32": (I32, "r")}[kind.acc]
     n_acc = N // 4 if half_acc else N // 2  # b32 accumulator registers per thread and instruction

@@ -110,17 +110,38 @@ def wgmma_plan(op, num_warps: int, arch: int, enabled: bool):
     if acc.scalar.ir not in _WGMMA_ACC[ea]:
         return f"no wgmma: a {acc.scalar.ir} accumulator for {ea} operands"
     kind = wgmma_kind(op)
-    if num_warps % 4 or m % (16 * num_warps):
-        return (f"no wgmma: a {m}-row tile over {num_warps} warps; wgmma needs whole warpgroups and BLOCK_M a "
-                "multiple of 16 x num_warps (m64 blocks per warpgroup)")
-    if n % 8 or not 8 <= n <= 256 or k % kind.k:
+    warps = wgmma_warps(m, n, num_warps, kind)
+    if warps is None:
+        return (f"no wgmma: a {m}x{n} tile over {num_warps} warps; wgmma needs whole warpgroups, BLOCK_M a "
+                "multiple of 64 per warpgroup along M, and the columns split evenly between warpgroups along N")
+    n_i = n // warps[1]
+    if n_i % 8 or not 8 <= n_i <= 256 or k % kind.k:
         return f"no wgmma: {m}x{n}x{k} (wgmma takes N = 8..256 in steps of 8, K a multiple of {kind.k})"
     if not _swizzles(k * kind.esize):
         return f"no wgmma: BLOCK_K = {k} cannot be swizzled ({k * kind.esize} bytes: 32, 64 or a multiple of 128)"
     if not kind.k_major_only and not _swizzles(n * kind.esize):
         return f"no wgmma: BLOCK_N = {n} cannot be swizzled ({n * kind.esize} bytes: 32, 64 or a multiple of 128)"
     acc_note = ".f16acc" if kind.acc == "f16" else ""
-    return f"wgmma.m64n{n}k{kind.k}.{kind.ptx}{acc_note}"
+    return f"wgmma.m64n{n_i}k{kind.k}.{kind.ptx}{acc_note}"
+
+
+def wgmma_warps(m: int, n: int, num_warps: int, kind) -> list | None:
+    """[warps along M, warps along N] for a wgmma dot, or None. All warps along M when BLOCK_M has 16 rows for each
+    (every warpgroup its own 64-row blocks); else as many warpgroups along M as BLOCK_M has 64-row blocks and the
+    rest along N, each warpgroup taking its own N / wn consecutive columns (a 64-row tile over 8 warps: two
+    warpgroups of m64n(N/2), as Triton does, instead of falling back to mma.sync). A split of N must start each
+    warpgroup's columns on a whole 128-byte swizzle atom of B."""
+    if num_warps % 4 or m % 64:
+        return None
+    if m % (16 * num_warps) == 0:
+        return [num_warps, 1]
+    wm = num_warps
+    while wm > 4 and m % (16 * wm):
+        wm //= 2
+    wn = num_warps // wm
+    if m % (16 * wm) or n % wn or (n // wn) * kind.esize % 128:
+        return None
+    return [wm, wn]
 
 
 def _dot_chain(op, forward: bool, depth: int = 24) -> bool:
@@ -142,6 +163,11 @@ def _dot_chain(op, forward: bool, depth: int = 24) -> bool:
     return False
 
 
+def _wgmma_warps_of(op, num_warps: int) -> list:
+    a, b = op.operands[0].type, op.operands[1].type
+    return wgmma_warps(a.shape[0], b.shape[1], num_warps, wgmma_kind(op))
+
+
 def run(module: Module, options=None) -> dict:
     num_warps = getattr(options, "num_warps", 4)
     arch = getattr(options, "arch", 90)
@@ -153,7 +179,7 @@ def run(module: Module, options=None) -> dict:
         if warps is None and op.operands[0].type.scalar.ir in ("f8e4nv", "f8e5"):
             wg = wgmma_plan(op, num_warps, arch, getattr(options, "wgmma", True))
             if not wg.startswith("no wgmma"):  # fp8 has no mma.sync form here: wgmma or CUDA cores
-                op.attrs["mma"] = [num_warps, 1]
+                op.attrs["mma"] = _wgmma_warps_of(op, num_warps)
                 op.attrs["instr"] = wg
                 used += 1
                 continue
@@ -166,7 +192,7 @@ def run(module: Module, options=None) -> dict:
                 if arch >= 90:  # say why the faster Hopper instruction was not used
                     op.attrs["not_wgmma"] = wg
             else:
-                op.attrs["mma"] = [num_warps, 1]
+                op.attrs["mma"] = _wgmma_warps_of(op, num_warps)
                 op.attrs["instr"] = wg
             used += 1
         else:
