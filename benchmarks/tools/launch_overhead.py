@@ -61,32 +61,33 @@ def _kind(v):
     return "f32"
 
 
+_RECORD: list = [None, None]  # [the list launches are recorded in (or None), the LoadedKernel launching]
+
+
+def _stub_launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+    """cuLaunchKernel's stand-in: records (grid x, y, z, packed argument bytes) when asked."""
+    if _RECORD[0] is not None:
+        _RECORD[0].append((gx, gy, gz, _RECORD[1].packer.as_bytes()))
+    return (0,)
+
+
 @contextlib.contextmanager
 def fake_gpu(launches: list | None = None):
     """Launches of FakeCudaTensors go through the GPU launch path with a stub cuLaunchKernel; each launch appends
-    (kernel name, grid, packed argument bytes) to `launches` when given. FakeCudaTensor plays torch.Tensor for the
+    (grid x, y, z, packed argument bytes) to `launches` when given. FakeCudaTensor plays torch.Tensor for the
     fast path's exact-type check."""
-    saved = (list(_jit._TENSOR_TYPE), list(_jit._STREAM_FN), _jit.JITFunction._run_gpu)
+    saved = (list(_jit._TENSOR_TYPE), list(_jit._STREAM_FN), _jit.JITFunction._run_gpu, LoadedKernel.launch)
+    orig_launch = LoadedKernel.launch
 
     def run_gpu(self, ck, grid, runtime_values, pdl=False):
         if ck._loaded is None:
-            ld = LoadedKernel(ck.name, "F", [_kind(v) for v in runtime_values], device_index=0, props=_PROPS,
-                              attributes={}, launch_fn=stub)
-            ck._loaded = ld
+            ck._loaded = LoadedKernel(ck.name, "F", [_kind(v) for v in runtime_values], device_index=0,
+                                      props=_PROPS, attributes={}, launch_fn=_stub_launch)
         ck._loaded.launch(grid, ck.num_warps, ck.shared, 0, runtime_values, pdl)
         return ck
 
-    def stub(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        if launches is not None:
-            ld = current[0]
-            launches.append((gx, gy, gz, ld.packer.as_bytes() if ld is not None else None))
-        return (0,)
-
-    current = [None]
-    orig_launch = LoadedKernel.launch
-
     def launch(self, *a, **k):
-        current[0] = self
+        _RECORD[1] = self
         return orig_launch(self, *a, **k)
 
     _jit._TENSOR_TYPE[:] = [FakeCudaTensor]
@@ -94,12 +95,13 @@ def fake_gpu(launches: list | None = None):
     _jit.JITFunction._run_gpu = run_gpu
     if launches is not None:
         LoadedKernel.launch = launch
+        _RECORD[0] = launches
     try:
         yield
     finally:
         _jit._TENSOR_TYPE[:], _jit._STREAM_FN[:] = saved[0], saved[1]
-        _jit.JITFunction._run_gpu = saved[2]
-        LoadedKernel.launch = orig_launch
+        _jit.JITFunction._run_gpu, LoadedKernel.launch = saved[2], saved[3]
+        _RECORD[0] = _RECORD[1] = None
 
 
 def make_kernel(n: int, autotuned: bool = False):
