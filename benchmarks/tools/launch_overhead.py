@@ -19,8 +19,6 @@ import time
 
 import torch
 
-import kernellab
-import kernellab.language as tl
 from kernellab.runtime import jit as _jit
 from kernellab.runtime.driver import LoadedKernel
 
@@ -104,114 +102,230 @@ def fake_gpu(launches: list | None = None):
         _RECORD[0] = _RECORD[1] = None
 
 
-def make_kernel(n: int, autotuned: bool = False):
-    """A kernel of `n` parameters (n >= 3): (its JITFunction or Autotuner, positional arguments, keyword arguments).
-    The mix: about 40% tensors, 25% ints, 10% floats, a None, constexprs by keyword and, from 12 parameters on,
-    a host TensorDescriptor."""
-    from kernellab.tools.tensor_descriptor import TensorDescriptor
+SIZES = (3, 12, 24, 45)
+AUTOTUNED = 12  # the autotuned case: a kernel of this many parameters, BLOCK tuned over two configs
 
-    params, body, args, kwargs = ["out", "x"], [], [FakeCudaTensor(), FakeCudaTensor(ptr=0x7F0000100000)], {}
+
+def kernel_spec(n: int):
+    """A kernel of `n` parameters (n >= 3) as (source lines of its body, parameter names, argument specs, constexpr
+    keyword arguments). The mix: about 40% tensors, 25% ints, 10% floats, a None, constexprs by keyword and, from
+    12 parameters on, a host TensorDescriptor. An argument spec: ("t", i) a tensor, ("d",) a descriptor, ("i", v),
+    ("f", v), ("none",)."""
+    params, body, specs, kwargs = ["out", "x"], [], [("t", 0), ("t", 1)], {}
     n_const = 1 if n < 12 else max(2, n // 8)
     i = 0
     while len(params) < n - n_const:
         slot = i % 8
         name = f"a{i}"
         if n >= 12 and i == 3:
-            params.append(f"d{i}")
-            d = FakeCudaTensor(ptr=0x7F0000200000, shape=(64, 64))
-            args.append(TensorDescriptor(d, [64, 64], [64, 1], [16, 16]))
-            body.append(f"    acc += tl.sum(d{i}.load([0, 0]))")
+            name = f"d{i}"
+            specs.append(("d",))
+            body.append(f"    acc += tl.sum(tl.sum({name}.load([0, 0]), axis=1), axis=0)")
         elif slot in (0, 3, 6):
-            params.append(name)
-            args.append(FakeCudaTensor(ptr=0x7F0000300000 + 4096 * i))
+            specs.append(("t", i + 2))
             body.append(f"    acc += tl.load({name} + offs)")
         elif slot in (1, 4):
-            params.append(name)
-            args.append(1024 + 16 * i)
+            specs.append(("i", 1024 + 16 * i))
             body.append(f"    acc += {name}")
         elif slot == 2:
-            params.append(name)
-            args.append(0.5 + i)
+            specs.append(("f", 0.5 + i))
             body.append(f"    acc += {name}")
         elif slot == 5 and n >= 12:
-            params.append(name)
-            args.append(None)
+            specs.append(("none",))
             body.append(f"    if {name} is not None:\n        acc += tl.load({name} + offs)")
         else:
-            params.append(name)
-            args.append(7 + 16 * i)
+            specs.append(("i", 7 + 16 * i))
             body.append(f"    acc += {name} * 2")
+        params.append(name)
         i += 1
     consts = ["BLOCK"] + [f"C{j}" for j in range(n_const - 1)]
     for j, c in enumerate(consts):
         kwargs[c] = 128 if c == "BLOCK" else j % 3
         if c != "BLOCK":
             body.append(f"    acc += {c}")
-    sig = ", ".join(params + [f"{c}: tl.constexpr" for c in consts])
-    src = (f"def k{n}({sig}):\n    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
-           f"    acc = tl.load(x + offs)\n" + "\n".join(body) + "\n    tl.store(out + offs, acc)\n")
-    env = {"tl": tl}
-    exec(compile(src, f"<launch_overhead k{n}>", "exec"), env)
-    fn = kernellab.jit(env[f"k{n}"])
-    if autotuned:
-        del kwargs["BLOCK"]
-        key = [p for p, a in zip(params, args) if type(a) is int][:2]
-        fn = kernellab.autotune([kernellab.Config({"BLOCK": 64}, num_warps=2), kernellab.Config({"BLOCK": 128})],
-                                key=key, do_bench=lambda f, **_: (f(), 1.0)[1])(fn)
-    return fn, args, kwargs
+    return body, params + [f"{c}: tl.constexpr" for c in consts], specs, kwargs
 
 
-def time_launch(fn, args, kwargs, iters: int, repeat: int = 5) -> float:
-    """Best-of-`repeat` µs per warm launch (the first launch compiles and is not timed)."""
-    launcher = fn[(4,)]
-    launcher(*args, **kwargs)
-    launcher(*args, **kwargs)
+def kernels_module(framework: str = "kernellab") -> str:
+    """A module's text defining k3, k12, ... and the autotuned `tuned` for `framework` ("kernellab" or "triton"):
+    the same source for both, so the timings compare launch paths."""
+    lines = [f"import {framework}", f"import {framework}.language as tl", ""]
+    for n in SIZES:
+        body, params, _, _ = kernel_spec(n)
+        lines += [f"@{framework}.jit", f"def k{n}({', '.join(params)}):",
+                  "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    acc = tl.load(x + offs)", *body,
+                  "    tl.store(out + offs, acc)", ""]
+    _, params, specs, _ = kernel_spec(AUTOTUNED)
+    key = [p for p, s in zip(params, specs) if s[0] == "i"][:2]
+    bench = ", do_bench=BENCH" if framework == "kernellab" else ""
+    lines += [f"tuned = {framework}.autotune([{framework}.Config({{'BLOCK': 64}}, num_warps=2), "
+              f"{framework}.Config({{'BLOCK': 128}})], key={key!r}{bench})(k{AUTOTUNED})", ""]
+    return "\n".join(lines)
+
+
+def load_kernels(framework: str = "kernellab", bench=None):
+    """Import `kernels_module(framework)` from a file (both compilers read a kernel's source from its file)."""
+    import importlib.util
+    import os
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="launch_overhead_")
+    path = os.path.join(d, f"lo_kernels_{framework}.py")
+    text = kernels_module(framework)
+    if framework == "kernellab":  # the autotuner's benchmarker, handed over through builtins
+        text = "import builtins\nBENCH = builtins._LO_BENCH\n" + text
+    with open(path, "w") as f:
+        f.write(text)
+    import builtins
+
+    builtins._LO_BENCH = bench
+    spec = importlib.util.spec_from_file_location(f"lo_kernels_{framework}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def make_args(n: int, tensor, descriptor, tuned: bool = False):
+    """(positional arguments, keyword arguments) for kernel k`n` (the autotuned one without BLOCK): `tensor(i)` makes
+    the i-th tensor, `descriptor()` the host TensorDescriptor."""
+    _, _, specs, kwargs = kernel_spec(n)
+    args = []
+    for s in specs:
+        args.append(tensor(s[1]) if s[0] == "t" else descriptor() if s[0] == "d" else None if s[0] == "none" else s[1])
+    if tuned:
+        kwargs = {k: v for k, v in kwargs.items() if k != "BLOCK"}
+    return args, kwargs
+
+
+def time_launch(launcher, args, kwargs, iters: int, repeat: int = 5, sync=None) -> float:
+    """Best-of-`repeat` µs per warm launch (the first launches compile and are not timed); `sync` (e.g.
+    torch.cuda.synchronize) is called before the clock starts and before it stops."""
+    for _ in range(3):
+        launcher(*args, **kwargs)
     best = float("inf")
     for _ in range(repeat):
+        if sync:
+            sync()
         t0 = time.perf_counter()
         for _ in range(iters):
             launcher(*args, **kwargs)
+        if sync:
+            sync()
         best = min(best, time.perf_counter() - t0)
     return best / iters * 1e6
+
+
+def _fake_args(n, tuned=False):
+    from kernellab.tools.tensor_descriptor import TensorDescriptor
+
+    return make_args(n, lambda i: FakeCudaTensor(ptr=0x7F0000000000 + 0x100000 * i),
+                     lambda: TensorDescriptor(FakeCudaTensor(ptr=0x7F0010000000, shape=(64, 64)), [64, 64], [64, 1],
+                                              [16, 16]), tuned)
+
+
+def cpu_main(a):
+    """The host path on the CPU: stand-in CUDA tensors, a stub cuLaunchKernel."""
+    with fake_gpu():
+        mod = load_kernels("kernellab", bench=lambda f, **_: (f(), 1.0)[1])
+        if a.profile:
+            import cProfile
+            import pstats
+
+            args, kwargs = _fake_args(a.profile)
+            launcher = getattr(mod, f"k{a.profile}")[(4,)]
+            launcher(*args, **kwargs)
+            cProfile.runctx("for _ in range(20000): launcher(*args, **kwargs)", globals(), locals(), "/tmp/lo.prof")
+            pstats.Stats("/tmp/lo.prof").sort_stats("tottime").print_stats(15)
+            return
+        for n in SIZES:
+            args, kwargs = _fake_args(n)
+            print(f"{n:3d} args: {time_launch(getattr(mod, f'k{n}')[(4,)], args, kwargs, a.iters):7.2f} us/launch")
+        args, kwargs = _fake_args(AUTOTUNED, tuned=True)
+        print(f"autotuned {AUTOTUNED} args: {time_launch(mod.tuned[(4,)], args, kwargs, a.iters):7.2f} us/launch")
+        args, kwargs = _fake_args(AUTOTUNED)
+        grid = getattr(mod, f"k{AUTOTUNED}")[lambda meta: ((1024 + meta["BLOCK"] - 1) // meta["BLOCK"],)]
+        print(f"{AUTOTUNED} args, grid function: {time_launch(grid, args, kwargs, a.iters):7.2f} us/launch")
+
+
+def gpu_main(a):
+    """Back-to-back launches on a GPU, kernellab and Triton on the same kernels, plus kernellab's split: its host
+    path with the driver call stubbed, and the bare cuda-python cuLaunchKernel call."""
+    import kernellab.tools.tensor_descriptor as kl_td
+
+    pool = [torch.randn(1024, device="cuda") for _ in range(64)]
+    base = torch.randn(64, 64, device="cuda")
+    sync = torch.cuda.synchronize
+    rows = []
+    frameworks = ["kernellab"] + ([] if a.no_triton else ["triton"])
+    for fw in frameworks:
+        if fw == "triton":
+            try:
+                import triton.tools.tensor_descriptor as td
+
+                mod = load_kernels("triton")
+                desc = lambda: td.TensorDescriptor(base, [64, 64], [64, 1], [16, 16])  # noqa: E731
+            except Exception as e:
+                print(f"triton: not available ({type(e).__name__}: {e})")
+                continue
+        else:
+            from kernellab.testing import do_bench
+
+            mod = load_kernels("kernellab", bench=do_bench)
+            desc = lambda: kl_td.TensorDescriptor(base, [64, 64], [64, 1], [16, 16])  # noqa: E731
+        for n in SIZES:
+            args, kwargs = make_args(n, lambda i: pool[i], desc)
+            try:
+                us = time_launch(getattr(mod, f"k{n}")[(4,)], args, kwargs, a.iters, sync=sync)
+            except Exception as e:
+                us = float("nan")
+                print(f"{fw} k{n}: {type(e).__name__}: {str(e)[:200]}")
+            rows.append((fw, f"{n} args", us))
+        args, kwargs = make_args(AUTOTUNED, lambda i: pool[i], desc, tuned=True)
+        try:
+            us = time_launch(mod.tuned[(4,)], args, kwargs, a.iters, sync=sync)
+        except Exception as e:
+            us = float("nan")
+            print(f"{fw} tuned: {type(e).__name__}: {str(e)[:200]}")
+        rows.append((fw, f"autotuned {AUTOTUNED} args", us))
+        if fw == "kernellab":
+            for n in SIZES:  # the split: host path without the driver, and the driver call alone
+                k = getattr(mod, f"k{n}")
+                args, kwargs = make_args(n, lambda i: pool[i], desc)
+                ck = k[(4,)](*args, **kwargs)
+                ld = ck._loaded
+                real = ld._launch_fn
+                ld._launch_fn = lambda *x: (0,)
+                try:
+                    host = time_launch(k[(4,)], args, kwargs, a.iters)
+                finally:
+                    ld._launch_fn = real
+                stream = torch.cuda.current_stream().cuda_stream
+                call = (ld.function, 4, 1, 1, 32 * (ck.launch_warps or ck.num_warps), 1, 1, ck.shared, stream,
+                        ld._params_address, 0)
+                drv = time_launch(lambda: real(*call), (), {}, a.iters, sync=sync)
+                rows.append(("kernellab", f"{n} args: host path, driver stubbed", host))
+                rows.append(("kernellab", f"{n} args: cuLaunchKernel alone", drv))
+    print(f"{'compiler':<10} {'case':<40} us/launch (back to back, {torch.cuda.get_device_name()})")
+    for fw, case, us in rows:
+        print(f"{fw:<10} {case:<40} {us:8.2f}")
+    if not a.no_triton:
+        tri = {case: us for fw, case, us in rows if fw == "triton"}
+        for fw, case, us in rows:
+            if fw == "kernellab" and case in tri:
+                print(f"ratio kernellab/triton {case:<30} {us / tri[case]:6.2f}")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--iters", type=int, default=20000)
     p.add_argument("--profile", type=int, default=0, help="cProfile the warm launch of a kernel of this many args")
+    p.add_argument("--gpu", action="store_true", help="real launches on a GPU, against Triton's")
+    p.add_argument("--no-triton", action="store_true", help="with --gpu: kernellab only")
     a = p.parse_args()
-    with fake_gpu():
-        if a.profile:
-            import cProfile
-            import pstats
-
-            fn, args, kwargs = make_kernel(a.profile)
-            launcher = fn[(4,)]
-            launcher(*args, **kwargs)
-            cProfile.runctx("for _ in range(20000): launcher(*args, **kwargs)", globals(), locals(), "/tmp/lo.prof")
-            pstats.Stats("/tmp/lo.prof").sort_stats("tottime").print_stats(15)
-            return
-        for n in (3, 12, 24, 45):
-            fn, args, kwargs = make_kernel(n)
-            print(f"{n:3d} args: {time_launch(fn, args, kwargs, a.iters):7.2f} us/launch")
-        fn, args, kwargs = make_kernel(12, autotuned=True)
-        print(f"autotuned 12 args: {time_launch(fn, args, kwargs, a.iters):7.2f} us/launch")
-        fn, args, kwargs = make_kernel(12)
-        print(f"12 args, lambda grid: {time_launch_grid(fn, args, kwargs, a.iters):7.2f} us/launch")
-
-
-def time_launch_grid(fn, args, kwargs, iters: int) -> float:
-    """As time_launch, with a grid function of meta (as most libraries launch)."""
-    launcher = fn[lambda meta: (triton_cdiv(1024, meta["BLOCK"]),)]
-    launcher(*args, **kwargs)
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        launcher(*args, **kwargs)
-    return (time.perf_counter() - t0) / iters * 1e6
-
-
-def triton_cdiv(a, b):
-    return (a + b - 1) // b
+    if a.gpu:
+        gpu_main(a)
+    else:
+        cpu_main(a)
 
 
 if __name__ == "__main__":
