@@ -248,3 +248,19 @@ def test_many_argument_kernel_repeated_launches_on_the_gpu():
 
 def triton_cdiv(a, b):
     return (a + b - 1) // b
+
+
+@kernellab.jit
+def shadowing(out, input, type, int, BLOCK: tl.constexpr = 16):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out + offs, tl.load(input + offs) * type + int)
+
+
+def test_parameters_named_like_builtins(gpu):
+    """The generated binder uses no name a parameter can shadow (`type`, `int`, `input` are parameter names)."""
+    out, x = T(ptr=0x7F0000010000), T()
+    ck, _ = both_ways(gpu, shadowing, out, x, 2.0, 16)
+    ck2, slow = both_ways(gpu, shadowing, out, x, 3.0, 32)
+    assert ck2 is ck and not slow
+    ck3, slow = both_ways(gpu, shadowing, out, x, 3.0, 33)
+    assert slow and ck3 is not ck

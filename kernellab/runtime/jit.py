@@ -1278,7 +1278,9 @@ def _make_binder(fn):
         return None, None
     env = {"_kl_T": _tensor_type(), "_kl_M": sys.modules[__name__], "_kl_wide": _wide_int_key,
            "_kl_ckey": _constexpr_key,
-           "_kl_rkey": _runtime_key, "_kl_CE": constexpr, "_kl_OPTIONS": frozenset(LAUNCH_OPTIONS)}
+           "_kl_rkey": _runtime_key, "_kl_CE": constexpr, "_kl_OPTIONS": frozenset(LAUNCH_OPTIONS),
+           # builtins under names no parameter has (a kernel may name a parameter `type` or `input`)
+           "_kl_type": type, "_kl_int": int, "_kl_float": float, "_kl_tuple": tuple, "_kl_isinstance": isinstance}
     sig_parts, seen_kw = [], False
     for i, p in enumerate(params):
         if p.kind == p.KEYWORD_ONLY and not seen_kw:
@@ -1297,22 +1299,22 @@ def _make_binder(fn):
     for i, p in enumerate(params):
         a, k, v = p.name, f"_kl_k{i}", f"_kl_v{i}"
         if a in src.constexpr_params:
-            body.append(f"    {k} = {a} if type({a}) is int else _kl_ckey({a})")
+            body.append(f"    {k} = {a} if _kl_type({a}) is _kl_int else _kl_ckey({a})")
             keys.append(k)
             vals.append(a)
             continue
         spec = a not in fn.do_not_specialize
         int_key = f"1 if {a} == 1 else 16 if not {a} & 15 else 0" if spec else "0"
-        body.append(f"""    _kl_t = type({a})
+        body.append(f"""    _kl_t = _kl_type({a})
     if _kl_t is _kl_T:
         if not {a}.is_cuda:
             return None
         {v} = {a}.data_ptr()
         {k} = {f"{a}.dtype if not {v} & 15 else ({a}.dtype, 0)" if spec else f"{a}.dtype"}
-    elif _kl_t is int:
+    elif _kl_t is _kl_int:
         {k} = ({int_key}) if -2147483648 <= {a} < 2147483648 else _kl_wide({a}, {spec})
         {v} = {a}
-    elif _kl_t is float:
+    elif _kl_t is _kl_float:
         {k} = 'f'
         {v} = {a}
     elif {a} is None:
@@ -1327,16 +1329,16 @@ def _make_binder(fn):
     body.append("""    if _kl_o:
         if not _kl_OPTIONS.issuperset(_kl_o):
             return None
-        _kl_opts = tuple(_kl_o.items())
+        _kl_opts = _kl_tuple(_kl_o.items())
     else:
         _kl_opts = ()
     _kl_od = _kl_M.option_defaults
     if _kl_od is not None:
-        _kl_opts = (_kl_opts, tuple(_kl_od().items()))""")
+        _kl_opts = (_kl_opts, _kl_tuple(_kl_od().items()))""")
     key = "(" + "".join(k + ", " for k in keys) + "_kl_opts)"
     values = "(" + "".join(v + ", " for v in vals) + ")"
     text = f"def binder({head}):\n" + "\n".join(body) + f"\n    return {key}, {values}\n"
-    metas = ", ".join(f"{p.name!r}: {p.name}.value if isinstance({p.name}, _kl_CE) else {p.name}"
+    metas = ", ".join(f"{p.name!r}: {p.name}.value if _kl_isinstance({p.name}, _kl_CE) else {p.name}"
                       if p.name in src.constexpr_params else f"{p.name!r}: {p.name}" for p in params)
     text += f"def meta({head}):\n    return {{{metas}}}\n"
     exec(compile(text, f"<kernellab binder {fn.__name__}>", "exec"), env)
