@@ -264,3 +264,18 @@ def test_parameters_named_like_builtins(gpu):
     assert ck2 is ck and not slow
     ck3, slow = both_ways(gpu, shadowing, out, x, 3.0, 33)
     assert slow and ck3 is not ck
+
+
+def test_raw_packing_matches_converting_packing():
+    """pack_raw (what the fast path uses: pointers already addresses) writes the bytes pack writes for tensors;
+    a signature with a scalar that needs converting (bf16) packs through the converting packer."""
+    from kernellab.runtime.driver import ArgPacker
+
+    p = ArgPacker(["ptr", "i32", "f32", "i1", "u64", "i8", "f16"])
+    t = T(ptr=0x7F0000001230)
+    p.pack([t, -5, 1.25, True, 2**63 + 7, -3, 0.5])
+    want = p.as_bytes()
+    p.pack_raw((0x7F0000001230, -5, 1.25, True, 2**63 + 7, -3, 0.5))
+    assert p.as_bytes() == want
+    q = ArgPacker(["ptr", "bf16"])
+    assert q.pack_raw is q.pack
