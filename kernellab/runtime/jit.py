@@ -802,7 +802,7 @@ class JITFunction(KernelInterface):
                            "or call it from another @jit function")
 
     def __getitem__(self, grid):
-        if type(self).run is not JITFunction.run or "run" in self.__dict__:  # a run of its own: always through it
+        if type(self).run is not _JIT_RUN or "run" in self.__dict__:  # a run of its own (or patched): through it
             return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
 
         def launch(*args, **kwargs):
@@ -1229,7 +1229,7 @@ class JITFunction(KernelInterface):
                 grid = grid(meta)
             if type(grid) is not tuple:
                 grid = _normalize_grid(self.__name__, grid)
-        launch(grid, warps, shared, _current_stream(device), pick(got[1]), pdl, True)
+        launch(grid, warps, shared, _current_stream(device), got[1] if pick is None else pick(got[1]), pdl, True)
         return ck
 
     def _remember_fast(self, args, kwargs, ck, runtime_values, pdl=False):
@@ -1243,7 +1243,7 @@ class JITFunction(KernelInterface):
         except Exception:
             return
         pick = _make_pick(self, ck.arg_names, got[1])
-        if pick is None:
+        if pick is False:
             return
         device = next((v.get_device() for v in runtime_values if hasattr(v, "get_device")), 0)
         meta_options = {"num_warps": ck.options.get("num_warps", 4), "num_stages": ck.options.get("num_stages", 3)}
@@ -1253,6 +1253,7 @@ class JITFunction(KernelInterface):
                               bool(pdl), meta_options)
 
 
+_JIT_RUN = JITFunction.run  # `kernel[grid]` skips run only while run is this one (not a subclass's, not patched)
 # At most this many warm-launch entries per kernel (each is one specialization seen on a GPU launch).
 _FAST_ENTRIES = 1024
 
@@ -1267,7 +1268,8 @@ def _make_binder(fn):
     decides on, per parameter, unrolled (no loop over parameters, no per-parameter function call in the common
     cases): a tensor's dtype and 16-byte alignment, an int's type class and its == 1 and % 16 classes, a float,
     a constexpr's type and value, None; then the launch options and `option_defaults()`. `values` holds every
-    parameter's value with CUDA tensors replaced by their addresses (read once, for the key and the launch).
+    runtime (not constexpr) parameter's value, CUDA tensors replaced by their addresses (read once, for the key
+    and the launch): most often exactly the kernel's parameters, which then go to the packer as they are.
     `meta(*args, **kwargs)`: the bound arguments as a dict (constexprs unwrapped), for a grid function."""
     import inspect
 
@@ -1301,7 +1303,6 @@ def _make_binder(fn):
         if a in src.constexpr_params:
             body.append(f"    {k} = {a} if _kl_type({a}) is _kl_int else _kl_ckey({a})")
             keys.append(k)
-            vals.append(a)
             continue
         spec = a not in fn.do_not_specialize
         int_key = f"1 if {a} == 1 else 16 if not {a} & 15 else 0" if spec else "0"
@@ -1346,34 +1347,40 @@ def _make_binder(fn):
 
 
 def _make_pick(fn, runtime_names, values):
-    """A function of the binder's values that returns the compiled kernel's parameters in order: a parameter, or
-    for a host TensorDescriptor (several kernel parameters, named "d[0]" (base), "d[1][j]" (shape), "d[2][j]"
-    (strides)) its parts. None when a name cannot be placed (the slow path keeps launching it)."""
+    """A function of the binder's values (the runtime parameters', in order) that returns the compiled kernel's
+    parameters in order: a parameter, or for a host TensorDescriptor (several kernel parameters, named "d[0]"
+    (base), "d[1][j]" (shape), "d[2][j]" (strides)) its parts. None where they are the values as they are (no
+    argument compiled in as None, no descriptor); False when a name cannot be placed (the slow path keeps
+    launching it)."""
     import operator
 
-    index = {n: i for i, n in enumerate(fn.arg_names)}
+    src = fn._kl_source()
+    runtime = [n for n in fn.arg_names if n not in src.constexpr_params]
+    if list(runtime_names) == runtime:
+        return None
+    index = {n: i for i, n in enumerate(runtime)}
     parts, plain = [], True
     for rn in runtime_names:
         name, _, rest = rn.partition("[")
         i = index.get(name)
         if i is None:
-            return None
+            return False
         if not rest:
             parts.append(f"v[{i}]")
             continue
         plain = False
         if not _is_host_descriptor(values[i]):
-            return None
+            return False
         try:
             path = tuple(int(x) for x in rest.rstrip("]").split("]["))
         except ValueError:
-            return None
+            return False
         if path == (0,):
             parts.append(f"v[{i}].base.data_ptr()")  # (a CUDA tensor: the key checked it)
         elif len(path) == 2 and path[0] in (1, 2):
             parts.append(f"v[{i}].{'shape' if path[0] == 1 else 'strides'}[{path[1]}]")
         else:
-            return None
+            return False
     if plain and len(parts) >= 2:
         return operator.itemgetter(*(index[n] for n in runtime_names))
     env: dict = {}
