@@ -291,3 +291,32 @@ def test_a_patched_run_still_sees_every_launch(gpu, monkeypatch):
     monkeypatch.setattr(type(many), "run", lambda self, *a, **k: seen.append(1) or orig(self, *a, **k))
     many[(1,)](out, x, 100, 1.5, 7, None)
     assert seen == [1]
+
+
+@kernellab.jit
+def _relu(x):
+    return tl.maximum(x, 0.0)
+
+
+@kernellab.jit
+def _neg(x):
+    return -x
+
+
+@kernellab.jit
+def with_fn(out, x, ACT: tl.constexpr, DT: tl.constexpr = tl.float32):
+    offs = tl.arange(0, 16)
+    tl.store(out + offs, ACT(tl.load(x + offs)).to(DT))
+
+
+def test_function_and_dtype_constexprs_are_keyed_by_what_they_are(gpu):
+    """An activation passed as a constexpr (Liger, attorch) or a dtype: warm launches take the fast path, another
+    function or dtype is another kernel."""
+    out, x = T(ptr=0x7F0000010000), T()
+    ck, _ = both_ways(gpu, with_fn, out, x, _relu)
+    ck2, slow = both_ways(gpu, with_fn, out, x, ACT=_relu, DT=tl.float32)
+    assert ck2 is ck and not slow
+    ck3, slow = both_ways(gpu, with_fn, out, x, _neg)
+    assert slow and ck3 is not ck
+    ck4, slow = both_ways(gpu, with_fn, out, x, _relu, tl.float16)
+    assert slow and ck4 not in (ck, ck3)

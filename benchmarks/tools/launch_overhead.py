@@ -305,6 +305,14 @@ def gpu_main(a):
                 drv = time_launch(lambda: real(*call), (), {}, a.iters, sync=sync)
                 rows.append(("kernellab", f"{n} args: host path, driver stubbed", host))
                 rows.append(("kernellab", f"{n} args: cuLaunchKernel alone", drv))
+                try:  # the same call with the stream as a CUstream object (cuda-python converts an int per call)
+                    from cuda.bindings import driver as cudrv
+
+                    call_obj = call[:8] + (cudrv.CUstream(stream),) + call[9:]
+                    rows.append(("kernellab", f"{n} args: cuLaunchKernel, CUstream object",
+                                 time_launch(lambda: real(*call_obj), (), {}, a.iters, sync=sync)))
+                except Exception as e:
+                    print(f"CUstream variant: {type(e).__name__}: {e}")
     print(f"{'compiler':<10} {'case':<40} us/launch (back to back, {torch.cuda.get_device_name()})")
     for fw, case, us in rows:
         print(f"{fw:<10} {case:<40} {us:8.2f}")

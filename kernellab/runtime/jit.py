@@ -1459,7 +1459,6 @@ def _descriptor_sig(d):
     return ("desc", base.dtype, not dp() & 15, len(d.shape), tuple(ints), tuple(d.block_shape), d.padding)
 
 
-_HASHABLE = (int, float, bool, str, type(None), DType, PointerType, tuple)
 _STREAM_FN = []
 
 
