@@ -320,3 +320,33 @@ def test_function_and_dtype_constexprs_are_keyed_by_what_they_are(gpu):
     assert slow and ck3 is not ck
     ck4, slow = both_ways(gpu, with_fn, out, x, _relu, tl.float16)
     assert slow and ck4 not in (ck, ck3)
+
+
+def test_warm_launcher_checks_grids_as_launch_does():
+    """LoadedKernel.warm_launcher: the grid forms launch takes (1 to 3 dims, a zero dim launches nothing, over the
+    device limit or negative is an error), from any thread."""
+    import threading
+
+    from kernellab.runtime.driver import LoadedKernel
+
+    calls = []
+    ld = LoadedKernel("k", "F", ["ptr", "i32"], device_index=0, props=lo._PROPS, attributes={},
+                      launch_fn=lambda *a: calls.append(a[1:4]) or (0,))
+    go = ld.warm_launcher(4, 0)
+    for grid in [(3,), (3, 2), (3, 2, 5)]:
+        go(grid, 0, (0x1000, 7))
+    assert calls == [(3, 1, 1), (3, 2, 1), (3, 2, 5)]
+    go((0, 4), 0, (0x1000, 7))
+    assert len(calls) == 3
+    with pytest.raises(LaunchError, match="over the device limit"):
+        go((1, 70000), 0, (0x1000, 7))
+    with pytest.raises(LaunchError, match="negative"):
+        go((-1,), 0, (0x1000, 7))
+    with pytest.raises(LaunchError, match="does not fit"):
+        go((1,), 0, (0x1000, 2**40))
+    t = threading.Thread(target=go, args=((2,), 0, (0x1000, 7)))
+    t.start()
+    t.join()
+    assert calls[-1] == (2, 1, 1)
+    with pytest.raises(LaunchError, match="num_warps=64 is out of range"):
+        ld.warm_launcher(64, 0)

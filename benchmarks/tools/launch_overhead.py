@@ -59,13 +59,14 @@ def _kind(v):
     return "f32"
 
 
-_RECORD: list = [None, None]  # [the list launches are recorded in (or None), the LoadedKernel launching]
+_RECORD: list = [None]  # the list launches are recorded in, or None
 
 
 def _stub_launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-    """cuLaunchKernel's stand-in: records (grid x, y, z, packed argument bytes) when asked."""
+    """cuLaunchKernel's stand-in (`fn`: the LoadedKernel itself): records (grid x, y, z, packed argument bytes)
+    when asked."""
     if _RECORD[0] is not None:
-        _RECORD[0].append((gx, gy, gz, _RECORD[1].packer.as_bytes()))
+        _RECORD[0].append((gx, gy, gz, fn.packer.as_bytes()))
     return (0,)
 
 
@@ -74,32 +75,26 @@ def fake_gpu(launches: list | None = None):
     """Launches of FakeCudaTensors go through the GPU launch path with a stub cuLaunchKernel; each launch appends
     (grid x, y, z, packed argument bytes) to `launches` when given. FakeCudaTensor plays torch.Tensor for the
     fast path's exact-type check."""
-    saved = (list(_jit._TENSOR_TYPE), list(_jit._STREAM_FN), _jit.JITFunction._run_gpu, LoadedKernel.launch)
-    orig_launch = LoadedKernel.launch
+    saved = (list(_jit._TENSOR_TYPE), list(_jit._STREAM_FN), _jit.JITFunction._run_gpu)
 
     def run_gpu(self, ck, grid, runtime_values, pdl=False):
         if ck._loaded is None:
-            ck._loaded = LoadedKernel(ck.name, "F", [_kind(v) for v in runtime_values], device_index=0,
+            ck._loaded = LoadedKernel(ck.name, None, [_kind(v) for v in runtime_values], device_index=0,
                                       props=_PROPS, attributes={}, launch_fn=_stub_launch)
+            ck._loaded.function = ck._loaded
         ck._loaded.launch(grid, ck.num_warps, ck.shared, 0, runtime_values, pdl)
         return ck
-
-    def launch(self, *a, **k):
-        _RECORD[1] = self
-        return orig_launch(self, *a, **k)
 
     _jit._TENSOR_TYPE[:] = [FakeCudaTensor]
     _jit._STREAM_FN[:] = [lambda device: 0]
     _jit.JITFunction._run_gpu = run_gpu
-    if launches is not None:
-        LoadedKernel.launch = launch
-        _RECORD[0] = launches
+    _RECORD[0] = launches
     try:
         yield
     finally:
         _jit._TENSOR_TYPE[:], _jit._STREAM_FN[:] = saved[0], saved[1]
-        _jit.JITFunction._run_gpu, LoadedKernel.launch = saved[2], saved[3]
-        _RECORD[0] = _RECORD[1] = None
+        _jit.JITFunction._run_gpu = saved[2]
+        _RECORD[0] = None
 
 
 SIZES = (3, 12, 24, 45)

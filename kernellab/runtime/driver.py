@@ -475,6 +475,52 @@ class LoadedKernel:
         if err:
             self._launch_failed(err, (gx, gy, gz, num_warps, shared, stream, params))
 
+    def warm_launcher(self, num_warps: int, shared: int, pdl: bool = False) -> Callable:
+        """``go(grid, stream, args)``: ``launch(grid, num_warps, shared, stream, args, pdl, raw=True)`` with what
+        does not change between launches of one specialization (the warps and shared memory checks, the shared
+        memory opt-in) done once, here: the warm-launch fast path's launch. Anything unusual (a grid out of range
+        or with a zero, another thread, pdl) goes through ``launch`` itself."""
+        if not 0 < num_warps <= self.max_num_warps:
+            raise self._warps_error(num_warps)
+        if shared > self._dynamic_shared_limit:
+            self._opt_in_shared(shared)
+        launch = self.launch
+        if pdl:
+            return lambda grid, stream, args: launch(grid, num_warps, shared, stream, args, True, True)
+        mx, my, mz = self._max_grid
+        threads, function, name, params = 32 * num_warps, self.function, self.name, self._params_address
+        pack, explain = self._pack_raw, self.packer.explain
+
+        def go(grid, stream, args):
+            global _last_launched
+            if grid.__class__ is not tuple or self._owner_thread != _get_ident():
+                return launch(grid, num_warps, shared, stream, args, False, True)
+            n = len(grid)
+            if n == 3:
+                gx, gy, gz = grid
+            elif n == 1:
+                gx, gy, gz = grid[0], 1, 1
+            elif n == 2:
+                gx, gy, gz = grid[0], grid[1], 1
+            else:
+                return launch(grid, num_warps, shared, stream, args, False, True)
+            if not (0 < gx <= mx and 0 < gy <= my and 0 < gz <= mz):
+                return launch(grid, num_warps, shared, stream, args, False, True)
+            try:
+                pack(args)
+            except Exception:
+                raise explain(args, name) from None
+            _last_launched = name
+            try:
+                err = self._launch_fn(function, gx, gy, gz, threads, 1, 1, shared, stream, params, 0)[0]
+            except (TypeError, OverflowError, ValueError) as e:
+                raise LaunchError(f"kernel '{name}': bad launch parameters grid={tuple(grid)}, "
+                                  f"num_warps={num_warps!r}, shared={shared!r}, stream={stream!r}: {e}") from None
+            if err:
+                self._launch_failed(err, (gx, gy, gz, num_warps, shared, stream, params))
+
+        return go
+
     # -- slow paths ------------------------------------------------------------------------------------------
 
     def _launch_dependent(self, gx, gy, gz, threads, shared, stream, params):

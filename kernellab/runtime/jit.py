@@ -1221,7 +1221,7 @@ class JITFunction(KernelInterface):
             return _SLOW
         if entry is None:
             return _SLOW
-        ck, pick, launch, warps, shared, device, pdl, meta_options = entry
+        ck, pick, go, device, meta_options = entry
         if type(grid) is not tuple:
             if callable(grid):
                 meta = self._binder[1](*args, **kwargs)
@@ -1229,7 +1229,7 @@ class JITFunction(KernelInterface):
                 grid = grid(meta)
             if type(grid) is not tuple:
                 grid = _normalize_grid(self.__name__, grid)
-        launch(grid, warps, shared, _current_stream(device), got[1] if pick is None else pick(got[1]), pdl, True)
+        go(grid, _current_stream(device), got[1] if pick is None else pick(got[1]))
         return ck
 
     def _remember_fast(self, args, kwargs, ck, runtime_values, pdl=False):
@@ -1249,8 +1249,11 @@ class JITFunction(KernelInterface):
         meta_options = {"num_warps": ck.options.get("num_warps", 4), "num_stages": ck.options.get("num_stages", 3)}
         if len(self._fast) >= _FAST_ENTRIES:  # keys that never repeat (a new function object per call): start over
             self._fast.clear()
-        self._fast[got[0]] = (ck, pick, ck._loaded.launch, ck.launch_warps or ck.num_warps, ck.shared, device,
-                              bool(pdl), meta_options)
+        try:
+            go = ck._loaded.warm_launcher(ck.launch_warps or ck.num_warps, ck.shared, bool(pdl))
+        except Exception:  # (the launch that just ran checked the same: not expected)
+            return
+        self._fast[got[0]] = (ck, pick, go, device, meta_options)
 
 
 _JIT_RUN = JITFunction.run  # `kernel[grid]` skips run only while run is this one (not a subclass's, not patched)
