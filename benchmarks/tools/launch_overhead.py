@@ -308,6 +308,17 @@ def gpu_main(a):
                                  time_launch(lambda: real(*call_obj), (), {}, a.iters, sync=sync)))
                 except Exception as e:
                     print(f"CUstream variant: {type(e).__name__}: {e}")
+                try:  # the driver entry point through ctypes, for comparison with cuda-python's binding
+                    import ctypes
+
+                    cu = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+                    cu.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+                    cu.restype = ctypes.c_int
+                    call_ct = (int(ld.function),) + call[1:10] + (None,)
+                    rows.append(("kernellab", f"{n} args: cuLaunchKernel via ctypes",
+                                 time_launch(lambda: cu(*call_ct), (), {}, a.iters, sync=sync)))
+                except Exception as e:
+                    print(f"ctypes variant: {type(e).__name__}: {e}")
     print(f"{'compiler':<10} {'case':<40} us/launch (back to back, {torch.cuda.get_device_name()})")
     for fw, case, us in rows:
         print(f"{fw:<10} {case:<40} {us:8.2f}")
