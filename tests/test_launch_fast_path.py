@@ -264,6 +264,26 @@ def test_many_argument_kernel_repeated_launches_on_the_gpu():
     assert len(many_gpu._fast) >= 2
 
 
+@pytest.mark.gpu
+def test_autotuned_many_argument_kernel_on_the_gpu():
+    """The same kernel autotuned over BLOCK: warm launches (the autotuner's one lookup, then the fast path) with
+    changing values give torch's results."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    tuned = kernellab.autotune([kernellab.Config({"BLOCK": 32}, num_warps=1), kernellab.Config({"BLOCK": 128})],
+                               key=["n"])(many_gpu)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    for it in range(12):
+        n = [1000, 77][it % 2]
+        x, y = torch.randn(n, device="cuda", generator=gen), torch.randn(n, device="cuda", generator=gen)
+        out = torch.full((n,), float("nan"), device="cuda")
+        alpha, m = 0.25 * it, [16, 17, 1][it % 3]
+        tuned[lambda meta: (triton_cdiv(n, meta["BLOCK"]),)](out, x, n, alpha, m, None, y=y, FLAG=it % 2 == 1)
+        want = x.double() * alpha + m * 2.0 + y.double()
+        torch.testing.assert_close(out.double(), -want if it % 2 else want, rtol=1e-5, atol=1e-5)
+    assert len(tuned.cache) == 2
+
+
 def triton_cdiv(a, b):
     return (a + b - 1) // b
 
