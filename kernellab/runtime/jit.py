@@ -1200,12 +1200,13 @@ class JITFunction(KernelInterface):
             return None
         return None if got is None else got[0]
 
-    def _get_binder(self):
-        """(binder, meta, tensor type) for this kernel, generated on first use (see `_make_binder`) and again
-        once torch is imported (a binder made before keys tensors on its slower generic branch)."""
+    def _get_binder(self, hint_args=(), hint_kwargs=None):
+        """(binder, meta, tensor type) for this kernel, generated on first use (see `_make_binder`; the hint: a
+        launch's arguments) and again once torch is imported (a binder made before keys tensors on its slower
+        generic branch)."""
         if self._binder is None or self._binder[2] is not _tensor_type():
             self._fast.clear()
-            self._binder = _make_binder(self) + (_tensor_type(),)
+            self._binder = _make_binder(self, hint_args, hint_kwargs) + (_tensor_type(),)
         return self._binder
 
     def _fast_launch(self, args, kwargs, grid):
@@ -1235,7 +1236,7 @@ class JITFunction(KernelInterface):
     def _remember_fast(self, args, kwargs, ck, runtime_values, pdl=False):
         """After a GPU launch through the slow path: the entry that lets the next such launch skip it."""
         try:
-            binder = self._get_binder()[0]  # (made before the first entry: _fast_launch needs it once _fast has one)
+            binder = self._get_binder(args, kwargs)[0]  # (made before the first entry: _fast_launch needs it)
             got = binder(*args, **kwargs) if binder is not None else None
             if got is None:
                 return
@@ -1261,7 +1262,16 @@ _JIT_RUN = JITFunction.run  # `kernel[grid]` skips run only while run is this on
 _FAST_ENTRIES = 1024
 
 
-def _make_binder(fn):
+_NO_HINT = object()
+
+
+def _hint_kind(value) -> str:
+    """Which of the binder's inline branches a value takes (the one to test first for its parameter)."""
+    t = type(value)
+    return "int" if t is int else "float" if t is float else "none" if value is None else "tensor"
+
+
+def _make_binder(fn, hint_args=(), hint_kwargs=None):
     """(binder, meta) for a JITFunction, generated from its signature, or (None, None) where the fast path cannot
     bind (a `*args` parameter, a parameter named like a launch option, names that clash with the generated code).
 
@@ -1286,6 +1296,12 @@ def _make_binder(fn):
            "_kl_rkey": _runtime_key, "_kl_CE": constexpr, "_kl_OPTIONS": frozenset(LAUNCH_OPTIONS),
            # builtins under names no parameter has (a kernel may name a parameter `type` or `input`)
            "_kl_type": type, "_kl_int": int, "_kl_float": float, "_kl_tuple": tuple, "_kl_isinstance": isinstance}
+    try:  # the arguments of the launch that made the binder: each parameter's type then is tested first
+        names = {p.name for p in params}
+        hints = src.signature.bind_partial(*hint_args, **{k: v for k, v in (hint_kwargs or {}).items()
+                                                          if k in names}).arguments
+    except TypeError:
+        hints = {}
     sig_parts, seen_kw = [], False
     for i, p in enumerate(params):
         if p.kind == p.KEYWORD_ONLY and not seen_kw:
@@ -1309,20 +1325,25 @@ def _make_binder(fn):
             continue
         spec = a not in fn.do_not_specialize
         int_key = f"1 if {a} == 1 else 16 if not {a} & 15 else 0" if spec else "0"
-        body.append(f"""    _kl_t = _kl_type({a})
-    if _kl_t is _kl_T:
+        branches = {
+            "tensor": f"""_kl_t is _kl_T:
         if not {a}.is_cuda:
             return None
         {v} = {a}.data_ptr()
-        {k} = {f"{a}.dtype if not {v} & 15 else ({a}.dtype, 0)" if spec else f"{a}.dtype"}
-    elif _kl_t is _kl_int:
+        {k} = {f"{a}.dtype if not {v} & 15 else ({a}.dtype, 0)" if spec else f"{a}.dtype"}""",
+            "int": f"""_kl_t is _kl_int:
         {k} = ({int_key}) if -2147483648 <= {a} < 2147483648 else _kl_wide({a}, {spec})
-        {v} = {a}
-    elif _kl_t is _kl_float:
+        {v} = {a}""",
+            "float": f"""_kl_t is _kl_float:
         {k} = 'f'
-        {v} = {a}
-    elif {a} is None:
-        {k} = {v} = None
+        {v} = {a}""",
+            "none": f"""{a} is None:
+        {k} = {v} = None""",
+        }
+        first = _hint_kind(hints.get(a, _NO_HINT))  # the type the first launch passed is tested first
+        order = [first] + [b for b in branches if b != first]
+        body.append(f"    _kl_t = _kl_type({a})\n" + "\n".join(("    if " if j == 0 else "    elif ") + branches[b]
+                                                             for j, b in enumerate(order)) + f"""
     else:
         {k} = _kl_rkey({a}, {spec})
         if {k} is None:
