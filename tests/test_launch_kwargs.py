@@ -27,14 +27,20 @@ def scale_add(x_ptr, y_ptr, out_ptr, n, alpha=2.0, BLOCK: tl.constexpr = 128, FL
     tl.store(out_ptr + offs, r, mask=mask)
 
 
-def test_keywords_move_into_their_positions():
+def test_keywords_bind_as_positions():
+    """The fast path's binder puts keywords in their positions and fills in defaults: one key however a call
+    spells its arguments; a call binding would refuse gets no key (the slow path explains)."""
     k = scale_add
-    args, kw = k._by_position((1, 2), dict(out_ptr=3, n=4, BLOCK=64, num_warps=2))
-    assert args == (1, 2, 3, 4, 2.0, 64) and kw == {"num_warps": 2}  # alpha's default filled in before BLOCK
-    assert k._by_position((1,), dict(x_ptr=5, y_ptr=2, out_ptr=3, n=4)) is None  # x_ptr twice: slow path says so
-    assert k._by_position((1,), dict(out_ptr=3, n=4)) is None  # y_ptr missing: slow path says so
-    assert k._by_position((1, 2, 3, 4), {"num_warps": 4}) == ((1, 2, 3, 4), {"num_warps": 4})
-    assert k._by_position((1, 2, 3, 4), {"BIAS": None})[0] == (1, 2, 3, 4, 2.0, 128, False, None)
+    key = k._fast_sig((1, 2, 3, 4, 2.0, 64), {"num_warps": 2})
+    assert key is not None
+    assert k._fast_sig((1, 2), dict(out_ptr=3, n=4, BLOCK=64, num_warps=2)) == key  # alpha's default filled in
+    assert k._fast_sig((), dict(n=4, BLOCK=64, num_warps=2, out_ptr=3, y_ptr=2, x_ptr=1)) == key
+    assert k._fast_sig((1, 2, 3, 4, 2.0, 64), {"num_warps": 4}) != key
+    assert k._fast_sig((1,), dict(x_ptr=5, y_ptr=2, out_ptr=3, n=4)) is None  # x_ptr twice: slow path says so
+    assert k._fast_sig((1,), dict(out_ptr=3, n=4)) is None  # y_ptr missing: slow path says so
+    assert k._fast_sig((1, 2, 3, 4), {"BIAS": None}) == k._fast_sig((1, 2, 3, 4), {})
+    assert k._fast_sig((1, 2, 3, 4), {"BIAS": 5}) != k._fast_sig((1, 2, 3, 4), {})
+    assert k._fast_sig((1, 2, 3, 4), {"BLOK": 64}) is None  # not a parameter: the slow path names it
 
 
 @pytest.mark.gpu
@@ -99,7 +105,7 @@ def test_host_tensor_descriptor_launches_take_the_fast_path(monkeypatch):
         torch.testing.assert_close(dst, src[:dst.shape[0], :dst.shape[1]] * 2.0)
 
     run(256, 128)
-    assert any(e[4] for e in _desc_copy._fast.values()), "the descriptor launch was not remembered"
+    assert _desc_copy._fast, "the descriptor launch was not remembered"
     calls = []
     monkeypatch.setattr(type(_desc_copy), "_get_compiled", lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(
         AssertionError("the slow path ran for a warm descriptor launch")))

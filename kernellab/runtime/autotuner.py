@@ -47,6 +47,7 @@ class Autotuner(KernelInterface):
         self.num_warmups, self.num_reps, self.use_cuda_graph = warmup, rep, use_cuda_graph
         self.cache_results = cache_results  # Triton's on-disk tuning cache: not kept here, tuning is per process
         self.cache: dict = {}
+        self._warm: dict = {}  # the warm path's key of the key arguments -> (cache key, config)
         self.configs_timings: dict = {}
         self.bench_time = 0.0
         self.nargs = None
@@ -189,6 +190,21 @@ class Autotuner(KernelInterface):
         return [self.fn.warmup(*args, **{**kwargs, **c.all_kwargs()}) for c in configs]
 
     def run(self, *args, grid, **kwargs):
+        # the warm path: one dict lookup on the key arguments' values (dtype and shape of a tensor, type and value
+        # of a number), checked against `cache` (which users may clear to retune), then the kernel's own launch
+        warm_map = self.__dict__.get("_warm")
+        if warm_map is None:  # a subclass whose __init__ did not run ours
+            warm_map = self._warm = {}
+        try:
+            warm = warm_map.get(self._warm_key(args, kwargs))
+        except Exception:  # an unhashable key argument: the string key below
+            warm = None
+        if warm is not None and self.cache.get(warm[0]) is warm[1]:
+            cfg = self.best_config = warm[1]
+            if cfg.pre_hook:
+                cfg.pre_hook({**self._named(args, kwargs), **cfg.all_kwargs()})
+            return self.fn.run(*args, grid=grid, **{**kwargs, **cfg.all_kwargs()}) if kwargs else \
+                self.fn.run(*args, grid=grid, **cfg.all_kwargs())
         named = self._named(args, kwargs)
         key = tuple(str(getattr(named.get(k), "dtype", "")) + repr(named.get(k)) if not hasattr(named.get(k),
                     "data_ptr") else str(named[k].dtype) + str(tuple(named[k].shape)) for k in self.key)
@@ -197,9 +213,38 @@ class Autotuner(KernelInterface):
             self.cache[key] = self._choose(configs, args, kwargs, grid)
         cfg = self.cache[key]
         self.best_config = cfg
+        try:
+            if len(warm_map) >= 1024:
+                warm_map.clear()
+            warm_map[self._warm_key(args, kwargs)] = (key, cfg)
+        except Exception:
+            pass
         if cfg.pre_hook:
             cfg.pre_hook({**named, **cfg.all_kwargs()})
         return self.fn.run(*args, grid=grid, **{**kwargs, **cfg.all_kwargs()})
+
+    def _warm_key(self, args, kwargs):
+        """The key arguments' values as the warm path keys them: at least as fine as `cache`'s string key (a
+        tensor's dtype and shape; an int, bool, str or None by type and value; anything else by that string)."""
+        out = []
+        n = len(args)
+        for i, k in self._key_positions():
+            v = args[i] if i < n else kwargs.get(k)
+            t = type(v)
+            if t is int or t is bool or t is str or v is None:
+                out.append((t, v))
+            elif hasattr(v, "data_ptr"):
+                out.append((v.dtype, tuple(v.shape)))
+            else:
+                out.append(str(getattr(v, "dtype", "")) + repr(v))
+        return tuple(out)
+
+    def _key_positions(self):
+        kp = self.__dict__.get("_kp")
+        if kp is None or kp[0] != self.key:
+            index = {n: i for i, n in enumerate(self.arg_names)}
+            kp = self._kp = (list(self.key), [(index[k], k) for k in self.key])
+        return kp[1]
 
     def _compiles(self, configs, args, kwargs, first_only=False):
         """The configs that compile for these arguments (like Triton, a config whose compile fails, e.g. a tile

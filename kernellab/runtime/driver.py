@@ -336,7 +336,14 @@ class ArgPacker:
             src += "    _fill(args)\n"
         env = {"_pack_into": self._struct.pack_into, "_storage": self.storage, "_ptr": _ptr, "_bf16": _bf16,
                "_fill": self.tensormaps.fill if self.tensormaps is not None else None}
+        # pack_raw: the same for values already converted (pointers as addresses, as the warm-launch fast path
+        # passes them): one call into struct, no per-argument conversion; only where no scalar needs converting
+        if not any(_KINDS[k][2] for k in self.scalars if k != "ptr"):
+            tail = "    _fill(args)\n" if self.tensormaps is not None else ""
+            src += f"def pack_raw(args):\n    _pack_into(_storage, 0, *args)\n{tail}" if n else \
+                "def pack_raw(args):\n    pack(args)\n"
         exec(compile(src, f"<kernellab arg packer {','.join(self.scalars)}>", "exec"), env)
+        self.pack_raw = env.get("pack_raw", env["pack"])
         return env["pack"]
 
     def as_bytes(self) -> bytes:
@@ -407,6 +414,7 @@ class LoadedKernel:
         self._thread_packers: dict[int, ArgPacker] = {}
         self._lock = threading.Lock()
         self._pack = self.packer.pack
+        self._pack_raw = self.packer.pack_raw
         self._launch_fn = launch_fn
         self._launch_ex = launch_ex_fn  # cuLaunchKernelEx, for programmatic dependent launches
         self._max_grid = tuple(props["max_grid_dims"])
@@ -423,11 +431,12 @@ class LoadedKernel:
         return f"LoadedKernel({self.name!r}, device={self.device_index}, signature={list(self.signature)})"
 
     def launch(self, grid: Sequence[int], num_warps: int, shared: int, stream: int, args: Sequence[Any],
-               pdl: bool = False) -> None:
+               pdl: bool = False, raw: bool = False) -> None:
         """Launch on ``stream`` (a CUstream handle as an int, e.g. ``torch.cuda.current_stream().cuda_stream``;
         0 = the legacy default stream) with ``num_warps * 32`` threads per block and ``shared`` bytes of dynamic
         shared memory. A grid with a zero dimension launches nothing. ``pdl``: a programmatic dependent launch
-        (sm_90+): the grid may start before the previous one on the stream has finished; its gdc_wait waits."""
+        (sm_90+): the grid may start before the previous one on the stream has finished; its gdc_wait waits.
+        ``raw``: every pointer in ``args`` is already an address (an int), so packing converts nothing."""
         global _last_launched
         try:
             n = len(grid)
@@ -446,10 +455,10 @@ class LoadedKernel:
         if shared > self._dynamic_shared_limit:
             self._opt_in_shared(shared)
         if _get_ident() == self._owner_thread:
-            pack, params = self._pack, self._params_address
+            pack, params = self._pack_raw if raw else self._pack, self._params_address
         else:
             packer = self._packer_for_thread()
-            pack, params = packer.pack, packer.params_address
+            pack, params = packer.pack_raw if raw else packer.pack, packer.params_address
         try:
             pack(args)
         except Exception:
@@ -465,6 +474,52 @@ class LoadedKernel:
                               f"num_warps={num_warps!r}, shared={shared!r}, stream={stream!r}: {e}") from None
         if err:
             self._launch_failed(err, (gx, gy, gz, num_warps, shared, stream, params))
+
+    def warm_launcher(self, num_warps: int, shared: int, pdl: bool = False) -> Callable:
+        """``go(grid, stream, args)``: ``launch(grid, num_warps, shared, stream, args, pdl, raw=True)`` with what
+        does not change between launches of one specialization (the warps and shared memory checks, the shared
+        memory opt-in) done once, here: the warm-launch fast path's launch. Anything unusual (a grid out of range
+        or with a zero, another thread, pdl) goes through ``launch`` itself."""
+        if not 0 < num_warps <= self.max_num_warps:
+            raise self._warps_error(num_warps)
+        if shared > self._dynamic_shared_limit:
+            self._opt_in_shared(shared)
+        launch = self.launch
+        if pdl:
+            return lambda grid, stream, args: launch(grid, num_warps, shared, stream, args, True, True)
+        mx, my, mz = self._max_grid
+        threads, function, name, params = 32 * num_warps, self.function, self.name, self._params_address
+        pack, explain = self._pack_raw, self.packer.explain
+
+        def go(grid, stream, args):
+            global _last_launched
+            if grid.__class__ is not tuple or self._owner_thread != _get_ident():
+                return launch(grid, num_warps, shared, stream, args, False, True)
+            n = len(grid)
+            if n == 3:
+                gx, gy, gz = grid
+            elif n == 1:
+                gx, gy, gz = grid[0], 1, 1
+            elif n == 2:
+                gx, gy, gz = grid[0], grid[1], 1
+            else:
+                return launch(grid, num_warps, shared, stream, args, False, True)
+            if not (0 < gx <= mx and 0 < gy <= my and 0 < gz <= mz):
+                return launch(grid, num_warps, shared, stream, args, False, True)
+            try:
+                pack(args)
+            except Exception:
+                raise explain(args, name) from None
+            _last_launched = name
+            try:
+                err = self._launch_fn(function, gx, gy, gz, threads, 1, 1, shared, stream, params, 0)[0]
+            except (TypeError, OverflowError, ValueError) as e:
+                raise LaunchError(f"kernel '{name}': bad launch parameters grid={tuple(grid)}, "
+                                  f"num_warps={num_warps!r}, shared={shared!r}, stream={stream!r}: {e}") from None
+            if err:
+                self._launch_failed(err, (gx, gy, gz, num_warps, shared, stream, params))
+
+        return go
 
     # -- slow paths ------------------------------------------------------------------------------------------
 

@@ -727,8 +727,7 @@ class JITFunction(KernelInterface):
         self._found = found
         self.arg_names = list(__import__("inspect").signature(fn).parameters)
         self._fast: dict = {}
-        self._kinds = None
-        self._defaults: dict = {}
+        self._binder = None  # (binder, meta, tensor type) of the warm-launch fast path, made on first use
         self.do_not_specialize = {self.arg_names[i] if isinstance(i, int) else i for i in self.do_not_specialize}
 
     def __repr__(self):
@@ -804,14 +803,23 @@ class JITFunction(KernelInterface):
         self._source = FunctionSource(self.fn, new_src, filename, first)
         self.cache.clear()
         self._fast.clear()
-        self._kinds = None
+        self._binder = None
 
     def __call__(self, *args, **kwargs):
         raise RuntimeError(f"{self.__name__} is a @kernellab.jit function: launch it as {self.__name__}[grid](...) "
                            "or call it from another @jit function")
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+        if type(self).run is not _JIT_RUN or "run" in self.__dict__:  # a run of its own (or patched): through it
+            return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+
+        def launch(*args, **kwargs):
+            # the warm-launch fast path first, without run's re-packing of the arguments (a launch-bound loop
+            # pays for every copy of a long argument list)
+            ck = self._fast_launch(args, kwargs, grid)
+            return ck if ck is not _SLOW else self.run(*args, grid=grid, **kwargs)
+
+        return launch
 
     # ------------------------------------------------------------------ binding and specialization
     def bind(self, args, kwargs):
@@ -1172,7 +1180,7 @@ class JITFunction(KernelInterface):
                 raise LaunchError(f"kernel '{self.__name__}': sanitize runs on the CPU interpreter; pass CPU "
                                   "tensors (a GPU launch can be checked with `compute-sanitizer python ...`)")
             self._run_gpu(ck, grid, runtime_values, bool(options.get("launch_pdl")))
-            self._remember_fast(args, kwargs, ck, runtime_values)
+            self._remember_fast(args, kwargs, ck, runtime_values, bool(options.get("launch_pdl")))
             return ck
         _notice_interpreter(self.__name__)
         bounds = options.get("bounds", self.bounds or default_bounds)
@@ -1187,149 +1195,258 @@ class JITFunction(KernelInterface):
         return ck
 
     # ------------------------------------------------------------------ the warm-launch fast path
-    # A launch whose arguments look like an earlier GPU launch's (same dtypes, alignment classes,
-    # integer classes and constexpr values) skips binding, specialization and the cache lookup by
-    # signature: one tuple key, one dict lookup, then pack and cuLaunchKernel.
+    # A launch whose arguments look like an earlier GPU launch's (same dtypes, alignment classes, integer classes,
+    # constexpr values and launch options) skips binding, specialization and the compile cache: a generated binder
+    # (one per kernel, see `_make_binder`) binds the call with Python's own argument binding and returns the
+    # specialization key and the argument values (tensors as their addresses); one dict lookup finds the entry,
+    # whose `pick` selects the kernel's parameters; then pack and cuLaunchKernel.
     def _fast_sig(self, args, kwargs):
-        if len(args) > len(self._positional_kinds):
+        """The fast path's key for a call (None when the call must take the slow path)."""
+        try:
+            got = self._get_binder()[0](*args, **kwargs)
+        except Exception:
             return None
-        sig = []
-        tensor_type = _tensor_type()
-        for a, kind in zip(args, self._positional_kinds):
-            t = type(a)
-            if kind == "c":
-                sig.append(a if t in _HASHABLE else id(a))
-            elif t is tensor_type:  # the common case first: a plain torch.Tensor
-                if not a.is_cuda:
-                    return None
-                sig.append((a.dtype, kind == "n" or a.data_ptr() % 16 == 0))
-            elif t is int:
-                # the ==1 and %16 specializations unless the parameter is do_not_specialize, and outside int32 the
-                # integer's type class (i64 / u64, as specialize decides; finer is harmless)
-                if -2147483648 <= a < 2147483648:  # (inline: the common case of a hot path)
-                    sig.append(0 if kind == "n" else (a == 1, not a & 15))
-                else:
-                    sig.append(_wide_int_key(a, kind != "n"))
-            elif t is float:
-                sig.append("f")
-            elif a is None or t is bool or t is str:
-                sig.append((t, a))  # compiled in (None, a string) or a 1-bit parameter: the value is the key
-            elif t.__name__ == "TensorDescriptor" and kind == "r":
-                key = _descriptor_sig(a)
-                if key is None:
-                    return None
-                sig.append(key)
-            else:  # a tensor subclass or another object with a data pointer
-                dp = getattr(a, "data_ptr", None)
-                if dp is None or not getattr(a, "is_cuda", False):
-                    return None
-                sig.append((a.dtype, dp() % 16 == 0 or kind == "n"))
-        if kwargs:
-            for k, v in kwargs.items():
-                if type(v) not in _HASHABLE:
-                    return None
-            sig.append(tuple(sorted(kwargs.items())))
-        sig.append(len(args))
-        if option_defaults is not None:  # a changed default (a knob) is another compile
-            sig.append(tuple(option_defaults().items()))
-        return tuple(sig)
+        return None if got is None else got[0]
 
-    def _by_position(self, args, kwargs):
-        """Arguments given by name (as Liger and most libraries launch) moved into their positions, parameter
-        defaults filled in up to the last one given, so that the fast path's key sees tensors by position;
-        launch options stay keywords. None when the call cannot be put that way (the slow path binds it)."""
-        self._positional_kinds  # noqa: B018 (computes _param_index and _defaults once)
-        if not any(k in self._param_index for k in kwargs):
-            return args, kwargs
-        out = list(args)
-        given = {k: v for k, v in kwargs.items() if k in self._param_index}
-        last = max(self._param_index[k] for k in given)
-        for i in range(len(args), last + 1):
-            name = self.arg_names[i]
-            if name in given:
-                out.append(given.pop(name))
-            elif name in self._defaults:
-                out.append(self._defaults[name])
-            else:
-                return None
-        if given:  # a name that was also given by position: the slow path reports it
-            return None
-        return tuple(out), {k: v for k, v in kwargs.items() if k not in self._param_index}
+    def _get_binder(self, hint_args=(), hint_kwargs=None):
+        """(binder, meta, tensor type) for this kernel, generated on first use (see `_make_binder`; the hint: a
+        launch's arguments) and again once torch is imported (a binder made before keys tensors on its slower
+        generic branch)."""
+        if self._binder is None or self._binder[2] is not _tensor_type():
+            self._fast.clear()
+            self._binder = _make_binder(self, hint_args, hint_kwargs) + (_tensor_type(),)
+        return self._binder
 
     def _fast_launch(self, args, kwargs, grid):
-        if not self._fast:
+        fast = self._fast
+        if not fast:
             return _SLOW
         try:
-            moved = self._by_position(args, kwargs)
-            if moved is None:
+            got = self._binder[0](*args, **kwargs)
+            if got is None:
                 return _SLOW
-            args, kwargs = moved
-            sig = self._fast_sig(args, kwargs)
-        except Exception:
+            entry = fast.get(got[0])
+        except Exception:  # wrong arguments, an unhashable constexpr ...: the slow path binds (and explains)
             return _SLOW
-        entry = self._fast.get(sig)
         if entry is None:
             return _SLOW
-        ck, positions, defaults, device, leaves = entry
-        if callable(grid):
-            meta = dict(self._defaults)
-            meta.update(zip(self.arg_names, args))
-            meta.update(kwargs)
-            meta.setdefault("num_warps", ck.options.get("num_warps", 4))
-            meta.setdefault("num_stages", ck.options.get("num_stages", 3))
-            grid = grid(meta)
+        ck, pick, go, device, meta_options = entry
         if type(grid) is not tuple:
-            grid = _normalize_grid(self.__name__, grid)
-        vals = [args[i] if i < len(args) else defaults[i] for i in positions] if leaves is None \
-            else [_leaf(args[i] if i < len(args) else defaults[i], path) for i, path in leaves]
-        ck._loaded.launch(grid, ck.launch_warps or ck.num_warps, ck.shared, _current_stream(device), vals,
-                          bool(kwargs) and bool(kwargs.get("launch_pdl")))
+            if callable(grid):
+                meta = self._binder[1](*args, **kwargs)
+                meta.update(meta_options)
+                grid = grid(meta)
+            if type(grid) is not tuple:
+                grid = _normalize_grid(self.__name__, grid)
+        go(grid, _current_stream(device), got[1] if pick is None else pick(got[1]))
         return ck
 
-    def _remember_fast(self, args, kwargs, ck, runtime_values):
+    def _remember_fast(self, args, kwargs, ck, runtime_values, pdl=False):
+        """After a GPU launch through the slow path: the entry that lets the next such launch skip it."""
         try:
-            moved = self._by_position(args, kwargs)
-            if moved is None:
+            binder = self._get_binder(args, kwargs)[0]  # (made before the first entry: _fast_launch needs it)
+            got = binder(*args, **kwargs) if binder is not None else None
+            if got is None:
                 return
-            args, kwargs = moved
-            sig = self._fast_sig(args, kwargs)
+            hash(got[0])
         except Exception:
             return
-        if sig is None or any(k not in LAUNCH_OPTIONS and k not in self._kl_source().constexpr_params
-                              for k in kwargs):
+        pick = _make_pick(self, ck.arg_names, got[1])
+        if pick is False:
             return
-        names = self.arg_names
-        positions = [i for i, n in enumerate(names) if n in ck.arg_names]
-        leaves = None
-        if len(positions) != len(ck.arg_names):
-            # host TensorDescriptors: each is several kernel parameters, named "desc[0]" (the base), "desc[1][j]"
-            # (shape) and "desc[2][j]" (strides)
-            leaves = []
-            for rn in ck.arg_names:
-                name, _, rest = rn.partition("[")
-                i = self._param_index.get(name)
-                if i is None or (rest and (self._positional_kinds[i] != "r" or i >= len(args)
-                                           or not _is_host_descriptor(args[i]))):
-                    return
-                path = tuple(int(x) for x in rest.rstrip("]").split("][")) if rest else ()
-                if len(path) not in (0, 1, 2) or (path and path[0] not in (0, 1, 2)):
-                    return
-                leaves.append((i, path))
-        defaults = {i: self._defaults.get(names[i]) for i in range(len(names))}
         device = next((v.get_device() for v in runtime_values if hasattr(v, "get_device")), 0)
-        self._fast[sig] = (ck, positions, defaults, device, leaves)
+        meta_options = {"num_warps": ck.options.get("num_warps", 4), "num_stages": ck.options.get("num_stages", 3)}
+        if len(self._fast) >= _FAST_ENTRIES:  # keys that never repeat (a new function object per call): start over
+            self._fast.clear()
+        try:
+            go = ck._loaded.warm_launcher(ck.launch_warps or ck.num_warps, ck.shared, bool(pdl))
+        except Exception:  # (the launch that just ran checked the same: not expected)
+            return
+        self._fast[got[0]] = (ck, pick, go, device, meta_options)
 
-    @property
-    def _positional_kinds(self):
-        """Per parameter: 'c' constexpr, 'n' do-not-specialize, 'r' runtime (specialized)."""
-        if self._kinds is None:
-            src = self._kl_source()
-            self._kinds = ["c" if n in src.constexpr_params else "n" if n in self.do_not_specialize else "r"
-                           for n in self.arg_names]
-            self._defaults = {n: p.default for n, p in src.signature.parameters.items()
-                              if p.default is not __import__("inspect").Parameter.empty}
-            self._param_index = {n: i for i, n in enumerate(self.arg_names)}
-        return self._kinds
+
+_JIT_RUN = JITFunction.run  # `kernel[grid]` skips run only while run is this one (not a subclass's, not patched)
+# At most this many warm-launch entries per kernel (each is one specialization seen on a GPU launch).
+_FAST_ENTRIES = 1024
+
+
+_NO_HINT = object()
+
+
+def _hint_kind(value) -> str:
+    """Which of the binder's inline branches a value takes (the one to test first for its parameter)."""
+    t = type(value)
+    return "int" if t is int else "float" if t is float else "none" if value is None else "tensor"
+
+
+def _make_binder(fn, hint_args=(), hint_kwargs=None):
+    """(binder, meta) for a JITFunction, generated from its signature, or (None, None) where the fast path cannot
+    bind (a `*args` parameter, a parameter named like a launch option, names that clash with the generated code).
+
+    `binder(*args, **kwargs)` binds a call as `inspect.Signature.bind` + `apply_defaults` would (Python does it:
+    positional, keyword and default arguments alike) and returns (key, values), or None when only the slow path
+    can launch it (a CPU tensor, an unknown keyword, a type it does not key). The key holds what specialization
+    decides on, per parameter, unrolled (no loop over parameters, no per-parameter function call in the common
+    cases): a tensor's dtype and 16-byte alignment, an int's type class and its == 1 and % 16 classes, a float,
+    a constexpr's type and value, None; then the launch options and `option_defaults()`. `values` holds every
+    runtime (not constexpr) parameter's value, CUDA tensors replaced by their addresses (read once, for the key
+    and the launch): most often exactly the kernel's parameters, which then go to the packer as they are.
+    `meta(*args, **kwargs)`: the bound arguments as a dict (constexprs unwrapped), for a grid function."""
+    import inspect
+
+    src = fn._kl_source()
+    params = list(src.signature.parameters.values())
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in LAUNCH_OPTIONS or p.name.startswith("_kl_")
+           for p in params):
+        return None, None
+    env = {"_kl_T": _tensor_type(), "_kl_M": sys.modules[__name__], "_kl_wide": _wide_int_key,
+           "_kl_ckey": _constexpr_key,
+           "_kl_rkey": _runtime_key, "_kl_CE": constexpr, "_kl_OPTIONS": frozenset(LAUNCH_OPTIONS),
+           # builtins under names no parameter has (a kernel may name a parameter `type` or `input`)
+           "_kl_type": type, "_kl_int": int, "_kl_float": float, "_kl_tuple": tuple, "_kl_isinstance": isinstance}
+    try:  # the arguments of the launch that made the binder: each parameter's type then is tested first
+        names = {p.name for p in params}
+        hints = src.signature.bind_partial(*hint_args, **{k: v for k, v in (hint_kwargs or {}).items()
+                                                          if k in names}).arguments
+    except TypeError:
+        hints = {}
+    sig_parts, seen_kw = [], False
+    for i, p in enumerate(params):
+        if p.kind == p.KEYWORD_ONLY and not seen_kw:
+            sig_parts.append("*")
+            seen_kw = True
+        if p.default is inspect.Parameter.empty:
+            sig_parts.append(p.name)
+        else:
+            env[f"_kl_d{i}"] = p.default
+            sig_parts.append(f"{p.name}=_kl_d{i}")
+        if p.kind == p.POSITIONAL_ONLY and (i + 1 == len(params) or params[i + 1].kind != p.POSITIONAL_ONLY):
+            sig_parts.append("/")
+    sig_parts.append("**_kl_o")
+    head = ", ".join(sig_parts)
+    body, keys, vals = [], [], []
+    for i, p in enumerate(params):
+        a, k, v = p.name, f"_kl_k{i}", f"_kl_v{i}"
+        if a in src.constexpr_params:
+            body.append(f"    {k} = {a} if _kl_type({a}) is _kl_int else _kl_ckey({a})")
+            keys.append(k)
+            continue
+        spec = a not in fn.do_not_specialize
+        int_key = f"1 if {a} == 1 else 16 if not {a} & 15 else 0" if spec else "0"
+        branches = {
+            "tensor": f"""_kl_t is _kl_T:
+        if not {a}.is_cuda:
+            return None
+        {v} = {a}.data_ptr()
+        {k} = {f"{a}.dtype if not {v} & 15 else ({a}.dtype, 0)" if spec else f"{a}.dtype"}""",
+            "int": f"""_kl_t is _kl_int:
+        {k} = ({int_key}) if -2147483648 <= {a} < 2147483648 else _kl_wide({a}, {spec})
+        {v} = {a}""",
+            "float": f"""_kl_t is _kl_float:
+        {k} = 'f'
+        {v} = {a}""",
+            "none": f"""{a} is None:
+        {k} = {v} = None""",
+        }
+        first = _hint_kind(hints.get(a, _NO_HINT))  # the type the first launch passed is tested first
+        order = [first] + [b for b in branches if b != first]
+        body.append(f"    _kl_t = _kl_type({a})\n" + "\n".join(("    if " if j == 0 else "    elif ") + branches[b]
+                                                             for j, b in enumerate(order)) + f"""
+    else:
+        {k} = _kl_rkey({a}, {spec})
+        if {k} is None:
+            return None
+        {k}, {v} = {k}""")
+        keys.append(k)
+        vals.append(v)
+    body.append("""    if _kl_o:
+        if not _kl_OPTIONS.issuperset(_kl_o):
+            return None
+        _kl_opts = _kl_tuple(_kl_o.items())
+    else:
+        _kl_opts = ()
+    _kl_od = _kl_M.option_defaults
+    if _kl_od is not None:
+        _kl_opts = (_kl_opts, _kl_tuple(_kl_od().items()))""")
+    key = "(" + "".join(k + ", " for k in keys) + "_kl_opts)"
+    values = "(" + "".join(v + ", " for v in vals) + ")"
+    text = f"def binder({head}):\n" + "\n".join(body) + f"\n    return {key}, {values}\n"
+    metas = ", ".join(f"{p.name!r}: {p.name}.value if _kl_isinstance({p.name}, _kl_CE) else {p.name}"
+                      if p.name in src.constexpr_params else f"{p.name!r}: {p.name}" for p in params)
+    text += f"def meta({head}):\n    return {{{metas}}}\n"
+    exec(compile(text, f"<kernellab binder {fn.__name__}>", "exec"), env)
+    return env["binder"], env["meta"]
+
+
+def _make_pick(fn, runtime_names, values):
+    """A function of the binder's values (the runtime parameters', in order) that returns the compiled kernel's
+    parameters in order: a parameter, or for a host TensorDescriptor (several kernel parameters, named "d[0]"
+    (base), "d[1][j]" (shape), "d[2][j]" (strides)) its parts. None where they are the values as they are (no
+    argument compiled in as None, no descriptor); False when a name cannot be placed (the slow path keeps
+    launching it)."""
+    import operator
+
+    src = fn._kl_source()
+    runtime = [n for n in fn.arg_names if n not in src.constexpr_params]
+    if list(runtime_names) == runtime:
+        return None
+    index = {n: i for i, n in enumerate(runtime)}
+    parts, plain = [], True
+    for rn in runtime_names:
+        name, _, rest = rn.partition("[")
+        i = index.get(name)
+        if i is None:
+            return False
+        if not rest:
+            parts.append(f"v[{i}]")
+            continue
+        plain = False
+        if not _is_host_descriptor(values[i]):
+            return False
+        try:
+            path = tuple(int(x) for x in rest.rstrip("]").split("]["))
+        except ValueError:
+            return False
+        if path == (0,):
+            parts.append(f"v[{i}].base.data_ptr()")  # (a CUDA tensor: the key checked it)
+        elif len(path) == 2 and path[0] in (1, 2):
+            parts.append(f"v[{i}].{'shape' if path[0] == 1 else 'strides'}[{path[1]}]")
+        else:
+            return False
+    if plain and len(parts) >= 2:
+        return operator.itemgetter(*(index[n] for n in runtime_names))
+    env: dict = {}
+    exec(compile(f"def pick(v):\n    return ({''.join(p + ', ' for p in parts)})\n", "<kernellab pick>", "exec"), env)
+    return env["pick"]
+
+
+def _constexpr_key(v):
+    """A constexpr argument's part of a fast-path key: its type and value (True, 1 and 1.0 compile apart), tuples
+    element by element, kl.constexpr unwrapped; an unhashable value makes the key unhashable (slow path)."""
+    if isinstance(v, constexpr):
+        v = v.value
+        if type(v) is int:  # as the binder keys a plain int
+            return v
+    if isinstance(v, tuple):
+        return (type(v), tuple(_constexpr_key(x) for x in v))
+    return (type(v), v)
+
+
+def _runtime_key(a, specialize: bool):
+    """(key part, value) of a runtime argument the binder does not key inline, None for the slow path: a bool, a
+    str (compiled in or a 1-bit parameter: the value is the key), a host TensorDescriptor, a tensor-like
+    object with a data pointer on a CUDA device (a tensor subclass, a kl.reinterpret wrapper)."""
+    t = type(a)
+    if t is bool or t is str:
+        return (t, a), a
+    if t.__name__ == "TensorDescriptor" and specialize:
+        key = _descriptor_sig(a)
+        return None if key is None else (key, a)
+    dp = getattr(a, "data_ptr", None)
+    if dp is None or not getattr(a, "is_cuda", False):
+        return None
+    p = dp()
+    return (a.dtype, not specialize or not p & 15), p
 
 
 _SLOW = object()
@@ -1369,21 +1486,11 @@ def _descriptor_sig(d):
     for v in (*d.shape, *d.strides):
         if type(v) is not int:
             return None
-        ints.append(_wide_int_key(v, True))
-    return ("desc", base.dtype, dp() % 16 == 0, len(d.shape), tuple(ints), tuple(d.block_shape), d.padding)
+        ints.append((1 if v == 1 else 16 if not v & 15 else 0) if -2147483648 <= v < 2147483648
+                    else _wide_int_key(v, True))
+    return ("desc", base.dtype, not dp() & 15, len(d.shape), tuple(ints), tuple(d.block_shape), d.padding)
 
 
-def _leaf(value, path):
-    """One kernel parameter of an argument: the argument itself (path ()), or a host TensorDescriptor's base
-    (0,), shape[j] (1, j) or strides[j] (2, j)."""
-    if not path:
-        return value
-    if path[0] == 0:
-        return value.base
-    return (value.shape if path[0] == 1 else value.strides)[path[1]]
-
-
-_HASHABLE = (int, float, bool, str, type(None), DType, PointerType, tuple)
 _STREAM_FN = []
 
 
