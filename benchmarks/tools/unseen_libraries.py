@@ -1823,8 +1823,35 @@ def _timed(fn, rounds) -> dict:
         for t, before in changed:
             t.detach().copy_(before)
 
+    if PROFILE_HOST:
+        _profile_host(rec.launches, restore)
     with _time_lock():
         return dict(_time_launches(rec.launches, restore, rounds), launches=len(rec.launches), restored=len(changed))
+
+
+PROFILE_HOST = 0  # --profile-host N
+
+
+def _profile_host(launches, restore):
+    """Where one replay's host time goes: N replays under cProfile (the restore outside), printed to stderr."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    for _ in range(PROFILE_HOST):
+        restore()
+        prof.enable()
+        for f in launches:
+            f()
+        prof.disable()
+    if DEVICE != "cpu":
+        import torch
+
+        torch.cuda.synchronize()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(12)
+    print(f"host profile of {PROFILE_HOST} replays:\n" + out.getvalue(), file=sys.stderr)
 
 
 TIME_LOCK = None  # --time-lock: a file that --compare's concurrent children lock while they time (one at a time)
@@ -1984,11 +2011,14 @@ def main(argv=None) -> int:
                     "and the JSON says so; quote figures from --jobs 1)")
     ap.add_argument("--time-lock", help="--time: hold a lock on this file while timing (set by --compare --jobs)")
     ap.add_argument("--triton-python", default=sys.executable, help="--compare: the python of the Triton side")
+    ap.add_argument("--profile-host", type=int, default=0, metavar="N",
+                    help="--time: also replay each case N times under cProfile and print where the host time goes "
+                         "(the 12 costliest functions by own time) to stderr")
     args = ap.parse_args(argv)
     if args.compare:
         return compare(args)
-    global DEVICE, REP_S, TIME_LOCK
-    DEVICE, REP_S, TIME_LOCK = args.device, args.rep_s, args.time_lock
+    global DEVICE, REP_S, TIME_LOCK, PROFILE_HOST
+    DEVICE, REP_S, TIME_LOCK, PROFILE_HOST = args.device, args.rep_s, args.time_lock, args.profile_host
     os.environ.setdefault("GEMS_VENDOR", "nvidia")  # FlagGems picks its backend from this without a GPU query
     if args.side == "kernellab":
         if importlib.util.find_spec("kernellab") is None:
@@ -2080,6 +2110,7 @@ def _run_child(args, lib, side, path, log, timeout):
     cmd = [sys.executable if side == "kernellab" else args.triton_python, __file__, lib, "--side", side,
            "--device", args.device, "--jsonl", str(path)]
     cmd += ["--time", "--rounds", str(args.rounds), "--rep-s", str(args.rep_s)] if args.time else []
+    cmd += ["--profile-host", str(args.profile_host)] if args.profile_host else []
     cmd += ["--time-lock", str(Path(path).parent / "time.lock")] if args.time and args.jobs > 1 else []
     for op in args.op:
         cmd += ["--op", op]
