@@ -167,6 +167,9 @@ def test_libraries_timer_runs_setup_before_every_call_outside_the_events(monkeyp
         def elapsed_time(self, end):
             return end.t - self.t
 
+        def query(self):
+            return False
+
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "_sleep", lambda n: None)
@@ -194,6 +197,9 @@ def test_gpu_timing_branch_with_cuda_stubbed(monkeypatch):
         def elapsed_time(self, end):
             return (end.t - self.t) * 1e3
 
+        def query(self):
+            return False
+
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "_sleep", lambda n: None)
@@ -205,3 +211,4 @@ def test_gpu_timing_branch_with_cuda_stubbed(monkeypatch):
     t = u._time_launches([lambda: x.add_(1)], lambda: (restores.append(1), x.zero_()), 3)
     assert len(t["ms_rounds"]) == 3 and len(t["reps"]) == 3 and t["ms"] > 0 and t["wall_ms"] >= 0
     assert "cuda events" in t["timer"] and len(restores) > sum(t["reps"]) and float(x[0]) == 0.0
+    assert t["uncovered"] == [0, 0, 0] and len(t["sleep_ms"]) == 3

@@ -1772,7 +1772,8 @@ def _time_launches(launches, restore, rounds):
     """{ms, wall_ms, host_ms, ms_rounds, timer} for replaying `launches` in order, `restore` before each replay
     (outside what is timed). On CUDA: `rounds` rounds of libraries.py's timer (each: warm-up, then the median of
     CUDA-event timings of one replay after an L2 flush and a GPU sleep covering the enqueue, so `ms` is the
-    GPU's time, each launch's device-side cost in it; `wall_ms`: back-to-back replays, the host's launch path
+    GPU's time, each launch's device-side cost in it (`uncovered`: reps per round whose sleep ran out before the
+    enqueue did, taken again with a longer one); `wall_ms`: back-to-back replays, the host's launch path
     included); the figures are the medians over rounds. On a CPU (a dry run of the plumbing, interpreters on
     both sides): the median wall time of `rounds` replays."""
     import statistics
@@ -1802,6 +1803,7 @@ def _time_launches(launches, restore, rounds):
     torch.cuda.synchronize()
     med = {k: statistics.median(r[k] for r in res) for k in ("ms", "wall_ms", "host_ms")}
     return dict(med, ms_rounds=[r["ms"] for r in res], reps=[r["reps"] for r in res],
+                uncovered=[r.get("uncovered", 0) for r in res], sleep_ms=[r.get("sleep_ms") for r in res],
                 timer="cuda events (benchmarks/libraries.py _time_gpu)")
 
 
