@@ -55,6 +55,8 @@ def test_recorder_replays_outer_launches_and_restores_what_the_call_changed(trit
     with u._LaunchRecorder() as rec:
         call()
     assert len(rec.launches) == 3
+    # the objects launched through, in order: the autotuner's chosen config goes into the timed row
+    assert rec.kernels[0] is bump and rec.kernels[1] is double and bump.best_config.kwargs["BLOCK"] in (16, 32)
     changed = rec.changed()
     ids = {id(t) for t, _ in changed}
     assert id(x) in ids and id(y) in ids and id(ro) not in ids

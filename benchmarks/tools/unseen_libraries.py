@@ -1673,6 +1673,7 @@ class _LaunchRecorder:
 
     def __init__(self):
         self.launches: list = []
+        self.kernels: list = []  # the object each recorded launch went through (an Autotuner keeps best_config)
         self.tensors: dict = {}  # id -> (tensor, its copy from before the first launch it was passed to)
         self._depth = 0
         self._saved: list = []
@@ -1702,9 +1703,10 @@ class _LaunchRecorder:
             setattr(cls, name, orig)
         self._saved.clear()
 
-    def _call(self, replay, fn, args, kwargs):
+    def _call(self, replay, fn, args, kwargs, obj=None):
         if self._depth == 0:
             self.launches.append(replay)
+            self.kernels.append(obj)
             self._snapshot(list(args) + list(kwargs.values()))
         self._depth += 1
         try:
@@ -1739,7 +1741,7 @@ class _LaunchRecorder:
 
         @functools.wraps(orig)
         def run(obj, *args, **kwargs):
-            return rec._call(lambda: obj.run(*args, **kwargs), orig, (obj, *args), kwargs)
+            return rec._call(lambda: obj.run(*args, **kwargs), orig, (obj, *args), kwargs, obj)
         return run
 
     def _wrap_getitem(self, orig):
@@ -1748,7 +1750,7 @@ class _LaunchRecorder:
         @functools.wraps(orig)
         def getitem(obj, grid):
             launch = orig(obj, grid)
-            return lambda *args, **kwargs: rec._call(lambda: obj[grid](*args, **kwargs), launch, args, kwargs)
+            return lambda *args, **kwargs: rec._call(lambda: obj[grid](*args, **kwargs), launch, args, kwargs, obj)
         return getitem
 
 
@@ -1825,8 +1827,12 @@ def _timed(fn, rounds) -> dict:
         for t, before in changed:
             t.detach().copy_(before)
 
+    # the config each autotuned launch ran with: the two compilers' autotuners may choose differently
+    configs = [f"{getattr(k, '__name__', '?')}: {k.best_config}" for k in rec.kernels
+               if getattr(k, "best_config", None) is not None]
     with _time_lock():
-        return dict(_time_launches(rec.launches, restore, rounds), launches=len(rec.launches), restored=len(changed))
+        return dict(_time_launches(rec.launches, restore, rounds), launches=len(rec.launches), restored=len(changed),
+                    **({"configs": configs} if configs else {}))
 
 
 TIME_LOCK = None  # --time-lock: a file that --compare's concurrent children lock while they time (one at a time)
