@@ -9,9 +9,11 @@ def do_bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_m
     """Time `fn` in milliseconds: CUDA events with an L2 flush on a GPU, wall clock on the CPU.
 
     `gpu_time` (what the autotuner asks): each timed call starts behind a GPU sleep longer than the call's
-    launch takes on the host, so the events hold the GPU's work only. Without it a launch-bound call (a small
-    kernel, many arguments) times the host's launch path, which is the same for every config of a kernel: the
-    autotuner would then pick at random among configs whose GPU times differ severalfold."""
+    launch takes on the host, so the events hold the GPU's work only (a call whose start event has already
+    completed when it returns, the sleep having run out, is taken again with twice the sleep, at most 3 times).
+    Without it a launch-bound call (a small kernel, many arguments) times the host's launch path, which is the
+    same for every config of a kernel: the autotuner would pick at random among configs whose GPU times differ
+    severalfold."""
     try:
         import torch
 
@@ -69,13 +71,20 @@ def _do_bench_cuda(fn, warmup, rep, quantiles, return_mode, gpu_time=False):
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
     for _ in range(n_warm):
         fn()
-    for i in range(n_rep):
+    i = retakes = 0
+    while i < n_rep:
         cache.zero_()
         if sleep:
             torch.cuda._sleep(sleep)
         starts[i].record()
         fn()
+        if sleep and retakes < 3 and starts[i].query():  # the sleep ran out before the launch: host time inside
+            torch.cuda.synchronize()
+            retakes += 1
+            sleep = max(2 * sleep, int(_cycles_per_ms() * sleep_ms))
+            continue
         ends[i].record()
+        i += 1
     torch.cuda.synchronize()
     return _summarize([s.elapsed_time(e) for s, e in zip(starts, ends)], quantiles, return_mode)
 

@@ -29,6 +29,9 @@ class _Event:
     def synchronize(self):
         pass
 
+    def query(self):  # pending: the sleep covered the call
+        return False
+
 
 def _stub_cuda(monkeypatch):
     real_empty = torch.empty
@@ -60,6 +63,29 @@ def test_gpu_time_puts_a_sleep_before_every_timed_call(monkeypatch):
     log.clear()
     T.do_bench(fn, warmup=1, rep=5)  # Triton's do_bench: no sleep
     assert not any(isinstance(e, tuple) for e in log)
+
+
+def test_gpu_time_retakes_a_call_whose_sleep_ran_out(monkeypatch):
+    """A start event found completed when the call returns (the GPU got past the sleep first): the call is taken
+    again with twice the sleep, at most 3 times (a call that syncs inside is never covered)."""
+    log = _stub_cuda(monkeypatch)
+    monkeypatch.setattr(T, "_cycles_per_ms", lambda: 1000.0)
+    done = [2]
+
+    def query(self):
+        done[0] -= 1
+        return done[0] >= 0
+
+    monkeypatch.setattr(_Event, "query", query)
+    T.do_bench(lambda: time.sleep(0.0002), warmup=1, rep=5, gpu_time=True)
+    sleeps = [e[1] for e in log if isinstance(e, tuple)]
+    assert sleeps[1] == 2 * sleeps[0] and sleeps[2] == 4 * sleeps[0] and set(sleeps[2:]) == {sleeps[2]}
+    assert log.count("start/end") == 2 * (len(sleeps) - 2) + 2 + 2  # retaken calls record no end event
+    done[0] = 10 ** 6
+    log.clear()
+    T.do_bench(lambda: None, warmup=1, rep=5, gpu_time=True)
+    sleeps = [e[1] for e in log if isinstance(e, tuple)]
+    assert sleeps[3] == 8 * sleeps[0] and set(sleeps[3:]) == {sleeps[3]}
 
 
 def test_cycles_per_ms_keeps_the_largest_reading(monkeypatch):
