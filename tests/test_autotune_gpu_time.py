@@ -127,6 +127,10 @@ def test_the_autotuner_asks_for_gpu_time_unless_given_a_benchmarker(monkeypatch)
                         do_bench=lambda call: (call(), own.append(1), 1.0)[2])(add_one)
     tuned[lambda meta: (kl.cdiv(300, meta["BLOCK"]),)](x, 300)
     assert own == [1, 1] and len(asked) == 2  # a user's benchmarker is called as given
+    # Triton's per-config `_bench`, which subclasses with their own tuning loop call (FlagGems' LibTuner)
+    tuned = kl.autotune(configs, key=["n"])(add_one)
+    assert tuned._bench(x, 300, grid=(3,), config=configs[0]) == [1.0] * 3 and asked[-1] == {"gpu_time": True,
+                                                                                  "quantiles": (0.5, 0.2, 0.8)}
 
 
 @kl.jit
