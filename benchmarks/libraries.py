@@ -720,6 +720,12 @@ def _time_gpu(fn, flush, cycles, warmup_s=0.05, rep_s=0.1, min_reps=20, max_reps
     - ms: the median over reps of CUDA events around one call, each rep after an L2 flush and a
       `torch.cuda._sleep` twice as long as the enqueue, so the events time the GPU's work, not the launches
       (an op that syncs inside, as liger's cross_entropy does with .item(), still shows what follows the sync).
+      The sleep counts SM clock cycles: `cycles` (cycles per ms) is measured on every call and the largest
+      value kept, since one taken while the clocks were still low (a first timing on an idle GPU) makes every
+      later sleep too short, and the GPU then waits for the host inside the events. Each rep checks that its
+      sleep covered the enqueue (the start event must still be pending when the call returns); a rep whose
+      did not is taken again with twice the sleep (`uncovered` counts them, at most MAX_RETAKES: an op that
+      syncs inside is never covered; `sleep_ms` is the last sleep).
 
     `setup` (benchmarks/tools/unseen_libraries.py: restoring the tensors a replayed call changes), when given,
     runs before every call, outside what is timed: `ms` and `host_ms` leave it out, and `wall_ms` is
@@ -761,27 +767,47 @@ def _time_gpu(fn, flush, cycles, warmup_s=0.05, rep_s=0.1, min_reps=20, max_reps
         host.append(time.perf_counter() - t0)
         sync()
     host_ms = sorted(host)[2] * 1e3
-    if not cycles:  # GPU clock cycles per ms, measured once per process (clocks are up by now)
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        torch.cuda._sleep(10_000_000)
-        b.record()
-        sync()
-        cycles.append(10_000_000 / a.elapsed_time(b))
+    _measure_cycles(cycles, sync)
     sleep = int(cycles[0] * (2 * host_ms + 0.05))
     reps = max(min_reps, min(max_reps, int(rep_s * 1e3 / max(wall_ms, 1e-3))))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
+    i = uncovered = 0
+    while i < reps:
         setup()
         flush.zero_()
         torch.cuda._sleep(sleep)
         starts[i].record()
         fn()
+        if uncovered < MAX_RETAKES and starts[i].query():  # the GPU got past the sleep before the host was done
+            sync()
+            uncovered += 1
+            _measure_cycles(cycles, sync)  # the clocks are up now
+            sleep = max(2 * sleep, int(cycles[0] * (2 * host_ms + 0.05)))
+            continue  # this rep again (its events are recorded anew)
         ends[i].record()
+        i += 1
     sync()
     ms = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-    return {"ms": statistics.median(ms), "wall_ms": wall_ms, "host_ms": host_ms, "reps": reps}
+    return {"ms": statistics.median(ms), "wall_ms": wall_ms, "host_ms": host_ms, "reps": reps,
+            "uncovered": uncovered, "sleep_ms": sleep / cycles[0]}
+
+
+MAX_RETAKES = 3  # reps of one _time_gpu call taken again with a longer sleep (the sleep grows at most 8x)
+
+
+def _measure_cycles(cycles: list, sync) -> None:
+    """GPU clock cycles per ms as `torch.cuda._sleep` counts them, kept in `cycles[0]`: the largest of this and
+    earlier measurements (a measurement at lowered clocks reads low, and only makes sleeps shorter)."""
+    import torch
+
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    torch.cuda._sleep(10_000_000)
+    b.record()
+    sync()
+    c = 10_000_000 / max(a.elapsed_time(b), 1e-6)
+    cycles[:] = [max(cycles[0], c) if cycles else c]
 
 
 

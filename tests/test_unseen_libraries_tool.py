@@ -55,6 +55,8 @@ def test_recorder_replays_outer_launches_and_restores_what_the_call_changed(trit
     with u._LaunchRecorder() as rec:
         call()
     assert len(rec.launches) == 3
+    # the objects launched through, in order: the autotuner's chosen config goes into the timed row
+    assert rec.kernels[0] is bump and rec.kernels[1] is double and bump.best_config.kwargs["BLOCK"] in (16, 32)
     changed = rec.changed()
     ids = {id(t) for t, _ in changed}
     assert id(x) in ids and id(y) in ids and id(ro) not in ids
@@ -167,6 +169,9 @@ def test_libraries_timer_runs_setup_before_every_call_outside_the_events(monkeyp
         def elapsed_time(self, end):
             return end.t - self.t
 
+        def query(self):
+            return False
+
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "_sleep", lambda n: None)
@@ -194,6 +199,9 @@ def test_gpu_timing_branch_with_cuda_stubbed(monkeypatch):
         def elapsed_time(self, end):
             return (end.t - self.t) * 1e3
 
+        def query(self):
+            return False
+
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "_sleep", lambda n: None)
@@ -205,3 +213,4 @@ def test_gpu_timing_branch_with_cuda_stubbed(monkeypatch):
     t = u._time_launches([lambda: x.add_(1)], lambda: (restores.append(1), x.zero_()), 3)
     assert len(t["ms_rounds"]) == 3 and len(t["reps"]) == 3 and t["ms"] > 0 and t["wall_ms"] >= 0
     assert "cuda events" in t["timer"] and len(restores) > sum(t["reps"]) and float(x[0]) == 0.0
+    assert t["uncovered"] == [0, 0, 0] and len(t["sleep_ms"]) == 3

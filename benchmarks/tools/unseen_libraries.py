@@ -1673,6 +1673,7 @@ class _LaunchRecorder:
 
     def __init__(self):
         self.launches: list = []
+        self.kernels: list = []  # the object each recorded launch went through (an Autotuner keeps best_config)
         self.tensors: dict = {}  # id -> (tensor, its copy from before the first launch it was passed to)
         self._depth = 0
         self._saved: list = []
@@ -1702,9 +1703,10 @@ class _LaunchRecorder:
             setattr(cls, name, orig)
         self._saved.clear()
 
-    def _call(self, replay, fn, args, kwargs):
+    def _call(self, replay, fn, args, kwargs, obj=None):
         if self._depth == 0:
             self.launches.append(replay)
+            self.kernels.append(obj)
             self._snapshot(list(args) + list(kwargs.values()))
         self._depth += 1
         try:
@@ -1739,7 +1741,7 @@ class _LaunchRecorder:
 
         @functools.wraps(orig)
         def run(obj, *args, **kwargs):
-            return rec._call(lambda: obj.run(*args, **kwargs), orig, (obj, *args), kwargs)
+            return rec._call(lambda: obj.run(*args, **kwargs), orig, (obj, *args), kwargs, obj)
         return run
 
     def _wrap_getitem(self, orig):
@@ -1748,7 +1750,7 @@ class _LaunchRecorder:
         @functools.wraps(orig)
         def getitem(obj, grid):
             launch = orig(obj, grid)
-            return lambda *args, **kwargs: rec._call(lambda: obj[grid](*args, **kwargs), launch, args, kwargs)
+            return lambda *args, **kwargs: rec._call(lambda: obj[grid](*args, **kwargs), launch, args, kwargs, obj)
         return getitem
 
 
@@ -1772,7 +1774,8 @@ def _time_launches(launches, restore, rounds):
     """{ms, wall_ms, host_ms, ms_rounds, timer} for replaying `launches` in order, `restore` before each replay
     (outside what is timed). On CUDA: `rounds` rounds of libraries.py's timer (each: warm-up, then the median of
     CUDA-event timings of one replay after an L2 flush and a GPU sleep covering the enqueue, so `ms` is the
-    GPU's time, each launch's device-side cost in it; `wall_ms`: back-to-back replays, the host's launch path
+    GPU's time, each launch's device-side cost in it (`uncovered`: reps per round whose sleep ran out before the
+    enqueue did, taken again with a longer one); `wall_ms`: back-to-back replays, the host's launch path
     included); the figures are the medians over rounds. On a CPU (a dry run of the plumbing, interpreters on
     both sides): the median wall time of `rounds` replays."""
     import statistics
@@ -1802,6 +1805,7 @@ def _time_launches(launches, restore, rounds):
     torch.cuda.synchronize()
     med = {k: statistics.median(r[k] for r in res) for k in ("ms", "wall_ms", "host_ms")}
     return dict(med, ms_rounds=[r["ms"] for r in res], reps=[r["reps"] for r in res],
+                uncovered=[r.get("uncovered", 0) for r in res], sleep_ms=[r.get("sleep_ms") for r in res],
                 timer="cuda events (benchmarks/libraries.py _time_gpu)")
 
 
@@ -1825,8 +1829,12 @@ def _timed(fn, rounds) -> dict:
 
     if PROFILE_HOST:
         _profile_host(rec.launches, restore)
+    # the config each autotuned launch ran with: the two compilers' autotuners may choose differently
+    configs = [f"{getattr(k, '__name__', '?')}: {k.best_config}" for k in rec.kernels
+               if getattr(k, "best_config", None) is not None]
     with _time_lock():
-        return dict(_time_launches(rec.launches, restore, rounds), launches=len(rec.launches), restored=len(changed))
+        return dict(_time_launches(rec.launches, restore, rounds), launches=len(rec.launches), restored=len(changed),
+                    **({"configs": configs} if configs else {}))
 
 
 PROFILE_HOST = 0  # --profile-host N
