@@ -55,9 +55,21 @@ def test_wgmma_with_several_m64_blocks_per_warpgroup(run_pass, m, warps):
     assert d.attrs["instr"] == "wgmma.m64n128k16.f16" and d.attrs["mma"] == [warps, 1]
 
 
+@pytest.mark.parametrize("m, n, warps, ab, instr, mma", [
+    (64, 128, 8, "f16", "wgmma.m64n64k16.f16", [4, 2]), (64, 256, 16, "bf16", "wgmma.m64n64k16.bf16", [4, 4]),
+    (128, 256, 16, "f16", "wgmma.m64n128k16.f16", [8, 2]), (64, 64, 8, "f32", "wgmma.m64n32k8.tf32", [4, 2])])
+def test_wgmma_warpgroups_side_by_side_along_n(run_pass, m, n, warps, ab, instr, mma):
+    """Fewer 64-row blocks than warpgroups: the rest of the warpgroups split N, each issuing m64n(N/wn) on its own
+    columns (Triton's warpsPerCTA [4, 2] for a 64-row tile over 8 warps), instead of mma.sync."""
+    mod, _ = run_pass(accelerate_matmul, dot_ir(m, n, 64, ab, "f32", "tf32" if ab == "f32" else "ieee"),
+                      GpuOptions(num_warps=warps, arch=90))
+    d = the_dot(mod)
+    assert d.attrs["instr"] == instr and d.attrs["mma"] == mma
+
+
 @pytest.mark.parametrize("m, n, k, ab, acc, warps, why", [
-    (64, 128, 64, "f16", "f32", 8, "multiple of 16 x num_warps"),
-    (96, 128, 64, "f16", "f32", 4, "multiple of 16 x num_warps"),
+    (64, 64, 64, "f16", "f32", 8, "split evenly between warpgroups"),
+    (96, 128, 64, "f16", "f32", 4, "multiple of 64 per warpgroup"),
     (128, 128, 64, "f16", "f32", 2, "whole warpgroups"),
     (128, 128, 48, "f16", "f32", 8, "BLOCK_K = 48 cannot be swizzled"),
     (128, 128, 24, "f32", "f32", 8, "BLOCK_K = 24 cannot be swizzled"),
@@ -88,7 +100,7 @@ def test_wgmma_form_per_dtype(run_pass, ab, acc, prec, instr):
 @pytest.mark.parametrize("m, n, k, ab, acc, prec, reason", [
     (128, 128, 64, "f32", "f32", "ieee", "IEEE fp32 runs on CUDA cores"),
     (128, 128, 64, "bf16", "f16", "ieee", "f16 accumulator"),
-    (32, 128, 64, "f8e4nv", "f32", "ieee", "multiple of 16 x num_warps"),
+    (32, 128, 64, "f8e4nv", "f32", "ieee", "multiple of 64 per warpgroup"),
     (128, 128, 24, "f16", "f32", "ieee", "not a multiple of the 16x8x16"),
     (128, 128, 16, "i8", "i32", "ieee", "not a multiple of the 16x8x32"),
     (16, 64, 8, "f16", "f32", "ieee", "not a multiple"),

@@ -26,7 +26,12 @@ def _align16(n: int) -> int:
     return (n + 15) // 16 * 16
 
 
-def warps_along(layout, axis: int) -> int:
+def warps_along(layout, axis: int, shape=None) -> int:
+    """Warps the layout spreads along `axis`. With the tile's shape, from the layout's own per-dimension info
+    (what codegen reads): every layout kind, an mma accumulator's warps along N included (a cross-warp reduction
+    of a 64-row dot over 8 warps, [4, 2], had no scratch and wrote its partials over other buffers)."""
+    if shape is not None and hasattr(layout, "dims_info"):
+        return layout.dims_info(tuple(shape))[axis].warps
     if isinstance(layout, Blocked):
         return layout.wpc[axis]
     if isinstance(layout, Slice):
@@ -70,7 +75,7 @@ def scratch_bytes(op) -> tuple[int, str]:
         return rows * conversion_pitch(t.shape, mem_bytes(t)) * mem_bytes(t), "layout conversion"
     if name == "tt.reduce":
         t = op.operands[0].type
-        w = warps_along(t.layout, op.attrs["axis"]) if isinstance(t, TensorType) else 1
+        w = warps_along(t.layout, op.attrs["axis"], t.shape) if isinstance(t, TensorType) else 1
         if w <= 1:
             return 0, ""
         out = _numel(op.results[0].type.shape)
