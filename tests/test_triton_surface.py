@@ -1,0 +1,86 @@
+"""Conformance with Triton's language semantics where its own unit tests found kernellab wanting (issue 13).
+
+Each case runs on the CPU interpreter against a torch float64/int64 reference into a poisoned output, builds
+through the GPU pipeline to PTX that ptxas assembles (no GPU needed; skipped without ptxas), and runs on a GPU
+(`gpu` mark, skipped without CUDA).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernellab as kl
+import kernellab.language as tl
+from kernellab.errors import ToolchainError
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+# ---------------------------------------------------------------- a reshaped range addressing a large tile
+@kl.jit
+def permuted_sums_kernel(X, Y, D0: tl.constexpr, D1: tl.constexpr, D2: tl.constexpr, D3: tl.constexpr,
+                         P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, P3: tl.constexpr,
+                         A0: tl.constexpr, A1: tl.constexpr):
+    """A 4-D tile addressed by one range reshaped, permuted, then summed over two axes in turn."""
+    offs = tl.reshape(tl.arange(0, D0 * D1 * D2 * D3), (D0, D1, D2, D3))
+    v = tl.permute(tl.load(X + offs), (P0, P1, P2, P3))
+    r = tl.sum(tl.sum(v, A0), A1)
+    out = tl.reshape(tl.arange(0, r.shape[0] * r.shape[1]), r.shape)
+    tl.store(Y + out, r)
+
+
+# (shape, permutation, the two summed axes, num_warps); the first ones hold 32768 elements: their pointer tile
+# (256 KB) must not be converted through shared memory
+PERMUTED_SUMS = [
+    ((16, 32, 16, 4), (2, 1, 0, 3), (2, 0), 4),
+    ((8, 4, 32, 32), (3, 0, 2, 1), (1, 1), 4),
+    ((4, 8, 16, 2), (1, 3, 0, 2), (0, 2), 2),
+    ((2, 2, 8, 64), (0, 3, 2, 1), (3, 0), 8),
+]
+
+
+def _permuted_sums(shape, perm, axes, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-1000, 1000, shape, generator=g, dtype=torch.int32)
+    x.view(-1)[::97] = torch.iinfo(torch.int32).max // 4096  # large values, no overflow in the sums
+    ref = x.to(torch.int64).permute(perm).sum(axes[0]).sum(axes[1])
+    y = torch.full(ref.shape, -0x7F7F7F7F, dtype=torch.int32)
+    return x.to(device), y.to(device), ref
+
+
+def _launch_permuted_sums(x, y, shape, perm, axes, nw):
+    return permuted_sums_kernel[(1,)](x, y, *shape, *perm, *axes, num_warps=nw)
+
+
+@pytest.mark.parametrize("shape,perm,axes,nw", PERMUTED_SUMS)
+def test_permuted_sums_interpreter(shape, perm, axes, nw):
+    x, y, ref = _permuted_sums(shape, perm, axes)
+    _launch_permuted_sums(x, y, shape, perm, axes, nw)
+    assert torch.equal(y.to(torch.int64), ref)
+
+
+@pytest.mark.parametrize("shape,perm,axes,nw", PERMUTED_SUMS)
+def test_permuted_sums_convert_no_pointer_tile(shape, perm, axes, nw, tmp_path, monkeypatch):
+    """The load takes the addresses in its own layout: the reshaped range is recomputed in it, so no pointer
+    tile goes through shared memory (Triton's test_chained_reductions asked 256 KB of it)."""
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    x, y, _ = _permuted_sums(shape, perm, axes)
+    compiled = permuted_sums_kernel.warmup(x, y, *shape, *perm, *axes, num_warps=nw, grid=(1,))
+    try:
+        compiled = compiled.build_gpu()
+    except ToolchainError as e:
+        pytest.skip(f"no ptxas here: {e}")
+    converted = [b for b in compiled.shared_plan if b["op"] == "ttg.convert_layout"]
+    assert all(b["size"] <= 4096 for b in converted), compiled.shared_plan
+    assert "!ptr<i32>, #" not in "".join(ln for ln in compiled.asm["gpu"].splitlines() if "convert_layout" in ln)
+    assert ".entry" in compiled.asm["ptx"]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("shape,perm,axes,nw", PERMUTED_SUMS)
+def test_permuted_sums_gpu(shape, perm, axes, nw):
+    for seed in range(2):
+        x, y, ref = _permuted_sums(shape, perm, axes, "cuda", seed)
+        _launch_permuted_sums(x, y, shape, perm, axes, nw)
+        assert torch.equal(y.cpu().to(torch.int64), ref)
