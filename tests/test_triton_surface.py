@@ -84,3 +84,42 @@ def test_permuted_sums_gpu(shape, perm, axes, nw):
         x, y, ref = _permuted_sums(shape, perm, axes, "cuda", seed)
         _launch_permuted_sums(x, y, shape, perm, axes, nw)
         assert torch.equal(y.cpu().to(torch.int64), ref)
+
+
+# ---------------------------------------------------------------- the type of a compile-time tuple
+@kl.jit
+def constexpr_tuple_type_kernel(Out, T: tl.constexpr):
+    """A tuple of constants, given as a constexpr argument or assigned to a constexpr name, is a compile-time
+    value: its `.type` is `constexpr_type(value)` as for a number (Triton boxes both in `constexpr`)."""
+    P: tl.constexpr = (3, -4, (5, 2.5))
+    tl.static_assert(P.type == tl.constexpr_type((3, -4, (5, 2.5))))
+    tl.static_assert(T.type == P.type)
+    tl.static_assert(T.type != tl.constexpr_type((3, -4)))
+    offs = tl.arange(0, 8)
+    tl.store(Out + offs, offs * T[0] + T[1] + T[2][0])
+
+
+def _constexpr_tuple(device):
+    out = torch.full((8,), -0x7F7F7F7F, dtype=torch.int32, device=device)
+    constexpr_tuple_type_kernel[(1,)](out, (3, -4, (5, 2.5)))
+    assert torch.equal(out.cpu(), torch.arange(8, dtype=torch.int32) * 3 + 1)
+
+
+def test_constexpr_tuple_type_interpreter():
+    _constexpr_tuple("cpu")
+
+
+def test_constexpr_tuple_type_compiles(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    out = torch.empty(8, dtype=torch.int32)
+    try:
+        compiled = constexpr_tuple_type_kernel.warmup(out, (3, -4, (5, 2.5)), grid=(1,)).build_gpu()
+    except ToolchainError as e:
+        pytest.skip(f"no ptxas here: {e}")
+    assert ".entry" in compiled.asm["ptx"]
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_constexpr_tuple_type_gpu():
+    _constexpr_tuple("cuda")

@@ -867,8 +867,7 @@ class CodeGenerator(ast.NodeVisitor):
 
     def visit_Attribute(self, node):
         value = unwrap(self.visit(node.value))
-        if node.attr == "type" and not isinstance(value, (tensor, lcore._AssignedScalar)) \
-                and (value is None or isinstance(value, (int, float, str))):
+        if node.attr == "type" and not isinstance(value, (tensor, lcore._AssignedScalar)) and _compile_time(value):
             return lcore.constexpr_type(value)  # a compile-time value's type, as Triton reports it
         if _is_num(value) and not hasattr(value, node.attr):
             # a number used like a scalar tensor (`x = 1; x.to(tl.int8)`, `N.dtype`), as Triton allows
@@ -1122,6 +1121,15 @@ def _foreign_library(fn) -> str | None:
         mod = "numpy" if type(fn).__name__ == "ufunc" else ""
     root = mod.split(".")[0]
     return root if root in ("torch", "numpy", "math", "cmath", "scipy") else None
+
+
+def _compile_time(value) -> bool:
+    """None, a number, a string, or a tuple of such: what Triton holds in a `constexpr` box (a tuple of constants
+    given as a constexpr argument or assigned to a constexpr-annotated name)."""
+    if isinstance(value, tuple) and not is_aggregate(value):
+        return all(_compile_time(v) for v in value)
+    return value is None or (isinstance(value, (int, float, str))
+                             and not isinstance(value, (tensor, lcore._AssignedScalar)))
 
 
 def _short_repr(v) -> str:
