@@ -123,3 +123,47 @@ def test_constexpr_tuple_type_compiles(tmp_path, monkeypatch):
 @needs_cuda
 def test_constexpr_tuple_type_gpu():
     _constexpr_tuple("cuda")
+
+
+# ---------------------------------------------------------------- Triton's wording in an error's cause
+@kl.jit
+def bad_shapes_kernel(X, V: tl.constexpr):
+    if V == 0:
+        r = tl.arange(2, 7)
+    elif V == 1:
+        r = tl.full((8, 48), 0, dtype=tl.int64)
+    else:
+        a = tl.full((32, 64), 7, tl.uint8)
+        b = tl.full((64, 32), 7, tl.uint8)
+        s = tl.full((32, 2), 127, tl.uint8)
+        r = tl.dot_scaled(a, s, "e5m2", b, tl.full((32, 8), 127, tl.uint8), "e5m2")
+    tl.store(X + tl.arange(0, 1), tl.sum(tl.ravel(r)).to(tl.float32))
+
+
+# (variant, kernellab's message contains, the cause as Triton words it)
+BAD_SHAPES = [
+    (0, "tl.arange(2, 7) has 5 elements", "arange's range must be a power of 2"),
+    (1, "powers of 2, got [8, 48]", "Shape element 1 must be a power of 2"),
+    (2, "a scale tile must be [32, 2]", "rhs_scale must be a tensor of shape [..., 32, 2]. Got ['32', '8']"),
+]
+
+
+def _bad_shape(v, ours, theirs, device):
+    x = torch.full((1,), float("nan"), device=device)
+    with pytest.raises(kl.CompilationError) as e:
+        bad_shapes_kernel[(1,)](x, V=v)
+    assert ours in str(e.value), str(e.value)
+    assert str(e.value.__cause__) == theirs and e.value.__cause__.__traceback__ is None
+    assert torch.isnan(x).all()
+
+
+@pytest.mark.parametrize("v,ours,theirs", BAD_SHAPES)
+def test_shape_errors_cause_in_tritons_words_interpreter(v, ours, theirs):
+    _bad_shape(v, ours, theirs, "cpu")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("v,ours,theirs", BAD_SHAPES)
+def test_shape_errors_cause_in_tritons_words_gpu(v, ours, theirs):
+    _bad_shape(v, ours, theirs, "cuda")

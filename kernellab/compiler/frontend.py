@@ -254,7 +254,8 @@ class CodeGenerator(ast.NodeVisitor):
                 raise self.error(node, msg) from None
             # A builtin that refused its arguments: the cause carries the bare reason (Triton's tests read it
             # from __cause__, which Triton sets for calls only), without the compiler's own frames.
-            raise self.error(node, msg) from e.with_traceback(None)
+            theirs = getattr(e, "triton", None)
+            raise self.error(node, msg) from (SemanticError(theirs) if theirs else e.with_traceback(None))
         finally:
             self.builder.loc, self.node = prev_loc, prev_node
 

@@ -17,7 +17,7 @@ the load's layout, rather than converting a tile of 8-byte pointers through shar
 """
 from __future__ import annotations
 
-from ..gpu.layouts import Slice
+from ..gpu.layouts import Bits, Slice
 from ..gpu.reshape_layout import register_map, reshape_layout
 from ..gpu.scratch import _numel
 from ..ir import Module, Op
@@ -43,6 +43,14 @@ def _reshape_source_layout(op: Op, layout):
     if lay is None or register_map(lay, src.type.shape, layout, res.type.shape) is None:
         return None
     return lay
+
+
+def _bit_layout(layout) -> bool:
+    """A `Bits` layout (or a slice of one): it places every index bit, so it describes no size-1 dimension that a
+    broadcast widens; chains through broadcasts and expand_dims are not rebuilt in one."""
+    while isinstance(layout, Slice):
+        layout = layout.parent
+    return isinstance(layout, Bits)
 
 
 def _cheap(op: Op) -> bool:
@@ -84,6 +92,8 @@ class Remat:
             return all(self.can(o, layout) for o in op.operands)
         if op is None or not _cheap(op) or len(op.results) != 1 or op.name == "ttg.convert_layout":
             return self._leaf(v)
+        if op.name in ("tt.expand_dims", "tt.broadcast") and _bit_layout(layout):
+            return False
         if op.name == "tt.expand_dims":
             return self.can(op.operands[0], Slice(op.attrs["axis"], layout))
         if op.name == "tt.reshape":
@@ -108,6 +118,8 @@ class Remat:
             self.memo[key] = clone.result
             return clone.result
         if op is None or not _cheap(op) or len(op.results) != 1 or op.name == "ttg.convert_layout":
+            return self._convert_leaf(v, layout, key)
+        if op.name in ("tt.expand_dims", "tt.broadcast") and _bit_layout(layout):
             return self._convert_leaf(v, layout, key)
         if op.name == "tt.expand_dims":
             operands = [self.build(op.operands[0], Slice(op.attrs["axis"], layout), before)]
