@@ -167,3 +167,117 @@ def test_shape_errors_cause_in_tritons_words_interpreter(v, ours, theirs):
 @pytest.mark.parametrize("v,ours,theirs", BAD_SHAPES)
 def test_shape_errors_cause_in_tritons_words_gpu(v, ours, theirs):
     _bad_shape(v, ours, theirs, "cuda")
+
+
+# ---------------------------------------------------------------- tl.range(..., loop_unroll_factor=k)
+@kl.jit
+def unrolled_kernel(Out, Acc, lb, ub, STEP: tl.constexpr, K: tl.constexpr, N: tl.constexpr):
+    """Each iteration writes its row and folds it into a carried tile; bounds at run time."""
+    offs = tl.arange(0, N)
+    acc = tl.zeros((N,), tl.float32)
+    for i in tl.range(lb, ub, STEP, loop_unroll_factor=K):
+        v = (offs * 3 + i).to(tl.float32)
+        tl.store(Out + i * N + offs, v)
+        acc = acc * 0.5 + v
+    tl.store(Acc + offs, acc)
+
+
+@kl.jit
+def unrolled_const_kernel(Out, K: tl.constexpr):
+    """Constant bounds (10 iterations): the remainder loop exists only where k does not divide 10."""
+    offs = tl.arange(0, 16)
+    s = tl.zeros((16,), tl.int32)
+    for i in tl.range(0, 10, loop_unroll_factor=K):
+        s += offs * i + 1
+    tl.store(Out + offs, s)
+
+
+# (lb, ub, step, k): remainders of every size, fewer iterations than k, none at all (ub <= lb)
+UNROLLED = [(0, 10, 1, 4), (3, 17, 2, 3), (0, 8, 1, 8), (5, 7, 1, 4), (9, 2, 1, 2), (4, 4, 3, 2), (1, 30, 3, 5),
+            (0, 12, 1, 1)]
+
+
+def _unrolled(lb, ub, step, k, device):
+    n = 16
+    out = torch.full((32, n), float("nan"), device=device)
+    acc = torch.full((n,), float("nan"), device=device)
+    unrolled_kernel[(1,)](out, acc, lb, ub, STEP=step, K=k, N=n)
+    ref_out = torch.full((32, n), float("nan"), dtype=torch.float64)
+    ref_acc = torch.zeros(n, dtype=torch.float64)
+    for i in range(lb, ub, step):
+        v = torch.arange(n, dtype=torch.float64) * 3 + i
+        ref_out[i] = v
+        ref_acc = ref_acc * 0.5 + v
+    torch.testing.assert_close(out.cpu().double(), ref_out, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(acc.cpu().double(), ref_acc, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("lb,ub,step,k", UNROLLED)
+def test_unrolled_loop_interpreter(lb, ub, step, k):
+    _unrolled(lb, ub, step, k, "cpu")
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 10, 16])
+def test_unrolled_loop_has_k_bodies(k):
+    """The tile IR holds k copies of the body in the main loop, plus one in a remainder loop unless k divides the
+    trip count (Triton's test_unroll_attr counts them the same way)."""
+    out = torch.full((16,), -1, dtype=torch.int32)
+    compiled = unrolled_const_kernel.warmup(out, K=k, grid=(1,))
+    ir = compiled.asm["tile"]
+    main, rest = 10 // k > 0, 10 % k > 0
+    assert ir.count("arith.muli") == k * main + rest, ir  # one `offs * i` per copy of the body
+    assert ir.count("scf.for") == main + rest, ir
+    unrolled_const_kernel[(1,)](out, K=k)
+    ref = sum(torch.arange(16) * i + 1 for i in range(10)).to(torch.int32)
+    assert torch.equal(out, ref)
+
+
+@kl.jit
+def unrolled_dot_kernel(A, B, C, KT: tl.constexpr, U: tl.constexpr):
+    """A K loop of dots unrolled by U: the GPU pipeline (cp.async stages, wgmma) takes the unrolled body."""
+    rm = tl.arange(0, 64)
+    rn = tl.arange(0, 64)
+    rk = tl.arange(0, 32)
+    acc = tl.zeros((64, 64), tl.float32)
+    for k in tl.range(0, KT, loop_unroll_factor=U):
+        a = tl.load(A + rm[:, None] * (32 * KT) + (k * 32 + rk)[None, :])
+        b = tl.load(B + (k * 32 + rk)[:, None] * 64 + rn[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(C + rm[:, None] * 64 + rn[None, :], acc)
+
+
+def _unrolled_dot(kt, u, device):
+    g = torch.Generator().manual_seed(kt * 10 + u)
+    a = torch.randn(64, 32 * kt, generator=g).half()
+    b = torch.randn(32 * kt, 64, generator=g).half()
+    c = torch.full((64, 64), float("nan"))
+    a, b, c = a.to(device), b.to(device), c.to(device)
+    unrolled_dot_kernel[(1,)](a, b, c, KT=kt, U=u)
+    ref = a.cpu().double() @ b.cpu().double()
+    torch.testing.assert_close(c.cpu().double(), ref, rtol=1e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("kt,u", [(5, 2), (4, 4), (3, 4)])
+def test_unrolled_dot_loop_interpreter_and_ptx(kt, u, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    _unrolled_dot(kt, u, "cpu")
+    a, b, c = torch.empty(64, 32 * kt).half(), torch.empty(32 * kt, 64).half(), torch.empty(64, 64)
+    try:
+        compiled = unrolled_dot_kernel.warmup(a, b, c, KT=kt, U=u, grid=(1,)).build_gpu()
+    except ToolchainError as e:
+        pytest.skip(f"no ptxas here: {e}")
+    assert ".entry" in compiled.asm["ptx"]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("lb,ub,step,k", UNROLLED)
+def test_unrolled_loop_gpu(lb, ub, step, k):
+    _unrolled(lb, ub, step, k, "cuda")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("kt,u", [(5, 2), (4, 4), (3, 4), (8, 2)])
+def test_unrolled_dot_loop_gpu(kt, u):
+    _unrolled_dot(kt, u, "cuda")

@@ -626,7 +626,8 @@ class CodeGenerator(ast.NodeVisitor):
                 return self.unrolled_for(node, builtins.range(unwrap(r.start), unwrap(r.end), unwrap(r.step)))
             if fn is builtins.range or fn is lcore.range:
                 r = lcore.range(*args, **kwargs)
-                return self.runtime_for(node, r.start, r.end, r.step, r.num_stages, r.flatten, r.warp_specialize)
+                return self.runtime_for(node, r.start, r.end, r.step, r.num_stages, r.flatten, r.warp_specialize,
+                                        r.loop_unroll_factor)
             iterable = fn(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
         else:
             iterable = self.visit(it)
@@ -696,7 +697,8 @@ class CodeGenerator(ast.NodeVisitor):
             out += [unwrap(x) for x in leaves(scope[n]) if isinstance(unwrap(x), tensor) or _is_num(unwrap(x))]
         return out
 
-    def runtime_for(self, node, start, end, step, num_stages=None, flatten=False, warp_specialize=False):
+    def runtime_for(self, node, start, end, step, num_stages=None, flatten=False, warp_specialize=False,
+                    unroll=None):
         jump = _first_node(node.body, (ast.Break, ast.Continue))
         if jump is not None:
             raise self.error(jump, _jump_reason(jump, "; use a `while` loop with a condition"))
@@ -746,6 +748,11 @@ class CodeGenerator(ast.NodeVisitor):
             attrs["flatten"] = True
         if warp_specialize:  # sm_90: a producer warpgroup issues the loop's TMA copies (passes/warp_specialize.py)
             attrs["warp_specialize"] = True
+        if unroll is not None:
+            if isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1:
+                raise self.error(node, f"loop_unroll_factor must be a positive constexpr int, got {unroll!r}")
+            if unroll > 1:  # k copies of the body per iteration (passes/unroll_loops.py)
+                attrs["loop_unroll_factor"] = unroll
         op = self.builder.create("scf.for", [lb.handle, ub.handle, st.handle] + [v.handle for v in inits],
                                  [v.type for v in inits], attrs, [body], hints=hints)
         self.scope.update(self._rebuild_carried(carried, templates, [tensor(r, r.type) for r in op.results]))
