@@ -82,8 +82,9 @@ def _unroll(loop: Op, k: int) -> bool:
                 iv = new.append(Op("arith.addi", [iv, off], [t], {}, (), loc, [body.args[0].hint])).result
             carried = _copy_body(loop, new, iv, carried)
         new.append(Op("scf.yield", carried, [], {}, (), body.terminator.loc))
-        main = insert_before(loop, Op("scf.for", [lb, main_ub, b.const(group, t)] + inits,
-                                      [r.type for r in loop.results], attrs, [new], loc, [r.hint for r in loop.results]))
+        types, hints = [r.type for r in loop.results], [r.hint for r in loop.results]
+        main = insert_before(loop, Op("scf.for", [lb, main_ub, b.const(group, t)] + inits, types, attrs, [new], loc,
+                                      hints))
         results = list(main.results)
     if trips is None or trips % k:
         loop.regions = []
