@@ -119,6 +119,7 @@ class LayoutAssigner:
         self.anchors: dict[int, tuple] = {}
         self.dominant: dict[int, Blocked] = {}
         self.converts = 0
+        self.in_pointer_layout = 0  # accesses that took their pointer tile's layout (not recomputable in theirs)
         best: dict[int, tuple] = {}
         for op in self.fn.walk():
             if accesses_memory(op.name) and op.operands[0].type.is_block():
@@ -269,6 +270,7 @@ class LayoutAssigner:
                 # own layout coalesces as well, the access takes it (a load's values convert later if need be)
                 layout = have
                 self.anchors[id(op)] = (layout, vec)
+                self.in_pointer_layout += 1
             op.attrs["vec"] = vec
             for i, v in enumerate(op.operands):
                 if isinstance(v.type, TensorType):
@@ -518,4 +520,6 @@ def run(module: Module, options) -> dict:
     stats = {"anchors": len(a.anchors), "converts_inserted": a.converts}
     if hints:
         stats["loop_layouts_followed"] = len(hints)
+    if a.in_pointer_layout:
+        stats["accesses_in_pointer_layout"] = a.in_pointer_layout
     return stats
