@@ -281,3 +281,58 @@ def test_unrolled_loop_gpu(lb, ub, step, k):
 @pytest.mark.parametrize("kt,u", [(5, 2), (4, 4), (3, 4), (8, 2)])
 def test_unrolled_dot_loop_gpu(kt, u):
     _unrolled_dot(kt, u, "cuda")
+
+
+# ---------------------------------------------------------------- disable_licm on tl.range and tl.condition
+@kl.jit
+def no_licm_kernel(Out, x, n, HINT: tl.constexpr, WHILE: tl.constexpr):
+    """A loop-invariant `x * 3 + 1` computed in the loop; with the hint it stays there."""
+    offs = tl.arange(0, 16)
+    acc = tl.zeros((16,), tl.float32)
+    if WHILE:
+        i = 0
+        while tl.condition(i < n, disable_licm=HINT):
+            acc += (x * 3.0 + 1.0) * (offs + i)
+            i += 1
+    else:
+        for i in tl.range(0, n, disable_licm=HINT):
+            acc += (x * 3.0 + 1.0) * (offs + i)
+    tl.store(Out + offs, acc)
+
+
+def _no_licm(hint, use_while, device):
+    x, n = 0.75, 7
+    out = torch.full((16,), float("nan"), device=device)
+    no_licm_kernel[(1,)](out, x, n, HINT=hint, WHILE=use_while)
+    ref = sum((x * 3 + 1) * (torch.arange(16, dtype=torch.float64) + i) for i in range(n))
+    torch.testing.assert_close(out.cpu().double(), ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("use_while", [False, True])
+@pytest.mark.parametrize("hint", [False, True])
+def test_disable_licm_interpreter_and_ir(hint, use_while, tmp_path, monkeypatch):
+    """Results do not change; with the hint the invariant multiply stays in the loop's body (kernellab's licm
+    leaves the loop alone) and the LLVM IR's back edge carries `llvm.licm.disable`, in a self-referential loop ID."""
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    _no_licm(hint, use_while, "cpu")
+    out = torch.empty(16)
+    compiled = no_licm_kernel.warmup(out, 0.75, 7, HINT=hint, WHILE=use_while, grid=(1,))
+    loop = next(op for op in compiled.module.kernel.walk() if op.name in ("scf.for", "scf.while"))
+    assert any(op.name == "arith.mulf" and not op.result.type.is_block() for op in loop.walk()) == hint  # x * 3
+    try:
+        compiled = compiled.build_gpu()
+    except ToolchainError as e:
+        pytest.skip(f"no ptxas here: {e}")
+    llir = compiled.asm["llir"]
+    assert ("llvm.licm.disable" in llir) == hint
+    if hint:
+        import re
+        assert re.search(r"^(!\d+) = distinct !\{\1, !\d+ \}$", llir, flags=re.M), llir
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("use_while", [False, True])
+@pytest.mark.parametrize("hint", [False, True])
+def test_disable_licm_gpu(hint, use_while):
+    _no_licm(hint, use_while, "cuda")

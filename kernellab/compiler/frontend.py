@@ -627,7 +627,7 @@ class CodeGenerator(ast.NodeVisitor):
             if fn is builtins.range or fn is lcore.range:
                 r = lcore.range(*args, **kwargs)
                 return self.runtime_for(node, r.start, r.end, r.step, r.num_stages, r.flatten, r.warp_specialize,
-                                        r.loop_unroll_factor)
+                                        r.loop_unroll_factor, r.disable_licm)
             iterable = fn(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
         else:
             iterable = self.visit(it)
@@ -698,7 +698,7 @@ class CodeGenerator(ast.NodeVisitor):
         return out
 
     def runtime_for(self, node, start, end, step, num_stages=None, flatten=False, warp_specialize=False,
-                    unroll=None):
+                    unroll=None, disable_licm=False):
         jump = _first_node(node.body, (ast.Break, ast.Continue))
         if jump is not None:
             raise self.error(jump, _jump_reason(jump, "; use a `while` loop with a condition"))
@@ -753,6 +753,8 @@ class CodeGenerator(ast.NodeVisitor):
                 raise self.error(node, f"loop_unroll_factor must be a positive constexpr int, got {unroll!r}")
             if unroll > 1:  # k copies of the body per iteration (passes/unroll_loops.py)
                 attrs["loop_unroll_factor"] = unroll
+        if disable_licm:  # invariant code stays in the loop (passes/licm.py, LLVM's llvm.licm.disable)
+            attrs["disable_licm"] = True
         op = self.builder.create("scf.for", [lb.handle, ub.handle, st.handle] + [v.handle for v in inits],
                                  [v.type for v in inits], attrs, [body], hints=hints)
         self.scope.update(self._rebuild_carried(carried, templates, [tensor(r, r.type) for r in op.results]))
@@ -794,7 +796,9 @@ class CodeGenerator(ast.NodeVisitor):
             self.builder.set_insertion_point_to_end(before)
             self.scope = scope
             try:
+                self.sem.loop_hints.pop("disable_licm", None)
                 cond = unwrap(self.visit(node.test))
+                no_licm = self.sem.loop_hints.pop("disable_licm", False)  # `tl.condition(..., disable_licm=True)`
                 if not isinstance(cond, tensor):
                     cond = self.sem.to_tensor(bool(cond))
                 cond = self._cond_scalar(node, cond)
@@ -820,7 +824,8 @@ class CodeGenerator(ast.NodeVisitor):
         self.builder.set_insertion_point_to_end(after)
         self.builder.create("scf.yield", [y.handle for y in yields], [])
         self.builder.set_insertion_point_to_end(outer)
-        op = self.builder.create("scf.while", [v.handle for v in inits], [v.type for v in inits], None,
+        attrs = {"disable_licm": True} if no_licm else None
+        op = self.builder.create("scf.while", [v.handle for v in inits], [v.type for v in inits], attrs,
                                  [before, after], hints=hints)
         self.scope.update(self._rebuild_carried(carried, templates, [tensor(r, r.type) for r in op.results]))
         self._mark_loop_locals(node, node.body, carried)

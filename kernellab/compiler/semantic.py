@@ -120,6 +120,7 @@ class Semantic:
         self.b = builder
         self.call_jit = None  # set by the frontend: (JITFunction, args, kwargs) -> results
         self.options: dict = {}  # the launch options (num_warps, ...), set by the frontend
+        self.loop_hints: dict = {}  # hints a loop's condition gives (tl.condition(..., disable_licm=True))
 
     # ---------------------------------------------------------------- helpers
     def emit(self, name, operands, result_type, attrs=None, regions=()):
