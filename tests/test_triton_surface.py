@@ -86,6 +86,97 @@ def test_permuted_sums_gpu(shape, perm, axes, nw):
         assert torch.equal(y.cpu().to(torch.int64), ref)
 
 
+@kl.jit
+def permuted_sums5_kernel(X, Y, SHAPE: tl.constexpr, PERM: tl.constexpr, AXES: tl.constexpr):
+    """The 5-D form: a range reshaped to SHAPE addresses the load, the tile is permuted, three sums follow."""
+    n: tl.constexpr = SHAPE[0] * SHAPE[1] * SHAPE[2] * SHAPE[3] * SHAPE[4]
+    offs = tl.reshape(tl.arange(0, n), SHAPE)
+    v = tl.permute(tl.load(X + offs), PERM)
+    r = tl.sum(tl.sum(tl.sum(v, AXES[0]), AXES[1]), AXES[2])
+    tl.store(Y + tl.reshape(tl.arange(0, r.shape[0] * r.shape[1]), r.shape), r)
+
+
+# Triton's test_chained_reductions cases and one at 2 warps
+PERMUTED_SUMS5 = [((4, 32, 32, 4, 2), (2, 1, 0, 3, 4), (3, 1, 0), 4),
+                  ((8, 2, 32, 4, 16), (4, 0, 1, 3, 2), (0, 2, 0), 4),
+                  ((2, 4, 8, 8, 4), (1, 0, 4, 2, 3), (2, 2, 0), 2)]
+
+
+def _permuted_sums5(shape, perm, axes, nw, device, seed=0):
+    x, y, _ = _permuted_sums(shape, perm, axes[:2], seed=seed)
+    ref = x.to(torch.int64).permute(perm).sum(axes[0]).sum(axes[1]).sum(axes[2])
+    y = torch.full(ref.shape, -0x7F7F7F7F, dtype=torch.int32)
+    x, y = x.to(device), y.to(device)
+    permuted_sums5_kernel[(1,)](x, y, shape, perm, axes, num_warps=nw)
+    assert torch.equal(y.cpu().to(torch.int64), ref)
+
+
+@pytest.mark.parametrize("shape,perm,axes,nw", PERMUTED_SUMS5)
+def test_permuted_sums5_interpreter_and_ptx(shape, perm, axes, nw, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    _permuted_sums5(shape, perm, axes, nw, "cpu")
+    x = torch.empty(shape, dtype=torch.int32)
+    y = torch.empty(x.permute(perm).sum(axes[0]).sum(axes[1]).sum(axes[2]).shape, dtype=torch.int32)
+    try:
+        compiled = permuted_sums5_kernel.warmup(x, y, shape, perm, axes, num_warps=nw, grid=(1,)).build_gpu()
+    except ToolchainError as e:
+        pytest.skip(f"no ptxas here: {e}")
+    assert all(b["size"] <= 8192 for b in compiled.shared_plan), compiled.shared_plan
+    assert "!ptr<i32>, #" not in "".join(ln for ln in compiled.asm["gpu"].splitlines() if "convert_layout" in ln)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("shape,perm,axes,nw", PERMUTED_SUMS5)
+def test_permuted_sums5_gpu(shape, perm, axes, nw):
+    for seed in range(2):
+        _permuted_sums5(shape, perm, axes, nw, "cuda", seed)
+
+
+@kl.jit
+def plus_reshaped_range_kernel(X, Y, R: tl.constexpr, C: tl.constexpr):
+    """A loaded tile plus `arange(R * C).reshape(R, C)`: the index tile is made in the loaded tile's layout
+    (through the reshape, in a bit layout where no blocked one fits) instead of converted through shared memory."""
+    offs = tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]
+    idx = tl.reshape(tl.arange(0, R * C), (R, C))
+    tl.store(Y + offs, tl.load(X + offs) * 2.0 + idx.to(tl.float32))
+
+
+PLUS_RESHAPED = [(16, 64, 4), (32, 32, 4), (8, 256, 8), (64, 16, 2)]
+
+
+def _plus_reshaped(R, C, nw, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(R, C, generator=g) * 100
+    y = torch.full((R, C), float("nan"))
+    x, y = x.to(device), y.to(device)
+    plus_reshaped_range_kernel[(1,)](x, y, R=R, C=C, num_warps=nw)
+    ref = x.cpu().double() * 2 + torch.arange(R * C, dtype=torch.float64).reshape(R, C)
+    torch.testing.assert_close(y.cpu().double(), ref, rtol=1e-6, atol=1e-3)
+
+
+@pytest.mark.parametrize("R,C,nw", PLUS_RESHAPED)
+def test_reshaped_range_is_made_in_the_tiles_layout(R, C, nw, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    _plus_reshaped(R, C, nw, "cpu")
+    x = torch.empty(R, C)
+    try:
+        compiled = plus_reshaped_range_kernel.warmup(x, x, R=R, C=C, num_warps=nw, grid=(1,)).build_gpu()
+    except ToolchainError as e:
+        pytest.skip(f"no ptxas here: {e}")
+    assert "ttg.convert_layout" not in compiled.asm["gpu"] and compiled.shared == 0, compiled.asm["gpu"]
+    if (R, C, nw) == (8, 256, 8):
+        assert "#bits" in compiled.asm["gpu"]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("R,C,nw", PLUS_RESHAPED)
+def test_reshaped_range_is_made_in_the_tiles_layout_gpu(R, C, nw):
+    for seed in range(2):
+        _plus_reshaped(R, C, nw, "cuda", seed)
+
+
 # ---------------------------------------------------------------- the type of a compile-time tuple
 @kl.jit
 def constexpr_tuple_type_kernel(Out, T: tl.constexpr):
