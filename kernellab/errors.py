@@ -41,7 +41,13 @@ class StaticAssertionError(CompilationError):
 
 class SemanticError(Exception):
     """A user error found while typing a kernel (`tl.arange(0, 3)`, `float_tensor << 1`). It carries only the
-    reason: the frontend re-raises it as a CompilationError with the kernel's name and source line."""
+    reason: the frontend re-raises it as a CompilationError with the kernel's name and source line. `triton`, where
+    given, is Triton's own wording of the reason: it becomes the CompilationError's `__cause__` (code written
+    against Triton compares that whole), while the message keeps kernellab's wording."""
+
+    def __init__(self, *args, triton: str | None = None):
+        super().__init__(*args)
+        self.triton = triton
 
 
 class StaticAssertFailed(SemanticError, AssertionError):

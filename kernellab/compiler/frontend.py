@@ -254,7 +254,8 @@ class CodeGenerator(ast.NodeVisitor):
                 raise self.error(node, msg) from None
             # A builtin that refused its arguments: the cause carries the bare reason (Triton's tests read it
             # from __cause__, which Triton sets for calls only), without the compiler's own frames.
-            raise self.error(node, msg) from e.with_traceback(None)
+            theirs = getattr(e, "triton", None)
+            raise self.error(node, msg) from (SemanticError(theirs) if theirs else e.with_traceback(None))
         finally:
             self.builder.loc, self.node = prev_loc, prev_node
 
@@ -625,7 +626,8 @@ class CodeGenerator(ast.NodeVisitor):
                 return self.unrolled_for(node, builtins.range(unwrap(r.start), unwrap(r.end), unwrap(r.step)))
             if fn is builtins.range or fn is lcore.range:
                 r = lcore.range(*args, **kwargs)
-                return self.runtime_for(node, r.start, r.end, r.step, r.num_stages, r.flatten, r.warp_specialize)
+                return self.runtime_for(node, r.start, r.end, r.step, r.num_stages, r.flatten, r.warp_specialize,
+                                        r.loop_unroll_factor, r.disable_licm)
             iterable = fn(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
         else:
             iterable = self.visit(it)
@@ -695,7 +697,8 @@ class CodeGenerator(ast.NodeVisitor):
             out += [unwrap(x) for x in leaves(scope[n]) if isinstance(unwrap(x), tensor) or _is_num(unwrap(x))]
         return out
 
-    def runtime_for(self, node, start, end, step, num_stages=None, flatten=False, warp_specialize=False):
+    def runtime_for(self, node, start, end, step, num_stages=None, flatten=False, warp_specialize=False,
+                    unroll=None, disable_licm=False):
         jump = _first_node(node.body, (ast.Break, ast.Continue))
         if jump is not None:
             raise self.error(jump, _jump_reason(jump, "; use a `while` loop with a condition"))
@@ -745,6 +748,13 @@ class CodeGenerator(ast.NodeVisitor):
             attrs["flatten"] = True
         if warp_specialize:  # sm_90: a producer warpgroup issues the loop's TMA copies (passes/warp_specialize.py)
             attrs["warp_specialize"] = True
+        if unroll is not None:
+            if isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1:
+                raise self.error(node, f"loop_unroll_factor must be a positive constexpr int, got {unroll!r}")
+            if unroll > 1:  # k copies of the body per iteration (passes/unroll_loops.py)
+                attrs["loop_unroll_factor"] = unroll
+        if disable_licm:  # invariant code stays in the loop (passes/licm.py, LLVM's llvm.licm.disable)
+            attrs["disable_licm"] = True
         op = self.builder.create("scf.for", [lb.handle, ub.handle, st.handle] + [v.handle for v in inits],
                                  [v.type for v in inits], attrs, [body], hints=hints)
         self.scope.update(self._rebuild_carried(carried, templates, [tensor(r, r.type) for r in op.results]))
@@ -786,7 +796,9 @@ class CodeGenerator(ast.NodeVisitor):
             self.builder.set_insertion_point_to_end(before)
             self.scope = scope
             try:
+                self.sem.loop_hints.pop("disable_licm", None)
                 cond = unwrap(self.visit(node.test))
+                no_licm = self.sem.loop_hints.pop("disable_licm", False)  # `tl.condition(..., disable_licm=True)`
                 if not isinstance(cond, tensor):
                     cond = self.sem.to_tensor(bool(cond))
                 cond = self._cond_scalar(node, cond)
@@ -812,7 +824,8 @@ class CodeGenerator(ast.NodeVisitor):
         self.builder.set_insertion_point_to_end(after)
         self.builder.create("scf.yield", [y.handle for y in yields], [])
         self.builder.set_insertion_point_to_end(outer)
-        op = self.builder.create("scf.while", [v.handle for v in inits], [v.type for v in inits], None,
+        attrs = {"disable_licm": True} if no_licm else None
+        op = self.builder.create("scf.while", [v.handle for v in inits], [v.type for v in inits], attrs,
                                  [before, after], hints=hints)
         self.scope.update(self._rebuild_carried(carried, templates, [tensor(r, r.type) for r in op.results]))
         self._mark_loop_locals(node, node.body, carried)
@@ -867,8 +880,7 @@ class CodeGenerator(ast.NodeVisitor):
 
     def visit_Attribute(self, node):
         value = unwrap(self.visit(node.value))
-        if node.attr == "type" and not isinstance(value, (tensor, lcore._AssignedScalar)) \
-                and (value is None or isinstance(value, (int, float, str))):
+        if node.attr == "type" and not isinstance(value, (tensor, lcore._AssignedScalar)) and _compile_time(value):
             return lcore.constexpr_type(value)  # a compile-time value's type, as Triton reports it
         if _is_num(value) and not hasattr(value, node.attr):
             # a number used like a scalar tensor (`x = 1; x.to(tl.int8)`, `N.dtype`), as Triton allows
@@ -1122,6 +1134,15 @@ def _foreign_library(fn) -> str | None:
         mod = "numpy" if type(fn).__name__ == "ufunc" else ""
     root = mod.split(".")[0]
     return root if root in ("torch", "numpy", "math", "cmath", "scipy") else None
+
+
+def _compile_time(value) -> bool:
+    """None, a number, a string, or a tuple of such: what Triton holds in a `constexpr` box (a tuple of constants
+    given as a constexpr argument or assigned to a constexpr-annotated name)."""
+    if isinstance(value, tuple) and not is_aggregate(value):
+        return all(_compile_time(v) for v in value)
+    return value is None or (isinstance(value, (int, float, str))
+                             and not isinstance(value, (tensor, lcore._AssignedScalar)))
 
 
 def _short_repr(v) -> str:

@@ -120,6 +120,7 @@ class Semantic:
         self.b = builder
         self.call_jit = None  # set by the frontend: (JITFunction, args, kwargs) -> results
         self.options: dict = {}  # the launch options (num_warps, ...), set by the frontend
+        self.loop_hints: dict = {}  # hints a loop's condition gives (tl.condition(..., disable_licm=True))
 
     # ---------------------------------------------------------------- helpers
     def emit(self, name, operands, result_type, attrs=None, regions=()):
@@ -1195,7 +1196,8 @@ class Semantic:
                                        "; pass an int (e.g. BLOCK=128, not 128.0)" if isinstance(v, float) else ""))
         n = end - start
         if n <= 0 or n & (n - 1):
-            raise SemanticError(f"tl.arange({start}, {end}) has {n} elements; the range must be a power of 2")
+            raise SemanticError(f"tl.arange({start}, {end}) has {n} elements; the range must be a power of 2",
+                                triton="arange's range must be a power of 2")
         check_numel((n,))
         if not (-2**31 <= start and end <= 2**31):
             raise SemanticError(f"tl.arange({start}, {end}) does not fit in int32 (its values are i32)")
@@ -1204,10 +1206,12 @@ class Semantic:
     def full(self, shape, value, dtype, what="tl.full"):
         shape = [unwrap(s) for s in (unwrap(shape) if isinstance(unwrap(shape), (list, tuple)) else [unwrap(shape)])]
         dtype = as_dtype(dtype, what)
-        for s in shape:
+        for i, s in enumerate(shape):
             if isinstance(s, bool) or not isinstance(s, int) or s <= 0 or s & (s - 1):
                 raise SemanticError(f"tensor shapes must be constexpr powers of 2, got {shape}"
-                                    + ("; a bool is not a size" if any(isinstance(x, bool) for x in shape) else ""))
+                                    + ("; a bool is not a size" if any(isinstance(x, bool) for x in shape) else ""),
+                                    triton=f"Shape element {i} must be a power of 2"
+                                    if isinstance(s, int) and not isinstance(s, bool) else None)
         check_numel(shape)
         value = unwrap(value)
         if isinstance(value, tensor):

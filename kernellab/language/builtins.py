@@ -583,8 +583,10 @@ def softmax(x, dim=None, keep_dims=False, ieee_rounding=False, _sem=None):
 @builtin
 def condition(cond, disable_licm=False, _sem=None):
     """`while tl.condition(i < n, disable_licm=True):` is Triton's way to put loop hints on a while loop; the
-    loop runs on `cond` as written. The hint (keep invariant code inside the loop) is accepted: kernellab
-    leaves loop-invariant motion to LLVM's defaults."""
+    loop runs on `cond` as written. `disable_licm` keeps loop-invariant code inside the loop (the `scf.while`
+    gets the attribute: kernellab's licm pass leaves it alone and LLVM gets `llvm.licm.disable`)."""
+    if unwrap(disable_licm) and _sem is not None:
+        _sem.loop_hints["disable_licm"] = True
     return cond
 
 

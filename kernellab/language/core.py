@@ -422,10 +422,12 @@ class static_range:
 
 
 class range:
-    """`tl.range`: a runtime loop with pipelining hints (`num_stages`, `loop_unroll_factor`, `flatten`: fuse the
+    """`tl.range`: a runtime loop with pipelining hints (`num_stages`, `loop_unroll_factor`: k copies of the body per
+    iteration, compiler/passes/unroll_loops.py; `flatten`: fuse the
     loop with the one loop nested in it so the pipeliner runs across outer iterations, see
     compiler/passes/flatten_loops.py; `warp_specialize`: on sm_90 a producer warpgroup issues the loop's TMA copies,
-    passes/warp_specialize.py). Triton's other hints (`disable_licm`...) are accepted and do not change the loop."""
+    passes/warp_specialize.py; `disable_licm`: loop-invariant code stays in the loop, for kernellab's licm pass and
+    LLVM's). Triton's other hints are accepted and do not change the loop."""
 
     def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None,
                  disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False, disable_licm=False):
@@ -435,6 +437,8 @@ class range:
             self.start, self.end = arg1, arg2
         self.step = 1 if step is None else step
         self.num_stages = unwrap(num_stages)
+        self.loop_unroll_factor = unwrap(loop_unroll_factor)
+        self.disable_licm = bool(unwrap(disable_licm))
         self.flatten = bool(unwrap(flatten))
         self.warp_specialize = bool(unwrap(warp_specialize))
 

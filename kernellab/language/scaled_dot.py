@@ -61,7 +61,7 @@ def _unpack_fp4(sem, x: tensor, packed_dim: int) -> tensor:
     return sem.reshape(sem.permute(pairs, (0, 2, 1)), (rows * 2, cols))
 
 
-def _scale_factor(sem, scale: tensor, k: int, rows: int) -> tensor:
+def _scale_factor(sem, scale: tensor, k: int, rows: int, side: str = "lhs") -> tensor:
     """A [rows, K/32] tile of e8m0 exponents -> fp32 factors 2**(s-127) repeated over each 32-wide group of K,
     as [rows, K]; 0xFF gives NaN."""
     s = sem.cast(sem.cast(scale, uint8, bitcast=True) if scale.dtype != uint8 else scale, uint32)
@@ -70,7 +70,9 @@ def _scale_factor(sem, scale: tensor, k: int, rows: int) -> tensor:
     groups = k // 32
     if tuple(scale.shape) != (rows, groups):
         raise SemanticError(f"tl.dot_scaled: a scale tile must be [{rows}, {groups}] (one exponent per 32 elements "
-                            f"of K), got {list(scale.shape)}")
+                            f"of K), got {list(scale.shape)}",
+                            triton=f"{side}_scale must be a tensor of shape [..., {rows}, {groups}]. "
+                                   f"Got {[str(d) for d in scale.shape]}")
     spread = sem.broadcast_to(sem.reshape(factor, (rows, groups, 1)), (rows, groups, 32))
     return sem.reshape(spread, (rows, k))
 
@@ -100,7 +102,7 @@ def _operand(sem, x, scale, fmt: str, side: str, comp, k_pack: bool) -> tensor:
     if scale is not None:
         scale = sem.to_tensor(scale)
         rows, k = (value.shape[0], value.shape[1]) if side == "lhs" else (value.shape[1], value.shape[0])
-        factor = _scale_factor(sem, scale, k, rows)
+        factor = _scale_factor(sem, scale, k, rows, side)
         if side == "rhs":
             factor = sem.permute(factor, (1, 0))
         value = sem.binary("*", value, factor)

@@ -402,3 +402,51 @@ def test_elementwise_op_takes_the_computed_operand_layout_over_index_math(run_pa
     add = next(op for op in loop.regions[0].ops if op.name == "arith.addf")
     s = next(op for op in loop.regions[0].ops if op.name == "tt.reduce").result
     assert add.result.type.layout == s.type.layout and add.operands[1] is s
+
+
+RESHAPED_RANGE_LOAD = """
+tt.func @k(%x_ptr: !ptr<i32> {tt.divisibility = 16}, %y_ptr: !ptr<i32> {tt.divisibility = 16}) {
+  %r = tt.make_range {end = 2048, start = 0} : tensor<2048xi32>
+  %idx = tt.reshape %r : tensor<2x2x8x64xi32>
+  %0 = tt.splat %x_ptr : tensor<2x2x8x64x!ptr<i32>>
+  %1 = tt.addptr %0, %idx : tensor<2x2x8x64x!ptr<i32>>
+  %x = tt.load %1 : tensor<2x2x8x64xi32>
+  %2 = tt.splat %y_ptr : tensor<2x2x8x64x!ptr<i32>>
+  %3 = tt.addptr %2, %idx : tensor<2x2x8x64x!ptr<i32>>
+  tt.store %3, %x
+  tt.return
+}
+"""
+
+
+def test_an_access_takes_its_pointer_tiles_layout_where_that_coalesces_the_same(check):
+    """`arange(2048).reshape(2, 2, 8, 64)` at 8 warps: the reshape keeps the range's registers (#L1: two
+    registers along each of dims 0 and 1, lanes along the contiguous dim 3). The accesses' own layout would put
+    warps on dims 0-2 instead, and the range cannot be made in the layout the reshape would need for that (its
+    bits would interleave warp and register bits), so the 8-byte pointer tile would cross shared memory. Lanes
+    and the per-thread run along dim 3 are the same in both layouts: the load and the store take #L1."""
+    from kernellab.compiler.gpu.options import GpuOptions
+
+    m, stats = check(assign_layouts, RESHAPED_RANGE_LOAD, """
+#L0 = #blocked<[1], [32], [8], [0]>
+#L1 = #blocked<[2, 2, 1, 1], [1, 1, 1, 32], [1, 1, 4, 2], [3, 2, 1, 0]>
+#L2 = #blocked<[1, 1, 1, 1], [1, 1, 1, 32], [2, 2, 2, 1], [3, 2, 1, 0]>
+
+tt.func @k(%x_ptr: !ptr<i32> {tt.divisibility = 16}, %y_ptr: !ptr<i32> {tt.divisibility = 16}) {
+  %r = tt.make_range {end = 2048, start = 0} : tensor<2048xi32, #L0>
+  %idx = tt.reshape %r : tensor<2x2x8x64xi32, #L1>
+  %0 = tt.splat %x_ptr : tensor<2x2x8x64x!ptr<i32>, #L2>
+  %1 = ttg.convert_layout %0 : tensor<2x2x8x64x!ptr<i32>, #L1>
+  %2 = tt.addptr %1, %idx : tensor<2x2x8x64x!ptr<i32>, #L1>
+  %x = tt.load %2 {vec = 1} : tensor<2x2x8x64xi32, #L1>
+  %3 = tt.splat %y_ptr : tensor<2x2x8x64x!ptr<i32>, #L2>
+  %4 = ttg.convert_layout %3 : tensor<2x2x8x64x!ptr<i32>, #L1>
+  %5 = tt.addptr %4, %idx : tensor<2x2x8x64x!ptr<i32>, #L1>
+  tt.store %5, %x {vec = 1}
+  tt.return
+}
+""", GpuOptions(num_warps=8))
+    assert stats["accesses_in_pointer_layout"] == 2, stats
+    # the splats (made in the accesses' layout first) are made again in #L1 by the next pass: nothing is converted
+    from kernellab.compiler.passes import remove_layout_conversions
+    assert remove_layout_conversions.run(m, GpuOptions(num_warps=8))["remaining"] == 0

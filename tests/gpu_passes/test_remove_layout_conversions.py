@@ -346,3 +346,62 @@ def test_a_small_load_is_issued_in_the_wanted_layout(run_pass):
     (ld,) = [op for op in m.kernel.walk() if op.name == "tt.load"]
     assert str(ld.result.type.layout) == "#slice<1, #mma<[4, 1]>>" and ld.attrs["vec"] == 1
     assert ld.block is m.kernel.body
+
+
+RESHAPED_RANGE = """
+#L0 = #blocked<[1], [32], [4], [0]>
+#L1 = #blocked<[8, 1, 1], [1, 2, 16], [1, 4, 1], [2, 1, 0]>
+#L2 = #blocked<[1, 1, 4], [1, 8, 4], [4, 1, 1], [2, 1, 0]>
+
+tt.func @reshaped(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %y_ptr: !ptr<f32> {tt.divisibility = 16}) {
+  %r = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>
+  %idx = tt.reshape %r : tensor<8x8x16xi32, #L1>
+  %0 = tt.splat %x_ptr : tensor<8x8x16x!ptr<f32>, #L1>
+  %1 = tt.addptr %0, %idx : tensor<8x8x16x!ptr<f32>, #L1>
+  %2 = ttg.convert_layout %1 : tensor<8x8x16x!ptr<f32>, #L2>
+  %x = tt.load %2 {vec = 4} : tensor<8x8x16xf32, #L2>
+  %3 = tt.splat %y_ptr : tensor<8x8x16x!ptr<f32>, #L2>
+  %4 = ttg.convert_layout %idx : tensor<8x8x16xi32, #L2>
+  %5 = tt.addptr %3, %4 : tensor<8x8x16x!ptr<f32>, #L2>
+  tt.store %5, %x {vec = 4}
+  tt.return
+}
+"""
+
+
+def test_a_reshaped_range_is_recomputed_in_the_accesses_layout(check):
+    """`arange(1024).reshape(8, 8, 16)` addressing a load and a store: assign_layouts gave the reshape the layout
+    that keeps the range's registers (#L1), the accesses want a coalesced one (#L2). Instead of converting the
+    pointer tile (8-byte elements) through shared memory, the range is made in the layout (#L3) that the reshape
+    maps onto #L2 register for register, and the reshape and the address math follow in #L2 (the store's copy is
+    merged with the load's by the CSE pass that follows)."""
+    m, stats = check(rlc, RESHAPED_RANGE, """
+#L0 = #blocked<[1, 1, 4], [1, 8, 4], [4, 1, 1], [2, 1, 0]>
+#L1 = #blocked<[4], [32], [4], [0]>
+
+tt.func @reshaped(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %y_ptr: !ptr<f32> {tt.divisibility = 16}) {
+  %0 = tt.splat %x_ptr : tensor<8x8x16x!ptr<f32>, #L0>
+  %r = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L1>
+  %idx = tt.reshape %r : tensor<8x8x16xi32, #L0>
+  %1 = tt.addptr %0, %idx : tensor<8x8x16x!ptr<f32>, #L0>
+  %x = tt.load %1 {vec = 4} : tensor<8x8x16xf32, #L0>
+  %2 = tt.splat %y_ptr : tensor<8x8x16x!ptr<f32>, #L0>
+  %r_1 = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L1>
+  %idx_1 = tt.reshape %r_1 : tensor<8x8x16xi32, #L0>
+  %3 = tt.addptr %2, %idx_1 : tensor<8x8x16x!ptr<f32>, #L0>
+  tt.store %3, %x {vec = 4}
+  tt.return
+}
+""")
+    assert stats["remaining"] == 0 and stats["rematerialized"] == 2, stats
+
+
+def test_a_reshape_that_would_move_data_is_not_recomputed(run_pass):
+    """A reshape of a loaded tile (not index math) is no recomputation: its conversion stays."""
+    text = RESHAPED_RANGE.replace("%r = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>",
+                                  "%rp = tt.splat %x_ptr : tensor<1024x!ptr<i32>, #L0>\n"
+                                  "  %rr = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>\n"
+                                  "  %rq = tt.addptr %rp, %rr : tensor<1024x!ptr<i32>, #L0>\n"
+                                  "  %r = tt.load %rq {vec = 1} : tensor<1024xi32, #L0>")
+    m, stats = run_pass(rlc, text)
+    assert stats["remaining"] == 2, stats

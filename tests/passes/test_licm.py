@@ -228,3 +228,39 @@ tt.func @k(%t: tensor<8xf32>, %n: i32, %p: !ptr<f32>) {
 }
 """
     assert not any(check(licm, text, text).values())
+
+
+def test_a_disable_licm_loop_keeps_its_code(check):
+    """`tl.range(..., disable_licm=True)` (and `tl.condition(..., disable_licm=True)`): nothing leaves the loop;
+    an inner loop without the hint still hoists into it."""
+    text = """
+tt.func @k(%p: !ptr<f32>, %n: i32, %x: f32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %r = scf.for %c0, %n, %c1, %x {disable_licm = true} : f32 {
+  ^bb(%i: i32, %acc: f32):
+    %two = arith.constant {value = 2.0} : f32
+    %y = arith.mulf %x, %two : f32
+    %s = arith.addf %acc, %y : f32
+    %t = scf.for %c0, %n, %c1, %s : f32 {
+    ^bb(%j: i32, %b: f32):
+      %three = arith.constant {value = 3.0} : f32
+      %u = arith.addf %b, %three : f32
+      scf.yield %u
+    }
+    scf.yield %t
+  }
+  tt.store %p, %r
+  tt.return
+}
+"""
+    stats = check(licm, text, text.replace("""    %s = arith.addf %acc, %y : f32
+    %t = scf.for %c0, %n, %c1, %s : f32 {
+    ^bb(%j: i32, %b: f32):
+      %three = arith.constant {value = 3.0} : f32
+""", """    %s = arith.addf %acc, %y : f32
+    %three = arith.constant {value = 3.0} : f32
+    %t = scf.for %c0, %n, %c1, %s : f32 {
+    ^bb(%j: i32, %b: f32):
+"""))
+    assert stats == {"hoisted": 1}

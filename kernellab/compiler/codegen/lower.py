@@ -30,4 +30,5 @@ def lower_kernel(module: Module, options, arch: int = 90) -> tuple[str, list]:
     lw = KernelLowering(module, options, arch, lower_tma.tensormap_recipes(module.kernel))
     lw.lower()
     lw.b.ret_void()
-    return lower_tma.patch_params(str(lw.mod), [p.name for p in lw.tensormap_params]), lw.arg_kinds
+    text = lower_control.self_reference_loop_ids(str(lw.mod))
+    return lower_tma.patch_params(text, [p.name for p in lw.tensormap_params]), lw.arg_kinds

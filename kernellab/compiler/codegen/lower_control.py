@@ -1,6 +1,10 @@
 """Structured control flow -> basic blocks, with one phi per register of every carried value."""
 from __future__ import annotations
 
+import re
+
+from llvmlite import ir
+
 from .lowering_core import KernelLowering, handles
 
 
@@ -38,6 +42,26 @@ def _unflat(flat, counts):
     return out
 
 
+def _loop_hints(lw: KernelLowering, op, latch) -> None:
+    """`llvm.loop` metadata on a loop's back edge: `llvm.licm.disable` for `disable_licm` loops. A loop ID must be
+    a distinct node whose first operand is itself, which llvmlite cannot build: the node is made with a unique
+    placeholder string that `self_reference_loop_ids` turns into the self-reference in the module's text."""
+    if not op.attrs.get("disable_licm"):
+        return
+    lw.loop_ids = getattr(lw, "loop_ids", 0) + 1
+    hint = lw.mod.add_metadata([ir.MetaDataString(lw.mod, "llvm.licm.disable")])
+    latch.set_metadata("llvm.loop", lw.mod.add_metadata([ir.MetaDataString(lw.mod, f"{LOOP_ID}{lw.loop_ids}"),
+                                                         hint]))
+
+
+LOOP_ID = "kl.loop.id."
+
+
+def self_reference_loop_ids(text: str) -> str:
+    """`!N = !{!"kl.loop.id.K", ...}` -> `!N = distinct !{!N, ...}` (see `_loop_hints`)."""
+    return re.sub(r'^(!\d+) = !\{\s*!"' + re.escape(LOOP_ID) + r'\d+"', r"\1 = distinct !{\1", text, flags=re.M)
+
+
 @handles("scf.for")
 def _for(lw: KernelLowering, op):
     b = lw.b
@@ -72,7 +96,7 @@ def _for(lw: KernelLowering, op):
     iv.add_incoming(nxt, end)
     for p, y in zip(phis, yields):
         p.add_incoming(y, end)
-    b.branch(header)
+    _loop_hints(lw, op, b.branch(header))
     b.position_at_end(exit_)
     for r, v in zip(op.results, _unflat(phis, counts)):
         lw.put(r, v)
@@ -137,7 +161,7 @@ def _while(lw: KernelLowering, op):
     end = b.block
     for p, y in zip(phis, ys):
         p.add_incoming(y, end)
-    b.branch(before_bb)
+    _loop_hints(lw, op, b.branch(before_bb))
     b.position_at_end(exit_)
     for r, v in zip(op.results, fwd):
         lw.put(r, v)

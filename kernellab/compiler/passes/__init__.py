@@ -16,10 +16,11 @@ from . import (
     licm,
     pipeline_loads,
     strength_reduce_pointers,
+    unroll_loops,
 )
 
-TILE_PASSES = [inline, canonicalize, constant_fold, canonicalize, fold_dot_accumulator, cse, dce, licm,
+TILE_PASSES = [inline, canonicalize, constant_fold, canonicalize, fold_dot_accumulator, cse, dce, licm, unroll_loops,
                strength_reduce_pointers, pipeline_loads, cse, dce]
 
 __all__ = ["TILE_PASSES", "canonicalize", "constant_fold", "cse", "dce", "fold_dot_accumulator", "inline", "licm",
-           "pipeline_loads", "strength_reduce_pointers"]
+           "pipeline_loads", "strength_reduce_pointers", "unroll_loops"]

@@ -24,6 +24,7 @@ from ..gpu.reshape_layout import (
 from ..ir import Block, Module, Op
 from ..ops import accesses_memory, is_elementwise, keeps_layout
 from ..types import TensorType
+from .remove_layout_conversions import recomputable
 
 NAME = "assign_layouts"
 DESCRIPTION = "give every tensor a distributed layout; coalesced, vectorized loads and stores"
@@ -93,6 +94,14 @@ def _broadcast_later(v, depth: int = 0) -> bool:
     return False
 
 
+def equally_coalesced(have, want) -> bool:
+    """Whether a warp's access in blocked layout `have` touches memory as in `want`: the same lanes along the same
+    dimensions in the same order and the same run of elements per thread along the fastest one (they may differ in
+    the registers' and warps' places only)."""
+    return isinstance(have, Blocked) and isinstance(want, Blocked) and have.rank == want.rank and \
+        have.order == want.order and have.tpw == want.tpw and have.spt[want.order[0]] == want.spt[want.order[0]]
+
+
 def _numel(t):
     n = 1
     for s in t.shape:
@@ -110,6 +119,7 @@ class LayoutAssigner:
         self.anchors: dict[int, tuple] = {}
         self.dominant: dict[int, Blocked] = {}
         self.converts = 0
+        self.in_pointer_layout = 0  # accesses that took their pointer tile's layout (not recomputable in theirs)
         best: dict[int, tuple] = {}
         for op in self.fn.walk():
             if accesses_memory(op.name) and op.operands[0].type.is_block():
@@ -251,6 +261,16 @@ class LayoutAssigner:
         res_tensors = [r for r in op.results if isinstance(r.type, TensorType)]
         if accesses_memory(name) and id(op) in self.anchors:
             layout, vec = self.anchors[id(op)]
+            ptr = op.operands[0]
+            have = self.layout_of(ptr)
+            if name in ("tt.load", "tt.store") and have != layout and equally_coalesced(have, layout) and \
+                    not recomputable(ptr, layout, 32 * self.num_warps):
+                # a pointer tile the next pass cannot recompute in the access's layout (a reshaped range whose
+                # layout codegen cannot make) would go through shared memory at 8 bytes an element; where its
+                # own layout coalesces as well, the access takes it (a load's values convert later if need be)
+                layout = have
+                self.anchors[id(op)] = (layout, vec)
+                self.in_pointer_layout += 1
             op.attrs["vec"] = vec
             for i, v in enumerate(op.operands):
                 if isinstance(v.type, TensorType):
@@ -500,4 +520,6 @@ def run(module: Module, options) -> dict:
     stats = {"anchors": len(a.anchors), "converts_inserted": a.converts}
     if hints:
         stats["loop_layouts_followed"] = len(hints)
+    if a.in_pointer_layout:
+        stats["accesses_in_pointer_layout"] = a.in_pointer_layout
     return stats

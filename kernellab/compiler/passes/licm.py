@@ -5,7 +5,8 @@ defined outside the loop. Inner loops are processed first, so an op can climb ou
 loops. Only ops that are pure and have no regions move; since a loop may run zero times, an op is
 moved only if executing it speculatively is harmless, which rules out integer division and
 remainder (a zero divisor traps on the GPU) unless the divisor is a constant that cannot trap.
-Loads, stores, atomics and prints never move, nor do ops nested inside an `scf.if` in the loop.
+Loads, stores, atomics and prints never move, nor do ops nested inside an `scf.if` in the loop. A loop with
+`disable_licm` (Triton's hint on `tl.range` and `tl.condition`) keeps its code; codegen passes the hint on to LLVM.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def _visit(block: Block, stats: dict):
     for op in list(block.ops):
         for r in op.regions:
             _visit(r, stats)
-        if is_loop(op.name):
+        if is_loop(op.name) and not op.attrs.get("disable_licm"):  # tl.range(..., disable_licm=True) keeps its code
             _hoist_from(op, stats)
 
 

@@ -10,10 +10,15 @@ narrower value is converted instead, right where it is defined, and the broadcas
 layout: one conversion of BLOCK_M values (hoisted out of a loop when the value is loop-invariant) instead of
 one of the BLOCK_M x BLOCK_N tile every iteration. A small load (fewer elements than the program has threads,
 read only there) is issued in the wanted layout instead of being converted at all, as Triton does.
+
+The chain may pass through a `tt.reshape` where the reshape's source has a layout in which the reshape keeps
+every thread's elements (gpu/reshape_layout.py): `arange(N).reshape(...)` addressing a tile is then recomputed in
+the load's layout, rather than converting a tile of 8-byte pointers through shared memory.
 """
 from __future__ import annotations
 
-from ..gpu.layouts import Slice
+from ..gpu.layouts import Bits, Slice
+from ..gpu.reshape_layout import register_map, reshape_layout
 from ..gpu.scratch import _numel
 from ..ir import Module, Op
 from ..ops import is_pure
@@ -23,9 +28,29 @@ from ..types import TensorType
 NAME = "remove_layout_conversions"
 DESCRIPTION = "drop layout conversions by recomputing cheap index math in the wanted layout"
 
-_REMAT = {"tt.make_range", "tt.splat", "arith.constant", "tt.broadcast", "tt.expand_dims", "tt.addptr", "tt.hint"}
+_REMAT = {"tt.make_range", "tt.splat", "arith.constant", "tt.broadcast", "tt.expand_dims", "tt.addptr", "tt.hint",
+          "tt.reshape"}
 _REMAT_PREFIX = ("arith.",)
 _MAX_CHAIN = 48
+
+
+def _reshape_source_layout(op: Op, layout):
+    """The layout in which `op` (a `tt.reshape`) gives its result `layout` without moving data, or None."""
+    src, res = op.operands[0], op.result
+    if not isinstance(src.type, TensorType) or not src.type.shape:
+        return None
+    lay = reshape_layout(layout, res.type.shape, src.type.shape)
+    if lay is None or register_map(lay, src.type.shape, layout, res.type.shape) is None:
+        return None
+    return lay
+
+
+def _bit_layout(layout) -> bool:
+    """A `Bits` layout (or a slice of one): it places every index bit, so it describes no size-1 dimension that a
+    broadcast widens; chains through broadcasts and expand_dims are not rebuilt in one."""
+    while isinstance(layout, Slice):
+        layout = layout.parent
+    return isinstance(layout, Bits)
 
 
 def _cheap(op: Op) -> bool:
@@ -67,8 +92,13 @@ class Remat:
             return all(self.can(o, layout) for o in op.operands)
         if op is None or not _cheap(op) or len(op.results) != 1 or op.name == "ttg.convert_layout":
             return self._leaf(v)
+        if op.name in ("tt.expand_dims", "tt.broadcast") and _bit_layout(layout):
+            return False
         if op.name == "tt.expand_dims":
             return self.can(op.operands[0], Slice(op.attrs["axis"], layout))
+        if op.name == "tt.reshape":
+            lay = _reshape_source_layout(op, layout)
+            return self.can(op.operands[0], lay) if lay is not None else self._leaf(v)
         return all(self.can(o, layout) for o in op.operands)
 
     def build(self, v, layout, before: Op):
@@ -89,8 +119,15 @@ class Remat:
             return clone.result
         if op is None or not _cheap(op) or len(op.results) != 1 or op.name == "ttg.convert_layout":
             return self._convert_leaf(v, layout, key)
+        if op.name in ("tt.expand_dims", "tt.broadcast") and _bit_layout(layout):
+            return self._convert_leaf(v, layout, key)
         if op.name == "tt.expand_dims":
             operands = [self.build(op.operands[0], Slice(op.attrs["axis"], layout), before)]
+        elif op.name == "tt.reshape":
+            lay = _reshape_source_layout(op, layout)
+            if lay is None:
+                return self._convert_leaf(v, layout, key)
+            operands = [self.build(op.operands[0], lay, before)]
         else:
             operands = [self.build(o, layout, before) for o in op.operands]
         clone = Op(op.name, operands, [v.type.with_layout(layout)], dict(op.attrs), loc=op.loc,
@@ -112,6 +149,13 @@ class Remat:
             block.insert(block.ops.index(op) + 1, conv)
         self.memo[key] = conv.result
         return conv.result
+
+
+def recomputable(v, layout, threads: int) -> bool:
+    """Whether this pass removes a conversion of `v` to `layout`: by recomputing its chain in that layout, or
+    with conversions of narrow (broadcast) values only."""
+    return Remat(threads=threads).can(v, layout) or \
+        Remat(narrow=_numel(v.type.shape) // 2, threads=threads).can(v, layout)
 
 
 def _sweep(module: Module) -> None:
@@ -145,7 +189,8 @@ def run(module: Module, options=None) -> dict:
                 continue
             r = Remat(threads=threads)
             if not r.can(src, want):
-                # convert a row or column vector before its broadcast instead of the broadcast tile
+                # convert a row or column vector before its broadcast instead of the broadcast tile (as
+                # `recomputable` says)
                 r = Remat(narrow=_numel(src.type.shape) // 2, threads=threads)
                 if not r.can(src, want):
                     continue
