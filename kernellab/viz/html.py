@@ -796,7 +796,7 @@ def smem_legend(plan, barriers=(), highlight=None) -> str:
     barriers: names live here, not on the chart, so they never collide."""
     items = []
     for k, b in enumerate(plan):
-        stages = f' · {b["stages"]} stages' if b.get("stages") else ""
+        stages = f' · {b["stages"]} stage{"s" if b["stages"] != 1 else ""}' if b.get("stages") else ""
         strong = ' style="font-weight:600"' if highlight == k else ""
         items.append(f'<div class="kl-key"{strong}><svg width="14" height="12"><rect width="14" height="12" '
                      f'fill="{PALETTE[k % len(PALETTE)]}" fill-opacity=".7"/></svg> {k}: {esc(b["op"])} '

@@ -305,6 +305,12 @@ class PassesView(_View):
 # --------------------------------------------------------------------------- layouts
 
 
+def _kind(v: dict) -> str:
+    """'  (#L5 = #mma)': which kind of layout the type's alias stands for, in the value menu."""
+    text, alias = v.get("layout") or "", v.get("alias")
+    return f"  ({alias} = {text.split('<', 1)[0]})" if text.startswith("#") and alias and alias != text else ""
+
+
 class LayoutView(_View):
     """Dropdown of the GPU IR's tensor values (and stores) -> the layout grid SVG and what it means."""
 
@@ -329,17 +335,21 @@ class LayoutView(_View):
         for v in self.values:
             acc = next((a for a in self.accesses if a["op"] == "tt.load" and a["name"] == v["name"]), None)
             role = f"  — {roles[v['name']]}" if v["name"] in roles else ""
-            self.entries.append((f"{v['name']} = {v['op']} : {v['type']}  (line {v['line']}){role}", v, acc))
+            self.entries.append((f"{v['name']} = {v['op']} : {v['type']}{_kind(v)}  (line {v['line']}){role}", v,
+                                 acc))
         for a in self.accesses:
             if a["op"] == "tt.store":
                 v = {k: a[k] for k in ("name", "type", "shape", "elem", "elem_bytes", "alias", "layout", "line",
                                        "ir_line", "defined_by")}
                 v["op"] = "stored by tt.store"
-                self.entries.append((f"tt.store of {a['name']} : {a['type']}  (line {a['line']})", v, a))
+                self.entries.append((f"tt.store of {a['name']} : {a['type']}{_kind(v)}  (line {a['line']})", v, a))
         start = 0
+        dots = [k for k, v in enumerate(self.values) if roles.get(v["name"], "").startswith("result of")]
         if value is not None:
             v = H.pick_value(self.values, value)
             start = next(k for k, e in enumerate(self.entries) if e[1] is v)
+        elif dots:  # a kernel with a tl.dot opens on its accumulator: the tensor-core layout is what people look for
+            start = dots[0]
         elif any(e[2] for e in self.entries):
             start = next(k for k, e in enumerate(self.entries) if e[2])
         self.dropdown = W.Dropdown(options=[(e[0], k) for k, e in enumerate(self.entries)], value=start,

@@ -38,7 +38,8 @@ def run_notebook(lab, name: str, cells, ready_js: str, shot: str):
 def open_and_run(lab, name: str, ready_js: str = "true", shot: str = "nb", timeout_s: int = 240):
     """Open notebook `name` of the lab's root at 1600x1000, Run All, wait until the last code cell ran, nothing
     is queued and the kernel is idle (or a cell raised: the test fails with its traceback and a screenshot
-    `<shot>_error.png`), then until `ready_js` holds; yields the page (page errors in `page.errors`)."""
+    `<shot>_error.png`), then until `ready_js` holds; yields the page (uncaught page errors in `page.errors`,
+    console errors in `page.console_errors`)."""
     from playwright.sync_api import sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -50,8 +51,9 @@ def open_and_run(lab, name: str, ready_js: str = "true", shot: str = "nb", timeo
         context = browser.new_context(viewport={"width": 1600, "height": 1000}, device_scale_factor=1)
         try:
             pg = context.new_page()
-            pg.errors = []
+            pg.errors, pg.console_errors = [], []
             pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+            pg.on("console", lambda m: m.type == "error" and pg.console_errors.append(m.text))
             # reset: a fresh workspace, no panel of an earlier test restored beside this notebook
             pg.goto(f"{lab['base']}/lab/tree/{name}?reset&token={lab['token']}")
             pg.wait_for_selector(".jp-NotebookPanel .jp-CodeCell", timeout=60_000)
