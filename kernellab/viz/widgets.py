@@ -51,7 +51,9 @@ def _html_pane(value="", height=None):
     layout = W.Layout(width="auto", overflow="auto")
     if height:
         layout.max_height = height
-    return W.HTML(value=value, layout=layout)
+    pane = W.HTML(value=value, layout=layout)
+    pane.add_class("kl-hp")  # html.CSS: its content as wide as the pane, a long code line scrolls in its own box
+    return pane
 
 
 def _trunc(s: str, n: int = 110) -> str:

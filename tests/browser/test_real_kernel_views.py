@@ -69,6 +69,26 @@ OVERLAPS = """svg => {
 }"""
 
 
+CLIPPED = """root => {
+    // prose (paragraphs, headings, list items, table cells) cut off by a box that clips or scrolls: text a
+    // reader cannot see without a scrollbar meant for code
+    const out = [];
+    for (const el of root.querySelectorAll('p, h4, li, td, th, b')) {
+        if (!el.getClientRects().length || el.closest('.kl-code, .kl-grid-box, .kl-gvp, .kl-pane')) continue;
+        const r = el.getBoundingClientRect();
+        for (let a = el.parentElement; a && a !== root.parentElement; a = a.parentElement) {
+            const cs = getComputedStyle(a);
+            if (cs.overflowX !== 'visible') {
+                const ar = a.getBoundingClientRect();
+                if (r.right > ar.right + 1) out.push(`${el.tagName} "${el.textContent.trim().slice(0, 50)}" right=${Math.round(r.right)} box=${a.className.slice(0, 40)} right=${Math.round(ar.right)}`);
+                break;
+            }
+        }
+    }
+    return out.slice(0, 10);
+}"""
+
+
 @pytest.fixture(scope="module")
 def notebook_page(lab):  # noqa: F811
     ready = "!!document.querySelector('.kl-passes .kl-pane .kl-code')"
@@ -191,6 +211,19 @@ def test_linked_lines_are_numbered_once_and_blank_lines_uncoloured(notebook_page
         l.textContent.replace(/^\\s*\\d+/, '').trim() === '' && l.hasAttribute('data-s')).length""")
     assert blank_coloured == 0
     view.screenshot(path=str(SHOTS / "real_linked_1280.png"))
+
+
+@pytest.mark.parametrize("width", [1280, 1600])
+def test_prose_is_not_cut_off(notebook_page, width):
+    """The shared-memory view's notes ran under the pane's edge: a long IR line in its code box widened the pane's
+    content past the pane (the box scrolled, the text beside it was cut)."""
+    page = notebook_page
+    _at(page, width)
+    for name in ("SharedMemoryView", "LayoutView", "PassesView"):
+        cell = page.locator(".jp-CodeCell", has_text=name).first
+        cell.scroll_into_view_if_needed()
+        view = cell.locator(f".jp-OutputArea-output:not(.kl-static-copy *) .widget-vbox{LIVE}").first
+        assert view.evaluate(CLIPPED) == [], name
 
 
 def test_no_page_or_console_errors(notebook_page):

@@ -396,7 +396,9 @@ def test_layout_zoom_and_one_period():
     v.dropdown.value = next(k for k, e in enumerate(v.entries) if e[0].startswith("tt.store"))
     assert len(cell_labels(v.pane.value)) == 32 * 32
     v.zoom.value = "64"
-    assert len(re.findall(r'<rect class="c w\d"', v.pane.value)) == 64 * 64 and not cell_labels(v.pane.value)
+    assert len(re.findall(r'<rect class="c w\d q\d+"', v.pane.value)) == 64 * 64 and not cell_labels(v.pane.value)
+    # colours only: the lane is the shade, so the threads still show (the warp's colour alone drew bands)
+    assert len(set(re.findall(r'<rect class="c w\d q(\d+)"', v.pane.value))) == 32 and "shade: lane" in v.pane.value
     v.zoom.value = "period"
     period = H.layout_period(v.current["layout"], v.current["shape"])
     assert period == (16, 64) and v.window() == period
