@@ -94,6 +94,7 @@ OUTSIDE = """view => {
 }"""
 
 
+
 def attention_cell() -> str:
     """The benchmarks' attention forward (its inner loop function and the kernel), as a `%%kernel` cell."""
     text = (ROOT / "benchmarks" / "attention_kernel.py").read_text()
@@ -105,7 +106,7 @@ def shoot(page, out: Path, width: int, problems: list[str]):
     page.set_viewport_size({"width": width, "height": 1000})
     page.wait_for_timeout(800)
     page.screenshot(path=str(out / f"page_{width}.png"))
-    from tests.browser.lab_page import LIVE
+    from tests.browser.lab_page import CLIPPED, LIVE
 
     cells = page.locator(".jp-CodeCell", has_text="%%kernel")
     for i, name in enumerate(("matmul", "attention")):
@@ -125,6 +126,8 @@ def shoot(page, out: Path, width: int, problems: list[str]):
                     problems.append(f"{width}px {name} / {title}: empty view")
                 for o in panel.evaluate(OUTSIDE):
                     problems.append(f"{width}px {name} / {title}: past the output area: {o}")
+                for o in panel.evaluate(CLIPPED):
+                    problems.append(f"{width}px {name} / {title}: text cut off: {o}")
         perf = cell.locator(".kl-perf").first  # the recorded roofline (no GPU: --views all shows it)
         if perf.count():
             perf.scroll_into_view_if_needed()

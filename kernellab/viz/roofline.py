@@ -467,7 +467,8 @@ def roofline_figure(points, peaks: dict | None, title: str = "Roofline", recorde
             ax.scatter([k.intensity], [top], marker="*", s=160, color="C3", zorder=6, edgecolors="white",
                        linewidths=0.6)
             ax.annotate(f"{k.label}\n≤ {top / 1e12:.3g} TFLOP/s", (k.intensity, top), textcoords="offset points",
-                        xytext=(6, -22), fontsize=8, color="C3")
+                        xytext=(6, -22), fontsize=8, color="C3", gid="kl-placed", zorder=7,
+                        bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8})
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -489,10 +490,22 @@ def roofline_figure(points, peaks: dict | None, title: str = "Roofline", recorde
     ax.get_ylim()  # the autoscaled limits, before measuring where labels land
     from matplotlib.transforms import Bbox
 
-    taken = [t.get_window_extent(renderer) for t in ax.texts]
+    marks = []
     for p in points:  # the markers too: a label over a point hides it
         x, y = ax.transData.transform((p.intensity, p.flops_per_s))
-        taken.append(Bbox([[x - 4, y - 4], [x + 4, y + 4]]))
+        marks.append(Bbox([[x - 4, y - 4], [x + 4, y + 4]]))
+    frame = ax.get_window_extent(renderer)
+    for t in ax.texts:  # the user's kernel's label: below right of its star, else a corner in the axes clear of points
+        if t.get_gid() == "kl-placed":
+            for xy, ha in (((6, -22), "left"), ((-8, -22), "right"), ((6, 6), "left"), ((-8, 6), "right"),
+                           ((6, -22), "left")):  # the last: the first again, when every corner covers a point
+                t.xyann = xy
+                t.set_ha(ha)
+                box = t.get_window_extent(renderer)
+                if frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1) and \
+                        not any(box.overlaps(b) for b in marks):
+                    break
+    taken = [t.get_window_extent(renderer) for t in ax.texts] + marks
     for label, p in sorted(_annotations(points), key=lambda t: -t[1].flops_per_s):
         right = math.log(p.intensity / lo) > 0.66 * math.log(hi / lo)
         t = ax.annotate(label, (p.intensity, p.flops_per_s), textcoords="offset points",

@@ -142,8 +142,8 @@ class PassesView(_View):
                          layout=W.Layout(width="auto", flex_flow="row nowrap", align_items="center"))
         controls = W.HBox([self.diff_toggle, self.side_toggle, self.search, self.only_matches],
                           layout=W.Layout(width="auto", flex_flow="row wrap", align_items="center"))
-        panes = W.HBox([col([self.ir_pane], 3), col([self.source_pane], 2)],
-                       layout=W.Layout(width="auto", align_items="flex-start"))
+        self.ir_col, self.source_col = col([self.ir_pane], 3), col([self.source_pane], 2)
+        panes = W.HBox([self.ir_col, self.source_col], layout=W.Layout(width="auto", align_items="flex-start"))
         pickers = W.HBox([col([W.HTML("<b>IR line</b> (pick one to see its source line)"), self.ir_select], 3),
                           col([W.HTML("<b>kernel source</b> (pick a line to see the IR it became)"),
                                self.src_select], 2)], layout=W.Layout(width="auto"))
@@ -257,6 +257,9 @@ class PassesView(_View):
             f'<b>{i}. {H.esc(p.name)}</b> — {H.esc(p.description)} '
             f'<span class="kl-dim">({r["ms"]:.2f} ms{"; " + H.esc(found) if found else ""})</span> {badge}')
         self.side_toggle.disabled = not self.diff_toggle.value
+        # a side-by-side diff is two columns of IR: it gets more of the width, the source pane less
+        sbs = self.diff_toggle.value and self.side_toggle.value
+        self.ir_col.layout.flex, self.source_col.layout.flex = ("3 1 0%", "1 1 0%") if sbs else ("3 1 0%", "2 1 0%")
         if self.diff_toggle.value and self.side_toggle.value:
             before = self.trace.passes[i - 1].ir if i > 0 else ""
             body = H.side_by_side(before, p.ir, context=None if not self.only_matches.value else 3)

@@ -13,6 +13,27 @@ from tests.browser.test_lab_browser import CHROMIUM_ARGS, SHOTS
 ERROR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]:has-text("most recent call last")'
 ERROR_JS = """[...document.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
     .some(o => o.textContent.includes('most recent call last'))"""
+# prose (paragraphs, headings, list items, table cells) cut off by a box that clips or scrolls; code boxes, the
+# layout grid, the graph and the pass stepper's panes scroll on purpose
+CLIPPED = """root => {
+    // prose (paragraphs, headings, list items, table cells) cut off by a box that clips or scrolls: text a
+    // reader cannot see without a scrollbar meant for code
+    const out = [];
+    for (const el of root.querySelectorAll('p, h4, li, td, th, b')) {
+        if (!el.getClientRects().length || el.closest('.kl-code, .kl-grid-box, .kl-gvp, .kl-pane')) continue;
+        const r = el.getBoundingClientRect();
+        for (let a = el.parentElement; a && a !== root.parentElement; a = a.parentElement) {
+            const cs = getComputedStyle(a);
+            if (cs.overflowX !== 'visible') {
+                const ar = a.getBoundingClientRect();
+                if (r.right > ar.right + 1) out.push(`${el.tagName} "${el.textContent.trim().slice(0, 50)}" `
+                    + `right=${Math.round(r.right)} box=${a.className.slice(0, 40)} right=${Math.round(ar.right)}`);
+                break;
+            }
+        }
+    }
+    return out.slice(0, 10);
+}"""
 # appended to a selector: only the live views, not their static copies (hidden outputs before them: fallback.py)
 LIVE = ":not(.kl-static-copy *)"
 

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from tests.browser.lab_page import LIVE, run_notebook
+from tests.browser.lab_page import CLIPPED, LIVE, run_notebook
 from tests.browser.test_lab_browser import ROOT, SHOTS, lab  # noqa: F401  (the JupyterLab fixture)
 
 pytestmark = pytest.mark.slow
@@ -69,24 +69,7 @@ OVERLAPS = """svg => {
 }"""
 
 
-CLIPPED = """root => {
-    // prose (paragraphs, headings, list items, table cells) cut off by a box that clips or scrolls: text a
-    // reader cannot see without a scrollbar meant for code
-    const out = [];
-    for (const el of root.querySelectorAll('p, h4, li, td, th, b')) {
-        if (!el.getClientRects().length || el.closest('.kl-code, .kl-grid-box, .kl-gvp, .kl-pane')) continue;
-        const r = el.getBoundingClientRect();
-        for (let a = el.parentElement; a && a !== root.parentElement; a = a.parentElement) {
-            const cs = getComputedStyle(a);
-            if (cs.overflowX !== 'visible') {
-                const ar = a.getBoundingClientRect();
-                if (r.right > ar.right + 1) out.push(`${el.tagName} "${el.textContent.trim().slice(0, 50)}" right=${Math.round(r.right)} box=${a.className.slice(0, 40)} right=${Math.round(ar.right)}`);
-                break;
-            }
-        }
-    }
-    return out.slice(0, 10);
-}"""
+
 
 
 @pytest.fixture(scope="module")
