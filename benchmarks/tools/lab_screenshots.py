@@ -5,7 +5,7 @@ the GPU stages are built for sm_90a), at 1280 and 1600 px. Each view of each cel
 console's errors, elements reaching past their cell's output area and empty views are listed at the end (exit
 status 1 when there are any).
 
-    PYTHONPATH=. python -m benchmarks.tools.lab_screenshots [--out /tmp/kl-lab-shots] [--widths 1280,1600]
+    PYTHONPATH=. python -m benchmarks.tools.lab_screenshots [--out /tmp/kl-lab-shots] [--widths 1280,1600] [--dark]
 
 Needs JupyterLab, ipywidgets, Playwright and a chromium (KERNELLAB_CHROMIUM, default /usr/bin/chromium).
 """
@@ -144,8 +144,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="/tmp/kl-lab-shots")
     ap.add_argument("--widths", default="1280,1600")
+    ap.add_argument("--dark", action="store_true", help="JupyterLab's dark theme (the PNGs go to OUT/dark)")
     args = ap.parse_args(argv)
-    out = Path(args.out)
+    out = Path(args.out) / ("dark" if args.dark else "")
     out.mkdir(parents=True, exist_ok=True)
 
     import json
@@ -161,7 +162,8 @@ def main(argv=None):
     from tests.browser.lab_page import notebook_json
 
     problems: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="kl-lab-") as tmp, jupyterlab(Path(tmp), chromium) as lab:
+    theme = "JupyterLab Dark" if args.dark else None
+    with tempfile.TemporaryDirectory(prefix="kl-lab-") as tmp, jupyterlab(Path(tmp), chromium, theme) as lab:
         (lab["root"] / "real_kernels.ipynb").write_text(json.dumps(notebook_json([SETUP, MATMUL, attention_cell()])))
         ready = "document.querySelectorAll('.jp-CodeCell .widget-tab').length >= 2"
         with open_and_run(lab, "real_kernels.ipynb", ready, "shots", timeout_s=600) as page:

@@ -90,10 +90,10 @@ def lab(tmp_path_factory):
 
 
 @contextmanager
-def jupyterlab(tmp: Path, chromium: str):
+def jupyterlab(tmp: Path, chromium: str, theme: str | None = None):
     """JupyterLab on a copy of the notebooks under `tmp` (its own settings, cache and runtime folders): yields
-    {base, token, root, chromium, log}; shut down after. Shared by the `lab` fixture and
-    benchmarks/tools/lab_screenshots.py."""
+    {base, token, root, chromium, log}; shut down after. `theme`: e.g. "JupyterLab Dark". Shared by the `lab`
+    fixture and benchmarks/tools/lab_screenshots.py."""
     jupyter = Path(sys.executable).with_name("jupyter")
     root = tmp / "notebooks"
     shutil.copytree(ROOT / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
@@ -106,6 +106,9 @@ def jupyterlab(tmp: Path, chromium: str):
     (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
     (settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    if theme:
+        (settings / "@jupyterlab" / "apputils-extension" / "themes.jupyterlab-settings").write_text(
+            json.dumps({"theme": theme}))
     env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"),
                KERNELLAB_CACHE_DIR=str(tmp / "kernellab-cache"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"))
     env.pop("JUPYTER_CONFIG_DIR", None)
