@@ -22,6 +22,7 @@ CSS = """
 .kl-lab table.kl-t th,.kl-lab table.kl-t td{border-bottom:1px solid rgba(127,127,127,.3);padding:2px 8px;
  text-align:left;vertical-align:top}
 .kl-lab table.kl-t td.kl-r{text-align:right;font-variant-numeric:tabular-nums}
+.kl-lab table.kl-t tr>th:first-child{white-space:nowrap}
 .kl-lab .kl-code{font-family:var(--jp-code-font-family,ui-monospace,SFMono-Regular,Menlo,Consolas,monospace);
  font-size:12px;white-space:pre;overflow:auto;max-height:36em;border:1px solid rgba(127,127,127,.3);
  border-radius:3px;padding:4px 0;background:transparent;margin:.3em 0}
