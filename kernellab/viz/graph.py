@@ -93,7 +93,8 @@ def graph_dot(g, prefix: str = "") -> str:
         height = (len(n.lines) * FONT_SIZE * 1.25 + 10) / 72
         left = n.kind == "expr"
         pen = ', penwidth=2' if n.kind == "header" else ""
-        return (f"{indent}{n.id} [id={_q(prefix + n.id)}, class={_q('kl-n kl-' + n.cls)}, "
+        # kl-gn, not kl-n: html.py's line-number class (dimmed to 45 %) would dim every box of a view in .kl-lab
+        return (f"{indent}{n.id} [id={_q(prefix + n.id)}, class={_q('kl-gn kl-' + n.cls)}, "
                 f"label={_label(n.lines, left)}, width={width:.2f}, height={height:.2f}, "
                 f'fillcolor="{col}38", color="{col}"{pen}];')
 

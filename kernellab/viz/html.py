@@ -14,6 +14,7 @@ from . import data as D
 _IDS = itertools.count()
 
 CSS = """
+.kl-hp>.widget-html-content{min-width:0}
 .kl-lab{font-family:var(--jp-ui-font-family,system-ui,-apple-system,sans-serif);font-size:13px;color:inherit;
  background:transparent;line-height:1.4}
 .kl-lab h4{margin:.6em 0 .3em;font-size:14px}
@@ -21,6 +22,7 @@ CSS = """
 .kl-lab table.kl-t th,.kl-lab table.kl-t td{border-bottom:1px solid rgba(127,127,127,.3);padding:2px 8px;
  text-align:left;vertical-align:top}
 .kl-lab table.kl-t td.kl-r{text-align:right;font-variant-numeric:tabular-nums}
+.kl-lab table.kl-t tr>th:first-child{white-space:nowrap}
 .kl-lab .kl-code{font-family:var(--jp-code-font-family,ui-monospace,SFMono-Regular,Menlo,Consolas,monospace);
  font-size:12px;white-space:pre;overflow:auto;max-height:36em;border:1px solid rgba(127,127,127,.3);
  border-radius:3px;padding:4px 0;background:transparent;margin:.3em 0}
@@ -534,6 +536,8 @@ def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_
     width, height = left + cols * cw + 4, top + rows * ch + 4
     sc = f"klg{uid}"
     warp_css = "".join(f".{sc} .w{w}{{fill:{warp_color(w)}}}" for w in range(num_warps))
+    if not labels:  # colours only: the lane as the shade of its warp's colour, so each thread's cells still show
+        warp_css += "".join(f".{sc} rect.c.q{k}{{fill-opacity:{0.2 + 0.75 * k / 31:.2f}}}" for k in range(32))
     out = [f'<svg class="{sc} kl-grid" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
            f'style="{"max-width:none" if labels else "max-width:100%;height:auto"}" role="img" font-size="8">',
            f'<style>.{sc} rect.c,.{sc} rect.h{{width:{cw}px;height:{ch}px}}'
@@ -571,7 +575,7 @@ def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_
             tip += f"; {len(holders)} copies: " + " ".join(f"w{a}/t{b}/r{c_}" for a, b, c_, _ in holders[:16])
             tip += " …" if len(holders) > 16 else ""
         tip = f"<title>{esc(tip)}</title>" if labels else ""  # big tiles: no per-cell tooltips (size)
-        row_rects[r].append(f'<rect class="c w{w}" x="{x}">{tip}</rect>')
+        row_rects[r].append(f'<rect class="c w{w}{"" if labels else f" q{lane % 32}"}" x="{x}">{tip}</rect>')
         if len(holders) > 1:
             row_rects[r].append(f'<rect class="h" x="{x}" fill="url(#klh{uid})"/>')
         if labels:
@@ -612,10 +616,10 @@ def layout_svg(layout_text, shape, num_warps: int, vec: int | None = None, elem_
                 + layout_overview_svg(g, shape, rows, cols, (r0, c0)) + "</div>")
     # labelled cells keep their size (legible): a window wider than the output scrolls sideways, not shrinks
     grid = f'<div class="kl-grid-box" style="overflow-x:auto">{"".join(out)}</div>' if labels else "".join(out)
-    return head + grid + _layout_legend(g, uid, num_warps, vec)
+    return head + grid + _layout_legend(g, uid, num_warps, vec, labels)
 
 
-def _layout_legend(g, uid, num_warps, vec) -> str:
+def _layout_legend(g, uid, num_warps, vec, labels: bool = True) -> str:
     items = []
     for w in range(num_warps):
         items.append(f'<span style="display:inline-block;margin-right:10px"><svg width="14" height="12">'
@@ -633,7 +637,8 @@ def _layout_legend(g, uid, num_warps, vec) -> str:
                      f'<rect x="1" y="1" width="12" height="10" fill="none" stroke="currentColor" '
                      f'stroke-width="1.4" rx="2"/></svg> one {acc["bytes_per_access"]}-byte access '
                      f'({acc["vec"]} elements)</span>')
-    items.append('<span class="kl-dim">labels: t = lane, r = register</span>')
+    items.append('<span class="kl-dim">labels: t = lane, r = register</span>' if labels else
+                 '<span class="kl-dim">colour: warp; shade: lane (lane 0 lightest, lane 31 darkest)</span>')
     return '<div style="margin:.3em 0">' + "".join(items) + "</div>"
 
 
@@ -796,7 +801,7 @@ def smem_legend(plan, barriers=(), highlight=None) -> str:
     barriers: names live here, not on the chart, so they never collide."""
     items = []
     for k, b in enumerate(plan):
-        stages = f' · {b["stages"]} stages' if b.get("stages") else ""
+        stages = f' · {b["stages"]} stage{"s" if b["stages"] != 1 else ""}' if b.get("stages") else ""
         strong = ' style="font-weight:600"' if highlight == k else ""
         items.append(f'<div class="kl-key"{strong}><svg width="14" height="12"><rect width="14" height="12" '
                      f'fill="{PALETTE[k % len(PALETTE)]}" fill-opacity=".7"/></svg> {k}: {esc(b["op"])} '
@@ -818,7 +823,8 @@ def ptx_barriers(ptx: str | None) -> list[str]:
 
 
 def _stages(b: dict) -> str:
-    return f'{b["stages"]} × {b.get("stage_bytes", 0)} B' if b.get("stages") else "—"
+    # non-breaking spaces: "3 × 8192 B" on one line of the table, not "B" alone on the next
+    return f'{b["stages"]}\u00a0×\u00a0{b.get("stage_bytes", 0)}\u00a0B' if b.get("stages") else "—"
 
 
 def smem_table(m: dict) -> str:

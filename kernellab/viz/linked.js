@@ -149,7 +149,8 @@ function render({ model, el }) {
     let texts, srcs, dims, nums;
     if (p.kind === "source") {
       // a helper from another file: a heading row, then its lines (key OTHER * k + line, shown as `line`)
-      texts = data.source.map(x => x.text); srcs = data.source.map(x => x.n);
+      // a line no stage has code from (blank, a signature's continuation) is not coloured: nothing came from it
+      texts = data.source.map(x => x.text); srcs = data.source.map(x => x.used === false ? null : x.n);
       nums = data.source.map(x => x.head ? "" : (x.line ?? x.n)); dims = null;
       p.noteEl.style.display = "none";
     } else {

@@ -156,8 +156,10 @@ def linked_data(compiled, with_sass: bool = True) -> dict:
     rng = D.kernel_source_range(trace.passes[0]) if trace.passes else None
     first = min(used + ([rng[0]] if rng else [])) if used or rng else 1
     last = max(used + ([rng[1]] if rng else [])) if used or rng else len(source_lines)
-    src = [{"n": n, "text": source_lines[n - 1].rstrip("\n") if 0 < n <= len(source_lines) else ""}
-           for n in range(first, last + 1)]
+    # `used`: some stage has a line from it (the view colours only those: a blank or a signature line made nothing)
+    made = {x for s in stages for x in s["src"] if x is not None}
+    src = [{"n": n, "text": source_lines[n - 1].rstrip("\n") if 0 < n <= len(source_lines) else "",
+            "used": n in made} for n in range(first, last + 1)]
     for f, k in others.items():  # the lines of helpers from other files, under their file's name
         import linecache
 
@@ -165,6 +167,7 @@ def linked_data(compiled, with_sass: bool = True) -> dict:
         text = linecache.getlines(f)
         src.append({"n": None, "head": True, "text": f"── {os.path.basename(f)} ({f}) ──"})
         src += [{"n": OTHER * k + n, "line": n, "label": f"{os.path.basename(f)} line {n}",
+                 "used": OTHER * k + n in made,
                  "text": text[n - 1].rstrip("\n") if 0 < n <= len(text) else ""} for n in range(mine[0], mine[-1] + 1)]
     panes = [x for x in ("ptx", "sass") if x in ids]
     if len(panes) < 2:
@@ -219,23 +222,26 @@ def counterparts(data: dict, stage_id: str, source_line: int) -> list[int]:
 
 # --------------------------------------------------------------------------- static HTML (no JavaScript)
 
+# scoped to the static copy (.kl-lk-static): its stylesheet stays in the page under the live view, whose lines
+# carry their own numbers (a second counter would number every line twice)
 STATIC_CSS = """
-.kl-lk{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;color:inherit}
-.kl-lk .kl-lk-panes{display:flex;gap:8px;align-items:stretch;width:100%}
-.kl-lk .kl-lk-pane{flex:1 1 0;min-width:0;display:flex;flex-direction:column;border:1px solid rgba(127,127,127,.35);
- border-radius:3px}
-.kl-lk .kl-lk-pane.kl-lk-src{flex:0.9 1 0}
-.kl-lk .kl-lk-head{padding:3px 6px;border-bottom:1px solid rgba(127,127,127,.35);font-weight:600;white-space:nowrap;
- overflow:hidden;text-overflow:ellipsis}
-.kl-lk .kl-lk-body{overflow:auto;max-height:520px;font-family:var(--jp-code-font-family,ui-monospace,Menlo,monospace);
- font-size:12px;line-height:17px;tab-size:4;position:relative;counter-reset:kl-n var(--n0,0)}
-.kl-lk .kl-lk-body>div{white-space:pre;padding-right:8px;min-width:max-content}
-.kl-lk .kl-lk-body>div::before{counter-increment:kl-n;content:counter(kl-n);display:inline-block;width:4.2em;
- text-align:right;padding-right:8px;opacity:.55;user-select:none}
-.kl-lk .kl-lk-body i{font-style:normal;opacity:.45}
-.kl-lk .kl-lk-body>div.h{font-weight:600;opacity:.8}
-.kl-lk .kl-lk-body>div.h::before{content:"";counter-increment:none}
-.kl-lk .kl-lk-note{opacity:.7;padding:4px 6px;font-style:italic}
+.kl-lk.kl-lk-static{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;color:inherit}
+.kl-lk.kl-lk-static .kl-lk-panes{display:flex;gap:8px;align-items:stretch;width:100%}
+.kl-lk.kl-lk-static .kl-lk-pane{flex:1 1 0;min-width:0;display:flex;flex-direction:column;
+ border:1px solid rgba(127,127,127,.35);border-radius:3px}
+.kl-lk.kl-lk-static .kl-lk-pane.kl-lk-src{flex:0.9 1 0}
+.kl-lk.kl-lk-static .kl-lk-head{padding:3px 6px;border-bottom:1px solid rgba(127,127,127,.35);font-weight:600;
+ white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+.kl-lk.kl-lk-static .kl-lk-body{overflow:auto;max-height:520px;
+ font-family:var(--jp-code-font-family,ui-monospace,Menlo,monospace);font-size:12px;line-height:17px;tab-size:4;
+ position:relative;counter-reset:kl-n var(--n0,0)}
+.kl-lk.kl-lk-static .kl-lk-body>div{white-space:pre;padding-right:8px;min-width:max-content}
+.kl-lk.kl-lk-static .kl-lk-body>div::before{counter-increment:kl-n;content:counter(kl-n);display:inline-block;
+ width:4.2em;text-align:right;padding-right:8px;opacity:.55;user-select:none}
+.kl-lk.kl-lk-static .kl-lk-body i{font-style:normal;opacity:.45}
+.kl-lk.kl-lk-static .kl-lk-body>div.h{font-weight:600;opacity:.8}
+.kl-lk.kl-lk-static .kl-lk-body>div.h::before{content:"";counter-increment:none}
+.kl-lk.kl-lk-static .kl-lk-note{opacity:.7;padding:4px 6px;font-style:italic}
 """
 
 
@@ -259,12 +265,13 @@ def linked_html(data: dict, panes=None) -> str:
     stages = {s["id"]: s for s in data["stages"]}
     if panes is None:
         panes = [x for x in ("ptx",) if x in stages] or data["panes"][:1]
-    used = {x["n"] for x in data["source"] if x["n"] is not None}
+    used = {x["n"] for x in data["source"] if x["n"] is not None and x.get("used", True)}
     first = data["source"][0]["n"] if data["source"] else 1
     cols = ['<div class="kl-lk-pane kl-lk-src"><div class="kl-lk-head">kernel source</div>'
             f'<div class="kl-lk-body" style="--n0:{first - 1}">'
             + "".join(f'<div class="h">{H.esc_text(x["text"])}</div>' if x.get("head") else
-                      _line_html(x["text"], x["n"], reset=x.get("line")) for x in data["source"]) + "</div></div>"]
+                      _line_html(x["text"], x["n"] if x.get("used", True) else None, reset=x.get("line"))
+                      for x in data["source"]) + "</div></div>"]
     for sid in panes:
         st = stages[sid]
         if st["lines"] is None:
@@ -276,8 +283,9 @@ def linked_html(data: dict, panes=None) -> str:
                     '<div class="kl-lk-body">'
                     + "".join(_line_html(t, s, d) for t, s, d in zip(st["lines"], st["src"], dims))
                     + "</div></div>")
-    colours = "".join(f".kl-lk .s{n}{{background:{color(n)}}}" for n in sorted(used))
-    return (f'<div class="kl-lk"><style>{STATIC_CSS}{colours}</style><div class="kl-lk-head" style="border:0">'
+    colours = "".join(f".kl-lk.kl-lk-static .s{n}{{background:{color(n)}}}" for n in sorted(used))
+    return (f'<div class="kl-lk kl-lk-static"><style>{STATIC_CSS}{colours}</style>'
+            '<div class="kl-lk-head" style="border:0">'
             f'{H.esc(data["kernel"])}: each line coloured by the source line it came from '
             '<span style="font-weight:400;opacity:.7">(static copy: run the cell for hover, click, search and the '
             'other stages)</span>'

@@ -281,7 +281,7 @@ class _KernelCell:
             show_views(self.compiled, shown)
         if "perf" in views and bench is None:
             self.show_recorded("the perf view shows --bench results; this cell ran no benchmark, so here are "
-                               "the recorded ones")
+                               "the recorded ones", placed=self.placed(kernel, args, kwargs))
 
     def compare(self, kernel, args, kwargs, launch, target):
         """--compare A B: both option sets compiled (GPU stages too), shown side by side (kernellab.viz.compare)."""
@@ -688,10 +688,25 @@ class _KernelCell:
         if note:
             self.say("info", note)
         title = f"{placed[0].label} on the recorded roofline" if placed else None
-        display(PerformanceView(results[0], placed=placed, title=title))
+        display(PerformanceView(pick_recorded(results, self._kernel, self.compiled), placed=placed, title=title))
 
 
 # --------------------------------------------------------------------------------------------- helpers
+def pick_recorded(results: list, kernel=None, compiled=None) -> dict:
+    """The recorded results a cell's roofline shows: those of the benchmark like the cell's kernel (attention, a
+    matmul: a tl.dot; else the memory-bound set), with points to draw, an H200's first; else the newest with
+    points. (The newest file of all may be one whose rows make no point.)"""
+    from .roofline import points_from_rows
+
+    name = (getattr(kernel, "__name__", "") or "").lower()
+    tile = (getattr(compiled, "asm", None) or {}).get("ttir", "") if compiled is not None else ""
+    kind = ("attention" if "attn" in name or "attention" in name else
+            "matmul" if "matmul" in name or "gemm" in name or "tt.dot" in tile else "memory_bound")
+    drawable = [r for r in results if points_from_rows(r["rows"])]
+    like = [r for r in drawable if r.get("file", "").endswith(f"-{kind}.json")]
+    return next((r for r in like if r.get("gpu") == "NVIDIA H200"), None) or (like or drawable or results)[0]
+
+
 def parse_views(text: str) -> list[str]:
     """"passes,layout" -> ["passes", "layout"]; 'all', 'none'; unknown names stop the magic with a message."""
     text = (text or "").strip().lower()

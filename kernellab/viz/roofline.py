@@ -15,6 +15,7 @@ import base64
 import datetime
 import io
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -225,6 +226,9 @@ def recorded_results(gpu_only: bool = True, benchmark: str | None = None) -> lis
             if row.get("flops") is None:
                 est = estimate_flops(row["case"])
                 row["flops"], row["flops_estimated"] = est, est is not None
+            if not row.get("bytes"):  # matmul and attention files record FLOPs only: no point without bytes
+                est = estimate_bytes(row)
+                row["bytes"], row["bytes_estimated"] = est, est is not None
             fixed.append(row)
         if gpu_only and not fixed:  # a result file of another shape (idioms: rows by workload and variant)
             continue
@@ -323,6 +327,27 @@ def estimate_flops(case: str) -> int | None:
         return per * int(m.group(1)) ** int(m.group(2))
     m = re.search(r"\bn=(\d+)", case)
     return per * int(m.group(1)) if m else None
+
+
+_ELEM_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2}
+
+
+def estimate_bytes(row: dict) -> int | None:
+    """The bytes a recorded matmul or attention case must move at least (each input read once, the output written
+    once), for rows that record only FLOPs: "float16 4096x4096x4096" (A, B and C; fp8 inputs with an fp16 C), or an
+    attention row with batch, heads, seq and head_dim (fp16 q, k, v read and o written; the backward also reads o
+    and do and writes dq, dk, dv). None for a case it does not know."""
+    case = str(row.get("case", ""))
+    m = re.match(r"\s*(\w+)\s+(\d+)x(\d+)x(\d+)\b", case)
+    if m:
+        dtype, (mm, nn, kk) = m.group(1), map(int, m.groups()[1:])
+        elem = 1 if dtype.startswith(("fp8", "float8")) else _ELEM_BYTES.get(dtype)
+        return None if elem is None else (mm * kk + kk * nn) * elem + mm * nn * max(elem, 2)
+    dims = [row.get(k) for k in ("batch", "heads", "seq", "head_dim")]
+    if all(isinstance(d, int) and d > 0 for d in dims):
+        b, h, n, d = dims
+        return (8 if row.get("mode") == "bwd" else 4) * b * h * n * d * 2
+    return None
 
 
 # --------------------------------------------------------------------------------------------- points
@@ -442,10 +467,8 @@ def roofline_figure(points, peaks: dict | None, title: str = "Roofline", recorde
             ax.scatter([k.intensity], [top], marker="*", s=160, color="C3", zorder=6, edgecolors="white",
                        linewidths=0.6)
             ax.annotate(f"{k.label}\n≤ {top / 1e12:.3g} TFLOP/s", (k.intensity, top), textcoords="offset points",
-                        xytext=(6, -22), fontsize=8, color="C3")
-    for label, p in _annotations(points):
-        ax.annotate(label, (p.intensity, p.flops_per_s), textcoords="offset points", xytext=(6, 4), fontsize=7,
-                    color="0.3")
+                        xytext=(6, -22), fontsize=8, color="C3", gid="kl-placed", zorder=7,
+                        bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8})
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -459,6 +482,39 @@ def roofline_figure(points, peaks: dict | None, title: str = "Roofline", recorde
     # the legend outside the axes, to the right: it never covers a point
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)
     _room_for_the_legend(fig, ax.get_legend_handles_labels()[1], two_line_title=bool(sub))
+    # point labels: right of their point, left of it in the right third (not into the legend); a label that would
+    # overlap a point, a label already placed (the fastest groups first) or the user's kernel's is left out
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    ax.get_ylim()  # the autoscaled limits, before measuring where labels land
+    from matplotlib.transforms import Bbox
+
+    marks = []
+    for p in points:  # the markers too: a label over a point hides it
+        x, y = ax.transData.transform((p.intensity, p.flops_per_s))
+        marks.append(Bbox([[x - 4, y - 4], [x + 4, y + 4]]))
+    frame = ax.get_window_extent(renderer)
+    for t in ax.texts:  # the user's kernel's label: below right of its star, else a corner in the axes clear of points
+        if t.get_gid() == "kl-placed":
+            for xy, ha in (((6, -22), "left"), ((-8, -22), "right"), ((6, 6), "left"), ((-8, 6), "right"),
+                           ((6, -22), "left")):  # the last: the first again, when every corner covers a point
+                t.xyann = xy
+                t.set_ha(ha)
+                box = t.get_window_extent(renderer)
+                if frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1) and \
+                        not any(box.overlaps(b) for b in marks):
+                    break
+    taken = [t.get_window_extent(renderer) for t in ax.texts] + marks
+    for label, p in sorted(_annotations(points), key=lambda t: -t[1].flops_per_s):
+        right = math.log(p.intensity / lo) > 0.66 * math.log(hi / lo)
+        t = ax.annotate(label, (p.intensity, p.flops_per_s), textcoords="offset points",
+                        xytext=(-6, 4) if right else (6, 4), ha="right" if right else "left", fontsize=7, color="0.3")
+        box = t.get_window_extent(renderer)
+        if any(box.overlaps(b) for b in taken):
+            t.remove()
+        else:
+            taken.append(box)
     return fig
 
 
@@ -485,14 +541,15 @@ def _annotations(points):
     out = []
     for pts in groups.values():
         labels = list(dict.fromkeys(p.label for p in pts))
+        mine = [p for p in pts if p.impl == "kernellab"] or pts
+        best = max(mine, key=lambda p: p.flops_per_s)
         if len(labels) == 1:
             text = labels[0]
         else:
-            prefix = os.path.commonprefix(labels)
-            prefix = prefix if prefix.endswith(" ") else prefix.rsplit(" ", 1)[0]
-            text = f"{prefix.strip() or labels[0]} (x{len(labels)})"
-        mine = [p for p in pts if p.impl == "kernellab"] or pts
-        out.append((text, max(mine, key=lambda p: p.flops_per_s)))
+            # the words the cases share ("softmax fp32"), else the fastest one's name: never a word cut in two
+            words = os.path.commonprefix([x.split() for x in labels])
+            text = f"{' '.join(words)} (x{len(labels)})" if words else f"{best.label} (+{len(labels) - 1})"
+        out.append((text, best))
     return out
 
 
@@ -599,9 +656,11 @@ class PerformanceView:
             if pts or self.placed:
                 est = [r for r in self.rows if r.get("flops_estimated")]
                 how = est[0].get("flops_how", "each case's elementwise arithmetic") if est else ""
+                notes = ([f"FLOPs estimated from {how}"] if est else []) + (
+                    ["bytes: each input read and the output written once"]
+                    if any(r.get("bytes_estimated") for r in self.rows) else [])
                 figs.append(roofline_figure(pts, self.peaks, self.title, recorded=self.recorded, gpu=self.gpu,
-                                            date=self.date, note=f"FLOPs estimated from {how}" if est else None,
-                                            placed=self.placed))
+                                            date=self.date, note="; ".join(notes) or None, placed=self.placed))
             sweep = self._sweep()
             if sweep is not None:
                 figs.append(sweep)

@@ -51,7 +51,9 @@ def _html_pane(value="", height=None):
     layout = W.Layout(width="auto", overflow="auto")
     if height:
         layout.max_height = height
-    return W.HTML(value=value, layout=layout)
+    pane = W.HTML(value=value, layout=layout)
+    pane.add_class("kl-hp")  # html.CSS: its content as wide as the pane, a long code line scrolls in its own box
+    return pane
 
 
 def _trunc(s: str, n: int = 110) -> str:
@@ -140,8 +142,8 @@ class PassesView(_View):
                          layout=W.Layout(width="auto", flex_flow="row nowrap", align_items="center"))
         controls = W.HBox([self.diff_toggle, self.side_toggle, self.search, self.only_matches],
                           layout=W.Layout(width="auto", flex_flow="row wrap", align_items="center"))
-        panes = W.HBox([col([self.ir_pane], 3), col([self.source_pane], 2)],
-                       layout=W.Layout(width="auto", align_items="flex-start"))
+        self.ir_col, self.source_col = col([self.ir_pane], 3), col([self.source_pane], 2)
+        panes = W.HBox([self.ir_col, self.source_col], layout=W.Layout(width="auto", align_items="flex-start"))
         pickers = W.HBox([col([W.HTML("<b>IR line</b> (pick one to see its source line)"), self.ir_select], 3),
                           col([W.HTML("<b>kernel source</b> (pick a line to see the IR it became)"),
                                self.src_select], 2)], layout=W.Layout(width="auto"))
@@ -255,6 +257,9 @@ class PassesView(_View):
             f'<b>{i}. {H.esc(p.name)}</b> — {H.esc(p.description)} '
             f'<span class="kl-dim">({r["ms"]:.2f} ms{"; " + H.esc(found) if found else ""})</span> {badge}')
         self.side_toggle.disabled = not self.diff_toggle.value
+        # a side-by-side diff is two columns of IR: it gets more of the width, the source pane less
+        sbs = self.diff_toggle.value and self.side_toggle.value
+        self.ir_col.layout.flex, self.source_col.layout.flex = ("3 1 0%", "1 1 0%") if sbs else ("3 1 0%", "2 1 0%")
         if self.diff_toggle.value and self.side_toggle.value:
             before = self.trace.passes[i - 1].ir if i > 0 else ""
             body = H.side_by_side(before, p.ir, context=None if not self.only_matches.value else 3)
@@ -305,6 +310,12 @@ class PassesView(_View):
 # --------------------------------------------------------------------------- layouts
 
 
+def _kind(v: dict) -> str:
+    """'  (#L5 = #mma)': which kind of layout the type's alias stands for, in the value menu."""
+    text, alias = v.get("layout") or "", v.get("alias")
+    return f"  ({alias} = {text.split('<', 1)[0]})" if text.startswith("#") and alias and alias != text else ""
+
+
 class LayoutView(_View):
     """Dropdown of the GPU IR's tensor values (and stores) -> the layout grid SVG and what it means."""
 
@@ -329,17 +340,21 @@ class LayoutView(_View):
         for v in self.values:
             acc = next((a for a in self.accesses if a["op"] == "tt.load" and a["name"] == v["name"]), None)
             role = f"  — {roles[v['name']]}" if v["name"] in roles else ""
-            self.entries.append((f"{v['name']} = {v['op']} : {v['type']}  (line {v['line']}){role}", v, acc))
+            self.entries.append((f"{v['name']} = {v['op']} : {v['type']}{_kind(v)}  (line {v['line']}){role}", v,
+                                 acc))
         for a in self.accesses:
             if a["op"] == "tt.store":
                 v = {k: a[k] for k in ("name", "type", "shape", "elem", "elem_bytes", "alias", "layout", "line",
                                        "ir_line", "defined_by")}
                 v["op"] = "stored by tt.store"
-                self.entries.append((f"tt.store of {a['name']} : {a['type']}  (line {a['line']})", v, a))
+                self.entries.append((f"tt.store of {a['name']} : {a['type']}{_kind(v)}  (line {a['line']})", v, a))
         start = 0
+        dots = [k for k, v in enumerate(self.values) if roles.get(v["name"], "").startswith("result of")]
         if value is not None:
             v = H.pick_value(self.values, value)
             start = next(k for k, e in enumerate(self.entries) if e[1] is v)
+        elif dots:  # a kernel with a tl.dot opens on its accumulator: the tensor-core layout is what people look for
+            start = dots[0]
         elif any(e[2] for e in self.entries):
             start = next(k for k, e in enumerate(self.entries) if e[2])
         self.dropdown = W.Dropdown(options=[(e[0], k) for k, e in enumerate(self.entries)], value=start,

@@ -13,6 +13,27 @@ from tests.browser.test_lab_browser import CHROMIUM_ARGS, SHOTS
 ERROR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]:has-text("most recent call last")'
 ERROR_JS = """[...document.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
     .some(o => o.textContent.includes('most recent call last'))"""
+# prose (paragraphs, headings, list items, table cells) cut off by a box that clips or scrolls; code boxes, the
+# layout grid, the graph and the pass stepper's panes scroll on purpose
+CLIPPED = """root => {
+    // prose (paragraphs, headings, list items, table cells) cut off by a box that clips or scrolls: text a
+    // reader cannot see without a scrollbar meant for code
+    const out = [];
+    for (const el of root.querySelectorAll('p, h4, li, td, th, b')) {
+        if (!el.getClientRects().length || el.closest('.kl-code, .kl-grid-box, .kl-gvp, .kl-pane')) continue;
+        const r = el.getBoundingClientRect();
+        for (let a = el.parentElement; a && a !== root.parentElement; a = a.parentElement) {
+            const cs = getComputedStyle(a);
+            if (cs.overflowX !== 'visible') {
+                const ar = a.getBoundingClientRect();
+                if (r.right > ar.right + 1) out.push(`${el.tagName} "${el.textContent.trim().slice(0, 50)}" `
+                    + `right=${Math.round(r.right)} box=${a.className.slice(0, 40)} right=${Math.round(ar.right)}`);
+                break;
+            }
+        }
+    }
+    return out.slice(0, 10);
+}"""
 # appended to a selector: only the live views, not their static copies (hidden outputs before them: fallback.py)
 LIVE = ":not(.kl-static-copy *)"
 
@@ -38,7 +59,8 @@ def run_notebook(lab, name: str, cells, ready_js: str, shot: str):
 def open_and_run(lab, name: str, ready_js: str = "true", shot: str = "nb", timeout_s: int = 240):
     """Open notebook `name` of the lab's root at 1600x1000, Run All, wait until the last code cell ran, nothing
     is queued and the kernel is idle (or a cell raised: the test fails with its traceback and a screenshot
-    `<shot>_error.png`), then until `ready_js` holds; yields the page (page errors in `page.errors`)."""
+    `<shot>_error.png`), then until `ready_js` holds; yields the page (uncaught page errors in `page.errors`,
+    console errors in `page.console_errors`)."""
     from playwright.sync_api import sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -50,8 +72,9 @@ def open_and_run(lab, name: str, ready_js: str = "true", shot: str = "nb", timeo
         context = browser.new_context(viewport={"width": 1600, "height": 1000}, device_scale_factor=1)
         try:
             pg = context.new_page()
-            pg.errors = []
+            pg.errors, pg.console_errors = [], []
             pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+            pg.on("console", lambda m: m.type == "error" and pg.console_errors.append(m.text))
             # reset: a fresh workspace, no panel of an earlier test restored beside this notebook
             pg.goto(f"{lab['base']}/lab/tree/{name}?reset&token={lab['token']}")
             pg.wait_for_selector(".jp-NotebookPanel .jp-CodeCell", timeout=60_000)

@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -80,12 +81,20 @@ def lab(tmp_path_factory):
     pytest.importorskip("jupyterlab", reason="JupyterLab is not installed (pip install -e '.[lab]')")
     pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install -e '.[lab]')")
     pytest.importorskip("ipywidgets", reason="ipywidgets is not installed (pip install -e '.[lab]')")
-    jupyter = Path(sys.executable).with_name("jupyter")
-    if not jupyter.exists():
+    if not Path(sys.executable).with_name("jupyter").exists():
         pytest.skip(f"no jupyter next to {sys.executable}")
-
     tmp = tmp_path_factory.mktemp("lab")
     _require_gpu_stages(tmp / "probe-cache")
+    with jupyterlab(tmp, chromium) as server:
+        yield server
+
+
+@contextmanager
+def jupyterlab(tmp: Path, chromium: str, theme: str | None = None):
+    """JupyterLab on a copy of the notebooks under `tmp` (its own settings, cache and runtime folders): yields
+    {base, token, root, chromium, log}; shut down after. `theme`: e.g. "JupyterLab Dark". Shared by the `lab`
+    fixture and benchmarks/tools/lab_screenshots.py."""
+    jupyter = Path(sys.executable).with_name("jupyter")
     root = tmp / "notebooks"
     shutil.copytree(ROOT / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     # Lab settings of our own: render every cell (no windowing, so off-screen outputs are in the DOM), no
@@ -97,6 +106,9 @@ def lab(tmp_path_factory):
     (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
     (settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    if theme:
+        (settings / "@jupyterlab" / "apputils-extension" / "themes.jupyterlab-settings").write_text(
+            json.dumps({"theme": theme}))
     env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"),
                KERNELLAB_CACHE_DIR=str(tmp / "kernellab-cache"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"))
     env.pop("JUPYTER_CONFIG_DIR", None)

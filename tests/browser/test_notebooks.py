@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.browser.lab_page import LIVE, open_and_run
+from tests.browser.lab_page import CLIPPED, LIVE, open_and_run
 from tests.browser.test_lab_browser import ROOT, SHOTS, lab  # noqa: F401  (the JupyterLab fixture)
 
 pytestmark = pytest.mark.slow
@@ -73,6 +73,7 @@ def test_notebook_runs_and_every_view_draws(lab, name):  # noqa: F811
                 drawn = panel.evaluate(DRAWN)
                 assert drawn["text"] > 20 and drawn["h"] > 60, (name, title, drawn)
                 assert tab.evaluate(OUTSIDE) == [], (name, title, tab.evaluate(OUTSIDE))
+                assert panel.evaluate(CLIPPED) == [], (name, title, panel.evaluate(CLIPPED))  # prose cut off
                 if title.strip() == "linked":  # hovering a source line lights its lines in the stage panes
                     line = panel.locator(".kl-lk-src .kl-lk-l[data-s]").nth(3)
                     line.hover()
@@ -101,3 +102,4 @@ def test_notebook_runs_and_every_view_draws(lab, name):  # noqa: F811
             assert m.locator(".kl-am-prog:visible").count() == 1
             assert after == "program (0, 0, 0)" and (before != after or picks.count() == 1), (before, after)
         assert not page.errors, page.errors
+        assert not page.console_errors, page.console_errors

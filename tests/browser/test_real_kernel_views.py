@@ -2,14 +2,16 @@
 headless Chromium, at 1280 and 1600 px: what is on screen. The pass stepper's panes are not clipped and
 scroll once (no stacked scrollbars), its next button steps; the layout of attention's p·v A operand (#mma)
 is drawn with legible, labelled cells; the shared-memory chart's labels do not overlap and its headline
-counts the PTX's barriers; the roofline image loads. Screenshots: artifacts/screenshots/real_*.png."""
+counts the PTX's barriers; the roofline image loads; the graph's boxes are not greyed by the lab's stylesheet; the
+linked view numbers each line once and colours only the source lines that made code; no page or console error.
+Screenshots: artifacts/screenshots/real_*.png."""
 from __future__ import annotations
 
 import re
 
 import pytest
 
-from tests.browser.lab_page import LIVE, run_notebook
+from tests.browser.lab_page import CLIPPED, LIVE, run_notebook
 from tests.browser.test_lab_browser import ROOT, SHOTS, lab  # noqa: F401  (the JupyterLab fixture)
 
 pytestmark = pytest.mark.slow
@@ -24,6 +26,8 @@ CELLS = [
     "layout.dropdown.value = next(k for k, e in enumerate(layout.entries) if 'A operand' in e[0]); layout",
     "smem = kv.SharedMemoryView(R.attention()); smem",
     "PerformanceView(recorded_results()[0], placed=[Placed('matmul_kernel', 2 * 4096**3, 3 * 4096 * 4096 * 2)])",
+    "kv.GraphView(R.matmul())",
+    "kv.LinkedView(R.attention())",
 ]
 
 
@@ -63,6 +67,9 @@ OVERLAPS = """svg => {
     }
     return out;
 }"""
+
+
+
 
 
 @pytest.fixture(scope="module")
@@ -158,3 +165,50 @@ def test_roofline_image(notebook_page):
     assert img.evaluate("i => i.naturalWidth") > 100
     assert "/work/" not in page.locator(".kl-perf").first.inner_text()
     img.screenshot(path=str(SHOTS / "real_roofline_1280.png"))
+
+
+def test_graph_boxes_are_drawn_at_full_strength(notebook_page):
+    page = notebook_page
+    _at(page, 1280)
+    view = page.locator(f".kl-graph{LIVE}").first
+    view.scroll_into_view_if_needed()
+    view.locator("g.node").first.wait_for(timeout=30_000)
+    faded = view.evaluate("""g => [...g.querySelectorAll('g.node')].filter(n => {
+        for (let e = n; e && e !== g; e = e.parentElement) if (+getComputedStyle(e).opacity < 1) return true;
+        return false; }).map(n => n.textContent.trim().slice(0, 30))""")
+    assert faded == [], faded
+    view.screenshot(path=str(SHOTS / "real_graph_1280.png"))
+
+
+def test_linked_lines_are_numbered_once_and_blank_lines_uncoloured(notebook_page):
+    page = notebook_page
+    _at(page, 1280)
+    view = page.locator(f".kl-lk{LIVE}").first
+    view.scroll_into_view_if_needed()
+    view.locator(".kl-lk-l").first.wait_for(timeout=30_000)
+    doubled = view.evaluate("""v => [...v.querySelectorAll('.kl-lk-l')].slice(0, 200).filter(l =>
+        !['none', 'normal', ''].includes(getComputedStyle(l, '::before').content)).length""")
+    assert doubled == 0
+    src = view.locator(".kl-lk-pane").first
+    blank_coloured = src.evaluate("""p => [...p.querySelectorAll('.kl-lk-l')].filter(l =>
+        l.textContent.replace(/^\\s*\\d+/, '').trim() === '' && l.hasAttribute('data-s')).length""")
+    assert blank_coloured == 0
+    view.screenshot(path=str(SHOTS / "real_linked_1280.png"))
+
+
+@pytest.mark.parametrize("width", [1280, 1600])
+def test_prose_is_not_cut_off(notebook_page, width):
+    """The shared-memory view's notes ran under the pane's edge: a long IR line in its code box widened the pane's
+    content past the pane (the box scrolled, the text beside it was cut)."""
+    page = notebook_page
+    _at(page, width)
+    for name in ("SharedMemoryView", "LayoutView", "PassesView"):
+        cell = page.locator(".jp-CodeCell", has_text=name).first
+        cell.scroll_into_view_if_needed()
+        view = cell.locator(f".jp-OutputArea-output:not(.kl-static-copy *) .widget-vbox{LIVE}").first
+        assert view.evaluate(CLIPPED) == [], name
+
+
+def test_no_page_or_console_errors(notebook_page):
+    assert notebook_page.errors == [] and notebook_page.console_errors == [], \
+        (notebook_page.errors, notebook_page.console_errors)

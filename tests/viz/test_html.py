@@ -209,7 +209,7 @@ def test_smem_svg_and_html(cks, name):
     if name == "transpose":
         assert "4-way" in out
     if name == "matmul":  # the pipelined loop: stage buffers, the waits that order them, their encodings
-        assert "cp.async.wait_group" in out and "3 × " in out
+        assert "cp.async.wait_group" in out and "3\u00a0×\u00a0" in out
         assert "rows padded by 16 bytes: each row starts one bank group further" in out  # 32x32 tiles: mma.sync
         assert out.count("bank group") >= 2 * 8  # a picture per stage buffer
 

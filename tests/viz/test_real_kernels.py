@@ -396,9 +396,83 @@ def test_layout_zoom_and_one_period():
     v.dropdown.value = next(k for k, e in enumerate(v.entries) if e[0].startswith("tt.store"))
     assert len(cell_labels(v.pane.value)) == 32 * 32
     v.zoom.value = "64"
-    assert len(re.findall(r'<rect class="c w\d"', v.pane.value)) == 64 * 64 and not cell_labels(v.pane.value)
+    assert len(re.findall(r'<rect class="c w\d q\d+"', v.pane.value)) == 64 * 64 and not cell_labels(v.pane.value)
+    # colours only: the lane is the shade, so the threads still show (the warp's colour alone drew bands)
+    assert len(set(re.findall(r'<rect class="c w\d q(\d+)"', v.pane.value))) == 32 and "shade: lane" in v.pane.value
     v.zoom.value = "period"
     period = H.layout_period(v.current["layout"], v.current["shape"])
     assert period == (16, 64) and v.window() == period
     assert len(cell_labels(v.pane.value)) == 16 * 64 and "rows 0–15 of 128" in v.pane.value
     assert v.row0.step == 8 and v.col0.layout.display == "none"  # the period spans every column
+
+
+# ----------------------------------------------------------------------------------------- seen in a browser
+# What a look at the views in Chromium found (benchmarks/tools/lab_screenshots.py); the browser test checks the
+# same on screen (tests/browser/test_real_kernel_views.py).
+@pytest.mark.parametrize("name", KERNELS)
+def test_layout_view_opens_on_the_dot_result_in_its_mma_layout(name):
+    v = kv.LayoutView(getattr(R, name)())
+    label, value, _ = v.entries[v.dropdown.value]
+    assert "result of the dot" in label and value["layout"].startswith("#mma"), label
+    assert "= #mma)" in label  # the menu says what the alias (#L5) stands for
+    assert all("(#L" in e[0] and " = #" in e[0] for e in v.entries if e[1].get("alias")), v.entries[0][0]
+
+
+def test_graph_boxes_do_not_take_a_class_the_lab_stylesheet_styles():
+    """The graph's boxes were `class="kl-n ..."`: html.CSS's line-number class (opacity .45) greyed every box."""
+    from kernellab.viz import graph as G
+    from kernellab.viz.graph_model import build_graph
+
+    dot = G.graph_dot(build_graph(R.matmul().trace.snapshot("tile")))
+    classes = set(re.findall(r'class="([^"]+)"', dot))
+    styled = set(re.findall(r"\.(kl-[\w-]+)", H.CSS))
+    assert classes and all(not (set(c.split()) & styled) for c in classes), (classes, styled)
+
+
+def test_linked_static_copy_styles_only_itself_and_blank_lines_are_not_coloured():
+    """The static copy's stylesheet stays in the page under the live view: unscoped, its `::before` line numbers
+    doubled every live line's number."""
+    from kernellab.viz import linked as L
+
+    rules = [r for r in L.STATIC_CSS.replace("\n", "").split("}") if r.strip()]
+    assert rules and all(r.strip().startswith(".kl-lk.kl-lk-static") for r in rules), rules
+    data = L.linked_data(R.attention())
+    src = {x["n"]: x for x in data["source"] if x["n"] is not None}
+    blank = [x for x in src.values() if not x["text"].strip()]
+    assert blank and not any(x["used"] for x in blank)
+    assert any(x["used"] for x in src.values() if "tl.dot" in x["text"])
+    assert 'class="kl-lk kl-lk-static"' in L.linked_html(data)
+
+
+def test_recorded_matmul_and_attention_rows_are_on_the_roofline():
+    """Their files record FLOPs and no bytes: the newest file (attention) drew "no points" in every %%kernel cell's
+    perf view on a machine without a GPU."""
+    from kernellab.viz.magic import pick_recorded
+    from kernellab.viz.roofline import estimate_bytes, points_from_rows, recorded_results
+
+    assert estimate_bytes({"case": "float16 1024x512x256"}) == (1024 * 256 + 256 * 512) * 2 + 1024 * 512 * 2
+    assert estimate_bytes({"case": "fp8e4m3 64x64x64"}) == 2 * 64 * 64 + 64 * 64 * 2
+    row = {"case": "hd64 s1024 full", "batch": 4, "heads": 16, "seq": 1024, "head_dim": 64}
+    assert estimate_bytes(row) == 4 * 4 * 16 * 1024 * 64 * 2 and estimate_bytes({**row, "mode": "bwd"}) == 2 * estimate_bytes(row)
+    assert estimate_bytes({"case": "softmax fp32 M=1 N=2"}) is None
+    results = recorded_results()
+    if not results:
+        pytest.skip("no recorded results in this checkout")
+    for kernel, kind in ((R.matmul(), "matmul"), (R.attention(), "attention")):
+        r = pick_recorded(results, type("K", (), {"__name__": kernel.name})(), kernel)
+        assert r["file"].endswith(f"-{kind}.json") and points_from_rows(r["rows"]), r["file"]
+
+
+def test_roofline_labels_never_cut_a_word_and_never_overlap():
+    from kernellab.viz.roofline import Point, _annotations, recorded_peaks, roofline_figure
+
+    pts = [Point(c, "kernellab", 1e12, 1e9, s) for c, s in (("hd64 s1024 full", 1e-2), ("hd128 s1024 full", 2e-2))]
+    assert [t for t, _ in _annotations(pts)] == ["hd64 s1024 full (+1)"]
+    pts = [Point(f"case{k} fp16", impl, 1e12 * (1 + k / 50), 1e10, 1e-2) for k in range(12)
+           for impl in ("kernellab", "torch")]
+    fig = roofline_figure(pts, recorded_peaks("NVIDIA H200"))
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in fig.axes[0].texts]
+    assert all(not a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])

@@ -73,7 +73,7 @@ def _stage_buffer(op, index: int, index_of, end_of) -> dict:
             "swizzle": (f"{t.swizzle}-byte (16-byte chunks XOR row mod 8)" if t.swizzle
                         else f"none: rows padded by {t.pad * mem_bytes(t)} bytes"),
             "filled_by": fill,
-            "reason": f"{_purpose(op)}: {stages} stages of a "
+            "reason": f"{_purpose(op)}: {stages} stage{'s' if stages != 1 else ''} of a "
                       f"{'x'.join(map(str, t.shape[1:]))} {t.scalar} tile ({layout}) filled by {fill}",
             "_op": op}
 

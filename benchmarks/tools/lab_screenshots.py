@@ -1,0 +1,183 @@
+"""Screenshots of the lab as a user sees it: a `%%kernel` cell with every view on a real matmul (tutorial 03's
+grouped 128x128x64 fp16 tile, a K loop of tl.dot, 3 stages) and one on the causal flash-attention forward of the
+benchmarks (head dim 64), run in JupyterLab in headless Chromium (no GPU needed: the CPU interpreter runs them and
+the GPU stages are built for sm_90a), at 1280 and 1600 px. Each view of each cell is clicked and shot; the
+console's errors, elements reaching past their cell's output area and empty views are listed at the end (exit
+status 1 when there are any).
+
+    PYTHONPATH=. python -m benchmarks.tools.lab_screenshots [--out /tmp/kl-lab-shots] [--widths 1280,1600] [--dark]
+
+Needs JupyterLab, ipywidgets, Playwright and a chromium (KERNELLAB_CHROMIUM, default /usr/bin/chromium).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+MATMUL = ('%%kernel --args "a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), '
+          'c.stride(1)" -c BLOCK_M=128 -c BLOCK_N=128 -c BLOCK_K=64 -c GROUP_M=8 --num-warps 4 --num-stages 3 '
+          '--grid "(cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N),)" --views all --run '
+          '--check "torch.allclose(c.float(), a.float() @ b.float(), atol=0.1, rtol=0.01)"\n') + '''\
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c = acc.to(tl.float16)
+    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
+    tl.store(c_ptrs, c, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+'''
+
+ATTENTION_ARGS = ('%%kernel --args "q, k, v, o, sm_scale * 1.4426950408889634, *q.stride(), *k.stride(), *v.stride(), '
+                  '*o.stride(), H, N_CTX" -c BLOCK_M=128 -c BLOCK_N=64 -c HEAD_DIM=64 -c CAUSAL=True --num-warps 4 '
+                  '--num-stages 3 --grid "(cdiv(N_CTX, BLOCK_M), Z * H)" --views all --run --out o '
+                  '--check "torch.softmax((q.double() @ k.double().transpose(-1, -2) * sm_scale).masked_fill('
+                  'torch.ones(N_CTX, N_CTX, dtype=torch.bool).triu(1), float(\'-inf\')), -1) @ v.double()" '
+                  '--atol 2e-2 --rtol 2e-2\n')
+
+SETUP = """%load_ext kernellab
+import torch
+torch.manual_seed(0)
+M = N = K = 256
+a, b = torch.randn(M, K).half(), torch.randn(K, N).half()
+c = torch.full((M, N), float("nan")).half()
+Z, H, N_CTX, D = 1, 2, 256, 64
+q, k, v = (torch.randn(Z, H, N_CTX, D).half() for _ in range(3))
+o = torch.full_like(q, float("nan"))
+sm_scale = D ** -0.5"""
+
+# elements of a view that reach past the right edge of the cell's output area (scrolled boxes excepted)
+OUTSIDE = """view => {
+    const area = view.closest('.jp-OutputArea-output').getBoundingClientRect();
+    const out = [];
+    for (const el of [view, ...view.querySelectorAll('*')]) {
+        if (!el.getClientRects().length) continue;
+        const r = el.getBoundingClientRect();
+        let p = el.parentElement, scrolled = false;
+        while (p && p !== view) {
+            const cs = getComputedStyle(p);
+            if (/(auto|scroll|hidden)/.test(cs.overflowX)) { scrolled = true; break; }
+            p = p.parentElement;
+        }
+        if (r.width && r.right > area.right + 1 && !scrolled) out.push(
+            `${el.tagName}.${String(el.className.baseVal ?? el.className).slice(0, 50)} right=${Math.round(r.right)} `
+            + `area=${Math.round(area.right)} "${(el.textContent || '').trim().slice(0, 40)}"`);
+    }
+    return out.slice(0, 8);
+}"""
+
+
+
+def attention_cell() -> str:
+    """The benchmarks' attention forward (its inner loop function and the kernel), as a `%%kernel` cell."""
+    text = (ROOT / "benchmarks" / "attention_kernel.py").read_text()
+    body = text[text.index("    @kl.jit\n    def _attn_fwd_inner"):text.index("    return attention_fwd_kernel")]
+    return ATTENTION_ARGS + textwrap.dedent(body)
+
+
+def shoot(page, out: Path, width: int, problems: list[str]):
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.wait_for_timeout(800)
+    page.screenshot(path=str(out / f"page_{width}.png"))
+    from tests.browser.lab_page import CLIPPED, LIVE
+
+    cells = page.locator(".jp-CodeCell", has_text="%%kernel")
+    for i, name in enumerate(("matmul", "attention")):
+        cell = cells.nth(i)
+        tabs = cell.locator(f".jupyter-widgets.widget-tab{LIVE}").first
+        tabs.scroll_into_view_if_needed()
+        bar = tabs.locator(":scope > .lm-TabBar .lm-TabBar-tab")  # not the tabs of a view's own tab bar
+        titles = bar.all_inner_texts()
+        for k, title in enumerate(titles):
+            bar.nth(k).click()
+            page.wait_for_timeout(1500)
+            slug = re.sub(r"\W+", "_", title.strip()).strip("_") or str(k)
+            tabs.screenshot(path=str(out / f"{name}_{slug}_{width}.png"))
+            panel = tabs.locator(":scope > .widget-tab-contents > .lm-Widget:not(.lm-mod-hidden)").first
+            if panel.count():
+                if not panel.inner_text().strip() and not panel.locator("svg, img, canvas").count():
+                    problems.append(f"{width}px {name} / {title}: empty view")
+                for o in panel.evaluate(OUTSIDE):
+                    problems.append(f"{width}px {name} / {title}: past the output area: {o}")
+                for o in panel.evaluate(CLIPPED):
+                    problems.append(f"{width}px {name} / {title}: text cut off: {o}")
+        perf = cell.locator(".kl-perf").first  # the recorded roofline (no GPU: --views all shows it)
+        if perf.count():
+            perf.scroll_into_view_if_needed()
+            perf.screenshot(path=str(out / f"{name}_roofline_{width}.png"))
+            if not perf.locator("img").count():
+                problems.append(f"{width}px {name}: the roofline has no picture: {perf.inner_text()[:120]!r}")
+        for o in cell.locator(".jp-OutputArea-output").all():
+            if o.is_visible():
+                for x in o.evaluate(OUTSIDE.replace("view.closest('.jp-OutputArea-output')", "view")):
+                    problems.append(f"{width}px {name} outputs: {x}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="/tmp/kl-lab-shots")
+    ap.add_argument("--widths", default="1280,1600")
+    ap.add_argument("--dark", action="store_true", help="JupyterLab's dark theme (the PNGs go to OUT/dark)")
+    args = ap.parse_args(argv)
+    out = Path(args.out) / ("dark" if args.dark else "")
+    out.mkdir(parents=True, exist_ok=True)
+
+    import json
+    import os
+    import shutil
+
+    from tests.browser.lab_page import open_and_run
+    from tests.browser.test_lab_browser import CHROMIUM, jupyterlab
+
+    chromium = CHROMIUM if os.access(CHROMIUM, os.X_OK) else shutil.which("chromium")
+    if not chromium:
+        sys.exit("no chromium (KERNELLAB_CHROMIUM or /usr/bin/chromium)")
+    from tests.browser.lab_page import notebook_json
+
+    problems: list[str] = []
+    theme = "JupyterLab Dark" if args.dark else None
+    with tempfile.TemporaryDirectory(prefix="kl-lab-") as tmp, jupyterlab(Path(tmp), chromium, theme) as lab:
+        (lab["root"] / "real_kernels.ipynb").write_text(json.dumps(notebook_json([SETUP, MATMUL, attention_cell()])))
+        ready = "document.querySelectorAll('.jp-CodeCell .widget-tab').length >= 2"
+        with open_and_run(lab, "real_kernels.ipynb", ready, "shots", timeout_s=600) as page:
+            page.wait_for_timeout(2000)
+            for w in (int(x) for x in args.widths.split(",")):
+                shoot(page, out, w, problems)
+            problems += [f"page error: {e}" for e in page.errors]
+            problems += [f"console error: {e}" for e in page.console_errors]
+            msgs = page.locator(".jp-CodeCell .kl-msg").all_inner_texts()
+    print("cell messages:\n  " + "\n  ".join(m.replace("\n", " | ")[:300] for m in msgs))
+    print(f"screenshots in {out}:", ", ".join(sorted(p.name for p in out.glob("*.png"))))
+    print("\n".join(problems) or "no problems found")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
