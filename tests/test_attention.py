@@ -167,7 +167,7 @@ def test_benchmark_row_on_cpu():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("D,BN", [(64, 64), (128, 64), (64, 128)])
+@pytest.mark.parametrize("D,BN", [(64, 64), (128, 64), (64, 32)])
 def test_attention_64_query_rows_over_8_warps(D, BN, causal):
     """BLOCK_M = 64 over 8 warps: the scores' and the output's wgmma split their columns between two warpgroups
     ([4, 2]), so the softmax's row max and sum cross warpgroups and p goes through shared memory."""
