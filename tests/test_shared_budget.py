@@ -35,3 +35,22 @@ def test_a_fitting_kernel_keeps_its_stages():
     ck = big_tile_matmul.warmup(a, b, torch.empty(BM, BN), K, BM=BM, BN=BN, BK=BK, num_stages=3, grid=(1,))
     ck.build_gpu()
     assert not any("shared memory:" in n for n in ck.trace.notes)
+
+
+def test_rungs_over_the_budget_stop_before_llvm(monkeypatch, tmp_path):
+    """A rung of the ladder whose plan is over the budget is not lowered: LLVM and ptxas run once, for the build
+    that is used (they ran for every rung: an autotune list with configs Triton refuses paid for each twice)."""
+    from kernellab.compiler import backend
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    calls = []
+    real = backend.compile_llvm
+    monkeypatch.setattr(backend, "compile_llvm", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    BM, BN, BK, K = 128, 128, 128, 1024
+    a, b = torch.zeros(BM, K, dtype=torch.float16), torch.zeros(K, BN, dtype=torch.float16)
+    ck = big_tile_matmul.warmup(a, b, torch.empty(BM, BN), K, BM=BM, BN=BN, BK=BK, num_warps=8, num_stages=6,
+                                grid=(1,))
+    ck.build_gpu()
+    assert ck.shared <= 232448 and "ptx" in ck.asm
+    assert "num_stages=6 is over sm_90" in " ".join(ck.trace.notes)
+    assert len(calls) == 1

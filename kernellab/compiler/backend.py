@@ -186,10 +186,15 @@ def run_stages(build: Build, first: str, last: str) -> Build:
 
 
 def compile_to_cubin(module: Module, trace: CompileTrace, options: GpuOptions, target: Target,
-                     assemble: bool = True) -> dict:
-    """Lower a tile-IR module (mutated into GPU IR) and return every stage plus ptxas' report."""
-    build = run_stages(Build(trace, module, options, target), "gpu", "cubin" if assemble else "ptx")
-    return build.out
+                     assemble: bool = True, shared_limit: int | None = None) -> dict:
+    """Lower a tile-IR module (mutated into GPU IR) and return every stage plus ptxas' report. With `shared_limit`,
+    a plan over it stops after the GPU passes (`out["over_shared"]`): the caller builds another option set (fewer
+    stages), so LLVM and ptxas would have been spent on a kernel that cannot launch."""
+    build = run_stages(Build(trace, module, options, target), "gpu", "gpu")
+    if shared_limit is not None and build.out["shared"] > shared_limit:
+        build.out["over_shared"] = True
+        return build.out
+    return run_stages(build, "llir", "cubin" if assemble else "ptx").out
 
 
 def check_fp8_formats(module: Module, arch: int = 90):

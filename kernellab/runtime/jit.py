@@ -266,10 +266,11 @@ class CompiledKernel:
                           wgmma=bool(self.options.get("enable_wgmma", True)),
                           tma=bool(self.options.get("enable_tma", True)),
                           line_info=_line_info_on())
+        limit = _max_shared(target.arch)
         while True:
             start = len(self.trace.passes)
-            out = self._build_for(opts, target)
-            limit = _max_shared(target.arch)
+            # a rung over the limit that has a rung below it stops after the GPU passes (no LLVM, no ptxas)
+            out = self._build_for(opts, target, shared_limit=limit if opts.num_stages > 1 else None)
             if out["shared"] <= limit or opts.num_stages <= 1:
                 break
             fused = any(rec.name == "flatten_loops" and rec.stats.get("flattened") for rec in self.trace.passes[start:])
@@ -311,8 +312,9 @@ class CompiledKernel:
         self._built_for = target.cpu
         return self
 
-    def _build_for(self, opts, target) -> dict:
-        """The GPU stages for one option set (from the cache when it has them)."""
+    def _build_for(self, opts, target, shared_limit=None) -> dict:
+        """The GPU stages for one option set (from the cache when it has them); with `shared_limit`, only the GPU
+        passes when their plan is over it (see compile_to_cubin: such a build is neither used nor cached)."""
         from ..compiler.backend import compile_to_cubin
 
         key = _gpu_cache_key(self.asm["tile"], opts, target)
@@ -322,7 +324,9 @@ class CompiledKernel:
             start = len(self.trace.passes)
             assemble = _can_assemble()
             try:
-                out = compile_to_cubin(module, self.trace, opts, target, assemble=assemble)
+                out = compile_to_cubin(module, self.trace, opts, target, assemble=assemble, shared_limit=shared_limit)
+                if out.get("over_shared"):
+                    return out
             except ToolchainError as e:
                 # the error sends the user to compiled.asm['ptx']: keep the stages made before ptxas failed
                 self.asm.update(getattr(e, "stages", {}))
