@@ -680,7 +680,9 @@ class PerformanceView:
             return rec.get("tflops") or (r["flops"] / rec["seconds"] / 1e12 if rec.get("seconds") and r.get("flops")
                                          else None)
 
-        by_bytes = any(r.get("bytes") or any((r.get(i) or {}).get("gbps") for i in IMPLS) for r in self.rows)
+        # bytes estimated for the roofline's x axis (matmul, attention) do not make a compute-bound set a GB/s table
+        by_bytes = any((r.get("bytes") and not r.get("bytes_estimated")) or any((r.get(i) or {}).get("gbps")
+                       for i in IMPLS) for r in self.rows)
         by_flops = any(r.get("flops") or any((r.get(i) or {}).get("tflops") for i in IMPLS) for r in self.rows)
         unit = "TFLOP/s" if by_flops and not by_bytes else "GB/s"
         head = f"{'case':<34}" + "".join(f"{impl + ' ' + unit:>19}" for impl in IMPLS)
