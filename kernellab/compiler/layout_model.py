@@ -18,6 +18,8 @@ What it offers (and all a view may use besides the CompileTrace):
 """
 from __future__ import annotations
 
+import functools
+
 from .gpu.layouts import WARP_SIZE, Blocked, DimInfo, Layout, Mma, Slice, parse_layout, sliced_infos
 from .gpu.scratch import contiguous_run, conversion_pitch
 from .trace import Coalescing, SharedTile
@@ -49,6 +51,20 @@ def _dense_strides(lay: Layout, shape) -> list[int]:
 
 
 def coalescing(layout, shape, num_warps: int, vec: int = 1, elem_bytes: int = 4) -> Coalescing:
+    """The dense-tile model of `_coalescing`, remembered per layout text and arguments: every GPU snapshot records
+    it for each access, the same tiles come back in each build of an autotuning sweep, and the model walks every
+    lane and register of the tile (a tenth of a second for a 128x128 tile). A Coalescing is frozen."""
+    if isinstance(layout, str):
+        return _coalescing_of_text(layout, tuple(shape), num_warps, vec, elem_bytes)
+    return _coalescing(layout, shape, num_warps, vec, elem_bytes)
+
+
+@functools.lru_cache(maxsize=1024)
+def _coalescing_of_text(layout: str, shape: tuple, num_warps: int, vec: int, elem_bytes: int) -> Coalescing:
+    return _coalescing(layout, shape, num_warps, vec, elem_bytes)
+
+
+def _coalescing(layout, shape, num_warps: int, vec: int = 1, elem_bytes: int = 4) -> Coalescing:
     """How one warp's global accesses look when the tile's addresses are dense, contiguous along the layout's
     fastest dimension and then the next ones (assign_layouts aligns `order[0]` with the pointers' contiguous
     axis): each warp instruction touches 32-byte sectors; efficiency = useful bytes / bytes of the sectors

@@ -329,17 +329,27 @@ _CLASSES = {c.__name__: c for c in (Positions, SharedTile, ValueRecord, OpRecord
                                     SharedBuffer, Barrier, Snapshot, PassRecord)}
 
 
+_FIELD_NAMES: dict = {}  # record class -> its field names (dataclasses.fields is slow for tens of thousands of records)
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
 def to_json(record) -> dict:
     """A record (PassRecord, Snapshot, ...) as JSON-ready dicts and lists."""
-    out = {}
-    for f in dataclasses.fields(record):
-        v = getattr(record, f.name)
-        out[f.name] = _plain(v)
-    return out
+    cls = type(record)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(record))
+    return {n: _plain(getattr(record, n)) for n in names}
 
 
 def _plain(v):
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+    # the exact types first (a GPU snapshot holds tens of thousands of values), then the general rules
+    t = type(v)
+    if t in _SCALARS:
+        return v
+    if t is tuple or t is list:
+        return [_plain(x) for x in v]
+    if t in _FIELD_NAMES or (dataclasses.is_dataclass(v) and not isinstance(v, type)):
         return to_json(v)
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]

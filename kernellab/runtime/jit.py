@@ -315,29 +315,35 @@ class CompiledKernel:
     def _build_for(self, opts, target, shared_limit=None) -> dict:
         """The GPU stages for one option set (from the cache when it has them); with `shared_limit`, only the GPU
         passes when their plan is over it (see compile_to_cubin: such a build is neither used nor cached)."""
-        from ..compiler.backend import compile_to_cubin
+        from ..compiler.backend import compile_to_cubin, paused_gc
 
         key = _gpu_cache_key(self.asm["tile"], opts, target)
         out = _load_cached(key, self.trace)
         if out is None:
-            module = self.module.clone()  # the GPU passes rewrite it; the interpreter keeps the tile IR
-            start = len(self.trace.passes)
-            assemble = _can_assemble()
-            try:
-                out = compile_to_cubin(module, self.trace, opts, target, assemble=assemble, shared_limit=shared_limit)
-                if out.get("over_shared"):
-                    return out
-            except ToolchainError as e:
-                # the error sends the user to compiled.asm['ptx']: keep the stages made before ptxas failed
-                self.asm.update(getattr(e, "stages", {}))
-                self.asm.pop("cubin", None)
-                self._built_for = None
-                raise
-            if assemble:
-                _store_cached(key, out, self.trace.passes[start:])
-            else:
-                self.trace.notes.append("no ptxas or nvJitLink here: stopped at PTX (no cubin, no register report)")
-                out["report"] = {}
+            with paused_gc():  # the stages and the trace's JSON for the cache (see paused_gc)
+                return self._compile_and_store(key, opts, target, shared_limit, compile_to_cubin)
+        return out
+
+    def _compile_and_store(self, key, opts, target, shared_limit, compile_to_cubin) -> dict:
+        """_build_for on a cache miss: the GPU stages, stored in the disk cache."""
+        module = self.module.clone()  # the GPU passes rewrite it; the interpreter keeps the tile IR
+        start = len(self.trace.passes)
+        assemble = _can_assemble()
+        try:
+            out = compile_to_cubin(module, self.trace, opts, target, assemble=assemble, shared_limit=shared_limit)
+            if out.get("over_shared"):
+                return out
+        except ToolchainError as e:
+            # the error sends the user to compiled.asm['ptx']: keep the stages made before ptxas failed
+            self.asm.update(getattr(e, "stages", {}))
+            self.asm.pop("cubin", None)
+            self._built_for = None
+            raise
+        if assemble:
+            _store_cached(key, out, self.trace.passes[start:])
+        else:
+            self.trace.notes.append("no ptxas or nvJitLink here: stopped at PTX (no cubin, no register report)")
+            out["report"] = {}
         return out
 
     def _check_register_budget(self, num_warps: int):
