@@ -1,7 +1,8 @@
 """Screenshots of the lab as a user sees it: a `%%kernel` cell with every view on a real matmul (tutorial 03's
 grouped 128x128x64 fp16 tile, a K loop of tl.dot, 3 stages) and one on the causal flash-attention forward of the
 benchmarks (head dim 64), run in JupyterLab in headless Chromium (no GPU needed: the CPU interpreter runs them and
-the GPU stages are built for sm_90a), at 1280 and 1600 px. Each view of each cell is clicked and shot; the
+the GPU stages are built for sm_90a), at 1280 and 1600 px. Each view of each cell is clicked and shot (and, with
+--notebook more or both, the compare view and the sanitizer's access map of a second notebook); the
 console's errors, elements reaching past their cell's output area and empty views are listed at the end (exit
 status 1 when there are any).
 

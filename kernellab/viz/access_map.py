@@ -56,42 +56,46 @@ def _grid(width: int, height: int) -> str:
             f'<rect width="{width}" height="{height}" fill="url(#{gid})" pointer-events="none"/>')
 
 
-def _cells(m, findings: set, columns: int, rows: int) -> str:
+def _cells(m, findings: set, columns: int, rows: int, step: int = 1) -> str:
     """The whole map: runs of elements last written by one program (its colour), only read (its colour, pale),
-    atomically updated (its colour, hatched) or untouched (grey); then an outline on each element a finding names."""
-    n = min(len(m.writer), columns * rows)
-    w, rd, at = m.writer[:n], m.reader[:n], m.atomic[:n]
+    atomically updated (its colour, hatched) or untouched (grey); then an outline on each element a finding names.
+    With `step` > 1 a cell stands for `step` elements and takes the colour of its first."""
+    w, rd, at = m.writer[::step], m.reader[::step], m.atomic[::step]
+    n = min(len(w), columns * rows)
+    w, rd, at = w[:n], rd[:n], at[:n]
     kinds = [("w", int(a)) if a >= 0 else ("a", int(c)) if c >= 0 else ("r", int(b)) if b >= 0 else ("-", -1)
              for a, b, c in zip(w.tolist(), rd.tolist(), at.tolist())]
     out = []
     for r, c, k, (what, prog) in _runs(kinds, columns):
-        first = m.offset + r * columns + c
+        first = m.offset + (r * columns + c) * step
+        sp = _span(first, min(k * step, m.offset + len(m.writer) - first))
         if what == "w":
-            out.append(_run_rect(r, c, k, program_color(prog), f"{_span(first, k)}: written by program {prog}"))
+            out.append(_run_rect(r, c, k, program_color(prog), f"{sp}: written by program {prog}"))
         elif what == "a":
             out.append(_run_rect(r, c, k, program_color(prog),
-                                 f"{_span(first, k)}: atomically updated, last by program {prog}"))
+                                 f"{sp}: atomically updated, last by program {prog}"))
             out += [f'<line x1="{(c + j) * CELL + 2}" y1="{r * CELL + CELL - 2}" x2="{(c + j) * CELL + CELL - 2}" '
                     f'y2="{r * CELL + 2}" stroke="#333" stroke-width="1"/>' for j in range(k)]
         elif what == "r":
-            out.append(_run_rect(r, c, k, program_color(prog), f"{_span(first, k)}: only read, last by program "
+            out.append(_run_rect(r, c, k, program_color(prog), f"{sp}: only read, last by program "
                                  f"{prog}", ' fill-opacity="0.35"'))
         else:
-            out.append(_run_rect(r, c, k, "#e8e8e8", f"{_span(first, k)}: not touched"))
+            out.append(_run_rect(r, c, k, "#e8e8e8", f"{sp}: not touched"))
     out.append(_grid(columns * CELL, -(-n // columns) * CELL))
-    for i in sorted(findings):
+    for i in sorted({i // step for i in findings}):
         if i < n:
             r, c = divmod(i, columns)
             out.append(f'<rect x="{c * CELL}" y="{r * CELL}" width="{CELL}" height="{CELL}" fill="none" '
-                       f'stroke="#d62728" stroke-width="2"><title>element {m.offset + i}: named by a finding'
-                       "</title></rect>")
+                       f'stroke="#d62728" stroke-width="2"><title>{_span(m.offset + i * step, step)}: named by a '
+                       "finding</title></rect>")
     return "".join(out)
 
 
 def access_map_html(report, columns: int = COLUMNS, max_rows: int = MAX_ROWS) -> str:
     """One panel per argument the launch touched: element i at row i // columns, column i % columns, filled
     with the colour of the program that last wrote it (pale: only read, by that program; hatched: atomics; grey:
-    untouched); a red outline on every element a finding names. Large arguments show their first columns x max_rows."""
+    untouched); a red outline on every element a finding names. A large argument is drawn whole in at most max_rows
+    rows, a cell standing for a power of two of elements."""
     gx, gy, gz = report.grid
     flagged: dict = {}
     for f in report.findings:
@@ -107,16 +111,19 @@ def access_map_html(report, columns: int = COLUMNS, max_rows: int = MAX_ROWS) ->
         if n == 0:
             continue
         cols = min(columns, n)
-        rows = min(max_rows, -(-n // cols))
+        step = 1  # a large argument is drawn whole, a cell standing for `step` elements
+        while -(-n // step) > cols * max_rows:
+            step *= 2
+        rows = -(-(-(-n // step)) // cols)
         written = int((m.writer >= 0).sum())
         programs = sorted({int(p) for p in m.writer if p >= 0} | {int(p) for p in m.atomic if p >= 0}
                           | {int(p) for p in m.reader if p >= 0})
         marks = {e - m.offset for e in flagged.get(name, ()) if 0 <= e - m.offset < n}
-        shown = "" if rows * cols >= n else f" (the first {rows * cols} of {n} elements)"
+        shown = "" if step == 1 else f" (a cell per {step} elements, coloured as the first of them)"
         legend = "".join(f'<span class="kl-am-key"><i style="background:{program_color(p)}"></i>program {p}</span>'
                          for p in programs[:8]) + (f" and {len(programs) - 8} more" if len(programs) > 8 else "")
         svg = (f'<svg width="{cols * CELL}" height="{rows * CELL}" role="img" '
-               f'aria-label="access map of {esc(name)}">{_cells(m, marks, cols, rows)}</svg>')
+               f'aria-label="access map of {esc(name)}">{_cells(m, marks, cols, rows, step)}</svg>')
         writers = {int(p) for p in m.writer if p >= 0} | {int(p) for p in m.atomic if p >= 0}
         did = (f"{written} written by {len(writers)} program{'s' if len(writers) != 1 else ''}" if writers else
                f"only read, by {len(programs)} program{'s' if len(programs) != 1 else ''}")

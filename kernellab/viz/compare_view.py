@@ -238,7 +238,8 @@ def _side_card(p: dict, k: int) -> str:
     if code.get("regs") is not None:
         bits.append(f"{code['regs']} regs")
     bits.append(f"{W._fmt_bytes(p['smem']['total'])} shared")
-    t = W._fmt_time(p["seconds"]) if p.get("seconds") is not None else '<span class="kl-dim">time not measured</span>'
+    t = W._fmt_time(p["seconds"]) if p.get("seconds") is not None else \
+        '<span class="kl-dim" style="white-space:nowrap">time not measured</span>'
     notes = "".join(f'<div class="kl-dim">{_esc(n)}</div>' for n in p.get("notes") or [])
     return (f'<div class="kl-cmp-side">{_tag(p["label"], k)}<b>{_esc(p["kernel"])}</b> '
             f'<code>{_esc(_opts_text(p))}</code><div>{" · ".join(bits)} · {t}</div>{notes}</div>')

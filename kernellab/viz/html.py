@@ -740,7 +740,7 @@ def smem_svg(plan, total: int, limit: int, barriers=(), points: int | None = Non
     barriers = list(barriers)
     pts = [b["live"][1] for b in plan] + [b.get("point", b) if isinstance(b, dict) else b for b in barriers]
     n = max([points or 0] + [p + 1 for p in pts]) or 1
-    W, H, left, top = 640, 220, 64, 14
+    W, H, left, top = 960, 240, 64, 14  # drawn at 960 px (text at its size), narrower where the output is
     plot_w, plot_h = W - left - 12, H - top - 56
     span = max(total, 1)
 
@@ -750,8 +750,8 @@ def smem_svg(plan, total: int, limit: int, barriers=(), points: int | None = Non
     def yp(off):
         return top + plot_h * off / span
 
-    out = [f'<svg viewBox="0 0 {W} {H}" width="{W}" height="{H}" style="max-width:100%;height:auto" '
-           f'font-size="10" role="img">',
+    out = [f'<svg class="kl-smem-map" viewBox="0 0 {W} {H}" width="{W}" height="{H}" '
+           f'style="max-width:100%;height:auto" font-size="10" role="img">',
            f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="currentColor" '
            f'stroke-opacity=".35"/>']
     for off in sorted({0, total}):

@@ -67,11 +67,14 @@ def test_a_race_is_outlined_where_it_happens():
     assert re.search(r"\d+ findings?", html)
 
 
-def test_large_arguments_show_a_window():
+def test_a_large_argument_is_drawn_whole():
+    """8192 elements in 8 rows of 64 cells: a cell per 16 elements, all 8 programs on the map (the first 512
+    elements alone showed only program 0 of a matmul's or a softmax's many)."""
     report = _report(blocks, n=8192, block=1024)
     html = access_map_html(report, columns=64, max_rows=8)
-    assert _covered(html, program_color(0)) == 512 and len(re.findall(r'<rect class="e"', html)) == 8  # a run a row
-    assert "the first 512 of 8192 elements" in html
+    assert [_covered(html, program_color(p)) for p in range(8)] == [64] * 8
+    assert len(re.findall(r'<rect class="e"', html)) == 8  # a run a row
+    assert "a cell per 16 elements" in html and "elements 1024..2047: written by program 1" in html
 
 
 def test_elements_only_read_take_the_readers_colour_pale():
