@@ -119,7 +119,8 @@ def access_map_html(report, columns: int = COLUMNS, max_rows: int = MAX_ROWS) ->
         programs = sorted({int(p) for p in m.writer if p >= 0} | {int(p) for p in m.atomic if p >= 0}
                           | {int(p) for p in m.reader if p >= 0})
         marks = {e - m.offset for e in flagged.get(name, ()) if 0 <= e - m.offset < n}
-        shown = "" if step == 1 else f" (a cell per {step} elements, coloured as the first of them)"
+        shown = f" ({cols} a row)" if step == 1 else \
+            f" (a cell per {step} elements, coloured as the first of them; {cols * step} elements a row)"
         pale = "" if (m.writer >= 0).any() or (m.atomic >= 0).any() else ";opacity:.35"  # an input: as drawn
         legend = "".join(f'<span class="kl-am-key"><i style="background:{program_color(p)}{pale}"></i>program {p}'
                          "</span>" for p in programs[:8]) + (f" and {len(programs) - 8} more" if len(programs) > 8
