@@ -327,7 +327,7 @@ def smem_bars_svg(a: dict, b: dict, limit: int = 228 * 1024) -> str:
     """Both sides' shared-memory plans on one byte scale (up to the sm_90 limit): one box per buffer,
     numbered as in the tables, a pipelined buffer split into its stages; buffers that reuse bytes (their
     live ranges do not overlap) are drawn in a lane below."""
-    W_, left, right, lane_h = 760, 40, 16, 18
+    W_, left, right, lane_h = 960, 40, 16, 18  # as the shared-memory view's chart: shrinks where narrower
     span = max(limit, a["smem"]["total"], b["smem"]["total"], 1)
     plot = W_ - left - right
 
