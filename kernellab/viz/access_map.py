@@ -20,34 +20,82 @@ def program_color(flat: int) -> str:
     return PALETTE[flat % len(PALETTE)]
 
 
-def _cells(m, findings: set, columns: int, rows: int) -> str:
-    out = []
-    n = min(len(m.writer), columns * rows)
-    for i in range(n):
+_GRIDS = itertools.count()
+
+
+def _runs(kinds, columns: int, first: int = 0):
+    """(row, column, length, kind) of the runs of equal kinds along each drawn row: one rectangle per run keeps the
+    drawing small (a 64 x 48 map of a row-per-program kernel is a few dozen rectangles, not 3072)."""
+    run = None
+    for i, k in enumerate(kinds):
         r, c = divmod(i, columns)
-        w, rd, at = int(m.writer[i]), int(m.reader[i]), int(m.atomic[i])
-        if w >= 0:
-            fill, who = program_color(w), f"written by program {w}"
-        elif at >= 0:
-            fill, who = program_color(at), f"atomically updated, last by program {at}"
-        elif rd >= 0:
-            fill, who = "#ffffff", f"only read, last by program {rd}"
+        if run and run[3] == k and run[0] == r:
+            run[2] += 1
+            continue
+        if run and run[3] is not None:
+            yield tuple(run)
+        run = [r, c, 1, k]
+    if run and run[3] is not None:
+        yield tuple(run)
+
+
+def _run_rect(r, c, n, fill, title, extra="", cls="e") -> str:
+    return (f'<rect class="{cls}" x="{c * CELL}" y="{r * CELL}" width="{n * CELL}" height="{CELL}" fill="{fill}"'
+            f'{extra}><title>{esc(title)}</title></rect>')
+
+
+def _span(first: int, n: int) -> str:
+    return f"element {first}" if n == 1 else f"elements {first}..{first + n - 1}"
+
+
+def _grid(width: int, height: int) -> str:
+    """Cell edges over the runs (a pattern: one element, not one per cell)."""
+    gid = f"klamg{next(_GRIDS)}"
+    return (f'<defs><pattern id="{gid}" width="{CELL}" height="{CELL}" patternUnits="userSpaceOnUse"><path '
+            f'd="M{CELL} 0V{CELL}H0" fill="none" stroke="#fff" stroke-width="1"/></pattern></defs>'
+            f'<rect width="{width}" height="{height}" fill="url(#{gid})" pointer-events="none"/>')
+
+
+def _cells(m, findings: set, columns: int, rows: int, step: int = 1) -> str:
+    """The whole map: runs of elements last written by one program (its colour), only read (its colour, pale),
+    atomically updated (its colour, hatched) or untouched (grey); then an outline on each element a finding names.
+    With `step` > 1 a cell stands for `step` elements and takes the colour of its first."""
+    w, rd, at = m.writer[::step], m.reader[::step], m.atomic[::step]
+    n = min(len(w), columns * rows)
+    w, rd, at = w[:n], rd[:n], at[:n]
+    kinds = [("w", int(a)) if a >= 0 else ("a", int(c)) if c >= 0 else ("r", int(b)) if b >= 0 else ("-", -1)
+             for a, b, c in zip(w.tolist(), rd.tolist(), at.tolist())]
+    out = []
+    for r, c, k, (what, prog) in _runs(kinds, columns):
+        first = m.offset + (r * columns + c) * step
+        sp = _span(first, min(k * step, m.offset + len(m.writer) - first))
+        if what == "w":
+            out.append(_run_rect(r, c, k, program_color(prog), f"{sp}: written by program {prog}"))
+        elif what == "a":
+            out.append(_run_rect(r, c, k, program_color(prog),
+                                 f"{sp}: atomically updated, last by program {prog}"))
+            out += [f'<line x1="{(c + j) * CELL + 2}" y1="{r * CELL + CELL - 2}" x2="{(c + j) * CELL + CELL - 2}" '
+                    f'y2="{r * CELL + 2}" stroke="#333" stroke-width="1"/>' for j in range(k)]
+        elif what == "r":
+            out.append(_run_rect(r, c, k, program_color(prog), f"{sp}: only read, last by program "
+                                 f"{prog}", ' fill-opacity="0.35"'))
         else:
-            fill, who = "#e8e8e8", "not touched"
-        edge = "#bbbbbb" if fill == "#ffffff" else "#ffffff"  # white (only read) cells need a visible edge
-        stroke = ' stroke="#d62728" stroke-width="2"' if i in findings else f' stroke="{edge}" stroke-width="0.5"'
-        x, y = c * CELL, r * CELL
-        hatch = (f'<line x1="{x + 2}" y1="{y + CELL - 2}" x2="{x + CELL - 2}" y2="{y + 2}" stroke="#333" '
-                 'stroke-width="1"/>' if at >= 0 else "")
-        out.append(f'<rect x="{c * CELL}" y="{r * CELL}" width="{CELL}" height="{CELL}" fill="{fill}"{stroke}>'
-                   f'<title>element {m.offset + i}: {esc(who)}</title></rect>{hatch}')
+            out.append(_run_rect(r, c, k, "#e8e8e8", f"{sp}: not touched"))
+    out.append(_grid(columns * CELL, -(-n // columns) * CELL))
+    for i in sorted({i // step for i in findings}):
+        if i < n:
+            r, c = divmod(i, columns)
+            out.append(f'<rect x="{c * CELL}" y="{r * CELL}" width="{CELL}" height="{CELL}" fill="none" '
+                       f'stroke="#d62728" stroke-width="2"><title>{_span(m.offset + i * step, step)}: named by a '
+                       "finding</title></rect>")
     return "".join(out)
 
 
 def access_map_html(report, columns: int = COLUMNS, max_rows: int = MAX_ROWS) -> str:
     """One panel per argument the launch touched: element i at row i // columns, column i % columns, filled
-    with the colour of the program that last wrote it (white: only read; hatched: atomics; grey: untouched);
-    a red outline on every element a finding names. Large arguments show their first columns x max_rows."""
+    with the colour of the program that last wrote it (pale: only read, by that program; hatched: atomics; grey:
+    untouched); a red outline on every element a finding names. A large argument is drawn whole in at most max_rows
+    rows, a cell standing for a power of two of elements."""
     gx, gy, gz = report.grid
     flagged: dict = {}
     for f in report.findings:
@@ -63,19 +111,29 @@ def access_map_html(report, columns: int = COLUMNS, max_rows: int = MAX_ROWS) ->
         if n == 0:
             continue
         cols = min(columns, n)
-        rows = min(max_rows, -(-n // cols))
+        step = 1  # a large argument is drawn whole, a cell standing for `step` elements
+        while -(-n // step) > cols * max_rows:
+            step *= 2
+        rows = -(-(-(-n // step)) // cols)
         written = int((m.writer >= 0).sum())
-        programs = sorted({int(p) for p in m.writer if p >= 0} | {int(p) for p in m.atomic if p >= 0})
+        programs = sorted({int(p) for p in m.writer if p >= 0} | {int(p) for p in m.atomic if p >= 0}
+                          | {int(p) for p in m.reader if p >= 0})
         marks = {e - m.offset for e in flagged.get(name, ()) if 0 <= e - m.offset < n}
-        shown = "" if rows * cols >= n else f" (the first {rows * cols} of {n} elements)"
-        legend = "".join(f'<span class="kl-am-key"><i style="background:{program_color(p)}"></i>program {p}</span>'
-                         for p in programs[:8]) + (f" and {len(programs) - 8} more" if len(programs) > 8 else "")
+        shown = f" ({cols} a row)" if step == 1 else \
+            f" (a cell per {step} elements, coloured as the first of them; {cols * step} elements a row)"
+        pale = "" if (m.writer >= 0).any() or (m.atomic >= 0).any() else ";opacity:.35"  # an input: as drawn
+        legend = "".join(f'<span class="kl-am-key"><i style="background:{program_color(p)}{pale}"></i>program {p}'
+                         "</span>" for p in programs[:8]) + (f" and {len(programs) - 8} more" if len(programs) > 8
+                                                             else "")
         svg = (f'<svg width="{cols * CELL}" height="{rows * CELL}" role="img" '
-               f'aria-label="access map of {esc(name)}">{_cells(m, marks, cols, rows)}</svg>')
-        panels.append(f'<div class="kl-am-panel"><div><b>{esc(name)}</b>: {n} elements{shown}, {written} written by '
-                      f'{len(programs)} program{"s" if len(programs) != 1 else ""}'
+               f'aria-label="access map of {esc(name)}">{_cells(m, marks, cols, rows, step)}</svg>')
+        writers = {int(p) for p in m.writer if p >= 0} | {int(p) for p in m.atomic if p >= 0}
+        did = (f"{written} written by {len(writers)} program{'s' if len(writers) != 1 else ''}" if writers else
+               f"only read, by {len(programs)} program{'s' if len(programs) != 1 else ''}")
+        panels.append(f'<div class="kl-am-panel"><div><b>{esc(name)}</b>: {n} elements{shown}, {did}'
                       f'{f", {len(marks)} flagged" if marks else ""}</div>{svg}<div class="kl-am-legend">{legend}'
-                      '<span class="kl-am-key"><i style="background:#fff;border:1px solid #999"></i>only read</span>'
+                      '<span class="kl-am-key"><i style="background:#4e79a7;opacity:.35"></i>pale: only read (by '
+                      'that program)</span>'
                       '<span class="kl-am-key"><i style="background:#e8e8e8"></i>untouched</span>'
                       '<span class="kl-am-key"><i style="border:2px solid #d62728"></i>named by a finding</span>'
                       '</div></div>')
@@ -103,41 +161,33 @@ def _program_cells(pa, m, columns: int, max_rows: int) -> tuple[str, int, int, s
     rows = (last - first) // columns + 1
     note = ""
     if rows > max_rows:
-        note = f" (rows of the first {max_rows * columns} elements from offset {first})"
+        note = f" (the first {max_rows} rows: elements {first}..{first + max_rows * columns - 1})"
         rows = max_rows
-    read, written = set(pa.read.tolist()), set(pa.written.tolist())
-    atomic, masked = set(pa.atomic.tolist()), set(pa.masked.tolist())
-    out = []
-    for e in range(first, first + rows * columns):
-        inside = lo_ok <= e < hi_ok
-        if not inside and e not in masked:
+    span = np.arange(first, first + rows * columns)
+    rd, wr = np.isin(span, pa.read), np.isin(span, pa.written)
+    at, mk = np.isin(span, pa.atomic), np.isin(span, pa.masked)
+    inside = (span >= lo_ok) & (span < hi_ok)
+    kinds = np.select([rd & wr, wr, rd, at, mk & ~inside, mk, inside], [1, 2, 3, 4, 5, 6, 7], 0).tolist()
+    fills = {1: (BOTH, "read and written"), 2: (WRITTEN, "written"), 3: (READ, "read"),
+             4: (ATOMIC, "accessed atomically"), 7: ("#f2f2f2", "not touched by this program")}
+    out, dashed = [], []
+    for r, c, k, kind in _runs([kd or None for kd in kinds], columns):
+        e = first + r * columns + c
+        if kind in fills:
+            fill, what = fills[kind]
+            if kind != 7 and mk[r * columns + c:r * columns + c + k].any():
+                what += "; a masked-off lane points at some of them too"
+            out.append(_run_rect(r, c, k, fill, f"{_span(e, k)}: {what}"))
             continue
-        r, c = divmod(e - first, columns)
-        x, y = c * CELL, r * CELL
-        if e in read and e in written:
-            fill, what = BOTH, "read and written"
-        elif e in written:
-            fill, what = WRITTEN, "written"
-        elif e in read:
-            fill, what = READ, "read"
-        elif e in atomic:
-            fill, what = ATOMIC, "accessed atomically"
-        elif e in masked:
-            fill, what = "none", ("a masked-off lane points here (nothing read or written)" if inside else
-                                  f"a masked-off lane points here, outside the argument (elements {lo_ok}.."
-                                  f"{hi_ok - 1}): the mask keeps it from faulting")
-        else:
-            fill, what = "#f2f2f2", "not touched by this program"
-        if e in masked and fill != "none":
-            what += "; a masked-off lane points here too"
-        if fill == "none":
-            stroke = ' stroke="#d62728" stroke-width="1.5" stroke-dasharray="3,2"' if not inside else \
-                ' stroke="#888" stroke-width="1.2" stroke-dasharray="3,2"'
-            out.append(f'<rect class="m" x="{x + 1}" y="{y + 1}" width="{CELL - 2}" height="{CELL - 2}" fill="none"'
-                       f'{stroke}><title>element {e}: {esc(what)}</title></rect>')
-        else:
-            out.append(f'<rect class="e" x="{x}" y="{y}" width="{CELL}" height="{CELL}" fill="{fill}" stroke="#fff" '
-                       f'stroke-width="0.5"><title>element {e}: {esc(what)}</title></rect>')
+        outside = kind == 5
+        what = (f"a masked-off lane points here, outside the argument (elements {lo_ok}..{hi_ok - 1}): the mask "
+                "keeps it from faulting" if outside else "a masked-off lane points here (nothing read or written)")
+        stroke = "#d62728" if outside else "#888"
+        dashed.append(f'<rect class="m" x="{c * CELL + 1}" y="{r * CELL + 1}" width="{k * CELL - 2}" '
+                      f'height="{CELL - 2}" fill="none" stroke="{stroke}" stroke-width="1.5" stroke-dasharray="3,2">'
+                      f"<title>{esc(_span(e, k))}: {esc(what)}</title></rect>")
+    out.append(_grid(columns * CELL, rows * CELL))
+    out += dashed
     return "".join(out), rows, first, note
 
 

@@ -238,7 +238,8 @@ def _side_card(p: dict, k: int) -> str:
     if code.get("regs") is not None:
         bits.append(f"{code['regs']} regs")
     bits.append(f"{W._fmt_bytes(p['smem']['total'])} shared")
-    t = W._fmt_time(p["seconds"]) if p.get("seconds") is not None else '<span class="kl-dim">time not measured</span>'
+    t = W._fmt_time(p["seconds"]) if p.get("seconds") is not None else \
+        '<span class="kl-dim" style="white-space:nowrap">time not measured</span>'
     notes = "".join(f'<div class="kl-dim">{_esc(n)}</div>' for n in p.get("notes") or [])
     return (f'<div class="kl-cmp-side">{_tag(p["label"], k)}<b>{_esc(p["kernel"])}</b> '
             f'<code>{_esc(_opts_text(p))}</code><div>{" · ".join(bits)} · {t}</div>{notes}</div>')
@@ -326,7 +327,7 @@ def smem_bars_svg(a: dict, b: dict, limit: int = 228 * 1024) -> str:
     """Both sides' shared-memory plans on one byte scale (up to the sm_90 limit): one box per buffer,
     numbered as in the tables, a pipelined buffer split into its stages; buffers that reuse bytes (their
     live ranges do not overlap) are drawn in a lane below."""
-    W_, left, right, lane_h = 760, 40, 16, 18
+    W_, left, right, lane_h = 960, 40, 16, 18  # as the shared-memory view's chart: shrinks where narrower
     span = max(limit, a["smem"]["total"], b["smem"]["total"], 1)
     plot = W_ - left - right
 

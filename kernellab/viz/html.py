@@ -642,9 +642,10 @@ def _layout_legend(g, uid, num_warps, vec, labels: bool = True) -> str:
     return '<div style="margin:.3em 0">' + "".join(items) + "</div>"
 
 
-def layout_info_html(value: dict, num_warps: int, access: dict | None = None) -> str:
+def layout_info_html(value: dict, num_warps: int, access: dict | None = None, role: str | None = None) -> str:
     """A table explaining a layout: sizes per thread / lanes / warps / order, registers, replication,
-    and for a load/store its vector width and coalescing."""
+    and for a load/store its vector width and coalescing. `role` is the value's part in a tt.dot
+    (`data.dot_roles`): an #mma value is said to feed a dot's A fragment only when a dot reads it as its A."""
     Blocked, Mma, Slice = LM.Blocked, LM.Mma, LM.Slice
 
     lay = LM.parse_layout(value["layout"])
@@ -660,9 +661,15 @@ def layout_info_html(value: dict, num_warps: int, access: dict | None = None) ->
         rows += [("warpsPerCTA (M, N)", list(base.warps)),
                  ("mma fragment", "each warp owns 16-row x 8-column tiles; in a tile, lane t holds rows t/4 and "
                                   "t/4 + 8, columns 2·(t mod 4) and 2·(t mod 4) + 1, in 4 registers (r, r+1 on the "
-                                  "first row, r+2, r+3 eight rows down)"),
-                 ("as a dot operand", "the wgmma / mma.sync A fragment of a dot that follows reads these registers "
-                                      "as they are (no shuffle); B comes from shared memory")]
+                                  "first row, r+2, r+3 eight rows down)")]
+    if role:
+        rows.append(("in a dot", role))
+    if isinstance(base, Mma) and role and role.startswith("A operand"):
+        rows.append(("as a dot operand", "the wgmma / mma.sync A fragment reads these registers as they are (no "
+                                         "shuffle); B comes from shared memory"))
+    elif isinstance(base, Mma) and role and role.startswith(("accumulator", "result")):
+        rows.append(("as the accumulator", "the tensor cores add into these registers in place: the dot's result "
+                                           "has the accumulator's layout"))
     if isinstance(lay, Slice):
         rows.append(("slice", f"dimension {lay.dim} of the parent removed (reduced)"))
     if len(value["shape"]) in (1, 2):
@@ -701,7 +708,8 @@ def layout_html(compiled, value: str | None = None) -> str:
     acc = next((a for a in D.accesses(snap, nw) if a["name"] == v["name"]), None)
     svg = layout_svg(v["layout"], v["shape"], nw, vec=acc["vec"] if acc else None,
                      elem_bytes=v["elem_bytes"], title=f'{v["name"]}: {v["type"]}')
-    return page(f'<h4>{esc(v["name"])} : {esc(v["type"])}</h4>' + layout_info_html(v, nw, acc) + svg)
+    role = D.dot_roles(snap).get(v["name"])
+    return page(f'<h4>{esc(v["name"])} : {esc(v["type"])}</h4>' + layout_info_html(v, nw, acc, role) + svg)
 
 
 def pick_value(values: list, value: str | None):
@@ -732,7 +740,7 @@ def smem_svg(plan, total: int, limit: int, barriers=(), points: int | None = Non
     barriers = list(barriers)
     pts = [b["live"][1] for b in plan] + [b.get("point", b) if isinstance(b, dict) else b for b in barriers]
     n = max([points or 0] + [p + 1 for p in pts]) or 1
-    W, H, left, top = 640, 220, 64, 14
+    W, H, left, top = 960, 240, 64, 14  # drawn at 960 px (text at its size), narrower where the output is
     plot_w, plot_h = W - left - 12, H - top - 56
     span = max(total, 1)
 
@@ -742,8 +750,8 @@ def smem_svg(plan, total: int, limit: int, barriers=(), points: int | None = Non
     def yp(off):
         return top + plot_h * off / span
 
-    out = [f'<svg viewBox="0 0 {W} {H}" width="{W}" height="{H}" style="max-width:100%;height:auto" '
-           f'font-size="10" role="img">',
+    out = [f'<svg class="kl-smem-map" viewBox="0 0 {W} {H}" width="{W}" height="{H}" '
+           f'style="max-width:100%;height:auto" font-size="10" role="img">',
            f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="currentColor" '
            f'stroke-opacity=".35"/>']
     for off in sorted({0, total}):

@@ -45,7 +45,9 @@ _STYLES = {
     "ok": "border-left:4px solid var(--jp-success-color1, #2e7d32);background:rgba(46,125,50,.12);color:inherit",
     "info": "border-left:4px solid var(--jp-brand-color1, #1565c0);background:rgba(21,101,192,.10);color:inherit",
 }
-_PRE_STYLE = "margin:4px 0 0 0;white-space:pre-wrap;font-size:12px;background:transparent;color:inherit"
+# JupyterLab breaks an output <pre> anywhere (word-break: break-all): a message's prose wraps at words
+_PRE_STYLE = ("margin:4px 0 0 0;white-space:pre-wrap;word-break:normal;overflow-wrap:anywhere;font-size:12px;"
+              "background:transparent;color:inherit")
 
 
 class Message:
@@ -279,7 +281,7 @@ class _KernelCell:
         shown = [v for v in views if v != "perf"]
         if shown:
             show_views(self.compiled, shown)
-        if "perf" in views and bench is None:
+        if "perf" in views and bench is None and not getattr(self, "_recorded_shown", False):  # --bench showed it
             self.show_recorded("the perf view shows --bench results; this cell ran no benchmark, so here are "
                                "the recorded ones", placed=self.placed(kernel, args, kwargs))
 
@@ -539,8 +541,9 @@ class _KernelCell:
             self.say("warning", "--bench needs a CUDA GPU, and this machine has none",
                      "kernellab runs kernels on the CPU interpreter here: correct results, but CPU timings say "
                      "nothing about a GPU. Run this cell on a GPU machine to time the kernel against "
-                     f"`{o.bench}`. Below: results recorded on a GPU (benchmarks/results), with this kernel "
-                     "placed by its arithmetic intensity where --flops is given.")
+                     f"`{o.bench}`. Nothing was timed. Below: results recorded on a GPU (benchmarks/results), "
+                     "with this kernel placed by its arithmetic intensity (FLOPs from --flops, else estimated "
+                     "from its tile IR), untimed.")
             self.show_recorded(None, placed=self.placed(kernel, args, kwargs))
             return None
         sweep = [(None, None)]

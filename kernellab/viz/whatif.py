@@ -325,15 +325,17 @@ def headlines(a: dict, b: dict, rows: list, lay: dict, acc: list, bufs: list, pa
     if r:
         out.append(f"pipelined stages: {r['a']} → {r['b']}")
     if bufs:
-        parts = []
-        for c in bufs[:4]:
+        parts: dict = {}  # the same change of the buffers of one line (a helper inlined twice) said once
+        for c in bufs:
             sa = f"{_fmt_bytes(c['a']['size'])}" + (f" ({c['a']['stages']} stages)" if c["a"] and c["a"]["stages"]
                                                      else "") if c["a"] else "none"
             sb = f"{_fmt_bytes(c['b']['size'])}" + (f" ({c['b']['stages']} stages)" if c["b"] and c["b"]["stages"]
                                                      else "") if c["b"] else "none"
-            parts.append(f"{c['op']} at line {c['line']}: {sa} → {sb}")
-        out.append("shared-memory buffers: " + "; ".join(parts) + (f" (+{len(bufs) - 4} more)" if len(bufs) > 4
-                                                                   else ""))
+            key = f"{c['op']} at line {c['line']}: {sa} → {sb}"
+            parts[key] = parts.get(key, 0) + 1
+        said = [f"{n} × {k}" if n > 1 else k for k, n in parts.items()]
+        out.append("shared-memory buffers: " + "; ".join(said[:4]) + (f" (+{len(said) - 4} more)" if len(said) > 4
+                                                                      else ""))
     r = changed("shared memory", "barriers between shared ops")
     if r:
         out.append(f"barriers between shared-memory ops: {r['a']} → {r['b']}")

@@ -336,7 +336,7 @@ class LayoutView(_View):
         self.values = D.tensor_values(gpu)
         self.accesses = D.accesses(gpu, self.num_warps)
         self.entries = []  # (label, value dict, access dict or None)
-        roles = D.dot_roles(gpu)
+        roles = self.roles = D.dot_roles(gpu)
         for v in self.values:
             acc = next((a for a in self.accesses if a["op"] == "tt.load" and a["name"] == v["name"]), None)
             role = f"  — {roles[v['name']]}" if v["name"] in roles else ""
@@ -418,7 +418,8 @@ class LayoutView(_View):
         svg = H.layout_svg(v["layout"], v["shape"], self.num_warps, vec=acc["vec"] if acc else None,
                            elem_bytes=v["elem_bytes"], title=label, origin=(self.row0.value, self.col0.value),
                            window=self.window())
-        self.pane.value = H.page(H.layout_info_html(v, self.num_warps, acc) + svg)
+        role = self.roles.get(v["name"]) if v["op"] != "stored by tt.store" else None
+        self.pane.value = H.page(H.layout_info_html(v, self.num_warps, acc, role) + svg)
 
     def static_html(self) -> str:
         if not self.values:

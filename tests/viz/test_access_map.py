@@ -7,7 +7,21 @@ import torch
 import kernellab as kl
 import kernellab.language as tl
 from kernellab.errors import SanitizerError
-from kernellab.viz.access_map import access_map_html, program_color
+from kernellab.viz.access_map import CELL, access_map_html, program_color
+
+
+def _covered(html: str, fill: str, cls: str = "e") -> int:
+    """Elements drawn in `fill`: the map draws runs of equal elements as one rectangle CELL px high."""
+    return sum(int(w) // CELL for w in re.findall(rf'<rect class="{cls}" [^>]*width="(\d+)"[^>]*fill="{fill}"', html))
+
+
+def _spans(titles) -> list[int]:
+    """The elements of titles "element N" / "elements A..B"."""
+    out = []
+    for t in titles:
+        a, _, b = t.partition("..")
+        out += list(range(int(a), int(b or a) + 1))
+    return out
 
 
 @kl.jit
@@ -37,10 +51,10 @@ def test_each_program_gets_its_colour():
     report = _report(blocks)
     assert report.ok
     html = access_map_html(report)
-    # 64 elements, 4 programs of 16: four colours, each 16 times, no outline
-    fills = re.findall(r'<rect [^>]*fill="(#[0-9a-f]{6})"', html)
-    assert len(fills) == 64
-    assert [fills.count(program_color(p)) for p in range(4)] == [16, 16, 16, 16]
+    # 64 elements, 4 programs of 16: four colours, each over 16 elements, no outline; one rectangle per program's
+    # run of elements (not one per element: a map of 3072 elements stays small)
+    assert [_covered(html, program_color(p)) for p in range(4)] == [16, 16, 16, 16]
+    assert len(re.findall(r'<rect class="e"', html)) == 4
     assert 'stroke="#d62728"' not in html and "no findings" in html
 
 
@@ -53,11 +67,25 @@ def test_a_race_is_outlined_where_it_happens():
     assert re.search(r"\d+ findings?", html)
 
 
-def test_large_arguments_show_a_window():
+def test_a_large_argument_is_drawn_whole():
+    """8192 elements in 8 rows of 64 cells: a cell per 16 elements, all 8 programs on the map (the first 512
+    elements alone showed only program 0 of a matmul's or a softmax's many)."""
     report = _report(blocks, n=8192, block=1024)
     html = access_map_html(report, columns=64, max_rows=8)
-    assert len(re.findall(r"<rect ", html)) == 512
-    assert "the first 512 of 8192 elements" in html
+    assert [_covered(html, program_color(p)) for p in range(8)] == [64] * 8
+    assert len(re.findall(r'<rect class="e"', html)) == 8  # a run a row
+    assert "a cell per 16 elements" in html and "elements 1024..2047: written by program 1" in html
+
+
+def test_elements_only_read_take_the_readers_colour_pale():
+    """An input nobody writes is drawn in its readers' colours (pale), not as a blank sheet."""
+    x, out = torch.randn(100), torch.full((100,), float("nan"))
+    report = scale_masked[(4,)](x, out, 100, BLOCK=32, sanitize=True).sanitizer_report
+    html = access_map_html(report, columns=32)
+    pale = re.findall(r'<rect class="e" [^>]*width="(\d+)"[^>]*fill="(#[0-9a-f]{6})" fill-opacity="0.35"', html)
+    assert sorted((int(w) // CELL, f) for w, f in pale) == sorted([(32, program_color(p)) for p in range(3)]
+                                                                   + [(4, program_color(3))])
+    assert "only read, by 4 programs" in html
 
 
 def test_the_view_draws_a_matrix_with_its_row_length():
@@ -66,7 +94,7 @@ def test_the_view_draws_a_matrix_with_its_row_length():
 
     report = blocks[(4,)](torch.zeros(64), BLOCK=16, sanitize=True).sanitizer_report
     html = AccessMapView(report, columns=16)._repr_mimebundle_()["text/html"]
-    ys = {int(y) for y in re.findall(r'<rect x="\d+" y="(\d+)"', html)}
+    ys = {int(y) for y in re.findall(r'<rect class="e" x="\d+" y="(\d+)"', html.split("per program")[0])}
     assert len(ys) == 4 and 'width="224"' in html  # 64 elements in 4 rows of 16 cells of 14 px
 
 
@@ -99,12 +127,12 @@ def test_the_per_program_map_marks_masked_lanes_outside_the_argument():
     report = scale_masked[(4,)](x, out, 100, BLOCK=32, sanitize=True).sanitizer_report
     last = program_map_html(report, 3, columns=32)
     # program 3: the row of elements 96..127: 4 read (x) / written (out), 28 masked lanes past the end, outlined red
-    assert last.count(f'fill="{READ}"') == 4 and last.count(f'fill="{WRITTEN}"') == 4
-    outside = re.findall(r'<rect class="m"[^>]*stroke="#d62728"[^>]*><title>element (\d+)', last)
-    assert sorted(map(int, outside)) == sorted(list(range(100, 128)) * 2)
+    assert _covered(last, READ) == 4 and _covered(last, WRITTEN) == 4
+    outside = re.findall(r'<rect class="m"[^>]*stroke="#d62728"[^>]*><title>elements? ([\d.]+)', last)
+    assert sorted(_spans(outside)) == sorted(list(range(100, 128)) * 2)
     assert "28 masked-off lanes" in last and "28 of them outside the argument" in last
     first = program_map_html(report, 0, columns=32)
-    assert first.count(f'fill="{READ}"') == 32 and 'class="m"' not in first
+    assert _covered(first, READ) == 32 and 'class="m"' not in first
     # the picker opens on the program whose mask matters, and every program has a panel
     html = programs_html(report, columns=32)
     assert re.search(r'id="klam\d+p3" class="kl-am-radio" checked', html)
@@ -118,3 +146,15 @@ def test_the_view_shows_the_programs_too():
     report = scale_masked[(4,)](x, out, 100, BLOCK=32, sanitize=True).sanitizer_report
     html = AccessMapView(report, columns=32)._repr_mimebundle_()["text/html"]
     assert "per program" in html and "kl-am-radio" in html
+
+
+def test_a_row_kernels_map_stays_small():
+    """Runs, not elements: 7 programs of a 1024-wide masked row over 2 arguments drew ~30k rectangles (megabytes in
+    the notebook); the whole view now stays well under 200 kB."""
+    from kernellab.viz.access_map import AccessMapView
+
+    x, out = torch.randn(6248), torch.full((6248,), float("nan"))
+    report = scale_masked[(7,)](x, out, 6248, BLOCK=1024, sanitize=True).sanitizer_report
+    html = AccessMapView(report)._repr_mimebundle_()["text/html"]
+    assert len(html) < 200_000, len(html)
+    assert "2 of them outside" not in html and "920 of them outside the argument" in html

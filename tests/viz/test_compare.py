@@ -257,3 +257,17 @@ def test_compare_on_the_gpu_times_both_sides():
     assert "time not measured" not in text and "not measured: no GPU" not in text
     assert "measured (median)" in text
     torch.testing.assert_close(c.float(), (a.float() @ b.float()), atol=1e-1, rtol=1e-2)  # it really ran
+
+
+def test_headline_says_the_same_buffer_change_of_one_line_once():
+    """Attention inlines its inner loop twice (causal): the two allocs of line 6 changed alike are one headline
+    item "2 × ...", not the same sentence twice."""
+    from kernellab.viz import whatif as W
+
+    def buf(size, stages):
+        return {"size": size, "stages": stages}
+
+    bufs = [{"op": "ttg.local_alloc", "line": line, "a": buf(16384, 2), "b": buf(24576, 3)} for line in (6, 18, 6, 18)]
+    heads = W.headlines({}, {}, [], {"changed": []}, [], bufs, [])
+    said = next(h for h in heads if h.startswith("shared-memory buffers"))
+    assert said.count("line 6") == 1 and said.count("line 18") == 1 and said.count("2 × ttg.local_alloc") == 2

@@ -296,3 +296,9 @@ def test_smem_html_of_a_wgmma_loop_draws_the_swizzle():
     well_formed(out)
     assert "128-byte swizzle: chunk c of row r is stored at c XOR (r mod 8)" in out
     assert "wgmma reads (8 rows x 16 B): 1-way" in out and "cp.async writes (16 B per thread): 1-way" in out
+
+
+def test_smem_chart_is_drawn_wide_and_shrinks_to_fit():
+    """Drawn 960 px wide (it stayed 640 px in a 1400 px output), scaled down where the output is narrower."""
+    svg = H.smem_svg([], 0, 228 * 1024)
+    assert re.search(r'<svg class="kl-smem-map" viewBox="0 0 960 \d+" width="960"', svg) and "max-width:100%" in svg

@@ -505,6 +505,12 @@ def test_bench_on_a_cpu_draws_the_recorded_roofline_once_with_the_kernel_placed(
     (k,) = made[-1].placed
     assert k.label == "add_kernel (estimated)" and k.flops == 4 * 256 and k.bytes == 3 * 1000 * 4
     assert cell.has("estimated from its tile IR")
+    # --bench and the perf view share one roofline, and the estimate is said once (it was said twice)
+    n = len(made)
+    cell = run(f'%%kernel {RUN} --bench "x + y" --views passes,perf\n{ADD}')
+    said = [o for o in cell.cap.outputs if "FLOPs and" in o.data.get("text/plain", "")]
+    assert len(made) == n + 1 and len(said) == 1
+    assert cell.has("Nothing was timed")
 
 
 def test_compare_two_option_sets(run, ip, data, views):

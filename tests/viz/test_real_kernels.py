@@ -476,3 +476,24 @@ def test_roofline_labels_never_cut_a_word_and_never_overlap():
     renderer = FigureCanvasAgg(fig).get_renderer()
     boxes = [t.get_window_extent(renderer) for t in fig.axes[0].texts]
     assert all(not a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+def test_only_an_mma_value_a_dot_reads_as_its_a_operand_says_so():
+    """Attention's p·v A operand (%98 in #mma) feeds the wgmma A fragment as it is; its accumulator and the QK
+    result do not (the layout info said "as a dot operand" for every #mma value)."""
+    ck = R.attention()
+    gpu = ck.trace.snapshot("gpu")
+    roles = D.dot_roles(gpu)
+    values = {v["name"]: v for v in D.tensor_values(gpu)}
+    a_op = next(n for n, r in roles.items() if r.startswith("A operand") and "#mma" in values.get(n, {}).get("layout", ""))
+    acc = next(n for n, r in roles.items() if r.startswith("accumulator") and "#mma" in values.get(n, {}).get("layout", ""))
+    plain = next(n for n, v in values.items() if "#mma" in v["layout"] and n not in roles)
+    info = {n: H.layout_info_html(values[n], 4, None, roles.get(n)) for n in (a_op, acc, plain)}
+    assert "as a dot operand" in info[a_op] and roles[a_op] in info[a_op]
+    assert "as a dot operand" not in info[acc] and "as the accumulator" in info[acc]
+    assert "as a dot operand" not in info[plain] and "in a dot" not in info[plain]
+    layout = kv.LayoutView(ck)
+    layout.select(acc)
+    assert "as a dot operand" not in layout.pane.value and "as the accumulator" in layout.pane.value
+    layout.select(a_op)
+    assert "as a dot operand" in layout.pane.value
