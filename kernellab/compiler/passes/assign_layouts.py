@@ -102,6 +102,26 @@ def equally_coalesced(have, want) -> bool:
         have.order == want.order and have.tpw == want.tpw and have.spt[want.order[0]] == want.spt[want.order[0]]
 
 
+def blocked_halves(lay, shape):
+    """The halves of `split(x)` for x in blocked layout `lay` whose last dimension (of size 2) is all in each
+    thread's registers: the same layout without that dimension. Works where the tile has fewer elements than
+    the program has threads (copies; no bit layout describes it). None otherwise."""
+    if not isinstance(lay, Blocked) or len(shape) < 2 or shape[-1] != 2 or lay.spt[-1] != 2 or \
+            lay.tpw[-1] != 1 or lay.wpc[-1] != 1:
+        return None
+    last = len(shape) - 1
+    return Blocked(lay.spt[:-1], lay.tpw[:-1], lay.wpc[:-1], tuple(d for d in lay.order if d != last))
+
+
+def blocked_pairs(lay):
+    """The layout of `join(a, b)` for a and b in blocked layout `lay`: a new last dimension of size 2, both
+    elements in the thread that holds them, next to each other in its registers (the inverse of
+    `blocked_halves`)."""
+    if not isinstance(lay, Blocked):
+        return None
+    return Blocked(lay.spt + (2,), lay.tpw + (1,), lay.wpc + (1,), (lay.rank,) + lay.order)
+
+
 def _numel(t):
     n = 1
     for s in t.shape:
@@ -231,9 +251,27 @@ class LayoutAssigner:
             return cand is not None and cand.rank == len(shape) and all(
                 split_map(lay, src.type.shape, cand, shape, k) is not None for k in range(2))
 
-        for cand in (self.preferred(op.results[0]), self.default(shape), split_layout(lay, src.type.shape)):
+        for cand in (self.preferred(op.results[0]), self.default(shape), split_layout(lay, src.type.shape),
+                     blocked_halves(lay, src.type.shape)):
             if free(cand):
                 return cand
+        return None
+
+    def paired_halves(self, op):
+        """Where no layout splits x's registers: x converted into one whose size-2 last dimension each thread
+        holds (the halves in the layout their users want, or the usual one), so the split itself renames
+        registers and the next pass may rebuild x's chain in that layout instead (small loads re-issued, as
+        Triton does) — one conversion at most, as the split through shared memory would cost. None where
+        that layout does not exist."""
+        shape = op.results[0].type.shape
+        for half in (self.preferred(op.results[0]), self.default(shape)):
+            if not isinstance(half, Blocked) or half.rank != len(shape):
+                continue
+            whole = blocked_pairs(half)
+            src_shape = op.operands[0].type.shape
+            if all(split_map(whole, src_shape, half, shape, k) is not None for k in range(2)):
+                self.want(op, 0, whole)
+                return half
         return None
 
     def free_join(self, op):
@@ -241,7 +279,7 @@ class LayoutAssigner:
         users' layout or the usual one where either is such a layout, else a's bits with a new register bit."""
         a, res = op.operands[0], op.result
         lay, shape = self.layout_of(a), res.type.shape
-        for cand in (self.preferred(res), self.default(shape), join_layout(lay, a.type.shape)):
+        for cand in (self.preferred(res), self.default(shape), join_layout(lay, a.type.shape), blocked_pairs(lay)):
             if cand is not None and cand.rank == len(shape) and \
                     join_map(lay, a.type.shape, cand, shape) is not None:
                 self.want(op, 1, lay)
@@ -271,6 +309,14 @@ class LayoutAssigner:
                 layout = have
                 self.anchors[id(op)] = (layout, vec)
                 self.in_pointer_layout += 1
+            value = self.layout_of(op.operands[1]) if name == "tt.store" and len(op.operands) > 1 else None
+            if value is not None and value != layout and _numel(ptr.type) <= 32 * self.num_warps and \
+                    all(recomputable(v, value, 32 * self.num_warps) for i, v in enumerate(op.operands)
+                        if i != 1 and isinstance(v.type, TensorType)):
+                # a store of at most one element per thread writes as coalesced in any layout: it takes its
+                # computed value's, and its addresses (and mask) are rebuilt there, not the value converted
+                layout, vec = value, 1
+                self.anchors[id(op)] = (layout, vec)
             op.attrs["vec"] = vec
             for i, v in enumerate(op.operands):
                 if isinstance(v.type, TensorType):
@@ -401,7 +447,7 @@ class LayoutAssigner:
             self.set_layout(r, self.free_layout(src, r) or default_blocked(r.type.shape, self.num_warps))
             return
         if name == "tt.split" and len(res_tensors) == 2:
-            lay = self.free_halves(op)
+            lay = self.free_halves(op) or self.paired_halves(op)
             if lay is not None:
                 for r in res_tensors:
                     self.set_layout(r, lay)

@@ -21,7 +21,7 @@ from ..gpu.layouts import Bits, Slice
 from ..gpu.reshape_layout import register_map, reshape_layout
 from ..gpu.scratch import _numel
 from ..ir import Module, Op
-from ..ops import is_pure
+from ..ops import is_elementwise, is_pure
 from ..rewrite import insert_before
 from ..types import TensorType
 
@@ -72,10 +72,19 @@ class Remat:
         return _numel(v.type.shape) <= self.narrow
 
     def _reload(self, op) -> bool:
-        """A small load read only here: issued again in the wanted layout, where it was."""
+        """A small load: issued again in the wanted layout, where it was (each thread reads at most one element
+        either way; users wanting the old layout keep the original)."""
         return (op is not None and op.name == "tt.load" and _numel(op.result.type.shape) < self.threads
-                and len(op.result.uses) == 1 and not op.attrs.get("volatile")
-                and not op.operands[0].type.is_block_ptr())
+                and not op.attrs.get("volatile") and not op.operands[0].type.is_block_ptr())
+
+    def _cheap(self, op) -> bool:
+        """Index math anywhere; any pure elementwise op on a tile of at most one element per thread (a thread
+        computes the same number of elements in either layout)."""
+        if _cheap(op):
+            return True
+        return (op is not None and not op.regions and is_pure(op) and is_elementwise(op.name) and
+                len(op.results) == 1 and isinstance(op.result.type, TensorType) and
+                _numel(op.result.type.shape) <= self.threads)
 
     def can(self, v, layout) -> bool:
         """Whether `v` can be recomputed in `layout` without any conversion (or, with `narrow`, with
@@ -90,7 +99,7 @@ class Remat:
             return False
         if self._reload(op):
             return all(self.can(o, layout) for o in op.operands)
-        if op is None or not _cheap(op) or len(op.results) != 1 or op.name == "ttg.convert_layout":
+        if op is None or not self._cheap(op) or len(op.results) != 1 or op.name == "ttg.convert_layout":
             return self._leaf(v)
         if op.name in ("tt.expand_dims", "tt.broadcast") and _bit_layout(layout):
             return False
@@ -117,7 +126,7 @@ class Remat:
             self.reloaded.append(op)
             self.memo[key] = clone.result
             return clone.result
-        if op is None or not _cheap(op) or len(op.results) != 1 or op.name == "ttg.convert_layout":
+        if op is None or not self._cheap(op) or len(op.results) != 1 or op.name == "ttg.convert_layout":
             return self._convert_leaf(v, layout, key)
         if op.name in ("tt.expand_dims", "tt.broadcast") and _bit_layout(layout):
             return self._convert_leaf(v, layout, key)
