@@ -22,39 +22,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-MATMUL = ('%%kernel --args "a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), '
-          'c.stride(1)" -c BLOCK_M=128 -c BLOCK_N=128 -c BLOCK_K=64 -c GROUP_M=8 --num-warps 4 --num-stages 3 '
-          '--grid "(cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N),)" --views all --run '
-          '--check "torch.allclose(c.float(), a.float() @ b.float(), atol=0.1, rtol=0.01)"\n') + '''\
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
-    offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
-    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-    c = acc.to(tl.float16)
-    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
-    tl.store(c_ptrs, c, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
-'''
+MATMUL_ARGS = ('%%kernel --args "a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), '
+               'c.stride(1)" -c BLOCK_M=128 -c BLOCK_N=128 -c BLOCK_K=64 -c GROUP_M=8 --num-warps 4 --num-stages 3 '
+               '--grid "(cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N),)" --views all --run '
+               '--check "torch.allclose(c.float(), a.float() @ b.float(), atol=0.1, rtol=0.01)"\n')
+
+
+def _kernel_text(path: Path, first: str, end: str) -> str:
+    """A kernel's source out of one of our files (from the line `first` to the line before `end`), dedented."""
+    text = path.read_text()
+    start = text.index(first)
+    return textwrap.dedent(text[start:text.index(end, start)])
+
+
+# tutorial 03's kernel, as the corpus has it
+MATMUL = MATMUL_ARGS + _kernel_text(ROOT / "tests" / "corpus.py", "    @kl.jit\n    def matmul_kernel",
+                                    "    @kl.jit\n    def cumsum_kernel")
 
 ATTENTION_ARGS = ('%%kernel --args "q, k, v, o, sm_scale * 1.4426950408889634, *q.stride(), *k.stride(), *v.stride(), '
                   '*o.stride(), H, N_CTX" -c BLOCK_M=128 -c BLOCK_N=64 -c HEAD_DIM=64 -c CAUSAL=True --num-warps 4 '
@@ -168,9 +151,8 @@ def more_cells() -> list[tuple[str, str]]:
 
 def attention_cell() -> str:
     """The benchmarks' attention forward (its inner loop function and the kernel), as a `%%kernel` cell."""
-    text = (ROOT / "benchmarks" / "attention_kernel.py").read_text()
-    body = text[text.index("    @kl.jit\n    def _attn_fwd_inner"):text.index("    return attention_fwd_kernel")]
-    return ATTENTION_ARGS + textwrap.dedent(body)
+    return ATTENTION_ARGS + _kernel_text(ROOT / "benchmarks" / "attention_kernel.py",
+                                         "    @kl.jit\n    def _attn_fwd_inner", "    return attention_fwd_kernel")
 
 
 def shoot(page, out: Path, width: int, problems: list[str]):

@@ -157,6 +157,15 @@ def test_smem_chart_and_headline(notebook_page, width):
     cell.screenshot(path=str(SHOTS / f"real_smem_{width}.png"))
 
 
+def _drawn_view(page, view_class, drawn):
+    """The first live view of `view_class` at 1280 px, scrolled into sight, once an element `drawn` is in it."""
+    _at(page, 1280)
+    view = page.locator(f"{view_class}{LIVE}").first
+    view.scroll_into_view_if_needed()
+    view.locator(drawn).first.wait_for(timeout=30_000)
+    return view
+
+
 def test_roofline_image(notebook_page):
     page = notebook_page
     _at(page, 1280)
@@ -169,10 +178,7 @@ def test_roofline_image(notebook_page):
 
 def test_graph_boxes_are_drawn_at_full_strength(notebook_page):
     page = notebook_page
-    _at(page, 1280)
-    view = page.locator(f".kl-graph{LIVE}").first
-    view.scroll_into_view_if_needed()
-    view.locator("g.node").first.wait_for(timeout=30_000)
+    view = _drawn_view(page, ".kl-graph", "g.node")
     faded = view.evaluate("""g => [...g.querySelectorAll('g.node')].filter(n => {
         for (let e = n; e && e !== g; e = e.parentElement) if (+getComputedStyle(e).opacity < 1) return true;
         return false; }).map(n => n.textContent.trim().slice(0, 30))""")
@@ -182,10 +188,7 @@ def test_graph_boxes_are_drawn_at_full_strength(notebook_page):
 
 def test_linked_lines_are_numbered_once_and_blank_lines_uncoloured(notebook_page):
     page = notebook_page
-    _at(page, 1280)
-    view = page.locator(f".kl-lk{LIVE}").first
-    view.scroll_into_view_if_needed()
-    view.locator(".kl-lk-l").first.wait_for(timeout=30_000)
+    view = _drawn_view(page, ".kl-lk", ".kl-lk-l")
     doubled = view.evaluate("""v => [...v.querySelectorAll('.kl-lk-l')].slice(0, 200).filter(l =>
         !['none', 'normal', ''].includes(getComputedStyle(l, '::before').content)).length""")
     assert doubled == 0
