@@ -87,9 +87,9 @@ def data_ptr(a) -> int:
 
 
 def _tensor_of(a):
-    """The tensor an argument stands for: a host TensorDescriptor's `base`, else the argument itself."""
-    base = getattr(a, "base", None)
-    return base if base is not None and hasattr(a, "block_shape") and hasattr(base, "data_ptr") else a
+    """The tensor an argument stands for: a host TensorDescriptor's `base` (the binder's own test of what is one),
+    else the argument itself."""
+    return a.base if _is_host_descriptor(a) else a
 
 
 def is_cuda(a) -> bool:
