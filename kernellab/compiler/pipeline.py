@@ -84,6 +84,7 @@ def gpu_passes():
         fill_stages_with_tma,
         flatten_loops,
         insert_barriers,
+        issue_loads_early,
         pipeline_dot_operands,
         remove_layout_conversions,
         share_uniform_runs,
@@ -97,7 +98,8 @@ def gpu_passes():
 
     return [flatten_loops, strip_mine_tiles, upcast_fp8_dot, decompose_batched_dot, accelerate_matmul, assign_layouts,
             remove_layout_conversions, share_uniform_runs, stage_invariant_dot_operands, pipeline_dot_operands,
-            fill_stages_with_tma, warpgroup_turns, warp_specialize, tma_store, allocate_shared, insert_barriers]
+            fill_stages_with_tma, warpgroup_turns, warp_specialize, tma_store, issue_loads_early, allocate_shared,
+            insert_barriers]
 
 
 def _restore_origins(module: Module, tile) -> None:

@@ -1,0 +1,91 @@
+"""Issue global loads before the shared-memory round trips that precede them, outside loops.
+
+A layout conversion, a cross-warp reduction or scan, a split or join through shared memory is a `bar.sync` in
+the code; neither LLVM nor ptxas moves a global load above one. In straight-line code a load written after such an
+op therefore waits its whole latency after the barrier, where it could have been in flight during it. A decode
+step (mamba-3's step kernel: a dozen small loads, a state tile, a few conversions) spends most of its time so.
+
+Each load outside a loop body moves, with the index math that computes its addresses, to just before the first
+such op it can pass: one that none of its operands depends on, with no store, atomic, call, barrier, loop or
+branch in between (a load never passes a write, so it reads what it read before). Only loads of at most
+`MAX_PER_THREAD` elements a thread move: the value then lives across the barrier, in registers. Loops are left to
+the pipeliners.
+"""
+from __future__ import annotations
+
+from ..gpu.scratch import _numel, scratch_bytes
+from ..ir import Block, Module, Op
+from ..ops import is_loop, is_pure
+from ..types import TensorType
+
+NAME = "issue_loads_early"
+DESCRIPTION = "start global loads before the barriers of earlier shared-memory round trips (straight-line code)"
+
+MAX_PER_THREAD = 8
+
+
+def _round_trip(op: Op) -> bool:
+    """An op whose lowering writes shared memory, waits at a barrier and reads it back."""
+    return not op.regions and scratch_bytes(op)[0] > 0
+
+
+def _small(load: Op, threads: int) -> bool:
+    t = load.result.type
+    return not isinstance(t, TensorType) or _numel(t.shape) <= MAX_PER_THREAD * threads
+
+
+def _movable(op: Op) -> bool:
+    """Pure straight-line work a load may carry along (its addresses) or pass."""
+    return not op.regions and is_pure(op)
+
+
+def _hoist(block: Block, i: int) -> bool:
+    """Move the load at block.ops[i] (with its address slice) before the earliest round trip it can pass."""
+    ops = block.ops
+    load = ops[i]
+    needed = {id(o) for o in load.operands}
+    slice_ops, target = [load], None
+    for j in range(i - 1, -1, -1):
+        op = ops[j]
+        if any(id(r) in needed for r in op.results):
+            if not _movable(op) or _round_trip(op):
+                break  # the load depends on it
+            slice_ops.append(op)
+            needed.update(id(o) for o in op.operands)
+            continue
+        if op.name == "tt.load":
+            continue  # loads pass loads
+        if not _movable(op):
+            break  # a store, atomic, barrier, call, loop or branch: nothing moves above it
+        if _round_trip(op):
+            target = j
+    if target is None:
+        return False
+    anchor = ops[target]
+    for op in reversed(slice_ops):  # program order
+        block.ops.remove(op)
+        block.insert(block.ops.index(anchor), op)
+    return True
+
+
+def _blocks(block: Block, in_loop: bool):
+    if not in_loop:
+        yield block
+    for op in block.ops:
+        for region in op.regions:
+            yield from _blocks(region, in_loop or is_loop(op.name))
+
+
+def run(module: Module, options=None) -> dict:
+    threads = 32 * getattr(options, "num_warps", 4)
+    moved = 0
+    for block in list(_blocks(module.kernel.body, False)):
+        i = 0
+        while i < len(block.ops):
+            op = block.ops[i]
+            if op.name == "tt.load" and not op.attrs.get("volatile") and _small(op, threads) and _hoist(block, i):
+                moved += 1
+                i = block.ops.index(op) + 1
+                continue
+            i += 1
+    return {"loads_moved": moved} if moved else {}

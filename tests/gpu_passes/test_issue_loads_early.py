@@ -1,0 +1,92 @@
+"""issue_loads_early: a straight-line load (with its address math) moves above an earlier shared-memory round
+trip it does not depend on, never above a store, an atomic, a barrier, a loop or a branch, and never inside
+loops; large per-thread loads stay."""
+from __future__ import annotations
+
+from kernellab.compiler.passes import issue_loads_early
+
+LAYOUTS = """
+#L0 = #blocked<[1], [32], [4], [0]>
+#L1 = #blocked<[2], [32], [4], [0]>
+"""
+
+BODY = """
+tt.func @k(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %y_ptr: !ptr<f32> {tt.divisibility = 16}, %z_ptr: !ptr<f32> {tt.divisibility = 16}) {
+  %r = tt.make_range {end = 256, start = 0} : tensor<256xi32, #L0>
+  %0 = tt.splat %x_ptr : tensor<256x!ptr<f32>, #L0>
+  %1 = tt.addptr %0, %r : tensor<256x!ptr<f32>, #L0>
+  %x = tt.load %1 : tensor<256xf32, #L0>
+  %xc = ttg.convert_layout %x : tensor<256xf32, #L1>
+  %r1 = tt.make_range {end = 256, start = 0} : tensor<256xi32, #L1>
+  %4 = tt.splat %z_ptr : tensor<256x!ptr<f32>, #L1>
+  %5 = tt.addptr %4, %r1 : tensor<256x!ptr<f32>, #L1>
+  BARRIER
+  %2 = tt.splat %y_ptr : tensor<256x!ptr<f32>, #L1>
+  %3 = tt.addptr %2, %r1 : tensor<256x!ptr<f32>, #L1>
+  %y = tt.load %3 : tensor<256xf32, #L1>
+  %s = arith.addf %xc, %y : tensor<256xf32, #L1>
+  tt.store %5, %s
+  tt.return
+}
+"""
+
+
+def test_a_load_and_its_addresses_move_above_a_conversion(check):
+    _, stats = check(issue_loads_early, LAYOUTS + BODY.replace("  BARRIER\n", ""), LAYOUTS + """
+tt.func @k(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %y_ptr: !ptr<f32> {tt.divisibility = 16}, %z_ptr: !ptr<f32> {tt.divisibility = 16}) {
+  %r = tt.make_range {end = 256, start = 0} : tensor<256xi32, #L0>
+  %0 = tt.splat %x_ptr : tensor<256x!ptr<f32>, #L0>
+  %1 = tt.addptr %0, %r : tensor<256x!ptr<f32>, #L0>
+  %x = tt.load %1 : tensor<256xf32, #L0>
+  %r1 = tt.make_range {end = 256, start = 0} : tensor<256xi32, #L1>
+  %2 = tt.splat %y_ptr : tensor<256x!ptr<f32>, #L1>
+  %3 = tt.addptr %2, %r1 : tensor<256x!ptr<f32>, #L1>
+  %y = tt.load %3 : tensor<256xf32, #L1>
+  %xc = ttg.convert_layout %x : tensor<256xf32, #L1>
+  %4 = tt.splat %z_ptr : tensor<256x!ptr<f32>, #L1>
+  %5 = tt.addptr %4, %r1 : tensor<256x!ptr<f32>, #L1>
+  %s = arith.addf %xc, %y : tensor<256xf32, #L1>
+  tt.store %5, %s
+  tt.return
+}
+""")
+    assert stats == {"loads_moved": 1}
+
+
+def test_a_store_or_barrier_in_between_stops_it(run_pass):
+    for between in ("tt.store %5, %xc", "tt.debug_barrier"):
+        text = LAYOUTS + BODY.replace("BARRIER", between)
+        m, stats = run_pass(issue_loads_early, text)
+        assert stats == {}
+        names = [op.name for op in m.kernel.body.ops]
+        assert names.index("ttg.convert_layout") < names.index("tt.load", names.index("ttg.convert_layout"))
+
+
+def test_a_load_that_needs_the_conversion_stays(run_pass):
+    text = LAYOUTS + BODY.replace("  BARRIER\n", "").replace(
+        "%3 = tt.addptr %2, %r1 : tensor<256x!ptr<f32>, #L1>",
+        "%xi = arith.fptosi %xc : tensor<256xi32, #L1>\n  %3 = tt.addptr %2, %xi : tensor<256x!ptr<f32>, #L1>")
+    _, stats = run_pass(issue_loads_early, text)
+    assert stats == {}
+
+
+def test_large_loads_and_loop_bodies_stay(run_pass):
+    big = LAYOUTS + BODY.replace("  BARRIER\n", "").replace("256", "8192")  # 64 elements a thread
+    _, stats = run_pass(issue_loads_early, big)
+    assert stats == {}
+    body = BODY.replace("  BARRIER\n", "").split("{\n", 1)[1].rsplit("  tt.return", 1)[0]
+    looped = LAYOUTS + BODY.split("{\n", 1)[0] + """{
+  %lo = arith.constant {value = 0} : i32
+  %hi = arith.constant {value = 4} : i32
+  %st = arith.constant {value = 1} : i32
+  scf.for %lo, %hi, %st {
+  ^bb(%i: i32):
+""" + body.replace("\n  ", "\n    ") + """    scf.yield
+  }
+  tt.return
+}
+"""
+    m, stats = run_pass(issue_loads_early, looped)
+    assert stats == {}
+    (loop,) = [op for op in m.kernel.body.ops if op.name == "scf.for"]
+    assert [op.name for op in loop.regions[0].ops].count("tt.load") == 2  # the same body, in the loop
