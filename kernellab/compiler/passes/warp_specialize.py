@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 
+from ..gpu.scratch import scratch_bytes, wgmma_staging
 from ..ir import Block, Module, Op
 from ..ops import info, is_pure
 from ..rewrite import extend_for_iter_args, insert_before, move_before
@@ -91,12 +92,20 @@ class _TmaLoop:
         ops = for_op.block.ops
         self.pre_fills = [o for o in ops[:ops.index(for_op)] if o.name in _FILLS and _fill_bars(o) is self.bars]
         dots = [o for o in body.ops if o.name == "tt.dot" and "mma" in o.attrs]
-        if len(dots) != 1:
-            raise _Skip(f"{len(dots)} tensor-core dots in the loop (one matmul supported)")
+        self.chain = None  # attention: (q·kT, p·v), the second kept in flight into the next iteration
+        if len(dots) == 2:
+            first, second = dots
+            if first.attrs.get("wgmma_async") or not second.attrs.get("wgmma_async"):
+                raise _Skip("2 tensor-core dots in the loop, not attention's chain (scores waited for at once, "
+                            "p·v kept in flight)")
+            self.chain = (first, second)
+            dots = [first]  # the stage is released where the scores' wait retires the previous p·v
+        elif len(dots) != 1:
+            raise _Skip(f"{len(dots)} tensor-core dots in the loop (one matmul or attention's two supported)")
         self.dot = dots[0]
-        if any(o.name == "tt.dot" for o in for_op.walk() if o is not self.dot):
+        if any(o.name == "tt.dot" for o in for_op.walk() if o is not self.dot and o not in (self.chain or ())):
             raise _Skip("another dot in the loop")
-        self.overlapped = bool(self.dot.attrs.get("wgmma_async"))
+        self.overlapped = bool(self.dot.attrs.get("wgmma_async")) or self.chain is not None
         barriers = [o for o in body.ops if o.name == "ttg.barrier"]
         if len(barriers) != 1:
             raise _Skip("the loop has other CTA barriers")
@@ -105,6 +114,8 @@ class _TmaLoop:
             wait = next_op(self.dot)
             if wait.name != "ttg.dot_wait" or next_op(wait) is not self.barrier or self.final_wait() is None:
                 raise _Skip("the wgmma in flight is not retired right before the refill and after the loop")
+            if self.chain is not None and wait.operands[0] not in body.args[1:]:
+                raise _Skip("the scores' wait does not retire the previous iteration's p·v")
         if any(v not in body.args[1:] for v in (self.read_slot, self.write_slot, self.phase)):
             raise _Skip("the stages are not carried by the loop")
 
@@ -324,6 +335,62 @@ def _consume(loop: _TmaLoop, empty) -> None:
         after.op("ttg.mbarrier_arrive", [ev, after.lt(lb, ub)], [])
 
 
+def _turns_why_not(loop: _TmaLoop, num_warps: int) -> str | None:
+    """Why attention's consumers cannot take turns on the tensor cores (None: they can)."""
+    if num_warps != 8:
+        return f"{num_warps // 4} consumer warpgroup(s), turns need two"
+    if any(list(d.attrs.get("mma", ())) != [8, 1] or any(e is not None for e in wgmma_staging(d)) for d in loop.chain):
+        return "the dots do not split their rows between the warpgroups with operands in place"
+    for o in loop.for_op.walk():
+        if o in (loop.for_op, loop.barrier) or o.name == "tt.dot":
+            continue
+        if o.name in ("ttg.barrier", "tt.debug_barrier") or scratch_bytes(o)[0]:
+            return f"{o.name} ({_line(o)}) needs every consumer warp to meet in the loop"
+    return None
+
+
+def _take_turns(loop: _TmaLoop) -> None:
+    """The consumers' two warpgroups take turns on the tensor cores as passes/warpgroup_turns.py orders them (one's
+    softmax under the other's matrix products): q·kT is issued without waiting and the turn passes before its wait;
+    the turn is taken again right before p·v. The stages' full and empty mbarriers are the producer's already."""
+    loc, body = loop.for_op.loc, loop.body
+    first, second = loop.chain
+    first.attrs["wgmma_async"] = True
+    nxt = Builder(next_op(first), loc)
+    nxt.op("ttg.warpgroup_turn", [], [], {"kind": "pass"})
+    done = nxt.op("ttg.dot_wait", [first.result], [first.result.type], {"pending": 0}, [first.result.hint]).result
+    first.result.replace_all_uses_with(done)
+    done.defining_op.set_operand(0, first.result)
+    reads = [d for d in (v.defining_op for v in second.operands) if d is not None and d.block is body and
+             d.name == "ttg.memdesc_index"]
+    Builder(min(reads, key=body.ops.index) if reads else second, loc).op("ttg.warpgroup_turn", [], [],
+                                                                         {"kind": "wait"})
+    Builder(loop.for_op, loc).op("ttg.warpgroup_turn", [], [], {"kind": "start"})  # warpgroup 0 goes first
+    Builder(loop.final_wait(), loc).op("ttg.warpgroup_turn", [], [], {"kind": "finish"})
+
+
+def _consumers_only(fn, split: Op, sl: _Slice) -> list:
+    """Move the tensor work that precedes the split (the query tile's load and its staging into shared memory)
+    after it: the producer warps would run it with warp indices past the layouts' (stores out of the tile).
+    Returns those ops (checked: nothing the producer needs reads them)."""
+    ops = fn.body.ops
+    before = ops[:ops.index(split)]
+    moved = set()
+    for o in before:
+        inner = list(o.walk())
+        tensor = any(isinstance(v.type, TensorType) for x in inner for v in list(x.results) + list(x.operands))
+        if (tensor or o.name in ("ttg.local_store", "ttg.barrier", "tt.store") or
+                any(v.defining_op is not None and id(v.defining_op) in moved for x in inner for v in x.operands)):
+            moved.add(id(o))
+    for o in before:
+        if id(o) in moved and id(o) in sl.keep:
+            raise _Skip(f"the copies' coordinates need {o.name} ({_line(o)}), tensor work before the loop")
+        if id(o) not in moved and any(id(v.defining_op) in moved for x in o.walk() for v in x.operands
+                                      if v.defining_op is not None):
+            raise _Skip(f"{o.name} ({_line(o)}) before the loop reads tensor work the producer must not run")
+    return [o for o in before if id(o) in moved]
+
+
 # ------------------------------------------------------------------------------------------------ driver
 
 def _candidates(module: Module, stats: dict):
@@ -364,7 +431,9 @@ def _check_before(fn, split: Op):
             raise _Skip(f"{o.name} before the loop ({_line(o)}) would run in the producer warps too")
 
 
-def _specialize(module: Module, marked: Op, inner: Op, num_warps: int) -> None:
+def _specialize(module: Module, marked: Op, inner: Op, num_warps: int) -> str | None:
+    """Split the kernel at `marked`; returns why attention's consumers do not take turns (None: they do, or the
+    loop is a matmul)."""
     fn = module.kernel
     loop = _TmaLoop(inner)
     outer = marked if marked is not inner else None
@@ -389,6 +458,8 @@ def _specialize(module: Module, marked: Op, inner: Op, num_warps: int) -> None:
     sl = _Slice(seq, loop.pre_fills + loop.body_fills, outside=hoist)
     sl.check(seq)
     _check_before(fn, seq[0])
+    consumers_only = _consumers_only(fn, seq[0], sl)
+    no_turns = _turns_why_not(loop, num_warps) if loop.chain is not None else None
     # checked: from here on the IR changes
     if outer is not None:
         inval = loop.inval()
@@ -403,9 +474,13 @@ def _specialize(module: Module, marked: Op, inner: Op, num_warps: int) -> None:
     Builder(next_op(inval), loop.for_op.loc).op("ttg.mbarrier_inval", [empty], [])
     ws = Op("ttg.warp_specialize", [], [], {"producer_warps": PRODUCER_WARPS}, [Block()], loop.for_op.loc)
     insert_before(seq[0], ws)
+    for o in consumers_only:
+        move_before(o, seq[0])
     _build_producer(ws, seq, sl, loop, outer, empty)
     # the consumers: the copies go, the release of each stage comes in
     _consume(loop, empty)
+    if loop.chain is not None and no_turns is None:
+        _take_turns(loop)
     if outer is not None:  # the read stage, the write stage and the phase run on from one tile to the next
         slots = [loop.arg_index(v) for v in (loop.read_slot, loop.write_slot, loop.phase)]
         tiles_body = outer.regions[0]
@@ -419,6 +494,7 @@ def _specialize(module: Module, marked: Op, inner: Op, num_warps: int) -> None:
             y.operands.append(r)
             r.uses.append(y)
         extend_for_iter_args(outer, inits)
+    return no_turns
 
 
 def run(module: Module, options=None) -> dict:
@@ -444,8 +520,10 @@ def run(module: Module, options=None) -> dict:
                    "the producer's slice does not replicate yet")
         if why is None:
             try:
-                _specialize(module, marked, inner, num_warps)
+                no_turns = _specialize(module, marked, inner, num_warps)
                 stats["warp_specialized"] += 1
+                if no_turns:
+                    stats["no_turns"] = f"{_line(marked)}: {no_turns}"
                 continue
             except _Skip as e:
                 why = str(e)
