@@ -280,3 +280,18 @@ def test_gpu_tutorial(cfg, causal, S, host):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     _child("tutorial", S, *cfg, causal, True, host)
+
+
+def test_benchmark_ws_row_on_cpu():
+    """benchmarks/attention.py --warp-specialize's row: the descriptor text with and without the hint (the
+    interpreter, a dummy timer), so the GPU script does not rot."""
+    import functools
+
+    from benchmarks.attention import _fmt, run_row
+
+    impls = {"kernellab": (kl, DESC, functools.partial(attention_desc, warp_specialize=True)),
+             "kernellab_nows": (kl, DESC, attention_desc)}
+    row = run_row(impls, 1, 2, 48, 16, False, device="cpu", timer=lambda fn: (fn(), 1e-3)[1],
+                  cfg=dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=3))
+    assert row["kernellab"]["ok"] and row["kernellab_nows"]["ok"], row
+    assert "kl no-ws" in _fmt(row) and "ws/no-ws     1.00" in _fmt(row)
