@@ -23,11 +23,18 @@ for nothing. In a persistent kernel (the marked loop is a tile loop around the p
 tutorial 09) the stage buffers and mbarriers move before the tile loop, which carries the consumers' read stage and
 phase from one tile's K loop to the next while the producer's fill count runs on.
 
+Attention's loop (Triton's tutorial 06 on Hopper: `s = q·kT` waited for at once, then `acc = p·v` kept in flight into
+the next iteration, K and V filled by TMA) is split the same way: each warp releases the stage of iteration i-1 once
+the scores' wait has retired that iteration's p·v. With two consumer warpgroups they also take turns on the tensor
+cores as passes/warpgroup_turns.py orders them (q·kT issued async, the turn passed before its wait, taken again
+before p·v); why they do not is in the stats (`no_turns`). The tensor work before the split (the query tile's load
+and its staging) moves after it, into the consumers.
+
 This version takes one such loop per kernel, at the kernel's top level (or its tile loop there), with one wgmma dot
-whose operands TMA fills (Triton on Hopper asks for all-TMA loads too); code before the split runs in every warp, so
-no dot, atomic or print may precede it. Why a marked loop was left alone is in the stats (`not_specialized`). A
-persistent build whose stages no longer fit next to the epilogue's shared memory is rebuilt without the producer
-(runtime/jit.py), before fewer stages are tried.
+(or attention's two) whose operands TMA fills (Triton on Hopper asks for all-TMA loads too); code before the split
+runs in every warp, so no dot, atomic or print may precede it. Why a marked loop was left alone is in the stats
+(`not_specialized`). A persistent build whose stages no longer fit next to the epilogue's shared memory is rebuilt
+without the producer (runtime/jit.py), before fewer stages are tried.
 """
 from __future__ import annotations
 
