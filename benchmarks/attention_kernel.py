@@ -99,12 +99,12 @@ def make_attention_kernel(kl, tl):
 
 def make_attention_desc_kernel(kl, tl):
     """The forward again, its tiles read through tensor descriptors made in the kernel (the structure of Triton's
-    tutorial 06 on Hopper), so TMA can fill the K and V stages and `WS=True` marks the key loop for warp
-    specialization (`tl.range(..., warp_specialize=WS)`): a producer warpgroup issues the copies, the num_warps
-    consumer warps compute. Each (batch, head) is one [N_CTX, HEAD_DIM] plane of a rank-3 descriptor over
-    [Z * H, N_CTX, HEAD_DIM], so TMA zero-fills past the sequence's end and a length that is not a multiple of the
-    blocks works: with EVEN_N false, keys past N_CTX are masked out of the scores (query rows past it are not
-    stored)."""
+    tutorial 06 on Hopper), so TMA can fill the K and V stages and `WS=True` marks the key loops for warp
+    specialization (`tl.range(..., warp_specialize=WS)`; causal: both, one producer fills both): a producer
+    warpgroup issues the copies, the num_warps consumer warps compute. Each (batch, head) is one [N_CTX, HEAD_DIM]
+    plane of a rank-3 descriptor over [Z * H, N_CTX, HEAD_DIM], so TMA zero-fills past the sequence's end and a
+    length that is not a multiple of the blocks works: with EVEN_N false, keys past N_CTX are masked out of the
+    scores (query rows past it are not stored)."""
 
     @kl.jit
     def _attn_desc_inner(acc, l_i, m_i, q, desc_k, desc_v, off_hz, offs_m, offs_n, lo, hi, qk_scale, N_CTX,
@@ -155,7 +155,7 @@ def make_attention_desc_kernel(kl, tl):
                                              start_m * BLOCK_M, qk_scale, N_CTX, BLOCK_N, HEAD_DIM, False, True, WS)
             acc, l_i, m_i = _attn_desc_inner(acc, l_i, m_i, q, desc_k, desc_v, off_hz, offs_m, offs_n,
                                              start_m * BLOCK_M, (start_m + 1) * BLOCK_M, qk_scale, N_CTX, BLOCK_N,
-                                             HEAD_DIM, True, True, False)
+                                             HEAD_DIM, True, True, WS)
         else:
             acc, l_i, m_i = _attn_desc_inner(acc, l_i, m_i, q, desc_k, desc_v, off_hz, offs_m, offs_n, 0, N_CTX,
                                              qk_scale, N_CTX, BLOCK_N, HEAD_DIM, False, EVEN_N, WS)
