@@ -218,10 +218,29 @@ def test_interpreter_ignores_the_hint(S, causal):
     torch.testing.assert_close(lse.double(), ref_lse, atol=1e-3, rtol=1e-3)
 
 
+@needs_tutorial
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("host", [True, False], ids=["host_desc", "kernel_desc"])
+def test_interpreter_tutorial(host, causal):
+    """Tutorial 06's text on the CPU interpreter through the GPU tests' harness (two query blocks, poisoned)."""
+    _, out, lse, ref, ref_lse = run_tutorial(256, 64, 64, 2, 4, causal, True, host, device="cpu")
+    torch.testing.assert_close(out.double(), ref, atol=2e-2, rtol=0)
+    torch.testing.assert_close(lse.double(), ref_lse, atol=1e-3, rtol=1e-3)
+
+
 # ---------------------------------------------------------------------------------------------- GPU
 
+def gpu_cases(cases):
+    """Several launches, each checked (one child process: one import and CUDA start for a group of cases)."""
+    for case in cases:
+        try:
+            gpu_case(*case)
+        except AssertionError as e:
+            raise AssertionError(f"case {case}: {e}") from None
+
+
 def gpu_case(text, S, D, BN, stages, warps, causal, ws, host=True):
-    """One launch, checked (run in a child process by the tests below)."""
+    """One launch, checked."""
     if text == "desc":
         ck, out, lse, ref, ref_lse = run_desc(S, D, BN, stages, warps, causal, ws, Z=2, H=3, seed=S + D)
     else:
@@ -235,8 +254,8 @@ def gpu_case(text, S, D, BN, stages, warps, causal, ws, host=True):
     assert lerr < 1e-2, f"max |lse - ref| = {lerr:.3g}"
 
 
-def _child(*args, timeout=240):
-    code = f"import tests.test_warp_specialize_attention as t; t.gpu_case(*{args!r})"
+def _child(cases, timeout=300):
+    code = f"import tests.test_warp_specialize_attention as t; t.gpu_cases({cases!r})"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
         res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -251,13 +270,13 @@ GPU_CFGS = [(128, 128, 3, 8), (128, 128, 2, 8), (64, 64, 3, 8), (64, 64, 2, 4), 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("S", [128, 200, 1000, 1024])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("cfg", GPU_CFGS, ids=lambda c: "x".join(map(str, c)))
-def test_gpu_desc_text(cfg, causal, S):
+def test_gpu_desc_text(cfg, causal):
+    """S: one key block (128), ragged (200: one full and one partial block; 1000), several even blocks (1024)."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    _child("desc", S, *cfg, causal, True)
+    _child([("desc", S, *cfg, causal, True) for S in (128, 200, 1000, 1024)])
 
 
 @pytest.mark.gpu
@@ -266,21 +285,20 @@ def test_gpu_desc_text_unspecialized(causal):
     """The same text with the hint off (the variant timed against)."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    _child("desc", 1000, 128, 128, 3, 8, causal, False)
+    _child([("desc", 1000, 128, 128, 3, 8, causal, False), ("desc", 1024, 64, 64, 3, 4, causal, False)])
 
 
 @pytest.mark.gpu
 @needs_tutorial
 @pytest.mark.parametrize("host", [True, False], ids=["host_desc", "kernel_desc"])
-@pytest.mark.parametrize("S", [128, 1024])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("cfg", [(128, 128, 3, 8), (128, 128, 2, 8), (64, 64, 3, 8)],
                          ids=lambda c: "x".join(map(str, c)))
-def test_gpu_tutorial(cfg, causal, S, host):
-    """Tutorial 06's text (its sequence must be a multiple of the blocks: its rows run on into the next head)."""
+def test_gpu_tutorial(cfg, host):
+    """Tutorial 06's text, full and causal, one key block (128) and several (1024): its sequence must be a
+    multiple of the blocks (its rows run on into the next head's)."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    _child("tutorial", S, *cfg, causal, True, host)
+    _child([("tutorial", S, *cfg, causal, True, host) for causal in (False, True) for S in (128, 1024)])
 
 
 def test_benchmark_ws_row_on_cpu():
@@ -296,3 +314,15 @@ def test_benchmark_ws_row_on_cpu():
                   cfg=dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=3))
     assert row["kernellab"]["ok"] and row["kernellab_nows"]["ok"], row
     assert "kl no-ws" in _fmt(row) and "ws/no-ws     1.00" in _fmt(row)
+
+
+def test_tensormap_recipe_arithmetic():
+    """A tensor map's extent computed in the kernel from arguments (`Z * H * N_CTX`): the launcher evaluates the
+    recipe as the kernel computes it, wrapping at the value's width."""
+    from kernellab.runtime.tensormap import _value
+
+    rows = ["muli", 32, ["muli", 32, ["arg", 0], ["arg", 1]], ["arg", 2]]
+    assert _value(rows, [2, 3, 1000]) == 6000
+    assert _value(["addi", 32, ["arg", 0], ["const", 16]], [7]) == 23
+    assert _value(["muli", 32, ["arg", 0], ["arg", 1]], [1 << 16, 1 << 15]) == -(1 << 31)  # i32 wraps
+    assert _value(["muli", 64, ["arg", 0], ["arg", 1]], [1 << 16, 1 << 15]) == 1 << 31
