@@ -115,13 +115,12 @@ def make_attention_desc_kernel(kl, tl):
             k = desc_k.load([off_hz, start_n, 0]).reshape([BLOCK_N, HEAD_DIM])
             s = tl.dot(q, k.T)
             if DIAGONAL:  # key j is visible to query i when j <= i (keys past N_CTX only to rows past it)
-                s = tl.where(offs_m[:, None] >= start_n + offs_n[None, :], s * qk_scale, -float("inf"))
-            elif EVEN_N:
-                s = s * qk_scale
-            else:
-                s = tl.where((start_n + offs_n < N_CTX)[None, :], s * qk_scale, -float("inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.exp2(s - m_new[:, None])
+                s = tl.where(offs_m[:, None] >= start_n + offs_n[None, :], s, -float("inf"))
+            elif not EVEN_N:
+                s = tl.where((start_n + offs_n < N_CTX)[None, :], s, -float("inf"))
+            # the scale (> 0) applied after the row max: one fused multiply-add per score
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+            p = tl.exp2(s * qk_scale - m_new[:, None])
             alpha = tl.exp2(m_i - m_new)
             l_i = l_i * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None]
