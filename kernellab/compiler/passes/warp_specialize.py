@@ -421,8 +421,9 @@ def _share_ring(first: _TmaLoop, loop: _TmaLoop) -> None:
 
 
 def _consumers_only(fn, split: Op, sl: _Slice) -> list:
-    """Move the tensor work that precedes the split (the query tile's load and its staging into shared memory)
-    after it: the producer warps would run it with warp indices past the layouts' (stores out of the tile).
+    """Move the tensor work with effects that precedes the split (the query tile's load and its staging into shared
+    memory), and what reads it, after it: the producer warps would run it with warp indices past the layouts'
+    (stores out of the tile). Pure register values (constants, ranges) stay: dead in the producer.
     Returns those ops (checked: nothing the producer needs reads them)."""
     ops = fn.body.ops
     before = ops[:ops.index(split)]
@@ -430,7 +431,8 @@ def _consumers_only(fn, split: Op, sl: _Slice) -> list:
     for o in before:
         inner = list(o.walk())
         tensor = any(isinstance(v.type, TensorType) for x in inner for v in list(x.results) + list(x.operands))
-        if (tensor or o.name in ("ttg.local_store", "ttg.barrier", "tt.store") or
+        effects = tensor and not all(is_pure(x) for x in inner)
+        if (effects or o.name in ("ttg.local_store", "ttg.barrier", "tt.store") or
                 any(v.defining_op is not None and id(v.defining_op) in moved for x in inner for v in x.operands)):
             moved.add(id(o))
     for o in before:
