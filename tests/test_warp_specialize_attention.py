@@ -123,6 +123,9 @@ def _check_ptx(ck, warps, stages, loops):
     stats = ws_stats(ck)
     assert stats["warp_specialized"] == 1
     assert "not_specialized" not in stats
+    gpu_ir = ck.asm["gpu"]  # one ring: K's and V's stage buffers and one full and one empty mbarrier ring
+    assert gpu_ir.count('fill = "tma"') == 2 and gpu_ir.count("ttg.mbarrier_alloc") == 2
+    assert gpu_ir.count("pipelined_stages") == loops
     assert ck.launch_warps == warps + 4 and ck.num_warps == warps
     ptx = ck.asm["ptx"]
     entry, dec, inc = registers(warps)
