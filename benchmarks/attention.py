@@ -16,6 +16,12 @@ halved when causal) and ratios.
     python benchmarks/attention.py --mode bwd --no-write                         # print, write no JSON
     python benchmarks/attention.py --mode bwd --hd 64 --seq 4096 --bwd-config 64=32,128,128,32,4,3 \
         --bwd-config 64=32,128,128,32,4,4                                         # backward configs side by side
+    python benchmarks/attention.py --mode fwd --warp-specialize                  # the descriptor text, both ways
+
+With --warp-specialize the forward rows time `make_attention_desc_kernel`'s text instead (tiles through in-kernel
+tensor descriptors, so TMA fills the K/V stages): kernellab with the key loop warp-specialized (`WS=True`: a
+producer warpgroup issues the copies) and without (column "kl no-ws"), Triton with WS=True (the same text), and
+SDPA; the JSON is written as <date>-<gpu>-attention_ws.json.
 
 The kernel text is `benchmarks/attention_kernel.py`; both compilers get the same config
 (forward: BLOCK_M, BLOCK_N, num_warps, num_stages; backward: BWD_CONFIGS).
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import math
 import os
 import platform
@@ -36,7 +43,9 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.attention_kernel import (  # noqa: E402
     attention,
     attention_backward,
+    attention_desc,
     make_attention_bwd_kernels,
+    make_attention_desc_kernel,
     make_attention_kernel,
 )
 from benchmarks.memory_bound import bench, write_results  # noqa: E402
@@ -66,7 +75,7 @@ def attention_flops(Z, H, S, D, causal):
 def run_row(impls, Z, H, S, D, causal, device="cuda", timer=bench, seed=0, cfg=None):
     """Check every implementation against float32 SDPA, then time it; returns the row dict.
 
-    `impls` maps a name to (jit module, kernel); torch SDPA is always timed. A failing
+    `impls` maps a name to (jit module, kernel[, launcher like `attention`]); torch SDPA is always timed. A failing
     implementation is recorded as {"error": ...}, not raised. `cfg` defaults to CONFIGS[D]."""
     import torch
     import torch.nn.functional as F
@@ -79,16 +88,17 @@ def run_row(impls, Z, H, S, D, causal, device="cuda", timer=bench, seed=0, cfg=N
     flops = attention_flops(Z, H, S, D, causal)
     row = {"case": f"hd{D} s{S} {'causal' if causal else 'full'}", "mode": "fwd", "batch": Z, "heads": H, "seq": S,
            "head_dim": D, "causal": causal, "flops": flops, "config": cfg}
-    for name, (mod, kernel) in impls.items():
+    for name, (mod, kernel, *launcher) in impls.items():
+        launch = launcher[0] if launcher else attention
         out = torch.full_like(q, float("nan"))
         try:
-            _, compiled = attention(q, k, v, causal, sm_scale, mod, kernel, out=out, **cfg)
+            _, compiled = launch(q, k, v, causal, sm_scale, mod, kernel, out=out, **cfg)
             if device == "cuda":
                 torch.cuda.synchronize()
             err = (out.float() - ref).abs().max().item()  # NaN when an element was never written
             rel = ((out.float() - ref).norm() / ref.norm()).item()
             ok = bool(math.isfinite(err) and err <= TOL)
-            t = timer(lambda: attention(q, k, v, causal, sm_scale, mod, kernel, out=out, **cfg))
+            t = timer(lambda: launch(q, k, v, causal, sm_scale, mod, kernel, out=out, **cfg))
             row[name] = {"seconds": t, "tflops": flops / t / 1e12, "max_err": err, "rel_err": rel, "ok": ok,
                          "n_regs": getattr(compiled, "n_regs", None), "n_spills": getattr(compiled, "n_spills", None)}
         except Exception as e:  # a failing implementation is recorded, not fatal
@@ -173,6 +183,8 @@ def _parse_args(argv=None):
     p.add_argument("--mode", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd"],
                    help="forward rows, backward rows or both (default both)")
     p.add_argument("--no-write", action="store_true", help="print the table only, write no results JSON")
+    p.add_argument("--warp-specialize", action="store_true",
+                   help="forward rows: the descriptor text, kernellab with and without warp specialization")
     p.add_argument("--bwd-config", action="append", default=[], metavar="HD=BM1,BN1,BM2,BN2,WARPS,STAGES",
                    help="the backward config of one head dim, e.g. 64=32,128,128,32,4,3; given several times for "
                         "one head dim, each config gets its rows (a sweep)")
@@ -199,6 +211,11 @@ def main(argv=None):
         BWD_CONFIGS[hd] = cfgs[0]
 
     impls = {"kernellab": (kernellab, make_attention_kernel(kernellab, kltl))}
+    ws_impls = None
+    if args.warp_specialize:
+        desc = make_attention_desc_kernel(kernellab, kltl)
+        ws_impls = {"kernellab": (kernellab, desc, functools.partial(attention_desc, warp_specialize=True)),
+                    "kernellab_nows": (kernellab, desc, attention_desc)}
     bwd_impls = {"kernellab": (kernellab, impls["kernellab"][1], make_attention_bwd_kernels(kernellab, kltl))}
     triton_skipped = None
     try:
@@ -206,6 +223,9 @@ def main(argv=None):
         import triton.language as trtl
 
         impls["triton"] = (triton, make_attention_kernel(triton, trtl))
+        if ws_impls is not None:
+            ws_impls["triton"] = (triton, make_attention_desc_kernel(triton, trtl),
+                                  functools.partial(attention_desc, warp_specialize=True))
         bwd_impls["triton"] = (triton, impls["triton"][1], make_attention_bwd_kernels(triton, trtl))
         triton_version = triton.__version__
     except ImportError as e:
@@ -218,7 +238,7 @@ def main(argv=None):
             for S in args.seq:
                 for causal in args.causal:
                     if mode == "fwd":
-                        found = [run_row(impls, BATCH, HEADS, S, D, bool(causal))]
+                        found = [run_row(ws_impls or impls, BATCH, HEADS, S, D, bool(causal))]
                     else:
                         found = [run_bwd_row(bwd_impls, BATCH, HEADS, S, D, bool(causal), cfg=cfg)
                                  for cfg in sweep.get(D, [BWD_CONFIGS[D]])]
@@ -231,13 +251,14 @@ def main(argv=None):
               "bwd_configs": {str(k): v for k, v in BWD_CONFIGS.items()}, "bwd_tolerance": BWD_TOL, "modes": args.mode,
               "versions": {"python": platform.python_version(), "torch": torch.__version__,
                            "triton": triton_version, "kernellab": kernellab.__version__, "cuda": torch.version.cuda},
-              "triton_skipped": triton_skipped, "rows": rows}
+              "triton_skipped": triton_skipped, "warp_specialize": args.warp_specialize, "rows": rows}
     if not args.no_write:
-        _keep_other_modes(result, gpu)
-        path = write_results(result, "attention")
+        if not args.warp_specialize:
+            _keep_other_modes(result, gpu)
+        path = write_results(result, "attention_ws" if args.warp_specialize else "attention")
         print(f"\nwrote {path}")
     for row in rows:
-        for name in ("kernellab", "triton"):
+        for name in ("kernellab", "kernellab_nows", "triton"):
             r = row.get(name)
             if r and "error" in r:
                 print(f"{row['case']} {name}: {r['error']}")
@@ -296,6 +317,8 @@ def _fmt(row):
         if "seconds_dkdv_dq" in kl and "seconds_dkdv_dq" in tr:  # Triton's time / ours, per kernel
             cfg += "  dkdv {:.2f} dq {:.2f}".format(*(b / a for a, b in zip(kl["seconds_dkdv_dq"],
                                                                             tr["seconds_dkdv_dq"])))
+    if "kernellab_nows" in row:  # --warp-specialize: the same text unspecialized, and the ratio to it
+        cfg += f"  kl no-ws {tf('kernellab_nows')} ws/no-ws {ratio('kernellab', 'kernellab_nows')}"
     return f"{row['case']:<24} {tf('kernellab')} {tf('triton')} {tf('torch')}  {ratio('kernellab', 'torch')} " \
            f"{ratio('kernellab', 'triton')}{cfg}"
 

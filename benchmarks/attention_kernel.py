@@ -97,6 +97,96 @@ def make_attention_kernel(kl, tl):
     return attention_fwd_kernel
 
 
+def make_attention_desc_kernel(kl, tl):
+    """The forward again, its tiles read through tensor descriptors made in the kernel (the structure of Triton's
+    tutorial 06 on Hopper), so TMA can fill the K and V stages and `WS=True` marks the key loops for warp
+    specialization (`tl.range(..., warp_specialize=WS)`; causal: both, one producer fills both): a producer
+    warpgroup issues the copies, the num_warps consumer warps compute. Each (batch, head) is one [N_CTX, HEAD_DIM]
+    plane of a rank-3 descriptor over [Z * H, N_CTX, HEAD_DIM], so TMA zero-fills past the sequence's end and a
+    length that is not a multiple of the blocks works: with EVEN_N false, keys past N_CTX are masked out of the
+    scores (query rows past it are not stored)."""
+
+    @kl.jit
+    def _attn_desc_inner(acc, l_i, m_i, q, desc_k, desc_v, off_hz, offs_m, offs_n, lo, hi, qk_scale, N_CTX,
+                         BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, DIAGONAL: tl.constexpr, EVEN_N: tl.constexpr,
+                         WS: tl.constexpr):
+        for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
+            start_n = tl.multiple_of(start_n, BLOCK_N)
+            k = desc_k.load([off_hz, start_n, 0]).reshape([BLOCK_N, HEAD_DIM])
+            s = tl.dot(q, k.T)
+            if DIAGONAL:  # key j is visible to query i when j <= i (keys past N_CTX only to rows past it)
+                s = tl.where(offs_m[:, None] >= start_n + offs_n[None, :], s, -float("inf"))
+            elif not EVEN_N:
+                s = tl.where((start_n + offs_n < N_CTX)[None, :], s, -float("inf"))
+            # the scale (> 0) applied after the row max: one fused multiply-add per score
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+            p = tl.exp2(s * qk_scale - m_new[:, None])
+            alpha = tl.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None]
+            v = desc_v.load([off_hz, start_n, 0]).reshape([BLOCK_N, HEAD_DIM])
+            acc = tl.dot(p.to(v.dtype), v, acc)
+            m_i = m_new
+        return acc, l_i, m_i
+
+    @kl.jit
+    def attention_desc_fwd_kernel(Q, K, V, Out, LSE, qk_scale, Z, H, N_CTX,
+                                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                                  CAUSAL: tl.constexpr, EVEN_N: tl.constexpr, WS: tl.constexpr):
+        start_m = tl.program_id(0)
+        off_hz = tl.program_id(1)
+        desc_q = tl.make_tensor_descriptor(Q, [Z * H, N_CTX, HEAD_DIM], [N_CTX * HEAD_DIM, HEAD_DIM, 1],
+                                           [1, BLOCK_M, HEAD_DIM])
+        desc_k = tl.make_tensor_descriptor(K, [Z * H, N_CTX, HEAD_DIM], [N_CTX * HEAD_DIM, HEAD_DIM, 1],
+                                           [1, BLOCK_N, HEAD_DIM])
+        desc_v = tl.make_tensor_descriptor(V, [Z * H, N_CTX, HEAD_DIM], [N_CTX * HEAD_DIM, HEAD_DIM, 1],
+                                           [1, BLOCK_N, HEAD_DIM])
+        desc_o = tl.make_tensor_descriptor(Out, [Z * H, N_CTX, HEAD_DIM], [N_CTX * HEAD_DIM, HEAD_DIM, 1],
+                                           [1, BLOCK_M, HEAD_DIM])
+        offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = tl.arange(0, BLOCK_N)
+        m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+        q = desc_q.load([off_hz, start_m * BLOCK_M, 0]).reshape([BLOCK_M, HEAD_DIM])
+        if CAUSAL:  # the blocks before the diagonal (no mask), then the diagonal's
+            acc, l_i, m_i = _attn_desc_inner(acc, l_i, m_i, q, desc_k, desc_v, off_hz, offs_m, offs_n, 0,
+                                             start_m * BLOCK_M, qk_scale, N_CTX, BLOCK_N, HEAD_DIM, False, True, WS)
+            acc, l_i, m_i = _attn_desc_inner(acc, l_i, m_i, q, desc_k, desc_v, off_hz, offs_m, offs_n,
+                                             start_m * BLOCK_M, (start_m + 1) * BLOCK_M, qk_scale, N_CTX, BLOCK_N,
+                                             HEAD_DIM, True, True, WS)
+        else:
+            acc, l_i, m_i = _attn_desc_inner(acc, l_i, m_i, q, desc_k, desc_v, off_hz, offs_m, offs_n, 0, N_CTX,
+                                             qk_scale, N_CTX, BLOCK_N, HEAD_DIM, False, EVEN_N, WS)
+        out = acc / l_i[:, None]
+        desc_o.store([off_hz, start_m * BLOCK_M, 0], out.to(Out.dtype.element_ty).reshape([1, BLOCK_M, HEAD_DIM]))
+        if LSE is not None:  # the row's log2-sum-exp2, for the backward
+            tl.store(LSE + off_hz * N_CTX + offs_m, m_i + tl.log2(l_i), mask=offs_m < N_CTX)
+
+    return attention_desc_fwd_kernel
+
+
+def attention_desc(q, k, v, causal, sm_scale, kl_module, kernel, BLOCK_M=128, BLOCK_N=64, num_warps=4,
+                   num_stages=3, out=None, lse=None, warp_specialize=False):
+    """`attention` through `make_attention_desc_kernel`'s text (q, k, v contiguous [batch, heads, seq, head_dim];
+    any seq). Triton makes in-kernel descriptors in a global scratch it asks an allocator for: one is set when
+    `kl_module` has `set_allocator`."""
+    Z, H, N_CTX, HEAD_DIM = q.shape
+    assert k.shape == v.shape == q.shape and q.is_contiguous() and k.is_contiguous() and v.is_contiguous(), \
+        "q, k and v: contiguous, of the same shape"
+    if out is None:
+        out = q.new_empty(q.shape)
+    if hasattr(kl_module, "set_allocator"):
+        import torch
+
+        kl_module.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=q.device))
+    grid = (kl_module.cdiv(N_CTX, BLOCK_M), Z * H)
+    launched = kernel[grid](q, k, v, out, lse, sm_scale * LOG2E, Z, H, N_CTX, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                            HEAD_DIM=HEAD_DIM, CAUSAL=causal, EVEN_N=N_CTX % BLOCK_N == 0, WS=warp_specialize,
+                            num_warps=num_warps, num_stages=num_stages)
+    return out, launched
+
+
 def attention(q, k, v, causal, sm_scale, kl_module, kernel, BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3,
               out=None, lse=None):
     """softmax(q k^T * sm_scale [causal mask]) v for q, k, v of shape [batch, heads, seq, head_dim].

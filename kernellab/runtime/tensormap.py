@@ -37,9 +37,13 @@ _CACHE_LIMIT = 4096
 
 
 def _value(ref, args) -> int:
-    kind, x = ref
+    kind, x = ref[0], ref[1]
     if kind == "const":
         return int(x)
+    if kind in ("muli", "addi"):  # [op, bits, a, b]: the kernel's integer arithmetic, wrapping at `bits`
+        a, b = _value(ref[2], args), _value(ref[3], args)
+        r = (a * b if kind == "muli" else a + b) % (1 << x)
+        return r - (1 << x) if r >= 1 << (x - 1) else r
     return int(args[x])
 
 

@@ -5,6 +5,8 @@ parity carried by the loop; the cp.async copies, their commit and their wait go.
 why."""
 from __future__ import annotations
 
+import pytest
+
 from kernellab.compiler.gpu.options import GpuOptions
 from kernellab.compiler.passes import allocate_shared, fill_stages_with_tma, insert_barriers
 
@@ -195,11 +197,25 @@ def test_a_per_program_base_keeps_cp_async_for_that_operand(run_pass):
 
 
 def test_a_shape_computed_in_the_kernel_keeps_cp_async(run_pass):
-    text = PIPELINED_2.replace("%n64 = arith.extsi %N : i64", "%n2 = arith.addi %N, %N : i32\n"
+    text = PIPELINED_2.replace("%n64 = arith.extsi %N : i64", "%n2 = arith.subi %N, %N : i32\n"
                                "  %n64 = arith.extsi %n2 : i64")
     _, stats = run_pass(fill_stages_with_tma, text, SM90)
     assert stats == {"tma": 1, "no_tma": ["line ? operand b: its shape is computed in the kernel (the host makes "
                                           "the tensor map from arguments)"]}
+
+
+@pytest.mark.parametrize("op", ["addi", "muli"])
+def test_a_shape_the_host_computes_takes_tma(run_pass, op):
+    """Sums and products of arguments (tutorial 06's `Z * H * N_CTX` rows): the launcher evaluates them, so TMA
+    fills both operands; the tensor map keeps the in-kernel value as its operand (the recipe names the op)."""
+    text = PIPELINED_2.replace("%n64 = arith.extsi %N : i64", f"%n2 = arith.{op} %N, %N : i32\n"
+                               "  %n64 = arith.extsi %n2 : i64")
+    m, stats = run_pass(fill_stages_with_tma, text, SM90)
+    assert stats == {"tma": 2}
+    from kernellab.compiler.codegen.lower_tma import tensormap_recipes
+
+    recipes, _ = tensormap_recipes(m.kernel)
+    assert any(d[0] == op and d[1] == 32 for r in recipes for d in r["dims"])
 
 
 def test_mbarriers_and_tma_buffers_in_the_shared_plan(run_pass):

@@ -27,7 +27,8 @@ TENSORMAP_BYTES = 128
 
 
 def _ref(v, fn_args):
-    """A launch-time value: ["arg", index of the kernel argument] or ["const", value]."""
+    """A launch-time value: ["arg", index of the kernel argument], ["const", value], or ["muli" / "addi", bits,
+    ref, ref] (wrapping at the value's width, as the kernel computes it)."""
     v = unwiden(v)
     d = v.defining_op
     if d is None:
@@ -36,6 +37,8 @@ def _ref(v, fn_args):
                 return ["arg", i]
     elif d.name == "arith.constant":
         return ["const", int(d.attrs["value"])]
+    elif d.name in ("arith.muli", "arith.addi"):
+        return [d.name[6:], v.type.bits, _ref(d.operands[0], fn_args), _ref(d.operands[1], fn_args)]
     raise LoweringError("a ttg.tensormap operand is neither a kernel argument nor a constant")
 
 

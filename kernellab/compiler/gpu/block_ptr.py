@@ -141,13 +141,18 @@ def copy_vec(ld: Op, axis: AxisAnalysis) -> tuple[int, str | None]:
     return vec, None
 
 
+HOST_ARITH = ("arith.muli", "arith.addi")  # what the launcher evaluates besides arguments and constants
+
+
 def _kernel_value(v: Value, fn_args) -> bool:
-    """Whether the host can evaluate `v` from the launch's arguments: a kernel argument or a constant,
-    possibly widened."""
+    """Whether the host can evaluate `v` from the launch's arguments: a kernel argument or a constant, possibly
+    widened, or a product or sum of such (tutorial 06's `Z * H * N_CTX` rows)."""
     v = unwiden(v)
     d = v.defining_op
     if d is None:
         return any(v is a for a in fn_args)
+    if d.name in HOST_ARITH:
+        return all(_kernel_value(x, fn_args) for x in d.operands)
     return d.name == "arith.constant"
 
 

@@ -67,7 +67,8 @@ class _Tma:
 def _tensormap(bld: Builder, operands, buf_t, hint: str, loc):
     """The `ttg.tensormap` a TMA copy into `buf_t` reads: the kernel arguments (or constants) that describe the
     whole tensor; the box is one swizzle atom wide (all of the tile's rows)."""
-    host = [v if v.defining_op is None else bld.const(v.defining_op.attrs["value"], I64) for v in operands]
+    host = [bld.const(v.defining_op.attrs["value"], I64) if v.defining_op is not None and
+            v.defining_op.name == "arith.constant" else v for v in operands]
     box = [buf_t.swizzle // (buf_t.elem.bits // 8), buf_t.shape[1:][buf_t.order[1]]]
     box += [1] * ((len(operands) - 4) // 2)  # a [1, M, K] descriptor block: 1 along each leading dim
     return bld.op("ttg.tensormap", host, [I64], {"box": box, "swizzle": buf_t.swizzle}, [hint], loc=loc).result

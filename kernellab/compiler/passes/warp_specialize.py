@@ -23,16 +23,28 @@ for nothing. In a persistent kernel (the marked loop is a tile loop around the p
 tutorial 09) the stage buffers and mbarriers move before the tile loop, which carries the consumers' read stage and
 phase from one tile's K loop to the next while the producer's fill count runs on.
 
-This version takes one such loop per kernel, at the kernel's top level (or its tile loop there), with one wgmma dot
-whose operands TMA fills (Triton on Hopper asks for all-TMA loads too); code before the split runs in every warp, so
-no dot, atomic or print may precede it. Why a marked loop was left alone is in the stats (`not_specialized`). A
-persistent build whose stages no longer fit next to the epilogue's shared memory is rebuilt without the producer
-(runtime/jit.py), before fewer stages are tried.
+Attention's loop (Triton's tutorial 06 on Hopper: `s = q·kT` waited for at once, then `acc = p·v` kept in flight into
+the next iteration, K and V filled by TMA) is split the same way: each warp releases the stage of iteration i-1 once
+the scores' wait has retired that iteration's p·v. With two consumer warpgroups they also take turns on the tensor
+cores as passes/warpgroup_turns.py orders them (q·kT issued async, the turn passed before its wait, taken again
+before p·v); why they do not is in the stats (`no_turns`). The tensor work before the split (the query tile's load
+and its staging) moves after it, into the consumers.
+
+Consecutive marked loops at the kernel's top level that stage the same tiles (causal attention's off-band and
+diagonal key loops) share one split and one ring: the later loops read and fill the first loop's stage buffers, the
+producer's fill count and the consumers' read stage, write stage and phase run on from one loop into the next.
+
+This version takes one such loop (or run of loops) per kernel, at the kernel's top level (or its tile loop there),
+with one wgmma dot (or attention's two) whose operands TMA fills (Triton on Hopper asks for all-TMA loads too); code
+before the split runs in every warp, so no dot, atomic or print may precede it. Why a marked loop was left alone is
+in the stats (`not_specialized`). A persistent build whose stages no longer fit next to the epilogue's shared memory
+is rebuilt without the producer (runtime/jit.py), before fewer stages are tried.
 """
 from __future__ import annotations
 
 import os
 
+from ..gpu.scratch import scratch_bytes, wgmma_staging
 from ..ir import Block, Module, Op
 from ..ops import info, is_pure
 from ..rewrite import extend_for_iter_args, insert_before, move_before
@@ -91,12 +103,20 @@ class _TmaLoop:
         ops = for_op.block.ops
         self.pre_fills = [o for o in ops[:ops.index(for_op)] if o.name in _FILLS and _fill_bars(o) is self.bars]
         dots = [o for o in body.ops if o.name == "tt.dot" and "mma" in o.attrs]
-        if len(dots) != 1:
-            raise _Skip(f"{len(dots)} tensor-core dots in the loop (one matmul supported)")
+        self.chain = None  # attention: (q·kT, p·v), the second kept in flight into the next iteration
+        if len(dots) == 2:
+            first, second = dots
+            if first.attrs.get("wgmma_async") or not second.attrs.get("wgmma_async"):
+                raise _Skip("2 tensor-core dots in the loop, not attention's chain (scores waited for at once, "
+                            "p·v kept in flight)")
+            self.chain = (first, second)
+            dots = [first]  # the stage is released where the scores' wait retires the previous p·v
+        elif len(dots) != 1:
+            raise _Skip(f"{len(dots)} tensor-core dots in the loop (one matmul or attention's two supported)")
         self.dot = dots[0]
-        if any(o.name == "tt.dot" for o in for_op.walk() if o is not self.dot):
+        if any(o.name == "tt.dot" for o in for_op.walk() if o is not self.dot and o not in (self.chain or ())):
             raise _Skip("another dot in the loop")
-        self.overlapped = bool(self.dot.attrs.get("wgmma_async"))
+        self.overlapped = bool(self.dot.attrs.get("wgmma_async")) or self.chain is not None
         barriers = [o for o in body.ops if o.name == "ttg.barrier"]
         if len(barriers) != 1:
             raise _Skip("the loop has other CTA barriers")
@@ -105,6 +125,8 @@ class _TmaLoop:
             wait = next_op(self.dot)
             if wait.name != "ttg.dot_wait" or next_op(wait) is not self.barrier or self.final_wait() is None:
                 raise _Skip("the wgmma in flight is not retired right before the refill and after the loop")
+            if self.chain is not None and wait.operands[0] not in body.args[1:]:
+                raise _Skip("the scores' wait does not retire the previous iteration's p·v")
         if any(v not in body.args[1:] for v in (self.read_slot, self.write_slot, self.phase)):
             raise _Skip("the stages are not carried by the loop")
 
@@ -262,40 +284,46 @@ def _refill(bld: Builder, group, count, stages: int, full, empty) -> None:
         copy.set_operand(3, fv)
 
 
-def _build_producer(ws: Op, seq, sl: _Slice, loop: _TmaLoop, outer, empty) -> None:
-    """The producer's region of `ws`: the copies' slice `sl` of `seq`, each fill waiting on its empty mbarrier."""
+def _build_producer(ws: Op, seq, sl: _Slice, loops: list, outer, empty) -> None:
+    """The producer's region of `ws`: the copies' slice `sl` of `seq`, each fill waiting on its empty mbarrier.
+    Several loops (attention's off-band and diagonal key loops) fill one ring: the count runs on from one to the
+    next."""
     region = ws.regions[0]
     mapping, op_map = {}, {}
     sl.clone_into(seq, region, mapping, op_map)
-    S, full = loop.stages, loop.bars
+    loc, S, full = loops[0].for_op.loc, loops[0].stages, loops[0].bars
     # the fill counter: 0 at the start (non-persistent), else carried by the tile loop
-    inner = op_map[id(loop.for_op)]
     if outer is not None:
         tiles = op_map[id(outer)]
         g0 = tiles.regions[0].add_arg(I32, "fills")
     else:
-        g0 = Builder(region.ops[0], loop.for_op.loc).const(0)
-    for s, group in enumerate(_fill_groups([op_map[id(o)] for o in loop.pre_fills])):
-        at = Builder(group[0], loop.for_op.loc)
-        _refill(at, group, at.add(g0, at.const(s)) if s else g0, S, full, empty)
-    at = Builder(inner, loop.for_op.loc)
-    start = at.add(g0, at.const(S - 1))
-    body = inner.regions[0]
-    g = body.add_arg(I32, "fill")
-    (group,) = _fill_groups([op_map[id(o)] for o in loop.body_fills])
-    _refill(Builder(group[0], loop.for_op.loc), group, g, S, full, empty)
-    y = body.terminator
-    nxt = Builder(y, loop.for_op.loc).add(g, Builder(y, loop.for_op.loc).const(1))
-    y.operands.append(nxt)
-    nxt.uses.append(y)
-    inner = extend_for_iter_args(inner, [start])
+        g0 = Builder(region.ops[0], loc).const(0)
+    for loop in loops:
+        inner = op_map[id(loop.for_op)]
+        for s, group in enumerate(_fill_groups([op_map[id(o)] for o in loop.pre_fills])):
+            at = Builder(group[0], loc)
+            _refill(at, group, at.add(g0, at.const(s)) if s else g0, S, full, empty)
+        at = Builder(inner, loc)
+        start = at.add(g0, at.const(S - 1))
+        body = inner.regions[0]
+        g = body.add_arg(I32, "fill")
+        (group,) = _fill_groups([op_map[id(o)] for o in loop.body_fills])
+        _refill(Builder(group[0], loc), group, g, S, full, empty)
+        y = body.terminator
+        nxt = Builder(y, loc).add(g, Builder(y, loc).const(1))
+        y.operands.append(nxt)
+        nxt.uses.append(y)
+        inner = extend_for_iter_args(inner, [start])
+        if outer is None and loop is loops[-1]:
+            break
+        # the fills issued: the S-1 the loop's last iterations would have run ahead are predicated off
+        after = Builder(next_op(inner), loc)
+        g0 = done = after.op("arith.subi", [inner.results[-1], after.const(S - 1)], [I32]).result
     if outer is not None:
-        after = Builder(next_op(inner), loop.for_op.loc)
-        done = after.op("arith.subi", [inner.results[-1], after.const(S - 1)], [I32]).result
         ty = tiles.regions[0].terminator
         ty.operands.append(done)
         done.uses.append(ty)
-        extend_for_iter_args(tiles, [Builder(tiles, loop.for_op.loc).const(0)])
+        extend_for_iter_args(tiles, [Builder(tiles, loc).const(0)])
     # the old stage views and slot rotations are dead now
     dce.sweep_block(region)
 
@@ -322,6 +350,98 @@ def _consume(loop: _TmaLoop, empty) -> None:
         last = loop.for_op.results[loop.arg_index(loop.write_slot)]
         ev = after.op("ttg.memdesc_index", [empty, last], [empty.type.tile()]).result
         after.op("ttg.mbarrier_arrive", [ev, after.lt(lb, ub)], [])
+
+
+def _turns_why_not(loop: _TmaLoop, num_warps: int) -> str | None:
+    """Why attention's consumers cannot take turns on the tensor cores (None: they can)."""
+    if num_warps != 8:
+        return f"{num_warps // 4} consumer warpgroup(s), turns need two"
+    if any(list(d.attrs.get("mma", ())) != [8, 1] or any(e is not None for e in wgmma_staging(d)) for d in loop.chain):
+        return "the dots do not split their rows between the warpgroups with operands in place"
+    for o in loop.for_op.walk():
+        if o in (loop.for_op, loop.barrier) or o.name == "tt.dot":
+            continue
+        if o.name in ("ttg.barrier", "tt.debug_barrier") or scratch_bytes(o)[0]:
+            return f"{o.name} ({_line(o)}) needs every consumer warp to meet in the loop"
+    return None
+
+
+def _take_turns(loop: _TmaLoop) -> None:
+    """The consumers' two warpgroups take turns on the tensor cores as passes/warpgroup_turns.py orders them (one's
+    softmax under the other's matrix products): q·kT is issued without waiting and the turn passes before its wait;
+    the turn is taken again right before p·v. The stages' full and empty mbarriers are the producer's already."""
+    loc, body = loop.for_op.loc, loop.body
+    first, second = loop.chain
+    first.attrs["wgmma_async"] = True
+    nxt = Builder(next_op(first), loc)
+    nxt.op("ttg.warpgroup_turn", [], [], {"kind": "pass"})
+    done = nxt.op("ttg.dot_wait", [first.result], [first.result.type], {"pending": 0}, [first.result.hint]).result
+    first.result.replace_all_uses_with(done)
+    done.defining_op.set_operand(0, first.result)
+    reads = [d for d in (v.defining_op for v in second.operands) if d is not None and d.block is body and
+             d.name == "ttg.memdesc_index"]
+    Builder(min(reads, key=body.ops.index) if reads else second, loc).op("ttg.warpgroup_turn", [], [],
+                                                                         {"kind": "wait"})
+    Builder(loop.for_op, loc).op("ttg.warpgroup_turn", [], [], {"kind": "start"})  # warpgroup 0 goes first
+    Builder(loop.final_wait(), loc).op("ttg.warpgroup_turn", [], [], {"kind": "finish"})
+
+
+def _ring(loop: _TmaLoop):
+    """(stage buffers in fill order, bytes a stage's expect announces) of a loop's body refill."""
+    (group,) = _fill_groups(loop.body_fills)
+    return [c.operands[2].defining_op.operands[0] for c in group[1:]], group[0].attrs.get("bytes")
+
+
+def _share_ring_check(first: _TmaLoop, loop: _TmaLoop) -> None:
+    (b1, n1), (b2, n2) = _ring(first), _ring(loop)
+    if loop.stages != first.stages or n1 != n2 or [b.type for b in b1] != [b.type for b in b2]:
+        raise _Skip(f"the loop at {_line(loop.for_op)} stages other tiles than the first (one ring per producer)")
+    if (first.chain is None) != (loop.chain is None) or first.overlapped != loop.overlapped:
+        raise _Skip(f"the loop at {_line(loop.for_op)} has another shape of dots than the first")
+
+
+def _share_ring(first: _TmaLoop, loop: _TmaLoop) -> None:
+    """A later loop of the split reads and fills the first loop's stage buffers and mbarriers (shared memory holds
+    one ring; the producer's fill count and the consumers' read stage, write stage and phase run on)."""
+    b1, _ = _ring(first)
+    b2, _ = _ring(loop)
+    inval = loop.inval()
+    move_before(first.inval(), inval)  # the ring lives until the last loop's end
+    inval.erase()
+    for old, new in zip(b2 + [loop.bars], b1 + [first.bars]):
+        alloc = old.defining_op
+        old.replace_all_uses_with(new)
+        if not old.uses:
+            alloc.erase()
+    for k, v in enumerate((loop.read_slot, loop.write_slot, loop.phase)):
+        i = loop.arg_index(v)
+        loop.for_op.set_operand(3 + i, first.for_op.results[first.arg_index((first.read_slot, first.write_slot,
+                                                                              first.phase)[k])])
+    loop.bars = first.bars
+
+
+def _consumers_only(fn, split: Op, sl: _Slice) -> list:
+    """Move the tensor work with effects that precedes the split (the query tile's load and its staging into shared
+    memory), and what reads it, after it: the producer warps would run it with warp indices past the layouts'
+    (stores out of the tile). Pure register values (constants, ranges) stay: dead in the producer.
+    Returns those ops (checked: nothing the producer needs reads them)."""
+    ops = fn.body.ops
+    before = ops[:ops.index(split)]
+    moved = set()
+    for o in before:
+        inner = list(o.walk())
+        tensor = any(isinstance(v.type, TensorType) for x in inner for v in list(x.results) + list(x.operands))
+        effects = tensor and not all(is_pure(x) for x in inner)
+        if (effects or o.name in ("ttg.local_store", "ttg.barrier", "tt.store") or
+                any(v.defining_op is not None and id(v.defining_op) in moved for x in inner for v in x.operands)):
+            moved.add(id(o))
+    for o in before:
+        if id(o) in moved and id(o) in sl.keep:
+            raise _Skip(f"the copies' coordinates need {o.name} ({_line(o)}), tensor work before the loop")
+        if id(o) not in moved and any(id(v.defining_op) in moved for x in o.walk() for v in x.operands
+                                      if v.defining_op is not None):
+            raise _Skip(f"{o.name} ({_line(o)}) before the loop reads tensor work the producer must not run")
+    return [o for o in before if id(o) in moved]
 
 
 # ------------------------------------------------------------------------------------------------ driver
@@ -364,9 +484,14 @@ def _check_before(fn, split: Op):
             raise _Skip(f"{o.name} before the loop ({_line(o)}) would run in the producer warps too")
 
 
-def _specialize(module: Module, marked: Op, inner: Op, num_warps: int) -> None:
+def _specialize(module: Module, marked: Op, inners: list, num_warps: int) -> str | None:
+    """Split the kernel at `marked` (and the loops after it in `inners`, sharing its ring); returns why attention's
+    consumers do not take turns (None: they do, or the loop is a matmul)."""
     fn = module.kernel
-    loop = _TmaLoop(inner)
+    loops = [_TmaLoop(i) for i in inners]
+    loop, inner = loops[0], inners[0]
+    for other in loops[1:]:
+        _share_ring_check(loop, other)
     outer = marked if marked is not inner else None
     if outer is not None and inner.block is not outer.regions[0]:
         raise _Skip("the pipelined loop is not directly in the tile loop's body")
@@ -385,11 +510,19 @@ def _specialize(module: Module, marked: Op, inner: Op, num_warps: int) -> None:
     else:
         ops = fn.body.ops
         first = min([ops.index(o) for o in loop.pre_fills] + [ops.index(inner)])
-        seq = ops[first:ops.index(inner) + 1]
-    sl = _Slice(seq, loop.pre_fills + loop.body_fills, outside=hoist)
+        seq = ops[first:ops.index(inners[-1]) + 1]
+    roots = [o for lp in loops for o in lp.pre_fills + lp.body_fills]
+    shared = [v.defining_op for lp in loops[1:] for v in _ring(lp)[0] + [lp.bars]]  # become the first loop's
+    sl = _Slice(seq, roots, outside=hoist + shared)
     sl.check(seq)
     _check_before(fn, seq[0])
+    consumers_only = _consumers_only(fn, seq[0], sl)
+    no_turns = next((w for w in (_turns_why_not(lp, num_warps) for lp in loops if lp.chain is not None) if w), None)
     # checked: from here on the IR changes
+    for other in loops[1:]:
+        _share_ring(loop, other)
+    if len(loops) > 1:  # the later loops' buffers are the first's now: the slice no longer needs their allocations
+        sl = _Slice(seq, roots, outside=hoist)
     if outer is not None:
         inval = loop.inval()
         for op in hoist:
@@ -403,9 +536,14 @@ def _specialize(module: Module, marked: Op, inner: Op, num_warps: int) -> None:
     Builder(next_op(inval), loop.for_op.loc).op("ttg.mbarrier_inval", [empty], [])
     ws = Op("ttg.warp_specialize", [], [], {"producer_warps": PRODUCER_WARPS}, [Block()], loop.for_op.loc)
     insert_before(seq[0], ws)
-    _build_producer(ws, seq, sl, loop, outer, empty)
+    for o in consumers_only:
+        move_before(o, seq[0])
+    _build_producer(ws, seq, sl, loops, outer, empty)
     # the consumers: the copies go, the release of each stage comes in
-    _consume(loop, empty)
+    for lp in loops:
+        _consume(lp, empty)
+        if lp.chain is not None and no_turns is None:
+            _take_turns(lp)
     if outer is not None:  # the read stage, the write stage and the phase run on from one tile to the next
         slots = [loop.arg_index(v) for v in (loop.read_slot, loop.write_slot, loop.phase)]
         tiles_body = outer.regions[0]
@@ -419,14 +557,20 @@ def _specialize(module: Module, marked: Op, inner: Op, num_warps: int) -> None:
             y.operands.append(r)
             r.uses.append(y)
         extend_for_iter_args(outer, inits)
+    return no_turns
 
 
 def run(module: Module, options=None) -> dict:
     stats = {"warp_specialized": 0, "not_specialized": []}
     arch = getattr(options, "arch", 90)
     num_warps = getattr(options, "num_warps", 4)
-    cands = _candidates(module, stats)
-    for marked, inner in cands:
+    groups = []  # consecutive marked key loops at the kernel's top level (causal attention's two) share a split
+    for marked, inner in _candidates(module, stats):
+        if groups and marked is inner and groups[-1][0] is groups[-1][1][0] and inner.block is groups[-1][0].block:
+            groups[-1][1].append(inner)
+        else:
+            groups.append((marked, [inner]))
+    for marked, inners in groups:
         why = None
         if arch < 90:
             why = f"sm_{arch} has no TMA or setmaxnreg"
@@ -439,13 +583,25 @@ def run(module: Module, options=None) -> dict:
             why = f"num_warps={num_warps} leaves no room for a producer warpgroup (1024 threads per block)"
         elif stats["warp_specialized"]:
             why = "one specialized loop per kernel"
-        elif marked.attrs.get("flattened") or inner.attrs.get("flattened"):
+        elif marked.attrs.get("flattened") or inners[0].attrs.get("flattened"):
             why = ("a fused flatten=True nest: its TMA coordinates come from the tile prologue under an scf.if, which "
                    "the producer's slice does not replicate yet")
+        if why is None and len(inners) > 1:
+            try:
+                no_turns = _specialize(module, marked, inners, num_warps)
+                stats["warp_specialized"] += 1
+                if no_turns:
+                    stats["no_turns"] = f"{_line(marked)}: {no_turns}"
+                continue
+            except _Skip as e:  # the first loop alone, then
+                stats["not_specialized"] += [f"{_line(o)}: not with the loop before it ({e})" for o in inners[1:]]
+                inners = inners[:1]
         if why is None:
             try:
-                _specialize(module, marked, inner, num_warps)
+                no_turns = _specialize(module, marked, inners, num_warps)
                 stats["warp_specialized"] += 1
+                if no_turns:
+                    stats["no_turns"] = f"{_line(marked)}: {no_turns}"
                 continue
             except _Skip as e:
                 why = str(e)
