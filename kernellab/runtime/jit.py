@@ -22,6 +22,7 @@ from ..errors import (
     LaunchError,
     LaunchOptionError,
     SanitizerError,
+    SharedBudgetExceeded,
     ToolchainError,
 )
 from ..language.core import _DescriptorLayout, constexpr, tensor_descriptor, unwrap
@@ -162,6 +163,7 @@ class CompiledKernel:
     param_names: list = field(default_factory=list)  # every parameter of the @jit function, constexprs too
     sanitizer_report: object = None  # the last sanitized interpreter launch's SanitizerReport
     default_target: object = None  # what build_gpu() builds for when not told (triton.compile(..., target=))
+    over_budget: str | None = None  # why the options as asked did not fit the shared memory (the ladder was taken)
 
     def __post_init__(self):
         if isinstance(self.asm, _Stages):
@@ -236,26 +238,24 @@ class CompiledKernel:
         programmatic dependent launch, Triton's `launch_pdl=True`)."""
         import torch
 
-        from ..compiler.codegen.target import detect_target
-
-        dev = torch.cuda.current_device()
-        target = _TARGETS.get(dev)
-        if target is None:
-            target = _TARGETS[dev] = detect_target()
-        self.gpu(target)
+        self.gpu(current_target())
         self.launch_gpu(grid, args, torch.cuda.current_stream().cuda_stream, pdl)
 
     # ------------------------------------------------------------------ GPU
-    def build_gpu(self, target=None):
+    def build_gpu(self, target=None, ladder: bool = True):
         """Run the GPU stages (layouts, shared memory, LLVM, PTX, cubin) for `target` without loading
         anything: works on a machine with no GPU, so the lab can show layouts and PTX anywhere.
         `target` defaults to `default_target`, else sm_90 (the H200). Returns self; the stages land in `asm` and
-        the trace."""
+        the trace. A plan over the GPU's shared memory is rebuilt with less staging (the "ladder" below); with
+        `ladder=False` it raises SharedBudgetExceeded instead, having run only the GPU passes (the autotuner
+        tries such configs last, where Triton would refuse them)."""
         from ..compiler.codegen.target import Target
         from ..compiler.gpu.options import GpuOptions
 
         target = target or self.default_target or Target(90)
         if "ptx" in self.asm and self._built_for == target.cpu:
+            if not ladder and self.over_budget:
+                raise SharedBudgetExceeded(self.over_budget)
             return self
         self._check_register_budget(self.options.get("num_warps", 4))
         opts = GpuOptions(num_warps=self.options.get("num_warps", 4),
@@ -267,14 +267,19 @@ class CompiledKernel:
                           tma=bool(self.options.get("enable_tma", True)),
                           line_info=_line_info_on())
         limit = _max_shared(target.arch)
+        why = None
         while True:
             start = len(self.trace.passes)
             # a rung over the limit that has a rung below it stops after the GPU passes (no LLVM, no ptxas)
-            out = self._build_for(opts, target, shared_limit=limit if opts.num_stages > 1 else None)
-            if out["shared"] <= limit or opts.num_stages <= 1:
+            out = self._build_for(opts, target, shared_limit=limit if opts.num_stages > 1 or not ladder else None)
+            if out["shared"] <= limit or opts.num_stages <= 1 and ladder:
                 break
             fused = any(rec.name == "flatten_loops" and rec.stats.get("flattened") for rec in self.trace.passes[start:])
             del self.trace.passes[start:]
+            why = why or (f"kernel '{self.name}': {out['shared']} bytes of shared memory with num_stages="
+                          f"{opts.num_stages}, over sm_{target.arch}'s {limit}; use fewer stages or smaller blocks")
+            if not ladder:
+                raise SharedBudgetExceeded(why, out["shared"], limit)
             if fused:
                 # a fused tile loop keeps its stages through the epilogue's buffers: the nest at num_stages first
                 self.trace.notes.append(f"shared memory: {out['shared']} bytes with the flatten=True nest fused is "
@@ -310,6 +315,7 @@ class CompiledKernel:
         self.launch_warps = out.get("launch_warps") or opts.num_warps
         self.arg_kinds = out["arg_kinds"]
         self._built_for = target.cpu
+        self.over_budget = why
         return self
 
     def _build_for(self, opts, target, shared_limit=None) -> dict:
@@ -407,6 +413,21 @@ class CompiledKernel:
 
 
 _TARGETS: dict = {}
+
+
+def current_target():
+    """The Target of torch's current CUDA device (detected once per device)."""
+    import torch
+
+    from ..compiler.codegen.target import detect_target
+
+    dev = torch.cuda.current_device()
+    target = _TARGETS.get(dev)
+    if target is None:
+        target = _TARGETS[dev] = detect_target()
+    return target
+
+
 # Bytes of one tile value per thread beyond which the GPU build splits the tile (strip_mine_tiles) or refuses it
 # (registers hold ~1 KiB per thread).
 GPU_TILE_BYTES_PER_THREAD = strip_mine_tiles.TILE_BYTES_PER_THREAD
