@@ -343,7 +343,11 @@ class Autotuner(KernelInterface):
             if not isinstance(ck, _jit.CompiledKernel):
                 fits.append(cfg)
                 continue
-            target = target or _jit.current_target()
+            if target is None:
+                try:
+                    target = _jit.current_target()
+                except Exception:  # no CUDA device to build for (the launches themselves say why)
+                    return list(configs), []
             try:
                 ck.build_gpu(target, ladder=False)
             except SharedBudgetExceeded as e:
