@@ -627,6 +627,55 @@ def _options_key(options: dict) -> tuple:
     return tuple(options.get(k, d) for k, d in _COMPILE_OPTIONS.items())
 
 
+# Launch options the GPU build reads but the frontend reads only through tl.extra.cuda.num_warps() and the like:
+# compiles that differ only in these share the tile IR when the frontend did not read them (_OptionsRead).
+_TUNING_OPTIONS = ("num_warps", "num_stages")
+
+
+def _frontend_key(key, options: dict) -> tuple:
+    return key, tuple(options.get(k, d) for k, d in _COMPILE_OPTIONS.items() if k not in _TUNING_OPTIONS)
+
+
+class _OptionsRead(dict):
+    """The launch options as the frontend sees them, recording which it read ("*": all of them)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.read = set()
+
+    def get(self, k, default=None):
+        self.read.add(k)
+        return super().get(k, default)
+
+    def __getitem__(self, k):
+        self.read.add(k)
+        return super().__getitem__(k)
+
+    def __contains__(self, k):
+        self.read.add(k)
+        return super().__contains__(k)
+
+    def __iter__(self):
+        self.read.add("*")
+        return super().__iter__()
+
+    def keys(self):
+        self.read.add("*")
+        return super().keys()
+
+    def values(self):
+        self.read.add("*")
+        return super().values()
+
+    def items(self):
+        self.read.add("*")
+        return super().items()
+
+    def copy(self):
+        self.read.add("*")
+        return dict(self)
+
+
 # CUDA's limits on a grid (blocks per dimension): x up to 2^31 - 1, y and z up to 65535. Checked for the
 # interpreter too, so a launch that works on a laptop does not fail on the GPU.
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
@@ -1055,8 +1104,11 @@ class JITFunction(KernelInterface):
         trace = CompileTrace(self.__name__)
         name = self._specialized_name(spec) if self.repr is not None else self.__name__
 
+        compiler = ModuleCompiler(options)
+        compiler.options = read = _OptionsRead(compiler.options)
+
         def frontend():
-            module = self._compile_frontend(ModuleCompiler(options), spec, src)
+            module = self._compile_frontend(compiler, spec, src)
             module.kernel.name = name
             if check_frontend is not None:
                 check_frontend(module)
@@ -1071,7 +1123,29 @@ class JITFunction(KernelInterface):
         ck.param_names = list(self.arg_names)
         ck.asm["tile"] = trace.final_ir
         ck.asm["ttir"] = ck.asm["tile"]
+        ck._frontend_read = read.read
         return ck
+
+    def _share_frontend(self, key, options, runtime_names):
+        """A CompiledKernel for `options` over the tile IR of an earlier compile of the same specialization whose
+        options differ only in num_warps / num_stages, when its frontend read neither (they matter to the GPU
+        build only): an autotuner's configs often differ only there. None when there is no such compile."""
+        entry = self.__dict__.setdefault("_frontends", {}).get(_frontend_key(key, options))
+        if entry is None or self.cache.get(entry[0]) is not entry[1]:  # cleared since: compile afresh
+            return None
+        okey, first, passes, notes = entry
+        trace = CompileTrace(first.trace.kernel, list(passes), first.trace.key, first.trace.signature, list(notes))
+        ck = CompiledKernel(first.name, first.module, trace, runtime_names, first.source_lines, dict(options))
+        ck.param_names = list(first.param_names)
+        ck.asm["tile"] = ck.asm["ttir"] = first.asm["tile"]
+        ck._frontend_read = first._frontend_read
+        return ck
+
+    def _remember_frontend(self, okey, ck, key, options):
+        """Offer `ck`'s tile IR to later compiles that differ only in num_warps / num_stages (see _share_frontend)."""
+        if not (getattr(ck, "_frontend_read", {"*"}) & {"*", *_TUNING_OPTIONS}):
+            self.__dict__.setdefault("_frontends", {})[_frontend_key(key, options)] = (
+                okey, ck, list(ck.trace.passes), list(ck.trace.notes))
 
     def _specialized_name(self, spec: dict) -> str:
         """The name `repr(specialization)` gives this compile (Triton's `@jit(repr=...)`): the specialization
@@ -1127,7 +1201,10 @@ class JITFunction(KernelInterface):
         if ck is None:
             if compile_hook is not None and compile_hook(self, (spec, key, runtime_names, options), warmup):
                 return None, bound, options, runtime_values  # the hook took the compile over (Triton's)
-            ck = self.compile(spec, key, runtime_names, options)
+            ck = self._share_frontend(key, options, runtime_names)
+            if ck is None:
+                ck = self.compile(spec, key, runtime_names, options)
+                self._remember_frontend(okey, ck, key, options)
             self.cache[okey] = ck
         return ck, bound, options, runtime_values
 
