@@ -1,6 +1,9 @@
 """`kl.autotune`, `kl.Config`, `kl.heuristics`: Triton's tuning surface.
 
 The autotuner times each config on the first launch for a new value of `key` and keeps the fastest.
+A config whose kernel needs more shared memory than the GPU has at its num_stages (Triton refuses it with
+OutOfResources; kernellab builds it with fewer stages, see CompiledKernel.build_gpu) is compiled and timed only
+when no other config runs: it costs the GPU passes, not LLVM and ptxas (`deferred_configs` says which).
 On the CPU interpreter timings say little about a GPU, so there it simply keeps the first config
 that runs (and says so in `best_config_reason`).
 """
