@@ -247,8 +247,8 @@ class CompiledKernel:
         anything: works on a machine with no GPU, so the lab can show layouts and PTX anywhere.
         `target` defaults to `default_target`, else sm_90 (the H200). Returns self; the stages land in `asm` and
         the trace. A plan over the GPU's shared memory is rebuilt with less staging (the "ladder" below); with
-        `ladder=False` it raises SharedBudgetExceeded instead, having run only the GPU passes (the autotuner
-        tries such configs last, where Triton would refuse them)."""
+        `ladder=False`, a plan that fits only with fewer pipeline stages than asked raises SharedBudgetExceeded
+        instead, having run only the GPU passes (the autotuner tries such configs last: Triton refuses them)."""
         from ..compiler.codegen.target import Target
         from ..compiler.gpu.options import GpuOptions
 
@@ -267,7 +267,7 @@ class CompiledKernel:
                           tma=bool(self.options.get("enable_tma", True)),
                           line_info=_line_info_on())
         limit = _max_shared(target.arch)
-        why = None
+        why, n_notes = None, len(self.trace.notes)
         while True:
             start = len(self.trace.passes)
             # a rung over the limit that has a rung below it stops after the GPU passes (no LLVM, no ptxas)
@@ -276,10 +276,6 @@ class CompiledKernel:
                 break
             fused = any(rec.name == "flatten_loops" and rec.stats.get("flattened") for rec in self.trace.passes[start:])
             del self.trace.passes[start:]
-            why = why or (f"kernel '{self.name}': {out['shared']} bytes of shared memory with num_stages="
-                          f"{opts.num_stages}, over sm_{target.arch}'s {limit}; use fewer stages or smaller blocks")
-            if not ladder:
-                raise SharedBudgetExceeded(why, out["shared"], limit)
             if fused:
                 # a fused tile loop keeps its stages through the epilogue's buffers: the nest at num_stages first
                 self.trace.notes.append(f"shared memory: {out['shared']} bytes with the flatten=True nest fused is "
@@ -294,7 +290,13 @@ class CompiledKernel:
                 opts = dataclasses.replace(opts, warp_specialize=False)
                 continue
             # Too many pipeline buffers for this GPU: fewer stages (down to one) rather than a kernel that
-            # cannot launch; the trace keeps the build that was used and says why.
+            # cannot launch; the trace keeps the build that was used and says why. (The rungs above undo choices
+            # of kernellab's own; this one changes what the launch asked for, which Triton would refuse.)
+            why = why or (f"kernel '{self.name}': {out['shared']} bytes of shared memory with num_stages="
+                          f"{opts.num_stages}, over sm_{target.arch}'s {limit}; use fewer stages or smaller blocks")
+            if not ladder:
+                del self.trace.notes[n_notes:]
+                raise SharedBudgetExceeded(why, out["shared"], limit)
             self.trace.notes.append(f"shared memory: {out['shared']} bytes with num_stages={opts.num_stages} is "
                                     f"over sm_{target.arch}'s {limit}; built with num_stages={opts.num_stages - 1}")
             opts = dataclasses.replace(opts, num_stages=opts.num_stages - 1)
