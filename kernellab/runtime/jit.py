@@ -885,6 +885,7 @@ class JITFunction(KernelInterface):
         self._source = FunctionSource(self.fn, new_src, filename, first)
         self.cache.clear()
         self._fast.clear()
+        self.__dict__.pop("_frontends", None)
         self._binder = None
 
     def __call__(self, *args, **kwargs):
@@ -1261,6 +1262,7 @@ class JITFunction(KernelInterface):
             def clear(self):  # Triton's way to force a recompile (its tests then change an environment knob)
                 fn.cache.clear()
                 fn._fast.clear()
+                fn.__dict__.pop("_frontends", None)
 
         return _PerDevice()
 
