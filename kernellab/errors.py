@@ -94,6 +94,15 @@ class OutOfResources(LaunchError):
     """A kernel needs more shared memory or registers than the GPU has. Smaller blocks or fewer stages help."""
 
 
+class SharedBudgetExceeded(OutOfResources):
+    """A build asked not to fall back to fewer pipeline stages (`build_gpu(ladder=False)`, as the autotuner asks
+    first) needs more shared memory than the GPU has: `required` and `limit` in bytes."""
+
+    def __init__(self, message, required=None, limit=None):
+        super().__init__(message)
+        self.required, self.limit = required, limit
+
+
 class CheckFailedError(KernelLabError, AssertionError):
     """A `%%kernel --check` failed in a cell run with --strict (or KERNELLAB_STRICT=1): raised so Run All and
     notebook runners (nbclient, CI) stop at it. An AssertionError too, like a failed assert in a check cell."""

@@ -1,6 +1,9 @@
 """`kl.autotune`, `kl.Config`, `kl.heuristics`: Triton's tuning surface.
 
 The autotuner times each config on the first launch for a new value of `key` and keeps the fastest.
+A config whose kernel needs more shared memory than the GPU has at its num_stages (Triton refuses it with
+OutOfResources; kernellab builds it with fewer stages, see CompiledKernel.build_gpu) is compiled and timed only
+when no other config runs: it costs the GPU passes, not LLVM and ptxas (`deferred_configs` says which).
 On the CPU interpreter timings say little about a GPU, so there it simply keeps the first config
 that runs (and says so in `best_config_reason`).
 """
@@ -57,6 +60,8 @@ class Autotuner(KernelInterface):
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.arg_names = list(arg_names) if arg_names is not None else fn.arg_names
         self.failed_configs: dict = {}  # config -> why it could not compile or run (last tuning)
+        # config -> why it was tried only after the others: over the shared memory at its num_stages (last tuning)
+        self.deferred_configs: dict = {}
         # Triton's hooks around each benchmark run: a user's replace the reset/restore of the named tensors
         self.user_defined_pre_hook, self.user_defined_post_hook = pre_hook is not None, post_hook is not None
         self.pre_hook = pre_hook or self._reset_and_save
@@ -259,6 +264,7 @@ class Autotuner(KernelInterface):
         from ..errors import KernelLabError
 
         self.failed_configs = {}
+        self._compiled = {}
         ok = []
         named = self._named(args, kwargs)
         for cfg in configs:
@@ -267,7 +273,7 @@ class Autotuner(KernelInterface):
             try:
                 if cfg.pre_hook:  # the hook may set what compiling needs (e.g. a descriptor's block shape)
                     cfg.pre_hook({**named, **cfg.all_kwargs()})
-                self.fn.warmup(*args, **{**kwargs, **cfg.all_kwargs()})
+                self._compiled[cfg] = self.fn.warmup(*args, **{**kwargs, **cfg.all_kwargs()})
                 ok.append(cfg)
             except KernelLabError as e:
                 self.failed_configs[cfg] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
@@ -286,15 +292,23 @@ class Autotuner(KernelInterface):
                                        "kept" if not on_gpu else "only one config") + skipped
             return configs[0]
         named = self._named(args, kwargs)
+        fits, deferred = self._split_by_shared(configs)
+        self._compiled = {}
         saved = {n: named[n].clone() for n in self.restore_value if named.get(n) is not None}
-        timings = {}
+        timings = {cfg: float("inf") for cfg in configs}  # Triton's: inf for a config that cannot run
         try:
-            for cfg in configs:
-                try:
-                    timings[cfg] = self._time_config(cfg, args, kwargs, grid, named, saved)
-                except LaunchError as e:  # e.g. too much shared memory for this GPU: skipped like Triton
-                    timings[cfg] = float("inf")
-                    self.failed_configs[cfg] = f"LaunchError: {str(e).splitlines()[0]}"
+            for group in (fits, deferred):
+                # the configs over the shared-memory budget only when no other runs: Triton refuses them
+                # (OutOfResources), here they run with fewer stages, slower; compiling and timing them first
+                # would cost their LLVM and ptxas time for configs that lose
+                if any(t < float("inf") for t in timings.values()):
+                    break
+                for cfg in group:
+                    try:
+                        timings[cfg] = self._time_config(cfg, args, kwargs, grid, named, saved)
+                    except LaunchError as e:  # e.g. too much shared memory for this GPU: skipped like Triton
+                        timings[cfg] = float("inf")
+                        self.failed_configs[cfg] = f"LaunchError: {str(e).splitlines()[0]}"
         finally:
             for n, t in saved.items():  # the benchmark runs must leave no trace in the caller's tensors
                 named[n].copy_(t)
@@ -308,8 +322,46 @@ class Autotuner(KernelInterface):
         if timings[best] == float("inf"):
             why = "; ".join(f"{c} -> {w}" for c, w in self.failed_configs.items())
             raise LaunchError(f"kl.autotune for kernel '{self.__name__}': no config could be launched: {why}")
-        self.best_config_reason = f"fastest of {len(configs)} configs ({timings[best] * 1e3:.3f} ms)" + skipped
+        timed = len(fits) if best in fits else len(fits) + len(deferred)
+        skipped = f" ({len(self.failed_configs)} failed to compile and were skipped)" if self.failed_configs else ""
+        if deferred and best in fits:
+            skipped += (f" ({len(deferred)} over the shared-memory budget at their num_stages were not tried: "
+                        "they run only with fewer stages)")
+        self.best_config_reason = f"fastest of {timed} configs ({timings[best] * 1e3:.3f} ms)" + skipped
         return best
+
+    def _split_by_shared(self, configs):
+        """(configs whose kernels fit the GPU's shared memory as asked, configs that fit only with fewer pipeline
+        stages or less staging): each compiled config's GPU build is made without the shared-memory ladder, which
+        for one over the budget stops after the GPU passes (no LLVM, no ptxas). A config whose GPU build fails is
+        skipped (inf), as Triton skips a config that does not compile."""
+        from ..errors import KernelLabError, SharedBudgetExceeded
+        from . import jit as _jit
+
+        fits, over, target = [], [], None
+        self.deferred_configs = {}
+        for cfg in configs:
+            ck = self.__dict__.get("_compiled", {}).get(cfg)
+            ck = getattr(ck, "_kl", ck)
+            if not isinstance(ck, _jit.CompiledKernel):
+                fits.append(cfg)
+                continue
+            if target is None:
+                try:
+                    target = _jit.current_target()
+                except Exception:  # no CUDA device to build for (the launches themselves say why)
+                    return list(configs), []
+            try:
+                ck.build_gpu(target, ladder=False)
+            except SharedBudgetExceeded as e:
+                self.deferred_configs[cfg] = str(e).splitlines()[0]
+                over.append(cfg)
+                continue
+            except KernelLabError as e:
+                self.failed_configs[cfg] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+                continue
+            fits.append(cfg)
+        return fits, over
 
     def _time_config(self, cfg, args, kwargs, grid, named, saved):
         def call():

@@ -22,6 +22,7 @@ from ..errors import (
     LaunchError,
     LaunchOptionError,
     SanitizerError,
+    SharedBudgetExceeded,
     ToolchainError,
 )
 from ..language.core import _DescriptorLayout, constexpr, tensor_descriptor, unwrap
@@ -162,6 +163,7 @@ class CompiledKernel:
     param_names: list = field(default_factory=list)  # every parameter of the @jit function, constexprs too
     sanitizer_report: object = None  # the last sanitized interpreter launch's SanitizerReport
     default_target: object = None  # what build_gpu() builds for when not told (triton.compile(..., target=))
+    over_budget: str | None = None  # why the options as asked did not fit the shared memory (the ladder was taken)
 
     def __post_init__(self):
         if isinstance(self.asm, _Stages):
@@ -236,26 +238,24 @@ class CompiledKernel:
         programmatic dependent launch, Triton's `launch_pdl=True`)."""
         import torch
 
-        from ..compiler.codegen.target import detect_target
-
-        dev = torch.cuda.current_device()
-        target = _TARGETS.get(dev)
-        if target is None:
-            target = _TARGETS[dev] = detect_target()
-        self.gpu(target)
+        self.gpu(current_target())
         self.launch_gpu(grid, args, torch.cuda.current_stream().cuda_stream, pdl)
 
     # ------------------------------------------------------------------ GPU
-    def build_gpu(self, target=None):
+    def build_gpu(self, target=None, ladder: bool = True):
         """Run the GPU stages (layouts, shared memory, LLVM, PTX, cubin) for `target` without loading
         anything: works on a machine with no GPU, so the lab can show layouts and PTX anywhere.
         `target` defaults to `default_target`, else sm_90 (the H200). Returns self; the stages land in `asm` and
-        the trace."""
+        the trace. A plan over the GPU's shared memory is rebuilt with less staging (the "ladder" below); with
+        `ladder=False`, a plan that fits only with fewer pipeline stages than asked raises SharedBudgetExceeded
+        instead, having run only the GPU passes (the autotuner tries such configs last: Triton refuses them)."""
         from ..compiler.codegen.target import Target
         from ..compiler.gpu.options import GpuOptions
 
         target = target or self.default_target or Target(90)
         if "ptx" in self.asm and self._built_for == target.cpu:
+            if not ladder and self.over_budget:
+                raise SharedBudgetExceeded(self.over_budget)
             return self
         self._check_register_budget(self.options.get("num_warps", 4))
         opts = GpuOptions(num_warps=self.options.get("num_warps", 4),
@@ -267,11 +267,12 @@ class CompiledKernel:
                           tma=bool(self.options.get("enable_tma", True)),
                           line_info=_line_info_on())
         limit = _max_shared(target.arch)
+        why, n_notes = None, len(self.trace.notes)
         while True:
             start = len(self.trace.passes)
             # a rung over the limit that has a rung below it stops after the GPU passes (no LLVM, no ptxas)
-            out = self._build_for(opts, target, shared_limit=limit if opts.num_stages > 1 else None)
-            if out["shared"] <= limit or opts.num_stages <= 1:
+            out = self._build_for(opts, target, shared_limit=limit if opts.num_stages > 1 or not ladder else None)
+            if out["shared"] <= limit or opts.num_stages <= 1 and ladder:
                 break
             fused = any(rec.name == "flatten_loops" and rec.stats.get("flattened") for rec in self.trace.passes[start:])
             del self.trace.passes[start:]
@@ -289,7 +290,13 @@ class CompiledKernel:
                 opts = dataclasses.replace(opts, warp_specialize=False)
                 continue
             # Too many pipeline buffers for this GPU: fewer stages (down to one) rather than a kernel that
-            # cannot launch; the trace keeps the build that was used and says why.
+            # cannot launch; the trace keeps the build that was used and says why. (The rungs above undo choices
+            # of kernellab's own; this one changes what the launch asked for, which Triton would refuse.)
+            why = why or (f"kernel '{self.name}': {out['shared']} bytes of shared memory with num_stages="
+                          f"{opts.num_stages}, over sm_{target.arch}'s {limit}; use fewer stages or smaller blocks")
+            if not ladder:
+                del self.trace.notes[n_notes:]
+                raise SharedBudgetExceeded(why, out["shared"], limit)
             self.trace.notes.append(f"shared memory: {out['shared']} bytes with num_stages={opts.num_stages} is "
                                     f"over sm_{target.arch}'s {limit}; built with num_stages={opts.num_stages - 1}")
             opts = dataclasses.replace(opts, num_stages=opts.num_stages - 1)
@@ -310,6 +317,7 @@ class CompiledKernel:
         self.launch_warps = out.get("launch_warps") or opts.num_warps
         self.arg_kinds = out["arg_kinds"]
         self._built_for = target.cpu
+        self.over_budget = why
         return self
 
     def _build_for(self, opts, target, shared_limit=None) -> dict:
@@ -407,6 +415,21 @@ class CompiledKernel:
 
 
 _TARGETS: dict = {}
+
+
+def current_target():
+    """The Target of torch's current CUDA device (detected once per device)."""
+    import torch
+
+    from ..compiler.codegen.target import detect_target
+
+    dev = torch.cuda.current_device()
+    target = _TARGETS.get(dev)
+    if target is None:
+        target = _TARGETS[dev] = detect_target()
+    return target
+
+
 # Bytes of one tile value per thread beyond which the GPU build splits the tile (strip_mine_tiles) or refuses it
 # (registers hold ~1 KiB per thread).
 GPU_TILE_BYTES_PER_THREAD = strip_mine_tiles.TILE_BYTES_PER_THREAD
@@ -604,6 +627,55 @@ _COMPILE_OPTIONS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": N
 def _options_key(options: dict) -> tuple:
     """The compile options part of a cache key, so `enable_fp_fusion=False` never reuses the default kernel."""
     return tuple(options.get(k, d) for k, d in _COMPILE_OPTIONS.items())
+
+
+# Launch options the GPU build reads but the frontend reads only through tl.extra.cuda.num_warps() and the like:
+# compiles that differ only in these share the tile IR when the frontend did not read them (_OptionsRead).
+_TUNING_OPTIONS = ("num_warps", "num_stages")
+
+
+def _frontend_key(key, options: dict) -> tuple:
+    return key, tuple(options.get(k, d) for k, d in _COMPILE_OPTIONS.items() if k not in _TUNING_OPTIONS)
+
+
+class _OptionsRead(dict):
+    """The launch options as the frontend sees them, recording which it read ("*": all of them)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.read = set()
+
+    def get(self, k, default=None):
+        self.read.add(k)
+        return super().get(k, default)
+
+    def __getitem__(self, k):
+        self.read.add(k)
+        return super().__getitem__(k)
+
+    def __contains__(self, k):
+        self.read.add(k)
+        return super().__contains__(k)
+
+    def __iter__(self):
+        self.read.add("*")
+        return super().__iter__()
+
+    def keys(self):
+        self.read.add("*")
+        return super().keys()
+
+    def values(self):
+        self.read.add("*")
+        return super().values()
+
+    def items(self):
+        self.read.add("*")
+        return super().items()
+
+    def copy(self):
+        self.read.add("*")
+        return dict(self)
 
 
 # CUDA's limits on a grid (blocks per dimension): x up to 2^31 - 1, y and z up to 65535. Checked for the
@@ -813,6 +885,7 @@ class JITFunction(KernelInterface):
         self._source = FunctionSource(self.fn, new_src, filename, first)
         self.cache.clear()
         self._fast.clear()
+        self.__dict__.pop("_frontends", None)
         self._binder = None
 
     def __call__(self, *args, **kwargs):
@@ -1034,8 +1107,11 @@ class JITFunction(KernelInterface):
         trace = CompileTrace(self.__name__)
         name = self._specialized_name(spec) if self.repr is not None else self.__name__
 
+        compiler = ModuleCompiler(options)
+        compiler.options = read = _OptionsRead(compiler.options)
+
         def frontend():
-            module = self._compile_frontend(ModuleCompiler(options), spec, src)
+            module = self._compile_frontend(compiler, spec, src)
             module.kernel.name = name
             if check_frontend is not None:
                 check_frontend(module)
@@ -1050,7 +1126,29 @@ class JITFunction(KernelInterface):
         ck.param_names = list(self.arg_names)
         ck.asm["tile"] = trace.final_ir
         ck.asm["ttir"] = ck.asm["tile"]
+        ck._frontend_read = read.read
         return ck
+
+    def _share_frontend(self, key, options, runtime_names):
+        """A CompiledKernel for `options` over the tile IR of an earlier compile of the same specialization whose
+        options differ only in num_warps / num_stages, when its frontend read neither (they matter to the GPU
+        build only): an autotuner's configs often differ only there. None when there is no such compile."""
+        entry = self.__dict__.setdefault("_frontends", {}).get(_frontend_key(key, options))
+        if entry is None or self.cache.get(entry[0]) is not entry[1]:  # cleared since: compile afresh
+            return None
+        okey, first, passes, notes = entry
+        trace = CompileTrace(first.trace.kernel, list(passes), first.trace.key, first.trace.signature, list(notes))
+        ck = CompiledKernel(first.name, first.module, trace, runtime_names, first.source_lines, dict(options))
+        ck.param_names = list(first.param_names)
+        ck.asm["tile"] = ck.asm["ttir"] = first.asm["tile"]
+        ck._frontend_read = first._frontend_read
+        return ck
+
+    def _remember_frontend(self, okey, ck, key, options):
+        """Offer `ck`'s tile IR to later compiles that differ only in num_warps / num_stages (see _share_frontend)."""
+        if not (getattr(ck, "_frontend_read", {"*"}) & {"*", *_TUNING_OPTIONS}):
+            self.__dict__.setdefault("_frontends", {})[_frontend_key(key, options)] = (
+                okey, ck, list(ck.trace.passes), list(ck.trace.notes))
 
     def _specialized_name(self, spec: dict) -> str:
         """The name `repr(specialization)` gives this compile (Triton's `@jit(repr=...)`): the specialization
@@ -1106,7 +1204,10 @@ class JITFunction(KernelInterface):
         if ck is None:
             if compile_hook is not None and compile_hook(self, (spec, key, runtime_names, options), warmup):
                 return None, bound, options, runtime_values  # the hook took the compile over (Triton's)
-            ck = self.compile(spec, key, runtime_names, options)
+            ck = self._share_frontend(key, options, runtime_names)
+            if ck is None:
+                ck = self.compile(spec, key, runtime_names, options)
+                self._remember_frontend(okey, ck, key, options)
             self.cache[okey] = ck
         return ck, bound, options, runtime_values
 
@@ -1161,6 +1262,7 @@ class JITFunction(KernelInterface):
             def clear(self):  # Triton's way to force a recompile (its tests then change an environment knob)
                 fn.cache.clear()
                 fn._fast.clear()
+                fn.__dict__.pop("_frontends", None)
 
         return _PerDevice()
 

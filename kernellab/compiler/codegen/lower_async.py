@@ -50,22 +50,27 @@ class _ThreadBytes:
     thread held across the loop, now 4 (Triton, with its linear layouts, finds the same)."""
 
     def __init__(self, t, layout, shape):
+        import numpy as np
+
         infos = layout.dims_info(shape)
         self.t, self.shape, self._bytes = t, shape, {}
         self.parts = sorted({tuple(((lane // i.lane_div) % i.lanes) * i.lane_stride +
                                    ((warp // i.warp_div) % i.warps) * i.warp_stride for i in infos)
                              for warp in range(32) for lane in range(32)})  # any launch's warps
+        # as arrays: bytes() evaluates element_byte's formula on all threads at once (a pipelined matmul asks
+        # for thousands of offsets per copy; element by element it was a tenth of the kernel's LLVM IR time)
+        self._rows, self._cols = (np.array(v, dtype=np.int64) for v in zip(*self.parts))
 
     def bytes(self, off):
         if off not in self._bytes:
             rows, cols = self.shape
-            self._bytes[off] = [element_byte(self.t, (r + off[0]) % rows, (c + off[1]) % cols) for r, c in self.parts]
+            self._bytes[off] = element_byte(self.t, (self._rows + off[0]) % rows, (self._cols + off[1]) % cols)
         return self._bytes[off]
 
     def delta(self, off, base_off):
         a, b = self.bytes(tuple(off)), self.bytes(tuple(base_off))
-        d = a[0] - b[0]
-        return d if all(x - y == d for x, y in zip(a, b)) else None
+        d = a - b
+        return int(d[0]) if (d == d[0]).all() else None
 
 
 def register_tile_addresses(lw: KernelLowering, t, layout, shape, groups, base):

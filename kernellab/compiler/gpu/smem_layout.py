@@ -35,7 +35,8 @@ def swizzled(shape, elem, order) -> MemDescType | None:
 
 
 def element_byte(t: MemDescType, r: int, c: int) -> int:
-    """Byte offset of logical element (r, c) of one stage of `t` (Python reference of the codegen)."""
+    """Byte offset of logical element (r, c) of one stage of `t` (Python reference of the codegen). `r` and `c` may
+    also be NumPy integer arrays (non-negative): the offsets of all those elements at once."""
     rows, cols = t.shape[-2:]
     e = t.scalar.bits // 8
     if t.order[0] == 0:
