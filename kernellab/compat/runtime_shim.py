@@ -95,9 +95,12 @@ _allocator = [NullAllocator()]
 
 
 def set_allocator(allocator) -> None:
-    """Accepts Triton's scratch allocator (`allocator(size, alignment, stream) -> tensor`). kernellab's
-    device-side tensor descriptors need no global scratch, so it is stored and never called."""
+    """Triton's scratch allocator (`allocator(size, alignment, stream) -> tensor`): kernellab's launcher asks it for
+    the global scratch of tensor maps a kernel makes itself (runtime/scratch.py)."""
+    from ..runtime import scratch
+
     _allocator[0] = allocator
+    scratch.set_allocator(None if isinstance(allocator, NullAllocator) else allocator)
 
 
 class NullAllocator:

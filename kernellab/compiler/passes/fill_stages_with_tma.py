@@ -17,6 +17,12 @@ Its copies become:
 replacing the cp.async copies, their commit group (when nothing else is in it) and their wait. The phase parity
 is carried by the loop and flips each time the read stage wraps. Why a block-pointer tile keeps cp.async is
 recorded in the stats (`no_tma`).
+
+A tensor descriptor whose base, extents or strides the kernel computes (a grouped GEMM's per-group pointers
+loaded from a table) cannot be encoded by the host: its map is a `ttg.make_tensormap` the kernel fills itself
+(codegen/lower_tma.py), placed before the loop's first prologue copy, so a tile loop around the pipelined loop
+makes it again per tile (`device_tensormaps` in the stats). Host maps stay the choice wherever they work: they
+cost the kernel nothing.
 """
 from __future__ import annotations
 
@@ -37,6 +43,7 @@ class _Tma:
         self.fn = module.kernel
         self.arch = getattr(options, "arch", 90)
         self.enabled = getattr(options, "tma", True)
+        self.device = getattr(options, "device_tma", True)
         self._axis = None
 
     @property
@@ -60,8 +67,14 @@ class _Tma:
         if not isinstance(found, str) and block_ptr.tile_order(found[0], 2)[0] != buf_t.order[0]:
             return None, ("the stage is contiguous along the tile's other dim (a K-major tf32 operand): TMA copies "
                           "the tile as it lies in memory")
-        return block_ptr.tma_operands(addresses.operands[0], buf_t.elem.bits // 8,
-                                      addresses.attrs.get("boundary_check"), self.fn.args, self.axis)
+        args = (addresses.operands[0], buf_t.elem.bits // 8, addresses.attrs.get("boundary_check"), self.fn.args,
+                self.axis)
+        operands, why = block_ptr.tma_operands(*args)
+        if operands is None and self.device and ("computed in the kernel" in why or "per-program offset" in why):
+            made, _ = block_ptr.tma_operands(*args, device=True)
+            if made is not None:
+                return made, "device"
+        return operands, why
 
 
 def _tensormap(bld: Builder, operands, buf_t, hint: str, loc):
@@ -71,6 +84,45 @@ def _tensormap(bld: Builder, operands, buf_t, hint: str, loc):
     box = [buf_t.swizzle // (buf_t.elem.bits // 8), buf_t.shape[1:][buf_t.order[1]]]
     box += [1] * ((len(operands) - 4) // 2)  # a [1, M, K] descriptor block: 1 along each leading dim
     return bld.op("ttg.tensormap", host, [I64], {"box": box, "swizzle": buf_t.swizzle}, [hint], loc=loc).result
+
+
+def _ancestor_blocks(block):
+    out = []
+    while block is not None:
+        out.append(block)
+        parent = block.parent
+        block = parent.block if parent is not None else None
+    return out
+
+
+def _device_tensormap(loop: PipelinedLoop, operands, buf_t, hint: str, loc):
+    """A `ttg.make_tensormap` (the kernel fills a tensor map in global scratch, codegen/lower_tma.py) placed just
+    before the loop's first prologue copy, so a tile loop around it makes the map again for each tile; None when
+    an operand is not defined there (it changes inside the pipelined loop)."""
+    block = loop.for_op.block
+    firsts = []
+    for fill in loop.prologue_fills:
+        for _, _, addresses, _ in fill.copies:
+            if addresses is not None and addresses.block is block:
+                firsts.append(block.ops.index(addresses))
+    anchor = block.ops[min(firsts)] if firsts else loop.for_op
+    at = block.ops.index(anchor)
+    outer = _ancestor_blocks(block)
+    for v in operands:
+        d = v.defining_op
+        if d is None:
+            if not any(v.owner is b for b in outer):
+                return None
+        elif d.block is block:
+            if block.ops.index(d) >= at:
+                return None
+        elif not any(d.block is b for b in outer[1:]):
+            return None
+    box = [buf_t.swizzle // (buf_t.elem.bits // 8), buf_t.shape[1:][buf_t.order[1]]]
+    box += [1] * ((len(operands) - 4) // 2)
+    return Builder(anchor, loc).op("ttg.make_tensormap", list(operands), [I64],
+                                   {"box": box, "swizzle": buf_t.swizzle, "dtype": buf_t.elem.ir},
+                                   [hint], loc=loc).result
 
 
 def _fill_by_tma(loop: PipelinedLoop, stats: dict, tma: _Tma) -> None:
@@ -86,7 +138,17 @@ def _fill_by_tma(loop: PipelinedLoop, stats: dict, tma: _Tma) -> None:
                                                   f"{'ab'[index]}: {why}")
             continue
         alloc = buf.defining_op
-        descs[id(buf)] = _tensormap(Builder(alloc, loc), operands, buf.type, f"{'ab'[index]}_tensormap", copy.loc)
+        hint = f"{'ab'[index]}_tensormap"
+        if why == "device":
+            desc = _device_tensormap(loop, operands, buf.type, hint, copy.loc)
+            if desc is None:
+                stats.setdefault("no_tma", []).append(f"line {dot.loc.line if dot.loc else '?'} operand "
+                                                      f"{'ab'[index]}: the tile's base or shape changes in the loop")
+                continue
+            descs[id(buf)] = desc
+            stats["device_tensormaps"] = stats.get("device_tensormaps", 0) + 1
+        else:
+            descs[id(buf)] = _tensormap(Builder(alloc, loc), operands, buf.type, hint, copy.loc)
         alloc.attrs["fill"] = "tma"
     if not descs:
         return
