@@ -129,6 +129,8 @@ def test_sm90_ptx_makes_tensor_maps(dtype, packed, tmp_path, monkeypatch):
     ck.build_gpu(Target(90))
     stats = next(p.stats for p in ck.trace.passes if p.name == "fill_stages_with_tma")
     assert stats.get("tma") == 2 and stats.get("device_tensormaps") == 2, stats
+    stores = next(p.stats for p in ck.trace.passes if p.name == "tma_store")
+    assert stores == {"tma_store": 1, "device_tensormaps": 1}, stores  # C goes out by TMA through a map made too
     ptx = ck.asm["ptx"]
     assert ck.asm["cubin"][:4] == b"\x7fELF" and ck.n_spills == 0
     assert ".version 8.3" in ptx and "cp.async.bulk.tensor.2d" in ptx and "cp.async.cg" not in ptx
@@ -139,9 +141,10 @@ def test_sm90_ptx_makes_tensor_maps(dtype, packed, tmp_path, monkeypatch):
                   "fence.proxy.tensormap::generic.acquire.gpu"):
         assert instr in ptx, instr
     code = {torch.float16: 6, torch.bfloat16: 10}[dtype]  # the PTX ISA's elemtype codes
-    assert [ln.split("]")[-1].strip() for ln in ptx.splitlines() if "replace.tile.elemtype" in ln] == [f", {code}; }}"] * 2
+    assert [ln.split("]")[-1].strip() for ln in ptx.splitlines() if "replace.tile.elemtype" in ln] == [f", {code}; }}"] * 3
+    assert "cp.async.bulk.tensor.2d.global.shared::cta" in ptx
     # one 128-byte slot per map per program in the launch's scratch, the last parameter
-    assert ck.arg_kinds[-1] == {"scratch": 256}
+    assert ck.arg_kinds[-1] == {"scratch": 384}
 
 
 @needs_ptxas

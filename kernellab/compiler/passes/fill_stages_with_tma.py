@@ -118,11 +118,15 @@ def _device_tensormap(loop: PipelinedLoop, operands, buf_t, hint: str, loc):
                 return None
         elif not any(d.block is b for b in outer[1:]):
             return None
+    return made_tensormap(Builder(anchor, loc), operands, buf_t, hint, loc)
+
+
+def made_tensormap(bld: Builder, operands, buf_t, hint: str, loc):
+    """A `ttg.make_tensormap` over `operands` for stages of `buf_t` (the box as `_tensormap`'s)."""
     box = [buf_t.swizzle // (buf_t.elem.bits // 8), buf_t.shape[1:][buf_t.order[1]]]
     box += [1] * ((len(operands) - 4) // 2)
-    return Builder(anchor, loc).op("ttg.make_tensormap", list(operands), [I64],
-                                   {"box": box, "swizzle": buf_t.swizzle, "dtype": buf_t.elem.ir},
-                                   [hint], loc=loc).result
+    return bld.op("ttg.make_tensormap", list(operands), [I64],
+                  {"box": box, "swizzle": buf_t.swizzle, "dtype": buf_t.elem.ir}, [hint], loc=loc).result
 
 
 def _fill_by_tma(loop: PipelinedLoop, stats: dict, tma: _Tma) -> None:
