@@ -30,6 +30,7 @@ from ..gpu import block_ptr
 from ..gpu.axis_info import AxisAnalysis
 from ..gpu.scratch import _numel
 from ..ir import Module, Op
+from ..ops import is_loop
 from .dot_stages import I32, I64, Builder, PipelinedLoop, mbarrier_ring, next_op, pipelined_loops
 
 NAME = "fill_stages_with_tma"
@@ -118,7 +119,20 @@ def _device_tensormap(loop: PipelinedLoop, operands, buf_t, hint: str, loc):
                 return None
         elif not any(d.block is b for b in outer[1:]):
             return None
-    return made_tensormap(Builder(anchor, loc), operands, buf_t, hint, loc)
+    return made_tensormap(Builder(_hoisted(anchor, operands), loc), operands, buf_t, hint, loc)
+
+
+def _hoisted(anchor: Op, operands) -> Op:
+    """`anchor`, or the outermost loop around it that defines none of `operands`: a grouped GEMM makes a group's
+    maps once, not once per tile (the previous tile's copies have all completed: its loop waited for them)."""
+    while anchor.block is not None and anchor.block.parent is not None and is_loop(anchor.block.parent.name):
+        loop = anchor.block.parent
+        inside = {id(v) for op in loop.walk() for v in op.results}
+        inside |= {id(a) for op in loop.walk() for r in op.regions for a in r.args}
+        if any(id(v) in inside for v in operands):
+            break
+        anchor = loop
+    return anchor
 
 
 def made_tensormap(bld: Builder, operands, buf_t, hint: str, loc):
