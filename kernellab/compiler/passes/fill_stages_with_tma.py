@@ -44,7 +44,6 @@ class _Tma:
         self.fn = module.kernel
         self.arch = getattr(options, "arch", 90)
         self.enabled = getattr(options, "tma", True)
-        self.device = getattr(options, "device_tma", True)
         self._axis = None
 
     @property
@@ -71,7 +70,7 @@ class _Tma:
         args = (addresses.operands[0], buf_t.elem.bits // 8, addresses.attrs.get("boundary_check"), self.fn.args,
                 self.axis)
         operands, why = block_ptr.tma_operands(*args)
-        if operands is None and self.device and ("computed in the kernel" in why or "per-program offset" in why):
+        if operands is None and ("computed in the kernel" in why or "per-program offset" in why):
             made, _ = block_ptr.tma_operands(*args, device=True)
             if made is not None:
                 return made, "device"
