@@ -81,9 +81,11 @@ def parts(mk: Op) -> tuple[Value, list, list, list]:
 
 
 def unwiden(v: Value) -> Value:
-    """`v` before any integer widening (the i64 shapes and strides of a block pointer are often i32 values)."""
+    """`v` before any integer widening (the i64 shapes and strides of a block pointer are often i32 values) and
+    before `tt.hint`s (the same value: a tensor descriptor's alignment promise, semantic.py), so the host can still
+    evaluate what the kernel only annotated."""
     d = v.defining_op
-    while d is not None and d.name in ("arith.extsi", "arith.extui"):
+    while d is not None and d.name in ("arith.extsi", "arith.extui", "tt.hint"):
         v = d.operands[0]
         d = v.defining_op
     return v

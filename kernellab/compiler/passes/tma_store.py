@@ -56,7 +56,7 @@ def _only_stored(base) -> bool:
     work = list(base.uses)
     while work:
         u = work.pop()
-        if u.name in ("tt.make_block_ptr", "tt.advance"):
+        if u.name in ("tt.make_block_ptr", "tt.advance", "tt.hint"):  # (a hint: the same pointer, see semantic)
             work.extend(u.result.uses)
         elif u.name == "scf.yield" or u.name == "scf.for":
             return False  # a block pointer carried by a loop: followed no further
