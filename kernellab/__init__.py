@@ -19,6 +19,7 @@ from .errors import (  # noqa: F401
 from .language.builtins import constexpr_function  # noqa: F401
 from .runtime.jit import CompiledKernel, JITFunction, jit  # noqa: F401
 from .runtime.sanitizer import SanitizerReport, SanitizerWarning, empty, uninitialized  # noqa: F401
+from .runtime.scratch import set_allocator  # noqa: F401
 from .runtime.wrappers import TensorWrapper, reinterpret  # noqa: F401
 
 __version__ = "0.1.0"

@@ -53,7 +53,7 @@ def _epilogue_accesses(ptx: str):
     """(st.shared, ld.shared) address operands after the last loop of the kernel."""
     last = list(re.finditer(r"@%p\d+ bra\s+\$L__BB\d+_\d+;", ptx))
     tail = ptx[last[-1].end():] if last else ptx
-    st = re.findall(r"st\.shared[.\w]*\s+\[([^\]]+)\]", tail)
+    st = re.findall(r"(?:st\.shared|stmatrix)[.\w]*\s+\[([^\]]+)\]", tail)  # (sm_90: stmatrix, lower_async)
     ld = re.findall(r"ld\.shared[.\w]*\s+\{?[^\[]*\[([^\]]+)\]", tail)
     return st, ld
 
@@ -85,6 +85,7 @@ def test_conversion_accesses_are_base_plus_immediate(M, N, K, warps, dtype, cast
 def test_switch_restores_per_register_addresses(tmp_path, monkeypatch):
     """KERNELLAB_CONVERT_ADDRESSES=per_register (kept to time the two) gives the old code, from its own cache entry."""
     monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("KERNELLAB_STMATRIX", "0")  # the conversion's stores by st.shared, where the switch acts
     a = torch.empty(128, 256, dtype=torch.float16)
     c = torch.empty(128, 128, dtype=torch.float16)
 

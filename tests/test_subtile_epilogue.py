@@ -111,15 +111,17 @@ def test_sm90_subtiled_epilogue_renames_registers(desc, tmp_path, monkeypatch):
         line = next(ln for ln in gpu.splitlines() if f"= {name} " in ln)
         assert "smem_bytes" not in line, line
     assert sub.n_spills == 0 and whole.n_spills == 0, (sub.n_spills, whole.n_spills)
-    assert sub.n_regs <= max(whole.n_regs, 232), (sub.n_regs, whole.n_regs)
+    # (+16: the epilogue's stmatrix takes aligned quads of registers, 228 -> 245 for the subtiled pointer store with
+    # no spill; the kernel runs one block per SM, bound by its shared memory, so registers cost no occupancy here)
+    assert sub.n_regs <= max(whole.n_regs, 232) + 16, (sub.n_regs, whole.n_regs)
 
 
 @pytest.mark.parametrize("subtile", [False, True], ids=["whole", "subtile"])
 def test_sm90_descriptor_store_is_an_async_tma_store(subtile, tmp_path, monkeypatch):
     """The descriptor stores go out by TMA from shared memory (passes/tma_store.py): the tile is written with
-    st.shared in the accumulator's layout (no conversion, no st.global), one thread issues
+    stmatrix from the accumulator's layout (no conversion, no st.global), one thread issues
     cp.async.bulk.tensor ... bulk_group and commits, and nothing waits for it until the next tile's epilogue
-    (cp.async.bulk.wait_group.read before the st.shared); the kernel's end waits for the last ones."""
+    (cp.async.bulk.wait_group.read before the stmatrix); the kernel's end waits for the last ones."""
     import re
 
     monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
@@ -139,7 +141,7 @@ def test_sm90_descriptor_store_is_an_async_tma_store(subtile, tmp_path, monkeypa
     # store itself is not waited for where it is issued
     for w in waits[:-1]:
         rest = lines[w:]
-        first_st = next(i for i, ln in enumerate(rest) if ln.startswith("st.shared"))
+        first_st = next(i for i, ln in enumerate(rest) if ln.startswith(("stmatrix", "st.shared")))
         first_tma = next(i for i, ln in enumerate(rest) if "cp.async.bulk.tensor.2d.global" in ln)
         assert first_st < first_tma
     # ... and every wait in the loop lets the other half's store run on (pending 1) when there are two

@@ -95,8 +95,10 @@ _allocator = [NullAllocator()]
 
 
 def set_allocator(allocator) -> None:
-    """Accepts Triton's scratch allocator (`allocator(size, alignment, stream) -> tensor`). kernellab's
-    device-side tensor descriptors need no global scratch, so it is stored and never called."""
+    """Accepts Triton's scratch allocator (`allocator(size, alignment, stream) -> tensor`) and stores it. kernellab
+    does not call it: the scratch kernellab's in-kernel tensor maps need is sized by kernellab's own codegen, not
+    Triton's, and Triton's tests assert Triton's sizes in their allocators; the launcher allocates it itself
+    (runtime/scratch.py; `kernellab.set_allocator` picks the allocator there)."""
     _allocator[0] = allocator
 
 

@@ -107,6 +107,8 @@ def _ptx(b: Build):
         ptx = _cap_registers(ptx, registers(b.options.num_warps, b.options.maxnreg, extra)[0])
     elif b.options.maxnreg:
         ptx = _cap_registers(ptx, b.options.maxnreg)
+    if any(op.name == "ttg.make_tensormap" for op in b.module.kernel.walk()):
+        ptx = _at_least_ptx(ptx, 83)
     b.out["ptx"] = ptx
     positions = ptx_positions(ptx) if b.options.line_info else None
     note = "" if lsr else " (LLVM loop strength reduction off: the loops carry their pointers)"
@@ -249,6 +251,16 @@ def check_fp8_formats(module: Module, arch: int = 90):
         warnings.warn(f"kernel '{fn.name}': the use of fp8e4b15 is deprecated on Hopper and later architectures "
                       "(Triton's warning; it converts in software there); prefer float8e4nv", UserWarning,
                       stacklevel=2)
+
+
+def _at_least_ptx(ptx: str, version: int) -> str:
+    """Raise the PTX's `.version` to `version` (x10) where it is lower: tensormap.replace and
+    tensormap.cp_fenceproxy (tensor maps made in the kernel) are PTX 8.3, newer than the NVPTX backend may
+    target; the rest of the text means the same under the newer ISA."""
+    def bump(m):
+        have = int(m.group(1)) * 10 + int(m.group(2))
+        return m.group(0) if have >= version else f".version {version // 10}.{version % 10}"
+    return re.sub(r"^\.version (\d+)\.(\d+)", bump, ptx, count=1, flags=re.M)
 
 
 def _cap_registers(ptx: str, n: int) -> str:

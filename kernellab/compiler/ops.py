@@ -237,6 +237,9 @@ _def("ttg.block_ptr_addresses", "the addresses and in-bounds mask of a block poi
 _def("ttg.tensormap", "the TMA tensor map (a kernel parameter the launcher makes) of a 2-D tensor: "
      "(base, extent of the contiguous dim, extent of the other, its stride[, extent and stride of each leading "
      "dim of a [1, .., M, K] block, innermost first]) {box, swizzle}")
+_def("ttg.make_tensormap", "a TMA tensor map the kernel makes (its base or shape is computed in the kernel): staged "
+     "in shared memory by tensormap.replace, copied to this program's slot of the launch's global scratch and "
+     "fenced for the tensor-map proxy; operands as ttg.tensormap {box, swizzle, dtype}", pure=False)
 _def("ttg.mbarrier_alloc", "one mbarrier per pipeline stage in shared memory, initialized by one thread to expect "
      "{count} arrivals per phase (1 when absent)", pure=False)
 _def("ttg.mbarrier_expect", "one thread arrives on the stage's mbarrier, announcing {bytes} of TMA copies (pred)",

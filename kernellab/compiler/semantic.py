@@ -792,7 +792,30 @@ class Semantic:
         self._check_descriptor(base.type.elem, block_shape, unwrap(strides[-1]), unwrap(padding_option))
         shape = [self.cast(self.to_tensor(s, int32), int32) for s in shape]
         strides = [self.cast(self.to_tensor(s, int64), int64) for s in strides]
+        base, strides = self._descriptor_alignment(base, strides)
         return tensor_descriptor(base, shape, strides, _DescriptorLayout(block_shape, unwrap(padding_option)))
+
+    def _descriptor_alignment(self, base, strides):
+        """A descriptor's base is 16-byte aligned and its outer strides are multiples of 16 bytes: Triton's
+        contract for `make_tensor_descriptor`. Where the kernel computes them (a base loaded from a table of
+        pointers), that promise becomes `tt.hint`s, so the pipeliner may copy 16-byte runs and TMA may serve
+        the tiles; kernel arguments keep what their specialization proved (a misaligned launch still gets its
+        own variant)."""
+        def computed(x):
+            d = x.handle.defining_op
+            while d is not None and d.name in ("arith.extsi", "arith.extui"):
+                d = d.operands[0].defining_op
+            return d is not None and d.name != "arith.constant"
+
+        elem_bytes = max(base.type.elem.bits // 8, 1)
+        if computed(base):
+            base = self.emit("tt.hint", [base], base.type, {"multiple_of": [16]})
+        out = []
+        for s in strides[:-1]:
+            if computed(s) and 16 % elem_bytes == 0:
+                s = self.emit("tt.hint", [s], s.type, {"multiple_of": [16 // elem_bytes]})
+            out.append(s)
+        return base, out + strides[-1:]
 
     @staticmethod
     def _check_descriptor(elem, block_shape, last_stride, padding):
@@ -819,8 +842,10 @@ class Semantic:
         """The block pointer a descriptor access at `offsets` is: the one mechanism behind load and store."""
         offsets = self._descriptor_offsets(desc, offsets, what)
         n = len(offsets)
-        return self.make_block_ptr(desc.base, list(desc.shape), list(desc.strides), offsets,
-                                   list(desc.layout.block_shape), list(range(n - 1, -1, -1)))
+        bp = self.make_block_ptr(desc.base, list(desc.shape), list(desc.strides), offsets,
+                                 list(desc.layout.block_shape), list(range(n - 1, -1, -1)))
+        bp.handle.defining_op.attrs["descriptor"] = True  # TMA may make its map in the kernel (fill_stages_with_tma)
+        return bp
 
     def descriptor_load(self, desc, offsets, cache="", evict=""):
         bp = self._descriptor_block_ptr(desc, offsets, "tensor descriptor load")

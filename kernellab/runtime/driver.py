@@ -304,7 +304,10 @@ class ArgPacker:
     def __init__(self, signature: Sequence[str | dict], kernel: str = "kernel"):
         self.signature = tuple(k if isinstance(k, dict) else normalize_kind(k) for k in signature)
         self.scalars = tuple(k for k in self.signature if not isinstance(k, dict))
-        recipes = [k["tensormap"] for k in self.signature if isinstance(k, dict)]
+        recipes = [k["tensormap"] for k in self.signature if isinstance(k, dict) and "tensormap" in k]
+        # bytes of global scratch per program (tensor maps the kernel makes): the launch fills `scratch_slot`
+        self.scratch_bytes = sum(k["scratch"] for k in self.signature if isinstance(k, dict) and "scratch" in k)
+        self.scratch_slot = ctypes.c_uint64(0)
         n = len(self.scalars)
         self.storage = (ctypes.c_uint64 * max(n, 1))()
         base = ctypes.addressof(self.storage)
@@ -316,7 +319,10 @@ class ArgPacker:
 
             self.tensormaps = TensorMapSlots(recipes, kernel)
             slots, maps = iter(addresses), iter(self.tensormaps.addresses)
-            addresses = [next(maps) if isinstance(k, dict) else next(slots) for k in self.signature]
+            addresses = [next(maps) if isinstance(k, dict) else next(slots) for k in self.signature
+                         if not (isinstance(k, dict) and "scratch" in k)]
+        if self.scratch_bytes:  # the scratch pointer is the last parameter
+            addresses = addresses + [ctypes.addressof(self.scratch_slot)]
         self.params = (ctypes.c_void_p * max(len(self.signature), 1))(*addresses)
         self.params_address = ctypes.addressof(self.params)
         fmt = "<" + "".join(_KINDS[k][0] + "x" * (_SLOT - _KINDS[k][1]) for k in self.scalars)
@@ -463,6 +469,9 @@ class LoadedKernel:
             pack(args)
         except Exception:
             raise self.packer.explain(args, self.name) from None
+        scratch = None
+        if self.packer.scratch_bytes:  # held until the launch is queued (stream-ordered reuse after that)
+            scratch = self._scratch(gx * gy * gz, stream, params)  # noqa: F841
         _last_launched = self.name
         try:
             if pdl:
@@ -475,6 +484,16 @@ class LoadedKernel:
         if err:
             self._launch_failed(err, (gx, gy, gz, num_warps, shared, stream, params))
 
+    def _scratch(self, programs: int, stream: int, params: int):
+        """Global scratch for a launch of `programs` programs, its address written into the packer that owns
+        `params`; returns the object that owns the memory."""
+        from .scratch import allocate
+
+        packer = self.packer if params == self._params_address else self._thread_packers[_get_ident()]
+        buf, address = allocate(programs * packer.scratch_bytes, self.device_index, stream)
+        packer.scratch_slot.value = address
+        return buf
+
     def warm_launcher(self, num_warps: int, shared: int, pdl: bool = False) -> Callable:
         """``go(grid, stream, args)``: ``launch(grid, num_warps, shared, stream, args, pdl, raw=True)`` with what
         does not change between launches of one specialization (the warps and shared memory checks, the shared
@@ -485,8 +504,8 @@ class LoadedKernel:
         if shared > self._dynamic_shared_limit:
             self._opt_in_shared(shared)
         launch = self.launch
-        if pdl:
-            return lambda grid, stream, args: launch(grid, num_warps, shared, stream, args, True, True)
+        if pdl or self.packer.scratch_bytes:  # scratch is sized by the grid: the full launch path
+            return lambda grid, stream, args: launch(grid, num_warps, shared, stream, args, pdl, True)
         mx, my, mz = self._max_grid
         threads, function, name, params = 32 * num_warps, self.function, self.name, self._params_address
         pack, explain = self._pack_raw, self.packer.explain

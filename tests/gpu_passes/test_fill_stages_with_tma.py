@@ -196,6 +196,24 @@ def test_a_per_program_base_keeps_cp_async_for_that_operand(run_pass):
     assert list(body[2].operands) == [a_stages] and body[2].attrs == {"pending": 0}
 
 
+def test_a_descriptor_over_a_per_program_base_gets_a_map_made_in_the_kernel(run_pass):
+    """The same per-program base on a tensor descriptor's block pointer (`descriptor` attribute, whose 16-byte
+    alignment Triton's contract promises): A's map is a ttg.make_tensormap before the prologue's first copy, after
+    the offset it depends on; B keeps its host map (a kernel parameter)."""
+    text = PIPELINED_2.replace("%pa = tt.make_block_ptr %a_ptr,", "%a_off = tt.addptr %a_ptr, %c32 : !ptr<f16>\n"
+                               "  %pa = tt.make_block_ptr %a_off,")
+    text = text.replace("{block_shape = [64, 32], order = [1, 0]}", "{block_shape = [64, 32], descriptor = true, "
+                        "order = [1, 0]}", 1)
+    m, stats = run_pass(fill_stages_with_tma, text, SM90)
+    assert stats == {"tma": 2, "device_tensormaps": 1}, stats
+    ops = list(m.kernel.walk())
+    names = [op.name for op in ops]
+    made = names.index("ttg.make_tensormap")
+    assert names.count("ttg.tensormap") == 1 and names.count("ttg.async_copy") == 0
+    assert names.index("tt.addptr") < made < names.index("ttg.tma_copy")
+    assert ops[made].attrs["box"] == [32, 64] and ops[made].attrs["dtype"] == "f16"
+
+
 def test_a_shape_computed_in_the_kernel_keeps_cp_async(run_pass):
     text = PIPELINED_2.replace("%n64 = arith.extsi %N : i64", "%n2 = arith.subi %N, %N : i32\n"
                                "  %n64 = arith.extsi %n2 : i64")

@@ -9,6 +9,8 @@ fills the destination with zeros without touching global memory.
 """
 from __future__ import annotations
 
+import os
+
 import llvmlite.ir as ir
 
 from ..gpu.layouts import Blocked
@@ -23,6 +25,12 @@ from .lowering_core import I8, I32, I64, SPTR, VOID, KernelLowering, _cint, hand
 # the H200: 4-7% of its time), so codegen emits none there either. Register-to-shared stores read by wgmma keep
 # theirs (lower_wgmma); set this to True to fence after every cp.async wait as well.
 CP_ASYNC_PROXY_FENCE = False
+
+
+def stmatrix_on() -> bool:
+    """16-bit accumulator tiles go to shared memory by stmatrix on sm_90 (store_to_stage, layout conversions);
+    KERNELLAB_STMATRIX=0 gives one st.shared per register pair instead (kept to measure the two)."""
+    return os.environ.get("KERNELLAB_STMATRIX", "1") != "0"
 
 
 def tile_byte_offset(lw: KernelLowering, t, r, c):
@@ -228,13 +236,151 @@ def _local_load(lw: KernelLowering, op):
     lw.put(res, [b.load(b.gep(lw.smem, [a], source_etype=I8), typ=ty) for a in addrs])
 
 
+class StmatrixPlan:
+    """How `stmatrix.sync.aligned.m8n8.x4` stores a 16-bit register tile: the instruction writes four 8x8
+    matrices; lane 8q + r gives the address of row r of matrix q, and register q of lane 4r + w holds that row's
+    elements 2w, 2w + 1 (a packed pair). A tile qualifies when each pair of consecutive registers (k, k + 1) is
+    such a fragment in every warp (rows R + lane / 4, columns C + 2 (lane % 4), C a multiple of 8: an mma/wgmma
+    accumulator, or the Bits layout of its split halves), and each run of four pairs lies at offsets
+    o, o + D1, o + D2, o + D1 + D2 with the same D1, D2 for every run: then a lane's row address is one
+    per-thread base plus the run's offset `o`. `runs` lists each instruction's first register."""
+
+    def __init__(self, layout, shape):
+        self.layout, self.shape = layout, tuple(shape)
+        self.infos = layout.dims_info(shape)
+        self.offs = layout.registers(shape)
+        o = self.offs
+        self.d1 = (o[2][0] - o[0][0], o[2][1] - o[0][1])
+        self.d2 = (o[4][0] - o[0][0], o[4][1] - o[0][1])
+        self.runs = list(range(0, len(o), 8))
+
+    def warp_part(self, warp: int) -> tuple:
+        return tuple(((warp // i.warp_div) % i.warps) * i.warp_stride for i in self.infos)
+
+    def thread_part(self, warp: int, lane: int) -> tuple:
+        return tuple(((lane // i.lane_div) % i.lanes) * i.lane_stride + ((warp // i.warp_div) % i.warps) *
+                     i.warp_stride for i in self.infos)
+
+    def lane_row(self, warp: int, lane: int) -> tuple:
+        """(row, column) of the 8-element row `lane` addresses in the first run; run k adds offs[k] - offs[0]."""
+        q, wp = lane // 8, self.warp_part(warp)
+        return (wp[0] + self.offs[0][0] + lane % 8 + (q & 1) * self.d1[0] + (q >> 1) * self.d2[0],
+                wp[1] + self.offs[0][1] + (q & 1) * self.d1[1] + (q >> 1) * self.d2[1])
+
+    def valid(self, warps: int) -> bool:
+        o = self.offs
+        if len(o) % 8 or any(i.replicated for i in self.infos):
+            return False
+        for k in range(0, len(o), 2):
+            if o[k + 1] != (o[k][0], o[k][1] + 1):
+                return False
+        for k in self.runs:
+            for q in range(4):
+                want = (o[k][0] + (q & 1) * self.d1[0] + (q >> 1) * self.d2[0],
+                        o[k][1] + (q & 1) * self.d1[1] + (q >> 1) * self.d2[1])
+                if o[k + 2 * q] != want:
+                    return False
+        for w in range(warps):
+            for k in range(0, len(o), 2):
+                r0, c0 = (a + b for a, b in zip(self.thread_part(w, 0), o[k]))
+                if c0 % 8:
+                    return False
+                for lane in range(32):
+                    got = tuple(a + b for a, b in zip(self.thread_part(w, lane), o[k]))
+                    if got != (r0 + lane // 4, c0 + 2 * (lane % 4)):
+                        return False
+        return True
+
+
+def stmatrix_plan(lw: KernelLowering, t, view):
+    """A StmatrixPlan when stmatrix (sm_90) can store a tile of type `t` into `view`, else None: a 16-bit tile
+    whose layout holds stmatrix fragments (no element in two threads), into a stage contiguous along its last dim
+    whose 8-element rows are 16 aligned bytes (any swizzle keeps a 16-byte chunk whole; a padded pitch must be a
+    multiple of 16 bytes)."""
+    from ..gpu.layouts import Bits, Mma
+
+    layout = t.layout
+    if lw.arch < 90 or not isinstance(layout, (Mma, Bits)) or len(t.shape) != 2 or t.scalar.bits != 16:
+        return None
+    if view.scalar.bits != 16 or view.order[0] != len(view.shape) - 1 or len(view.shape) != 2:
+        return None
+    if not view.swizzle and ((view.shape[-1] + view.pad) * 2) % 16:
+        return None
+    warps = lw.opts.num_warps
+    if layout.num_warps != warps:
+        return None
+    key = ("stmatrix", str(layout), tuple(t.shape), warps)
+    if key not in _PLANS:
+        try:
+            plan = StmatrixPlan(layout, t.shape)
+            _PLANS[key] = plan if plan.valid(warps) else None
+        except (AssertionError, IndexError):
+            _PLANS[key] = None
+    return _PLANS[key]
+
+
+_PLANS: dict = {}
+
+
+def store_by_stmatrix(lw: KernelLowering, t, regs, view, base, plan: StmatrixPlan) -> None:
+    """A 16-bit tile into its stage with `stmatrix.sync.aligned.m8n8.x4` (sm_90), as Triton's epilogue does: each
+    instruction stores four of a thread's register pairs (see StmatrixPlan), a quarter of the st.shared.b32 of
+    per-pair stores. Runs a constant distance from an earlier one (in every thread) share its address register."""
+    b = lw.b
+    i0, i1 = plan.infos
+    q = b.udiv(lw.lane, _cint(8))
+    qlo, qhi = b.and_(q, _cint(1)), b.lshr(q, _cint(1))
+
+    def warp_part(info):
+        c = b.and_(b.udiv(lw.warp, _cint(info.warp_div)), _cint(info.warps - 1))
+        return b.mul(c, _cint(info.warp_stride))
+
+    row0 = b.add(b.add(warp_part(i0), b.urem(lw.lane, _cint(8))),
+                 b.add(b.mul(qlo, _cint(plan.d1[0])), b.mul(qhi, _cint(plan.d2[0]))))
+    col0 = b.add(warp_part(i1), b.add(b.mul(qlo, _cint(plan.d1[1])), b.mul(qhi, _cint(plan.d2[1]))))
+    lanes = sorted({plan.lane_row(w, ln) for w in range(lw.opts.num_warps) for ln in range(32)})
+
+    def offsets(off):  # (every row a run addresses is an element of the tile: no wrapping)
+        return [element_byte(view, r + off[0], c + off[1]) for r, c in lanes]
+
+    pair = ir.VectorType(regs[0].type, 2)
+
+    def packed(k):
+        v = b.insert_element(b.insert_element(ir.Constant(pair, None), regs[k], _cint(0)), regs[k + 1], _cint(1))
+        return b.bitcast(v, I32)
+
+    fn = ir.FunctionType(VOID, [I32] * 5)
+    reps = []  # (byte offsets of the run's rows in every thread, address register)
+    for k in plan.runs:
+        off = (plan.offs[k][0] - plan.offs[0][0], plan.offs[k][1] - plan.offs[0][1])
+        mine = offsets(off)
+        addr, imm = None, 0
+        for theirs, a in reps:
+            d = mine[0] - theirs[0]
+            if all(x - y == d for x, y in zip(mine, theirs)):
+                addr, imm = a, d  # the distance goes in the instruction's immediate, not in a register
+                break
+        if addr is None:
+            r = b.add(row0, _cint(plan.offs[0][0] + off[0]))
+            c = b.add(col0, _cint(plan.offs[0][1] + off[1]))
+            addr = b.ptrtoint(b.gep(lw.smem, [b.add(base, tile_byte_offset(lw, view, r, c))], source_etype=I8), I32)
+            reps.append((mine, addr))
+        at = f"$0+{imm}" if imm > 0 else f"$0{imm}" if imm else "$0"
+        b.asm(fn, f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{at}], {{$1, $2, $3, $4}};", "r,r,r,r,r,~{memory}",
+              [addr] + [packed(k + 2 * j) for j in range(4)], side_effect=True)
+
+
 def store_to_stage(lw: KernelLowering, t, regs, view, base):
     """Store the registers `regs` of a tile of type `t` into one stage of encoding `view` that starts at byte
     `base` (an LLVM i32): one st.shared per run of up to 16 bytes the thread holds along the stage's contiguous
     dimension (a 16-byte run stays whole under any swizzle; found from the layout's own register positions, so
     an mma accumulator's pairs are runs too), addressed as one base plus immediates where
-    `register_tile_addresses` finds constant distances."""
+    `register_tile_addresses` finds constant distances. A 16-bit accumulator on sm_90 goes by stmatrix."""
     b = lw.b
+    plan = stmatrix_plan(lw, t, view) if stmatrix_on() else None
+    if plan is not None:
+        store_by_stmatrix(lw, t, regs, view, base, plan)
+        return
     esize = view.scalar.bits // 8
     layout = t.layout
     offs = layout.registers(t.shape)

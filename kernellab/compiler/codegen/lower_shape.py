@@ -7,7 +7,8 @@ import llvmlite.ir as ir
 
 from ..gpu.reshape_layout import join_map, register_map, split_map
 from ..gpu.scratch import contiguous_run, conversion_pitch, mem_bytes
-from ..types import TensorType
+from ..types import MemDescType, TensorType
+from .lower_async import stmatrix_on, stmatrix_plan, store_by_stmatrix
 from .lowering_core import I32, KernelLowering, _cint, const_value, handles, llty, memty
 
 
@@ -193,15 +194,21 @@ def _convert(lw: KernelLowering, op):
         regs = range(0, len(layout.registers(shape)), v)
         return v, list(zip(regs, lw.smem_places(op, layout, shape, size, regs, pitch)))
 
-    v, places = runs(src.type.layout)
     vals = [_to_mem(lw, x, elem) for x in lw.regs(src)]
-    for k, p in places:
-        vec = vals[k]
-        if v > 1:
-            vec = ir.Constant(ir.VectorType(ty, v), None)
-            for i in range(v):
-                vec = lw.b.insert_element(vec, vals[k + i], _cint(i))
-        lw.b.store(vec, p, align=v * size)
+    # a 16-bit mma/wgmma accumulator goes in by stmatrix (sm_90): the scratch as a padded row-major stage
+    scratch = MemDescType(tuple(shape), elem, (1, 0), pitch - shape[-1]) if len(shape) == 2 else None
+    plan = stmatrix_plan(lw, src.type, scratch) if scratch is not None and stmatrix_on() else None
+    if plan is not None:
+        store_by_stmatrix(lw, src.type, vals, scratch, _cint(int(op.attrs.get("smem_offset", 0))), plan)
+    else:
+        v, places = runs(src.type.layout)
+        for k, p in places:
+            vec = vals[k]
+            if v > 1:
+                vec = ir.Constant(ir.VectorType(ty, v), None)
+                for i in range(v):
+                    vec = lw.b.insert_element(vec, vals[k + i], _cint(i))
+            lw.b.store(vec, p, align=v * size)
     lw.barrier()
     v, places = runs(res.type.layout)
     out = []

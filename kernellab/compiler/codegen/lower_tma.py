@@ -4,6 +4,8 @@ A `ttg.tensormap` becomes a kernel parameter: a 128-byte CUtensorMap the launche
 launch's arguments (see runtime/tensormap.py for the recipe recorded in the argument kinds), passed
 `byval` with 64-byte alignment and the "nvvm.grid_constant" attribute, so the kernel uses it where it
 lies in parameter space (llvmlite cannot spell that attribute: `patch_params` edits the IR text).
+A `ttg.make_tensormap` (a map over values the kernel computes) is built by the kernel in its program's
+128-byte slot of a global scratch buffer the launcher allocates (the last parameter, runtime/scratch.py).
 
 One thread starts each stage's copies: `mbarrier.arrive.expect_tx` announces the bytes, then one
 `cp.async.bulk.tensor.2d` per 16-byte-chunk-swizzled atom column of the tile (the box is one swizzle
@@ -96,6 +98,86 @@ def _asm(lw: KernelLowering, text: str, cons: str, args):
 @handles("ttg.tensormap")
 def _tensormap(lw: KernelLowering, op):
     lw.put(op.result, lw.b.ptrtoint(lw.tensormap_params[lw.tensormap_index[id(op)]], I64))
+
+
+# tensormap.replace codes (PTX ISA, "tensormap.replace"): element types and swizzle modes
+_TMAP_ELEMTYPE = {"u8": 0, "i8": 0, "u16": 1, "i16": 1, "u32": 2, "i32": 3, "u64": 4, "i64": 5, "f16": 6, "f32": 7,
+                  "f64": 9, "bf16": 10}
+_TMAP_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
+
+
+def _made_dtype(dtype: str) -> int:
+    return 0 if dtype.startswith("f8") else _TMAP_ELEMTYPE[dtype]  # fp8 travels as bytes: TMA only copies
+
+
+@handles("ttg.make_tensormap")
+def _make_tensormap(lw: KernelLowering, op):
+    """The kernel makes a tensor map whose base, extents or strides it computes (a grouped GEMM's per-group
+    pointers), as Triton does on sm_90: the issuing thread's warp zeroes 128 bytes of shared memory, its
+    issuing thread writes every field with `tensormap.replace`, the warp copies the object to this program's slot
+    of the launch's global scratch with `tensormap.cp_fenceproxy` (a release for the tensor-map proxy) and
+    acquires it with `fence.proxy.tensormap::generic.acquire`. Only the issuing thread reads the map (its TMA
+    copies), so no block barrier is needed."""
+    b = lw.b
+    base, d0, d1, s1, *outer = op.operands
+    esize = max(base.type.elem.bits // 8, 1)
+    dims = [d0, d1] + outer[0::2]
+    strides = [s1] + outer[1::2]
+    rank = len(dims)
+    # this program's slot: scratch + (linear program id * maps + index) * 128
+    sreg = [b.call(lw.intrinsic(f"llvm.nvvm.read.ptx.sreg.{r}.{a}", I32, []), []) for r in ("ctaid", "nctaid")
+            for a in "xyz"]
+    cx, cy, cz, nx, ny, _ = sreg
+    pid = b.add(cx, b.mul(nx, b.add(cy, b.mul(ny, cz))))
+    n = len(lw.made_tensormaps)
+    slot = b.add(b.mul(b.zext(pid, I64), _cint(n * TENSORMAP_BYTES, I64)),
+                 _cint(lw.made_tensormaps[id(op)] * TENSORMAP_BYTES, I64))
+    gaddr = b.add(b.ptrtoint(lw.scratch_param, I64), slot)
+    stage32 = _saddr(lw, _cint(int(op.attrs["smem_offset"])))
+    stage = b.zext(stage32, I64)
+    warp_go = b.zext(b.icmp_unsigned("==", lw.warp, _cint(lw.leader // 32)), I32)
+    _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $1, 0; @p st.shared.b32 [$0], 0; }", "r,r,~{memory}",
+         [b.add(stage32, b.mul(lw.lane, _cint(4))), warp_go])
+    _asm(lw, "bar.warp.sync -1;", "~{memory}", [])
+    go = _one_thread(lw)
+
+    def rep(field, value, ty="b32", ordinal=None, imm=False):
+        val = str(value) if imm else "$2"
+        ordi = f"{ordinal}, " if ordinal is not None else ""
+        args = [stage, go] + ([] if imm else [value])
+        cons = "l,r" + ("" if imm else ",r" if ty == "b32" else ",l") + ",~{memory}"
+        _asm(lw, f"{{ .reg .pred p; setp.ne.b32 p, $1, 0; @p tensormap.replace.tile.{field}.shared::cta.b1024.{ty} "
+             f"[$0], {ordi}{val}; }}", cons, args)
+
+    def i32(v):
+        x = lw.get(v)
+        return x if x.type == I32 else b.trunc(x, I32)
+
+    def i64(v):
+        x = lw.get(v)
+        if isinstance(x.type, ir.PointerType):
+            return b.ptrtoint(x, I64)
+        return x if x.type == I64 else b.sext(x, I64)
+
+    rep("global_address", i64(base), "b64")
+    rep("rank", rank - 1, imm=True)
+    for i, box in enumerate(op.attrs["box"]):
+        rep("box_dim", _cint(int(box)), ordinal=i)
+    for i, d in enumerate(dims):
+        rep("global_dim", i32(d), ordinal=i)
+    for i, st in enumerate(strides):
+        rep("global_stride", b.mul(i64(st), _cint(esize, I64)), "b64", ordinal=i)
+    for i in range(rank):
+        rep("element_stride", _cint(1), ordinal=i)
+    rep("elemtype", _made_dtype(op.attrs["dtype"]), imm=True)
+    rep("interleave_layout", 0, imm=True)
+    rep("swizzle_mode", _TMAP_SWIZZLE[int(op.attrs["swizzle"])], imm=True)
+    rep("fill_mode", 0, imm=True)
+    _asm(lw, "bar.warp.sync -1;", "~{memory}", [])
+    _asm(lw, "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic"
+         f".release.gpu.sync.aligned [$0], [$1], {TENSORMAP_BYTES}; @p fence.proxy.tensormap::generic.acquire.gpu "
+         f"[$0], {TENSORMAP_BYTES}; }}", "l,l,r,~{memory}", [gaddr, stage, warp_go])
+    lw.put(op.result, gaddr)
 
 
 @handles("ttg.mbarrier_alloc")

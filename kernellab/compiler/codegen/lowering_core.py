@@ -155,9 +155,19 @@ class KernelLowering:
         recipes, self.tensormap_index = tensormaps or ((), {})
         params += [ir.PointerType()] * len(recipes)  # TMA tensor maps: byval, see lower_tma.patch_params
         self.arg_kinds += [{"tensormap": r} for r in recipes]
+        # tensor maps the kernel makes (lower_tma): one 128-byte slot each per program in the launch's global scratch
+        made = [op for op in self.ir_fn.walk() if op.name == "ttg.make_tensormap"]
+        self.made_tensormaps = {id(op): i for i, op in enumerate(made)}
+        if made:
+            params.append(GPTR)
+            self.arg_kinds.append({"scratch": 128 * len(made)})
         self.fn = ir.Function(self.mod, ir.FunctionType(VOID, params), name=self.ir_fn.name)
         self.fn.calling_convention = "ptx_kernel"
-        self.tensormap_params = self.fn.args[len(self.ir_fn.args):]
+        n_args = len(self.ir_fn.args)
+        self.tensormap_params = self.fn.args[n_args:n_args + len(recipes)]
+        self.scratch_param = self.fn.args[-1] if made else None
+        if made:
+            self.scratch_param.name = "global_scratch"
         for i, p in enumerate(self.tensormap_params):
             p.name = f"tensormap{i}"
         entry = self.fn.append_basic_block("entry")

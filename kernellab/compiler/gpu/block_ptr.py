@@ -81,9 +81,11 @@ def parts(mk: Op) -> tuple[Value, list, list, list]:
 
 
 def unwiden(v: Value) -> Value:
-    """`v` before any integer widening (the i64 shapes and strides of a block pointer are often i32 values)."""
+    """`v` before any integer widening (the i64 shapes and strides of a block pointer are often i32 values) and
+    before `tt.hint`s (the same value: a tensor descriptor's alignment promise, semantic.py), so the host can still
+    evaluate what the kernel only annotated."""
     d = v.defining_op
-    while d is not None and d.name in ("arith.extsi", "arith.extui"):
+    while d is not None and d.name in ("arith.extsi", "arith.extui", "tt.hint"):
         v = d.operands[0]
         d = v.defining_op
     return v
@@ -156,13 +158,17 @@ def _kernel_value(v: Value, fn_args) -> bool:
     return d.name == "arith.constant"
 
 
-def tma_operands(bp: Value, elem_bytes: int, boundary_check, fn_args, axis: AxisAnalysis) -> tuple[list | None, str]:
+def tma_operands(bp: Value, elem_bytes: int, boundary_check, fn_args, axis: AxisAnalysis,
+                 device: bool = False) -> tuple[list | None, str]:
     """([base, extent of the contiguous dim, extent of the other dim, stride of the other dim, then extent and
     stride of each leading unit dim, innermost first], unwidened: kernel arguments or constants) when a host-made
     tensor map can serve the 2-D tiles of block pointer `bp` (elements of `elem_bytes`, read with
     `boundary_check`), else (None, why not). A block of rank 3 to 5 qualifies when its leading dims are 1 (a
     host descriptor's `[1, M, K]` block): the map has the block's rank, its box is 1 along those dims, and TMA's
-    zero fill outside the shape covers their boundary check too (an out-of-range batch index reads zeros)."""
+    zero fill outside the shape covers their boundary check too (an out-of-range batch index reads zeros).
+    `device`: the kernel makes the map itself (codegen/lower_tma.py), so base, shape and strides may be computed in
+    the kernel; only for tensor descriptors (whose 16-byte alignment Triton's contract promises; a block pointer
+    with a per-program base keeps cp.async, as before), and the alignment must still be proven or promised."""
     found = origin(bp)
     if isinstance(found, str):
         return None, found
@@ -170,6 +176,8 @@ def tma_operands(bp: Value, elem_bytes: int, boundary_check, fn_args, axis: Axis
     base, shape, strides, _ = parts(mk)
     n = len(shape)
     block = list(mk.attrs["block_shape"])
+    if device and not mk.attrs.get("descriptor"):
+        return None, "a tl.make_block_ptr (only tensor descriptors get tensor maps made in the kernel)"
     if n > 5:
         return None, f"a rank-{n} block (a TMA tensor map has at most 5 dims)"
     if n > 2 and any(b != 1 for b in block[:n - 2]):
@@ -178,7 +186,7 @@ def tma_operands(bp: Value, elem_bytes: int, boundary_check, fn_args, axis: Axis
     fast, slow = order[0], order[1]
     if n > 2 and sorted((fast, slow)) != [n - 2, n - 1]:
         return None, f"a rank-{n} block whose two fastest dims are not its last two (order {order})"
-    if base.defining_op is not None or not any(base is a for a in fn_args):
+    if not device and (base.defining_op is not None or not any(base is a for a in fn_args)):
         return None, "the base has a per-program offset (pass offsets= to tl.make_block_ptr instead)"
     if axis[base].div[0] < 16:
         return None, "the base pointer is not known to be 16-byte aligned"
@@ -186,7 +194,7 @@ def tma_operands(bp: Value, elem_bytes: int, boundary_check, fn_args, axis: Axis
         return None, f"the stride of the contiguous dim {fast} is not 1"
     outer = list(range(n - 3, -1, -1))  # the leading unit dims, innermost first (the map's dims 2, 3, ...)
     for what, v in [("shape", shape[d]) for d in range(n)] + [("stride", strides[d]) for d in [slow] + outer]:
-        if not _kernel_value(v, fn_args):
+        if not device and not _kernel_value(v, fn_args):
             return None, f"its {what} is computed in the kernel (the host makes the tensor map from arguments)"
     for d in [slow] + outer:
         if (axis[strides[d]].div[0] * elem_bytes) % 16:

@@ -169,11 +169,15 @@ def buffer_align(op) -> int:
     t = op.results[0].type if op.results else None
     if op.name == "ttg.local_alloc" and getattr(t, "swizzle", 0):
         return 1024
+    if op.name == "ttg.make_tensormap":
+        return 128  # tensormap.replace on shared memory wants a 128-byte aligned object
     return 1024 if is_wgmma(op) else 16
 
 
 def _other_ops(op):
     name = op.name
+    if name == "ttg.make_tensormap":
+        return 128, "a tensor map made in the kernel, staged before its copy to global scratch"
     if is_wgmma(op):
         sa, sb = wgmma_staging(op)
         n = sum(t.tile_bytes for t in (sa, sb) if t is not None)

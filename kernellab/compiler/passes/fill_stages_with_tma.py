@@ -17,6 +17,12 @@ Its copies become:
 replacing the cp.async copies, their commit group (when nothing else is in it) and their wait. The phase parity
 is carried by the loop and flips each time the read stage wraps. Why a block-pointer tile keeps cp.async is
 recorded in the stats (`no_tma`).
+
+A tensor descriptor whose base, extents or strides the kernel computes (a grouped GEMM's per-group pointers
+loaded from a table) cannot be encoded by the host: its map is a `ttg.make_tensormap` the kernel fills itself
+(codegen/lower_tma.py), placed before the loop's first prologue copy, so a tile loop around the pipelined loop
+makes it again per tile (`device_tensormaps` in the stats). Host maps stay the choice wherever they work: they
+cost the kernel nothing.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from ..gpu import block_ptr
 from ..gpu.axis_info import AxisAnalysis
 from ..gpu.scratch import _numel
 from ..ir import Module, Op
+from ..ops import is_loop
 from .dot_stages import I32, I64, Builder, PipelinedLoop, mbarrier_ring, next_op, pipelined_loops
 
 NAME = "fill_stages_with_tma"
@@ -60,8 +67,14 @@ class _Tma:
         if not isinstance(found, str) and block_ptr.tile_order(found[0], 2)[0] != buf_t.order[0]:
             return None, ("the stage is contiguous along the tile's other dim (a K-major tf32 operand): TMA copies "
                           "the tile as it lies in memory")
-        return block_ptr.tma_operands(addresses.operands[0], buf_t.elem.bits // 8,
-                                      addresses.attrs.get("boundary_check"), self.fn.args, self.axis)
+        args = (addresses.operands[0], buf_t.elem.bits // 8, addresses.attrs.get("boundary_check"), self.fn.args,
+                self.axis)
+        operands, why = block_ptr.tma_operands(*args)
+        if operands is None and ("computed in the kernel" in why or "per-program offset" in why):
+            made, _ = block_ptr.tma_operands(*args, device=True)
+            if made is not None:
+                return made, "device"
+        return operands, why
 
 
 def _tensormap(bld: Builder, operands, buf_t, hint: str, loc):
@@ -72,6 +85,62 @@ def _tensormap(bld: Builder, operands, buf_t, hint: str, loc):
     box = [buf_t.swizzle // (buf_t.elem.bits // 8), buf_t.shape[1:][buf_t.order[1]]]
     box += [1] * ((len(operands) - 4) // 2)  # a [1, M, K] descriptor block: 1 along each leading dim
     return bld.op("ttg.tensormap", host, [I64], {"box": box, "swizzle": buf_t.swizzle}, [hint], loc=loc).result
+
+
+def _ancestor_blocks(block):
+    out = []
+    while block is not None:
+        out.append(block)
+        parent = block.parent
+        block = parent.block if parent is not None else None
+    return out
+
+
+def _device_tensormap(loop: PipelinedLoop, operands, buf_t, hint: str, loc):
+    """A `ttg.make_tensormap` (the kernel fills a tensor map in global scratch, codegen/lower_tma.py) placed just
+    before the loop's first prologue copy, so a tile loop around it makes the map again for each tile; None when
+    an operand is not defined there (it changes inside the pipelined loop)."""
+    block = loop.for_op.block
+    firsts = []
+    for fill in loop.prologue_fills:
+        for _, _, addresses, _ in fill.copies:
+            if addresses is not None and addresses.block is block:
+                firsts.append(block.ops.index(addresses))
+    anchor = block.ops[min(firsts)] if firsts else loop.for_op
+    at = block.ops.index(anchor)
+    outer = _ancestor_blocks(block)
+    for v in operands:
+        d = v.defining_op
+        if d is None:
+            if not any(v.owner is b for b in outer):
+                return None
+        elif d.block is block:
+            if block.ops.index(d) >= at:
+                return None
+        elif not any(d.block is b for b in outer[1:]):
+            return None
+    return made_tensormap(Builder(_hoisted(anchor, operands), loc), operands, buf_t, hint, loc)
+
+
+def _hoisted(anchor: Op, operands) -> Op:
+    """`anchor`, or the outermost loop around it that defines none of `operands`: a grouped GEMM makes a group's
+    maps once, not once per tile (the previous tile's copies have all completed: its loop waited for them)."""
+    while anchor.block is not None and anchor.block.parent is not None and is_loop(anchor.block.parent.name):
+        loop = anchor.block.parent
+        inside = {id(v) for op in loop.walk() for v in op.results}
+        inside |= {id(a) for op in loop.walk() for r in op.regions for a in r.args}
+        if any(id(v) in inside for v in operands):
+            break
+        anchor = loop
+    return anchor
+
+
+def made_tensormap(bld: Builder, operands, buf_t, hint: str, loc):
+    """A `ttg.make_tensormap` over `operands` for stages of `buf_t` (the box as `_tensormap`'s)."""
+    box = [buf_t.swizzle // (buf_t.elem.bits // 8), buf_t.shape[1:][buf_t.order[1]]]
+    box += [1] * ((len(operands) - 4) // 2)
+    return bld.op("ttg.make_tensormap", list(operands), [I64],
+                  {"box": box, "swizzle": buf_t.swizzle, "dtype": buf_t.elem.ir}, [hint], loc=loc).result
 
 
 def _fill_by_tma(loop: PipelinedLoop, stats: dict, tma: _Tma) -> None:
@@ -87,7 +156,17 @@ def _fill_by_tma(loop: PipelinedLoop, stats: dict, tma: _Tma) -> None:
                                                   f"{'ab'[index]}: {why}")
             continue
         alloc = buf.defining_op
-        descs[id(buf)] = _tensormap(Builder(alloc, loc), operands, buf.type, f"{'ab'[index]}_tensormap", copy.loc)
+        hint = f"{'ab'[index]}_tensormap"
+        if why == "device":
+            desc = _device_tensormap(loop, operands, buf.type, hint, copy.loc)
+            if desc is None:
+                stats.setdefault("no_tma", []).append(f"line {dot.loc.line if dot.loc else '?'} operand "
+                                                      f"{'ab'[index]}: the tile's base or shape changes in the loop")
+                continue
+            descs[id(buf)] = desc
+            stats["device_tensormaps"] = stats.get("device_tensormaps", 0) + 1
+        else:
+            descs[id(buf)] = _tensormap(Builder(alloc, loc), operands, buf.type, hint, copy.loc)
         alloc.attrs["fill"] = "tma"
     if not descs:
         return

@@ -24,7 +24,9 @@ descriptor, the reshape of an `[M, N]` one, as Liger's mlp stores, is stored fro
 map of rank 3 with a box of 1 along the leading dim), the kernel only stores to that
 tensor (nothing of it is read back while a TMA store may still be writing), its tile can be swizzled and
 has at most 256 rows, and the buffers fit in shared memory next to the kernel's stage buffers. Why a store keeps
-st.global is recorded in the stats (`no_tma_store`).
+st.global is recorded in the stats (`no_tma_store`). A tensor descriptor over values the kernel computes (a
+grouped GEMM's per-group C) has its map made by the kernel at each store (`ttg.make_tensormap`, after the wait
+that frees the map's slot too).
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from ..rewrite import insert_before
 from ..types import TensorType
 from .dot_stages import Builder
 from .fill_stages_with_tma import _tensormap
+from .fill_stages_with_tma import made_tensormap as _made_tensormap
 
 NAME = "tma_store"
 DESCRIPTION = "store block-pointer tiles by TMA from shared memory (sm_90), waited for only before reuse"
@@ -53,7 +56,7 @@ def _only_stored(base) -> bool:
     work = list(base.uses)
     while work:
         u = work.pop()
-        if u.name in ("tt.make_block_ptr", "tt.advance"):
+        if u.name in ("tt.make_block_ptr", "tt.advance", "tt.hint"):  # (a hint: the same pointer, see semantic)
             work.extend(u.result.uses)
         elif u.name == "scf.yield" or u.name == "scf.for":
             return False  # a block pointer carried by a loop: followed no further
@@ -123,7 +126,12 @@ def _qualifies(op: Op, fn, axis):
         return None, "the tile's contiguous extent cannot be swizzled", None
     if t.shape[order[1]] > 256:
         return None, "the tile is over 256 rows (a TMA box dim holds at most 256)", None
-    operands, why = block_ptr.tma_operands(bp, t.scalar.bits // 8, op.attrs.get("boundary_check"), fn.args, axis)
+    args = (bp, t.scalar.bits // 8, op.attrs.get("boundary_check"), fn.args, axis)
+    operands, why = block_ptr.tma_operands(*args)
+    if operands is None and ("computed in the kernel" in why or "per-program offset" in why):
+        made, _ = block_ptr.tma_operands(*args, device=True)  # a descriptor the kernel makes: so is its map
+        if made is not None:
+            operands = _Made(made)
     if operands is None:
         return None, why, None
     if not _only_stored(operands[0]):
@@ -134,6 +142,11 @@ def _qualifies(op: Op, fn, axis):
     if d is not None and d.name == "ttg.convert_layout" and len(v.uses) == 1:
         v = d.operands[0]  # local_store writes any layout: the conversion for st.global goes
     return buf_t, operands, v
+
+
+class _Made(list):
+    """Tensor-map operands the kernel computes: the map is a `ttg.make_tensormap` made at each store, after the
+    wait for the previous store through the same map slot."""
 
 
 def _live_alloc_bytes(fn, found) -> int:
@@ -244,7 +257,8 @@ def run(module: Module, options=None) -> dict:
             buf = at_entry.op("ttg.local_alloc", [], [buf_t], {"stages": 1, "fill": "registers",
                                                                "read_by": "TMA store"}, [f"store{k}_tile"]).result
             view = at_entry.op("ttg.memdesc_index", [buf, at_entry.const(0)], [buf_t.tile()]).result
-            tmap = _tensormap(at_entry, operands, buf_t, f"store{k}_tensormap", op.loc)
+            tmap = None if isinstance(operands, _Made) else _tensormap(at_entry, operands, buf_t,
+                                                                        f"store{k}_tensormap", op.loc)
             views.append(view)
             owned[id(op)] = (view, tmap)
         at = Builder(op, op.loc)
@@ -257,6 +271,9 @@ def run(module: Module, options=None) -> dict:
         if _in_loop(op):  # written again each iteration (once, elsewhere: insert_barriers orders the write)
             at.op("ttg.tma_store_wait", [view], [], {"pending": pending})
             at.op("ttg.barrier", [], [], {"reason": "the buffer's previous TMA store has read it"})
+        if isinstance(operands, _Made):
+            tmap = _made_tensormap(at, operands, buf_t, f"store{k}_tensormap", op.loc)
+            stats["device_tensormaps"] = stats.get("device_tensormaps", 0) + 1
         at.op("ttg.local_store", [value, view], [])
         at.op("ttg.barrier", [], [], {"reason": "the tile is in shared memory (fenced for the async proxy)"})
         at.op("ttg.tma_store", [tmap, op.operands[0], view], [])

@@ -498,6 +498,8 @@ def _specialize(module: Module, marked: Op, inners: list, num_warps: int) -> str
     copies = [o for o in loop.pre_fills + loop.body_fills if o.name == "ttg.tma_copy"]
     allocs = [o.operands[2].defining_op.operands[0].defining_op for o in copies]
     tensormaps = [o.operands[0].defining_op for o in copies]
+    if any(t.name == "ttg.make_tensormap" for t in tensormaps):
+        raise _Skip("a tensor map is made in the kernel (its base or shape is computed there)")
     bars_alloc = loop.bars.defining_op
     hoist = []  # persistent: the buffers and mbarriers live across the tile loop, made once before it
     if outer is not None:
