@@ -206,7 +206,7 @@ def test_gpu_grouped_gemm(dtype, hint, programs, packed):
 
 
 @pytest.mark.gpu
-def test_gpu_grouped_gemm_with_an_allocator():
+def test_gpu_grouped_gemm_with_triton_style_allocator():
     asked = []
 
     def alloc(size, align, stream):

@@ -95,11 +95,12 @@ _allocator = [NullAllocator()]
 
 
 def set_allocator(allocator) -> None:
-    """Accepts Triton's scratch allocator (`allocator(size, alignment, stream) -> tensor`) and stores it. kernellab
-    does not call it: the scratch kernellab's in-kernel tensor maps need is sized by kernellab's own codegen, not
-    Triton's, and Triton's tests assert Triton's sizes in their allocators; the launcher allocates it itself
-    (runtime/scratch.py; `kernellab.set_allocator` picks the allocator there)."""
+    """Triton's scratch allocator (`allocator(size, alignment, stream) -> tensor`): kernellab's launcher asks it for
+    the global scratch of tensor maps a kernel makes itself (runtime/scratch.py)."""
+    from ..runtime import scratch
+
     _allocator[0] = allocator
+    scratch.set_allocator(None if isinstance(allocator, NullAllocator) else allocator)
 
 
 class NullAllocator:

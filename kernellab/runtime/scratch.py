@@ -1,12 +1,11 @@
 """Global scratch memory for a launch: where a kernel's in-kernel tensor maps live (codegen/lower_tma.py).
 
 A kernel that makes tensor maps takes one more pointer parameter (argument kind ``{"scratch": bytes}``): that many
-bytes per program, 128-byte aligned. The launcher asks the allocator set by ``kernellab.set_allocator`` (Triton's
-contract: ``allocator(size, alignment, stream) -> tensor``) for the grid's worth and keeps the tensor until the
-launch is queued; with torch's caching allocator the memory is reused in stream order, as Triton's launcher relies
-on. Without one, kernellab uses ``torch.empty`` on the kernel's device, so no setup is needed. ``triton.set_allocator``
-under kernellab.compat is stored but not used here: kernellab's sizes are not Triton's, and Triton's own tests
-assert Triton's sizes inside their allocators.
+bytes per program, 128-byte aligned. The launcher asks the allocator set by ``set_allocator`` (Triton's contract:
+``allocator(size, alignment, stream) -> tensor``) for the grid's worth and keeps the tensor until the launch is
+queued; with torch's caching allocator the memory is reused in stream order, as Triton's launcher relies on.
+Without an allocator set, kernellab uses ``torch.empty`` on the kernel's device (Triton raises instead: a kernel
+that runs under Triton needs ``triton.set_allocator``, one under kernellab works either way).
 """
 from __future__ import annotations
 
