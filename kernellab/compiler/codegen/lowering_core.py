@@ -580,6 +580,13 @@ class KernelLowering:
     def math(self, name, t, xs):
         b = self.b
         short = name.split(".", 1)[1]
+        if short == "sqrt" and xs[0].type in (F16, BF16, F32):
+            # tl.sqrt is the fast square root (Triton: sqrt.approx.ftz.f32, max relative error 2^-23); IEEE
+            # rounding is tl.sqrt_rn (tt.precise_sqrt). libdevice's correctly rounded __nv_sqrtf costs ~20 SASS
+            # instructions a value (a Newton step and a slow path), half of an elementwise kernel like hypot.
+            f32 = [b.fpext(x, F32) for x in xs] if xs[0].type != F32 else xs
+            r = b.call(self.intrinsic("llvm.nvvm.sqrt.approx.ftz.f", F32, [F32]), f32)
+            return r if xs[0].type == F32 else b.fptrunc(r, xs[0].type)
         if op_info(name).tl_name:  # the math functions only libdevice provides
             return self.libdevice_call(name, xs)
         if short == "absi":
