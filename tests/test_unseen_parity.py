@@ -70,3 +70,67 @@ def test_hypot_gpu():
         x, y, (out, rn) = _hypot_args(3000, "cuda", seed)
         hypot_kernel[(6,)](x, y, out, rn, 3000, BLOCK=512)
         _check_hypot(x, y, out, rn)
+
+
+# --- a loop-carried value keeps the layout its load gives it (Inductor's welford layer norm: 14 barriers to 3) --
+
+@kl.jit
+def welford_rows_kernel(X, Mean, Var, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
+    rbase = tl.arange(0, RBLOCK)[None, :]
+    mean = tl.zeros([XBLOCK, RBLOCK], tl.float32)
+    m2 = tl.zeros([XBLOCK, RBLOCK], tl.float32)
+    weight = tl.zeros([XBLOCK, RBLOCK], tl.float32)
+    for roffset in range(0, rnumel, RBLOCK):
+        rindex = roffset + rbase
+        rmask = rindex < rnumel
+        x = tl.load(X + (rindex + rnumel * xindex), rmask & xmask, other=0.0)
+        w_next = weight + 1.0
+        delta = x - mean
+        mean_next = mean + delta / w_next
+        m2_next = m2 + delta * (x - mean_next)
+        mean = tl.where(rmask & xmask, mean_next, mean)  # the select's mask was converted from the stores' layout
+        m2 = tl.where(rmask & xmask, m2_next, m2)
+        weight = tl.where(rmask & xmask, w_next, weight)
+    total = tl.sum(weight, 1)[:, None]
+    row_mean = tl.sum(mean * weight, 1)[:, None] / total
+    row_m2 = tl.sum(m2 + weight * (mean - row_mean) * (mean - row_mean), 1)[:, None]
+    tl.store(Mean + xindex, row_mean, xmask)
+    tl.store(Var + xindex, row_m2 / total, xmask)
+
+
+def _welford_args(rows, cols, device="cpu", seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(rows, cols, generator=gen, dtype=torch.float64) * 2 + 3).float().to(device)
+    return x, torch.full((rows,), float("nan"), device=device), torch.full((rows,), float("nan"), device=device)
+
+
+def _check_welford(x, mean, var):
+    xd = x.double().cpu()
+    torch.testing.assert_close(mean.double().cpu(), xd.mean(1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(var.double().cpu(), xd.var(1, unbiased=False), rtol=1e-4, atol=1e-4)
+
+
+def test_welford_interpreter():
+    x, mean, var = _welford_args(5, 70)
+    welford_rows_kernel[(3,)](x, mean, var, 5, 70, XBLOCK=2, RBLOCK=32)
+    _check_welford(x, mean, var)
+
+
+def test_welford_loop_needs_no_conversion(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    x, mean, var = _welford_args(5, 70)
+    compiled = _built(welford_rows_kernel, x, mean, var, 5, 70, XBLOCK=2, RBLOCK=32, grid=(3,))
+    gpu = compiled.asm["gpu"]
+    loop = gpu[gpu.index("scf.for"):gpu.index("tt.reduce")]
+    assert "ttg.convert_layout" not in loop, loop
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows,cols", [(5, 70), (64, 1000)])
+def test_welford_gpu(rows, cols):
+    for seed in range(2):
+        x, mean, var = _welford_args(rows, cols, "cuda", seed)
+        welford_rows_kernel[((rows + 1) // 2,)](x, mean, var, rows, cols, XBLOCK=2, RBLOCK=32)
+        _check_welford(x, mean, var)

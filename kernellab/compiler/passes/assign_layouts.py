@@ -546,9 +546,11 @@ def _converted_into(arg, y, body):
             continue
         # values only: a loop-carried pointer keeps the layout its loads chose (following an addptr chain here
         # moved the tutorial matmul's pointers into the dot operands' layouts and spilled)
+        # and only the operands of the value's own element type: a select's mask (Inductor's welford loop keeps
+        # `select(rmask & xmask, new, old)`) is not the value, and its conversion is no vote for the carry's layout
         if is_elementwise(d.name) and len(d.results) == 1 and not d.result.type.scalar.is_ptr() and \
                 getattr(d.result.type, "shape", None) == arg.type.shape:
-            work.extend(d.operands)
+            work.extend(o for o in d.operands if getattr(o.type, "scalar", None) == arg.type.scalar)
     if not reaches_arg or not votes:
         return None
     return max(votes.values(), key=lambda t: t[0])[1]
