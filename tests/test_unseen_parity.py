@@ -134,3 +134,78 @@ def test_welford_gpu(rows, cols):
         x, mean, var = _welford_args(rows, cols, "cuda", seed)
         welford_rows_kernel[((rows + 1) // 2,)](x, mean, var, rows, cols, XBLOCK=2, RBLOCK=32)
         _check_welford(x, mean, var)
+
+
+# --- CUDA-core dots: the next iteration's tiles load during this one's FMAs, the K loop written out ----------
+# (FlagGems' bmm, fp32 with allow_tf32=False, num_stages=2: Triton pipelines it with cp.async; before, each
+# iteration waited for its own loads and the dot's K loop was rolled, 64 FMAs a trip)
+
+@kl.jit
+def fma_bmm_kernel(A, B, O, M, N, K, s_ab, s_am, s_bb, s_bk, s_ob, s_om,
+                   TILE_M: tl.constexpr, TILE_N: tl.constexpr, TILE_K: tl.constexpr):
+    pid_b = tl.program_id(2)
+    A += pid_b * s_ab
+    B += pid_b * s_bb
+    O += pid_b * s_ob
+    offs_m = tl.program_id(0) * TILE_M + tl.arange(0, TILE_M)
+    offs_n = tl.program_id(1) * TILE_N + tl.arange(0, TILE_N)
+    offs_k = tl.arange(0, TILE_K)
+    mask_m, mask_n = offs_m < M, offs_n < N
+    a_ptrs = A + offs_m[:, None] * s_am + offs_k[None, :]
+    b_ptrs = B + offs_k[:, None] * s_bk + offs_n[None, :]
+    o = tl.zeros((TILE_M, TILE_N), dtype=tl.float32)
+    for _ in range(tl.cdiv(K, TILE_K)):
+        mask_k = offs_k < K
+        a = tl.load(a_ptrs, mask_m[:, None] & mask_k[None, :])
+        b = tl.load(b_ptrs, mask_k[:, None] & mask_n[None, :])
+        offs_k += TILE_K
+        a_ptrs += TILE_K
+        b_ptrs += TILE_K * s_bk
+        o += tl.dot(a, b, allow_tf32=False)
+    tl.store(O + offs_m[:, None] * s_om + offs_n[None, :], o, mask_m[:, None] & mask_n[None, :])
+
+
+def _bmm_args(batch, M, N, K, device="cpu", seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(batch, M, K, generator=gen, dtype=torch.float64).float().to(device)
+    b = torch.randn(batch, K, N, generator=gen, dtype=torch.float64).float().to(device)
+    return a, b, torch.full((batch, M, N), float("nan"), device=device)
+
+
+def _launch_bmm(a, b, o, tile=32, **kw):
+    batch, M, K = a.shape
+    N = b.shape[2]
+    grid = ((M + tile - 1) // tile, (N + tile - 1) // tile, batch)
+    args = (a, b, o, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), o.stride(0), o.stride(1))
+    return fma_bmm_kernel, args, dict(TILE_M=tile, TILE_N=tile, TILE_K=tile, num_stages=2, **kw), grid
+
+
+def test_fma_bmm_interpreter():
+    a, b, o = _bmm_args(3, 17, 24, 40)
+    kernel, args, kw, grid = _launch_bmm(a, b, o)
+    kernel[grid](*args, **kw)
+    torch.testing.assert_close(o.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-4)
+
+
+def test_fma_bmm_prefetches_and_writes_out_its_k_loop(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    a, b, o = _bmm_args(3, 17, 24, 40)
+    kernel, args, kw, grid = _launch_bmm(a, b, o)
+    compiled = _built(kernel, *args, **kw, grid=grid)
+    stats = next(p.stats for p in compiled.trace.passes if p.name == "prefetch_fma_dot_loads")
+    assert stats == {"prefetched_loads": 2}
+    ptx = compiled.asm["ptx"]
+    assert ptx.count("fma.rn.f32") == 32 * 32 * 32 // 128  # a thread's 8 outputs times K, no loop around them
+    one = _built(kernel, *args, **dict(kw, num_stages=1), grid=grid)
+    assert not next(p.stats for p in one.trace.passes if p.name == "prefetch_fma_dot_loads")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(3, 17, 24, 40), (2, 64, 96, 130), (1, 5, 7, 1)])
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_fma_bmm_gpu(shape, stages):
+    a, b, o = _bmm_args(*shape, device="cuda")
+    kernel, args, kw, grid = _launch_bmm(a, b, o)
+    kw["num_stages"] = stages
+    kernel[grid](*args, **kw)
+    torch.testing.assert_close(o.double().cpu(), a.double().cpu() @ b.double().cpu(), rtol=1e-5, atol=1e-4)

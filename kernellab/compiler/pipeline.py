@@ -85,6 +85,7 @@ def gpu_passes():
         flatten_loops,
         insert_barriers,
         pipeline_dot_operands,
+        prefetch_fma_dot_loads,
         remove_layout_conversions,
         share_uniform_runs,
         stage_invariant_dot_operands,
@@ -95,7 +96,8 @@ def gpu_passes():
         warpgroup_turns,
     )
 
-    return [flatten_loops, strip_mine_tiles, upcast_fp8_dot, decompose_batched_dot, accelerate_matmul, assign_layouts,
+    return [flatten_loops, strip_mine_tiles, upcast_fp8_dot, decompose_batched_dot, accelerate_matmul,
+            prefetch_fma_dot_loads, assign_layouts,
             remove_layout_conversions, share_uniform_runs, stage_invariant_dot_operands, pipeline_dot_operands,
             fill_stages_with_tma, warpgroup_turns, warp_specialize, tma_store, allocate_shared, insert_barriers]
 

@@ -1,7 +1,12 @@
-"""Layout choices that differed from Triton's on real libraries' kernels (issue 14); IR in, layouts out."""
+"""Choices that differed from Triton's on real libraries' kernels (issue 14); IR in, IR out."""
 from __future__ import annotations
 
-from kernellab.compiler.passes import assign_layouts
+from dataclasses import replace
+
+from kernellab.compiler.gpu.options import GpuOptions
+from kernellab.compiler.passes import assign_layouts, prefetch_fma_dot_loads
+
+OPTIONS = GpuOptions(num_warps=4)
 
 # Inductor's welford reduction loop (torch_inductor welford_layer_norm), reduced: the running mean, m2 and weight
 # are updated from a [2, 32] load and kept where `rmask & xmask` holds. `xmask` ([2, 1]) also masks the [2, 1]
@@ -107,3 +112,119 @@ def test_loop_carries_keep_the_loads_layout_not_their_masks(run_pass):
     assert all(t == "i1" for t in converted), converted  # the mask's own conversion (hoisted by the next pass)
     x = next(op for op in body.ops if op.name == "tt.load").result
     assert [a.type.layout for a in body.args[1:4]] == [x.type.layout] * 3
+
+
+# A CUDA-core dot loop (fp32, input_precision="ieee"), as accelerate_matmul leaves it (no `mma` attribute).
+FMA_LOOP = """
+tt.func @k(%A: !ptr<f32> {tt.divisibility = 16}, %B: !ptr<f32> {tt.divisibility = 16}, %O: !ptr<f32> {tt.divisibility = 16}, %K: i32 {tt.divisibility = 16}) {
+  %r = tt.make_range {end = 16, start = 0} : tensor<16xi32>
+  %0 = tt.expand_dims %r {axis = 1} : tensor<16x1xi32>
+  %1 = tt.splat %K : tensor<16x1xi32>
+  %2 = arith.muli %0, %1 : tensor<16x1xi32>
+  %3 = tt.splat %A : tensor<16x1x!ptr<f32>>
+  %4 = tt.addptr %3, %2 : tensor<16x1x!ptr<f32>>
+  %5 = tt.expand_dims %r {axis = 0} : tensor<1x16xi32>
+  %6 = tt.broadcast %4 : tensor<16x16x!ptr<f32>>
+  %7 = tt.broadcast %5 : tensor<16x16xi32>
+  %a_ptrs = tt.addptr %6, %7 : tensor<16x16x!ptr<f32>>
+  %8 = arith.constant {value = 16} : i32
+  %9 = arith.constant {value = 16} : tensor<16x1xi32>
+  %10 = arith.muli %0, %9 : tensor<16x1xi32>
+  %11 = tt.splat %B : tensor<16x1x!ptr<f32>>
+  %12 = tt.addptr %11, %10 : tensor<16x1x!ptr<f32>>
+  %13 = tt.broadcast %12 : tensor<16x16x!ptr<f32>>
+  %b_ptrs = tt.addptr %13, %7 : tensor<16x16x!ptr<f32>>
+  %acc = arith.constant {value = 0.0} : tensor<16x16xf32>
+  %14 = arith.constant {value = 0} : i32
+  %15 = arith.constant {value = 16} : tensor<16x16xi32>
+  %16 = arith.constant {value = 256} : tensor<16x16xi32>
+  %acc_1, %a_ptrs_1, %b_ptrs_1 = scf.for %14, %K, %8, %acc, %a_ptrs, %b_ptrs : tensor<16x16xf32>, tensor<16x16x!ptr<f32>>, tensor<16x16x!ptr<f32>> {
+  ^bb(%_: i32, %acc_2: tensor<16x16xf32>, %a_ptrs_2: tensor<16x16x!ptr<f32>>, %b_ptrs_2: tensor<16x16x!ptr<f32>>):
+    %17 = tt.load %a_ptrs_2 : tensor<16x16xf32>
+    %18 = tt.load %b_ptrs_2 : tensor<16x16xf32>
+    %acc_3 = tt.dot %17, %18, %acc_2 {input_precision = "ieee", mma_fallback = "fp32 operands with input_precision='ieee': IEEE fp32 runs on CUDA cores"} : tensor<16x16xf32>
+    %a_ptrs_3 = tt.addptr %a_ptrs_2, %15 : tensor<16x16x!ptr<f32>>
+    %b_ptrs_3 = tt.addptr %b_ptrs_2, %16 : tensor<16x16x!ptr<f32>>
+    scf.yield %acc_3, %a_ptrs_3, %b_ptrs_3
+  }
+  %19 = tt.splat %O : tensor<16x1x!ptr<f32>>
+  %20 = tt.addptr %19, %10 : tensor<16x1x!ptr<f32>>
+  %21 = tt.broadcast %20 : tensor<16x16x!ptr<f32>>
+  %22 = tt.addptr %21, %7 : tensor<16x16x!ptr<f32>>
+  tt.store %22, %acc_1
+  tt.return
+}
+"""
+
+FMA_LOOP_PREFETCHED = """
+tt.func @k(%A: !ptr<f32> {tt.divisibility = 16}, %B: !ptr<f32> {tt.divisibility = 16}, %O: !ptr<f32> {tt.divisibility = 16}, %K: i32 {tt.divisibility = 16}) {
+  %r = tt.make_range {end = 16, start = 0} : tensor<16xi32>
+  %0 = tt.expand_dims %r {axis = 1} : tensor<16x1xi32>
+  %1 = tt.splat %K : tensor<16x1xi32>
+  %2 = arith.muli %0, %1 : tensor<16x1xi32>
+  %3 = tt.splat %A : tensor<16x1x!ptr<f32>>
+  %4 = tt.addptr %3, %2 : tensor<16x1x!ptr<f32>>
+  %5 = tt.expand_dims %r {axis = 0} : tensor<1x16xi32>
+  %6 = tt.broadcast %4 : tensor<16x16x!ptr<f32>>
+  %7 = tt.broadcast %5 : tensor<16x16xi32>
+  %a_ptrs = tt.addptr %6, %7 : tensor<16x16x!ptr<f32>>
+  %8 = arith.constant {value = 16} : i32
+  %9 = arith.constant {value = 16} : tensor<16x1xi32>
+  %10 = arith.muli %0, %9 : tensor<16x1xi32>
+  %11 = tt.splat %B : tensor<16x1x!ptr<f32>>
+  %12 = tt.addptr %11, %10 : tensor<16x1x!ptr<f32>>
+  %13 = tt.broadcast %12 : tensor<16x16x!ptr<f32>>
+  %b_ptrs = tt.addptr %13, %7 : tensor<16x16x!ptr<f32>>
+  %acc = arith.constant {value = 0.0} : tensor<16x16xf32>
+  %14 = arith.constant {value = 0} : i32
+  %15 = arith.constant {value = 16} : tensor<16x16xi32>
+  %16 = arith.constant {value = 256} : tensor<16x16xi32>
+  %17 = arith.cmpi %14, %K {predicate = "slt"} : i1
+  %18 = tt.splat %17 : tensor<16x16xi1>
+  %19 = tt.load %a_ptrs, %18 : tensor<16x16xf32>
+  %20 = tt.splat %17 : tensor<16x16xi1>
+  %21 = tt.load %b_ptrs, %20 : tensor<16x16xf32>
+  %acc_1, %a_ptrs_1, %b_ptrs_1, %22, %23 = scf.for %14, %K, %8, %acc, %a_ptrs, %b_ptrs, %19, %21 : tensor<16x16xf32>, tensor<16x16x!ptr<f32>>, tensor<16x16x!ptr<f32>>, tensor<16x16xf32>, tensor<16x16xf32> {
+  ^bb(%_: i32, %acc_2: tensor<16x16xf32>, %a_ptrs_2: tensor<16x16x!ptr<f32>>, %b_ptrs_2: tensor<16x16x!ptr<f32>>, %24: tensor<16x16xf32>, %25: tensor<16x16xf32>):
+    %26 = arith.addi %_, %8 : i32
+    %27 = arith.cmpi %26, %K {predicate = "slt"} : i1
+    %a_ptrs_3 = tt.addptr %a_ptrs_2, %15 : tensor<16x16x!ptr<f32>>
+    %b_ptrs_3 = tt.addptr %b_ptrs_2, %16 : tensor<16x16x!ptr<f32>>
+    %28 = tt.splat %27 : tensor<16x16xi1>
+    %29 = tt.load %a_ptrs_3, %28 : tensor<16x16xf32>
+    %30 = tt.splat %27 : tensor<16x16xi1>
+    %31 = tt.load %b_ptrs_3, %30 : tensor<16x16xf32>
+    %acc_3 = tt.dot %24, %25, %acc_2 {input_precision = "ieee", mma_fallback = "fp32 operands with input_precision='ieee': IEEE fp32 runs on CUDA cores"} : tensor<16x16xf32>
+    %a_ptrs_3_1 = tt.addptr %a_ptrs_2, %15 : tensor<16x16x!ptr<f32>>
+    %b_ptrs_3_1 = tt.addptr %b_ptrs_2, %16 : tensor<16x16x!ptr<f32>>
+    scf.yield %acc_3, %a_ptrs_3_1, %b_ptrs_3_1, %29, %31
+  }
+  %32 = tt.splat %O : tensor<16x1x!ptr<f32>>
+  %33 = tt.addptr %32, %10 : tensor<16x1x!ptr<f32>>
+  %34 = tt.broadcast %33 : tensor<16x16x!ptr<f32>>
+  %35 = tt.addptr %34, %7 : tensor<16x16x!ptr<f32>>
+  tt.store %35, %acc_1
+  tt.return
+}
+"""
+
+
+def test_fma_dot_loop_prefetches_its_next_tiles(check):
+    # num_stages=2: the first tiles load before the loop, each iteration loads the next before its dot
+    check(prefetch_fma_dot_loads, FMA_LOOP, FMA_LOOP_PREFETCHED, replace(OPTIONS, num_stages=2))
+
+
+def test_fma_dot_loop_without_stages_or_on_tensor_cores_is_left_alone(run_pass):
+    for text, options in ((FMA_LOOP, replace(OPTIONS, num_stages=1)),
+                          (FMA_LOOP.replace('input_precision = "ieee", mma_fallback', 'mma = [4, 1], mma_fallback'),
+                           replace(OPTIONS, num_stages=3))):
+        m, stats = run_pass(prefetch_fma_dot_loads, text, options)
+        assert stats == {}
+        loop = next(op for op in m.kernel.body.ops if op.name == "scf.for")
+        assert len(loop.regions[0].args) == 4  # the induction variable and the three carries
+
+
+def test_fma_dot_loop_prefetches_no_more_than_its_register_budget(run_pass):
+    big = FMA_LOOP.replace("16x16x", "128x128x").replace("16x16xf32", "128x128xf32")  # 2 x 128 regs a thread
+    m, stats = run_pass(prefetch_fma_dot_loads, big.replace("16x16xi", "128x128xi"), replace(OPTIONS, num_stages=2))
+    assert stats == {}
