@@ -209,3 +209,62 @@ def test_fma_bmm_gpu(shape, stages):
     kw["num_stages"] = stages
     kernel[grid](*args, **kw)
     torch.testing.assert_close(o.double().cpu(), a.double().cpu() @ b.double().cpu(), rtol=1e-5, atol=1e-4)
+
+
+# --- a state carried through a loop as a dot's accumulator stays in the dot's layout, converted for its store ----
+# (fla's chunk_fwd_kernel_h: `store(h); h *= decay; h = dot(k, v, h)`: the carry took the store's layout and each
+# iteration converted it into the accumulator's and back; Triton converts once, for the store)
+
+@kl.jit
+def decayed_state_kernel(Kt, V, G, H, NT, BK: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr):
+    o_k, o_v, o_t = tl.arange(0, BK), tl.arange(0, BV), tl.arange(0, BT)
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    for i_t in range(NT):
+        tl.store(H + i_t * BK * BV + o_k[:, None] * BV + o_v[None, :], b_h)
+        b_k = tl.load(Kt + o_k[:, None] * (NT * BT) + i_t * BT + o_t[None, :])
+        b_v = tl.load(V + (i_t * BT + o_t[:, None]) * BV + o_v[None, :])
+        b_h *= tl.exp(tl.load(G + i_t))
+        b_h = tl.dot(b_k, b_v, b_h)
+    tl.store(H + NT * BK * BV + o_k[:, None] * BV + o_v[None, :], b_h)
+
+
+def _state_args(NT, BK, BV, BT, device="cpu", seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    kt = torch.randn(BK, NT * BT, generator=gen, dtype=torch.float64).half().to(device)
+    v = torch.randn(NT * BT, BV, generator=gen, dtype=torch.float64).half().to(device)
+    g = (-torch.rand(NT, generator=gen, dtype=torch.float64)).float().to(device)
+    return kt, v, g, torch.full((NT + 1, BK, BV), float("nan"), device=device)
+
+
+def _check_state(kt, v, g, h, NT, BT):
+    kt, v, g = kt.double().cpu(), v.double().cpu(), g.double().cpu()
+    want, state = [], torch.zeros(kt.shape[0], v.shape[1], dtype=torch.float64)
+    for t in range(NT):
+        want.append(state.clone())
+        state = state * g[t].exp() + kt[:, t * BT:(t + 1) * BT] @ v[t * BT:(t + 1) * BT]
+    want.append(state)
+    torch.testing.assert_close(h.double().cpu(), torch.stack(want), rtol=1e-3, atol=1e-3)
+
+
+def test_decayed_state_interpreter():
+    kt, v, g, h = _state_args(3, 32, 32, 64)
+    decayed_state_kernel[(1,)](kt, v, g, h, 3, BK=32, BV=32, BT=64)
+    _check_state(kt, v, g, h, 3, 64)
+
+
+def test_decayed_state_stays_in_the_accumulator_layout(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    kt, v, g, h = _state_args(3, 32, 32, 64)
+    gpu = _built(decayed_state_kernel, kt, v, g, h, 3, BK=32, BV=32, BT=64, num_warps=1, grid=(1,)).asm["gpu"]
+    loop = gpu[gpu.index("scf.for"):gpu.index("scf.yield")]
+    state_converts = [ln for ln in loop.splitlines() if "ttg.convert_layout" in ln and "32x32xf32" in ln]
+    assert len(state_converts) == 1, state_converts  # for the store only
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("nw", [1, 4])
+def test_decayed_state_gpu(nw):
+    for seed in range(2):
+        kt, v, g, h = _state_args(4, 32, 32, 64, "cuda", seed)
+        decayed_state_kernel[(1,)](kt, v, g, h, 4, BK=32, BV=32, BT=64, num_warps=nw)
+        _check_state(kt, v, g, h, 4, 64)

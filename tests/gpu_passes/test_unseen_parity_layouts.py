@@ -228,3 +228,104 @@ def test_fma_dot_loop_prefetches_no_more_than_its_register_budget(run_pass):
     big = FMA_LOOP.replace("16x16x", "128x128x").replace("16x16xf32", "128x128xf32")  # 2 x 128 regs a thread
     m, stats = run_pass(prefetch_fma_dot_loads, big.replace("16x16xi", "128x128xi"), replace(OPTIONS, num_stages=2))
     assert stats == {}
+
+
+# fla's chunk_fwd_kernel_h, reduced (one warp): the state is stored, decayed and then the accumulator of a dot.
+DECAYED_STATE = """
+tt.func @decayed_state_kernel(%Kt: !ptr<f16> {tt.divisibility = 16}, %V: !ptr<f16> {tt.divisibility = 16}, %G: !ptr<f32> {tt.divisibility = 16}, %H: !ptr<f32> {tt.divisibility = 16}, %NT: i32) {
+  %o_k = tt.make_range {end = 32, start = 0} : tensor<32xi32>
+  %o_t = tt.make_range {end = 64, start = 0} : tensor<64xi32>
+  %b_h = arith.constant {value = 0.0} : tensor<32x32xf32>
+  %0 = arith.constant {value = 0} : i32
+  %1 = arith.constant {value = 1} : i32
+  %2 = arith.constant {value = 32} : i32
+  %3 = tt.expand_dims %o_k {axis = 1} : tensor<32x1xi32>
+  %4 = arith.constant {value = 32} : tensor<32x1xi32>
+  %5 = arith.muli %3, %4 : tensor<32x1xi32>
+  %6 = tt.expand_dims %o_k {axis = 0} : tensor<1x32xi32>
+  %7 = tt.broadcast %6 : tensor<32x32xi32>
+  %8 = arith.constant {value = 64} : i32
+  %9 = arith.muli %NT, %8 : i32
+  %10 = tt.splat %9 : tensor<32x1xi32>
+  %11 = arith.muli %3, %10 : tensor<32x1xi32>
+  %12 = tt.splat %Kt : tensor<32x1x!ptr<f16>>
+  %13 = tt.addptr %12, %11 : tensor<32x1x!ptr<f16>>
+  %14 = tt.expand_dims %o_t {axis = 0} : tensor<1x64xi32>
+  %15 = tt.broadcast %14 : tensor<32x64xi32>
+  %16 = tt.expand_dims %o_t {axis = 1} : tensor<64x1xi32>
+  %17 = arith.constant {value = 32} : tensor<64x1xi32>
+  %18 = tt.splat %V : tensor<64x1x!ptr<f16>>
+  %19 = tt.broadcast %6 : tensor<64x32xi32>
+  %20 = tt.splat %H : tensor<32x1x!ptr<f32>>
+  %21 = arith.muli %1, %2 : i32
+  %22 = arith.muli %0, %2 : i32
+  %23 = arith.muli %21, %2 : i32
+  %24 = arith.muli %22, %2 : i32
+  %25 = tt.addptr %20, %5 : tensor<32x1x!ptr<f32>>
+  %26 = tt.broadcast %25 : tensor<32x32x!ptr<f32>>
+  %27 = tt.addptr %26, %7 : tensor<32x32x!ptr<f32>>
+  %28 = arith.muli %23, %0 : i32
+  %29 = arith.addi %28, %24 : i32
+  %30 = arith.muli %23, %1 : i32
+  %31 = arith.muli %1, %8 : i32
+  %32 = arith.muli %0, %8 : i32
+  %33 = tt.broadcast %13 : tensor<32x64x!ptr<f16>>
+  %34 = tt.addptr %33, %15 : tensor<32x64x!ptr<f16>>
+  %35 = arith.muli %31, %0 : i32
+  %36 = arith.addi %35, %32 : i32
+  %37 = tt.splat %36 : tensor<32x64xi32>
+  %38 = tt.addptr %34, %37 : tensor<32x64x!ptr<f16>>
+  %39 = arith.muli %31, %1 : i32
+  %40 = tt.splat %39 : tensor<32x64xi32>
+  %41 = arith.muli %16, %17 : tensor<64x1xi32>
+  %42 = arith.muli %31, %2 : i32
+  %43 = arith.muli %32, %2 : i32
+  %44 = tt.addptr %18, %41 : tensor<64x1x!ptr<f16>>
+  %45 = tt.broadcast %44 : tensor<64x32x!ptr<f16>>
+  %46 = tt.addptr %45, %19 : tensor<64x32x!ptr<f16>>
+  %47 = arith.muli %42, %0 : i32
+  %48 = arith.addi %47, %43 : i32
+  %49 = tt.splat %48 : tensor<64x32xi32>
+  %50 = tt.addptr %46, %49 : tensor<64x32x!ptr<f16>>
+  %51 = arith.muli %42, %1 : i32
+  %52 = tt.splat %51 : tensor<64x32xi32>
+  %b_h_1, %53, %54, %55 = scf.for %0, %NT, %1, %b_h, %29, %38, %50 : tensor<32x32xf32>, i32, tensor<32x64x!ptr<f16>>, tensor<64x32x!ptr<f16>> {
+  ^bb(%i_t: i32, %b_h_2: tensor<32x32xf32>, %56: i32, %b_k_ptrs: tensor<32x64x!ptr<f16>>, %b_v_ptrs: tensor<64x32x!ptr<f16>>):
+    %57 = tt.splat %56 : tensor<32x32xi32>
+    %58 = tt.addptr %27, %57 : tensor<32x32x!ptr<f32>>
+    tt.store %58, %b_h_2
+    %b_k = tt.load %b_k_ptrs : tensor<32x64xf16>
+    %b_v = tt.load %b_v_ptrs : tensor<64x32xf16>
+    %59 = tt.addptr %G, %i_t : !ptr<f32>
+    %60 = tt.load %59 : f32
+    %61 = math.exp %60 : f32
+    %62 = tt.splat %61 : tensor<32x32xf32>
+    %b_h_3 = arith.mulf %b_h_2, %62 : tensor<32x32xf32>
+    %b_h_4 = tt.dot %b_k, %b_v, %b_h_3 {input_precision = "ieee", instr = "mma.sync.m16n8k16.f16", mma = [1, 1], not_wgmma = "no wgmma: a 32x32 tile over 1 warps; wgmma needs whole warpgroups, BLOCK_M a multiple of 64 per warpgroup along M, and the columns split evenly between warpgroups along N"} : tensor<32x32xf32>
+    %63 = arith.addi %56, %30 : i32
+    %64 = tt.addptr %b_k_ptrs, %40 : tensor<32x64x!ptr<f16>>
+    %65 = tt.addptr %b_v_ptrs, %52 : tensor<64x32x!ptr<f16>>
+    scf.yield %b_h_4, %63, %64, %65
+  }
+  %66 = arith.muli %NT, %2 : i32
+  %67 = arith.muli %66, %2 : i32
+  %68 = tt.addptr %H, %67 : !ptr<f32>
+  %69 = tt.splat %68 : tensor<32x1x!ptr<f32>>
+  %70 = tt.addptr %69, %5 : tensor<32x1x!ptr<f32>>
+  %71 = tt.broadcast %70 : tensor<32x32x!ptr<f32>>
+  %72 = tt.addptr %71, %7 : tensor<32x32x!ptr<f32>>
+  tt.store %72, %b_h_1
+  tt.return
+}
+"""
+
+
+def test_a_dot_accumulator_carry_enters_in_the_accumulator_layout(run_pass):
+    # the carry's first use is its store, so it took the store's layout; the body's dot yields it in the mma
+    # layout, reached through the dot's accumulator: the loop now carries it there (one conversion, the store's)
+    m, stats = run_pass(assign_layouts, DECAYED_STATE, replace(OPTIONS, num_warps=1))
+    assert stats["loop_layouts_followed"] == 1
+    loop = next(op for op in m.kernel.body.ops if op.name == "scf.for")
+    assert str(loop.regions[0].args[1].type.layout).startswith("#mma")
+    converted = [op for op in loop.walk() if op.name == "ttg.convert_layout" and op.result.type.shape == (32, 32)]
+    assert [c.result.uses[0].name for c in converted] == ["tt.store"]

@@ -543,6 +543,13 @@ def _converted_into(arg, y, body):
             src = d.operands[0].type.layout
             if src is not None and src != arg.type.layout:
                 votes[str(src)] = (votes.get(str(src), (0, src))[0] + 1, src)
+            s = d.operands[0].defining_op
+            if s is not None and s.name == "tt.dot" and s.block is body:
+                # a dot updating the carry as its accumulator (fla's chunk_h: `b_h *= decay; b_h = dot(k, v, b_h)`):
+                # the carry is reached through the accumulator, as through an elementwise update
+                work.append(s.operands[2])
+            elif src == arg.type.layout:
+                work.append(d.operands[0])  # a conversion into the dot's accumulator layout, from the carry's
             continue
         # values only: a loop-carried pointer keeps the layout its loads chose (following an addptr chain here
         # moved the tutorial matmul's pointers into the dot operands' layouts and spilled)
