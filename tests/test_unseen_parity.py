@@ -268,3 +268,69 @@ def test_decayed_state_gpu(nw):
         kt, v, g, h = _state_args(4, 32, 32, 64, "cuda", seed)
         decayed_state_kernel[(1,)](kt, v, g, h, 4, BK=32, BV=32, BT=64, num_warps=nw)
         _check_state(kt, v, g, h, 4, 64)
+
+
+# --- fp8 quantization as Triton builds it (torchao's blockwise weight quant: 1360 SASS to Triton's 904) -------
+# two values a `cvt.rn.satfinite.e4m3x2.f32`; abs.f32 folded into the max; the fp8 tile stored in the layout it
+# was computed in (4 bytes a thread, whole sectors) instead of through 18 KB of shared memory for 16-byte stores
+
+@kl.jit
+def fp8_block_quant_kernel(X, Y, S, M, N, BLOCK: tl.constexpr):
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    offs_m = pid_m * BLOCK + tl.arange(0, BLOCK)
+    offs_n = pid_n * BLOCK + tl.arange(0, BLOCK)
+    offs = offs_m[:, None] * N + offs_n[None, :]
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    x = tl.load(X + offs, mask=mask).to(tl.float32)
+    s = tl.max(tl.abs(x)) / 448.0
+    tl.store(Y + offs, (x / s).to(Y.dtype.element_ty), mask=mask)
+    tl.store(S + pid_m * tl.cdiv(N, BLOCK) + pid_n, s)
+
+
+def _quant_args(M, N, BLOCK, device="cpu", seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(M, N, generator=gen, dtype=torch.float64) * 3).float()
+    x[0, :3] = torch.tensor([1e-30, -0.0, 7.5])
+    y = torch.full((M, N), float("nan")).to(torch.float8_e4m3fn)
+    s = torch.full((-(-M // BLOCK), -(-N // BLOCK)), float("nan"))
+    return x.to(device), y.to(device), s.to(device)
+
+
+def _check_quant(x, y, s, BLOCK):
+    x = x.cpu().double()
+    M, N = x.shape
+    want_s = torch.zeros(s.shape, dtype=torch.float64)
+    for i in range(s.shape[0]):
+        for j in range(s.shape[1]):
+            want_s[i, j] = x[i * BLOCK:(i + 1) * BLOCK, j * BLOCK:(j + 1) * BLOCK].abs().max() / 448.0
+    torch.testing.assert_close(s.cpu().double(), want_s, rtol=1e-6, atol=0)
+    scale = want_s.repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)[:M, :N]
+    want = (x / scale).float().to(torch.float8_e4m3fn).double()
+    torch.testing.assert_close(y.cpu().double(), want, rtol=0.07, atol=2.0 ** -9)  # within half an fp8 step
+
+
+def test_fp8_quant_interpreter():
+    x, y, s = _quant_args(70, 130, 64)
+    fp8_block_quant_kernel[(2, 3)](x, y, s, 70, 130, BLOCK=64)
+    _check_quant(x, y, s, 64)
+
+
+def test_fp8_quant_pairs_its_conversions_and_stores_in_place(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    x, y, s = _quant_args(256, 256, 128)
+    compiled = _built(fp8_block_quant_kernel, x, y, s, 256, 256, BLOCK=128, grid=(2, 2))
+    ptx, gpu = compiled.asm["ptx"], compiled.asm["gpu"]
+    assert ptx.count("cvt.rn.satfinite.e4m3x2.f32") == 128 * 128 // 128 // 2  # a thread's 128 values, two a cvt
+    assert "abs.f32" in ptx and "2147483647" not in ptx
+    assert "ttg.convert_layout" not in gpu, gpu
+    stats = next(p.stats for p in compiled.trace.passes if p.name == "store_in_value_layout")
+    assert stats == {"stores_in_value_layout": 1}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,BLOCK", [(70, 130, 64), (256, 384, 128)])
+def test_fp8_quant_gpu(M, N, BLOCK):
+    for seed in range(2):
+        x, y, s = _quant_args(M, N, BLOCK, "cuda", seed)
+        fp8_block_quant_kernel[(-(-M // BLOCK), -(-N // BLOCK))](x, y, s, M, N, BLOCK=BLOCK)
+        _check_quant(x, y, s, BLOCK)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kernellab.compiler.gpu.options import GpuOptions
-from kernellab.compiler.passes import assign_layouts, prefetch_fma_dot_loads
+from kernellab.compiler.passes import assign_layouts, prefetch_fma_dot_loads, store_in_value_layout
 
 OPTIONS = GpuOptions(num_warps=4)
 
@@ -329,3 +329,117 @@ def test_a_dot_accumulator_carry_enters_in_the_accumulator_layout(run_pass):
     assert str(loop.regions[0].args[1].type.layout).startswith("#mma")
     converted = [op for op in loop.walk() if op.name == "ttg.convert_layout" and op.result.type.shape == (32, 32)]
     assert [c.result.uses[0].name for c in converted] == ["tt.store"]
+
+
+# torchao's blockwise fp8 weight quantization after remove_layout_conversions: the fp8 tile, computed in the f32
+# load's layout (4 values a thread), converted into the 16-byte store's layout (its chain passes a reduction).
+FP8_QUANT = """
+#L0 = #slice<1, #blocked<[1, 4], [1, 32], [4, 1], [1, 0]>>
+#L1 = #slice<0, #blocked<[1, 4], [1, 32], [4, 1], [1, 0]>>
+#L2 = #blocked<[1, 4], [1, 32], [4, 1], [1, 0]>
+#L3 = #blocked<[4], [32], [4], [0]>
+#L4 = #blocked<[1, 16], [4, 8], [4, 1], [1, 0]>
+#L5 = #slice<1, #blocked<[1, 16], [4, 8], [4, 1], [1, 0]>>
+#L6 = #slice<0, #blocked<[1, 16], [4, 8], [4, 1], [1, 0]>>
+
+tt.func @fp8_block_quant_kernel(%X: !ptr<f32> {tt.divisibility = 16}, %Y: !ptr<f8e4nv> {tt.divisibility = 16}, %S: !ptr<f32> {tt.divisibility = 16}, %M: i32 {tt.divisibility = 16}, %N: i32 {tt.divisibility = 16}) {
+  %pid_m = tt.get_program_id {axis = 0} : i32
+  %pid_n = tt.get_program_id {axis = 1} : i32
+  %0 = arith.constant {value = 128} : i32
+  %1 = arith.muli %pid_m, %0 : i32
+  %2 = tt.make_range {end = 128, start = 0} : tensor<128xi32, #L0>
+  %3 = tt.splat %1 : tensor<128xi32, #L0>
+  %offs_m = arith.addi %3, %2 : tensor<128xi32, #L0>
+  %4 = arith.muli %pid_n, %0 : i32
+  %5 = tt.splat %4 : tensor<128xi32, #L1>
+  %6 = tt.make_range {end = 128, start = 0} : tensor<128xi32, #L1>
+  %offs_n = arith.addi %5, %6 : tensor<128xi32, #L1>
+  %7 = tt.expand_dims %offs_m {axis = 1} : tensor<128x1xi32, #L2>
+  %8 = tt.splat %N : tensor<128x1xi32, #L2>
+  %9 = arith.muli %7, %8 : tensor<128x1xi32, #L2>
+  %10 = tt.expand_dims %offs_n {axis = 0} : tensor<1x128xi32, #L2>
+  %11 = tt.broadcast %9 : tensor<128x128xi32, #L2>
+  %12 = tt.broadcast %10 : tensor<128x128xi32, #L2>
+  %offs = arith.addi %11, %12 : tensor<128x128xi32, #L2>
+  %13 = tt.splat %M : tensor<128x1xi32, #L2>
+  %14 = arith.cmpi %7, %13 {predicate = "slt"} : tensor<128x1xi1, #L2>
+  %15 = tt.splat %N : tensor<1x128xi32, #L2>
+  %16 = arith.cmpi %10, %15 {predicate = "slt"} : tensor<1x128xi1, #L2>
+  %17 = tt.broadcast %14 : tensor<128x128xi1, #L2>
+  %18 = tt.broadcast %16 : tensor<128x128xi1, #L2>
+  %mask = arith.andi %17, %18 : tensor<128x128xi1, #L2>
+  %19 = tt.splat %X : tensor<128x128x!ptr<f32>, #L2>
+  %20 = tt.addptr %19, %offs : tensor<128x128x!ptr<f32>, #L2>
+  %x = tt.load %20, %mask {vec = 4} : tensor<128x128xf32, #L2>
+  %21 = math.absf %x : tensor<128x128xf32, #L2>
+  %22 = tt.reshape %21 : tensor<16384xf32, #L3>
+  %23 = tt.reduce %22 {axis = 0} : f32 {
+  ^bb(%24: f32, %25: f32):
+    %26 = arith.maxnumf %24, %25 : f32
+    tt.reduce.return %26
+  }
+  %27 = arith.constant {value = 448.0} : f32
+  %s = arith.divf %23, %27 : f32
+  %28 = tt.splat %Y : tensor<128x128x!ptr<f8e4nv>, #L4>
+  %29 = tt.splat %1 : tensor<128xi32, #L5>
+  %30 = tt.make_range {end = 128, start = 0} : tensor<128xi32, #L5>
+  %offs_m_1 = arith.addi %29, %30 : tensor<128xi32, #L5>
+  %31 = tt.expand_dims %offs_m_1 {axis = 1} : tensor<128x1xi32, #L4>
+  %32 = tt.splat %N : tensor<128x1xi32, #L4>
+  %33 = arith.muli %31, %32 : tensor<128x1xi32, #L4>
+  %34 = tt.broadcast %33 : tensor<128x128xi32, #L4>
+  %35 = tt.splat %4 : tensor<128xi32, #L6>
+  %36 = tt.make_range {end = 128, start = 0} : tensor<128xi32, #L6>
+  %offs_n_1 = arith.addi %35, %36 : tensor<128xi32, #L6>
+  %37 = tt.expand_dims %offs_n_1 {axis = 0} : tensor<1x128xi32, #L4>
+  %38 = tt.broadcast %37 : tensor<128x128xi32, #L4>
+  %offs_1 = arith.addi %34, %38 : tensor<128x128xi32, #L4>
+  %39 = tt.addptr %28, %offs_1 : tensor<128x128x!ptr<f8e4nv>, #L4>
+  %40 = tt.splat %s : tensor<128x128xf32, #L2>
+  %41 = arith.divf %x, %40 : tensor<128x128xf32, #L2>
+  %42 = tt.fp_to_fp %41 {rounding = "rtne"} : tensor<128x128xf8e4nv, #L2>
+  %43 = ttg.convert_layout %42 : tensor<128x128xf8e4nv, #L4>
+  %44 = tt.splat %1 : tensor<128xi32, #L5>
+  %45 = tt.make_range {end = 128, start = 0} : tensor<128xi32, #L5>
+  %offs_m_2 = arith.addi %44, %45 : tensor<128xi32, #L5>
+  %46 = tt.expand_dims %offs_m_2 {axis = 1} : tensor<128x1xi32, #L4>
+  %47 = tt.splat %M : tensor<128x1xi32, #L4>
+  %48 = arith.cmpi %46, %47 {predicate = "slt"} : tensor<128x1xi1, #L4>
+  %49 = tt.broadcast %48 : tensor<128x128xi1, #L4>
+  %50 = tt.splat %4 : tensor<128xi32, #L6>
+  %51 = tt.make_range {end = 128, start = 0} : tensor<128xi32, #L6>
+  %offs_n_2 = arith.addi %50, %51 : tensor<128xi32, #L6>
+  %52 = tt.expand_dims %offs_n_2 {axis = 0} : tensor<1x128xi32, #L4>
+  %53 = tt.splat %N : tensor<1x128xi32, #L4>
+  %54 = arith.cmpi %52, %53 {predicate = "slt"} : tensor<1x128xi1, #L4>
+  %55 = tt.broadcast %54 : tensor<128x128xi1, #L4>
+  %mask_1 = arith.andi %49, %55 : tensor<128x128xi1, #L4>
+  tt.store %39, %43, %mask_1 {vec = 16}
+  %56 = arith.addi %N, %0 : i32
+  %57 = arith.constant {value = 1} : i32
+  %58 = arith.subi %56, %57 : i32
+  %59 = arith.divsi %58, %0 : i32
+  %60 = arith.muli %pid_m, %59 : i32
+  %61 = tt.addptr %S, %60 : !ptr<f32>
+  %62 = tt.addptr %61, %pid_n : !ptr<f32>
+  tt.store %62, %s
+  tt.return
+}
+"""
+
+
+def test_a_store_takes_its_values_layout_where_that_writes_whole_sectors(run_pass):
+    m, stats = run_pass(store_in_value_layout, FP8_QUANT)
+    assert stats == {"stores_in_value_layout": 1}
+    assert not [op for op in m.kernel.walk() if op.name == "ttg.convert_layout"]
+    store = next(op for op in m.kernel.walk() if op.name == "tt.store" and op.operands[0].type.shape)
+    assert store.attrs["vec"] == 4
+    assert {str(v.type.layout) for v in store.operands} == {"#blocked<[1, 4], [1, 32], [4, 1], [1, 0]>"}
+
+
+def test_a_store_keeps_its_layout_where_the_values_would_not_fill_sectors(run_pass):
+    # one byte a thread along the row: a warp would write 32 scattered bytes; the conversion stays
+    narrow = FP8_QUANT.replace("#blocked<[1, 4], [1, 32], [4, 1], [1, 0]>", "#blocked<[1, 1], [1, 32], [4, 1], [1, 0]>")
+    m, stats = run_pass(store_in_value_layout, narrow)
+    assert stats == {}
+    assert [op.name for op in m.kernel.walk()].count("ttg.convert_layout") == 1

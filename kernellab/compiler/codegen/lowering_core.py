@@ -378,6 +378,9 @@ class KernelLowering:
                           for i, o in enumerate(offsets)]
             else:
                 firsts = range(n)
+            if not blocks and n > 1 and self._paired_fp8(op):
+                self.put(res, self._fp8_pairs(op, cols[0]))
+                return
             out = []
             for i, first in enumerate(firsts):
                 out.append(out[first] if first < i else self.scalar_op(op, [c[i] for c in cols]))
@@ -467,6 +470,31 @@ class KernelLowering:
         if name == "tt.splat":
             return xs[0]
         raise LoweringError(f"the GPU backend cannot lower {name} yet (line {op.loc})")
+
+    def _paired_fp8(self, op) -> bool:
+        """A downcast to e4m3/e5m2 that cvt.rn.satfinite does two registers at a time (sm_89+)."""
+        if op.name != "tt.fp_to_fp" or self.arch < 89 or op.attrs.get("rounding", "rtne") != "rtne":
+            return False
+        return op.results[0].type.scalar.ir in ("f8e4nv", "f8e5") and \
+            op.operands[0].type.scalar.ir in ("f32", "f16", "bf16")
+
+    def _fp8_pairs(self, op, xs):
+        """fp8 downcasts of a thread's registers, two per `cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32` (Triton's form:
+        torchao's fp8 weight quantization had one cvt and a byte repack per element, 1360 SASS to Triton's 904)."""
+        b = self.b
+        kind = "e4m3x2" if op.results[0].type.scalar.ir == "f8e4nv" else "e5m2x2"
+        fs = [x if x.type == F32 else b.fpext(x, F32) for x in xs]
+        out = []
+        for i in range(0, len(fs) - 1, 2):
+            # the first source goes to the high byte, the second to the low byte
+            pair = b.asm(ir.FunctionType(I16, [F32, F32]), f"cvt.rn.satfinite.{kind}.f32 $0, $1, $2;", "=h,f,f",
+                         [fs[i + 1], fs[i]], False)
+            two = b.bitcast(pair, ir.VectorType(I8, 2))  # little-endian: element 0 is the low byte
+            out += [b.extract_element(two, ir.Constant(I32, 0)), b.extract_element(two, ir.Constant(I32, 1))]
+        if len(fs) % 2:
+            st, rt = op.operands[0].type.scalar, op.results[0].type.scalar
+            out.append(self.fp8_convert(st, rt, xs[-1], "rtne"))
+        return out
 
     def fp8_convert(self, st, rt, x, rounding):
         """`tt.fp_to_fp` as Triton lowers it on sm_90 (fp8 values are i8 registers): PTX cvt for e4m3/e5m2
@@ -598,6 +626,10 @@ class KernelLowering:
         if t.ir in ("f16", "bf16"):  # compute in f32 and round back
             r = self.math(name, DType("f32", "float", 32), [b.fpext(x, F32) for x in xs])
             return b.fptrunc(r, ty)
+        if short == "absf" and ty == F32:
+            # abs.f32, as Triton's PTX has it: ptxas folds it into its user as an operand modifier (FMNMX |x|).
+            # llvm.fabs of a value loaded as i32 bits becomes `and 0x7fffffff` at O3, one LOP3 an element
+            return b.asm(ir.FunctionType(F32, [F32]), "abs.f32 $0, $1;", "=f,f", xs, False)
         if short == "absf":
             return self.float_intrinsic_f(ty, "fabs", xs)
         if short in ("floor", "ceil"):
