@@ -334,3 +334,49 @@ def test_fp8_quant_gpu(M, N, BLOCK):
         x, y, s = _quant_args(M, N, BLOCK, "cuda", seed)
         fp8_block_quant_kernel[(-(-M // BLOCK), -(-N // BLOCK))](x, y, s, M, N, BLOCK=BLOCK)
         _check_quant(x, y, s, BLOCK)
+
+
+# --- a scan along a dimension the layout repeats over: one barrier (fla's chunk_local_cumsum_vector: 8 to 1) ---
+
+@kl.jit
+def column_cumsum_kernel(S, O, T, BT: tl.constexpr, BS: tl.constexpr, REVERSE: tl.constexpr):
+    o_t = tl.program_id(0) * BT + tl.arange(0, BT)
+    o_s = tl.arange(0, BS)
+    m = (o_t[:, None] < T) & (o_s[None, :] < BS)
+    b_s = tl.load(S + o_t[:, None] * BS + o_s[None, :], mask=m, other=0.0)
+    tl.store(O + o_t[:, None] * BS + o_s[None, :], tl.cumsum(b_s, axis=0, reverse=REVERSE) * 0.5, mask=m)
+
+
+def _cumsum_args(T, BS, device="cpu", seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    s = torch.randn(T, BS, generator=gen, dtype=torch.float64).float().to(device)
+    return s, torch.full((T, BS), float("nan"), device=device)
+
+
+def _check_cumsum(s, o, BT, reverse):
+    sd = s.double().cpu()
+    want = torch.cat([(c.flip(0).cumsum(0).flip(0) if reverse else c.cumsum(0)) for c in sd.split(BT)]) * 0.5
+    torch.testing.assert_close(o.double().cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_column_cumsum_interpreter(reverse):
+    s, o = _cumsum_args(100, 32)
+    column_cumsum_kernel[(2,)](s, o, 100, BT=64, BS=32, REVERSE=reverse, num_warps=2)
+    _check_cumsum(s, o, 64, reverse)
+
+
+def test_column_cumsum_has_one_barrier(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    s, o = _cumsum_args(100, 32)
+    ptx = _built(column_cumsum_kernel, s, o, 100, BT=64, BS=32, REVERSE=False, num_warps=2, grid=(2,)).asm["ptx"]
+    assert ptx.count("bar.sync") == 1, ptx.count("bar.sync")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("BT,nw", [(64, 2), (64, 4), (128, 8), (32, 1)])
+def test_column_cumsum_gpu(reverse, BT, nw):
+    s, o = _cumsum_args(300, 32, "cuda")
+    column_cumsum_kernel[(-(-300 // BT),)](s, o, 300, BT=BT, BS=32, REVERSE=reverse, num_warps=nw)
+    _check_cumsum(s, o, BT, reverse)
