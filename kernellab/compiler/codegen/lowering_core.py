@@ -475,14 +475,32 @@ class KernelLowering:
         """A downcast to e4m3/e5m2 that cvt.rn.satfinite does two registers at a time (sm_89+)."""
         if op.name != "tt.fp_to_fp" or self.arch < 89 or op.attrs.get("rounding", "rtne") != "rtne":
             return False
-        return op.results[0].type.scalar.ir in ("f8e4nv", "f8e5") and \
-            op.operands[0].type.scalar.ir in ("f32", "f16", "bf16")
+        src, dst = op.operands[0].type.scalar.ir, op.results[0].type.scalar.ir
+        return (dst in ("f8e4nv", "f8e5") and src in ("f32", "f16", "bf16")) or \
+            (src in ("f8e4nv", "f8e5") and dst in ("f32", "f16", "bf16"))
 
     def _fp8_pairs(self, op, xs):
         """fp8 downcasts of a thread's registers, two per `cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32` (Triton's form:
         torchao's fp8 weight quantization had one cvt and a byte repack per element, 1360 SASS to Triton's 904)."""
         b = self.b
-        kind = "e4m3x2" if op.results[0].type.scalar.ir == "f8e4nv" else "e5m2x2"
+        st, rt = op.operands[0].type.scalar, op.results[0].type.scalar
+        if st.ir.startswith("f8"):  # upcasts: two bytes a `cvt.rn.f16x2.{e4m3x2,e5m2x2}` (exact)
+            kind = "e4m3x2" if st.ir == "f8e4nv" else "e5m2x2"
+            out = []
+            for i in range(0, len(xs) - 1, 2):
+                two = b.insert_element(b.insert_element(ir.Constant(ir.VectorType(I8, 2), None), xs[i],
+                                                        ir.Constant(I32, 0)), xs[i + 1], ir.Constant(I32, 1))
+                pair = b.asm(ir.FunctionType(I32, [I16]), f"cvt.rn.f16x2.{kind} $0, $1;", "=r,h",
+                             [b.bitcast(two, I16)], False)
+                halves = b.bitcast(pair, ir.VectorType(F16, 2))  # the low byte's value is the low half
+                for j in (0, 1):
+                    h = b.extract_element(halves, ir.Constant(I32, j))
+                    out.append(h if rt.ir == "f16" else b.fpext(h, F32) if rt.ir == "f32" else
+                               b.fptrunc(b.fpext(h, F32), llty(rt)))
+            if len(xs) % 2:
+                out.append(self.fp8_convert(st, rt, xs[-1], "rtne"))
+            return out
+        kind = "e4m3x2" if rt.ir == "f8e4nv" else "e5m2x2"
         fs = [x if x.type == F32 else b.fpext(x, F32) for x in xs]
         out = []
         for i in range(0, len(fs) - 1, 2):
@@ -492,7 +510,6 @@ class KernelLowering:
             two = b.bitcast(pair, ir.VectorType(I8, 2))  # little-endian: element 0 is the low byte
             out += [b.extract_element(two, ir.Constant(I32, 0)), b.extract_element(two, ir.Constant(I32, 1))]
         if len(fs) % 2:
-            st, rt = op.operands[0].type.scalar, op.results[0].type.scalar
             out.append(self.fp8_convert(st, rt, xs[-1], "rtne"))
         return out
 
