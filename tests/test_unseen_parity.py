@@ -435,3 +435,63 @@ def test_fp8_dequant_gpu(fp8, M, N, BLOCK):
     x, s, y = _dequant_args(M, N, BLOCK, fp8, "cuda")
     fp8_dequant_kernel[(-(-M // BLOCK), -(-N // BLOCK))](x, s, y, M, N, BLOCK=BLOCK)
     _check_dequant(x, s, y, BLOCK)
+
+
+# --- interleaved rotary: the split halves take a blocked layout, so the cos/sin rows broadcast into their math
+# are converted as rows, not as broadcast tiles (flash_attn's rotary, interleaved: 6 barriers -> 4, Triton 3) ---
+
+@kl.jit
+def interleaved_rotary_kernel(X, Cos, Sin, Out, seqlen, nheads, BLOCK_H: tl.constexpr, BLOCK_M: tl.constexpr,
+                              HALF: tl.constexpr):
+    rh = tl.arange(0, BLOCK_H)
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rk = tl.arange(0, 2 * HALF)
+    rk_half = tl.arange(0, HALF)
+    cs = rm[:, None] * HALF + rk_half[None, :]
+    m_cs = rm[:, None] < seqlen
+    cos = tl.load(Cos + cs, mask=m_cs, other=1.0)
+    sin = tl.load(Sin + cs, mask=m_cs, other=0.0)
+    offs = rh[:, None, None] * (2 * HALF) + rm[None, :, None] * (nheads * 2 * HALF) + rk[None, None, :]
+    mask = (rh[:, None, None] < nheads) & (rm[None, :, None] < seqlen)
+    x = tl.load(X + offs, mask=mask, other=0.0)
+    x0, x1 = tl.split(tl.reshape(x, [BLOCK_H, BLOCK_M, HALF, 2]))
+    o = tl.reshape(tl.join(x0 * cos - x1 * sin, x0 * sin + x1 * cos), [BLOCK_H, BLOCK_M, 2 * HALF])
+    tl.store(Out + offs, o, mask=mask)
+
+
+def _rotary_args(seqlen, nheads, half, device="cpu", seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(seqlen, nheads, 2 * half, generator=gen, dtype=torch.float64).float()
+    ang = torch.randn(seqlen, half, generator=gen, dtype=torch.float64) * 3
+    out = torch.full_like(x, float("nan"))
+    return x.to(device), ang.cos().float().to(device), ang.sin().float().to(device), out.to(device)
+
+
+def _check_rotary(x, cos, sin, out):
+    x, cos, sin = x.double().cpu(), cos.double().cpu()[:, None], sin.double().cpu()[:, None]
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    want = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), -1).reshape(x.shape)
+    torch.testing.assert_close(out.double().cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_interleaved_rotary_interpreter():
+    x, cos, sin, out = _rotary_args(13, 2, 32)
+    interleaved_rotary_kernel[(2,)](x, cos, sin, out, 13, 2, BLOCK_H=2, BLOCK_M=8, HALF=32)
+    _check_rotary(x, cos, sin, out)
+
+
+def test_interleaved_rotary_converts_rows_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    x, cos, sin, out = _rotary_args(13, 2, 32)
+    gpu = _built(interleaved_rotary_kernel, x, cos, sin, out, 13, 2, BLOCK_H=2, BLOCK_M=8, HALF=32,
+                 grid=(2,)).asm["gpu"]
+    converted = [ln.split(": ")[-1] for ln in gpu.splitlines() if "ttg.convert_layout" in ln]
+    assert converted and all(t.startswith("tensor<8x32xf32") for t in converted), converted
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seqlen,nheads", [(13, 2), (64, 3)])
+def test_interleaved_rotary_gpu(seqlen, nheads):
+    x, cos, sin, out = _rotary_args(seqlen, nheads, 32, "cuda")
+    interleaved_rotary_kernel[(-(-seqlen // 8),)](x, cos, sin, out, seqlen, nheads, BLOCK_H=4, BLOCK_M=8, HALF=32)
+    _check_rotary(x, cos, sin, out)

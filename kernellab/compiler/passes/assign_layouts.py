@@ -251,8 +251,11 @@ class LayoutAssigner:
             return cand is not None and cand.rank == len(shape) and all(
                 split_map(lay, src.type.shape, cand, shape, k) is not None for k in range(2))
 
-        for cand in (self.preferred(op.results[0]), self.default(shape), split_layout(lay, src.type.shape),
-                     blocked_halves(lay, src.type.shape)):
+        # a blocked halves' layout before the bit one placing the same elements: broadcasts into the halves' math
+        # (rotary's cos/sin rows) are rebuilt in a blocked layout, never in a bit one (flash_attn's interleaved
+        # rotary: four 2 KB conversions, 6 barriers to Triton's 3)
+        for cand in (self.preferred(op.results[0]), self.default(shape), blocked_halves(lay, src.type.shape),
+                     split_layout(lay, src.type.shape)):
             if free(cand):
                 return cand
         return None
