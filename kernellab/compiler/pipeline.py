@@ -84,6 +84,7 @@ def gpu_passes():
         fill_stages_with_tma,
         flatten_loops,
         insert_barriers,
+        merge_conversions,
         pipeline_dot_operands,
         prefetch_fma_dot_loads,
         remove_layout_conversions,
@@ -99,8 +100,8 @@ def gpu_passes():
 
     return [flatten_loops, strip_mine_tiles, upcast_fp8_dot, decompose_batched_dot, accelerate_matmul,
             prefetch_fma_dot_loads, assign_layouts, remove_layout_conversions, store_in_value_layout,
-            share_uniform_runs, stage_invariant_dot_operands, pipeline_dot_operands, fill_stages_with_tma,
-            warpgroup_turns, warp_specialize, tma_store, allocate_shared, insert_barriers]
+            merge_conversions, share_uniform_runs, stage_invariant_dot_operands, pipeline_dot_operands,
+            fill_stages_with_tma, warpgroup_turns, warp_specialize, tma_store, allocate_shared, insert_barriers]
 
 
 def _restore_origins(module: Module, tile) -> None:

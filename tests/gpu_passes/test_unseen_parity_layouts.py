@@ -4,7 +4,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kernellab.compiler.gpu.options import GpuOptions
-from kernellab.compiler.passes import assign_layouts, prefetch_fma_dot_loads, store_in_value_layout
+from kernellab.compiler.passes import (
+    assign_layouts,
+    merge_conversions,
+    prefetch_fma_dot_loads,
+    store_in_value_layout,
+)
 
 OPTIONS = GpuOptions(num_warps=4)
 
@@ -442,4 +447,35 @@ def test_a_store_keeps_its_layout_where_the_values_would_not_fill_sectors(run_pa
     narrow = FP8_QUANT.replace("#blocked<[1, 4], [1, 32], [4, 1], [1, 0]>", "#blocked<[1, 1], [1, 32], [4, 1], [1, 0]>")
     m, stats = run_pass(store_in_value_layout, narrow)
     assert stats == {}
+    assert [op.name for op in m.kernel.walk()].count("ttg.convert_layout") == 1
+
+
+TWO_CONVERSIONS = """
+#L0 = #blocked<[1], [32], [4], [0]>
+#L1 = #blocked<[4], [32], [1], [0]>
+tt.func @k(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %c: i1) {
+  %r = tt.make_range {end = 128, start = 0} : tensor<128xi32, #L0>
+  %xs = tt.splat %x_ptr : tensor<128x!ptr<f32>, #L0>
+  %xp = tt.addptr %xs, %r : tensor<128x!ptr<f32>, #L0>
+  %x = tt.load %xp : tensor<128xf32, #L0>
+  %a = ttg.convert_layout %x : tensor<128xf32, #L1>
+  %b = ttg.convert_layout %x : tensor<128xf32, #L1>
+  %s = arith.addf %a, %b : tensor<128xf32, #L1>
+  scf.if %c {
+    %d = ttg.convert_layout %x : tensor<128xf32, #L1>
+    %e = arith.mulf %d, %s : tensor<128xf32, #L1>
+    scf.yield
+  } {
+    scf.yield
+  }
+  tt.return
+}
+"""
+
+
+def test_equal_conversions_of_one_value_merge(run_pass):
+    # rotary's cos row, converted once per product it is broadcast into: the first conversion serves both (and
+    # the one in the nested region, which it dominates)
+    m, stats = run_pass(merge_conversions, TWO_CONVERSIONS)
+    assert stats == {"merged": 2}
     assert [op.name for op in m.kernel.walk()].count("ttg.convert_layout") == 1
