@@ -495,3 +495,59 @@ def test_interleaved_rotary_gpu(seqlen, nheads):
     x, cos, sin, out = _rotary_args(seqlen, nheads, 32, "cuda")
     interleaved_rotary_kernel[(-(-seqlen // 8),)](x, cos, sin, out, seqlen, nheads, BLOCK_H=4, BLOCK_M=8, HALF=32)
     _check_rotary(x, cos, sin, out)
+
+
+# --- `row[:, None] - tile`: the loaded tile's layout, the row converted (fla's chunk_gla_fwd_A intra-chunk kernel:
+# 728 SASS -> 496, Triton 432; before, the tile went into the broadcast's layout and the result back) --------
+
+@kl.jit
+def gated_pair_kernel(Q, G, K, GK, GN, QG, KG, T, BC: tl.constexpr, BK: tl.constexpr):
+    o_i = tl.arange(0, BC)
+    o_k = tl.arange(0, BK)
+    gn = tl.load(GN + o_k)
+    rows = o_i[:, None] * BK + o_k[None, :]  # [BC, BK], row-major
+    cols = o_k[:, None] + o_i[None, :] * BK  # [BK, BC], read down the columns
+    m = (o_i[None, :] < T)
+    qg = tl.load(Q + rows, mask=o_i[:, None] < T, other=0.0)
+    qg = qg * tl.exp2(tl.load(G + rows, mask=o_i[:, None] < T, other=0.0) - gn[None, :])
+    kg = tl.load(K + cols, mask=m, other=0.0) * tl.exp2(gn[:, None] - tl.load(GK + cols, mask=m, other=0.0))
+    tl.store(QG + rows, qg, mask=o_i[:, None] < T)
+    tl.store(KG + cols, kg, mask=m)
+
+
+def _gated_args(BC, BK, device="cpu", seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q, g, k, gk = (torch.randn(BC, BK, generator=gen, dtype=torch.float64).float().to(device) for _ in range(4))
+    gn = torch.randn(BK, generator=gen, dtype=torch.float64).float().to(device)
+    return q, g, k, gk, gn, torch.full_like(q, float("nan")), torch.full_like(q, float("nan"))
+
+
+def _check_gated(q, g, k, gk, gn, qg, kg, T):
+    q, g, k, gk, gn = (t.double().cpu() for t in (q, g, k, gk, gn))
+    want_q = q * torch.exp2(g - gn[None, :])
+    want_k = k * torch.exp2(gn[None, :] - gk)  # KG[i, k] = K[i, k] * 2^(gn[k] - GK[i, k]) in memory order
+    torch.testing.assert_close(qg.double().cpu()[:T], want_q[:T], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(kg.double().cpu()[:T], want_k[:T], rtol=1e-5, atol=1e-6)
+
+
+def test_gated_pair_interpreter():
+    args = _gated_args(16, 32)
+    gated_pair_kernel[(1,)](*args, 13, BC=16, BK=32, num_warps=1)
+    _check_gated(*args, 13)
+
+
+def test_gated_pair_converts_no_tile(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    args = _gated_args(16, 32)
+    gpu = _built(gated_pair_kernel, *args, 13, BC=16, BK=32, num_warps=1, grid=(1,)).asm["gpu"]
+    converted = [ln.split(": ")[-1] for ln in gpu.splitlines() if "ttg.convert_layout" in ln]
+    tiles = [t for t in converted if len(t[len("tensor<"):].split(",")[0].split("x")) > 2]  # 2-D shapes
+    assert not tiles, converted
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("nw", [1, 4])
+def test_gated_pair_gpu(nw):
+    args = _gated_args(16, 32, "cuda")
+    gated_pair_kernel[(1,)](*args, 13, BC=16, BK=32, num_warps=nw)
+    _check_gated(*args, 13)

@@ -479,3 +479,74 @@ def test_equal_conversions_of_one_value_merge(run_pass):
     m, stats = run_pass(merge_conversions, TWO_CONVERSIONS)
     assert stats == {"merged": 2}
     assert [op.name for op in m.kernel.walk()].count("ttg.convert_layout") == 1
+
+
+# fla's intra-chunk gating, reduced: `k * exp2(gn[:, None] - gk)` with k and gk read down their columns (a layout of
+# their own) and gn a row vector broadcast over them.
+GATED = """
+tt.func @gated_pair_kernel(%Q: !ptr<f32> {tt.divisibility = 16}, %G: !ptr<f32> {tt.divisibility = 16}, %K: !ptr<f32> {tt.divisibility = 16}, %GK: !ptr<f32> {tt.divisibility = 16}, %GN: !ptr<f32> {tt.divisibility = 16}, %QG: !ptr<f32> {tt.divisibility = 16}, %KG: !ptr<f32> {tt.divisibility = 16}, %T: i32) {
+  %o_i = tt.make_range {end = 16, start = 0} : tensor<16xi32>
+  %o_k = tt.make_range {end = 32, start = 0} : tensor<32xi32>
+  %0 = tt.splat %GN : tensor<32x!ptr<f32>>
+  %1 = tt.addptr %0, %o_k : tensor<32x!ptr<f32>>
+  %gn = tt.load %1 : tensor<32xf32>
+  %2 = tt.expand_dims %o_i {axis = 1} : tensor<16x1xi32>
+  %3 = arith.constant {value = 32} : tensor<16x1xi32>
+  %4 = arith.muli %2, %3 : tensor<16x1xi32>
+  %5 = tt.expand_dims %o_k {axis = 0} : tensor<1x32xi32>
+  %6 = tt.broadcast %4 : tensor<16x32xi32>
+  %7 = tt.broadcast %5 : tensor<16x32xi32>
+  %rows = arith.addi %6, %7 : tensor<16x32xi32>
+  %8 = tt.expand_dims %o_k {axis = 1} : tensor<32x1xi32>
+  %9 = tt.expand_dims %o_i {axis = 0} : tensor<1x16xi32>
+  %10 = arith.constant {value = 32} : tensor<1x16xi32>
+  %11 = arith.muli %9, %10 : tensor<1x16xi32>
+  %12 = tt.broadcast %8 : tensor<32x16xi32>
+  %13 = tt.broadcast %11 : tensor<32x16xi32>
+  %cols = arith.addi %12, %13 : tensor<32x16xi32>
+  %14 = tt.splat %T : tensor<1x16xi32>
+  %m = arith.cmpi %9, %14 {predicate = "slt"} : tensor<1x16xi1>
+  %15 = tt.splat %Q : tensor<16x32x!ptr<f32>>
+  %16 = tt.addptr %15, %rows : tensor<16x32x!ptr<f32>>
+  %17 = tt.splat %T : tensor<16x1xi32>
+  %18 = arith.cmpi %2, %17 {predicate = "slt"} : tensor<16x1xi1>
+  %19 = tt.broadcast %18 : tensor<16x32xi1>
+  %20 = arith.constant {value = 0.0} : tensor<16x32xf32>
+  %qg = tt.load %16, %19, %20 : tensor<16x32xf32>
+  %21 = tt.splat %G : tensor<16x32x!ptr<f32>>
+  %22 = tt.addptr %21, %rows : tensor<16x32x!ptr<f32>>
+  %23 = tt.load %22, %19, %20 : tensor<16x32xf32>
+  %24 = tt.expand_dims %gn {axis = 0} : tensor<1x32xf32>
+  %25 = tt.broadcast %24 : tensor<16x32xf32>
+  %26 = arith.subf %23, %25 : tensor<16x32xf32>
+  %27 = math.exp2 %26 : tensor<16x32xf32>
+  %qg_1 = arith.mulf %qg, %27 : tensor<16x32xf32>
+  %28 = tt.splat %K : tensor<32x16x!ptr<f32>>
+  %29 = tt.addptr %28, %cols : tensor<32x16x!ptr<f32>>
+  %30 = tt.broadcast %m : tensor<32x16xi1>
+  %31 = arith.constant {value = 0.0} : tensor<32x16xf32>
+  %32 = tt.load %29, %30, %31 : tensor<32x16xf32>
+  %33 = tt.expand_dims %gn {axis = 1} : tensor<32x1xf32>
+  %34 = tt.splat %GK : tensor<32x16x!ptr<f32>>
+  %35 = tt.addptr %34, %cols : tensor<32x16x!ptr<f32>>
+  %36 = tt.load %35, %30, %31 : tensor<32x16xf32>
+  %37 = tt.broadcast %33 : tensor<32x16xf32>
+  %38 = arith.subf %37, %36 : tensor<32x16xf32>
+  %39 = math.exp2 %38 : tensor<32x16xf32>
+  %kg = arith.mulf %32, %39 : tensor<32x16xf32>
+  %40 = tt.splat %QG : tensor<16x32x!ptr<f32>>
+  %41 = tt.addptr %40, %rows : tensor<16x32x!ptr<f32>>
+  tt.store %41, %qg_1, %19
+  %42 = tt.splat %KG : tensor<32x16x!ptr<f32>>
+  %43 = tt.addptr %42, %cols : tensor<32x16x!ptr<f32>>
+  tt.store %43, %kg, %30
+  tt.return
+}
+"""
+
+
+def test_broadcast_minus_tile_takes_the_tiles_layout(run_pass):
+    m, _ = run_pass(assign_layouts, GATED, replace(OPTIONS, num_warps=1))
+    converted = [op.operands[0] for op in m.kernel.walk() if op.name == "ttg.convert_layout"]
+    loads = [op for op in m.kernel.walk() if op.name == "tt.load" and len(op.result.type.shape) == 2]
+    assert not [v for v in converted if v.defining_op in loads], "a loaded tile was converted"

@@ -201,6 +201,22 @@ class LayoutAssigner:
                 return self.layout_of(v)
         return None
 
+    def unbroadcast_layout(self, op: Op):
+        """Where an operand is a broadcast and another a computed full tile (fla's `gn[:, None] - gk`, gk loaded):
+        the full tile's layout; the broadcast's narrow source is converted instead of the tile, and of the
+        result back (two 2 KB round trips a loop iteration in fla's intra-chunk kernel)."""
+        ts = [v for v in op.operands if isinstance(v.type, TensorType)]
+        if len(ts) < 2 or len({len(v.type.shape) for v in ts}) != 1:
+            return None
+        if not any(v.defining_op is not None and v.defining_op.name == "tt.broadcast" for v in ts):
+            return None
+        for v in ts:
+            d = v.defining_op
+            if d is not None and d.name not in ("tt.broadcast", "ttg.convert_layout") and not _index_math(v) and \
+                    self.layout_of(v) is not None:
+                return self.layout_of(v)
+        return None
+
     def preferred(self, v, depth=0):
         """The layout a value's users would like: the anchor of the memory op it flows into."""
         if depth > 12 or not isinstance(v.type, TensorType):
@@ -475,7 +491,7 @@ class LayoutAssigner:
         # Elementwise and everything else that keeps its operands' layout: the layout of an operand that
         # was computed (a dot's scores) wins over one that is index math (a causal mask), which the next
         # pass recomputes in any layout for free.
-        lay = self.computed_layout(op) or self.first_layout(op)
+        lay = self.computed_layout(op) or self.unbroadcast_layout(op) or self.first_layout(op)
         if lay is None:
             for r in res_tensors:
                 self.set_layout(r, self.default(r.type.shape))
