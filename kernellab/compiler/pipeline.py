@@ -85,10 +85,13 @@ def gpu_passes():
         flatten_loops,
         insert_barriers,
         issue_loads_early,
+        merge_conversions,
         pipeline_dot_operands,
+        prefetch_fma_dot_loads,
         remove_layout_conversions,
         share_uniform_runs,
         stage_invariant_dot_operands,
+        store_in_value_layout,
         strip_mine_tiles,
         tma_store,
         upcast_fp8_dot,
@@ -96,8 +99,9 @@ def gpu_passes():
         warpgroup_turns,
     )
 
-    return [flatten_loops, strip_mine_tiles, upcast_fp8_dot, decompose_batched_dot, accelerate_matmul, assign_layouts,
-            remove_layout_conversions, share_uniform_runs, stage_invariant_dot_operands, pipeline_dot_operands,
+    return [flatten_loops, strip_mine_tiles, upcast_fp8_dot, decompose_batched_dot, accelerate_matmul,
+            prefetch_fma_dot_loads, assign_layouts, remove_layout_conversions, store_in_value_layout,
+            merge_conversions, share_uniform_runs, stage_invariant_dot_operands, pipeline_dot_operands,
             fill_stages_with_tma, warpgroup_turns, warp_specialize, tma_store, issue_loads_early, allocate_shared,
             insert_barriers]
 

@@ -74,12 +74,10 @@ def test_pass_rows_mirror_the_trace(kernels, name):
     # the GPU stages the docs promise are all there, in order
     names = [r["name"] for r in rows]
     assert names[0] == "frontend"
-    tail = ["assign_layouts", "remove_layout_conversions", "share_uniform_runs", "stage_invariant_dot_operands",
-            "pipeline_dot_operands",
-            "fill_stages_with_tma", "warpgroup_turns", "warp_specialize", "tma_store", "issue_loads_early", "allocate_shared",
-            "insert_barriers", "to_llvm",
-            "to_ptx",
-            "to_cubin"]
+    tail = ["prefetch_fma_dot_loads", "assign_layouts", "remove_layout_conversions", "store_in_value_layout",
+            "merge_conversions", "share_uniform_runs", "stage_invariant_dot_operands", "pipeline_dot_operands",
+            "fill_stages_with_tma", "warpgroup_turns", "warp_specialize", "tma_store", "issue_loads_early",
+            "allocate_shared", "insert_barriers", "to_llvm", "to_ptx", "to_cubin"]
     assert names[-len(tail):] == tail
 
 

@@ -241,6 +241,16 @@ def _dot_fma(lw: KernelLowering, op):
     comp_ll = F32 if acc_t.is_floating() and acc_t.bits == 16 else acc_ll
     if comp_ll is not acc_ll:
         init = [b.fpext(v, comp_ll) for v in init]
+    if K * len(offsets) <= UNROLLED_FMAS:
+        # straight-line, as Triton emits it: constant shared-memory offsets, which LLVM merges into vector
+        # loads along K (ld.shared.v4 of a row of A) and ptxas schedules across the whole product; a rolled
+        # loop is left to LLVM's unroller, which stops unrolling when the loop around the dot holds more values
+        accs = list(init)
+        for kk in range(K):
+            a_vals, b_vals = _fma_operands(lw, op, rows, cols, _cint(kk), K, N, M, ea, eb_, sa, sb, acc_t, comp_ll)
+            accs = _fma_step(lw, offsets, a_vals, b_vals, accs, acc_t, comp_ll)
+        lw.put(res, [b.fptrunc(p, acc_ll) for p in accs] if comp_ll is not acc_ll else accs)
+        return
     pre = b.block
     header = lw.fn.append_basic_block("dot.header")
     body = lw.fn.append_basic_block("dot.body")
@@ -257,28 +267,8 @@ def _dot_fma(lw: KernelLowering, op):
     b.cbranch(b.icmp_signed("<", k, _cint(K)), body, exit_)
     b.position_at_end(body)
 
-    def widen(x, e):
-        if acc_t.is_floating():
-            return b.fpext(x, comp_ll) if x.type != comp_ll else x
-        return b.sext(x, comp_ll) if x.type != comp_ll else x
-
-    a_vals = {}
-    for o, m in rows.items():
-        p = lw.smem_ptr(op, b.mul(b.add(b.mul(m, _cint(K)), k), _cint(sa)), 0)
-        a_vals[o] = widen(b.load(p, typ=memty(ea)), ea)
-    b_vals = {}
-    for o, n in cols.items():
-        p = lw.smem_ptr(op, b.mul(b.add(b.mul(k, _cint(N)), n), _cint(sb)), _align16(M * K * sa))
-        b_vals[o] = widen(b.load(p, typ=memty(eb_)), eb_)
-    new = []
-    for i, offs in enumerate(offsets):
-        x, y = a_vals[offs[0]], b_vals[offs[1]]
-        if acc_t.is_floating():
-            suffix = "f32" if comp_ll == F32 else "f64"
-            fma = lw.intrinsic(f"llvm.fma.{suffix}", comp_ll, [comp_ll] * 3)
-            new.append(b.call(fma, [x, y, phis[i]]))
-        else:
-            new.append(b.add(phis[i], b.mul(x, y)))
+    a_vals, b_vals = _fma_operands(lw, op, rows, cols, k, K, N, M, ea, eb_, sa, sb, acc_t, comp_ll)
+    new = _fma_step(lw, offsets, a_vals, b_vals, phis, acc_t, comp_ll)
     end = b.block
     k.add_incoming(b.add(k, _cint(1)), end)
     for p, v in zip(phis, new):
@@ -287,3 +277,41 @@ def _dot_fma(lw: KernelLowering, op):
     b.position_at_end(exit_)
     lw.put(res, [b.fptrunc(p, acc_ll) for p in phis] if comp_ll is not acc_ll else list(phis))
 
+
+
+UNROLLED_FMAS = 2048  # a thread's FMAs in one dot up to which its K loop is written out
+
+
+def _fma_operands(lw: KernelLowering, op, rows, cols, k, K, N, M, ea, eb_, sa, sb, acc_t, comp_ll):
+    """Step k's A values (one a row this thread holds) and B values (one a column) from the staged tiles."""
+    b = lw.b
+
+    def widen(x):
+        if acc_t.is_floating():
+            return b.fpext(x, comp_ll) if x.type != comp_ll else x
+        return b.sext(x, comp_ll) if x.type != comp_ll else x
+
+    a_vals = {}
+    for o, m in rows.items():
+        p = lw.smem_ptr(op, b.mul(b.add(b.mul(m, _cint(K)), k), _cint(sa)), 0)
+        a_vals[o] = widen(b.load(p, typ=memty(ea)))
+    b_vals = {}
+    for o, n in cols.items():
+        p = lw.smem_ptr(op, b.mul(b.add(b.mul(k, _cint(N)), n), _cint(sb)), _align16(M * K * sa))
+        b_vals[o] = widen(b.load(p, typ=memty(eb_)))
+    return a_vals, b_vals
+
+
+def _fma_step(lw: KernelLowering, offsets, a_vals, b_vals, accs, acc_t, comp_ll):
+    """acc += a * b for every output element this thread holds."""
+    b = lw.b
+    new = []
+    for i, offs in enumerate(offsets):
+        x, y = a_vals[offs[0]], b_vals[offs[1]]
+        if acc_t.is_floating():
+            suffix = "f32" if comp_ll == F32 else "f64"
+            fma = lw.intrinsic(f"llvm.fma.{suffix}", comp_ll, [comp_ll] * 3)
+            new.append(b.call(fma, [x, y, accs[i]]))
+        else:
+            new.append(b.add(accs[i], b.mul(x, y)))
+    return new

@@ -244,8 +244,10 @@ def _scan_hierarchical(lw: KernelLowering, op):
     for s_ in sizes:
         bases.append(base)
         base += _align16(reps * warps * lines * s_)
+    # all repetitions' lane scans first, their warp totals into shared memory, then one barrier for them all
+    # (Triton's form; a barrier per repetition cost fla's 64-row cumsum 8 where Triton has 1)
+    partial = {}
     for rep in rep_order:
-        partial = {}
         for key, regs in line_regs.items():
             chunk = regs[rep * spt:(rep + 1) * spt]
             if reverse:
@@ -275,16 +277,18 @@ def _scan_hierarchical(lw: KernelLowering, op):
             # the warp's total along the axis: the last lane's inclusive value
             src_lane = 0 if reverse else lanes - 1
             warp_total = [_shfl_idx(lw, v, src_lane, info.lane_div, lane_c) for v in incl]
-            partial[key] = (local, excl, has_excl, warp_total)
+            partial[rep, key] = (local, excl, has_excl, warp_total)
         if warps > 1:
             for key in line_regs:
-                wt = partial[key][3]
+                wt = partial[rep, key][3]
                 slot = b.add(b.mul(b.add(_cint(rep * warps), warp_c), _cint(lines)), line_index[key])
                 for j, v in enumerate(wt):
                     b.store(_to_mem(lw, v, elems[j]), lw.smem_ptr(op, b.mul(slot, _cint(sizes[j])), bases[j]))
-            lw.barrier()
+    if warps > 1:
+        lw.barrier()
+    for rep in rep_order:
         for key in line_regs:
-            local, excl, has_excl, wt = partial[key]
+            local, excl, has_excl, wt = partial[rep, key]
             # 3. totals of the warps before this one (after, for a reverse scan), and of the whole rep
             warp_prefix, has_wp, rep_total = None, None, wt
             if warps > 1:

@@ -388,6 +388,9 @@ class KernelLowering:
                           for i, o in enumerate(offsets)]
             else:
                 firsts = range(n)
+            if not blocks and n > 1 and self._paired_fp8(op):
+                self.put(res, self._fp8_pairs(op, cols[0]))
+                return
             out = []
             for i, first in enumerate(firsts):
                 out.append(out[first] if first < i else self.scalar_op(op, [c[i] for c in cols]))
@@ -477,6 +480,48 @@ class KernelLowering:
         if name == "tt.splat":
             return xs[0]
         raise LoweringError(f"the GPU backend cannot lower {name} yet (line {op.loc})")
+
+    def _paired_fp8(self, op) -> bool:
+        """A downcast to e4m3/e5m2 that cvt.rn.satfinite does two registers at a time (sm_89+)."""
+        if op.name != "tt.fp_to_fp" or self.arch < 89 or op.attrs.get("rounding", "rtne") != "rtne":
+            return False
+        src, dst = op.operands[0].type.scalar.ir, op.results[0].type.scalar.ir
+        return (dst in ("f8e4nv", "f8e5") and src in ("f32", "f16", "bf16")) or \
+            (src in ("f8e4nv", "f8e5") and dst in ("f32", "f16", "bf16"))
+
+    def _fp8_pairs(self, op, xs):
+        """fp8 downcasts of a thread's registers, two per `cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32` (Triton's form:
+        torchao's fp8 weight quantization had one cvt and a byte repack per element, 1360 SASS to Triton's 904)."""
+        b = self.b
+        st, rt = op.operands[0].type.scalar, op.results[0].type.scalar
+        if st.ir.startswith("f8"):  # upcasts: two bytes a `cvt.rn.f16x2.{e4m3x2,e5m2x2}` (exact)
+            kind = "e4m3x2" if st.ir == "f8e4nv" else "e5m2x2"
+            out = []
+            for i in range(0, len(xs) - 1, 2):
+                two = b.insert_element(b.insert_element(ir.Constant(ir.VectorType(I8, 2), None), xs[i],
+                                                        ir.Constant(I32, 0)), xs[i + 1], ir.Constant(I32, 1))
+                pair = b.asm(ir.FunctionType(I32, [I16]), f"cvt.rn.f16x2.{kind} $0, $1;", "=r,h",
+                             [b.bitcast(two, I16)], False)
+                halves = b.bitcast(pair, ir.VectorType(F16, 2))  # the low byte's value is the low half
+                for j in (0, 1):
+                    h = b.extract_element(halves, ir.Constant(I32, j))
+                    out.append(h if rt.ir == "f16" else b.fpext(h, F32) if rt.ir == "f32" else
+                               b.fptrunc(b.fpext(h, F32), llty(rt)))
+            if len(xs) % 2:
+                out.append(self.fp8_convert(st, rt, xs[-1], "rtne"))
+            return out
+        kind = "e4m3x2" if rt.ir == "f8e4nv" else "e5m2x2"
+        fs = [x if x.type == F32 else b.fpext(x, F32) for x in xs]
+        out = []
+        for i in range(0, len(fs) - 1, 2):
+            # the first source goes to the high byte, the second to the low byte
+            pair = b.asm(ir.FunctionType(I16, [F32, F32]), f"cvt.rn.satfinite.{kind}.f32 $0, $1, $2;", "=h,f,f",
+                         [fs[i + 1], fs[i]], False)
+            two = b.bitcast(pair, ir.VectorType(I8, 2))  # little-endian: element 0 is the low byte
+            out += [b.extract_element(two, ir.Constant(I32, 0)), b.extract_element(two, ir.Constant(I32, 1))]
+        if len(fs) % 2:
+            out.append(self.fp8_convert(st, rt, xs[-1], "rtne"))
+        return out
 
     def fp8_convert(self, st, rt, x, rounding):
         """`tt.fp_to_fp` as Triton lowers it on sm_90 (fp8 values are i8 registers): PTX cvt for e4m3/e5m2
@@ -590,6 +635,13 @@ class KernelLowering:
     def math(self, name, t, xs):
         b = self.b
         short = name.split(".", 1)[1]
+        if short == "sqrt" and xs[0].type in (F16, BF16, F32):
+            # tl.sqrt is the fast square root (Triton: sqrt.approx.ftz.f32, max relative error 2^-23); IEEE
+            # rounding is tl.sqrt_rn (tt.precise_sqrt). libdevice's correctly rounded __nv_sqrtf costs ~20 SASS
+            # instructions a value (a Newton step and a slow path), half of an elementwise kernel like hypot.
+            f32 = [b.fpext(x, F32) for x in xs] if xs[0].type != F32 else xs
+            r = b.call(self.intrinsic("llvm.nvvm.sqrt.approx.ftz.f", F32, [F32]), f32)
+            return r if xs[0].type == F32 else b.fptrunc(r, xs[0].type)
         if op_info(name).tl_name:  # the math functions only libdevice provides
             return self.libdevice_call(name, xs)
         if short == "absi":
@@ -601,6 +653,10 @@ class KernelLowering:
         if t.ir in ("f16", "bf16"):  # compute in f32 and round back
             r = self.math(name, DType("f32", "float", 32), [b.fpext(x, F32) for x in xs])
             return b.fptrunc(r, ty)
+        if short == "absf" and ty == F32:
+            # abs.f32, as Triton's PTX has it: ptxas folds it into its user as an operand modifier (FMNMX |x|).
+            # llvm.fabs of a value loaded as i32 bits becomes `and 0x7fffffff` at O3, one LOP3 an element
+            return b.asm(ir.FunctionType(F32, [F32]), "abs.f32 $0, $1;", "=f,f", xs, False)
         if short == "absf":
             return self.float_intrinsic_f(ty, "fabs", xs)
         if short in ("floor", "ceil"):

@@ -201,6 +201,22 @@ class LayoutAssigner:
                 return self.layout_of(v)
         return None
 
+    def unbroadcast_layout(self, op: Op):
+        """Where an operand is a broadcast and another a computed full tile (fla's `gn[:, None] - gk`, gk loaded):
+        the full tile's layout; the broadcast's narrow source is converted instead of the tile, and of the
+        result back (two 2 KB round trips a loop iteration in fla's intra-chunk kernel)."""
+        ts = [v for v in op.operands if isinstance(v.type, TensorType)]
+        if len(ts) < 2 or len({len(v.type.shape) for v in ts}) != 1:
+            return None
+        if not any(v.defining_op is not None and v.defining_op.name == "tt.broadcast" for v in ts):
+            return None
+        for v in ts:
+            d = v.defining_op
+            if d is not None and d.name not in ("tt.broadcast", "ttg.convert_layout") and not _index_math(v) and \
+                    self.layout_of(v) is not None:
+                return self.layout_of(v)
+        return None
+
     def preferred(self, v, depth=0):
         """The layout a value's users would like: the anchor of the memory op it flows into."""
         if depth > 12 or not isinstance(v.type, TensorType):
@@ -251,8 +267,11 @@ class LayoutAssigner:
             return cand is not None and cand.rank == len(shape) and all(
                 split_map(lay, src.type.shape, cand, shape, k) is not None for k in range(2))
 
-        for cand in (self.preferred(op.results[0]), self.default(shape), split_layout(lay, src.type.shape),
-                     blocked_halves(lay, src.type.shape)):
+        # a blocked halves' layout before the bit one placing the same elements: broadcasts into the halves' math
+        # (rotary's cos/sin rows) are rebuilt in a blocked layout, never in a bit one (flash_attn's interleaved
+        # rotary: four 2 KB conversions, 6 barriers to Triton's 3)
+        for cand in (self.preferred(op.results[0]), self.default(shape), blocked_halves(lay, src.type.shape),
+                     split_layout(lay, src.type.shape)):
             if free(cand):
                 return cand
         return None
@@ -472,7 +491,7 @@ class LayoutAssigner:
         # Elementwise and everything else that keeps its operands' layout: the layout of an operand that
         # was computed (a dot's scores) wins over one that is index math (a causal mask), which the next
         # pass recomputes in any layout for free.
-        lay = self.computed_layout(op) or self.first_layout(op)
+        lay = self.computed_layout(op) or self.unbroadcast_layout(op) or self.first_layout(op)
         if lay is None:
             for r in res_tensors:
                 self.set_layout(r, self.default(r.type.shape))
@@ -543,12 +562,21 @@ def _converted_into(arg, y, body):
             src = d.operands[0].type.layout
             if src is not None and src != arg.type.layout:
                 votes[str(src)] = (votes.get(str(src), (0, src))[0] + 1, src)
+            s = d.operands[0].defining_op
+            if s is not None and s.name == "tt.dot" and s.block is body:
+                # a dot updating the carry as its accumulator (fla's chunk_h: `b_h *= decay; b_h = dot(k, v, b_h)`):
+                # the carry is reached through the accumulator, as through an elementwise update
+                work.append(s.operands[2])
+            elif src == arg.type.layout:
+                work.append(d.operands[0])  # a conversion into the dot's accumulator layout, from the carry's
             continue
         # values only: a loop-carried pointer keeps the layout its loads chose (following an addptr chain here
         # moved the tutorial matmul's pointers into the dot operands' layouts and spilled)
+        # and only the operands of the value's own element type: a select's mask (Inductor's welford loop keeps
+        # `select(rmask & xmask, new, old)`) is not the value, and its conversion is no vote for the carry's layout
         if is_elementwise(d.name) and len(d.results) == 1 and not d.result.type.scalar.is_ptr() and \
                 getattr(d.result.type, "shape", None) == arg.type.shape:
-            work.extend(d.operands)
+            work.extend(o for o in d.operands if getattr(o.type, "scalar", None) == arg.type.scalar)
     if not reaches_arg or not votes:
         return None
     return max(votes.values(), key=lambda t: t[0])[1]

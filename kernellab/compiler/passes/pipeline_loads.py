@@ -74,12 +74,14 @@ def _yields_recomputable(for_op: Op, plans, anchor) -> bool:
     return True
 
 
-def _pipeline(for_op: Op) -> int:
+def _pipeline(for_op: Op, max_regs: int | None = None) -> int:
+    """Prefetch the loop's loads; `max_regs` (the GPU pass prefetch_fma_dot_loads): without the per-loop opt-in,
+    when the prefetched tiles take at most that many registers a thread."""
     body = for_op.regions[0]
     step = int_const(for_op.operands[2])
     # Opt-in per loop (`tl.range(..., num_stages=2)`): holding the next tiles costs registers, and on
     # the H200 a second resident program hid latency as well for large matmuls (see benchmarks/NOTES.md).
-    if step is None or step <= 0 or for_op.attrs.get("num_stages", 1) < 2:
+    if step is None or step <= 0 or (max_regs is None and for_op.attrs.get("num_stages", 1) < 2):
         return 0
     dots = [op for op in body.ops if op.name == "tt.dot"]
     if not dots:
@@ -90,6 +92,8 @@ def _pipeline(for_op: Op) -> int:
     plans = [(ld, pure_slice(ld, body)) for ld in loads]
     plans = [(ld, s) for ld, s in plans if s is not None]
     if not plans or not _yields_recomputable(for_op, plans, next(op for op in body.ops if op.name == "tt.dot")):
+        return 0
+    if max_regs is not None and sum(_numel(ld.result.type) * _words(ld.result.type) for ld, _ in plans) > max_regs:
         return 0
     lb, ub = for_op.operands[0], for_op.operands[1]
     iv, iter_args = body.args[0], body.args[1:]
@@ -128,6 +132,18 @@ def _pipeline(for_op: Op) -> int:
         ld.erase()
     extend_for_iter_args(for_op, first)
     return len(plans)
+
+
+def _numel(t) -> int:
+    n = 1
+    for d in t.shape:
+        n *= d
+    return n
+
+
+def _words(t) -> float:
+    """32-bit registers an element takes (elements narrower than a word pack)."""
+    return max(1, getattr(t.scalar, "bits", 32)) / 32
 
 
 def run(module: Module, options=None) -> dict:
