@@ -90,3 +90,20 @@ def test_large_loads_and_loop_bodies_stay(run_pass):
     assert stats == {}
     (loop,) = [op for op in m.kernel.body.ops if op.name == "scf.for"]
     assert [op.name for op in loop.regions[0].ops].count("tt.load") == 2  # the same body, in the loop
+
+
+def test_address_math_above_the_conversion_stays_for_its_other_users(run_pass):
+    """The load's address offset is computed before the conversion and read by another op before it too: only what
+    lies below the conversion moves (moving the offset down past its reader broke the IR: fla's chunk kernels at
+    1-2 warps)."""
+    text = LAYOUTS + BODY.replace("  BARRIER\n", "").replace(
+        "  %xc = ttg.convert_layout %x : tensor<256xf32, #L1>\n  %r1 = tt.make_range {end = 256, start = 0} : "
+        "tensor<256xi32, #L1>\n",
+        "  %r1 = tt.make_range {end = 256, start = 0} : tensor<256xi32, #L1>\n"
+        "  %rf = arith.sitofp %r1 : tensor<256xf32, #L1>\n"
+        "  %xc = ttg.convert_layout %x : tensor<256xf32, #L1>\n").replace(
+        "%s = arith.addf %xc, %y", "%s0 = arith.addf %xc, %y : tensor<256xf32, #L1>\n  %s = arith.addf %s0, %rf")
+    m, stats = run_pass(issue_loads_early, text)  # run_pass verifies the IR
+    assert stats == {"loads_moved": 1}
+    names = [op.name for op in m.kernel.body.ops]
+    assert names.index("tt.make_range", 1) < names.index("ttg.convert_layout")

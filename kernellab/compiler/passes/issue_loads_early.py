@@ -44,13 +44,13 @@ def _hoist(block: Block, i: int) -> bool:
     ops = block.ops
     load = ops[i]
     needed = {id(o) for o in load.operands}
-    slice_ops, target = [load], None
+    slice_ops, target = [(i, load)], None
     for j in range(i - 1, -1, -1):
         op = ops[j]
         if any(id(r) in needed for r in op.results):
             if not _movable(op) or _round_trip(op):
                 break  # the load depends on it
-            slice_ops.append(op)
+            slice_ops.append((j, op))
             needed.update(id(o) for o in op.operands)
             continue
         if op.name == "tt.load":
@@ -62,7 +62,8 @@ def _hoist(block: Block, i: int) -> bool:
     if target is None:
         return False
     anchor = ops[target]
-    for op in reversed(slice_ops):  # program order
+    # only what lies below the anchor moves (up, in program order); address math above it stays where it is
+    for _, op in reversed([(j, op) for j, op in slice_ops if j > target]):
         block.ops.remove(op)
         block.insert(block.ops.index(anchor), op)
     return True
