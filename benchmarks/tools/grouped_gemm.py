@@ -12,31 +12,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-
-def _timeit(fn, reps=20, rounds=7):
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.time()
-    while time.time() - t0 < 0.2:
-        fn()
-    out = []
-    for _ in range(rounds):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(reps):
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        out.append(s.elapsed_time(e) / reps)
-    return sorted(out)[len(out) // 2]
+from benchmarks.tools.tutorial09_matmul import _timeit  # noqa: E402  (one event timer for both tools)
 
 
 def main():

@@ -562,6 +562,14 @@ def _specialize(module: Module, marked: Op, inners: list, num_warps: int) -> str
     return no_turns
 
 
+def _split(module: Module, marked: Op, inners: list, num_warps: int, stats: dict) -> None:
+    """Specialize (raises _Skip where it cannot) and count it; say why attention's consumers take no turns."""
+    no_turns = _specialize(module, marked, inners, num_warps)
+    stats["warp_specialized"] += 1
+    if no_turns:
+        stats["no_turns"] = f"{_line(marked)}: {no_turns}"
+
+
 def run(module: Module, options=None) -> dict:
     stats = {"warp_specialized": 0, "not_specialized": []}
     arch = getattr(options, "arch", 90)
@@ -590,20 +598,14 @@ def run(module: Module, options=None) -> dict:
                    "the producer's slice does not replicate yet")
         if why is None and len(inners) > 1:
             try:
-                no_turns = _specialize(module, marked, inners, num_warps)
-                stats["warp_specialized"] += 1
-                if no_turns:
-                    stats["no_turns"] = f"{_line(marked)}: {no_turns}"
+                _split(module, marked, inners, num_warps, stats)
                 continue
             except _Skip as e:  # the first loop alone, then
                 stats["not_specialized"] += [f"{_line(o)}: not with the loop before it ({e})" for o in inners[1:]]
                 inners = inners[:1]
         if why is None:
             try:
-                no_turns = _specialize(module, marked, inners, num_warps)
-                stats["warp_specialized"] += 1
-                if no_turns:
-                    stats["no_turns"] = f"{_line(marked)}: {no_turns}"
+                _split(module, marked, inners, num_warps, stats)
                 continue
             except _Skip as e:
                 why = str(e)
