@@ -49,16 +49,16 @@ class _Scope:
         return None
 
 
-def _cse_block(block: Block, scope: _Scope, stats: dict):
+def _cse_block(block: Block, scope: _Scope, stats: dict, only=None):
     for op in list(block.ops):
         if op.regions:
             # Combine regions of reduce/scan are applied element by element by the backends; keep
             # them self-contained instead of pointing them at values from outside.
             outer = None if info(op.name).combine_region else scope
             for r in op.regions:
-                _cse_block(r, _Scope(outer), stats)
+                _cse_block(r, _Scope(outer), stats, only)
             continue
-        if not op.results or not is_pure(op):
+        if not op.results or not is_pure(op) or (only is not None and op.name not in only):
             continue
         key = _key(op)
         prev = scope.find(key)
@@ -71,8 +71,9 @@ def _cse_block(block: Block, scope: _Scope, stats: dict):
         stats["merged"] += 1
 
 
-def run(module: Module) -> dict:
+def run(module: Module, only=None) -> dict:
+    """`only`: merge ops of these names alone (a GPU pass reusing this for one kind of op)."""
     stats = {"merged": 0}
     for fn in module.functions:
-        _cse_block(fn.body, _Scope(), stats)
+        _cse_block(fn.body, _Scope(), stats, only)
     return stats
