@@ -51,6 +51,7 @@ from ..rewrite import extend_for_iter_args, insert_before, move_before
 from ..types import TensorType, int1
 from . import dce
 from .dot_stages import I32, Builder, mbarrier_ring, next_op
+from .warpgroup_turns import pass_turn_before_wait
 
 NAME = "warp_specialize"
 DESCRIPTION = "sm_90: a producer warpgroup issues a loop's TMA copies on full/empty mbarriers; the consumers compute"
@@ -372,12 +373,7 @@ def _take_turns(loop: _TmaLoop) -> None:
     the turn is taken again right before p·v. The stages' full and empty mbarriers are the producer's already."""
     loc, body = loop.for_op.loc, loop.body
     first, second = loop.chain
-    first.attrs["wgmma_async"] = True
-    nxt = Builder(next_op(first), loc)
-    nxt.op("ttg.warpgroup_turn", [], [], {"kind": "pass"})
-    done = nxt.op("ttg.dot_wait", [first.result], [first.result.type], {"pending": 0}, [first.result.hint]).result
-    first.result.replace_all_uses_with(done)
-    done.defining_op.set_operand(0, first.result)
+    pass_turn_before_wait(first, loc)
     reads = [d for d in (v.defining_op for v in second.operands) if d is not None and d.block is body and
              d.name == "ttg.memdesc_index"]
     Builder(min(reads, key=body.ops.index) if reads else second, loc).op("ttg.warpgroup_turn", [], [],

@@ -36,6 +36,17 @@ NAME = "warpgroup_turns"
 DESCRIPTION = "attention on two warpgroups: mbarriers instead of CTA barriers, turns on the tensor cores"
 
 
+def pass_turn_before_wait(dot: Op, loc) -> None:
+    """Issue `dot` without waiting, pass the tensor-core turn to the other warpgroup, then wait for the dot's
+    result (its users read the wait's): the step both warpgroup_turns and warp_specialize's turns take."""
+    dot.attrs["wgmma_async"] = True
+    nxt = Builder(next_op(dot), loc)
+    nxt.op("ttg.warpgroup_turn", [], [], {"kind": "pass"})
+    done = nxt.op("ttg.dot_wait", [dot.result], [dot.result.type], {"pending": 0}, [dot.result.hint]).result
+    dot.result.replace_all_uses_with(done)
+    done.defining_op.set_operand(0, dot.result)
+
+
 def _chain(loop: PipelinedLoop):
     """(scores dot, p·v dot, the CTA barrier before the refill) when the pipeline kept attention's second wgmma
     in flight, else None."""
@@ -91,12 +102,7 @@ def _take_turns(loop: PipelinedLoop, first: Op, second: Op, barrier: Op, num_war
     top.op("ttg.mbarrier_wait", [bar, phase], [], {"fence_proxy": True})
     loop.top_wait.erase()
     # q kT is issued without waiting; the turn passes to the other warpgroup before its wait
-    first.attrs["wgmma_async"] = True
-    nxt = Builder(next_op(first), loc)
-    nxt.op("ttg.warpgroup_turn", [], [], {"kind": "pass"})
-    s_done = nxt.op("ttg.dot_wait", [first.result], [first.result.type], {"pending": 0}, [first.result.hint]).result
-    first.result.replace_all_uses_with(s_done)
-    s_done.defining_op.set_operand(0, first.result)
+    pass_turn_before_wait(first, loc)
     # each warp releases the stage right after the wait instead of the barrier; the refill waits for every warp's
     # release only after the softmax, right before p v: by then the other warpgroup has usually released it too
     refill = body.ops[body.ops.index(barrier) + 1:body.ops.index(loop.body_fill.commit) + 1]
