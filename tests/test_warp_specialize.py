@@ -289,8 +289,9 @@ def gpu_case(kernel, kind, cfg, shape, ws):
     assert err < tol, f"relative error {err:.3g}"
 
 
-def _child(*args, timeout=180):
-    code = f"import tests.test_warp_specialize as t; t.gpu_case(*{args!r})"
+def run_in_child(code: str, timeout: float):
+    """Run `code` in a fresh Python (a warp-specialized kernel that hangs on an mbarrier fails the test, not the
+    session)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
         res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -298,6 +299,10 @@ def _child(*args, timeout=180):
     except subprocess.TimeoutExpired:
         pytest.fail(f"no result within {timeout} s: the kernel hangs (an mbarrier wait that never completes?)")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+
+
+def _child(*args, timeout=180):
+    run_in_child(f"import tests.test_warp_specialize as t; t.gpu_case(*{args!r})", timeout)
 
 
 @pytest.mark.gpu

@@ -16,8 +16,6 @@ import math
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,8 @@ import kernellab as kl
 import kernellab.language as tl
 from benchmarks.attention_kernel import LOG2E, attention_desc, make_attention_desc_kernel, make_attention_kernel
 from kernellab.compiler.codegen.lower_warp_specialize import registers
+
+from .test_warp_specialize import run_in_child
 
 ROOT = Path(__file__).resolve().parents[1]
 DESC = make_attention_desc_kernel(kl, tl)
@@ -258,14 +258,7 @@ def gpu_case(text, S, D, BN, stages, warps, causal, ws, host=True):
 
 
 def _child(cases, timeout=300):
-    code = f"import tests.test_warp_specialize_attention as t; t.gpu_cases({cases!r})"
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    try:
-        res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                             timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"no result within {timeout} s: the kernel hangs (an mbarrier wait that never completes?)")
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run_in_child(f"import tests.test_warp_specialize_attention as t; t.gpu_cases({cases!r})", timeout)
 
 
 # (D, BLOCK_N, stages, warps); S: one key block (128), ragged (200, 1000), several (1024)
