@@ -1,11 +1,15 @@
-"""strength_reduce_pointers: a pointer tile rebuilt from the loop counter becomes loop-carried: the tile
-itself in a loop with a dot, else an invariant tile plus a carried scalar offset."""
+"""strength_reduce_pointers: a pointer tile rebuilt from the loop counter becomes loop-carried: an invariant
+tile plus a carried scalar offset (64-bit for a 16-bit dot operand; `KERNELLAB_DOT_POINTER_FORM=tile` carries
+the dot operand's pointer tile instead)."""
+import pytest
 import torch
 
 import kernellab as kl
 import kernellab.language as tl
+from kernellab.compiler.parser import parse_module
 from kernellab.compiler.passes import canonicalize, constant_fold, cse, dce
 from kernellab.compiler.passes import strength_reduce_pointers as sr
+from kernellab.compiler.printer import print_module
 
 
 class _ThenCleanUp:
@@ -69,7 +73,7 @@ CARRIED_1D = """tt.func @k(%pa: !ptr<f16>, %sb: i32, %n: i32) {
 
 def test_offsets_from_the_counter_become_a_carried_offset(check):
     # base + (splat(k*16) + r) * splat(sb): the invariant base + r*sb plus splat(o), o carried from 0 by 16*sb
-    assert check(_ThenCleanUp, REBUILT_1D, CARRIED_1D) == {"carried": 1}
+    assert check(_ThenCleanUp, REBUILT_1D, CARRIED_1D) == {"carried": 1, "offset": 0}
 
 
 REBUILT_2D = """tt.func @k(%pa: !ptr<f16>, %sa: i32, %n: i32) {
@@ -135,7 +139,7 @@ CARRIED_2D = """tt.func @k(%pa: !ptr<f16>, %sa: i32, %n: i32) {
 
 def test_expand_dims_broadcast_and_pointer_chains(check):
     # the store's pointer adds the per-iteration column offset twice: its offset advances twice as fast
-    assert check(_ThenCleanUp, REBUILT_2D, CARRIED_2D) == {"carried": 2}
+    assert check(_ThenCleanUp, REBUILT_2D, CARRIED_2D) == {"carried": 2, "offset": 0}
 
 
 ALREADY_CARRIED = """
@@ -159,7 +163,7 @@ tt.func @k(%pa: !ptr<f16>, %n: i32) {
 
 
 def test_pointers_already_carried_are_left_alone(check):
-    assert check(sr, ALREADY_CARRIED, ALREADY_CARRIED) == {"carried": 0}
+    assert check(sr, ALREADY_CARRIED, ALREADY_CARRIED) == {"carried": 0, "offset": 0}
 
 
 ONE_SPLAT = """
@@ -183,13 +187,13 @@ tt.func @k(%pa: !ptr<f16>, %n: i32) {
 
 
 def test_one_splat_added_per_iteration_is_left_alone(check):
-    assert check(sr, ONE_SPLAT, ONE_SPLAT) == {"carried": 0}
+    assert check(sr, ONE_SPLAT, ONE_SPLAT) == {"carried": 0, "offset": 0}
 
 
 def test_offsets_not_affine_in_the_counter_are_left_alone(check):
     # k * k is not c * k + d
     text = REBUILT_1D.replace("%kk = arith.muli %k, %c16 : i32", "%kk = arith.muli %k, %k : i32")
-    assert check(sr, text, text) == {"carried": 0}
+    assert check(sr, text, text) == {"carried": 0, "offset": 0}
 
 
 def test_offsets_of_another_width_are_left_alone(check):
@@ -199,7 +203,7 @@ def test_offsets_of_another_width_are_left_alone(check):
     text = text.replace("%sbt = tt.splat %sb : tensor<16xi32>", "%sb64 = arith.extsi %sb : i64\n"
                         "  %sbt = tt.splat %sb64 : tensor<16xi64>")
     text = text.replace("%o2 = arith.muli %o, %sbt : tensor<16xi32>", "%o2 = arith.muli %o, %sbt : tensor<16xi64>")
-    assert check(sr, text, text) == {"carried": 0}
+    assert check(sr, text, text) == {"carried": 0, "offset": 0}
 
 
 @kl.jit
@@ -221,7 +225,7 @@ def test_interpreted_results_with_a_start_and_a_step():
     compiled = list(_gather_columns.cache.values())[-1]
     assert "strength_reduce_pointers" in compiled.trace.summary()
     rec = next(p for p in compiled.trace.passes if p.name == "strength_reduce_pointers")
-    assert rec.stats == {"carried": 2}
+    assert rec.stats == {"carried": 2, "offset": 0}
     ref = torch.full((64, 8), float("nan"))
     for k in range(3, 40, 5):
         ref.view(-1)[(k - 3) * 8:(k - 3) * 8 + 16] = (x[k:k + 2] + 1.0).reshape(-1)
@@ -260,11 +264,18 @@ def test_a_loop_without_a_dot_carries_a_scalar_offset():
     assert "!ptr" not in header.split(":")[-1] and "i32" in header.split(":")[-1], header
 
 
-def test_a_loop_with_a_dot_carries_the_pointer_tiles():
+def test_a_loop_with_a_dot_carries_64_bit_offsets():
     a, b = torch.randn(32, 64).half(), torch.randn(64, 32).half()
     ck = _mm.warmup(a, b, torch.empty(32, 32), 64, BM=32, BN=32, BK=16, grid=(1,))
-    header = _loop_header(ck.asm["tile"])
-    assert header.count("!ptr") >= 2, header
+    types = _loop_header(ck.asm["tile"]).split(":")[-1]
+    assert "!ptr" not in types and types.count("i64") == 2, types
+
+
+def test_the_tile_form_stays_behind_its_switch(monkeypatch):
+    monkeypatch.setenv(sr.DOT_FORM_ENV, "tile")
+    a, b = torch.randn(32, 64).half(), torch.randn(64, 32).half()
+    ck = kl.jit(_mm.fn).warmup(a, b, torch.empty(32, 32), 64, BM=32, BN=32, BK=16, grid=(1,))
+    assert _loop_header(ck.asm["tile"]).count("!ptr") >= 2
 
 
 @kl.jit
@@ -283,14 +294,205 @@ def _scores_minus_row(q_ptr, k_ptr, lse_ptr, o_ptr, N, BM: tl.constexpr, BN: tl.
 
 
 def test_a_row_vector_next_to_a_dot_carries_a_scalar_offset():
-    """In a loop with a dot, the dot's operand keeps its carried pointer tile (the pipeliner copies from it); a
-    vector broadcast over the dot's result gets the scalar offset, so later passes can load it in any layout."""
+    """In a loop with a dot, the dot's operand carries a 64-bit offset (the pipeliner copies from base + offset); a
+    vector broadcast over the dot's result gets the 32-bit scalar offset, so later passes can load it in any
+    layout."""
     q, k = torch.randn(16, 16).half(), torch.randn(64, 16).half()
     ck = _scores_minus_row.warmup(q, k, torch.randn(64), torch.empty(16, 16), 64, BM=16, BN=16, D=16, grid=(1,))
     types = _loop_header(ck.asm["tile"]).split(":")[-1]
-    assert types.count("!ptr") == 1 and "tensor<16x16x!ptr<f16>>" in types and " i32" in types, types
+    assert "!ptr" not in types and " i64" in types and " i32" in types, types
     x = torch.empty(16, 16)
     lse = torch.randn(64)
     _scores_minus_row[(1,)](q, k, lse, x, 64, BM=16, BN=16, D=16)
     ref = sum(q.float() @ k[n:n + 16].float().T - lse[n:n + 16][None, :] for n in range(0, 64, 16))
     torch.testing.assert_close(x, ref, atol=1e-2, rtol=1e-2)
+
+
+REBUILT_DOT = """tt.func @k(%pa: !ptr<f16> {tt.divisibility = 16}, %pb: !ptr<f16>, %sa: i32 {tt.divisibility = 16}, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %c16 = arith.constant {value = 16} : i32
+  %rm = tt.make_range {end = 16, start = 0} : tensor<16xi32>
+  %sat = tt.splat %sa : tensor<16xi32>
+  %rows = arith.muli %rm, %sat : tensor<16xi32>
+  %rows2 = tt.expand_dims %rows {axis = 1} : tensor<16x1xi32>
+  %rowsb = tt.broadcast %rows2 : tensor<16x16xi32>
+  %pbase = tt.splat %pa : tensor<16x16x!ptr<f16>>
+  %prow = tt.addptr %pbase, %rowsb : tensor<16x16x!ptr<f16>>
+  %b = tt.splat %pb : tensor<16x16x!ptr<f16>>
+  %bt = tt.load %b : tensor<16x16xf16>
+  %z = arith.constant {value = 0.0} : tensor<16x16xf32>
+  %acc = scf.for %c0, %n, %c1, %z : tensor<16x16xf32> {
+  ^bb(%k: i32, %a0: tensor<16x16xf32>):
+    %kk = arith.muli %k, %c16 : i32
+    %s = tt.splat %kk : tensor<16xi32>
+    %ok = arith.addi %s, %rm : tensor<16xi32>
+    %ok2 = tt.expand_dims %ok {axis = 0} : tensor<1x16xi32>
+    %okb = tt.broadcast %ok2 : tensor<16x16xi32>
+    %p = tt.addptr %prow, %okb : tensor<16x16x!ptr<f16>>
+    %x = tt.load %p : tensor<16x16xf16>
+    %d = tt.dot %x, %bt, %a0 : tensor<16x16xf32>
+    scf.yield %d
+  }
+  tt.print %acc
+  tt.return
+}
+"""
+
+CARRIED_DOT = """tt.func @k(%pa: !ptr<f16> {tt.divisibility = 16}, %pb: !ptr<f16>, %sa: i32 {tt.divisibility = 16}, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %rm = tt.make_range {end = 16, start = 0} : tensor<16xi32>
+  %sat = tt.splat %sa : tensor<16xi32>
+  %rows = arith.muli %rm, %sat : tensor<16xi32>
+  %rows2 = tt.expand_dims %rows {axis = 1} : tensor<16x1xi32>
+  %rowsb = tt.broadcast %rows2 : tensor<16x16xi32>
+  %pbase = tt.splat %pa : tensor<16x16x!ptr<f16>>
+  %prow = tt.addptr %pbase, %rowsb : tensor<16x16x!ptr<f16>>
+  %b = tt.splat %pb : tensor<16x16x!ptr<f16>>
+  %bt = tt.load %b : tensor<16x16xf16>
+  %z = arith.constant {value = 0.0} : tensor<16x16xf32>
+  %0 = tt.expand_dims %rm {axis = 0} : tensor<1x16xi32>
+  %1 = tt.broadcast %0 : tensor<16x16xi32>
+  %2 = tt.addptr %prow, %1 : tensor<16x16x!ptr<f16>>
+  %3 = arith.constant {value = 0} : i64
+  %4 = arith.constant {value = 16} : i64
+  %acc, %5 = scf.for %c0, %n, %c1, %z, %3 : tensor<16x16xf32>, i64 {
+  ^bb(%k: i32, %a0: tensor<16x16xf32>, %p_offset: i64):
+    %6 = tt.splat %p_offset : tensor<16x16xi64>
+    %7 = tt.addptr %2, %6 : tensor<16x16x!ptr<f16>>
+    %x = tt.load %7 : tensor<16x16xf16>
+    %d = tt.dot %x, %bt, %a0 : tensor<16x16xf32>
+    %8 = arith.addi %p_offset, %4 : i64
+    scf.yield %d, %8
+  }
+  tt.print %acc
+  tt.return
+}
+"""
+
+
+def test_a_dot_operand_carries_a_64_bit_offset(check):
+    # the A operand's columns k*16 + r: invariant base + r, plus splat(o), o an i64 from 0 by 16 elements
+    assert check(_ThenCleanUp, REBUILT_DOT, CARRIED_DOT) == {"carried": 1, "offset": 0}
+
+
+def test_a_dot_operand_copied_element_by_element_keeps_its_pointer_tile(check):
+    # rows of an unaligned stride: 2-byte runs, no cp.async; the pointer tile itself is carried (as before)
+    text = REBUILT_DOT.replace("%sa: i32 {tt.divisibility = 16}", "%sa: i32")
+    stats = sr.run(parse_module(text))
+    assert stats == {"carried": 1, "offset": 0}
+    m = parse_module(text)
+    sr.run(m)
+    header = next(line for line in print_module(m, with_locs=False).splitlines() if "scf.for" in line)
+    assert "tensor<16x16x!ptr<f16>>" in header, header
+
+
+USER_CARRIED_DOT = """tt.func @k(%pa: !ptr<f16> {tt.divisibility = 16}, %pb: !ptr<f16>, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %rm = tt.make_range {end = 16, start = 0} : tensor<16xi32>
+  %rm2 = tt.expand_dims %rm {axis = 0} : tensor<1x16xi32>
+  %rmb = tt.broadcast %rm2 : tensor<16x16xi32>
+  %pbase = tt.splat %pa : tensor<16x16x!ptr<f16>>
+  %p0 = tt.addptr %pbase, %rmb : tensor<16x16x!ptr<f16>>
+  %step = arith.constant {value = 16} : tensor<16x16xi32>
+  %b = tt.splat %pb : tensor<16x16x!ptr<f16>>
+  %bt = tt.load %b : tensor<16x16xf16>
+  %z = arith.constant {value = 0.0} : tensor<16x16xf32>
+  %acc, %pl = scf.for %c0, %n, %c1, %z, %p0 : tensor<16x16xf32>, tensor<16x16x!ptr<f16>> {
+  ^bb(%k: i32, %a0: tensor<16x16xf32>, %p: tensor<16x16x!ptr<f16>>):
+    %x = tt.load %p : tensor<16x16xf16>
+    %d = tt.dot %x, %bt, %a0 : tensor<16x16xf32>
+    %pn = tt.addptr %p, %step : tensor<16x16x!ptr<f16>>
+    scf.yield %d, %pn
+  }
+  tt.print %acc
+  tt.return
+}
+"""
+
+USER_CARRIED_DOT_OUT = """tt.func @k(%pa: !ptr<f16> {tt.divisibility = 16}, %pb: !ptr<f16>, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %rm = tt.make_range {end = 16, start = 0} : tensor<16xi32>
+  %rm2 = tt.expand_dims %rm {axis = 0} : tensor<1x16xi32>
+  %rmb = tt.broadcast %rm2 : tensor<16x16xi32>
+  %pbase = tt.splat %pa : tensor<16x16x!ptr<f16>>
+  %p0 = tt.addptr %pbase, %rmb : tensor<16x16x!ptr<f16>>
+  %b = tt.splat %pb : tensor<16x16x!ptr<f16>>
+  %bt = tt.load %b : tensor<16x16xf16>
+  %z = arith.constant {value = 0.0} : tensor<16x16xf32>
+  %0 = arith.constant {value = 16} : i64
+  %1 = arith.constant {value = 0} : i64
+  %acc, %2 = scf.for %c0, %n, %c1, %z, %1 : tensor<16x16xf32>, i64 {
+  ^bb(%k: i32, %a0: tensor<16x16xf32>, %p_offset: i64):
+    %3 = tt.splat %p_offset : tensor<16x16xi64>
+    %4 = tt.addptr %p0, %3 : tensor<16x16x!ptr<f16>>
+    %x = tt.load %4 : tensor<16x16xf16>
+    %d = tt.dot %x, %bt, %a0 : tensor<16x16xf32>
+    %5 = arith.addi %p_offset, %0 : i64
+    scf.yield %d, %5
+  }
+  tt.print %acc
+  tt.return
+}
+"""
+
+
+def test_a_carried_dot_operand_pointer_becomes_a_64_bit_offset(check):
+    # the user's `p += 16`: the first tile plus splat(o), o an i64 from 0 by 16; DCE drops the old tile
+    assert check(_ThenCleanUp, USER_CARRIED_DOT, USER_CARRIED_DOT_OUT) == {"carried": 0, "offset": 1}
+
+
+def test_a_carried_pointer_also_used_after_the_loop_is_left_alone(check):
+    text = USER_CARRIED_DOT.replace("  tt.print %acc\n", "  tt.print %acc\n  %y = tt.load %pl : tensor<16x16xf16>\n"
+                                    "  tt.print %y\n")
+    assert check(sr, text, text) == {"carried": 0, "offset": 0}
+
+
+@kl.jit
+def _mm_rebuilt(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, scm, BM: tl.constexpr, BN: tl.constexpr,
+                BK: tl.constexpr):
+    # pointers rebuilt from k each step (no K mask: K a multiple of BK), ragged M and N through the modulo
+    pm = tl.program_id(0)
+    pn = tl.program_id(1)
+    rm = (pm * BM + tl.arange(0, BM)) % M
+    rn = (pn * BN + tl.arange(0, BN)) % N
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(K // BK):
+        rk = k * BK + tl.arange(0, BK)
+        a = tl.load(a_ptr + rm[:, None] * sam + rk[None, :])
+        b = tl.load(b_ptr + rk[:, None] * sbk + rn[None, :])
+        acc = tl.dot(a, b) + acc
+    om = pm * BM + tl.arange(0, BM)
+    on = pn * BN + tl.arange(0, BN)
+    tl.store(c_ptr + om[:, None] * scm + on[None, :], acc.to(c_ptr.dtype.element_ty),
+             mask=(om[:, None] < M) & (on[None, :] < N))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("form", ["offset64", "tile"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("cfg", [(128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (64, 128, 32, 4, 4)])
+def test_rebuilt_pointer_matmul_gpu(form, dtype, cfg, monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    monkeypatch.setenv(sr.DOT_FORM_ENV, form)
+    kernel = kl.jit(_mm_rebuilt.fn)  # a fresh in-memory cache for each form
+    BM, BN, BK, warps, stages = cfg
+    dt = getattr(torch, dtype)
+    M, N, K = 300, 333, 7 * BK
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(M, K, generator=g).to(dt).cuda()
+    b = torch.randn(K, N, generator=g).to(dt).cuda()
+    c = torch.full((M, N), float("nan"), dtype=dt, device="cuda")
+    grid = (triton_cdiv(M, BM), triton_cdiv(N, BN))
+    kernel[grid](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=BM, BN=BN, BK=BK,
+                      num_warps=warps, num_stages=stages)
+    ref = (a.double() @ b.double()).to(dt)
+    torch.testing.assert_close(c, ref, atol=3e-2, rtol=3e-2)
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b

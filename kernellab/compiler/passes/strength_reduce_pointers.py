@@ -9,13 +9,17 @@ tensor-core wait and the next copies. Here, in an `scf.for`, the pointer of a lo
     P(k) = P0 + splat(c * k + d)       (P0 a loop-invariant tile; c, d loop-invariant scalars)
 
 is recognised by distributing over `+`, `-`, `*` by a uniform invariant (a splat or a constant),
-`expand_dims`, `broadcast` and `addptr`, and carried by the loop in one of two forms (H200, same run):
-- for a load of 16-bit elements that feeds a `tt.dot` (directly or transposed), the pointer tile itself, starting
-  at `P0 + splat(c * lb + d)` and advanced by `splat(c * step)`: the form the pipeliner's copies run fastest (the
-  other form's per-pointer IMAD.WIDE piled up dispatch stalls next to the HGMMAs: a rebuilt-from-k matmul
-  1.00 -> 0.88x Triton);
-- elsewhere (attention backward's row vectors `lse` and `delta`, next to its dots, too), a scalar offset `o`
-  (from `c * lb + d`, by `c * step`) with the pointer rebuilt as `P0 + splat(o)`: one uniform add per
+`expand_dims`, `broadcast` and `addptr`, and carried by the loop in one of these forms:
+- for a load of 16-bit elements that feeds a `tt.dot` (directly or transposed), a 64-bit scalar offset `o`
+  (from `sext(c * lb + d)`, by `sext(c) * sext(step)`) with the pointer rebuilt as `P0 + splat(o)`. ptxas makes
+  each copy's address one 64-bit add (IADD3 + IADD3.X) of a uniform register into a fresh register pair, as in
+  Triton's loop. The two earlier forms cost more next to the HGMMAs: a carried pointer tile
+  (`KERNELLAB_DOT_POINTER_FORM=tile`, kept to measure) is split by ptxas into 32-bit halves that it copies back
+  into a pair before every cp.async (2 IMAD.MOV per copy: 128x128x64/4 warps 142 loop instructions against
+  118 now and Triton's 123; 128x256x64/8 warps 111 against 96 and 105), and a 32-bit offset becomes one
+  IMAD.WIDE per pointer on the FMA pipe (dispatch stalls, a rebuilt-from-k matmul at 0.88x Triton);
+- elsewhere (attention backward's row vectors `lse` and `delta`, next to its dots, too), a 32-bit scalar offset
+  `o` (from `c * lb + d`, by `c * step`), the pointer rebuilt as `P0 + splat(o)`: one uniform add per
   iteration and no 64-bit pointer tile held across the loop (Liger's kl_div forward 0.81 -> 0.93x Triton,
   group_norm 0.87 -> 0.99x).
 
@@ -26,13 +30,23 @@ outside the loop".
 """
 from __future__ import annotations
 
+import os
+
+from ..gpu.axis_info import AxisAnalysis
 from ..ir import Module, Op, Value
 from ..ops import is_elementwise
 from ..rewrite import const_attr, extend_for_iter_args, insert_before, is_defined_inside
-from ..types import PointerType, TensorType
+from ..types import PointerType, TensorType, int64
+
+# the carried form of a dot operand's pointer: "offset64" (default) or "tile", to measure one against the other
+DOT_FORM_ENV = "KERNELLAB_DOT_POINTER_FORM"
+
+
+def _dot_form() -> str:
+    return "tile" if os.environ.get(DOT_FORM_ENV, "").lower() == "tile" else "offset64"
 
 NAME = "strength_reduce_pointers"
-DESCRIPTION = "a pointer tile rebuilt from the loop counter is carried (the tile with a dot, else a scalar offset)"
+DESCRIPTION = "a pointer tile rebuilt from the loop counter is carried as a scalar offset (64-bit for a dot operand)"
 
 _INV = "invariant"
 _SHAPE_OPS = ("tt.expand_dims", "tt.broadcast")
@@ -190,7 +204,23 @@ class _Loop:
         return op.result
 
 
-def _rewrite(root: Op, loop: Op, state: _Loop) -> Op | None:
+def _copied_async(ld: Op, axis: AxisAnalysis) -> bool:
+    """Whether the pipeliner can copy `ld`'s tile by cp.async (runs of at least 4 bytes: contiguous, aligned
+    and under one mask value). Only such copies pay for a carried 64-bit pointer tile (ptxas copies its halves
+    into a pair before each cp.async); a tile loaded element by element keeps the carried pointers, whose
+    one 64-bit add per pointer is as cheap as base + offset there (the corpus's ragged 32x32 matmul: 122 loop
+    instructions against 143)."""
+    ptr = ld.operands[0]
+    info = axis[ptr]
+    fast = max(range(len(info.contig)), key=lambda d: (info.contig[d], d))
+    ebytes = max(1, ptr.type.scalar.elem.bits // 8)
+    vec = min(info.contig[fast], 16 // ebytes, max(1, info.div[fast] // ebytes))
+    if len(ld.operands) > 1 and isinstance(ld.operands[1].type, TensorType):
+        vec = min(vec, axis[ld.operands[1]].const[fast])
+    return vec * ebytes >= 4
+
+
+def _rewrite(root: Op, loop: Op, state: _Loop, axis: AxisAnalysis) -> Op | None:
     """Carry `root`'s pointer (or its offset) in `loop`; returns the rebuilt loop, or None when the pointer is
     left alone."""
     ptr = root.operands[0]
@@ -220,7 +250,17 @@ def _rewrite(root: Op, loop: Op, state: _Loop) -> Op | None:
         # a carried tile is one 64-bit pointer per element (Liger's neighborhood attention, 64x64 fp32, 4 warps:
         # 164 registers against 128 with the user's rebuild from the counter, whose per-run bases LLVM keeps)
         return None
-    if feeds_dot:  # the pointer tile itself
+    if (feeds_dot and _dot_form() == "offset64" and (c.type == int64 or c.type.bits < 64)
+            and _copied_async(root, axis)):
+        ext = "arith.extsi" if c.type.kind == "int" else "arith.extui"
+        wide = (lambda x: x) if c.type == int64 else (lambda x: state.emit(ext, [x], int64))
+        init = wide(start)
+        delta = state.emit("arith.muli", [wide(c), wide(step)], int64)
+        carried = body.add_arg(int64, f"{hint}_offset" if hint else None)
+        splat = state.emit("tt.splat", [carried], TensorType(ptr.type.shape, int64), anchor=root)
+        root.set_operand(0, state.emit("tt.addptr", [inv, splat], ptr.type, anchor=root))
+        advanced = state.emit("arith.addi", [carried, delta], int64, anchor=yield_op)
+    elif feeds_dot:  # the pointer tile itself
         init = state.emit("tt.addptr", [inv, state.emit("tt.splat", [start], offsets_type)], ptr.type)
         delta = state.emit("tt.splat", [state.emit("arith.muli", [c, step], c.type)], offsets_type)
         carried = body.add_arg(ptr.type, hint)
@@ -256,6 +296,45 @@ def _feeds_dot(root: Op) -> bool:
     return False
 
 
+def _offset_carried_pointer(loop: Op, i: int, state: _Loop, axis: AxisAnalysis) -> Op | None:
+    """The user's own carried dot-operand pointer (`a_ptrs += BK * sak`): the loop's i-th carried value, a
+    16-bit pointer tile advanced by a uniform invariant step and read only by loads feeding a dot, becomes its
+    initial tile plus a 64-bit scalar offset (the dot-operand form above; DCE then drops the old tile). Returns
+    the rebuilt loop, or None when the value is left alone."""
+    body = loop.regions[0]
+    arg, init, yield_op = body.args[1 + i], loop.operands[3 + i], body.terminator
+    t = arg.type
+    if (not isinstance(t, TensorType) or not isinstance(t.scalar, PointerType) or loop.results[i].uses
+            or init.type != t):
+        return None
+    adv = yield_op.operands[i].defining_op
+    if adv is None or adv.name != "tt.addptr" or adv.operands[0] is not arg or adv.block is not body:
+        return None
+    delta = adv.operands[1]
+    if is_defined_inside(delta, loop) or (const_attr(delta) is None and (
+            delta.defining_op is None or delta.defining_op.name != "tt.splat")):
+        return None
+    loads = [u for u in arg.uses if u is not adv]
+    if len(adv.results[0].uses) != 1 or not loads or any(
+            u.name != "tt.load" or u.operands[0] is not arg or any(x is arg for x in u.operands[1:])
+            or u.block is not body or not _feeds_dot(u) or u.result.type.scalar.bits == 32
+            or not _copied_async(u, axis) for u in loads):
+        return None
+    step = state._scalar_of(delta)
+    if not _is_int(step.type) or (step.type != int64 and step.type.bits >= 64):
+        return None
+    if step.type != int64:
+        step = state.emit("arith.extsi" if step.type.kind == "int" else "arith.extui", [step], int64)
+    offset = body.add_arg(int64, f"{arg.hint}_offset" if arg.hint else None)
+    for u in loads:
+        splat = state.emit("tt.splat", [offset], TensorType(t.shape, int64), anchor=u)
+        u.set_operand(0, state.emit("tt.addptr", [init, splat], t, anchor=u))
+    advanced = state.emit("arith.addi", [offset, step], int64, anchor=yield_op)
+    yield_op.operands.append(advanced)
+    advanced.uses.append(yield_op)
+    return extend_for_iter_args(loop, [state._const(int64, 0)])
+
+
 def _roots(loop: Op) -> list:
     """Loads and stores of this loop (not of loops nested in it)."""
     out = []
@@ -271,22 +350,28 @@ def _roots(loop: Op) -> list:
     return out
 
 
-def _visit(block, stats: dict):
+def _visit(block, stats: dict, axis: AxisAnalysis):
     for op in list(block.ops):
         for r in op.regions:
-            _visit(r, stats)
+            _visit(r, stats, axis)
         if op.name != "scf.for":
             continue
         loop = op
         for root in _roots(loop):
-            new = _rewrite(root, loop, _Loop(loop))
+            new = _rewrite(root, loop, _Loop(loop), axis)
             if new is not None:
                 loop = new
                 stats["carried"] += 1
+        if _dot_form() == "offset64":
+            for i in range(len(loop.operands) - 3):
+                new = _offset_carried_pointer(loop, i, _Loop(loop), axis)
+                if new is not None:
+                    loop = new
+                    stats["offset"] += 1
 
 
 def run(module: Module) -> dict:
-    stats = {"carried": 0}
+    stats = {"carried": 0, "offset": 0}
     for fn in module.functions:
-        _visit(fn.body, stats)
+        _visit(fn.body, stats, AxisAnalysis(fn))  # of the IR as it comes: every load's pointer is in it
     return stats
