@@ -454,11 +454,12 @@ def test_a_carried_pointer_also_used_after_the_loop_is_left_alone(check):
 @kl.jit
 def _mm_rebuilt(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, scm, BM: tl.constexpr, BN: tl.constexpr,
                 BK: tl.constexpr):
-    # pointers rebuilt from k each step (no K mask: K a multiple of BK), ragged M and N through the modulo
+    # pointers rebuilt from k each step (no K mask: K a multiple of BK); the operands' storage is padded to whole
+    # tiles (the loads are unmasked), the store is masked to the ragged M x N
     pm = tl.program_id(0)
     pn = tl.program_id(1)
-    rm = (pm * BM + tl.arange(0, BM)) % M
-    rn = (pn * BN + tl.arange(0, BN)) % N
+    rm = pm * BM + tl.arange(0, BM)
+    rn = pn * BN + tl.arange(0, BN)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k in range(K // BK):
         rk = k * BK + tl.arange(0, BK)
@@ -471,22 +472,45 @@ def _mm_rebuilt(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, scm, BM: tl.constexpr, B
              mask=(om[:, None] < M) & (on[None, :] < N))
 
 
+@kl.jit
+def _mm_carried(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, scm, BM: tl.constexpr, BN: tl.constexpr,
+                BK: tl.constexpr):
+    # the user's own carried pointers (`ptrs += step`), a K mask (K need not be a multiple of BK)
+    pm = tl.program_id(0)
+    pn = tl.program_id(1)
+    rm = pm * BM + tl.arange(0, BM)
+    rn = pn * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :]
+    b_ptrs = b_ptr + rk[:, None] * sbk + rn[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=rk[None, :] < K - k * BK, other=0.0)
+        b = tl.load(b_ptrs, mask=rk[:, None] < K - k * BK, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK
+        b_ptrs += BK * sbk
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :], acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("text", ["rebuilt", "carried"])
 @pytest.mark.parametrize("form", ["offset64", "tile"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("cfg", [(128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (64, 128, 32, 4, 4)])
-def test_rebuilt_pointer_matmul_gpu(form, dtype, cfg, monkeypatch):
+def test_dot_operand_pointer_forms_gpu(text, form, dtype, cfg, monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     monkeypatch.setenv(sr.DOT_FORM_ENV, form)
-    kernel = kl.jit(_mm_rebuilt.fn)  # a fresh in-memory cache for each form
+    kernel = kl.jit({"rebuilt": _mm_rebuilt, "carried": _mm_carried}[text].fn)  # a fresh cache for each form
     BM, BN, BK, warps, stages = cfg
     dt = getattr(torch, dtype)
-    M, N, K = 300, 333, 7 * BK
+    M, N, K = 300, 333, 7 * BK if text == "rebuilt" else 7 * BK - 16
     g = torch.Generator().manual_seed(1)
-    a = torch.randn(M, K, generator=g).to(dt).cuda()
-    b = torch.randn(K, N, generator=g).to(dt).cuda()
-    c = torch.full((M, N), float("nan"), dtype=dt, device="cuda")
+    a = torch.randn(512, K, generator=g).to(dt).cuda()[:M]
+    b = torch.randn(K, 512, generator=g).to(dt).cuda()[:, :N]
+    c = torch.full((M, 336), float("nan"), dtype=dt, device="cuda")[:, :N]
     grid = (triton_cdiv(M, BM), triton_cdiv(N, BN))
     kernel[grid](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=BM, BN=BN, BK=BK,
                       num_warps=warps, num_stages=stages)
@@ -496,3 +520,20 @@ def test_rebuilt_pointer_matmul_gpu(form, dtype, cfg, monkeypatch):
 
 def triton_cdiv(a, b):
     return (a + b - 1) // b
+
+
+def test_carried_dot_operand_pointers_interpreted():
+    """The user's `ptrs += step` rewritten to base + 64-bit offset (aligned rows: the copies can be cp.async),
+    run by the interpreter against float64 with a ragged K (the K mask) and a poisoned, ragged output."""
+    M, N, K = 20, 24, 48  # two K steps of 32, the second half masked
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(32, 64, generator=g).half()[:M, :K]
+    b = torch.randn(64, 32, generator=g).half()[:K, :N]
+    c = torch.full((32, 32), float("nan"))[:M, :N]
+    kernel = kl.jit(_mm_carried.fn)
+    kernel[(2, 2)](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=16, BN=16, BK=32,
+                   bounds="storage")  # the unmasked loads read the padding of the views' storage
+    compiled = list(kernel.cache.values())[-1]
+    rec = next(p for p in compiled.trace.passes if p.name == "strength_reduce_pointers")
+    assert rec.stats == {"carried": 0, "offset": 2}
+    torch.testing.assert_close(c, (a.double() @ b.double()).float(), atol=1e-2, rtol=1e-2)
