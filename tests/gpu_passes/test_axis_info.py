@@ -234,3 +234,31 @@ tt.func @k(%n: i32 {{tt.divisibility = 16}}) {{
                 vals = [fn(n, o) if swapped else fn(o, n) for o in range(64)]
                 runs = [vals[i:i + k] for i in range(0, 64, k)]
                 assert all(len(set(r)) == 1 for r in runs), (pred, swapped, n, k)
+
+
+BLOCK_PTR_LOAD = """
+tt.func @k(%d: !ptr<i32> {tt.divisibility = 16}, %p: !ptr<i32> {tt.divisibility = 16}) {
+  %c0 = arith.constant {value = 0} : i32
+  %s8 = arith.constant {value = 8} : i64
+  %s32 = arith.constant {value = 32} : i64
+  %one = arith.constant {value = 1} : i64
+  %bp = tt.make_block_ptr %d, %s8, %s32, %s32, %one, %c0, %c0 {block_shape = [8, 32], order = [1, 0]} : !blockptr<i32, 8x32>
+  %v = tt.load %bp {boundary_check = [0, 1], padding = "zero"} : tensor<8x32xi32>
+  %k1 = arith.constant {value = 1} : tensor<8x32xi32>
+  %w = arith.addi %v, %k1 : tensor<8x32xi32>
+  %ps = tt.splat %p : tensor<8x32x!ptr<i32>>
+  %same = tt.load %ps : tensor<8x32xi32>
+  %one_p = tt.load %p : i32
+  tt.return
+}
+"""
+
+
+def test_a_block_pointer_load_is_a_tile_of_its_own_rank():
+    """A block pointer's load (tile IR, before block_ptr lowering: a host descriptor's load) has a scalar operand;
+    its tile knows nothing per dimension, at the tile's rank (it was the scalar's rank 1, and the add of the tile
+    raised an IndexError); a tile of pointers loads runs as long as the pointers' own."""
+    info = analyze(BLOCK_PTR_LOAD)
+    assert cdc(info["v"]) == ((1, 1), (1, 1), (1, 1))
+    assert cdc(info["w"]) == ((1, 1), (1, 1), (1, 1))
+    assert info["same"].const == (8, 32) and info["one_p"].rank == 1

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from ..ir import Function, Op, Value
+from ..types import TensorType
 
 MAX_DIV = 1 << 30
 
@@ -248,7 +249,12 @@ class AxisAnalysis:
         if name in ("arith.extsi", "arith.extui", "arith.trunci", "arith.bitcast", "tt.int_to_ptr", "tt.ptr_to_int"):
             return ops[0]
         if name == "tt.load":
-            return AxisInfo((1,) * rank, (1,) * rank, _min_all([o.const for o in ops]))
+            if not isinstance(op.operands[0].type, TensorType):
+                # a block pointer's (or a scalar pointer's) load: its operands are scalars, whose rank-1 infos
+                # say nothing per dimension of the tile (tile IR before block_ptr lowering; a descriptor's load)
+                return unknown(shape)
+            # the loaded values repeat where the pointers (and the mask and other) do
+            return AxisInfo((1,) * rank, (1,) * rank, _min_all([o.const for o in ops if o.rank == rank]))
         if ops and all(o.rank == rank for o in ops) and name.startswith(("arith.", "math.")):
             return AxisInfo((1,) * rank, (1,) * rank, _min_all([o.const for o in ops]))
         return unknown(shape)
