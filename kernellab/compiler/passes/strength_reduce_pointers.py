@@ -10,14 +10,19 @@ tensor-core wait and the next copies. Here, in an `scf.for`, the pointer of a lo
 
 is recognised by distributing over `+`, `-`, `*` by a uniform invariant (a splat or a constant),
 `expand_dims`, `broadcast` and `addptr`, and carried by the loop in one of these forms:
-- for a load of 16-bit elements that feeds a `tt.dot` (directly or transposed), a 64-bit scalar offset `o`
-  (from `sext(c * lb + d)`, by `sext(c) * sext(step)`) with the pointer rebuilt as `P0 + splat(o)`. ptxas makes
+- for a load of 16-bit (or 8-bit) elements that feeds a `tt.dot` of at least 64 rows (directly or transposed) and
+  that the pipeliner copies by cp.async, a 64-bit scalar offset `o` (from `sext(c * lb + d)`, by
+  `sext(c) * sext(step)`) with the pointer rebuilt as `P0 + splat(o)`; the user's own carried pointer tile
+  (`ptrs += step`) becomes its first tile plus such an offset too. ptxas makes
   each copy's address one 64-bit add (IADD3 + IADD3.X) of a uniform register into a fresh register pair, as in
   Triton's loop. The two earlier forms cost more next to the HGMMAs: a carried pointer tile
   (`KERNELLAB_DOT_POINTER_FORM=tile`, kept to measure) is split by ptxas into 32-bit halves that it copies back
   into a pair before every cp.async (2 IMAD.MOV per copy: 128x128x64/4 warps 142 loop instructions against
   118 now and Triton's 123; 128x256x64/8 warps 111 against 96 and 105), and a 32-bit offset becomes one
   IMAD.WIDE per pointer on the FMA pipe (dispatch stalls, a rebuilt-from-k matmul at 0.88x Triton);
+- for a small-M dot's operand (under 64 rows: mma.sync; see `_offset_wins`), or a tile the pipeliner cannot copy
+  by cp.async, the pointer tile itself, starting at `P0 + splat(c * lb + d)` and advanced by `splat(c * step)`
+  (a user's carried tile stays as written);
 - elsewhere (attention backward's row vectors `lse` and `delta`, next to its dots, too), a 32-bit scalar offset
   `o` (from `c * lb + d`, by `c * step`), the pointer rebuilt as `P0 + splat(o)`: one uniform add per
   iteration and no 64-bit pointer tile held across the loop (Liger's kl_div forward 0.81 -> 0.93x Triton,
@@ -26,20 +31,25 @@ is recognised by distributing over `+`, `-`, `*` by a uniform invariant (a splat
 A 32-bit (tf32) dot operand keeps the user's form (see `_rewrite`). Integer arithmetic wraps, so distributing
 is exact up to where the user's own 32-bit offset overflowed, which was already a wrong address. Only pointers
 with at least two tile ops depending on the counter are rewritten. Runs after licm, so "invariant" is "defined
-outside the loop".
+outside the loop"; ends with a DCE sweep, so the replaced pointer tiles and their arithmetic are gone from its
+own output (the lab draws and diffs the IR after every pass).
 """
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 from ..gpu.axis_info import AxisAnalysis
 from ..ir import Module, Op, Value
 from ..ops import is_elementwise
 from ..rewrite import const_attr, extend_for_iter_args, insert_before, is_defined_inside
 from ..types import PointerType, TensorType, int64
+from . import dce
 
 # the carried form of a dot operand's pointer: "offset64" (default) or "tile", to measure one against the other
 DOT_FORM_ENV = "KERNELLAB_DOT_POINTER_FORM"
+# the fewest rows of a dot whose operands get the offset form (sm_90's wgmma takes 64 rows a warpgroup)
+OFFSET_MIN_M = 64
 
 
 def _dot_form() -> str:
@@ -198,6 +208,16 @@ class _Loop:
     def _const(self, type, value) -> Value:
         return self.emit("arith.constant", [], type, {"value": value})
 
+    def wide(self, x: Value) -> Value:
+        """`x` (an integer scalar of at most 64 bits) as i64: a constant as a new constant, else extended by its
+        signedness."""
+        if x.type == int64:
+            return x
+        k = const_attr(x)
+        if isinstance(k, int) and not isinstance(k, bool):
+            return self._const(int64, k)
+        return self.emit("arith.extsi" if x.type.kind == "int" else "arith.extui", [x], int64)
+
     def emit(self, name, operands, type, attrs=None, anchor=None) -> Value:
         op = Op(name, operands, [type], attrs or {}, (), self.loop.loc)
         insert_before(anchor or self.loop, op)
@@ -220,7 +240,7 @@ def _copied_async(ld: Op, axis: AxisAnalysis) -> bool:
     return vec * ebytes >= 4
 
 
-def _rewrite(root: Op, loop: Op, state: _Loop, axis: AxisAnalysis) -> Op | None:
+def _rewrite(root: Op, loop: Op, state: _Loop, axis: Callable[[], AxisAnalysis]) -> Op | None:
     """Carry `root`'s pointer (or its offset) in `loop`; returns the rebuilt loop, or None when the pointer is
     left alone."""
     ptr = root.operands[0]
@@ -250,12 +270,9 @@ def _rewrite(root: Op, loop: Op, state: _Loop, axis: AxisAnalysis) -> Op | None:
         # a carried tile is one 64-bit pointer per element (Liger's neighborhood attention, 64x64 fp32, 4 warps:
         # 164 registers against 128 with the user's rebuild from the counter, whose per-run bases LLVM keeps)
         return None
-    if (feeds_dot and _dot_form() == "offset64" and (c.type == int64 or c.type.bits < 64)
-            and _copied_async(root, axis)):
-        ext = "arith.extsi" if c.type.kind == "int" else "arith.extui"
-        wide = (lambda x: x) if c.type == int64 else (lambda x: state.emit(ext, [x], int64))
-        init = wide(start)
-        delta = state.emit("arith.muli", [wide(c), wide(step)], int64)
+    if feeds_dot and (c.type == int64 or c.type.bits < 64) and _offset_wins(root, axis):
+        init = state.wide(start)
+        delta = state.emit("arith.muli", [state.wide(c), state.wide(step)], int64)
         carried = body.add_arg(int64, f"{hint}_offset" if hint else None)
         splat = state.emit("tt.splat", [carried], TensorType(ptr.type.shape, int64), anchor=root)
         root.set_operand(0, state.emit("tt.addptr", [inv, splat], ptr.type, anchor=root))
@@ -278,25 +295,48 @@ def _rewrite(root: Op, loop: Op, state: _Loop, axis: AxisAnalysis) -> Op | None:
     return extend_for_iter_args(loop, [init])
 
 
-def _feeds_dot(root: Op) -> bool:
-    """Whether `root` is a load whose tile reaches a dot operand through elementwise ops and transposes (not
-    through a broadcast). Such a pointer stays a carried tile; a vector read next to the dots and broadcast over
-    their tiles (a row statistic) gets the scalar offset, which later passes can re-derive in any layout."""
+def _dots_fed(root: Op) -> list:
+    """The dots `root`'s tile reaches as an operand through elementwise ops and transposes (not through a
+    broadcast); empty when `root` is not a load. Such a pointer stays a carried tile (or a 64-bit offset); a vector
+    read next to the dots and broadcast over their tiles (a row statistic) gets the scalar offset, which later
+    passes can re-derive in any layout."""
     if root.name != "tt.load":
-        return False
-    work, seen = [root.result], set()
+        return []
+    work, seen, dots = [root.result], set(), []
     while work:
         v = work.pop()
         for u in v.uses:
             if u.name == "tt.dot":
-                return True
-            if id(u) not in seen and (u.name == "tt.trans" or is_elementwise(u.name)):
+                if all(d is not u for d in dots):
+                    dots.append(u)
+            elif id(u) not in seen and (u.name == "tt.trans" or is_elementwise(u.name)):
                 seen.add(id(u))
                 work.extend(u.results)
-    return False
+    return dots
 
 
-def _offset_carried_pointer(loop: Op, i: int, state: _Loop, axis: AxisAnalysis) -> Op | None:
+def _feeds_dot(root: Op) -> bool:
+    return bool(_dots_fed(root))
+
+
+def _offset_wins(ld: Op, axis: Callable[[], AxisAnalysis]) -> bool:
+    """Whether `ld`, a load feeding dots, gets the 64-bit offset form (else the pointer tile): the form is asked
+    for, every dot it feeds has at least OFFSET_MIN_M rows and the pipeliner copies the tile by cp.async. Decided
+    on the tile IR alone (it is shared by num_warps / num_stages), by ptxas on sm_90a, 4 warps (registers /
+    spilled bytes / loop SASS, tile form -> offset form):
+    - 64 rows and more, the loop shorter at the same spills: 128x128x64 142 -> 118 (Triton 123), 128x256x64/8w
+      111 -> 96 (Triton 105), 64x128x64 98 -> 93, user-carried 64x256x64 149 -> 138; sm_80's mma.sync at
+      128x128x64 too, 270 -> 245 (64x128x32's small tiles: 61 -> 64, about even);
+    - a small-M dot (BLOCK_M <= 32, mma.sync) loses: 16x32x256 60/0/157 -> 72/8/158 (Triton 64 registers),
+      16x32x128/6 stages 89 -> 95, 16x32x64/8w 56 -> 65, sm_80 32x64x128 76/0/150 -> 72/8/166: its few copies
+      a thread gain nothing and the base tile held beside the ldmatrix addresses costs registers."""
+    if _dot_form() != "offset64":
+        return False
+    dots = _dots_fed(ld)
+    return bool(dots) and all(d.result.type.shape[-2] >= OFFSET_MIN_M for d in dots) and _copied_async(ld, axis())
+
+
+def _offset_carried_pointer(loop: Op, i: int, state: _Loop, axis: Callable[[], AxisAnalysis]) -> Op | None:
     """The user's own carried dot-operand pointer (`a_ptrs += BK * sak`): the loop's i-th carried value, a
     16-bit pointer tile advanced by a uniform invariant step and read only by loads feeding a dot, becomes its
     initial tile plus a 64-bit scalar offset (the dot-operand form above; DCE then drops the old tile). Returns
@@ -317,14 +357,12 @@ def _offset_carried_pointer(loop: Op, i: int, state: _Loop, axis: AxisAnalysis) 
     loads = [u for u in arg.uses if u is not adv]
     if len(adv.results[0].uses) != 1 or not loads or any(
             u.name != "tt.load" or u.operands[0] is not arg or any(x is arg for x in u.operands[1:])
-            or u.block is not body or not _feeds_dot(u) or u.result.type.scalar.bits == 32
-            or not _copied_async(u, axis) for u in loads):
+            or u.block is not body or u.result.type.scalar.bits == 32 or not _offset_wins(u, axis) for u in loads):
         return None
     step = state._scalar_of(delta)
     if not _is_int(step.type) or (step.type != int64 and step.type.bits >= 64):
         return None
-    if step.type != int64:
-        step = state.emit("arith.extsi" if step.type.kind == "int" else "arith.extui", [step], int64)
+    step = state.wide(step)
     offset = body.add_arg(int64, f"{arg.hint}_offset" if arg.hint else None)
     for u in loads:
         splat = state.emit("tt.splat", [offset], TensorType(t.shape, int64), anchor=u)
@@ -350,7 +388,7 @@ def _roots(loop: Op) -> list:
     return out
 
 
-def _visit(block, stats: dict, axis: AxisAnalysis):
+def _visit(block, stats: dict, axis: Callable[[], AxisAnalysis]):
     for op in list(block.ops):
         for r in op.regions:
             _visit(r, stats, axis)
@@ -373,5 +411,20 @@ def _visit(block, stats: dict, axis: AxisAnalysis):
 def run(module: Module) -> dict:
     stats = {"carried": 0, "offset": 0}
     for fn in module.functions:
-        _visit(fn.body, stats, AxisAnalysis(fn))  # of the IR as it comes: every load's pointer is in it
+        found: list = []
+
+        def axis(fn=fn, found=found) -> AxisAnalysis:
+            """The axis analysis of the function as it came, made on first need (only a dot operand's load asks):
+            every load's pointer and mask are in it, and rewrites keep those values."""
+            if not found:
+                found.append(AxisAnalysis(fn))
+            return found[0]
+
+        before = stats["carried"] + stats["offset"]
+        _visit(fn.body, stats, axis)
+        if stats["carried"] + stats["offset"] != before:
+            # what the rewrite left dead goes now, not at the pipeline's next DCE: the user's carried pointer
+            # tile and its advance, a rebuilt pointer's per-iteration arithmetic, the pieces of a failed split
+            # (the IR after this pass is what the lab draws and diffs)
+            dce.sweep_block(fn.body)
     return stats
