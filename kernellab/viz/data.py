@@ -77,6 +77,7 @@ def ir_diff(before: str, after: str) -> list[tuple[str, str]]:
 
 
 _WORD = re.compile(r"\s+|[\w.%#$@]+|[^\w\s]")
+_NUMBERED = re.compile(r"%\d+\b")  # a value named by its number only (`%12`, not `%acc_1`)
 
 
 def word_ranges(before: str, after: str) -> tuple[list, list]:
@@ -107,11 +108,17 @@ def ir_diff_words(before: str, after: str) -> list[tuple[str, str, list | None]]
             continue
         dels = [("del", line, None) for line in a[i1:i2]]
         adds = [("add", line, None) for line in b[j1:j2]]
+        # lines are compared with their numbered values' names masked: a pass that inserts ops renumbers the
+        # values after them, and `%31 = tt.broadcast %29` must pair with `%33 = tt.broadcast %31`, not with the
+        # next line's `%34 = tt.broadcast %32` whose digits happen to agree more (the marked words still show the
+        # new numbers)
+        keys = [_NUMBERED.sub("%", line) for _, line, _ in adds]
         j = 0
         for k in range(len(dels)):  # pair in order: each removed line with the most similar of the next few added
             x, best, at = dels[k][1], 0.6, None
+            key = _NUMBERED.sub("%", x)
             for m in range(j, min(j + 8, len(adds))):
-                sm = difflib.SequenceMatcher(None, x, adds[m][1], autojunk=False)
+                sm = difflib.SequenceMatcher(None, key, keys[m], autojunk=False)
                 if sm.real_quick_ratio() > best and sm.quick_ratio() > best and sm.ratio() > best:
                     best, at = sm.ratio(), m
             if at is not None:
