@@ -178,6 +178,32 @@ def dot_plus_tile(A, B, D, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: t
     tl.store(C + rm[:, None] * N + rn[None, :], acc + d, mask=mask)
 
 
+PLUS_TILES = [(128, 128, 32, 8), (64, 64, 32, 4), (128, 64, 32, 4)]
+
+
+@needs_ptxas
+@pytest.mark.parametrize("bm, bn, bk, warps", PLUS_TILES)
+def test_sm90_accumulator_plus_blocked_tile_converts_both_ways(bm, bn, bk, warps, tmp_path, monkeypatch):
+    """D goes into the accumulator's layout (ld.shared.v2 pairs at the 32-byte pad) and the sum out to the store
+    layout (st.shared.v2 pairs); Triton 3.6 converts the same two ways."""
+    from kernellab.compiler.codegen.target import Target
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("KERNELLAB_MMA32_PAD", raising=False)
+    _fresh(dot_plus_tile)
+    M, N, K = 300, 328, 136
+    a, b = torch.empty(M, K, dtype=torch.float16), torch.empty(K, N, dtype=torch.float16)
+    d, c = torch.empty(M, N), torch.empty(M, N)
+    ck = dot_plus_tile.warmup(a, b, d, c, M, N, K, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=2, grid=(1,))
+    ck.build_gpu(Target(90))
+    assert ck.asm["cubin"][:4] == b"\x7fELF" and ck.n_spills == 0
+    per_thread = bm * bn // (32 * warps)
+    ptx = ck.asm["ptx"]
+    assert len(re.findall(r"ld\.shared\.v2\.b32", ptx)) == per_thread // 2
+    assert len(re.findall(r"st\.shared\.v2\.b32", ptx)) == per_thread // 2
+    assert f"+{8 * (bn + 8) * 4}]" in ptx  # 8 rows of the 32-byte-padded scratch
+
+
 def _operands(M, N, K, ab, cd, seed=0):
     g = torch.Generator().manual_seed(seed)
     a = (torch.randn(M, K, generator=g) + 0.25).to(ab).cuda()
@@ -223,7 +249,7 @@ def test_gpu_16bit_both_forms(stmatrix, tile, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("bm, bn, bk, warps", [(128, 128, 32, 4), (128, 256, 64, 8), (64, 64, 32, 4)])
+@pytest.mark.parametrize("bm, bn, bk, warps", PLUS_TILES)
 @pytest.mark.parametrize("pad", [None, "16"], ids=["pad-new", "pad16"])
 def test_gpu_accumulator_plus_blocked_tile(bm, bn, bk, warps, pad, monkeypatch):
     if pad is None:
