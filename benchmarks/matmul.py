@@ -271,8 +271,8 @@ def main(argv=None):
                     help="KERNELLAB_WARP_SPECIALIZE=1: kernellab's TMA dot loops (the fp8 'bp' rows) get a producer "
                     "warpgroup (passes/warp_specialize.py)")
     ap.add_argument("--also-env", action="append", default=[], metavar="VAR=VALUE",
-                    help="one more kernellab column (fp16/bf16 rows) built with this codegen switch, e.g. "
-                    "KERNELLAB_MMA32_PAD=16 or KERNELLAB_STMATRIX=0; repeatable")
+                    help="one more kernellab column (the fp16, bf16 and --fp32-out rows) built with this codegen "
+                    "switch, e.g. KERNELLAB_MMA32_PAD=16 or KERNELLAB_STMATRIX=0; repeatable")
     ap.add_argument("--fp32-out", action="store_true",
                     help="also fp16 operands with an fp32 output (the accumulator stored as is; no cuBLAS column)")
     args = ap.parse_args(argv)
