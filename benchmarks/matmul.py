@@ -8,10 +8,15 @@ and prints TFLOP/s and ratios.
     python benchmarks/matmul.py          # needs a CUDA GPU, torch and (for the comparison) triton
     python benchmarks/matmul.py --fp8    # the fp8 rows only ("bp": the block-pointer text, TMA in kernellab)
     python benchmarks/matmul.py --fp8 --warp-specialize   # kernellab's TMA loops (the "bp" rows) warp-specialized
+    python benchmarks/matmul.py --no-fp8 --also-env KERNELLAB_STMATRIX=0   # one more kernellab column, built
+                                                         # with a codegen switch, timed in the same run
+    python benchmarks/matmul.py --no-fp8 --fp32-out --also-env KERNELLAB_MMA32_PAD=16   # fp16 in, fp32 out rows
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
+import os
 import platform
 import sys
 from pathlib import Path
@@ -163,6 +168,34 @@ def implementations():
     return impls, triton.__version__
 
 
+@contextlib.contextmanager
+def env_setting(setting: str | None):
+    """`VAR=VALUE` set around a launch (the switch acts when that launch compiles; the compile cache keys on it),
+    then restored. None: nothing."""
+    if not setting:
+        yield
+        return
+    var, _, value = setting.partition("=")
+    old = os.environ.get(var)
+    os.environ[var] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = old
+
+
+def also_env_implementations(settings) -> dict:
+    """{"kernellab[VAR=VALUE]": (a fresh kernellab kernel of the same text, "VAR=VALUE")}: each compiles its own
+    specializations with the switch set (a fresh jit object: no in-memory specialization is shared)."""
+    import kernellab
+    import kernellab.language as kltl
+
+    return {f"kernellab[{s}]": (matmul_kernel_for(kernellab, kltl), s) for s in settings}
+
+
 def fp8_implementations(kernel_for=None):
     """One fp8 kernel text (`fp8_matmul_kernel_for` by default) for kernellab and (when installed) Triton."""
     import kernellab
@@ -237,36 +270,51 @@ def main(argv=None):
     ap.add_argument("--warp-specialize", action="store_true",
                     help="KERNELLAB_WARP_SPECIALIZE=1: kernellab's TMA dot loops (the fp8 'bp' rows) get a producer "
                     "warpgroup (passes/warp_specialize.py)")
+    ap.add_argument("--also-env", action="append", default=[], metavar="VAR=VALUE",
+                    help="one more kernellab column (the fp16, bf16 and --fp32-out rows) built with this codegen "
+                    "switch, e.g. KERNELLAB_MMA32_PAD=16 or KERNELLAB_STMATRIX=0; repeatable")
+    ap.add_argument("--fp32-out", action="store_true",
+                    help="also fp16 operands with an fp32 output (the accumulator stored as is; no cuBLAS column)")
     args = ap.parse_args(argv)
     if args.warp_specialize:
-        import os
-
         os.environ["KERNELLAB_WARP_SPECIALIZE"] = "1"
     impls, triton_version = implementations()
+    impls = {name: (k, None) for name, k in impls.items()}
+    impls.update(also_env_implementations(args.also_env))
     shapes = [(s, s, s) for s in (1024, 2048, 4096, 8192)] + [(8192, 8192, 1024), (16, 4096, 4096)]
     rows = []
     print(f"{'case':<28} {'kl TF/s':>8} {'triton':>8} {'cuBLAS':>8}  kl/cuBLAS kl/triton", flush=True)
-    for dtype in () if args.fp8 else (torch.float16, torch.bfloat16):
+    dtypes = [(torch.float16, torch.float16), (torch.bfloat16, torch.bfloat16)]
+    if args.fp32_out:
+        dtypes.append((torch.float16, torch.float32))
+    for dtype, out_dtype in () if args.fp8 else dtypes:
         for M, N, K in shapes:
             g = torch.Generator(device="cuda").manual_seed(M + N + K)
             a = torch.randn(M, K, device="cuda", generator=g).to(dtype)
             b = torch.randn(K, N, device="cuda", generator=g).to(dtype)
             ref = a.float() @ b.float()
             flops = 2 * M * N * K
-            row = {"case": f"{str(dtype)[6:]} {M}x{N}x{K}", "flops": flops}
-            for name, k in impls.items():
-                c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+            out = "" if out_dtype == dtype else "->fp32"
+            row = {"case": f"{str(dtype)[6:]}{out} {M}x{N}x{K}", "flops": flops}
+            for name, (k, setting) in impls.items():
+                c = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)
+
+                def run(k=k, c=c, setting=setting):
+                    with env_setting(setting):
+                        return launch(k, a, b, c)
+
                 try:
-                    compiled = launch(k, a, b, c)
+                    compiled = run()
                     torch.cuda.synchronize()
                     err = ((c.float() - ref).norm() / ref.norm()).item()
-                    t = bench(lambda: launch(k, a, b, c))
+                    t = bench(run)
                     row[name] = {"seconds": t, "tflops": flops / t / 1e12, "rel_err": err,
                                  "n_regs": getattr(compiled, "n_regs", None)}
                 except Exception as e:
                     row[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
-            t = bench(lambda: torch.matmul(a, b))
-            row["torch"] = {"seconds": t, "tflops": flops / t / 1e12}
+            if out_dtype == dtype:
+                t = bench(lambda: torch.matmul(a, b))
+                row["torch"] = {"seconds": t, "tflops": flops / t / 1e12}
             rows.append(row)
             print(_fmt(row), flush=True)
     if not args.no_fp8:
@@ -277,7 +325,7 @@ def main(argv=None):
                   "cores (sm_89+)")
     gpu = torch.cuda.get_device_name()
     result = {"date": datetime.date.today().isoformat(), "gpu": gpu, "config": CONFIG, "num_warps": NUM_WARPS,
-              "num_stages": NUM_STAGES,
+              "num_stages": NUM_STAGES, "also_env": args.also_env, "fp32_out": args.fp32_out,
               "fp8": {"config": FP8_CONFIG, "num_warps": FP8_NUM_WARPS, "num_stages": args.fp8_stages,
                       "cuBLAS": "torch._scaled_mm, B column-major, fp32 per-tensor scales, bf16 out"},
               "versions": {"python": platform.python_version(), "torch": torch.__version__,
@@ -301,8 +349,10 @@ def _fmt(row):
             return f"{ra['tflops'] / rb['tflops']:8.2f}"
         return "       -"
 
+    alts = "".join(f"  {name}: {tf(name).strip()} TF/s, {ratio(name, 'kernellab').strip()}x kl, "
+                   f"{ratio(name, 'triton').strip()}x triton" for name in row if name.startswith("kernellab["))
     return f"{row['case']:<28} {tf('kernellab')} {tf('triton')} {tf('torch')}  {ratio('kernellab', 'torch')} " \
-           f"{ratio('kernellab', 'triton')}"
+           f"{ratio('kernellab', 'triton')}{alts}"
 
 
 if __name__ == "__main__":

@@ -547,7 +547,8 @@ def _gpu_cache_key(tile_ir: str, opts, target) -> str:
 # environment variables that change the code generated (switches kept to measure a choice against the other)
 CODEGEN_ENV = ("KERNELLAB_LLVM_LSR", "KERNELLAB_LLVM_SLSR", "KERNELLAB_NVVM_REFLECT", "KERNELLAB_OCCUPANCY_CAP",
                "KERNELLAB_CONVERT_ADDRESSES", "KERNELLAB_PIPELINE_SIDE_LOADS", "KERNELLAB_FLATTEN",
-               "KERNELLAB_WARP_SPECIALIZE", "KERNELLAB_STMATRIX", "KERNELLAB_DOT_POINTER_FORM")
+               "KERNELLAB_WARP_SPECIALIZE", "KERNELLAB_STMATRIX", "KERNELLAB_DOT_POINTER_FORM",
+               "KERNELLAB_MMA32_PAD")
 
 
 def _load_cached(key, trace):

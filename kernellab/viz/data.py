@@ -467,7 +467,9 @@ def _buffer_banks(op, snap: Snapshot, num_warps: int):
         # padded rows and vector accesses, as codegen lowers it
         t = values[operands[0]]
         shape, eb = tuple(t.shape), t.elem_bytes
-        pitch = LM.conversion_pitch(shape, eb)
+        lays = [LM.as_layout(layout_of(v)) if v and layout_of(v) else None
+                for v in (operands[0], results[0] if results else None)]
+        pitch = LM.conversion_pitch(shape, eb, lays)
         for side, v in (("write", operands[0]), ("read", results[0] if results else None)):
             lay = layout_of(v) if v else None
             if lay:

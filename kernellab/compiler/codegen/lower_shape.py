@@ -6,7 +6,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..gpu.reshape_layout import join_map, register_map, split_map
-from ..gpu.scratch import contiguous_run, conversion_pitch, mem_bytes
+from ..gpu.scratch import contiguous_run, conversion_layouts, conversion_pitch, mem_bytes
 from ..types import MemDescType, TensorType
 from .lower_async import stmatrix_on, stmatrix_plan, store_by_stmatrix
 from .lowering_core import I32, KernelLowering, _cint, const_value, handles, llty, memty
@@ -178,14 +178,15 @@ def _rename(lw: KernelLowering, src, res) -> bool:
 @handles("ttg.convert_layout")
 def _convert(lw: KernelLowering, op):
     """Renamed registers where each thread already holds its elements; otherwise through shared memory: rows
-    padded (conversion_pitch) so column-wise accesses spread over the banks, and each side moving runs of
-    contiguous registers as one vector of up to 16 bytes."""
+    padded (conversion_pitch: 16 bytes, 32 for a 32-bit MMA accumulator) so the rows a warp touches at once
+    spread over the banks, and each side moving runs of contiguous registers as one vector of up to 16 bytes
+    (a 16-bit accumulator on sm_90: stmatrix)."""
     src, res = op.operands[0], op.results[0]
     if _rename(lw, src, res):
         return
     elem, shape = src.type.scalar, src.type.shape
     size = mem_bytes(elem)
-    pitch = conversion_pitch(shape, size)
+    pitch = conversion_pitch(shape, size, conversion_layouts(op))
     ty = memty(elem)
 
     def runs(layout):

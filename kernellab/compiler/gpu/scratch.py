@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..types import TensorType
-from .layouts import Blocked, Slice
+from .layouts import Blocked, Mma, Slice
 
 
 def mem_bytes(t) -> int:
@@ -72,7 +72,8 @@ def scratch_bytes(op) -> tuple[int, str]:
     if name == "ttg.convert_layout":
         t = op.operands[0].type
         rows = _numel(t.shape[:-1]) if len(t.shape) else 1
-        return rows * conversion_pitch(t.shape, mem_bytes(t)) * mem_bytes(t), "layout conversion"
+        return rows * conversion_pitch(t.shape, mem_bytes(t), conversion_layouts(op)) * mem_bytes(t), \
+            "layout conversion"
     if name == "tt.reduce":
         t = op.operands[0].type
         w = warps_along(t.layout, op.attrs["axis"], t.shape) if isinstance(t, TensorType) else 1
@@ -282,16 +283,38 @@ def mma_staging(m: int, n: int, k: int, instr: MmaInstr = MMA_INSTRS["f16"]) -> 
     return _align16(m * (k + instr.pad) * instr.esize), _align16(b_elems * instr.esize)
 
 
-def conversion_pitch(shape, elem_bytes: int) -> int:
+def conversion_pitch(shape, elem_bytes: int, layouts=()) -> int:
     """Elements from one row of a layout conversion's scratch to the next. A 2-D tile whose rows are a
-    multiple of 128 bytes long gets 16 bytes of padding per row: unpadded, every row starts in bank 0, so a
-    warp touching 8 rows at once (an MMA accumulator: 8 rows x 16 bytes) would hit the same 4 banks 8 times;
-    padded, each row starts 4 banks further."""
+    multiple of 128 bytes long gets padding per row, so that the rows a warp touches at once start in
+    different banks (unpadded, every row starts in bank 0).
+
+    An MMA accumulator side (`layouts` holds the conversion's two layouts) writes or reads 8 rows per warp
+    access, 4 lanes per row, each lane one register pair: 16-bit elements are 4 lanes x 4 bytes = 16 bytes a
+    row (and stmatrix's 8x8 matrices are 16-byte rows too), so 16 bytes of padding puts row r at banks
+    4r..4r+3 and the 8 rows on 32 distinct banks. 32-bit elements are 4 lanes x 8 bytes = 32 bytes a row, moved
+    as 8-byte accesses, which the hardware runs as two 16-lane phases of 4 rows each: 16 bytes of padding
+    overlaps rows r and r+1 on 4 banks (2 wavefronts a phase), 32 bytes puts the phase's 4 rows on banks
+    8r..8r+7, all 32 once. Other 32-bit conversions keep 16 bytes (column-wise accesses spread over 8 banks
+    rather than 4). KERNELLAB_MMA32_PAD=16 gives the MMA side 16 bytes again (kept to time the two)."""
     if not shape:
         return 1
     if len(shape) != 2 or shape[0] == 1 or (shape[1] * elem_bytes) % 128 or elem_bytes > 16:
         return shape[-1]
-    return shape[-1] + 16 // elem_bytes
+    pad = 16
+    if elem_bytes == 4 and _mma_pad32() and any(isinstance(lay, Mma) for lay in layouts):
+        pad = 32
+    return shape[-1] + pad // elem_bytes
+
+
+def _mma_pad32() -> bool:
+    import os
+
+    return os.environ.get("KERNELLAB_MMA32_PAD", "32") != "16"
+
+
+def conversion_layouts(op) -> tuple:
+    """The two layouts of a ttg.convert_layout (what `conversion_pitch` pads for)."""
+    return tuple(getattr(v.type, "layout", None) for v in (op.operands[0], op.results[0]))
 
 
 def contiguous_run(layout, shape, elem_bytes: int, pitch: int) -> int:
