@@ -215,7 +215,9 @@ def main(argv=None):
     if args.warp_specialize:
         desc = make_attention_desc_kernel(kernellab, kltl)
         ws_impls = {"kernellab": (kernellab, desc, functools.partial(attention_desc, warp_specialize=True)),
-                    "kernellab_nows": (kernellab, desc, attention_desc)}
+                    "kernellab_nows": (kernellab, desc, attention_desc),
+                    # the loop left unmarked (WS=None): kernellab's own choice (passes/warp_specialize.py's default)
+                    "kernellab_default": (kernellab, desc, functools.partial(attention_desc, warp_specialize=None))}
     bwd_impls = {"kernellab": (kernellab, impls["kernellab"][1], make_attention_bwd_kernels(kernellab, kltl))}
     triton_skipped = None
     try:
@@ -319,6 +321,8 @@ def _fmt(row):
                                                                             tr["seconds_dkdv_dq"])))
     if "kernellab_nows" in row:  # --warp-specialize: the same text unspecialized, and the ratio to it
         cfg += f"  kl no-ws {tf('kernellab_nows')} ws/no-ws {ratio('kernellab', 'kernellab_nows')}"
+    if "kernellab_default" in row:  # unmarked: specialized or not by kernellab's default
+        cfg += f"  kl unmarked {tf('kernellab_default')} unmarked/no-ws {ratio('kernellab_default', 'kernellab_nows')}"
     return f"{row['case']:<24} {tf('kernellab')} {tf('triton')} {tf('torch')}  {ratio('kernellab', 'torch')} " \
            f"{ratio('kernellab', 'triton')}{cfg}"
 

@@ -190,6 +190,29 @@ def test_unmarked_loop_and_env_knob(tmp_path, monkeypatch):
 
 
 @needs_ptxas
+@pytest.mark.parametrize("D, warps, env, expected", [(128, 8, None, 1), (128, 8, "0", 0), (128, 4, None, 0),
+                                                     (64, 8, None, 0)])
+def test_unmarked_loop_by_default(D, warps, env, expected, tmp_path, monkeypatch):
+    """WS=None (the loop's hint left unsaid): kernellab specializes attention's key loop by default where it measured
+    faster (head dim 128, 8 warps), not at 4 warps or head dim 64, nor under KERNELLAB_WARP_SPECIALIZE=0; an
+    explicit WS=False is never overridden (test_unmarked_loop_and_env_knob)."""
+    from kernellab.compiler.codegen.target import Target
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    if env is None:
+        monkeypatch.delenv("KERNELLAB_WARP_SPECIALIZE", raising=False)
+    else:
+        monkeypatch.setenv("KERNELLAB_WARP_SPECIALIZE", env)
+    stages = 2 if env else 3  # another build: the launch cache in memory is not keyed by the environment
+    ck, *_ = run_desc(1024, D, 128 if D == 128 else 64, stages, warps, True, None, device="cpu", warmup=True)
+    ck.build_gpu(Target(90))
+    stats = ws_stats(ck)
+    assert stats["warp_specialized"] == expected, stats
+    assert ("by_default" in stats) == bool(expected) and "not_specialized" not in stats
+    assert ("setmaxnreg" in ck.asm["ptx"]) == bool(expected)
+
+
+@needs_ptxas
 def test_pointer_text_says_why(tmp_path, monkeypatch):
     """The benchmark's pointer text: its K/V tiles are tensors of pointers, which `fill_stages_with_tma` leaves to
     cp.async (only block pointers and descriptors name a tile TMA can fetch), so the knob leaves the loop alone and
@@ -249,7 +272,7 @@ def gpu_case(text, S, D, BN, stages, warps, causal, ws, host=True):
     else:
         ck, out, lse, ref, ref_lse = run_tutorial(S, D, BN, stages, warps, causal, ws, host, Z=2, H=3, seed=S + D)
     torch.cuda.synchronize()
-    assert ws_stats(ck)["warp_specialized"] == int(ws)
+    assert ws_stats(ck)["warp_specialized"] == (int(ws) if ws is not None else int(D >= 128 and warps == 8))
     assert not torch.isnan(out).any() and not torch.isnan(lse).any(), "unwritten (poisoned) elements"
     err = (out.float() - ref).abs().max().item()
     assert err < 2e-2, f"max |out - ref| = {err:.3g}"
@@ -282,6 +305,16 @@ def test_gpu_desc_text_unspecialized(causal):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     _child([("desc", 1000, 128, 128, 3, 8, causal, False), ("desc", 1024, 64, 64, 3, 4, causal, False)])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_desc_text_unmarked(causal):
+    """WS=None: specialized by default at hd128 / 8 warps, left alone at hd64; both correct."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    _child([("desc", S, 128, 128, 3, 8, causal, None) for S in (200, 1024)]
+           + [("desc", 1000, 128, 64, 3, 8, causal, None), ("desc", 1000, 64, 64, 3, 8, causal, None)])
 
 
 @pytest.mark.gpu

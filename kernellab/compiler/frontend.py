@@ -697,7 +697,7 @@ class CodeGenerator(ast.NodeVisitor):
             out += [unwrap(x) for x in leaves(scope[n]) if isinstance(unwrap(x), tensor) or _is_num(unwrap(x))]
         return out
 
-    def runtime_for(self, node, start, end, step, num_stages=None, flatten=False, warp_specialize=False,
+    def runtime_for(self, node, start, end, step, num_stages=None, flatten=False, warp_specialize=None,
                     unroll=None, disable_licm=False):
         jump = _first_node(node.body, (ast.Break, ast.Continue))
         if jump is not None:
@@ -746,8 +746,8 @@ class CodeGenerator(ast.NodeVisitor):
         attrs = {"num_stages": num_stages} if num_stages is not None else {}
         if flatten:  # a hint for the GPU pipeline (passes/flatten_loops.py); the tile IR's meaning is unchanged
             attrs["flatten"] = True
-        if warp_specialize:  # sm_90: a producer warpgroup issues the loop's TMA copies (passes/warp_specialize.py)
-            attrs["warp_specialize"] = True
+        if warp_specialize is not None:  # sm_90: a producer warpgroup issues the loop's TMA copies
+            attrs["warp_specialize"] = bool(warp_specialize)  # (passes/warp_specialize.py); False: never by default
         if unroll is not None:
             if isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1:
                 raise self.error(node, f"loop_unroll_factor must be a positive constexpr int, got {unroll!r}")

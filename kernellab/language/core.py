@@ -426,11 +426,12 @@ class range:
     iteration, compiler/passes/unroll_loops.py; `flatten`: fuse the
     loop with the one loop nested in it so the pipeliner runs across outer iterations, see
     compiler/passes/flatten_loops.py; `warp_specialize`: on sm_90 a producer warpgroup issues the loop's TMA copies,
-    passes/warp_specialize.py; `disable_licm`: loop-invariant code stays in the loop, for kernellab's licm pass and
+    passes/warp_specialize.py (left unsaid, kernellab specializes attention's key loop where it measured faster);
+    `disable_licm`: loop-invariant code stays in the loop, for kernellab's licm pass and
     LLVM's). Triton's other hints are accepted and do not change the loop."""
 
     def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None,
-                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False, disable_licm=False):
+                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=None, disable_licm=False):
         if arg2 is None:
             self.start, self.end = 0, arg1
         else:
@@ -440,7 +441,8 @@ class range:
         self.loop_unroll_factor = unwrap(loop_unroll_factor)
         self.disable_licm = bool(unwrap(disable_licm))
         self.flatten = bool(unwrap(flatten))
-        self.warp_specialize = bool(unwrap(warp_specialize))
+        ws = unwrap(warp_specialize)  # None: not said (the compiler may choose); True / False: the user's word
+        self.warp_specialize = None if ws is None else bool(ws)
 
 
 class PropagateNan:
