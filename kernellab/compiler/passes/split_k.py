@@ -1,0 +1,343 @@
+"""Split a kernel's dot loop over grid z (split-K), for launches with too few programs to fill the GPU.
+
+A skinny matmul (16x4096x4096 with 128x256 tiles) has 16 programs on 132 SMs; each walks all of K. Here
+program_id(2) = s takes iterations [lo_s, hi_s) of the one top-level loop (carried pointers start advanced by
+lo_s steps), writes its partial accumulator tile to a workspace, and bumps a per-tile counter (acq_rel, gpu
+scope) after a barrier. The split that arrives last sums the S partials in split order (deterministic: the same
+sum whoever arrives last), resets the counter for the next launch and runs the original epilogue on the sum.
+One launch, no second kernel. The workspace and counters are two parameters appended to the kernel; the runtime
+(kernellab/runtime/split_k.py) allocates them, picks S and launches grid (x, y, S).
+
+The pipeline runs this pass only for the split variant of a specialization (the runtime asks for it when the
+launch's grid is small): a kernel it refuses keeps its IR, and the stats say why. Safe only when
+- one top-level loop; its only carried tensor that reaches the epilogue is a dot accumulator starting from zeros
+  (f32 / i32), its other carried values are advanced by a loop-invariant step (or not at all) and dead after it;
+- nothing before the loop or in it writes memory or has a side effect (stores, atomics, prints, asserts);
+- the kernel never reads program_id / num_programs of axis 2 (the launch's grid z is 1: the runtime checks);
+- the loop's step is a positive constant.
+The stats carry what the runtime needs: the accumulator's shape and dtype, and the trip count as an expression
+over the kernel's integer parameters (None when it depends on the program: `auto` then does not split).
+"""
+from __future__ import annotations
+
+from ..ir import Block, Builder, Function, Module, Op, Value
+from ..ops import info, is_pure
+from ..rewrite import const_attr, int_const, is_inside
+from ..types import PointerType, TensorType, float32, int1, int32, int64
+
+NAME = "split_k"
+DESCRIPTION = ("split the dot loop over grid z: each split writes its partial tile, the last to arrive sums them "
+               "in order and runs the epilogue")
+
+WORKSPACE, COUNTERS = "splitk_workspace", "splitk_counters"
+_CONTROL = ("scf.yield", "scf.if", "scf.for", "scf.while", "scf.condition")
+_TRIP_OPS = {"arith.addi": "add", "arith.subi": "sub", "arith.muli": "mul", "arith.divsi": "div",
+             "arith.remsi": "rem", "arith.minsi": "min", "arith.maxsi": "max"}
+
+
+class Refused(Exception):
+    """Why a kernel cannot be split (the pass's stats say it; the runtime launches the kernel unsplit)."""
+
+
+def _writes(op: Op) -> bool:
+    """Whether `op` (not a control-flow op) has an effect besides reading memory."""
+    return not (is_pure(op) or info(op.name).memory == "read")
+
+
+def _find_loop(fn: Function) -> Op:
+    loops = [op for op in fn.body.ops if op.name in ("scf.for", "scf.while")]
+    if len(loops) != 1 or loops[0].name != "scf.for":
+        raise Refused(f"{len(loops)} top-level loops (one scf.for needed)")
+    return loops[0]
+
+
+def _check_effects(fn: Function, loop: Op):
+    for op in fn.walk():
+        if op.name in ("tt.get_program_id", "tt.get_num_programs") and op.attrs.get("axis") == 2:
+            raise Refused("the kernel reads program_id / num_programs of axis 2")
+    for op in fn.body.ops[:fn.body.ops.index(loop)]:
+        if any(_writes(o) for o in op.walk() if o.name not in _CONTROL):
+            raise Refused(f"{op.name} before the loop has a side effect (it would run once per split)")
+    for op in loop.walk():
+        if op is not loop and op.name not in _CONTROL and _writes(op):
+            raise Refused(f"the loop body has a side effect ({op.name})")
+
+
+def _is_zeros(v: Value) -> bool:
+    a = const_attr(v)
+    return a is not None and not isinstance(a, bool) and a == 0 and isinstance(v.type, TensorType) \
+        and v.type.scalar in (float32, int32)
+
+
+def _accumulator(loop: Op, body: Block, yields: list) -> int:
+    """The iter-arg index of the one dot accumulator (zeros in; each dot's result feeds only the next dot or the
+    yield)."""
+    found = []
+    for i, arg in enumerate(body.args[1:]):
+        v = arg
+        while len(v.uses) == 1 and v.uses[0].name == "tt.dot" and v.uses[0].block is body \
+                and v.uses[0].operands[2] is v and v.uses[0].operands[0] is not v and v.uses[0].operands[1] is not v:
+            v = v.uses[0].result
+        if v is not arg and yields[i] is v and len(v.uses) == 1:
+            found.append(i)
+    if len(found) != 1:
+        raise Refused(f"{len(found)} dot accumulators carried by the loop (one needed)")
+    i = found[0]
+    if not _is_zeros(loop.operands[3 + i]):
+        raise Refused("the accumulator does not start from zeros (f32 / i32)")
+    return i
+
+
+def _advance(loop: Op, body: Block, yields: list, i: int):
+    """The loop-invariant step a carried value `i` is advanced by each iteration (None: unchanged)."""
+    arg, y = body.args[1 + i], yields[i]
+    if y is arg:
+        return None
+    d = y.defining_op
+    if d is None or d.block is not body or d.name not in ("tt.addptr", "arith.addi") or d.operands[0] is not arg \
+            or is_inside(_block_of(d.operands[1]), loop) or len(arg.uses) < 1:
+        raise Refused(f"carried value {arg.hint or i} is not advanced by a loop-invariant step")
+    step = d.operands[1]
+    if step.type.scalar not in (int32, int64):
+        raise Refused(f"carried value {arg.hint or i} steps by {step.type}")
+    return d.name, step
+
+
+def _block_of(v: Value):
+    return v.owner if isinstance(v.owner, Block) else v.defining_op.block
+
+
+def _trip_expr(v: Value, fn: Function):
+    """`v` as an expression over the kernel's parameters: ["arg", i] | ["const", n] | [op, a, b]; None if it reads
+    anything else (the program id, memory)."""
+    if v.owner is fn.body:
+        return ["arg", v.index] if v.type in (int32, int64) else None
+    n = int_const(v)
+    if n is not None and v.type in (int32, int64):
+        return ["const", n]
+    d = v.defining_op
+    if d is None or d.block is not fn.body or d.name not in _TRIP_OPS:
+        return None
+    parts = [_trip_expr(o, fn) for o in d.operands]
+    return None if any(p is None for p in parts) else [_TRIP_OPS[d.name], *parts]
+
+
+def evaluate_trip(expr, args) -> int:
+    """The value of a `_trip_expr` for the launch's arguments (C division, as the kernel computes it)."""
+    op = expr[0]
+    if op == "arg":
+        return int(args[expr[1]])
+    if op == "const":
+        return expr[1]
+    a, b = (evaluate_trip(e, args) for e in expr[1:])
+    if op in ("div", "rem"):
+        q = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+        return q if op == "div" else a - q * b
+    return {"add": a + b, "sub": a - b, "mul": a * b, "min": min(a, b), "max": max(a, b)}[op]
+
+
+class _B:
+    """A Builder with the few ops this pass makes, at one source location."""
+
+    def __init__(self, block: Block, before: Op | None, loc):
+        self.b = Builder(block)
+        if before is not None:
+            self.b.set_insertion_point_before(before)
+        self.b.loc = loc
+
+    def op(self, name, operands, t, attrs=None, hint=None):
+        return self.b.create(name, operands, [t] if t is not None else [], attrs, hints=[hint] if t else None)
+
+    def v(self, name, operands, t, attrs=None, hint=None) -> Value:
+        return self.op(name, operands, t, attrs, hint).result
+
+    def const(self, value, t, hint=None) -> Value:
+        return self.v("arith.constant", [], t, {"value": value}, hint)
+
+    def pid(self, axis, num=False, hint=None) -> Value:
+        return self.v("tt.get_num_programs" if num else "tt.get_program_id", [], int32, {"axis": axis}, hint)
+
+    def i(self, name, a, b, hint=None) -> Value:
+        return self.v("arith." + name, [a, b], a.type, None, hint)
+
+
+def _tile_offsets(b: _B, shape) -> Value:
+    """Row-major element offsets of an accumulator tile (1-D or 2-D)."""
+    if len(shape) == 1:
+        return b.v("tt.make_range", [], TensorType(shape, int32), {"end": shape[0], "start": 0})
+    m, n = shape
+    rows = b.v("tt.make_range", [], TensorType((m,), int32), {"end": m, "start": 0})
+    cols = b.v("tt.make_range", [], TensorType((n,), int32), {"end": n, "start": 0})
+    r = b.v("tt.expand_dims", [rows], TensorType((m, 1), int32), {"axis": 1})
+    r = b.i("muli", r, b.const(n, TensorType((m, 1), int32)))
+    c = b.v("tt.expand_dims", [cols], TensorType((1, n), int32), {"axis": 0})
+    r = b.v("tt.broadcast", [r], TensorType(shape, int32))
+    c = b.v("tt.broadcast", [c], TensorType(shape, int32))
+    return b.i("addi", r, c, "splitk_offs")
+
+
+def _slot_ptrs(b: _B, ws: Value, slot: Value, offs: Value, elems: int) -> Value:
+    """Pointers to workspace slot `slot` (an i32 index): ws + slot * elems + offs, the slot offset in 64 bits."""
+    base = b.i("muli", b.v("arith.extsi", [slot], int64), b.const(elems, int64))
+    p = b.v("tt.addptr", [ws, base], ws.type)
+    p = b.v("tt.splat", [p], TensorType(offs.type.shape, ws.type))
+    return b.v("tt.addptr", [p, offs], p.type)
+
+
+def _store_mask(acc: Value, moved: set):
+    """The mask every epilogue store of the accumulator uses, when the accumulator reaches the stores only through
+    elementwise ops of its shape (so the elements outside the mask are never needed); None otherwise."""
+    masks, stack, seen = set(), [acc], set()
+    while stack:
+        v = stack.pop()
+        for u in v.uses:
+            if id(u) not in moved:
+                continue
+            if u.name == "tt.store" and u.operands[0] is not v and len(u.operands) == 3 \
+                    and id(u.operands[2].defining_op) not in moved and u.operands[2].type.shape == acc.type.shape:
+                masks.add(u.operands[2])
+            elif info(u.name).elementwise and is_pure(u) and u.results and u.result.type.shape == acc.type.shape:
+                if id(u) not in seen:
+                    seen.add(id(u))
+                    stack.append(u.result)
+            else:
+                return None
+    return next(iter(masks)) if len(masks) == 1 else None
+
+
+def split(fn: Function) -> dict:
+    """Rewrite `fn` for split-K (raises Refused, leaving `fn` as it was)."""
+    loop = _find_loop(fn)
+    _check_effects(fn, loop)
+    body = loop.regions[0]
+    yields = body.terminator.operands
+    lb, ub, step = loop.operands[:3]
+    st = int_const(step)
+    if st is None or st <= 0 or lb.type != int32:
+        raise Refused("the loop's step is not a positive i32 constant")
+    acc_i = _accumulator(loop, body, yields)
+    advances = {}
+    for i in range(len(yields)):
+        if i == acc_i:
+            continue
+        if loop.results[i].uses:
+            raise Refused(f"carried value {body.args[1 + i].hint or i} is used after the loop")
+        advances[i] = _advance(loop, body, yields, i)
+    if fn.body.terminator is None or fn.body.terminator.name != "tt.return" or fn.body.terminator.operands:
+        raise Refused("the kernel does not end in a plain return")
+    acc = loop.results[acc_i]
+    acc_t = acc.type
+    lb_e, ub_e = _trip_expr(lb, fn), _trip_expr(ub, fn)
+    trip = None if lb_e is None or ub_e is None else ["div", ["add", ["sub", ub_e, lb_e], ["const", st - 1]],
+                                                      ["const", st]]
+
+    # the kernel's new parameters: the fp32 / i32 workspace and the i32 counters
+    ws = fn.body.add_arg(PointerType(acc_t.scalar), WORKSPACE)
+    counters = fn.body.add_arg(PointerType(int32), COUNTERS)
+    fn.arg_attrs.extend([{"tt.divisibility": 16}, {"tt.divisibility": 16}])
+
+    # before the loop: this split's iterations [lo, hi) of n, the first r splits one longer
+    b = _B(fn.body, loop, loop.loc)
+    s, S = b.pid(2, hint="split"), b.pid(2, num=True, hint="splits")
+    one, zero = b.const(1, int32), b.const(0, int32)
+    n = b.i("subi", ub, lb)
+    if st != 1:
+        n = b.i("divsi", b.i("addi", n, b.const(st - 1, int32)), b.const(st, int32))
+    n = b.i("maxsi", n, zero, "trips")
+    q, r = b.i("divsi", n, S), b.i("remsi", n, S)
+    s1 = b.i("addi", s, one)
+    lo_i = b.i("addi", b.i("muli", s, q), b.i("minsi", s, r), "split_lo")
+    hi_i = b.i("addi", b.i("muli", s1, q), b.i("minsi", s1, r), "split_hi")
+    stc = b.const(st, int32)
+    loop.set_operand(0, b.i("addi", lb, b.i("muli", lo_i, stc)))
+    loop.set_operand(1, b.i("addi", lb, b.i("muli", hi_i, stc)))
+    for i, adv in advances.items():
+        if adv is None:
+            continue
+        kind, inc = adv
+        init = loop.operands[3 + i]
+        if kind == "tt.addptr":  # pointer offsets in 64 bits: lo * step may pass 2**31 where each step does not
+            t = inc.type.scalar
+            k = b.v("arith.extsi", [lo_i], int64)
+            inc64 = inc if t == int64 else b.v("arith.extsi", [inc], _like(inc, int64))
+            k = k if not isinstance(inc.type, TensorType) else b.v("tt.splat", [k], _like(inc, int64))
+            new = b.v("tt.addptr", [init, b.i("muli", inc64, k)], init.type, hint=init.hint)
+        else:
+            k = lo_i if inc.type.scalar == int32 else b.v("arith.extsi", [lo_i], int64)
+            k = k if not isinstance(inc.type, TensorType) else b.v("tt.splat", [k], inc.type)
+            new = b.v("arith.addi", [init, b.i("muli", inc, k)], init.type, hint=init.hint)
+        loop.set_operand(3 + i, new)
+
+    # after the loop: the epilogue's pure ops that do not need the sum stay out (the store mask among them);
+    # the rest moves into the last split's branch
+    after = fn.body.ops[fn.body.ops.index(loop) + 1:-1]
+    tainted, moved = {id(x) for x in loop.results}, []
+    for op in after:
+        if not op.regions and is_pure(op) and not any(id(v) in tainted for v in op.operands):
+            continue
+        moved.append(op)
+        for o in op.walk():
+            tainted.update(id(x) for x in o.results)
+    moved_ids = {id(o) for op in moved for o in op.walk()}
+    mask = _store_mask(acc, moved_ids)
+    ret = fn.body.terminator
+    for op in moved:
+        fn.body.ops.remove(op)
+
+    shape, elems = acc_t.shape, 1
+    for d in shape:
+        elems *= d
+    b = _B(fn.body, ret, loop.loc)
+    tile = b.i("addi", b.pid(0), b.i("muli", b.pid(1), b.pid(0, num=True)), "tile")
+    tiles = b.i("muli", b.pid(0, num=True), b.pid(1, num=True), "tiles")
+    offs = _tile_offsets(b, shape)
+    mine = _slot_ptrs(b, ws, b.i("addi", b.i("muli", s, tiles), tile), offs, elems)
+    b.op("tt.store", [mine, acc] + ([mask] if mask is not None else []), None)
+    b.op("tt.debug_barrier", [], None)  # every thread's partial is written before thread 0 releases it
+    cptr = b.v("tt.addptr", [counters, tile], counters.type)
+    old = b.v("tt.atomic_rmw", [cptr, b.const(1, int32)], int32, {"kind": "add", "scope": "gpu", "sem": "acq_rel"},
+              "arrived")
+    last = b.v("arith.cmpi", [old, b.i("subi", S, b.const(1, int32))], int1, {"predicate": "eq"}, "last")
+    then, other = Block(), Block()
+    if_op = b.op("scf.if", [last], None)
+    if_op.regions = [then, other]
+    then.parent = other.parent = if_op
+    Builder(other).create("scf.yield", [], [], loc=loop.loc)
+
+    # the last split: sum the partials in split order, reset the counter, run the epilogue on the sum
+    t = _B(then, None, loop.loc)
+    zeros = t.const(0.0 if acc_t.scalar == float32 else 0, acc_t)
+    red_body = Block([int32, acc_t], ["j", "partial_sum"])
+    red = t.op("scf.for", [t.const(0, int32), S, t.const(1, int32), zeros], acc_t)
+    red.regions = [red_body]
+    red_body.parent = red
+    red.results[0].hint = "splitk_sum"
+    rb = _B(red_body, None, loop.loc)
+    j, part = red_body.args
+    ptrs = _slot_ptrs(rb, ws, rb.i("addi", rb.i("muli", j, tiles), tile), offs, elems)
+    load_ops = [ptrs] + ([mask, rb.const(0.0 if acc_t.scalar == float32 else 0, acc_t)] if mask is not None else [])
+    x = rb.v("tt.load", load_ops, acc_t, {"cache": ".cg"})  # from L2: other SMs wrote it
+    total = rb.v("arith.addf" if acc_t.scalar == float32 else "arith.addi", [part, x], acc_t)
+    rb.op("scf.yield", [total], None)
+    t.op("tt.store", [cptr, t.const(0, int32)], None)
+    total = red.results[0]
+    for op in moved:
+        then.append(op)
+        for o in op.walk():
+            for k, v in enumerate(o.operands):
+                if v is acc:
+                    o.set_operand(k, total)
+    t.op("scf.yield", [], None)
+    return {"split": 1, "acc": [*shape], "acc_dtype": acc_t.scalar.ir, "tile_elems": elems,
+            "trip_count": trip, "masked": int(mask is not None)}
+
+
+def _like(v: Value, elem):
+    return TensorType(v.type.shape, elem) if isinstance(v.type, TensorType) else elem
+
+
+def run(module: Module) -> dict:
+    try:
+        return split(module.kernel)
+    except Refused as e:
+        return {"split": 0, "refused": str(e)}
