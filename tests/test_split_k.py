@@ -1,0 +1,212 @@
+"""Split-K (compiler/passes/split_k.py + runtime/split_k.py): the tutorial matmul text split over grid z gives the
+unsplit kernel's result and torch's float64 product, on the interpreter and the GPU, ragged shapes included."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import kernellab as kl
+import kernellab.language as tl
+from kernellab.runtime import split_k
+from tests.corpus import make_kernels
+
+KNOB = split_k.KNOB
+
+
+@pytest.fixture(scope="module")
+def matmul():
+    return make_kernels(kl, tl)["matmul_kernel"]
+
+
+def _launch(kernel, a, b, c, block=(16, 32, 16), **options):
+    (M, K), N = a.shape, b.shape[1]
+    bm, bn, bk = block
+    grid = (kl.cdiv(M, bm) * kl.cdiv(N, bn),)
+    kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                 BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, **options)
+    return kernel
+
+
+def _operands(M, N, K, dtype=torch.float16, out=torch.float32, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = (torch.rand(M, K, generator=g) * 2 - 1).to(dtype).to(device)
+    b = (torch.rand(K, N, generator=g) * 2 - 1).to(dtype).to(device)
+    c = torch.full((M, N), float("nan"), dtype=out, device=device)  # poisoned: unwritten elements show
+    return a, b, c
+
+
+def _state(kernel):
+    states = [ck._split_state for ck in kernel.cache.values() if getattr(ck, "_split_state", None) is not None]
+    assert states
+    return states[-1]
+
+
+# (M, N, K): M and N not multiples of the 16x32 tile, K not a multiple of BLOCK_K nor of S, K shorter than S
+SHAPES = [(20, 40, 200), (16, 64, 64), (33, 31, 17), (5, 70, 300)]
+
+
+@pytest.mark.parametrize("M,N,K", SHAPES)
+@pytest.mark.parametrize("S", ["3", "4", "7"])
+def test_interpreter_split_matches_unsplit_and_float64(matmul, monkeypatch, M, N, K, S):
+    a, b, c = _operands(M, N, K)
+    monkeypatch.setenv(KNOB, "0")
+    _launch(matmul, a, b, c)
+    unsplit = c.clone()
+    c.fill_(float("nan"))
+    monkeypatch.setenv(KNOB, S)
+    _launch(matmul, a, b, c)
+    st = _state(matmul)
+    assert st.refused is None and st.variant is not None
+    ref = a.double() @ b.double()
+    assert not c.isnan().any()
+    torch.testing.assert_close(c.double(), ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(c, unsplit, rtol=1e-5, atol=1e-5)  # fp32 sums in another order
+    ws, counters = st.buffers(int(S), (kl.cdiv(M, 16) * kl.cdiv(N, 32), 1, 1))
+    assert not counters.any(), "the last split of every tile resets its counter"
+
+
+def test_interpreter_repeated_launches_and_changing_s(matmul, monkeypatch):
+    """The counters come back to zero, so launch after launch (with another S or shape) stays right."""
+    for i, (S, shape) in enumerate([("2", (20, 40, 96)), ("2", (20, 40, 96)), ("5", (20, 40, 96)),
+                                    ("3", (40, 20, 50))]):
+        monkeypatch.setenv(KNOB, S)
+        a, b, c = _operands(*shape, seed=i)
+        _launch(matmul, a, b, c)
+        torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
+
+
+def test_interpreter_fp16_output(matmul, monkeypatch):
+    monkeypatch.setenv(KNOB, "4")
+    a, b, c = _operands(24, 48, 130, out=torch.float16)
+    _launch(matmul, a, b, c)
+    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=2e-3, atol=2e-3)
+
+
+def test_auto_does_not_split_on_the_interpreter_and_off_never_compiles_the_variant(matmul, monkeypatch):
+    for how in ("auto", "0"):
+        monkeypatch.setenv(KNOB, how)
+        a, b, c = _operands(16, 32, 256)
+        ker = make_kernels(kl, tl)["matmul_kernel"]
+        _launch(ker, a, b, c)
+        torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
+        assert all(getattr(ck, "_split_state", None) is None or ck._split_state.variant is None
+                   for ck in ker.cache.values())
+
+
+def test_choose():
+    """auto: fill the SMs once, at least MIN_ITERS iterations a split, at most MAX_SPLITS; big grids never."""
+    assert split_k.choose(64, 16, 132, "auto") == 8  # the skinny 16x4096x4096 at 128x256x64
+    assert split_k.choose(8, 16, 132, "auto") == 2
+    assert split_k.choose(4, 16, 132, "auto") == 1
+    assert split_k.choose(64, 80, 132, "auto") == 1
+    assert split_k.choose(1000, 1, 132, "auto") == split_k.MAX_SPLITS
+    assert split_k.choose(None, 16, 132, "auto") == 1
+    assert split_k.choose(3, 500, 132, 6) == 6
+    assert split_k.choose(64, 16, 132, "off") == 1
+
+
+def test_refused_kernel_runs_unsplit(monkeypatch):
+    """A kernel the pass refuses (a store in its loop) runs as written under a forced S, and says why."""
+    @kl.jit
+    def rows(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+        for i in range(n):
+            x = tl.load(x_ptr + offs[:, None] * BLOCK + offs[None, :])
+            acc = tl.dot(x, x, acc)
+            tl.store(y_ptr + i, tl.sum(tl.sum(acc, axis=1), axis=0))
+        tl.store(x_ptr + offs[:, None] * BLOCK + offs[None, :], acc)
+
+    monkeypatch.setenv(KNOB, "4")
+    x = torch.eye(16) * 0.5
+    y = torch.zeros(3)
+    rows[(1,)](x, y, 3, BLOCK=16)
+    st = _state(rows)
+    assert st.variant is None and "side effect" in st.refused
+    torch.testing.assert_close(y, torch.tensor([4.0, 8.0, 12.0]))
+    torch.testing.assert_close(x, torch.eye(16) * 0.75)
+
+
+def test_split_variant_trace_records_the_pass(matmul, monkeypatch):
+    """The lab reads passes from the trace: the split variant's trace has split_k (changed), after licm, and the
+    viz rows mirror it; the unsplit trace is the pipeline as before."""
+    from kernellab.compiler.pipeline import tile_passes
+    from kernellab.viz import data as D
+
+    monkeypatch.setenv(KNOB, "2")
+    a, b, c = _operands(16, 32, 64)
+    _launch(matmul, a, b, c)
+    st = _state(matmul)
+    names = [p.name for p in st.variant.trace.passes]
+    assert names[names.index("licm") + 1] == "split_k"
+    rec = st.variant.trace.passes[names.index("split_k")]
+    assert rec.changed and rec.stats["split"] == 1 and rec.snapshot is not None
+    assert [r["name"] for r in D.pass_rows(st.variant.trace)] == names
+    assert "split_k" not in [p.name for p in st.ck.trace.passes]
+    assert "split_k" not in [p.NAME for p in tile_passes()]
+
+
+def test_skinny_benchmark_config_builds_without_spills(matmul):
+    """The benchmark's config (128x256x64, 8 warps, 3 stages) at 16x4096x4096: the split variant compiles to a
+    cubin with no spills (ptxas on the CPU)."""
+    from kernellab.runtime.jit import _can_assemble
+
+    if not _can_assemble():
+        pytest.skip("no ptxas")
+    M, N, K = 16, 4096, 4096
+    a, b, c = torch.empty(M, K, dtype=torch.float16), torch.empty(K, N, dtype=torch.float16), \
+        torch.empty(M, N, dtype=torch.float16)
+    ck = matmul.warmup(a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                       BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, grid=(1,))
+    st = split_k.state(matmul, ck)
+    v = st.get_variant()
+    assert v is not None and st.stats["masked"] == 1
+    assert split_k.evaluate_trip(st.stats["trip_count"], [0, 0, 0, M, N, K]) == 64
+    v.build_gpu()
+    assert v.n_spills == 0
+    ptx = v.asm["ptx"]
+    # the partial tile's stores, a barrier, then one thread's release/acquire add on the tile's counter
+    assert re.search(r"bar\.sync\s+0;(?:(?!st\.global)[\s\S])*atom\.global\.gpu\.acq_rel\.add\.u32", ptx)
+    assert "ld.global.cg" in ptx
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("out", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("S", ["2", "5", "8"])
+def test_gpu_split_matches_float64(matmul, monkeypatch, out, S):
+    monkeypatch.setenv(KNOB, S)
+    dtype = torch.bfloat16 if out == torch.bfloat16 else torch.float16
+    tol = 1e-4 if out == torch.float32 else 2e-2
+    for M, N, K in [(16, 4096, 4096), (20, 300, 1000), (130, 260, 4100)]:
+        a, b, c = _operands(M, N, K, dtype=dtype, out=out, device="cuda")
+        for _ in range(3):  # repeated launches: the counters reset; the fast path takes the later ones
+            c.fill_(float("nan"))
+            _launch(matmul, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+            torch.cuda.synchronize()
+            assert not c.isnan().any()
+            torch.testing.assert_close(c.double(), (a.double() @ b.double()).to(out).double(), rtol=tol, atol=tol * K
+                                       ** 0.5)
+    assert _state(matmul).variant is not None
+
+
+@pytest.mark.gpu
+def test_gpu_split_is_deterministic_and_auto_splits_the_skinny_shape(matmul, monkeypatch):
+    monkeypatch.setenv(KNOB, "auto")
+    a, b, c = _operands(16, 4096, 4096, device="cuda")
+    outs = []
+    for _ in range(4):
+        c.fill_(float("nan"))
+        _launch(matmul, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+        torch.cuda.synchronize()
+        outs.append(c.clone())
+    assert all(torch.equal(outs[0], o) for o in outs)
+    st = _state(matmul)
+    assert st.variant is not None and max(st.decisions.values()) >= 2
+    torch.testing.assert_close(outs[0].double(), a.double() @ b.double(), rtol=1e-4, atol=1e-3)
+    monkeypatch.setenv(KNOB, "0")
+    c.fill_(float("nan"))
+    _launch(matmul, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+    torch.testing.assert_close(c, outs[0], rtol=1e-5, atol=1e-4)
