@@ -1324,7 +1324,7 @@ class JITFunction(KernelInterface):
         if st is None:
             return None
         device = next((v.get_device() for v in runtime_values if hasattr(v, "get_device")), 0) if on_gpu else None
-        s = st.splits(grid, runtime_values, on_gpu, device or 0)
+        s = st.last = st.splits(grid, runtime_values, on_gpu, device or 0)
         if s <= 1:
             return None
         ws, counters = st.buffers(s, grid, device=f"cuda:{device}" if on_gpu else None,

@@ -59,6 +59,7 @@ class SplitState:
         self.workspaces: dict = {}
         self.decisions: dict = {}
         self.sms: dict = {}
+        self.last = 1  # S of the latest launch (the benchmark reports what auto chose)
 
     def get_variant(self):
         if self.variant is None and self.refused is None:
@@ -147,6 +148,7 @@ def fast_wrapper(st: SplitState, go, device):
         s = st.decisions.get(key)
         if s is None:
             s = st.decisions[key] = st.splits(g, args, True, device)
+        st.last = s
         if s <= 1:
             return go(grid, stream, args)
         ws, counters = st.buffers(s, g, device=f"cuda:{device}", stream=stream)
