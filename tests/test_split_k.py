@@ -84,6 +84,35 @@ def test_interpreter_fp16_output(matmul, monkeypatch):
     torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=2e-3, atol=2e-3)
 
 
+def test_interpreter_int8_dot_accumulates_in_int32(monkeypatch):
+    """An i32 accumulator: i32 workspace, exact sums."""
+    @kl.jit
+    def imm(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        rm = tl.program_id(0) * BM + tl.arange(0, BM)
+        rn = tl.program_id(1) * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.int32)
+        for k in range(0, K, BK):
+            a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :], mask=(rm[:, None] < M) & ((k + rk)[None, :] < K),
+                        other=0)
+            b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :], mask=((k + rk)[:, None] < K) & (rn[None, :] < N),
+                        other=0)
+            acc += tl.dot(a, b)
+        tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+    g = torch.Generator().manual_seed(3)
+    M, N, K = 18, 20, 150
+    a = torch.randint(-128, 128, (M, K), generator=g, dtype=torch.int8)
+    b = torch.randint(-128, 128, (K, N), generator=g, dtype=torch.int8)
+    c = torch.full((M, N), -7, dtype=torch.int32)
+    monkeypatch.setenv(KNOB, "4")
+    imm[(2, 2)](a, b, c, M, N, K, BM=16, BN=16, BK=32)
+    st = _state(imm)
+    assert st.variant is not None and st.stats["acc_dtype"] == "i32", st.refused
+    assert st.stats["trip_count"] is not None and split_k.evaluate_trip(st.stats["trip_count"], [0, 0, 0, M, N, K]) == 5
+    assert torch.equal(c.long(), a.long() @ b.long())
+
+
 def test_auto_does_not_split_on_the_interpreter_and_off_never_compiles_the_variant(matmul, monkeypatch):
     for how in ("auto", "0"):
         monkeypatch.setenv(KNOB, how)
@@ -105,6 +134,37 @@ def test_choose():
     assert split_k.choose(None, 16, 132, "auto") == 1
     assert split_k.choose(3, 500, 132, 6) == 6
     assert split_k.choose(64, 16, 132, "off") == 1
+
+
+def test_fast_path_wrapper(monkeypatch):
+    """The warm-launch path: a small grid goes to the split variant's launcher over (x, y, S) with the workspace
+    and counters appended; a big grid, grid z > 1 or KERNELLAB_SPLIT_K=0 keep the plain launch; a number forces S."""
+    class Ck:
+        asm = {"tile": "scf.for tt.dot"}
+
+    st = split_k.SplitState(None, Ck(), None)
+    st.variant, st.sms[0] = object(), 132
+    st.stats = {"split": 1, "trip_count": ["div", ["arg", 1], ["const", 64]], "tile_elems": 4, "acc_dtype": "f32"}
+    calls = []
+    st._go = lambda grid, stream, args: calls.append(("split", grid, stream, list(args)))
+    bufs = (torch.zeros(1), torch.zeros(1, dtype=torch.int32))
+    st.buffers = lambda s, g, device=None, stream=0: bufs
+    go = split_k.fast_wrapper(st, lambda grid, stream, args: calls.append(("plain", grid, stream, list(args))), 0)
+    ptrs = [bufs[0].data_ptr(), bufs[1].data_ptr()]
+    monkeypatch.setenv(KNOB, "auto")
+    go((16,), 7, [123, 4096])
+    assert calls.pop() == ("split", (16, 1, 8), 7, [123, 4096] + ptrs) and st.last == 8
+    go((4, 4), 7, [123, 256])  # 4 iterations: 1 a split
+    assert calls.pop() == ("plain", (4, 4), 7, [123, 256]) and st.last == 1
+    for grid in ((100,), (16, 1, 2)):
+        go(grid, 7, [123, 4096])
+        assert calls.pop()[0] == "plain"
+    monkeypatch.setenv(KNOB, "0")
+    go((16,), 7, [123, 4096])
+    assert calls.pop()[0] == "plain"
+    monkeypatch.setenv(KNOB, "3")
+    go((100,), 7, [123, 4096])
+    assert calls.pop() == ("split", (100, 1, 3), 7, [123, 4096] + ptrs)
 
 
 def test_refused_kernel_runs_unsplit(monkeypatch):
@@ -144,6 +204,10 @@ def test_split_variant_trace_records_the_pass(matmul, monkeypatch):
     rec = st.variant.trace.passes[names.index("split_k")]
     assert rec.changed and rec.stats["split"] == 1 and rec.snapshot is not None
     assert [r["name"] for r in D.pass_rows(st.variant.trace)] == names
+    from kernellab.viz.graph_model import build_graph
+
+    for snap in (rec.snapshot, st.variant.trace.snapshot("tile")):  # the lab's graph view draws it
+        build_graph(snap).check()
     assert "split_k" not in [p.name for p in st.ck.trace.passes]
     assert "split_k" not in [p.NAME for p in tile_passes()]
 

@@ -59,6 +59,7 @@ class SplitState:
         self.workspaces: dict = {}
         self.decisions: dict = {}
         self.sms: dict = {}
+        self._go = None
         self.last = 1  # S of the latest launch (the benchmark reports what auto chose)
 
     def get_variant(self):
@@ -92,6 +93,16 @@ class SplitState:
         except Exception:
             trip = None
         return choose(trip, programs, sms, how)
+
+    def variant_launcher(self):
+        """The split variant's warm launcher `go(grid, stream, raw args)` (built and loaded on first use)."""
+        if self._go is None:
+            from .jit import current_target
+
+            v = self.variant
+            v.gpu(current_target())
+            self._go = v._loaded.warm_launcher(v.launch_warps or v.num_warps, v.shared, False)
+        return self._go
 
     def _sms(self, device) -> int:
         if device not in self.sms:
@@ -132,7 +143,6 @@ def state(fn, ck):
 def fast_wrapper(st: SplitState, go, device):
     """The warm-launch fast path's `go` for a kernel that may split: the same launch, or the split variant's
     over (x, y, S) with the workspace appended (decisions cached per grid and trip count)."""
-    variant_go = []
     sms = st._sms(device)
 
     def go_split(grid, stream, args):
@@ -141,6 +151,7 @@ def fast_wrapper(st: SplitState, go, device):
         how = mode()
         programs = grid[0] * (grid[1] if len(grid) > 1 else 1)
         if how == "off" or (2 * programs > sms and not isinstance(how, int)):
+            st.last = 1
             return go(grid, stream, args)
         g = tuple(grid) + (1,) * (3 - len(grid))
         expr = st.stats.get("trip_count")
@@ -152,12 +163,6 @@ def fast_wrapper(st: SplitState, go, device):
         if s <= 1:
             return go(grid, stream, args)
         ws, counters = st.buffers(s, g, device=f"cuda:{device}", stream=stream)
-        if not variant_go:
-            from .jit import current_target
-
-            v = st.variant
-            v.gpu(current_target())
-            variant_go.append(v._loaded.warm_launcher(v.launch_warps or v.num_warps, v.shared, False))
-        return variant_go[0]((g[0], g[1], s), stream, list(args) + [ws.data_ptr(), counters.data_ptr()])
+        return st.variant_launcher()((g[0], g[1], s), stream, list(args) + [ws.data_ptr(), counters.data_ptr()])
 
     return go_split
