@@ -9,6 +9,7 @@ import torch
 
 import kernellab as kl
 import kernellab.language as tl
+from kernellab.compiler.passes import split_k as split_k_pass
 from kernellab.runtime import split_k
 from tests.corpus import make_kernels
 
@@ -65,6 +66,25 @@ def test_interpreter_split_matches_unsplit_and_float64(matmul, monkeypatch, M, N
     torch.testing.assert_close(c, unsplit, rtol=1e-5, atol=1e-5)  # fp32 sums in another order
     ws, counters = st.buffers(int(S), (kl.cdiv(M, 16) * kl.cdiv(N, 32), 1, 1))
     assert not counters.any(), "the last split of every tile resets its counter"
+
+
+@pytest.mark.parametrize("chunk_elems,unroll", [(64, 2), (32, 3), (512, 8)])
+def test_interpreter_chunked_sum_equals_the_simple_sum_bitwise(monkeypatch, chunk_elems, unroll):
+    """The last split's chunked sum (chunks without a stored element skipped, partials read `unroll` at a time)
+    adds in the same order as the one-tile-a-step sum: equal bits, and float64's product."""
+    monkeypatch.setattr(split_k_pass, "CHUNK_ELEMS", chunk_elems)
+    monkeypatch.setattr(split_k_pass, "UNROLL", unroll)
+    outs = {}
+    for how in ("simple", "chunked"):
+        monkeypatch.setenv(split_k_pass.REDUCE_KNOB, how)
+        monkeypatch.setenv(KNOB, "7")
+        kernel = make_kernels(kl, tl)["matmul_kernel"]  # a fresh variant for each sum
+        a, b, c = _operands(20, 40, 200)
+        _launch(kernel, a, b, c)
+        assert _state(kernel).stats["reduce"] == how
+        outs[how] = c
+    torch.testing.assert_close(outs["chunked"].double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
+    assert torch.equal(outs["chunked"], outs["simple"])
 
 
 def test_interpreter_repeated_launches_and_changing_s(matmul, monkeypatch):
@@ -274,3 +294,22 @@ def test_gpu_split_is_deterministic_and_auto_splits_the_skinny_shape(matmul, mon
     c.fill_(float("nan"))
     _launch(matmul, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
     torch.testing.assert_close(c, outs[0], rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_gpu_chunked_and_simple_sums_agree_bitwise(monkeypatch):
+    """Both sums of the last split (KERNELLAB_SPLIT_K_REDUCE) add in split order: equal bits on the GPU."""
+    monkeypatch.setenv(KNOB, "6")
+    for M, N, K in [(16, 4096, 4096), (130, 260, 4100), (1, 512, 8192)]:
+        outs = {}
+        for how in ("simple", "chunked"):
+            monkeypatch.setenv(split_k_pass.REDUCE_KNOB, how)
+            kernel = make_kernels(kl, tl)["matmul_kernel"]
+            a, b, c = _operands(M, N, K, device="cuda")
+            _launch(kernel, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+            torch.cuda.synchronize()
+            assert _state(kernel).stats["reduce"] == how
+            outs[how] = c
+        assert not outs["chunked"].isnan().any()
+        torch.testing.assert_close(outs["chunked"].double(), a.double() @ b.double(), rtol=1e-4, atol=1e-3)
+        assert torch.equal(outs["chunked"], outs["simple"])

@@ -108,10 +108,10 @@ tt.func @k(%pa: !ptr<f16> {tt.divisibility = 16}, %pc: !ptr<f32> {tt.divisibilit
   %44 = arith.subi %splits, %43 : i32
   %last = arith.cmpi %arrived, %44 {predicate = "eq"} : i1
   scf.if %last {
-    %45 = arith.constant {value = 0.0} : tensor<16x16xf32>
-    %46 = arith.constant {value = 0} : i32
-    %47 = arith.constant {value = 1} : i32
-    %splitk_sum = scf.for %46, %splits, %47, %45 : tensor<16x16xf32> {
+    %45 = arith.constant {value = 0} : i32
+    %46 = arith.constant {value = 1} : i32
+    %47 = arith.constant {value = 0.0} : tensor<16x16xf32>
+    %splitk_sum = scf.for %45, %splits, %46, %47 : tensor<16x16xf32> {
     ^bb(%j: i32, %partial_sum: tensor<16x16xf32>):
       %48 = arith.muli %j, %tiles : i32
       %49 = arith.addi %48, %tile : i32
@@ -139,10 +139,36 @@ tt.func @k(%pa: !ptr<f16> {tt.divisibility = 16}, %pc: !ptr<f32> {tt.divisibilit
 """
 
 
-def test_dot_loop_is_split_over_grid_z(check):
+def test_dot_loop_is_split_over_grid_z(check, monkeypatch):
+    monkeypatch.setenv(split_k.REDUCE_KNOB, "simple")
     stats = check(split_k, LOOP, SPLIT)
-    assert stats["split"] == 1 and stats["masked"] == 1 and stats["tile_elems"] == 256
+    assert stats["split"] == 1 and stats["masked"] == 1 and stats["tile_elems"] == 256 and stats["reduce"] == "simple"
     assert split_k.evaluate_trip(stats["trip_count"], [0, 0, 37]) == 37
+
+
+def test_chunked_sum(check_uses, monkeypatch):
+    """The default sum: the same IR up to the last split's branch, whose sum skips chunks outside the store mask
+    (two OR-reductions of the mask's chunk bits) and reads UNROLL partials of a chunk at once."""
+    from kernellab.compiler.parser import parse_module
+    from kernellab.compiler.printer import print_module
+    from kernellab.compiler.verifier import verify
+
+    monkeypatch.setattr(split_k, "CHUNK_ELEMS", 64)  # 4-row chunks of the 16x16 tile
+    m = parse_module(LOOP)
+    stats = split_k.run(m)
+    check_uses(m)
+    verify(m, after=split_k.NAME)
+    got = print_module(m, with_locs=False)
+    assert stats["reduce"] == "chunked"
+    head = SPLIT.split("  scf.if %last {")[0].strip()
+    assert got.split("  scf.if %last {")[0].strip() == head
+    branch = got.split("  scf.if %last {")[1]
+    assert branch.count("tt.reduce ") == 2 and "%live_chunks = tt.reduce" in branch
+    assert branch.count('{cache = ".cg"}') == split_k.UNROLL + 1
+    assert "arith.constant {value = 4} : i32" in branch  # the chunk count
+    assert f"arith.constant {{value = {split_k.UNROLL}}} : i32" in branch
+    assert "tensor<4x16xf32>" in branch
+    assert print_module(parse_module(got), with_locs=False) == got
 
 
 def _refused(check, text, why):

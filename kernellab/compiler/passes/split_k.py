@@ -4,7 +4,9 @@ A skinny matmul (16x4096x4096 with 128x256 tiles) has 16 programs on 132 SMs; ea
 program_id(2) = s takes iterations [lo_s, hi_s) of the one top-level loop (carried pointers start advanced by
 lo_s steps), writes its partial accumulator tile to a workspace, and bumps a per-tile counter (acq_rel, gpu
 scope) after a barrier. The split that arrives last sums the S partials in split order (deterministic: the same
-sum whoever arrives last), resets the counter for the next launch and runs the original epilogue on the sum.
+sum whoever arrives last), resets the counter for the next launch and runs the original epilogue on the sum
+(when the epilogue stores the accumulator under one mask, the sum goes chunk by chunk, skipping chunks the mask
+leaves out and reading several partials at once: see _chunked_sum).
 One launch, no second kernel. The workspace and counters are two parameters appended to the kernel; the runtime
 (kernellab/runtime/split_k.py) allocates them, picks S and launches grid (x, y, S).
 
@@ -20,6 +22,9 @@ over the kernel's integer parameters (None when it depends on the program: `auto
 """
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+
 from ..ir import Block, Builder, Function, Module, Op, Value
 from ..ops import info, is_pure
 from ..rewrite import const_attr, int_const, is_inside
@@ -30,6 +35,10 @@ DESCRIPTION = ("split the dot loop over grid z: each split writes its partial ti
                "in order and runs the epilogue")
 
 WORKSPACE, COUNTERS = "splitk_workspace", "splitk_counters"
+# The last split's sum (see _chunked_sum): row chunks of about this many elements, this many partials in flight.
+# KERNELLAB_SPLIT_K_REDUCE=simple: one whole partial tile a step instead (to compare).
+CHUNK_ELEMS, UNROLL = 2048, 8
+REDUCE_KNOB = "KERNELLAB_SPLIT_K_REDUCE"
 _CONTROL = ("scf.yield", "scf.if", "scf.for", "scf.while", "scf.condition")
 _TRIP_OPS = {"arith.addi": "add", "arith.subi": "sub", "arith.muli": "mul", "arith.divsi": "div",
              "arith.remsi": "rem", "arith.minsi": "min", "arith.maxsi": "max"}
@@ -306,21 +315,10 @@ def split(fn: Function) -> dict:
 
     # the last split: sum the partials in split order, reset the counter, run the epilogue on the sum
     t = _B(then, None, loop.loc)
-    zeros = t.const(0.0 if acc_t.scalar == float32 else 0, acc_t)
-    red_body = Block([int32, acc_t], ["j", "partial_sum"])
-    red = t.op("scf.for", [t.const(0, int32), S, t.const(1, int32), zeros], acc_t)
-    red.regions = [red_body]
-    red_body.parent = red
-    red.results[0].hint = "splitk_sum"
-    rb = _B(red_body, None, loop.loc)
-    j, part = red_body.args
-    ptrs = _slot_ptrs(rb, ws, rb.i("addi", rb.i("muli", j, tiles), tile), offs, elems)
-    load_ops = [ptrs] + ([mask, rb.const(0.0 if acc_t.scalar == float32 else 0, acc_t)] if mask is not None else [])
-    x = rb.v("tt.load", load_ops, acc_t, {"cache": ".cg"})  # from L2: other SMs wrote it
-    total = rb.v("arith.addf" if acc_t.scalar == float32 else "arith.addi", [part, x], acc_t)
-    rb.op("scf.yield", [total], None)
+    ctx = _Sum(ws, tile, tiles, S, offs, elems, acc_t, mask)
+    chunked = mask is not None and len(shape) == 2 and os.environ.get(REDUCE_KNOB, "chunked") != "simple"
+    total = _chunked_sum(t, ctx) if chunked else _simple_sum(t, ctx)
     t.op("tt.store", [cptr, t.const(0, int32)], None)
-    total = red.results[0]
     for op in moved:
         then.append(op)
         for o in op.walk():
@@ -329,7 +327,125 @@ def split(fn: Function) -> dict:
                     o.set_operand(k, total)
     t.op("scf.yield", [], None)
     return {"split": 1, "acc": [*shape], "acc_dtype": acc_t.scalar.ir, "tile_elems": elems,
-            "trip_count": trip, "masked": int(mask is not None)}
+            "trip_count": trip, "masked": int(mask is not None), "reduce": "chunked" if chunked else "simple"}
+
+
+@dataclass
+class _Sum:
+    """What the last split's sum reads: the workspace, this tile's index, the tile count, S, the tile's element
+    offsets and size, the accumulator type and the epilogue's store mask (or None)."""
+
+    ws: Value
+    tile: Value
+    tiles: Value
+    splits: Value
+    offs: Value
+    elems: int
+    acc_t: TensorType
+    mask: Value | None
+
+
+def _zero(acc_t):
+    return 0.0 if acc_t.scalar == float32 else 0
+
+
+def _add(b: _B, x: Value, y: Value) -> Value:
+    return b.v("arith.addf" if x.type.scalar == float32 else "arith.addi", [x, y], x.type)
+
+
+def _region_op(b: _B, name, operands, result_types, attrs, arg_types, hints=None):
+    """An op with one region (its block's arguments `arg_types`), built at `b`'s insertion point."""
+    body = Block(arg_types, hints)
+    op = b.b.create(name, operands, result_types, attrs, [body])
+    return op, body
+
+
+def _if(b: _B, cond: Value) -> Block:
+    """`scf.if cond` with no results: its then-block (the else-block only yields)."""
+    then, other = Block(), Block()
+    op = b.b.create("scf.if", [cond], [], None, [then, other])
+    Builder(other).create("scf.yield", [], [], loc=b.b.loc)
+    del op
+    return then
+
+
+def _simple_sum(t: _B, c: _Sum) -> Value:
+    """sum = 0 + p_0 + ... + p_{S-1}, one whole partial tile a step."""
+    red, body = _region_op(t, "scf.for", [t.const(0, int32), c.splits, t.const(1, int32),
+                                          t.const(_zero(c.acc_t), c.acc_t)], [c.acc_t], None,
+                           [int32, c.acc_t], ["j", "partial_sum"])
+    red.results[0].hint = "splitk_sum"
+    rb = _B(body, None, t.b.loc)
+    j, part = body.args
+    ptrs = _slot_ptrs(rb, c.ws, rb.i("addi", rb.i("muli", j, c.tiles), c.tile), c.offs, c.elems)
+    extra = [c.mask, rb.const(_zero(c.acc_t), c.acc_t)] if c.mask is not None else []
+    x = rb.v("tt.load", [ptrs] + extra, c.acc_t, {"cache": ".cg"})  # from L2: other SMs wrote it
+    rb.op("scf.yield", [_add(rb, part, x)], None)
+    return red.results[0]
+
+
+def _chunked_sum(t: _B, c: _Sum) -> Value:
+    """The same sum, in the same order, with fewer round trips to L2: the tile is cut into row chunks of about
+    CHUNK_ELEMS elements; a chunk no element of the store mask falls in is skipped (a skinny M leaves most of a
+    128-row tile out), and a chunk's partials are read UNROLL at a time (all in flight at once). Each chunk's sum
+    goes to split 0's slot (already read), then the whole tile is read back once for the epilogue."""
+    bm, bn = c.acc_t.shape
+    ch = min(bm, max(1, CHUNK_ELEMS // bn, bm // 32))
+    chunks = bm // ch
+    # bit k of `live`: chunk k has an element the epilogue stores
+    rows = t.v("tt.make_range", [], TensorType((bm,), int32), {"end": bm, "start": 0})
+    rows = t.v("tt.expand_dims", [rows], TensorType((bm, 1), int32), {"axis": 1})
+    shift = t.i("divsi", rows, t.const(ch, TensorType((bm, 1), int32)))
+    bit = t.i("shli", t.const(1, TensorType((bm, 1), int32)), shift)
+    bit = t.v("tt.broadcast", [bit], TensorType((bm, bn), int32))
+    bit = t.v("arith.select", [c.mask, bit, t.const(0, TensorType((bm, bn), int32))], bit.type)
+    live = bit
+    for axis, rt in ((1, TensorType((bm,), int32)), (0, int32)):
+        red, body = _region_op(t, "tt.reduce", [live], [rt], {"axis": axis}, [int32, int32])
+        rb = _B(body, None, t.b.loc)
+        rb.op("tt.reduce.return", [rb.i("ori", *body.args)], None)
+        live = red.results[0]
+    live.hint = "live_chunks"
+    ct = TensorType((ch, bn), int32)
+    r = t.v("tt.make_range", [], TensorType((ch,), int32), {"end": ch, "start": 0})
+    r = t.i("muli", t.v("tt.expand_dims", [r], TensorType((ch, 1), int32), {"axis": 1}),
+            t.const(bn, TensorType((ch, 1), int32)))
+    cols = t.v("tt.make_range", [], TensorType((bn,), int32), {"end": bn, "start": 0})
+    cols = t.v("tt.expand_dims", [cols], TensorType((1, bn), int32), {"axis": 0})
+    chunk_offs = t.i("addi", t.v("tt.broadcast", [r], ct), t.v("tt.broadcast", [cols], ct), "chunk_offs")
+    part_t = TensorType((ch, bn), c.acc_t.scalar)
+    one = t.const(1, int32)
+
+    loop, body = _region_op(t, "scf.for", [t.const(0, int32), t.const(chunks, int32), one], [], None, [int32],
+                            ["chunk"])
+    lb = _B(body, None, t.b.loc)
+    k = body.args[0]
+    on = lb.i("andi", lb.i("shrui", live, k), one)
+    then = _if(lb, lb.v("arith.cmpi", [on, lb.const(0, int32)], int1, {"predicate": "ne"}))
+    lb.op("scf.yield", [], None)
+    cb = _B(then, None, t.b.loc)
+    here = cb.i("addi", chunk_offs, cb.v("tt.splat", [cb.i("muli", k, cb.const(ch * bn, int32))], ct))
+    red, rbody = _region_op(cb, "scf.for", [cb.const(0, int32), c.splits, cb.const(UNROLL, int32),
+                                            cb.const(_zero(c.acc_t), part_t)], [part_t], None, [int32, part_t],
+                            ["j", "chunk_sum"])
+    rb = _B(rbody, None, t.b.loc)
+    j0, acc = rbody.args
+    xs = []
+    for u in range(UNROLL):
+        j = rb.i("addi", j0, rb.const(u, int32)) if u else j0
+        ok = rb.v("tt.splat", [rb.v("arith.cmpi", [j, c.splits], int1, {"predicate": "slt"})],
+                  TensorType((ch, bn), int1))
+        ptrs = _slot_ptrs(rb, c.ws, rb.i("addi", rb.i("muli", j, c.tiles), c.tile), here, c.elems)
+        xs.append(rb.v("tt.load", [ptrs, ok, rb.const(_zero(c.acc_t), part_t)], part_t, {"cache": ".cg"}))
+    for x in xs:  # in split order, after every load is issued
+        acc = _add(rb, acc, x)
+    rb.op("scf.yield", [acc], None)
+    cb.op("tt.store", [_slot_ptrs(cb, c.ws, c.tile, here, c.elems), red.results[0]], None)
+    cb.op("scf.yield", [], None)
+    t.op("tt.debug_barrier", [], None)  # every chunk's sum is in split 0's slot before the tile is read back
+    slot0 = _slot_ptrs(t, c.ws, c.tile, c.offs, c.elems)
+    return t.v("tt.load", [slot0, c.mask, t.const(_zero(c.acc_t), c.acc_t)], c.acc_t, {"cache": ".cg"},
+               "splitk_sum")
 
 
 def _like(v: Value, elem):
