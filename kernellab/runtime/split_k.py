@@ -62,16 +62,31 @@ class SplitState:
         self._go = None
         self.last = 1  # S of the latest launch (the benchmark reports what auto chose)
 
-    def get_variant(self):
+    def get_variant(self, on_gpu: bool = False):
+        """The split variant, compiled (and on the GPU built) on first need; None where the pass refused the kernel
+        or the variant failed to build (a warning says so: the launch then runs the kernel as written)."""
         if self.variant is None and self.refused is None:
             spec, key, runtime_names, options = self.inputs
-            v = self.fn.compile(spec, key, list(runtime_names) + [WORKSPACE, COUNTERS], options, split_k=True)
-            rec = next((p for p in v.trace.passes if p.name == "split_k"), None)
-            self.stats = dict(rec.stats) if rec is not None else {}
+            try:
+                v = self.fn.compile(spec, key, list(runtime_names) + [WORKSPACE, COUNTERS], options, split_k=True)
+                rec = next((p for p in v.trace.passes if p.name == "split_k"), None)
+                self.stats = dict(rec.stats) if rec is not None else {}
+                if self.stats.get("split") and on_gpu:
+                    from .jit import current_target
+
+                    v.gpu(current_target())
+            except Exception as e:  # a bug of the split variant must not stop a kernel that runs unsplit
+                import warnings
+
+                self.refused = f"the split variant failed to build: {type(e).__name__}: {e}"
+                warnings.warn(f"kernel '{self.ck.name}': split-K off for this specialization ({self.refused})",
+                              stacklevel=3)
+                return None
             if not self.stats.get("split"):
                 self.refused = self.stats.get("refused", "not split")
             else:
                 self.variant = v
+                self.ck.split_k_variant = v  # the lab shows its trace (the split_k pass among the tile passes)
         return self.variant
 
     def splits(self, grid, args, on_gpu: bool, device=0) -> int:
@@ -85,7 +100,7 @@ class SplitState:
         sms = self._sms(device) if on_gpu else INTERPRETER_SMS
         if how in ("auto", "on") and 2 * programs > sms:  # before compiling anything
             return 1
-        if self.get_variant() is None:
+        if self.get_variant(on_gpu) is None:
             return 1
         expr = self.stats.get("trip_count")
         try:
