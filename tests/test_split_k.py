@@ -147,8 +147,9 @@ def test_auto_does_not_split_on_the_interpreter_and_off_never_compiles_the_varia
 def test_choose():
     """auto: fill the SMs once, at least MIN_ITERS iterations a split, at most MAX_SPLITS; big grids never."""
     assert split_k.choose(64, 16, 132, "auto") == 8  # the skinny 16x4096x4096 at 128x256x64
-    assert split_k.choose(8, 16, 132, "auto") == 2
-    assert split_k.choose(4, 16, 132, "auto") == 1
+    assert split_k.choose(128, 32, 132, "auto") == 4  # 16x8192x8192
+    assert split_k.choose(16, 32, 132, "auto") == 2  # 1024^3: 32 tiles, 16 iterations
+    assert split_k.choose(8, 16, 132, "auto") == 1
     assert split_k.choose(64, 80, 132, "auto") == 1
     assert split_k.choose(1000, 1, 132, "auto") == split_k.MAX_SPLITS
     assert split_k.choose(None, 16, 132, "auto") == 1

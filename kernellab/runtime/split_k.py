@@ -13,7 +13,7 @@ import os
 from ..compiler.passes.split_k import COUNTERS, WORKSPACE, evaluate_trip
 
 KNOB = "KERNELLAB_SPLIT_K"
-MIN_ITERS = 4
+MIN_ITERS = 8  # a split's iterations: fewer leave the partial tile's write and the sum too large a share
 MAX_SPLITS = 16
 INTERPRETER_SMS = 132  # what auto assumes on the interpreter (an H200)
 

@@ -148,7 +148,8 @@ def test_dot_loop_is_split_over_grid_z(check, monkeypatch):
 
 def test_chunked_sum(check_uses, monkeypatch):
     """The default sum: the same IR up to the last split's branch, whose sum skips chunks outside the store mask
-    (two OR-reductions of the mask's chunk bits) and reads UNROLL partials of a chunk at once."""
+    (OR-reductions of the mask's chunk bits) and reads UNROLL partials of a chunk at once, or (more than half
+    the chunks live) sums whole tiles."""
     from kernellab.compiler.parser import parse_module
     from kernellab.compiler.printer import print_module
     from kernellab.compiler.verifier import verify
@@ -163,8 +164,10 @@ def test_chunked_sum(check_uses, monkeypatch):
     head = SPLIT.split("  scf.if %last {")[0].strip()
     assert got.split("  scf.if %last {")[0].strip() == head
     branch = got.split("  scf.if %last {")[1]
-    assert branch.count("tt.reduce ") == 2 and "%live_chunks = tt.reduce" in branch
-    assert branch.count('{cache = ".cg"}') == split_k.UNROLL + 1
+    assert branch.count("tt.reduce ") == 3 and "%live_chunks = tt.reduce" in branch and "%live_rows = tt.reduce" in branch
+    # the chunked sum's UNROLL loads and its read-back, the whole-tile sum's load (taken when most chunks are live)
+    assert branch.count('{cache = ".cg"}') == split_k.UNROLL + 2
+    assert "%sparse = arith.cmpi" in branch and "%splitk_sum = scf.if %sparse" in branch
     assert "arith.constant {value = 4} : i32" in branch  # the chunk count
     assert f"arith.constant {{value = {split_k.UNROLL}}} : i32" in branch
     assert "tensor<4x16xf32>" in branch

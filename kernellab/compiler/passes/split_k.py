@@ -369,6 +369,14 @@ def _if(b: _B, cond: Value) -> Block:
     return then
 
 
+def _reduce(t: _B, x: Value, combine: str, axis: int, result_type) -> Value:
+    """`tt.reduce` of `x` along `axis` with the integer op `combine`."""
+    red, body = _region_op(t, "tt.reduce", [x], [result_type], {"axis": axis}, [int32, int32])
+    rb = _B(body, None, t.b.loc)
+    rb.op("tt.reduce.return", [rb.v(combine, list(body.args), int32)], None)
+    return red.results[0]
+
+
 def _simple_sum(t: _B, c: _Sum) -> Value:
     """sum = 0 + p_0 + ... + p_{S-1}, one whole partial tile a step."""
     red, body = _region_op(t, "scf.for", [t.const(0, int32), c.splits, t.const(1, int32),
@@ -385,10 +393,11 @@ def _simple_sum(t: _B, c: _Sum) -> Value:
 
 
 def _chunked_sum(t: _B, c: _Sum) -> Value:
-    """The same sum, in the same order, with fewer round trips to L2: the tile is cut into row chunks of about
-    CHUNK_ELEMS elements; a chunk no element of the store mask falls in is skipped (a skinny M leaves most of a
-    128-row tile out), and a chunk's partials are read UNROLL at a time (all in flight at once). Each chunk's sum
-    goes to split 0's slot (already read), then the whole tile is read back once for the epilogue."""
+    """The same sum, in the same order, with fewer round trips to L2 where the store mask leaves most of the tile
+    out (a skinny M: 16 of 128 rows): the tile is cut into row chunks of about CHUNK_ELEMS elements; chunks without
+    a stored element are skipped, and a chunk's partials are read UNROLL at a time (all in flight at once). Where
+    more than half the rows are stored, the whole-tile sum (_simple_sum) moves more bytes a round trip: the kernel
+    picks one at run time (at most half the tile's rows stored: chunks)."""
     bm, bn = c.acc_t.shape
     ch = min(bm, max(1, CHUNK_ELEMS // bn, bm // 32))
     chunks = bm // ch
@@ -399,13 +408,28 @@ def _chunked_sum(t: _B, c: _Sum) -> Value:
     bit = t.i("shli", t.const(1, TensorType((bm, 1), int32)), shift)
     bit = t.v("tt.broadcast", [bit], TensorType((bm, bn), int32))
     bit = t.v("arith.select", [c.mask, bit, t.const(0, TensorType((bm, bn), int32))], bit.type)
-    live = bit
-    for axis, rt in ((1, TensorType((bm,), int32)), (0, int32)):
-        red, body = _region_op(t, "tt.reduce", [live], [rt], {"axis": axis}, [int32, int32])
-        rb = _B(body, None, t.b.loc)
-        rb.op("tt.reduce.return", [rb.i("ori", *body.args)], None)
-        live = red.results[0]
+    rows_t = TensorType((bm,), int32)
+    row_bits = _reduce(t, bit, "arith.ori", 1, rows_t)  # nonzero: the row has a stored element
+    live = _reduce(t, row_bits, "arith.ori", 0, int32)
     live.hint = "live_chunks"
+    stored = t.v("arith.extui", [t.v("arith.cmpi", [row_bits, t.const(0, rows_t)], TensorType((bm,), int1),
+                                     {"predicate": "ne"})], rows_t)
+    stored = _reduce(t, stored, "arith.addi", 0, int32)
+    stored.hint = "live_rows"
+    sparse = t.v("arith.cmpi", [t.i("muli", stored, t.const(2, int32)), t.const(bm, int32)], int1,
+                 {"predicate": "sle"}, "sparse")
+    then, other = Block(), Block()
+    pick = t.b.create("scf.if", [sparse], [c.acc_t], None, [then, other], hints=["splitk_sum"])
+    tb, eb = _B(then, None, t.b.loc), _B(other, None, t.b.loc)
+    tb.op("scf.yield", [_chunk_sum(tb, c, live, ch, chunks)], None)
+    eb.op("scf.yield", [_simple_sum(eb, c)], None)
+    return pick.results[0]
+
+
+def _chunk_sum(t: _B, c: _Sum, live: Value, ch: int, chunks: int) -> Value:
+    """Each live chunk's partials summed UNROLL at a time into split 0's slot (already read), then the whole tile
+    read back once."""
+    bn = c.acc_t.shape[1]
     ct = TensorType((ch, bn), int32)
     r = t.v("tt.make_range", [], TensorType((ch,), int32), {"end": ch, "start": 0})
     r = t.i("muli", t.v("tt.expand_dims", [r], TensorType((ch, 1), int32), {"axis": 1}),
