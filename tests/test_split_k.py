@@ -188,6 +188,61 @@ def test_fast_path_wrapper(monkeypatch):
     assert calls.pop() == ("split", (100, 1, 3), 7, [123, 4096] + ptrs)
 
 
+def _launch_overhead_tool():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "tools" / "launch_overhead.py"
+    spec = importlib.util.spec_from_file_location("launch_overhead_for_split_k", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gpu_launch_path_with_a_stub_driver(monkeypatch):
+    """The GPU launch path end to end on the CPU (launch_overhead's fake_gpu: stand-in CUDA tensors, a stub
+    cuLaunchKernel): a skinny grid launches the split variant over (x, 1, S) with two more pointer arguments, the
+    slow path and the warm fast path alike; a big grid, or KERNELLAB_SPLIT_K=0, launches the kernel as written."""
+    lo = _launch_overhead_tool()
+    fake = lo.FakeCudaTensor
+    monkeypatch.setattr(split_k.SplitState, "_sms", lambda self, device: 132)
+    monkeypatch.setattr(split_k.SplitState, "buffers", lambda self, s, g, device=None, stream=0: (
+        fake(torch.float32, ptr=0x7F0000100000), fake(torch.int32, ptr=0x7F0000200000)))
+    build = split_k.SplitState.get_variant
+    monkeypatch.setattr(split_k.SplitState, "get_variant", lambda self, on_gpu=False: build(self, False))
+    warm = []
+    monkeypatch.setattr(split_k.SplitState, "variant_launcher", lambda self: (
+        lambda grid, stream, args: warm.append((grid, len(args)))))
+    monkeypatch.setenv(KNOB, "auto")
+    K, N = 4096, 4096
+
+    def go(kernel, M):
+        a, b, c = fake(torch.float16, shape=(M, K)), fake(torch.float16, shape=(K, N)), fake(torch.float16, shape=(M, N))
+        _launch(kernel, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+
+    launches = []
+    with lo.fake_gpu(launches):
+        first = make_kernels(kl, tl)["matmul_kernel"]
+        go(first, 16)  # slow path: the split variant, 12 arguments + workspace + counters
+        (gx, gy, gz, packed), = launches
+        assert (gx, gy, gz) == (16, 1, 8)
+        st = _state(first)
+        assert st.variant.arg_names[-2:] == [split_k.WORKSPACE, split_k.COUNTERS] and st.last == 8
+        go(first, 16)  # warm: the fast path's wrapper
+        assert warm == [((16, 1, 8), 14)] and len(launches) == 1
+
+        second = make_kernels(kl, tl)["matmul_kernel"]
+        launches.clear()
+        warm.clear()
+        go(second, 1024)  # 128 programs: as written (and the fast path's entry)
+        go(second, 16)  # warm, skinny: split
+        go(second, 1024)  # warm, big: as written
+        monkeypatch.setenv(KNOB, "0")
+        go(second, 16)
+        assert [(x, y, z) for x, y, z, _ in launches] == [(128, 1, 1), (128, 1, 1), (16, 1, 1)]
+        assert warm == [((16, 1, 8), 14)]
+
+
 def test_refused_kernel_runs_unsplit(monkeypatch):
     """A kernel the pass refuses (a store in its loop) runs as written under a forced S, and says why."""
     @kl.jit

@@ -1399,16 +1399,19 @@ class JITFunction(KernelInterface):
         meta_options = {"num_warps": ck.options.get("num_warps", 4), "num_stages": ck.options.get("num_stages", 3)}
         if len(self._fast) >= _FAST_ENTRIES:  # keys that never repeat (a new function object per call): start over
             self._fast.clear()
+        from . import split_k
+
+        st = None if pdl else split_k.state(self, ck)
+        split = st is not None and st.refused is None
         try:
-            go = ck._loaded.warm_launcher(ck.launch_warps or ck.num_warps, ck.shared, bool(pdl))
+            if split and ck._loaded is None:  # the launch ran the split variant: load this one when first needed
+                go = split_k.lazy_launcher(ck)
+            else:
+                go = ck._loaded.warm_launcher(ck.launch_warps or ck.num_warps, ck.shared, bool(pdl))
         except Exception:  # (the launch that just ran checked the same: not expected)
             return
-        if not pdl:
-            from . import split_k
-
-            st = split_k.state(self, ck)
-            if st is not None and st.refused is None:
-                go = split_k.fast_wrapper(st, go, device)
+        if split:
+            go = split_k.fast_wrapper(st, go, device)
         self._fast[got[0]] = (ck, pick, go, device, meta_options)
 
 

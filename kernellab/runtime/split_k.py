@@ -155,6 +155,22 @@ def state(fn, ck):
     return st
 
 
+def lazy_launcher(ck):
+    """A warm launcher for `ck` that builds and loads it on its first launch (a kernel whose launches so far all ran
+    its split variant)."""
+    cell = []
+
+    def go(grid, stream, args):
+        if not cell:
+            from .jit import current_target
+
+            ck.gpu(current_target())
+            cell.append(ck._loaded.warm_launcher(ck.launch_warps or ck.num_warps, ck.shared, False))
+        return cell[0](grid, stream, args)
+
+    return go
+
+
 def fast_wrapper(st: SplitState, go, device):
     """The warm-launch fast path's `go` for a kernel that may split: the same launch, or the split variant's
     over (x, y, S) with the workspace appended (decisions cached per grid and trip count)."""
