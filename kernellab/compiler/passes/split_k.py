@@ -13,7 +13,8 @@ One launch, no second kernel. The workspace and counters are two parameters appe
 The pipeline runs this pass only for the split variant of a specialization (the runtime asks for it when the
 launch's grid is small): a kernel it refuses keeps its IR, and the stats say why. Safe only when
 - one top-level loop; its only carried tensor that reaches the epilogue is a dot accumulator starting from zeros
-  (f32 / i32), its other carried values are advanced by a loop-invariant step (or not at all) and dead after it;
+  (f32 / i32), its other carried values (pointers, integers, block pointers) are advanced by a loop-invariant step
+  (or not at all) and dead after it;
 - nothing before the loop or in it writes memory or has a side effect (stores, atomics, prints, asserts);
 - the kernel never reads program_id / num_programs of axis 2 (the launch's grid z is 1: the runtime checks);
 - the loop's step is a positive constant.
@@ -103,9 +104,13 @@ def _advance(loop: Op, body: Block, yields: list, i: int):
     if y is arg:
         return None
     d = y.defining_op
-    if d is None or d.block is not body or d.name not in ("tt.addptr", "arith.addi") or d.operands[0] is not arg \
-            or is_inside(_block_of(d.operands[1]), loop) or len(arg.uses) < 1:
+    if d is None or d.block is not body or d.name not in ("tt.addptr", "arith.addi", "tt.advance") \
+            or d.operands[0] is not arg or any(is_inside(_block_of(o), loop) for o in d.operands[1:]):
         raise Refused(f"carried value {arg.hint or i} is not advanced by a loop-invariant step")
+    if d.name == "tt.advance":  # a block pointer: its offsets (i32 scalars) times lo
+        if any(o.type != int32 for o in d.operands[1:]):
+            raise Refused(f"block pointer {arg.hint or i} advances by non-i32 offsets")
+        return d.name, list(d.operands[1:])
     step = d.operands[1]
     if step.type.scalar not in (int32, int64):
         raise Refused(f"carried value {arg.hint or i} steps by {step.type}")
@@ -265,7 +270,9 @@ def split(fn: Function) -> dict:
             continue
         kind, inc = adv
         init = loop.operands[3 + i]
-        if kind == "tt.addptr":  # pointer offsets in 64 bits: lo * step may pass 2**31 where each step does not
+        if kind == "tt.advance":
+            new = b.v("tt.advance", [init] + [b.i("muli", o, lo_i) for o in inc], init.type, hint=init.hint)
+        elif kind == "tt.addptr":  # pointer offsets in 64 bits: lo * step may pass 2**31 where each step does not
             t = inc.type.scalar
             k = b.v("arith.extsi", [lo_i], int64)
             inc64 = inc if t == int64 else b.v("arith.extsi", [inc], _like(inc, int64))
