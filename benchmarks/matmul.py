@@ -11,6 +11,8 @@ and prints TFLOP/s and ratios.
     python benchmarks/matmul.py --no-fp8 --also-env KERNELLAB_STMATRIX=0   # one more kernellab column, built
                                                          # with a codegen switch, timed in the same run
     python benchmarks/matmul.py --no-fp8 --fp32-out --also-env KERNELLAB_MMA32_PAD=16   # fp16 in, fp32 out rows
+    python benchmarks/matmul.py --skinny  # skinny shapes: kernellab split-K auto / off / forced S, Triton, cuBLAS
+    python benchmarks/matmul.py --skinny --shapes 16x4096x4096,64x8192x8192 --splits 2,4,8,16
 """
 from __future__ import annotations
 
@@ -275,7 +277,17 @@ def main(argv=None):
                     "switch, e.g. KERNELLAB_MMA32_PAD=16 or KERNELLAB_STMATRIX=0; repeatable")
     ap.add_argument("--fp32-out", action="store_true",
                     help="also fp16 operands with an fp32 output (the accumulator stored as is; no cuBLAS column)")
+    ap.add_argument("--skinny", action="store_true",
+                    help="only skinny shapes (few programs): kernellab with split-K auto, off and forced S "
+                    "(KERNELLAB_SPLIT_K), Triton and cuBLAS in one run")
+    ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SKINNY_SHAPES),
+                    help="--skinny's shapes, MxNxK comma-separated")
+    ap.add_argument("--splits", default="2,4,8,16", help="--skinny's forced S values (comma-separated; '' for none)")
     args = ap.parse_args(argv)
+    if args.skinny:
+        shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]
+        splits = [int(x) for x in args.splits.split(",") if x]
+        return skinny(shapes, splits)
     if args.warp_specialize:
         os.environ["KERNELLAB_WARP_SPECIALIZE"] = "1"
     impls, triton_version = implementations()
@@ -336,6 +348,90 @@ def main(argv=None):
     print(f"{'case':<28} {'kl TF/s':>8} {'triton':>8} {'cuBLAS':>8}  kl/cuBLAS kl/triton")
     for row in rows:
         print(_fmt(row))
+
+
+SKINNY_SHAPES = [(16, 4096, 4096), (32, 4096, 4096), (64, 4096, 4096), (16, 8192, 8192), (128, 4096, 4096),
+                 (16, 4096, 16384)]
+
+
+def skinny(shapes, splits):
+    """Skinny shapes at the benchmark's config: kernellab with KERNELLAB_SPLIT_K=auto (the default), 0 (off) and
+    each forced S, Triton on the same text, cuBLAS; prints TFLOP/s, ratios and the S auto chose."""
+    import os
+
+    import torch
+
+    import kernellab
+    from kernellab.runtime import split_k
+
+    impls, triton_version = implementations()
+    kl_kernel = impls["kernellab"]
+    variants = [("auto", "auto"), ("off", "0")] + [(f"S={s}", str(s)) for s in splits]
+    head = f"{'case':<24}" + "".join(f"{v:>9}" for v, _ in variants) + f"{'triton':>9}{'cuBLAS':>9}" \
+        + "  auto/cuBLAS auto/triton off/cuBLAS  auto S"
+    print(head, flush=True)
+    rows = []
+    saved = os.environ.get(split_k.KNOB)
+    try:
+        for dtype in (torch.float16, torch.bfloat16):
+            for M, N, K in shapes:
+                g = torch.Generator(device="cuda").manual_seed(M + N + K)
+                a = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+                b = torch.randn(K, N, device="cuda", generator=g).to(dtype)
+                ref = a.float() @ b.float()
+                flops = 2 * M * N * K
+                row = {"case": f"{str(dtype)[6:]} {M}x{N}x{K}", "flops": flops}
+                for label, knob in variants + [("triton", None)]:
+                    k = kl_kernel if knob is not None else impls.get("triton")
+                    if k is None:
+                        continue
+                    if knob is not None:
+                        os.environ[split_k.KNOB] = knob
+                    c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+                    try:
+                        compiled = launch(k, a, b, c)
+                        torch.cuda.synchronize()
+                        err = ((c.float() - ref).norm() / ref.norm()).item()
+                        t = bench(lambda: launch(k, a, b, c))
+                        row[label] = {"seconds": t, "tflops": flops / t / 1e12, "rel_err": err}
+                        st = getattr(compiled, "_split_state", None) if knob == "auto" else None
+                        if st is not None:
+                            row["auto_S"] = st.last
+                            row["split_refused"] = st.refused
+                    except Exception as e:
+                        row[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+                t = bench(lambda: torch.matmul(a, b))
+                row["torch"] = {"seconds": t, "tflops": flops / t / 1e12}
+                rows.append(row)
+                print(_fmt_skinny(row, variants), flush=True)
+    finally:
+        if saved is None:
+            os.environ.pop(split_k.KNOB, None)
+        else:
+            os.environ[split_k.KNOB] = saved
+    result = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "config": CONFIG,
+              "num_warps": NUM_WARPS, "num_stages": NUM_STAGES, "splits": splits,
+              "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                           "triton": triton_version, "kernellab": kernellab.__version__, "cuda": torch.version.cuda},
+              "rows": rows}
+    path = write_results(result, "matmul-skinny")
+    print(f"\nwrote {path}")
+    return rows
+
+
+def _fmt_skinny(row, variants):
+    def tf(name):
+        r = row.get(name)
+        return "        -" if not r else ("      ERR" if "error" in r else f"{r['tflops']:9.1f}")
+
+    def ratio(a, b):
+        ra, rb = row.get(a), row.get(b)
+        if ra and rb and "tflops" in ra and "tflops" in rb:
+            return f"{ra['tflops'] / rb['tflops']:11.2f}"
+        return "          -"
+
+    return f"{row['case']:<24}" + "".join(tf(v) for v, _ in variants) + tf("triton") + tf("torch") \
+        + f" {ratio('auto', 'torch')} {ratio('auto', 'triton')} {ratio('off', 'torch')}  {row.get('auto_S', '-')}"
 
 
 def _fmt(row):

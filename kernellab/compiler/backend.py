@@ -21,7 +21,7 @@ from .codegen.ptx_to_cubin import ptx_to_cubin
 from .codegen.target import Target
 from .gpu.options import GpuOptions
 from .ir import Module
-from .pipeline import CompileTrace, record_module, run_gpu_pipeline, run_tile_pipeline
+from .pipeline import CompileTrace, record_module, run_gpu_pipeline, run_tile_pipeline, tile_passes
 from .verifier import verify
 
 
@@ -35,6 +35,7 @@ class Build:
     options: GpuOptions | None = None
     target: Target | None = None
     make_module: Callable[[], Module] | None = None  # the frontend's work: Python source -> tile-IR module
+    split_k: bool = False  # the split-K variant of a specialization (passes/split_k.py; runtime/split_k.py)
     out: dict = field(default_factory=dict)
 
     @property
@@ -60,7 +61,7 @@ def _frontend(b: Build):
 
 
 def _tile(b: Build):
-    run_tile_pipeline(b.module, b.trace)
+    run_tile_pipeline(b.module, b.trace, tile_passes(split_k=True) if b.split_k else None)
     b.out["tile"] = b.trace.final_ir
 
 

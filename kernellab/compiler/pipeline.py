@@ -17,10 +17,16 @@ from .trace import CompileTrace, PassRecord  # noqa: F401  (the trace's home is 
 from .verifier import verify
 
 
-def tile_passes():
-    from .passes import TILE_PASSES
+def tile_passes(split_k: bool = False):
+    """The tile passes in order; `split_k`: with passes/split_k.py after LICM (the split variant a launch with
+    too few programs asks for: kernellab/runtime/split_k.py)."""
+    from .passes import TILE_PASSES, licm
+    from .passes import split_k as split
 
-    return list(TILE_PASSES)
+    passes = list(TILE_PASSES)
+    if split_k:
+        passes.insert(passes.index(licm) + 1, split)
+    return passes
 
 
 # Passes that erase or fold op by op over a snapshot of the IR: run with list updates batched (ir.batched_erase)

@@ -1099,9 +1099,10 @@ class JITFunction(KernelInterface):
                               f"{name}.to(torch.float32)") from None
 
     # ------------------------------------------------------------------ compile
-    def compile(self, spec: dict, key, runtime_names, options, check_frontend=None) -> CompiledKernel:
+    def compile(self, spec: dict, key, runtime_names, options, check_frontend=None, split_k=False) -> CompiledKernel:
         """`check_frontend(module)`, if given, sees the frontend's IR before the tile passes simplify it (what a
-        target refuses must be refused even where the passes would drop it, as Triton's frontend refuses it)."""
+        target refuses must be refused even where the passes would drop it, as Triton's frontend refuses it).
+        `split_k`: the split-K variant (runtime/split_k.py; `runtime_names` then end with its two buffers)."""
         from ..compiler.backend import Build, run_stages
 
         src = self._kl_source()
@@ -1118,7 +1119,7 @@ class JITFunction(KernelInterface):
                 check_frontend(module)
             return module
 
-        module = run_stages(Build(trace, make_module=frontend), "frontend", "tile").module
+        module = run_stages(Build(trace, make_module=frontend, split_k=split_k), "frontend", "tile").module
         trace.key = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
         trace.signature = ", ".join(f"{label}: {a.type}" for n, v in spec.items()
                                     for label, _, a in runtime_leaves(n, v))
@@ -1210,6 +1211,8 @@ class JITFunction(KernelInterface):
                 ck = self.compile(spec, key, runtime_names, options)
                 self._remember_frontend(okey, ck, key, options)
             self.cache[okey] = ck
+        if ck.__dict__.get("_split_inputs") is None:  # what a split-K variant of it compiles from
+            ck._split_inputs = (spec, key, runtime_names, options)
         return ck, bound, options, runtime_values
 
     def warmup(self, *args, grid=None, **kwargs) -> CompiledKernel:
@@ -1292,7 +1295,11 @@ class JITFunction(KernelInterface):
             if options.get("sanitize", self.sanitize):
                 raise LaunchError(f"kernel '{self.__name__}': sanitize runs on the CPU interpreter; pass CPU "
                                   "tensors (a GPU launch can be checked with `compute-sanitizer python ...`)")
-            self._run_gpu(ck, grid, runtime_values, bool(options.get("launch_pdl")))
+            split = self._split(ck, grid, runtime_values, True, bool(options.get("launch_pdl")))
+            if split is not None:
+                self._run_gpu(split[0], split[1], split[2])
+            else:
+                self._run_gpu(ck, grid, runtime_values, bool(options.get("launch_pdl")))
             self._remember_fast(args, kwargs, ck, runtime_values, bool(options.get("launch_pdl")))
             return ck
         _notice_interpreter(self.__name__)
@@ -1300,8 +1307,30 @@ class JITFunction(KernelInterface):
         sanitize = options.get("sanitize", self.sanitize)
         extra = {**({"bounds": bounds} if bounds != default_bounds else {}),
                  **({"sanitize": sanitize} if sanitize else {})}
+        split = None if sanitize else self._split(ck, grid, runtime_values, False)
+        if split is not None:
+            split[0].run(split[1], split[2], **extra)
+            return ck
         ck.run(grid, runtime_values, **extra)  # (only what is not the default: tests replace CompiledKernel.run)
         return ck
+
+    def _split(self, ck, grid, runtime_values, on_gpu, pdl=False):
+        """(split variant, grid (x, y, S), arguments + workspace) when this launch splits its dot loop over grid z
+        (runtime/split_k.py), else None."""
+        from . import split_k
+
+        if pdl or grid[2] != 1:
+            return None
+        st = split_k.state(self, ck)
+        if st is None:
+            return None
+        device = next((v.get_device() for v in runtime_values if hasattr(v, "get_device")), 0) if on_gpu else None
+        s = st.last = st.splits(grid, runtime_values, on_gpu, device or 0)
+        if s <= 1:
+            return None
+        ws, counters = st.buffers(s, grid, device=f"cuda:{device}" if on_gpu else None,
+                                  stream=_current_stream(device) if on_gpu else 0)
+        return st.variant, (grid[0], grid[1], s), list(runtime_values) + [ws, counters]
 
     def _run_gpu(self, ck, grid, runtime_values, pdl=False):
         ck.run_gpu(grid, runtime_values, pdl)
@@ -1371,10 +1400,19 @@ class JITFunction(KernelInterface):
         meta_options = {"num_warps": ck.options.get("num_warps", 4), "num_stages": ck.options.get("num_stages", 3)}
         if len(self._fast) >= _FAST_ENTRIES:  # keys that never repeat (a new function object per call): start over
             self._fast.clear()
+        from . import split_k
+
+        st = None if pdl else split_k.state(self, ck)
+        split = st is not None and st.refused is None
         try:
-            go = ck._loaded.warm_launcher(ck.launch_warps or ck.num_warps, ck.shared, bool(pdl))
+            if split and ck._loaded is None:  # the launch ran the split variant: load this one when first needed
+                go = split_k.lazy_launcher(ck)
+            else:
+                go = ck._loaded.warm_launcher(ck.launch_warps or ck.num_warps, ck.shared, bool(pdl))
         except Exception:  # (the launch that just ran checked the same: not expected)
             return
+        if split:
+            go = split_k.fast_wrapper(st, go, device)
         self._fast[got[0]] = (ck, pick, go, device, meta_options)
 
 

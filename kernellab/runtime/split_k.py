@@ -1,0 +1,199 @@
+"""Split-K at launch: when a launch has too few programs for the GPU and a long dot loop, run the split variant of
+its specialization (compiler/passes/split_k.py) over grid (x, y, S) with a workspace and per-tile counters.
+
+KERNELLAB_SPLIT_K: `auto` (default: split where it pays, on the GPU only), `0` / `off` (never), `1` / `on` (as
+auto, on the interpreter too), or a number S >= 2 (always split S ways where the pass accepts the kernel: for
+tests and A/B timing). Auto splits when the grid fills under half the SMs; S fills the SMs once, each split keeps
+at least MIN_ITERS loop iterations, and S stays <= MAX_SPLITS.
+"""
+from __future__ import annotations
+
+import os
+
+from ..compiler.passes.split_k import COUNTERS, WORKSPACE, evaluate_trip
+
+KNOB = "KERNELLAB_SPLIT_K"
+MIN_ITERS = 8  # a split's iterations: fewer leave the partial tile's write and the sum too large a share
+MAX_SPLITS = 16
+INTERPRETER_SMS = 132  # what auto assumes on the interpreter (an H200)
+
+
+def mode() -> int | str:
+    """"off", "auto", "on" or a forced S (an int >= 2), from KERNELLAB_SPLIT_K."""
+    v = os.environ.get(KNOB, "auto").strip().lower()
+    if v in ("0", "off", "false", "no"):
+        return "off"
+    if v in ("1", "on", "true", "yes"):
+        return "on"
+    if v.isdigit():
+        return int(v)
+    return "auto"
+
+
+def choose(trip: int | None, programs: int, sms: int, how) -> int:
+    """How many ways to split a launch of `programs` programs whose loop runs `trip` iterations."""
+    if how == "off" or programs <= 0:
+        return 1
+    if isinstance(how, int):
+        return max(1, how)
+    if trip is None or 2 * programs > sms:
+        return 1
+    s = min(sms // programs, trip // MIN_ITERS, MAX_SPLITS)
+    return s if s >= 2 else 1
+
+
+def _candidate(ck) -> bool:
+    text = ck.asm.get("tile", "") if isinstance(ck.asm, dict) else ""
+    return "tt.dot" in text and "scf.for" in text
+
+
+class SplitState:
+    """Per specialization: its split variant (compiled on first need, or why the pass refused it), the decisions
+    per grid and trip count, and the workspaces per device and stream."""
+
+    def __init__(self, fn, ck, inputs):
+        self.fn, self.ck, self.inputs = fn, ck, inputs
+        self.variant = None
+        self.refused = None if _candidate(ck) else "no dot loop"
+        self.stats: dict = {}
+        self.workspaces: dict = {}
+        self.decisions: dict = {}
+        self.sms: dict = {}
+        self._go = None
+        self.last = 1  # S of the latest launch (the benchmark reports what auto chose)
+
+    def get_variant(self, on_gpu: bool = False):
+        """The split variant, compiled (and on the GPU built) on first need; None where the pass refused the kernel
+        or the variant failed to build (a warning says so: the launch then runs the kernel as written)."""
+        if self.variant is None and self.refused is None:
+            spec, key, runtime_names, options = self.inputs
+            try:
+                v = self.fn.compile(spec, key, list(runtime_names) + [WORKSPACE, COUNTERS], options, split_k=True)
+                rec = next((p for p in v.trace.passes if p.name == "split_k"), None)
+                self.stats = dict(rec.stats) if rec is not None else {}
+                if self.stats.get("split") and on_gpu:
+                    from .jit import current_target
+
+                    v.gpu(current_target())
+            except Exception as e:  # a bug of the split variant must not stop a kernel that runs unsplit
+                import warnings
+
+                self.refused = f"the split variant failed to build: {type(e).__name__}: {e}"
+                warnings.warn(f"kernel '{self.ck.name}': split-K off for this specialization ({self.refused})",
+                              stacklevel=3)
+                return None
+            if not self.stats.get("split"):
+                self.refused = self.stats.get("refused", "not split")
+            else:
+                self.variant = v
+                self.ck.split_k_variant = v  # the lab shows its trace (the split_k pass among the tile passes)
+        return self.variant
+
+    def splits(self, grid, args, on_gpu: bool, device=0) -> int:
+        """S for a launch of `grid` (3 entries) with kernel arguments `args` (1: do not split)."""
+        if self.refused is not None or grid[2] != 1:
+            return 1
+        how = mode()
+        if how == "off" or (how == "auto" and not on_gpu):
+            return 1
+        programs = grid[0] * grid[1]
+        sms = self._sms(device) if on_gpu else INTERPRETER_SMS
+        if how in ("auto", "on") and 2 * programs > sms:  # before compiling anything
+            return 1
+        if self.get_variant(on_gpu) is None:
+            return 1
+        expr = self.stats.get("trip_count")
+        try:
+            trip = None if expr is None else evaluate_trip(expr, args)
+        except Exception:
+            trip = None
+        return choose(trip, programs, sms, how)
+
+    def variant_launcher(self):
+        """The split variant's warm launcher `go(grid, stream, raw args)` (built and loaded on first use)."""
+        if self._go is None:
+            from .jit import current_target
+
+            v = self.variant
+            v.gpu(current_target())
+            self._go = v._loaded.warm_launcher(v.launch_warps or v.num_warps, v.shared, False)
+        return self._go
+
+    def _sms(self, device) -> int:
+        if device not in self.sms:
+            import torch
+
+            self.sms[device] = torch.cuda.get_device_properties(device).multi_processor_count
+        return self.sms[device]
+
+    def buffers(self, s: int, grid, like=None, device=None, stream=0):
+        """(workspace, counters) tensors for S splits of this grid: cached per device, stream and size; the
+        counters start at zero and every launch leaves them at zero."""
+        import torch
+
+        tiles = grid[0] * grid[1]
+        dtype = torch.float32 if self.stats.get("acc_dtype", "f32") == "f32" else torch.int32
+        dev = device if device is not None else "cpu"
+        key = (str(dev), stream, dtype)
+        have = self.workspaces.get(key)
+        need = s * tiles * self.stats["tile_elems"]
+        if have is None or have[0].numel() < need or have[1].numel() < tiles:
+            have = (torch.empty(need, dtype=dtype, device=dev), torch.zeros(tiles, dtype=torch.int32, device=dev))
+            self.workspaces[key] = have
+        return have
+
+
+def state(fn, ck):
+    """The SplitState of compiled kernel `ck` of JITFunction `fn` (None when it was compiled without the inputs a
+    variant needs)."""
+    st = getattr(ck, "_split_state", None)
+    if st is None:
+        inputs = getattr(ck, "_split_inputs", None)
+        if inputs is None:
+            return None
+        st = ck._split_state = SplitState(fn, ck, inputs)
+    return st
+
+
+def lazy_launcher(ck):
+    """A warm launcher for `ck` that builds and loads it on its first launch (a kernel whose launches so far all ran
+    its split variant)."""
+    cell = []
+
+    def go(grid, stream, args):
+        if not cell:
+            from .jit import current_target
+
+            ck.gpu(current_target())
+            cell.append(ck._loaded.warm_launcher(ck.launch_warps or ck.num_warps, ck.shared, False))
+        return cell[0](grid, stream, args)
+
+    return go
+
+
+def fast_wrapper(st: SplitState, go, device):
+    """The warm-launch fast path's `go` for a kernel that may split: the same launch, or the split variant's
+    over (x, y, S) with the workspace appended (decisions cached per grid and trip count)."""
+    sms = st._sms(device)
+
+    def go_split(grid, stream, args):
+        if grid.__class__ is not tuple or len(grid) == 3 and grid[2] != 1:
+            return go(grid, stream, args)
+        how = mode()
+        programs = grid[0] * (grid[1] if len(grid) > 1 else 1)
+        if how == "off" or (2 * programs > sms and not isinstance(how, int)):
+            st.last = 1
+            return go(grid, stream, args)
+        g = tuple(grid) + (1,) * (3 - len(grid))
+        expr = st.stats.get("trip_count")
+        key = (g, how, None if expr is None else evaluate_trip(expr, args))
+        s = st.decisions.get(key)
+        if s is None:
+            s = st.decisions[key] = st.splits(g, args, True, device)
+        st.last = s
+        if s <= 1:
+            return go(grid, stream, args)
+        ws, counters = st.buffers(s, g, device=f"cuda:{device}", stream=stream)
+        return st.variant_launcher()((g[0], g[1], s), stream, list(args) + [ws.data_ptr(), counters.data_ptr()])
+
+    return go_split
