@@ -163,7 +163,8 @@ def test_choose():
     """auto: fill the SMs once, at least MIN_ITERS iterations a split, at most MAX_SPLITS; big grids never."""
     assert split_k.choose(64, 16, 132, "auto") == 8  # the skinny 16x4096x4096 at 128x256x64
     assert split_k.choose(128, 32, 132, "auto") == 4  # 16x8192x8192
-    assert split_k.choose(16, 32, 132, "auto") == 2  # 1024^3: 32 tiles, 16 iterations
+    assert split_k.choose(16, 32, 132, "auto") == 1  # 1024^3: 32 tiles, 16 iterations (split in two: 0.90x, H200)
+    assert split_k.choose(32, 32, 132, "auto") == 4
     assert split_k.choose(8, 16, 132, "auto") == 1
     assert split_k.choose(64, 80, 132, "auto") == 1
     assert split_k.choose(1000, 1, 132, "auto") == split_k.MAX_SPLITS
@@ -364,7 +365,8 @@ def test_gpu_split_is_deterministic_and_auto_splits_the_skinny_shape(matmul, mon
     monkeypatch.setenv(KNOB, "0")
     c.fill_(float("nan"))
     _launch(matmul, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
-    torch.testing.assert_close(c, outs[0], rtol=1e-5, atol=1e-4)
+    # the unsplit kernel adds the K products in another order: fp32 rounding apart (|c| ~ 64 here)
+    torch.testing.assert_close(c, outs[0], rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.gpu
