@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from ..gpu.layouts import Blocked
 from ..gpu.scratch import a_from_registers, is_wgmma, mem_bytes, mma_b_k_contiguous, mma_instr, mma_staging
 from .lower_async import store_tile
 from .lower_wgmma import a_fragment_from_accumulator, dot_wgmma, pack_halves, unpack_halves
-from .lowering_core import F32, I32, KernelLowering, _cint, _log2, handles, llty, memty
+from .lowering_core import F32, I32, SPTR, KernelLowering, _cint, _log2, handles, llty, memty
 
 
 def _align16(n: int) -> int:
@@ -34,6 +35,11 @@ def _stage_tile(lw: KernelLowering, op, v, shape, row_stride: int, base: int, es
         cvt = ir.FunctionType(I32, [F32])
         regs = [b.asm(cvt, "cvt.rna.tf32.f32 $0, $1;", "=r,f", [x], side_effect=False) for x in regs]
     start = op.attrs.get("smem_offset", 0) + base
+    layout = v.type.layout
+    if not any(i.replicated for i in layout.dims_info(shape)):
+        _store_linear(lw, v, regs, start, (1, row_stride) if transpose else (row_stride, 1), esize,
+                      vectorize=not transpose)
+        return
 
     def offset_of(r, c):
         if transpose:
@@ -41,6 +47,37 @@ def _stage_tile(lw: KernelLowering, op, v, shape, row_stride: int, base: int, es
         return b.add(_cint(start), b.mul(b.add(b.mul(r, _cint(row_stride)), c), _cint(esize)))
 
     store_tile(lw, v, regs, offset_of, esize, vectorize=not transpose)
+
+
+def _store_linear(lw: KernelLowering, v, regs, start: int, strides, esize: int, vectorize: bool):
+    """Store a 2-D register tile without copies of an element at byte `start + (r * strides[0] + c * strides[1])
+    * esize`: one address per thread plus a constant per register (runs of consecutive registers along a row as
+    one vector store, as `store_tile`). From per-element indices LLVM turns the register's offset into an `or` that
+    ptxas cannot fold into the st.shared immediate: a transposed tf32 B kept 64 address registers live across
+    fla's chunk loop."""
+    b = lw.b
+    layout, shape = v.type.layout, v.type.shape
+    parts = lw.thread_parts(layout, shape)
+    thread = b.add(b.mul(parts[0], _cint(strides[0])), b.mul(parts[1], _cint(strides[1])))
+    addr0 = b.add(lw.smem32, b.add(_cint(start), b.mul(thread, _cint(esize))))
+    offsets = layout.registers(shape)
+    run = 1
+    if vectorize and isinstance(layout, Blocked) and layout.order[0] == 1:
+        run = min(layout.spt[1], 16 // esize, shape[1])
+    i = 0
+    while i < len(regs):
+        n = run if (i + run <= len(regs) and offsets[i][1] % run == 0 and
+                    all(offsets[i + q] == (offsets[i][0], offsets[i][1] + q) for q in range(run))) else 1
+        const = (offsets[i][0] * strides[0] + offsets[i][1] * strides[1]) * esize
+        ptr = b.inttoptr(b.add(addr0, _cint(const)), SPTR)
+        if n == 1:
+            b.store(regs[i], ptr)
+        else:
+            vec = ir.Constant(ir.VectorType(regs[i].type, n), None)
+            for q in range(n):
+                vec = b.insert_element(vec, regs[i + q], _cint(q))
+            b.store(vec, ptr, align=esize * n)
+        i += n
 
 
 def _ldmatrix(lw: KernelLowering, byte_offset, count: int, trans: bool):

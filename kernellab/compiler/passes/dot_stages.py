@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..gpu import block_ptr
 from ..gpu.axis_info import AxisAnalysis
 from ..gpu.layouts import Blocked, default_blocked
-from ..gpu.scratch import MMA_PAD, _numel, is_wgmma, wgmma_kind
+from ..gpu.scratch import MMA_PAD, _numel, is_wgmma, mma_instr, wgmma_kind
 from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
 from ..rewrite import extend_for_iter_args, insert_before
@@ -106,20 +106,21 @@ def copy_tile(bld: Builder, ld: Op, ptrs, view, pred, bpc: BlockPtrCopies, mask=
 
 
 # element types whose tiles cp.async moves into stages: 16-bit ones for every tensor-core dot; the 8-bit and fp32 (tf32)
-# ones only where wgmma reads them (mma.sync's ldmatrix path stages 16-bit tiles only; fp8 there is upcast in registers
-# first). An fp32 stage is read by wgmma as it is: the tensor cores take the top 19 bits of each element (truncation to
+# ones where wgmma reads them, fp32 also for mma.sync (a K-major stage, `mma_sync_k_major`; fp8 there is upcast in
+# registers first). An fp32 stage is read by wgmma as it is: the tensor cores take the top 19 bits of each element (truncation to
 # tf32, as Triton's pipelined tf32 dots on Hopper), where the register path rounds (cvt.rna.tf32.f32) when it stages.
 STAGED_TYPES = ("f16", "bf16")
 WGMMA_STAGED_TYPES = STAGED_TYPES + ("f8e4nv", "f8e5", "i8", "f32")
 
 
-def copyable(ld: Op, bpc: BlockPtrCopies, wgmma: bool = False) -> str | None:
+def copyable(ld: Op, bpc: BlockPtrCopies, wgmma: bool = False, k_major: bool = False) -> str | None:
     """Why cp.async cannot move this load's tile into shared memory, or None when it can (`wgmma`: every reader
-    is a wgmma dot, which also takes 8-bit tiles)."""
+    is a wgmma dot, which also takes 8-bit tiles; `k_major`: every reader is an mma.sync that reads the tile from
+    a K-major stage, `mma_sync_k_major`)."""
     if ld.attrs.get("volatile"):
         return "volatile load"
     t = ld.result.type
-    if t.scalar.ir not in (WGMMA_STAGED_TYPES if wgmma else STAGED_TYPES):
+    if t.scalar.ir not in (WGMMA_STAGED_TYPES if wgmma else STAGED_TYPES) and not k_major:
         return f"{t.scalar.ir} elements" + ("" if wgmma or t.scalar.ir not in WGMMA_STAGED_TYPES else
                                             " read by mma.sync")
     if ld.operands[0].type.is_block_ptr():
@@ -158,6 +159,17 @@ def tf32_wgmma_operand(dot: Op, t) -> bool:
     return t.scalar.ir == "f32" and is_wgmma(dot) and wgmma_kind(dot).ptx == "tf32"
 
 
+def mma_sync_k_major(dot: Op, t) -> bool:
+    """An fp32 (tf32) tile an mma.sync reads. ldmatrix cannot transpose 32-bit elements, so its stage is K-major
+    (A [M][K], B [N][K], rows padded by 16 bytes: ldmatrix reads each k-step's fragments as pairs of b16, as from
+    the register path's staging); a tile contiguous along M or N is copied 4 bytes at a time, as for wgmma. The
+    tensor cores read the fp32 bits as tf32 (truncated; the register path rounds: Triton's mma.sync operands read
+    from its pipelined stages are not rounded either). Staged, the tile is never in registers: the loop keeps 4
+    fragment registers per 16x8 k-step instead of the whole tile (fla's chunk_fwd_kernel_h: 240 -> ~100)."""
+    return ("mma" in dot.attrs and not is_wgmma(dot) and t.scalar.ir == "f32"
+            and mma_instr(dot).name.endswith(".tf32"))
+
+
 def buffer_type(dot: Op, t, stages: int, index: int | None = None, transposed: bool = False):
     """The shared-memory encoding the dot reads this tile in: swizzled for wgmma, padded rows for ldmatrix
     (None when wgmma cannot read it, or the dot is smaller than one 16x8 mma tile). A 32-bit tile (operand
@@ -167,10 +179,13 @@ def buffer_type(dot: Op, t, stages: int, index: int | None = None, transposed: b
     if m < 16 or n < 8:
         return None  # smaller than one mma.sync tile: the dot stages it itself, rows wrapped onto the tile
     if t.scalar.bits == 32:
-        if index is None or not tf32_wgmma_operand(dot, t):
+        wgmma_tf32 = tf32_wgmma_operand(dot, t)
+        if index is None or not (wgmma_tf32 or mma_sync_k_major(dot, t)):
             return None
         order = (1, 0) if index == 0 else (0, 1)  # the view the dot reads: A [M][K], B [K][N], K contiguous
-        return swizzled(shape, t.scalar, tuple(1 - o for o in order) if transposed else order)
+        order = tuple(1 - o for o in order) if transposed else order
+        return swizzled(shape, t.scalar, order) if wgmma_tf32 else MemDescType(shape, t.scalar, order,
+                                                                               mma_instr(dot).pad)
     if is_wgmma(dot):
         return swizzled(shape, t.scalar, tuple(t.layout.order))
     return MemDescType(shape, t.scalar, tuple(t.layout.order), MMA_PAD)
