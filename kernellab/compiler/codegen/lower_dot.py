@@ -146,6 +146,7 @@ def _dot_mma(lw: KernelLowering, op):
         lw.barrier()
     a_off, sa, a_kc = _operand_in_smem(lw, op, 0, 0, instr) if not a_regs else (None, 0, True)
     b_off, sb, b_kc = _operand_in_smem(lw, op, 1, b_base, instr)
+    b_bytes = not b_kc and es == 1  # an int8 B stage contiguous along N: ldmatrix cannot transpose bytes
     layout = res.type.layout
     info_m, info_n = layout.dims_info((M, N))
     # which warp tile this warp computes: the warps past the tile's edge wrap onto it (the #mma layout's copies)
@@ -198,7 +199,10 @@ def _dot_mma(lw: KernelLowering, op):
                          b.add(b.mul(warp_m, _cint(16)), b.add(b.mul(lo, _cint(8)), _cint(i * 16 * wm))))
             a_frags.append(_ldmatrix(lw, p, 4, trans=not a_kc))
         b_frags = []
-        for j in range(0, n_nt, 2):
+        if b_bytes:
+            b_frags = [_b_bytes(lw, b_off, sb, b.add(b.mul(warp_n, _cint(tn)), _cint(j * 8)), k0, N)
+                       for j in range(n_nt)]
+        for j in range(0, n_nt if not b_bytes else 0, 2):
             n = b.add(b_n, _cint(j * 8))
             if b_kc:   # stored [N][K]: lane rows are n
                 p = addr(b_off, sb, wrap(b.add(n, row8), N, 8), b.add(b_k, _cint(k0)))
@@ -226,6 +230,29 @@ def _dot_mma(lw: KernelLowering, op):
                 for q in range(nc):
                     acc[base + q] = b.extract_value(out, q)
     lw.put(res, unpack_halves(lw, acc) if nc == 2 else acc)
+
+
+def _b_bytes(lw: KernelLowering, off, stride: int, n0, k0: int, N: int):
+    """This lane's two B fragment registers of an m16n8k32.s8 for the 8 columns from `n0` and k-step `k0`, from a
+    stage stored [K][N] (rows `stride` bytes apart): register q holds B[k0 + 16q + 4(lane % 4) + i][n0 + lane / 4]
+    in byte i. Eight ld.shared.u8 packed into two words (Triton reads an N-contiguous int8 B the same way)."""
+    b = lw.b
+    lane = lw.lane
+    n = b.add(n0, b.lshr(lane, _cint(2)))
+    if N < 8:
+        n = b.and_(n, _cint(N - 1))
+    k = b.add(_cint(k0), b.mul(b.and_(lane, _cint(3)), _cint(4)))
+    base = b.add(lw.smem32, b.add(off, b.add(b.mul(k, _cint(stride)), n)))
+    out = []
+    for q in range(2):
+        word = None
+        for i in range(4):
+            ptr = b.inttoptr(b.add(base, _cint((16 * q + i) * stride)), SPTR)
+            byte = b.zext(b.load(ptr, typ=ir.IntType(8)), I32)
+            byte = byte if i == 0 else b.shl(byte, _cint(8 * i))
+            word = byte if word is None else b.or_(word, byte)
+        out.append(word)
+    return out
 
 
 def _lone_b_addr(lw: KernelLowering, off, stride: int, k_contiguous: bool, warp_n, tn: int, j: int, k0: int,

@@ -113,14 +113,14 @@ STAGED_TYPES = ("f16", "bf16")
 WGMMA_STAGED_TYPES = STAGED_TYPES + ("f8e4nv", "f8e5", "i8", "f32")
 
 
-def copyable(ld: Op, bpc: BlockPtrCopies, wgmma: bool = False, k_major: bool = False) -> str | None:
+def copyable(ld: Op, bpc: BlockPtrCopies, wgmma: bool = False, k_major: bool = False, i8: bool = False) -> str | None:
     """Why cp.async cannot move this load's tile into shared memory, or None when it can (`wgmma`: every reader
     is a wgmma dot, which also takes 8-bit tiles; `k_major`: every reader is an mma.sync that reads the tile from
-    a K-major stage, `mma_sync_k_major`)."""
+    a K-major stage, `mma_sync_k_major`; `i8`: every reader is an int8 mma.sync, `mma_sync_i8`)."""
     if ld.attrs.get("volatile"):
         return "volatile load"
     t = ld.result.type
-    if t.scalar.ir not in (WGMMA_STAGED_TYPES if wgmma else STAGED_TYPES) and not k_major:
+    if t.scalar.ir not in (WGMMA_STAGED_TYPES if wgmma else STAGED_TYPES) and not k_major and not i8:
         return f"{t.scalar.ir} elements" + ("" if wgmma or t.scalar.ir not in WGMMA_STAGED_TYPES else
                                             " read by mma.sync")
     if ld.operands[0].type.is_block_ptr():
@@ -145,6 +145,9 @@ def k_major_why(dot: Op, index: int, order) -> str | None:
     M or N is copied 4 bytes (one element) at a time into a K-major stage (`copy_tile`, as Triton does); an 8-bit
     one cannot be (cp.async's runs are 4-16 bytes along the global contiguous dim, 4+ elements), so it keeps the
     register path, which stages it K-major every iteration (as Triton 3.6 does: tt.load + local_alloc)."""
+    if mma_sync_i8(dot) and index == 0 and order[0] != 1:
+        return ("s8 operand a is M-contiguous in global memory; mma.sync reads 8-bit A K-major only (ldmatrix cannot "
+                "transpose bytes; kept in registers)")
     kind = wgmma_kind(dot) if is_wgmma(dot) else None
     if kind is None or not kind.k_major_only or order[0] == (1 if index == 0 else 0) or kind.ptx == "tf32":
         return None
@@ -170,6 +173,13 @@ def mma_sync_k_major(dot: Op, t) -> bool:
             and mma_instr(dot).name.endswith(".tf32"))
 
 
+def mma_sync_i8(dot: Op) -> bool:
+    """An int8 mma.sync (m16n8k32.s8). Its stages are read as laid out in global memory: A K-contiguous by ldmatrix
+    (`k_major_why` keeps an M-contiguous A in registers), B by ldmatrix when K-contiguous, else byte by byte
+    (`lower_dot._b_bytes`, as Triton's shared-memory reads of an N-contiguous int8 B); rows padded by 16 bytes."""
+    return "mma" in dot.attrs and not is_wgmma(dot) and mma_instr(dot).name.endswith(".s8")
+
+
 def buffer_type(dot: Op, t, stages: int, index: int | None = None, transposed: bool = False):
     """The shared-memory encoding the dot reads this tile in: swizzled for wgmma, padded rows for ldmatrix
     (None when wgmma cannot read it, or the dot is smaller than one 16x8 mma tile). A 32-bit tile (operand
@@ -188,6 +198,8 @@ def buffer_type(dot: Op, t, stages: int, index: int | None = None, transposed: b
                                                                                mma_instr(dot).pad)
     if is_wgmma(dot):
         return swizzled(shape, t.scalar, tuple(t.layout.order))
+    if t.scalar.bits == 8:
+        return MemDescType(shape, t.scalar, tuple(t.layout.order), mma_instr(dot).pad) if mma_sync_i8(dot) else None
     return MemDescType(shape, t.scalar, tuple(t.layout.order), MMA_PAD)
 
 

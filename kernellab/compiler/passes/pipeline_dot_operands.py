@@ -77,6 +77,7 @@ from .dot_stages import (
     copy_tile,
     copyable,
     k_major_why,
+    mma_sync_i8,
     mma_sync_k_major,
     tf32_wgmma_operand,
     view_type,
@@ -114,7 +115,8 @@ def _operand_load(dot: Op, index: int, body, bpc: BlockPtrCopies):
         if why is not None:
             return None, why
     why = copyable(op, bpc, wgmma=is_wgmma(readers[0][0]),
-                   k_major=all(mma_sync_k_major(d, op.result.type) for d, *_ in readers))
+                   k_major=all(mma_sync_k_major(d, op.result.type) for d, *_ in readers),
+                   i8=op.result.type.scalar.ir == "i8" and all(mma_sync_i8(d) and not tr for d, _, tr, _ in readers))
     return (op, readers) if why is None else (None, why)
 
 
@@ -498,6 +500,14 @@ def _advance(bld: Builder, for_op: Op, carried, mapping) -> dict:
     return nxt
 
 
+def _runs(bld: Builder, iv, ub, step: int):
+    """Whether iteration `iv` of the loop runs: iv < ub, or iv > ub for a negative step (torchao's int8 matmul counts
+    its K loop down, `range(K, 0, -BLOCK_K)`)."""
+    if step > 0:
+        return bld.lt(iv, ub)
+    return bld.op("arith.cmpi", [iv, ub], [int1], {"predicate": "sgt"}).result
+
+
 def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None:
     body = for_op.regions[0]
     dots = [op for op in body.ops if op.name == "tt.dot" and "mma" in op.attrs]
@@ -507,8 +517,8 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     step = int_const(for_op.operands[2])
     if stages < 2:
         why.append("num_stages < 2")
-    if step is None or step <= 0:
-        why.append("the loop step is not a positive constant")
+    if step is None or step == 0:
+        why.append("the loop step is not a non-zero constant")
     plans, readers, targets = [], [], []  # targets: (dot, operand index) reading each buffer
     seen = set()
     for dot in dots:
@@ -556,7 +566,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         axes = []
     if plans and carried is None:
         why.append("a loop-carried address update cannot be recomputed")
-    if stages < 2 or step is None or step <= 0 or not plans or carried is None:
+    if stages < 2 or step is None or step == 0 or not plans or carried is None:
         stats["skipped"].append("; ".join(why))
         return
     stats["skipped"].extend(why)
@@ -589,7 +599,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         mapping = dict(state)
         mapping[id(iv)] = iv_s
         slot = pre.const(s)
-        _issue(pre, plans, bufs, slot, mapping, pre.lt(iv_s, ub), bpc, axes)
+        _issue(pre, plans, bufs, slot, mapping, _runs(pre, iv_s, ub, step), bpc, axes)
         state.update(_advance(pre, for_op, carried, mapping))
     # the loop carries: the address state S-1 iterations ahead, the stage to read and the stage to write
     ahead_args = {}
@@ -644,7 +654,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     iv_ahead = at.add(iv, at.const(ahead * step, iv.type))
     mapping = {id(iter_args[i]): ahead_args[i] for i in carried}
     mapping[id(iv)] = iv_ahead
-    _issue(at, plans, bufs, write_slot, mapping, at.lt(iv_ahead, ub), bpc, axes)
+    _issue(at, plans, bufs, write_slot, mapping, _runs(at, iv_ahead, ub, step), bpc, axes)
     nxt = _advance(at, for_op, carried, mapping)
     for buf, (ld, _, axis) in zip(bufs[n_dot:], side):  # read back from the stage where it was loaded
         b = Builder(ld, ld.loc)
