@@ -106,9 +106,9 @@ def copy_tile(bld: Builder, ld: Op, ptrs, view, pred, bpc: BlockPtrCopies, mask=
 
 
 # element types whose tiles cp.async moves into stages: 16-bit ones for every tensor-core dot; the 8-bit and fp32 (tf32)
-# ones where wgmma reads them, fp32 also for mma.sync (a K-major stage, `mma_sync_k_major`; fp8 there is upcast in
-# registers first). An fp32 stage is read by wgmma as it is: the tensor cores take the top 19 bits of each element (truncation to
-# tf32, as Triton's pipelined tf32 dots on Hopper), where the register path rounds (cvt.rna.tf32.f32) when it stages.
+# ones where wgmma reads them, fp32 and int8 also for mma.sync (`mma_sync_k_major`, `mma_sync_i8`; fp8 there is upcast
+# in registers first). An fp32 stage is read as it is: the tensor cores take the top 19 bits of each element (truncation
+# to tf32, as Triton's pipelined tf32 dots), where the register path rounds (cvt.rna.tf32.f32) when it stages.
 STAGED_TYPES = ("f16", "bf16")
 WGMMA_STAGED_TYPES = STAGED_TYPES + ("f8e4nv", "f8e5", "i8", "f32")
 
