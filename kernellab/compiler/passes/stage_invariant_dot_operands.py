@@ -24,7 +24,7 @@ from ..gpu.scratch import a_from_registers, is_wgmma, wgmma_kind
 from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
 from ..ops import is_loop
-from .dot_stages import Builder, buffer_type, tf32_wgmma_operand, view_type
+from .dot_stages import Builder, buffer_type, mma_sync_k_major, tf32_wgmma_operand, view_type
 
 NAME = "stage_invariant_dot_operands"
 DESCRIPTION = "store tiles loaded once and read only by tensor-core dots into shared memory once (st.shared)"
@@ -100,7 +100,8 @@ def _tf32_readers(v, chain: list, out: list) -> bool:
     for u in v.uses:
         if u.name == "tt.dot" and "mma" in u.attrs:
             slots = [i for i in (0, 1) if u.operands[i] is v]
-            if len(slots) != 1 or u.operands[2] is v or not tf32_wgmma_operand(u, v.type):
+            if len(slots) != 1 or u.operands[2] is v or not (tf32_wgmma_operand(u, v.type)
+                                                              or mma_sync_k_major(u, v.type)):
                 return False
             if slots[0] == 0 and a_from_registers(u):
                 return False
@@ -114,10 +115,11 @@ def _tf32_readers(v, chain: list, out: list) -> bool:
 
 
 def _stage_tf32_loads(module: Module, stats: dict):
-    """An fp32 tile loaded outside any loop and read only by tf32 wgmma dots (through layout conversions and
-    transposes) is stored into a K-major one-stage buffer right after its load, tf32-rounded as the dot's own
+    """An fp32 tile loaded outside any loop and read only by tf32 dots (wgmma or mma.sync, through layout conversions
+    and transposes) is stored into a K-major one-stage buffer right after its load, tf32-rounded as the dot's own
     staging rounds it: Liger's neighborhood-attention q.k^T held both 64x64 fp32 tiles in registers up to the
-    dot (93 registers, Triton 66, which stores each tile at its load)."""
+    dot (93 registers, Triton 66, which stores each tile at its load); fla's chunk_gla_bwd_kernel_inter (mma.sync at
+    2 warps) held its [64, 64] v and do tiles up to the dots."""
     for ld in list(module.kernel.walk()):
         if ld.name != "tt.load" or ld.block is None or _in_a_loop(ld) or ld.result.type.scalar.ir != "f32":
             continue
