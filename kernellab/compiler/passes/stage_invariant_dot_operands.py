@@ -127,6 +127,8 @@ def _stage_tf32_loads(module: Module, stats: dict):
         if not _tf32_readers(ld.result, [], readers):
             continue
         t = ld.result.type
+        if not all(tf32_wgmma_operand(d, t) for d, *_ in readers) and not _held_across_tiles(ld, readers):
+            continue
         types = {buffer_type(d, t, 1, i, tr) for d, i, tr, _ in readers}
         if len(types) != 1 or None in types:
             continue
@@ -153,6 +155,21 @@ def _stage_tf32_loads(module: Module, stats: dict):
             if all(not r.uses for r in op.results):
                 op.erase()
         stats["staged_once"] += 1
+
+
+def _held_across_tiles(ld: Op, readers) -> bool:
+    """Whether the tile of `ld` would stay in registers across another dot before an mma.sync reads it (fla's
+    chunk_gla_bwd_kernel_inter loads v, do, h and dh, then runs do.h and v.dh: v is held across the first). Only then
+    does an mma.sync operand go to shared memory at its load: otherwise the dot's own staging stores it about as
+    early, and a buffer of its own (with the scratch of the conversions around it) cost fla's chunk_gla_fwd_kernel_o
+    at 2 warps 112 bytes of spills where it had none."""
+    first = _first_in(ld.block, [d for d, *_ in readers])
+    ops = ld.block.ops
+    for op in ops[ops.index(ld) + 1:ops.index(first)] if first is not None else []:
+        for inner in op.walk():
+            if inner.name == "tt.dot":
+                return True
+    return False
 
 
 def _loop_holding(op: Op, block):
