@@ -47,7 +47,7 @@ import os
 from ..gpu.scratch import scratch_bytes, wgmma_staging
 from ..ir import Block, Module, Op
 from ..ops import info, is_pure
-from ..rewrite import extend_for_iter_args, insert_before, move_before
+from ..rewrite import extend_for_iter_args, insert_before, int_const, move_before
 from ..types import TensorType, int1
 from . import dce
 from .dot_stages import I32, Builder, mbarrier_ring, next_op
@@ -460,6 +460,10 @@ def _candidates(module: Module, stats: dict):
             continue
         if len(inner) > 1:
             stats["not_specialized"].append(f"{_line(op)}: {len(inner)} pipelined loops in it")
+            continue
+        step = int_const(inner[0].operands[2])
+        if step is None or step <= 0:  # pipeline_dot_operands pipelines loops counting down too; the turns test lb < ub
+            stats["not_specialized"].append(f"{_line(op)}: the pipelined loop's step is not a positive constant")
             continue
         out.append((op, inner[0]))
     for op in fn.walk():  # marked loops nested deeper than the kernel's top level (or its tile loop)
