@@ -574,7 +574,8 @@ def test_fp8_a_read_through_a_transpose_must_be_k_major_in_the_stage(run_pass, k
 
 @pytest.mark.parametrize("elem, instr, vec, ok", [
     ("i8", "wgmma.m64n64k32.s8", 16, True), ("f8e5", "wgmma.m64n64k32.e5m2", 4, True),
-    ("f8e4nv", "wgmma.m64n64k32.e4m3", 2, False), ("i8", "mma.sync.m16n8k32.s8", 16, False)])
+    ("f8e4nv", "wgmma.m64n64k32.e4m3", 2, False),
+    ("i8", "mma.sync.m16n8k32.s8", 16, True)])  # int8 on mma.sync: staged too (`dot_stages.mma_sync_i8`)
 def test_8bit_operands_need_wgmma_and_4_byte_runs(run_pass, elem, instr, vec, ok):
     text = FP8_LOOP.replace("f8e4nv", elem).replace("wgmma.m64n64k32.e4m3", instr).replace("{vec = 16}", f"{{vec = {vec}}}")
     if elem == "i8":

@@ -216,6 +216,8 @@ def _local_load(lw: KernelLowering, op):
     b = lw.b
     view_v, res = op.operands[0], op.results[0]
     t, view = res.type, view_v.type
+    if len(view.shape) == 2 and len(t.shape) == 2 and tuple(view.shape) == tuple(t.shape):
+        return _local_load_tile(lw, op)
     n = 1
     for s in t.shape:
         n *= s
@@ -234,6 +236,37 @@ def _local_load(lw: KernelLowering, op):
     else:
         addrs = [b.add(base, b.mul(lw.linear_index(ix, t.shape), _cint(e))) for ix in lw.reg_indices(t.layout, t.shape)]
     lw.put(res, [b.load(b.gep(lw.smem, [a], source_etype=I8), typ=ty) for a in addrs])
+
+
+def _local_load_tile(lw: KernelLowering, op):
+    """ld.shared of a 2-D register tile from a stage in any order, padding or swizzle (a tile a dot reads after
+    math, read back where it was loaded): runs of up to 16 bytes a thread holds along the stage's contiguous dim
+    as one vector load, each at its first element's address (`register_tile_addresses`: one per-thread base plus
+    immediates where the layout allows)."""
+    b = lw.b
+    view_v, res = op.operands[0], op.results[0]
+    t, view = res.type, view_v.type
+    e = t.scalar.bits // 8
+    ty = llty(t.scalar)
+    offs = t.layout.registers(t.shape)
+    fast = view.order[0]
+    run = 1
+    if isinstance(t.layout, Blocked) and t.layout.order[0] == fast and not view.swizzle:
+        run = min(t.layout.spt[fast], 16 // e, t.shape[fast])
+        run = 1 << (max(1, run).bit_length() - 1)
+    groups, i = [], 0
+    while i < len(offs):
+        n = run if (i + run <= len(offs) and offs[i][fast] % run == 0 and all(
+            offs[i + q][fast] == offs[i][fast] + q and offs[i + q][1 - fast] == offs[i][1 - fast]
+            for q in range(run))) else 1
+        groups.append((i, n))
+        i += n
+    addrs = register_tile_addresses(lw, view, t.layout, t.shape, [g for g, _ in groups], lw.get(view_v))
+    out = []
+    for g, n in groups:
+        x = b.load(b.inttoptr(addrs[g], SPTR), typ=ty if n == 1 else ir.VectorType(ty, n), align=e * n)
+        out += [x] if n == 1 else [b.extract_element(x, _cint(q)) for q in range(n)]
+    lw.put(res, out)
 
 
 class StmatrixPlan:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from ..gpu.layouts import Blocked
 from ..gpu.scratch import a_from_registers, is_wgmma, mem_bytes, mma_b_k_contiguous, mma_instr, mma_staging
 from .lower_async import store_tile
 from .lower_wgmma import a_fragment_from_accumulator, dot_wgmma, pack_halves, unpack_halves
-from .lowering_core import F32, I32, KernelLowering, _cint, _log2, handles, llty, memty
+from .lowering_core import F32, I32, SPTR, KernelLowering, _cint, _log2, handles, llty, memty
 
 
 def _align16(n: int) -> int:
@@ -34,6 +35,11 @@ def _stage_tile(lw: KernelLowering, op, v, shape, row_stride: int, base: int, es
         cvt = ir.FunctionType(I32, [F32])
         regs = [b.asm(cvt, "cvt.rna.tf32.f32 $0, $1;", "=r,f", [x], side_effect=False) for x in regs]
     start = op.attrs.get("smem_offset", 0) + base
+    layout = v.type.layout
+    if not any(i.replicated for i in layout.dims_info(shape)):
+        _store_linear(lw, v, regs, start, (1, row_stride) if transpose else (row_stride, 1), esize,
+                      vectorize=not transpose)
+        return
 
     def offset_of(r, c):
         if transpose:
@@ -41,6 +47,37 @@ def _stage_tile(lw: KernelLowering, op, v, shape, row_stride: int, base: int, es
         return b.add(_cint(start), b.mul(b.add(b.mul(r, _cint(row_stride)), c), _cint(esize)))
 
     store_tile(lw, v, regs, offset_of, esize, vectorize=not transpose)
+
+
+def _store_linear(lw: KernelLowering, v, regs, start: int, strides, esize: int, vectorize: bool):
+    """Store a 2-D register tile without copies of an element at byte `start + (r * strides[0] + c * strides[1])
+    * esize`: one address per thread plus a constant per register (runs of consecutive registers along a row as
+    one vector store, as `store_tile`). From per-element indices LLVM turns the register's offset into an `or` that
+    ptxas cannot fold into the st.shared immediate: a transposed tf32 B kept 64 address registers live across
+    fla's chunk loop."""
+    b = lw.b
+    layout, shape = v.type.layout, v.type.shape
+    parts = lw.thread_parts(layout, shape)
+    thread = b.add(b.mul(parts[0], _cint(strides[0])), b.mul(parts[1], _cint(strides[1])))
+    addr0 = b.add(lw.smem32, b.add(_cint(start), b.mul(thread, _cint(esize))))
+    offsets = layout.registers(shape)
+    run = 1
+    if vectorize and isinstance(layout, Blocked) and layout.order[0] == 1:
+        run = min(layout.spt[1], 16 // esize, shape[1])
+    i = 0
+    while i < len(regs):
+        n = run if (i + run <= len(regs) and offsets[i][1] % run == 0 and
+                    all(offsets[i + q] == (offsets[i][0], offsets[i][1] + q) for q in range(run))) else 1
+        const = (offsets[i][0] * strides[0] + offsets[i][1] * strides[1]) * esize
+        ptr = b.inttoptr(b.add(addr0, _cint(const)), SPTR)
+        if n == 1:
+            b.store(regs[i], ptr)
+        else:
+            vec = ir.Constant(ir.VectorType(regs[i].type, n), None)
+            for q in range(n):
+                vec = b.insert_element(vec, regs[i + q], _cint(q))
+            b.store(vec, ptr, align=esize * n)
+        i += n
 
 
 def _ldmatrix(lw: KernelLowering, byte_offset, count: int, trans: bool):
@@ -109,6 +146,7 @@ def _dot_mma(lw: KernelLowering, op):
         lw.barrier()
     a_off, sa, a_kc = _operand_in_smem(lw, op, 0, 0, instr) if not a_regs else (None, 0, True)
     b_off, sb, b_kc = _operand_in_smem(lw, op, 1, b_base, instr)
+    b_bytes = not b_kc and es == 1  # an int8 B stage contiguous along N: ldmatrix cannot transpose bytes
     layout = res.type.layout
     info_m, info_n = layout.dims_info((M, N))
     # which warp tile this warp computes: the warps past the tile's edge wrap onto it (the #mma layout's copies)
@@ -161,7 +199,10 @@ def _dot_mma(lw: KernelLowering, op):
                          b.add(b.mul(warp_m, _cint(16)), b.add(b.mul(lo, _cint(8)), _cint(i * 16 * wm))))
             a_frags.append(_ldmatrix(lw, p, 4, trans=not a_kc))
         b_frags = []
-        for j in range(0, n_nt, 2):
+        if b_bytes:
+            b_frags = [_b_bytes(lw, b_off, sb, b.add(b.mul(warp_n, _cint(tn)), _cint(j * 8)), k0, N)
+                       for j in range(n_nt)]
+        for j in range(0, n_nt if not b_bytes else 0, 2):
             n = b.add(b_n, _cint(j * 8))
             if b_kc:   # stored [N][K]: lane rows are n
                 p = addr(b_off, sb, wrap(b.add(n, row8), N, 8), b.add(b_k, _cint(k0)))
@@ -189,6 +230,29 @@ def _dot_mma(lw: KernelLowering, op):
                 for q in range(nc):
                     acc[base + q] = b.extract_value(out, q)
     lw.put(res, unpack_halves(lw, acc) if nc == 2 else acc)
+
+
+def _b_bytes(lw: KernelLowering, off, stride: int, n0, k0: int, N: int):
+    """This lane's two B fragment registers of an m16n8k32.s8 for the 8 columns from `n0` and k-step `k0`, from a
+    stage stored [K][N] (rows `stride` bytes apart): register q holds B[k0 + 16q + 4(lane % 4) + i][n0 + lane / 4]
+    in byte i. Eight ld.shared.u8 packed into two words (Triton reads an N-contiguous int8 B the same way)."""
+    b = lw.b
+    lane = lw.lane
+    n = b.add(n0, b.lshr(lane, _cint(2)))
+    if N < 8:
+        n = b.and_(n, _cint(N - 1))
+    k = b.add(_cint(k0), b.mul(b.and_(lane, _cint(3)), _cint(4)))
+    base = b.add(lw.smem32, b.add(off, b.add(b.mul(k, _cint(stride)), n)))
+    out = []
+    for q in range(2):
+        word = None
+        for i in range(4):
+            ptr = b.inttoptr(b.add(base, _cint((16 * q + i) * stride)), SPTR)
+            byte = b.zext(b.load(ptr, typ=ir.IntType(8)), I32)
+            byte = byte if i == 0 else b.shl(byte, _cint(8 * i))
+            word = byte if word is None else b.or_(word, byte)
+        out.append(word)
+    return out
 
 
 def _lone_b_addr(lw: KernelLowering, off, stride: int, k_contiguous: bool, warp_n, tn: int, j: int, k0: int,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..gpu import block_ptr
 from ..gpu.axis_info import AxisAnalysis
 from ..gpu.layouts import Blocked, default_blocked
-from ..gpu.scratch import MMA_PAD, _numel, is_wgmma, wgmma_kind
+from ..gpu.scratch import MMA_PAD, _numel, is_wgmma, mma_instr, wgmma_kind
 from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
 from ..rewrite import extend_for_iter_args, insert_before
@@ -106,20 +106,21 @@ def copy_tile(bld: Builder, ld: Op, ptrs, view, pred, bpc: BlockPtrCopies, mask=
 
 
 # element types whose tiles cp.async moves into stages: 16-bit ones for every tensor-core dot; the 8-bit and fp32 (tf32)
-# ones only where wgmma reads them (mma.sync's ldmatrix path stages 16-bit tiles only; fp8 there is upcast in registers
-# first). An fp32 stage is read by wgmma as it is: the tensor cores take the top 19 bits of each element (truncation to
-# tf32, as Triton's pipelined tf32 dots on Hopper), where the register path rounds (cvt.rna.tf32.f32) when it stages.
+# ones where wgmma reads them, fp32 and int8 also for mma.sync (`mma_sync_k_major`, `mma_sync_i8`; fp8 there is upcast
+# in registers first). An fp32 stage is read as it is: the tensor cores take the top 19 bits of each element (truncation
+# to tf32, as Triton's pipelined tf32 dots), where the register path rounds (cvt.rna.tf32.f32) when it stages.
 STAGED_TYPES = ("f16", "bf16")
 WGMMA_STAGED_TYPES = STAGED_TYPES + ("f8e4nv", "f8e5", "i8", "f32")
 
 
-def copyable(ld: Op, bpc: BlockPtrCopies, wgmma: bool = False) -> str | None:
+def copyable(ld: Op, bpc: BlockPtrCopies, wgmma: bool = False, k_major: bool = False, i8: bool = False) -> str | None:
     """Why cp.async cannot move this load's tile into shared memory, or None when it can (`wgmma`: every reader
-    is a wgmma dot, which also takes 8-bit tiles)."""
+    is a wgmma dot, which also takes 8-bit tiles; `k_major`: every reader is an mma.sync that reads the tile from
+    a K-major stage, `mma_sync_k_major`; `i8`: every reader is an int8 mma.sync, `mma_sync_i8`)."""
     if ld.attrs.get("volatile"):
         return "volatile load"
     t = ld.result.type
-    if t.scalar.ir not in (WGMMA_STAGED_TYPES if wgmma else STAGED_TYPES):
+    if t.scalar.ir not in (WGMMA_STAGED_TYPES if wgmma else STAGED_TYPES) and not k_major and not i8:
         return f"{t.scalar.ir} elements" + ("" if wgmma or t.scalar.ir not in WGMMA_STAGED_TYPES else
                                             " read by mma.sync")
     if ld.operands[0].type.is_block_ptr():
@@ -144,6 +145,9 @@ def k_major_why(dot: Op, index: int, order) -> str | None:
     M or N is copied 4 bytes (one element) at a time into a K-major stage (`copy_tile`, as Triton does); an 8-bit
     one cannot be (cp.async's runs are 4-16 bytes along the global contiguous dim, 4+ elements), so it keeps the
     register path, which stages it K-major every iteration (as Triton 3.6 does: tt.load + local_alloc)."""
+    if mma_sync_i8(dot) and index == 0 and order[0] != 1:
+        return ("s8 operand a is M-contiguous in global memory; mma.sync reads 8-bit A K-major only (ldmatrix cannot "
+                "transpose bytes; kept in registers)")
     kind = wgmma_kind(dot) if is_wgmma(dot) else None
     if kind is None or not kind.k_major_only or order[0] == (1 if index == 0 else 0) or kind.ptx == "tf32":
         return None
@@ -158,6 +162,24 @@ def tf32_wgmma_operand(dot: Op, t) -> bool:
     return t.scalar.ir == "f32" and is_wgmma(dot) and wgmma_kind(dot).ptx == "tf32"
 
 
+def mma_sync_k_major(dot: Op, t) -> bool:
+    """An fp32 (tf32) tile an mma.sync reads. ldmatrix cannot transpose 32-bit elements, so its stage is K-major
+    (A [M][K], B [N][K], rows padded by 16 bytes: ldmatrix reads each k-step's fragments as pairs of b16, as from
+    the register path's staging); a tile contiguous along M or N is copied 4 bytes at a time, as for wgmma. The
+    tensor cores read the fp32 bits as tf32 (truncated; the register path rounds: Triton's mma.sync operands read
+    from its pipelined stages are not rounded either). Staged, the tile is never in registers: the loop keeps 4
+    fragment registers per 16x8 k-step instead of the whole tile (fla's chunk_fwd_kernel_h: 240 -> ~100)."""
+    return ("mma" in dot.attrs and not is_wgmma(dot) and t.scalar.ir == "f32"
+            and mma_instr(dot).name.endswith(".tf32"))
+
+
+def mma_sync_i8(dot: Op) -> bool:
+    """An int8 mma.sync (m16n8k32.s8). Its stages are read as laid out in global memory: A K-contiguous by ldmatrix
+    (`k_major_why` keeps an M-contiguous A in registers), B by ldmatrix when K-contiguous, else byte by byte
+    (`lower_dot._b_bytes`, as Triton's shared-memory reads of an N-contiguous int8 B); rows padded by 16 bytes."""
+    return "mma" in dot.attrs and not is_wgmma(dot) and mma_instr(dot).name.endswith(".s8")
+
+
 def buffer_type(dot: Op, t, stages: int, index: int | None = None, transposed: bool = False):
     """The shared-memory encoding the dot reads this tile in: swizzled for wgmma, padded rows for ldmatrix
     (None when wgmma cannot read it, or the dot is smaller than one 16x8 mma tile). A 32-bit tile (operand
@@ -167,12 +189,17 @@ def buffer_type(dot: Op, t, stages: int, index: int | None = None, transposed: b
     if m < 16 or n < 8:
         return None  # smaller than one mma.sync tile: the dot stages it itself, rows wrapped onto the tile
     if t.scalar.bits == 32:
-        if index is None or not tf32_wgmma_operand(dot, t):
+        wgmma_tf32 = tf32_wgmma_operand(dot, t)
+        if index is None or not (wgmma_tf32 or mma_sync_k_major(dot, t)):
             return None
         order = (1, 0) if index == 0 else (0, 1)  # the view the dot reads: A [M][K], B [K][N], K contiguous
-        return swizzled(shape, t.scalar, tuple(1 - o for o in order) if transposed else order)
+        order = tuple(1 - o for o in order) if transposed else order
+        return swizzled(shape, t.scalar, order) if wgmma_tf32 else MemDescType(shape, t.scalar, order,
+                                                                               mma_instr(dot).pad)
     if is_wgmma(dot):
         return swizzled(shape, t.scalar, tuple(t.layout.order))
+    if t.scalar.bits == 8:
+        return MemDescType(shape, t.scalar, tuple(t.layout.order), mma_instr(dot).pad) if mma_sync_i8(dot) else None
     return MemDescType(shape, t.scalar, tuple(t.layout.order), MMA_PAD)
 
 

@@ -28,7 +28,8 @@ serializes every wgmma of the kernel (its warning C7514). Attention's pair of wg
 iterations past the end are predicated off (cp.async with a source size of 0 writes zeros and reads nothing).
 
 An operand qualifies when it is a `tt.load` in the loop body used only by the dot, with fp16/bf16
-elements (also fp8, int8 and fp32 where wgmma reads it), a zero or absent `other`, accesses of 4 to 16
+elements (also fp8, int8 and fp32 where wgmma reads it, fp32 where mma.sync does: a K-major stage with padded rows
+that ldmatrix reads, `dot_stages.mma_sync_k_major`), a zero or absent `other`, accesses of 4 to 16
 bytes, and an address that only depends on the induction variable, loop invariants and loop-carried
 values whose updates are themselves recomputable. wgmma reads 8- and 32-bit operands K-major only, so
 an 8-bit tile qualifies when its contiguous dim in global memory is K: A row-major, B [K, N] given as w.T
@@ -41,6 +42,11 @@ tf32 (Triton's Hopper dots do too; the register path rounds). Otherwise the copi
 memory, each row padded by 16 bytes so ldmatrix
 reads are free of bank conflicts (swizzled instead where wgmma reads it). Loops that do not qualify keep
 the register path and the reason is recorded in the pass's stats.
+
+A 2-D tile the dot reads only after elementwise math (fla's `k * exp2(g_last - g)`: every use a pure op of the
+tile's shape, ending at an mma.sync operand) rides in the stages too, as the row vectors below do (`_side_loads`),
+and is read back with ld.shared right before its first reader; a loop whose dots read only such tiles is pipelined
+for them alone (Triton's pipeliner copies them too and reads them in the dot-operand layout).
 
 Block-pointer loads (`tl.load(block_ptr, boundary_check=...)`, the pointer carried by `tl.advance`) qualify
 too: their copies get the tile's addresses and in-bounds mask from `ttg.block_ptr_addresses` (out-of-bounds
@@ -71,6 +77,8 @@ from .dot_stages import (
     copy_tile,
     copyable,
     k_major_why,
+    mma_sync_i8,
+    mma_sync_k_major,
     tf32_wgmma_operand,
     view_type,
 )
@@ -106,7 +114,9 @@ def _operand_load(dot: Op, index: int, body, bpc: BlockPtrCopies):
         why = k_major_why(d, i, tuple(reversed(order)) if transposed else order)
         if why is not None:
             return None, why
-    why = copyable(op, bpc, wgmma=is_wgmma(readers[0][0]))
+    why = copyable(op, bpc, wgmma=is_wgmma(readers[0][0]),
+                   k_major=all(mma_sync_k_major(d, op.result.type) for d, *_ in readers),
+                   i8=op.result.type.scalar.ir == "i8" and all(mma_sync_i8(d) and not tr for d, _, tr, _ in readers))
     return (op, readers) if why is None else (None, why)
 
 
@@ -347,7 +357,14 @@ def _side_loads(body, taken: set) -> list:
         if ld.name != "tt.load" or id(ld) in taken or ld.attrs.get("volatile"):
             continue
         t = ld.result.type
-        if ld.operands[0].type.is_block_ptr() or not isinstance(t, TensorType) or len(t.shape) != 1:
+        if ld.operands[0].type.is_block_ptr() or not isinstance(t, TensorType):
+            continue
+        if len(t.shape) == 2:
+            sl = _operand_math_tile(ld, body)
+            if sl is not None:
+                out.append((ld, sl, None))
+            continue
+        if len(t.shape) != 1:
             continue
         if not isinstance(t.layout, Slice) or t.layout.parent.rank != 2 or t.scalar.is_ptr():
             continue
@@ -362,6 +379,43 @@ def _side_loads(body, taken: set) -> list:
         if sl is not None:
             out.append((ld, sl, t.layout.dim))
     return out
+
+
+def _operand_math_tile(ld: Op, body):
+    """The address slice of a 2-D tile loaded in the loop body that a tensor-core dot reads only after elementwise
+    math (fla's `b_k * exp2(b_gk_last[:, None] - b_gk)`, both tiles): every use, transitively, is a pure op of the
+    body with one result of the tile's shape, ending at an mma dot's A or B. None otherwise. Such tiles ride in the
+    stages too and are read back with ld.shared where the load was (as Triton's pipeliner copies every load a dot
+    operand depends on): loaded in the body, the whole tile sits in registers for a memory latency, beside the
+    dot's own operands (chunk_fwd_kernel_h with USE_GK: 255 registers and spills)."""
+    t = ld.result.type
+    if not isinstance(t.layout, Blocked) or t.scalar.bits not in (16, 32):
+        return None
+    if ld.attrs.get("vec", 1) * t.scalar.bits // 8 not in (4, 8, 16):
+        return None
+    if len(ld.operands) > 2:
+        other = ld.operands[2].defining_op
+        if other is None or other.name != "arith.constant" or other.attrs.get("value") not in (0, 0.0):
+            return None
+    seen, work, dots = set(), [ld.result], 0
+    while work:
+        v = work.pop()
+        for u in v.uses:
+            if id(u) in seen:
+                continue
+            seen.add(id(u))
+            if u.block is not body:
+                return None
+            if u.name == "tt.dot" and "mma" in u.attrs and not is_wgmma(u):
+                if u.operands[2] is v:
+                    return None
+                dots += 1
+                continue
+            if (u.regions or not is_pure(u) or len(u.results) != 1 or not isinstance(u.result.type, TensorType)
+                    or tuple(u.result.type.shape) != tuple(t.shape)):
+                return None
+            work.append(u.result)
+    return pure_slice(ld, body) if dots else None
 
 
 def _side_vec(ld: Op, axis) -> int:
@@ -419,8 +473,9 @@ def _issue(bld: Builder, plans, bufs, slot, mapping, pred, bpc: BlockPtrCopies, 
         mask = mapping.get(id(ld.operands[1]), ld.operands[1]) if len(ld.operands) > 1 else None
         if side is not None:
             axis, vec = side
-            ptrs = _expand(bld, ptrs, axis)
-            mask = _expand(bld, mask, axis) if mask is not None else None
+            if axis is not None:
+                ptrs = _expand(bld, ptrs, axis)
+                mask = _expand(bld, mask, axis) if mask is not None else None
             bld.op("ttg.async_copy", [ptrs, view, pred] + ([mask] if mask is not None else []), [], {"vec": vec},
                    loc=ld.loc)
             continue
@@ -445,6 +500,14 @@ def _advance(bld: Builder, for_op: Op, carried, mapping) -> dict:
     return nxt
 
 
+def _runs(bld: Builder, iv, ub, step: int):
+    """Whether iteration `iv` of the loop runs: iv < ub, or iv > ub for a negative step (torchao's int8 matmul counts
+    its K loop down, `range(K, 0, -BLOCK_K)`)."""
+    if step > 0:
+        return bld.lt(iv, ub)
+    return bld.op("arith.cmpi", [iv, ub], [int1], {"predicate": "sgt"}).result
+
+
 def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None:
     body = for_op.regions[0]
     dots = [op for op in body.ops if op.name == "tt.dot" and "mma" in op.attrs]
@@ -454,8 +517,8 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     step = int_const(for_op.operands[2])
     if stages < 2:
         why.append("num_stages < 2")
-    if step is None or step <= 0:
-        why.append("the loop step is not a positive constant")
+    if step is None or step == 0:
+        why.append("the loop step is not a non-zero constant")
     plans, readers, targets = [], [], []  # targets: (dot, operand index) reading each buffer
     seen = set()
     for dot in dots:
@@ -471,8 +534,8 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
                 continue  # another reader of a tile planned already
             sl = pure_slice(ld, body, _fused(for_op))
             t = ld.result.type
-            if t.scalar.bits == 32 and not all(tf32_wgmma_operand(d, t) for d, *_ in rd):
-                why.append(f"{name}: fp32 elements read by a dot other than a tf32 wgmma")
+            if t.scalar.bits == 32 and not all(tf32_wgmma_operand(d, t) or mma_sync_k_major(d, t) for d, *_ in rd):
+                why.append(f"{name}: fp32 elements read by a dot other than a tf32 wgmma or mma.sync")
                 continue
             if _stage_type(dot, rd, t, 2) is None:
                 why.append(f"{name}: its contiguous extent cannot be swizzled for wgmma")
@@ -485,8 +548,10 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
             readers.append(rd)
             targets.append((dot, index))
     reads = [(d, i) for rd in readers for d, i, *_ in rd]  # every (dot, operand) a buffer feeds
-    carried = _carried_closure(for_op, plans) if plans else None
+    carried = _carried_closure(for_op, plans)
     side = _side_loads(body, seen) if carried is not None and side_loads_enabled() else []
+    if not plans:  # without a dot operand copied straight to its stage, only tiles a dot reads after math ride
+        side = [s for s in side if s[2] is None]
     n_dot = len(plans)
     if side:  # unless their addresses need a carried value the copies cannot recompute
         with_side = _carried_closure(for_op, plans + [(ld, sl) for ld, sl, _ in side])
@@ -495,12 +560,13 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     plans += [(ld, sl) for ld, sl, _ in side]
     if side:
         fresh = AxisAnalysis(bpc.fn)  # of the IR as it is now (earlier loops rewritten)
-        axes = [(axis, _side_vec(ld, fresh)) for ld, _, axis in side]
+        axes = [(axis, _side_vec(ld, fresh) if axis is not None else ld.attrs.get("vec", 1))
+                for ld, _, axis in side]
     else:
         axes = []
     if plans and carried is None:
         why.append("a loop-carried address update cannot be recomputed")
-    if stages < 2 or step is None or step <= 0 or not plans or carried is None:
+    if stages < 2 or step is None or step == 0 or not plans or carried is None:
         stats["skipped"].append("; ".join(why))
         return
     stats["skipped"].extend(why)
@@ -518,11 +584,13 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         buf_t = _stage_type(dot, rd, ld.result.type, stages)
         bufs.append(pre.op("ttg.local_alloc", [], [buf_t], {"stages": stages, "operand": "ab"[index]},
                            [f"{'ab'[index]}_stages"], loc=ld.loc).result)
-    for ld, _, axis in side:  # a dense [1, N] / [N, 1] tile per stage
+    for ld, _, axis in side:  # a dense [1, N] / [N, 1] tile per stage, a 2-D tile in its load's order
         t = ld.result.type
         shape = list(t.shape)
-        shape.insert(axis, 1)
-        bufs.append(pre.op("ttg.local_alloc", [], [MemDescType((stages, *shape), t.scalar, (1, 0))],
+        if axis is not None:
+            shape.insert(axis, 1)
+        order = (1, 0) if axis is not None else tuple(t.layout.order)
+        bufs.append(pre.op("ttg.local_alloc", [], [MemDescType((stages, *shape), t.scalar, order)],
                            {"stages": stages, "operand": "side"}, ["side_stages"], loc=ld.loc).result)
     # prologue: stages 0 .. ahead-1 hold iterations 0 .. ahead-1
     state = {id(a): init for a, init in zip(iter_args, for_op.operands[3:])}
@@ -531,7 +599,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         mapping = dict(state)
         mapping[id(iv)] = iv_s
         slot = pre.const(s)
-        _issue(pre, plans, bufs, slot, mapping, pre.lt(iv_s, ub), bpc, axes)
+        _issue(pre, plans, bufs, slot, mapping, _runs(pre, iv_s, ub, step), bpc, axes)
         state.update(_advance(pre, for_op, carried, mapping))
     # the loop carries: the address state S-1 iterations ahead, the stage to read and the stage to write
     ahead_args = {}
@@ -586,10 +654,14 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     iv_ahead = at.add(iv, at.const(ahead * step, iv.type))
     mapping = {id(iter_args[i]): ahead_args[i] for i in carried}
     mapping[id(iv)] = iv_ahead
-    _issue(at, plans, bufs, write_slot, mapping, at.lt(iv_ahead, ub), bpc, axes)
+    _issue(at, plans, bufs, write_slot, mapping, _runs(at, iv_ahead, ub, step), bpc, axes)
     nxt = _advance(at, for_op, carried, mapping)
-    for buf, (ld, _, _) in zip(bufs[n_dot:], side):  # read back from the stage where it was loaded
+    for buf, (ld, _, axis) in zip(bufs[n_dot:], side):  # read back from the stage where it was loaded
         b = Builder(ld, ld.loc)
+        if axis is None:  # a whole tile: right before its first reader (its ld.shared kept live no longer, not
+            # above the barriers of the conversions between: there all of fla's b_k and b_gk were live at once)
+            pos = {id(o): i for i, o in enumerate(body.ops)}
+            b = Builder(min((u for u in ld.result.uses), key=lambda u: pos[id(u)]), ld.loc)
         view = b.op("ttg.memdesc_index", [buf, read_slot], [buf.type.tile()]).result
         val = b.op("ttg.local_load", [view], [ld.result.type], {}, [ld.result.hint]).result
         ld.result.replace_all_uses_with(val)

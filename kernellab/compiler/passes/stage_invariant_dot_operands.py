@@ -24,7 +24,7 @@ from ..gpu.scratch import a_from_registers, is_wgmma, wgmma_kind
 from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
 from ..ops import is_loop
-from .dot_stages import Builder, buffer_type, tf32_wgmma_operand, view_type
+from .dot_stages import Builder, buffer_type, mma_sync_k_major, tf32_wgmma_operand, view_type
 
 NAME = "stage_invariant_dot_operands"
 DESCRIPTION = "store tiles loaded once and read only by tensor-core dots into shared memory once (st.shared)"
@@ -100,7 +100,8 @@ def _tf32_readers(v, chain: list, out: list) -> bool:
     for u in v.uses:
         if u.name == "tt.dot" and "mma" in u.attrs:
             slots = [i for i in (0, 1) if u.operands[i] is v]
-            if len(slots) != 1 or u.operands[2] is v or not tf32_wgmma_operand(u, v.type):
+            if len(slots) != 1 or u.operands[2] is v or not (tf32_wgmma_operand(u, v.type)
+                                                              or mma_sync_k_major(u, v.type)):
                 return False
             if slots[0] == 0 and a_from_registers(u):
                 return False
@@ -114,10 +115,11 @@ def _tf32_readers(v, chain: list, out: list) -> bool:
 
 
 def _stage_tf32_loads(module: Module, stats: dict):
-    """An fp32 tile loaded outside any loop and read only by tf32 wgmma dots (through layout conversions and
-    transposes) is stored into a K-major one-stage buffer right after its load, tf32-rounded as the dot's own
+    """An fp32 tile loaded outside any loop and read only by tf32 dots (wgmma or mma.sync, through layout conversions
+    and transposes) is stored into a K-major one-stage buffer right after its load, tf32-rounded as the dot's own
     staging rounds it: Liger's neighborhood-attention q.k^T held both 64x64 fp32 tiles in registers up to the
-    dot (93 registers, Triton 66, which stores each tile at its load)."""
+    dot (93 registers, Triton 66, which stores each tile at its load); fla's chunk_gla_bwd_kernel_inter (mma.sync at
+    2 warps) held its [64, 64] v and do tiles up to the dots."""
     for ld in list(module.kernel.walk()):
         if ld.name != "tt.load" or ld.block is None or _in_a_loop(ld) or ld.result.type.scalar.ir != "f32":
             continue
@@ -125,6 +127,8 @@ def _stage_tf32_loads(module: Module, stats: dict):
         if not _tf32_readers(ld.result, [], readers):
             continue
         t = ld.result.type
+        if not all(tf32_wgmma_operand(d, t) for d, *_ in readers) and not _held_across_tiles(ld, readers):
+            continue
         types = {buffer_type(d, t, 1, i, tr) for d, i, tr, _ in readers}
         if len(types) != 1 or None in types:
             continue
@@ -151,6 +155,21 @@ def _stage_tf32_loads(module: Module, stats: dict):
             if all(not r.uses for r in op.results):
                 op.erase()
         stats["staged_once"] += 1
+
+
+def _held_across_tiles(ld: Op, readers) -> bool:
+    """Whether the tile of `ld` would stay in registers across another dot before an mma.sync reads it (fla's
+    chunk_gla_bwd_kernel_inter loads v, do, h and dh, then runs do.h and v.dh: v is held across the first). Only then
+    does an mma.sync operand go to shared memory at its load: otherwise the dot's own staging stores it about as
+    early, and a buffer of its own (with the scratch of the conversions around it) cost fla's chunk_gla_fwd_kernel_o
+    at 2 warps 112 bytes of spills where it had none."""
+    first = _first_in(ld.block, [d for d, *_ in readers])
+    ops = ld.block.ops
+    for op in ops[ops.index(ld) + 1:ops.index(first)] if first is not None else []:
+        for inner in op.walk():
+            if inner.name == "tt.dot":
+                return True
+    return False
 
 
 def _loop_holding(op: Op, block):

@@ -47,7 +47,7 @@ import os
 from ..gpu.scratch import scratch_bytes, wgmma_staging
 from ..ir import Block, Module, Op, Value
 from ..ops import info, is_pure
-from ..rewrite import extend_for_iter_args, insert_before, move_before
+from ..rewrite import extend_for_iter_args, insert_before, int_const, move_before
 from ..types import TensorType, int1
 from . import dce
 from .dot_stages import I32, Builder, mbarrier_ring, next_op
@@ -498,7 +498,7 @@ def _candidates(module: Module, stats: dict, num_warps: int):
         marked = any(o.attrs.get("warp_specialize") for o in loops)
         declined = any(o.attrs.get("warp_specialize") is False for o in loops)
         auto = (not marked and not declined and mode == "auto" and len(inner) == 1
-                and _wins_unmarked(inner[0], num_warps))
+                and (int_const(inner[0].operands[2]) or 0) > 0 and _wins_unmarked(inner[0], num_warps))
         if auto:
             out.append((op, inner[0], True))
             continue
@@ -509,6 +509,10 @@ def _candidates(module: Module, stats: dict, num_warps: int):
             continue
         if len(inner) > 1:
             stats["not_specialized"].append(f"{_line(op)}: {len(inner)} pipelined loops in it")
+            continue
+        step = int_const(inner[0].operands[2])
+        if step is None or step <= 0:  # pipeline_dot_operands pipelines loops counting down too; the turns test lb < ub
+            stats["not_specialized"].append(f"{_line(op)}: the pipelined loop's step is not a positive constant")
             continue
         out.append((op, inner[0], False))
     for op in fn.walk():  # marked loops nested deeper than the kernel's top level (or its tile loop)
