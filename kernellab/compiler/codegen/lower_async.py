@@ -116,9 +116,16 @@ def store_tile(lw: KernelLowering, v, regs, offset_of, esize: int, vectorize: bo
     """Store a register tile into shared memory, element (r, c) at byte `offset_of(r, c)` (LLVM i32s), with
     one vector store per run of up to 16 bytes of consecutive registers along a row where the layout holds
     them (and `vectorize`, i.e. the destination keeps such runs contiguous)."""
+    idx = lw.reg_indices(v.type.layout, v.type.shape)
+    store_register_runs(lw, v, regs, esize, vectorize,
+                        lambda i: lw.b.gep(lw.smem, [offset_of(idx[i][0], idx[i][1])], source_etype=I8))
+
+
+def store_register_runs(lw: KernelLowering, v, regs, esize: int, vectorize: bool, pointer_of):
+    """Store register i of `v`'s tile at `pointer_of(i)`, runs of up to 16 bytes of consecutive registers along a
+    row (where the layout holds them and `vectorize`) as one vector store at the run's first pointer."""
     b = lw.b
     layout, shape = v.type.layout, v.type.shape
-    idx = lw.reg_indices(layout, shape)
     offsets = layout.registers(shape)
     run = 1
     if vectorize and isinstance(layout, Blocked) and layout.order[0] == 1:
@@ -127,7 +134,7 @@ def store_tile(lw: KernelLowering, v, regs, offset_of, esize: int, vectorize: bo
     while i < len(regs):
         n = run if (i + run <= len(regs) and offsets[i][1] % run == 0 and
                     all(offsets[i + q] == (offsets[i][0], offsets[i][1] + q) for q in range(run))) else 1
-        ptr = b.gep(lw.smem, [offset_of(idx[i][0], idx[i][1])], source_etype=I8)
+        ptr = pointer_of(i)
         if n == 1:
             b.store(regs[i], ptr)
         else:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..gpu.layouts import Blocked
 from ..gpu.scratch import a_from_registers, is_wgmma, mem_bytes, mma_b_k_contiguous, mma_instr, mma_staging
-from .lower_async import store_tile
+from .lower_async import store_register_runs, store_tile
 from .lower_wgmma import a_fragment_from_accumulator, dot_wgmma, pack_halves, unpack_halves
 from .lowering_core import F32, I32, SPTR, KernelLowering, _cint, _log2, handles, llty, memty
 
@@ -61,23 +60,12 @@ def _store_linear(lw: KernelLowering, v, regs, start: int, strides, esize: int, 
     thread = b.add(b.mul(parts[0], _cint(strides[0])), b.mul(parts[1], _cint(strides[1])))
     addr0 = b.add(lw.smem32, b.add(_cint(start), b.mul(thread, _cint(esize))))
     offsets = layout.registers(shape)
-    run = 1
-    if vectorize and isinstance(layout, Blocked) and layout.order[0] == 1:
-        run = min(layout.spt[1], 16 // esize, shape[1])
-    i = 0
-    while i < len(regs):
-        n = run if (i + run <= len(regs) and offsets[i][1] % run == 0 and
-                    all(offsets[i + q] == (offsets[i][0], offsets[i][1] + q) for q in range(run))) else 1
+
+    def pointer_of(i):
         const = (offsets[i][0] * strides[0] + offsets[i][1] * strides[1]) * esize
-        ptr = b.inttoptr(b.add(addr0, _cint(const)), SPTR)
-        if n == 1:
-            b.store(regs[i], ptr)
-        else:
-            vec = ir.Constant(ir.VectorType(regs[i].type, n), None)
-            for q in range(n):
-                vec = b.insert_element(vec, regs[i + q], _cint(q))
-            b.store(vec, ptr, align=esize * n)
-        i += n
+        return b.inttoptr(b.add(addr0, _cint(const)), SPTR)
+
+    store_register_runs(lw, v, regs, esize, vectorize, pointer_of)
 
 
 def _ldmatrix(lw: KernelLowering, byte_offset, count: int, trans: bool):
