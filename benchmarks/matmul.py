@@ -435,36 +435,29 @@ def skinny(shapes, splits):
     return rows
 
 
+def _tf(row, name, width=8):
+    r = row.get(name)
+    return "-".rjust(width) if not r else ("ERR".rjust(width) if "error" in r else f"{r['tflops']:{width}.1f}")
+
+
+def _ratio(row, a, b, width=8):
+    ra, rb = row.get(a), row.get(b)
+    if ra and rb and "tflops" in ra and "tflops" in rb:
+        return f"{ra['tflops'] / rb['tflops']:{width}.2f}"
+    return "-".rjust(width)
+
+
 def _fmt_skinny(row, variants):
-    def tf(name):
-        r = row.get(name)
-        return "        -" if not r else ("      ERR" if "error" in r else f"{r['tflops']:9.1f}")
-
-    def ratio(a, b):
-        ra, rb = row.get(a), row.get(b)
-        if ra and rb and "tflops" in ra and "tflops" in rb:
-            return f"{ra['tflops'] / rb['tflops']:11.2f}"
-        return "          -"
-
-    return f"{row['case']:<24}" + "".join(tf(v) for v, _ in variants) + tf("triton") + tf("torch") \
-        + f" {ratio('auto', 'torch')} {ratio('auto', 'triton')} {ratio('off', 'torch')}  {row.get('auto_S', '-')}"
+    return f"{row['case']:<24}" + "".join(_tf(row, v, 9) for v, _ in variants) + _tf(row, "triton", 9) \
+        + _tf(row, "torch", 9) + f" {_ratio(row, 'auto', 'torch', 11)} {_ratio(row, 'auto', 'triton', 11)} " \
+        f"{_ratio(row, 'off', 'torch', 11)}  {row.get('auto_S', '-')}"
 
 
 def _fmt(row):
-    def tf(name):
-        r = row.get(name)
-        return "       -" if not r else ("     ERR" if "error" in r else f"{r['tflops']:8.1f}")
-
-    def ratio(a, b):
-        ra, rb = row.get(a), row.get(b)
-        if ra and rb and "tflops" in ra and "tflops" in rb:
-            return f"{ra['tflops'] / rb['tflops']:8.2f}"
-        return "       -"
-
-    alts = "".join(f"  {name}: {tf(name).strip()} TF/s, {ratio(name, 'kernellab').strip()}x kl, "
-                   f"{ratio(name, 'triton').strip()}x triton" for name in row if name.startswith("kernellab["))
-    return f"{row['case']:<28} {tf('kernellab')} {tf('triton')} {tf('torch')}  {ratio('kernellab', 'torch')} " \
-           f"{ratio('kernellab', 'triton')}{alts}"
+    alts = "".join(f"  {name}: {_tf(row, name).strip()} TF/s, {_ratio(row, name, 'kernellab').strip()}x kl, "
+                   f"{_ratio(row, name, 'triton').strip()}x triton" for name in row if name.startswith("kernellab["))
+    return f"{row['case']:<28} {_tf(row, 'kernellab')} {_tf(row, 'triton')} {_tf(row, 'torch')}  " \
+           f"{_ratio(row, 'kernellab', 'torch')} {_ratio(row, 'kernellab', 'triton')}{alts}"
 
 
 if __name__ == "__main__":
