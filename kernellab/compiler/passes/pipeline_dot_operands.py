@@ -335,6 +335,22 @@ def side_loads_enabled() -> bool:
     return os.environ.get("KERNELLAB_PIPELINE_SIDE_LOADS", "1").lower() not in ("0", "off", "false", "no")
 
 
+def chain_copies_at_end(n_dots: int) -> bool:
+    """Where a wgmma chain's copies (and the barrier before them) go: right after the first dot's wait, or at the
+    end of the body, after the last dot's issue. KERNELLAB_CHAIN_COPIES=first|end picks one for every chain (part
+    of the disk-cache key); the default (auto) puts them at the end for chains of more than two dots.
+
+    Attention forward (two dots) measured faster with the copies after the first wait. In the backward (four
+    dots: s^T, dV, dP^T, dK) that spot is mid-chain: the barrier makes every warp meet while no wgmma is in flight
+    (the first dot just retired, the next not yet issued), once per iteration. At the end of the body it meets
+    while the last dot (dK / dQ) runs on the tensor cores, as Triton places it. The stage refilled is the one
+    iteration i-1 read; every warpgroup has retired those wgmmas at the first dot's wait, before the barrier."""
+    v = os.environ.get("KERNELLAB_CHAIN_COPIES", "auto").strip().lower()
+    if v in ("first", "end"):
+        return v == "end"
+    return n_dots > 2
+
+
 def _side_loads(body, taken: set) -> list:
     """The loads of the loop body besides the dots' tiles that the copies can carry too, as (load, address slice,
     the axis the stage adds): row vectors (a 1-D slice of a 2-D layout, 2- or 4-byte elements: the attention
@@ -579,6 +595,10 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         done = at.op("ttg.dot_wait", [acc], [acc.type], {"pending": 0}, [acc.hint]).result
         acc.replace_all_uses_with(done)
         done.defining_op.set_operand(0, acc)
+        if chain_copies_at_end(len(dots)):
+            # the barrier and the copies after the last dot's issue: the warps meet while it runs
+            at = Builder(yield_op, loc)
+            stats["chain_copies_at_end"] = stats.get("chain_copies_at_end", 0) + 1
         at.op("ttg.barrier", [], [], {"reason": "every warpgroup's previous wgmmas have read the stage refilled next"})
         overlap = (second, j)
         stats["overlapped_wgmma"] = stats.get("overlapped_wgmma", 0) + 1
