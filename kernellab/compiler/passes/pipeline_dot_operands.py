@@ -22,7 +22,9 @@ A plain wgmma accumulation (`acc = tl.dot(a, b, acc)`) keeps one wgmma group in 
                async_copy(tiles of iteration i+S-1 -> stage (i-1) % S); async_commit
     after:     dot_wait(pending = 0); async_wait(pending = 0)
 
-The final dot_wait comes first after the loop: with other code between the loop and it, ptxas
+A chain of more than two wgmma dots (attention backward) issues its barrier and copies at the end of the body
+instead, after the last dot's issue, so the warps meet while that dot runs (KERNELLAB_CHAIN_COPIES picks either
+place for A/B). The final dot_wait comes first after the loop: with other code between the loop and it, ptxas
 serializes every wgmma of the kernel (its warning C7514). Attention's pair of wgmma dots (scores, then
 `acc = tl.dot(p, v, f(acc))`) keeps the second in flight behind the next iteration's first. Copies for
 iterations past the end are predicated off (cp.async with a source size of 0 writes zeros and reads nothing).
@@ -226,7 +228,8 @@ def _overlappable_chain(body, dots, targets, stages: int):
     copies right after that wait beat copies at the end of the body (after the second dot's issue).
 
     With more dots (attention backward: s^T, dV, dP^T, dK per query block), the first and the last play these
-    parts: the last accumulation (dK) runs behind the next iteration's first dot, the dots between wait at once."""
+    parts: the last accumulation (dK) runs behind the next iteration's first dot, the dots between wait at once;
+    the copies then go at the end of the body, after the last dot's issue (`chain_copies_at_end`)."""
     if stages < 2 or len(dots) < 2 or not all(is_wgmma(d) for d in dots):
         return None
     ops = list(body.ops)
