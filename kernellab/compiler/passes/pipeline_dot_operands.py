@@ -22,11 +22,12 @@ A plain wgmma accumulation (`acc = tl.dot(a, b, acc)`) keeps one wgmma group in 
                async_copy(tiles of iteration i+S-1 -> stage (i-1) % S); async_commit
     after:     dot_wait(pending = 0); async_wait(pending = 0)
 
-A chain of more than two wgmma dots (attention backward) issues its barrier and copies at the end of the body
-instead, after the last dot's issue, so the warps meet while that dot runs (KERNELLAB_CHAIN_COPIES picks either
-place for A/B). The final dot_wait comes first after the loop: with other code between the loop and it, ptxas
+The final dot_wait comes first after the loop: with other code between the loop and it, ptxas
 serializes every wgmma of the kernel (its warning C7514). Attention's pair of wgmma dots (scores, then
-`acc = tl.dot(p, v, f(acc))`) keeps the second in flight behind the next iteration's first. Copies for
+`acc = tl.dot(p, v, f(acc))`) keeps the second in flight behind the next iteration's first; the copies follow
+its wait. A chain of more than two (attention backward) issues its barrier and copies at the end of the body
+instead, after the last dot's issue, so the warps meet while that dot runs (KERNELLAB_CHAIN_COPIES picks either
+place, for A/B). Copies for
 iterations past the end are predicated off (cp.async with a source size of 0 writes zeros and reads nothing).
 
 An operand qualifies when it is a `tt.load` in the loop body used only by the dot, with fp16/bf16
