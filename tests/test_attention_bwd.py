@@ -162,11 +162,55 @@ def test_attention_bwd_assembles_with_tensor_cores(D, causal, tmp_path, monkeypa
             # two waits per iteration, as Triton's: the first dot's retires the last dot of the iteration before (dK
             # or dQ, in flight across the back edge), dP's retires dV
             assert body.count("wgmma.commit_group") == dots and body.count("wgmma.wait_group") == 2
+            # the refill's barrier and copies come after the last dot's issue (as Triton's): the warps meet while
+            # dK / dQ runs on the tensor cores, not between two dots with none in flight
+            assert body.rfind("wgmma.commit_group") < body.rfind("bar.sync") < re.search(r"cp\.async\.c[ag]", body).start()
         assert "C7514" not in ck.report.get("log", "")
     if not causal:  # dQ fits as many programs per SM as Triton's (2 at hd128 with 8 warps, 3 at hd64 with 4): the
         # epilogue conversion's addresses no longer live across the loop (168 / 208 registers before)
         per_sm = 65536 // (-(-qq.n_regs // 8) * 8 * nw * 32)
         assert per_sm >= {128: 2, 64: 3}[D], (qq.n_regs, per_sm)
+
+
+def _chain_copies(monkeypatch, where):
+    """KERNELLAB_CHAIN_COPIES=where (None: unset) and the backward kernels' in-memory compiles dropped."""
+    if where is None:
+        monkeypatch.delenv("KERNELLAB_CHAIN_COPIES", raising=False)
+    else:
+        monkeypatch.setenv("KERNELLAB_CHAIN_COPIES", where)
+    for k in BWD:
+        k.device_caches.clear()
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
+@pytest.mark.parametrize("where", ["first", "end"])
+def test_attention_bwd_chain_copies_knob(where, tmp_path, monkeypatch):
+    """KERNELLAB_CHAIN_COPIES (the A/B switch of where a wgmma chain refills its stages): `first` puts the barrier
+    and the copies right after the first dot's wait, before the second dot's issue (the schedule before the
+    default moved them to the end of the body); `end` after the last dot's issue. Same waits either way."""
+    from kernellab.compiler.codegen.target import Target
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    _chain_copies(monkeypatch, where)
+    try:
+        cfg = dict(BWD_CONFIGS[128])
+        nw, ns = cfg.pop("num_warps"), cfg.pop("num_stages")
+        for ck in (_warm_dkdv(128, False, cfg["BLOCK_M1"], cfg["BLOCK_N1"], num_warps=nw, num_stages=ns),
+                   _warm_dq(128, False, cfg["BLOCK_M2"], cfg["BLOCK_N2"], num_warps=nw, num_stages=ns)):
+            ck.build_gpu(Target(90))
+            (body,) = loop_bodies(ck.asm["ptx"])
+            assert body.count("bar.sync") == 2 and body.count("wgmma.wait_group") == 2
+            copy = re.search(r"cp\.async\.c[ag]", body).start()
+            refill = body.rfind("bar.sync")
+            if where == "end":
+                assert body.rfind("wgmma.commit_group") < refill < copy
+            else:
+                first_wait = body.find("wgmma.wait_group")
+                second_issue = body.find("wgmma.commit_group", body.find("wgmma.commit_group") + 1)
+                assert first_wait < refill < copy < second_issue
+            assert ck.n_spills == 0 and "C7514" not in ck.report.get("log", "")
+    finally:
+        _chain_copies(monkeypatch, None)
 
 
 RACE_CASES = [(64, 4, 4, 90, (64, 128, 128, 64)), (64, 4, 3, 80, (32, 128, 128, 32))]
@@ -386,3 +430,26 @@ def test_attention_bwd_gpu_schedules_configs(D, warps, stages, causal, wgmma, kn
         _check((lse, dq, dk, dv), (lse_ref.cpu().double(), *(g.cpu().double() for g in grads)), torch.float16)
     finally:
         _fresh(monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("where", ["first", "end"])
+@pytest.mark.parametrize("D,warps,stages,causal", [(64, 4, 3, False), (128, 8, 3, False), (64, 4, 2, True),
+                                                   (128, 8, 4, True)])
+def test_attention_bwd_gpu_chain_copies(D, warps, stages, causal, where, monkeypatch):
+    """Both KERNELLAB_CHAIN_COPIES schedules (refill after the first dot's wait, or after the last dot's issue)
+    with 2 to 4 stages, poisoned gradients against float32 autograd: the stage refilled at the end of the body is
+    the one the previous iteration read, never the one the dots in flight read."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    _chain_copies(monkeypatch, where)
+    try:
+        q, k, v, do = _inputs(2, 3, 384, D, seed=D + stages + int(causal) + 11, device="cuda")
+        sm_scale = 1.0 / math.sqrt(D)
+        cfg = dict(BWD_CONFIGS[D], num_warps=warps, num_stages=stages)
+        _, lse, dq, dk, dv = _run(q, k, v, do, causal, sm_scale, CONFIGS[D], cfg)
+        torch.cuda.synchronize()
+        _, lse_ref, *grads = _gpu_reference(q, k, v, do, causal, sm_scale)
+        _check((lse, dq, dk, dv), (lse_ref.cpu().double(), *(g.cpu().double() for g in grads)), torch.float16)
+    finally:
+        _chain_copies(monkeypatch, None)

@@ -414,10 +414,14 @@ tt.func @k(%kk: !memdesc<64x64xf16, order=1,0, pad=0, swizzle=128>, %vv: !memdes
 """
 
 
-def test_attention_backward_loop_keeps_two_waits_per_iteration(run_pass, monkeypatch):
+@pytest.mark.parametrize("where", ["auto", "end", "first"])
+def test_attention_backward_loop_keeps_two_waits_per_iteration(run_pass, monkeypatch, where):
     """The dK/dV loop (s^T = k·qT, dV += p^T·do, dP^T = v·do^T, dK += ds^T·q): qT and do each fill one buffer read
-    twice; dK stays in flight behind the next iteration's s^T (whose wait retires it, then the carried dK is tied,
-    a barrier, the copies), dV is retired by dP^T's wait and tied right after it; s^T and dP^T wait at once."""
+    twice; dK stays in flight behind the next iteration's s^T (whose wait retires it, then the carried dK is tied),
+    dV is retired by dP^T's wait and tied right after it; s^T and dP^T wait at once. The barrier and the copies come
+    after dK's issue, last in the body, so the warps meet while dK runs (a chain of four dots; by default and with
+    KERNELLAB_CHAIN_COPIES=end), or right after s^T's wait (KERNELLAB_CHAIN_COPIES=first)."""
+    monkeypatch.setenv("KERNELLAB_CHAIN_COPIES", where)
     m, stats = run_pass(pipeline_dot_operands, DKDV_LOOP, GpuOptions(num_warps=4, num_stages=3))
     assert stats["pipelined"] == 1 and stats["buffers"] == 2 and stats["overlapped_wgmma"] == 1, stats
     assert stats["retired_at_next_wait"] == 1
@@ -433,7 +437,14 @@ def test_attention_backward_loop_keeps_two_waits_per_iteration(run_pass, monkeyp
     dk0, dv0 = loop.regions[0].args[1:3]
     assert waits[0].operands[0] is dk0 and body.index(waits[0]) == body.index(st) + 1 and dk0.uses == [waits[0]]
     assert waits[1].operands[0] is dv.result and body.index(waits[1]) == body.index(dpt) + 1
-    assert body.index(waits[0]) < kinds.index("ttg.barrier") < kinds.index("ttg.async_copy") < body.index(dv)
+    bar, copy = kinds.index("ttg.barrier"), kinds.index("ttg.async_copy")
+    if where == "first":
+        assert body.index(waits[0]) < bar < copy < body.index(dv)
+        assert "chain_copies_at_end" not in stats
+    else:
+        assert body.index(dk) < bar < copy and kinds.count("ttg.barrier") == 1
+        assert not any(op.name == "tt.dot" for op in body[bar:]), kinds[bar:]
+        assert stats["chain_copies_at_end"] == 1
     y = body[-1]
     assert y.operands[0] is dk.result and y.operands[1] is waits[1].result
     after = top[names.index("scf.for") + 1]

@@ -24,7 +24,10 @@ A plain wgmma accumulation (`acc = tl.dot(a, b, acc)`) keeps one wgmma group in 
 
 The final dot_wait comes first after the loop: with other code between the loop and it, ptxas
 serializes every wgmma of the kernel (its warning C7514). Attention's pair of wgmma dots (scores, then
-`acc = tl.dot(p, v, f(acc))`) keeps the second in flight behind the next iteration's first. Copies for
+`acc = tl.dot(p, v, f(acc))`) keeps the second in flight behind the next iteration's first; the copies follow
+its wait. A chain of more than two (attention backward) issues its barrier and copies at the end of the body
+instead, after the last dot's issue, so the warps meet while that dot runs (KERNELLAB_CHAIN_COPIES picks either
+place, for A/B). Copies for
 iterations past the end are predicated off (cp.async with a source size of 0 writes zeros and reads nothing).
 
 An operand qualifies when it is a `tt.load` in the loop body used only by the dot, with fp16/bf16
@@ -236,7 +239,8 @@ def _overlappable_chain(body, dots, targets, stages: int):
     copies right after that wait beat copies at the end of the body (after the second dot's issue).
 
     With more dots (attention backward: s^T, dV, dP^T, dK per query block), the first and the last play these
-    parts: the last accumulation (dK) runs behind the next iteration's first dot, the dots between wait at once."""
+    parts: the last accumulation (dK) runs behind the next iteration's first dot, the dots between wait at once;
+    the copies then go at the end of the body, after the last dot's issue (`chain_copies_at_end`)."""
     if stages < 2 or len(dots) < 2 or not all(is_wgmma(d) for d in dots):
         return None
     ops = list(body.ops)
@@ -343,6 +347,22 @@ def side_loads_enabled() -> bool:
     backward 0.89-0.96x -> 1.01-1.05x Triton on the full rows, H100, 2026-11-26; KERNELLAB_PIPELINE_SIDE_LOADS=0
     turns it off; part of the disk-cache key)."""
     return os.environ.get("KERNELLAB_PIPELINE_SIDE_LOADS", "1").lower() not in ("0", "off", "false", "no")
+
+
+def chain_copies_at_end(n_dots: int) -> bool:
+    """Where a wgmma chain's copies (and the barrier before them) go: right after the first dot's wait, or at the
+    end of the body, after the last dot's issue. KERNELLAB_CHAIN_COPIES=first|end picks one for every chain (part
+    of the disk-cache key); the default (auto) puts them at the end for chains of more than two dots.
+
+    Attention forward (two dots) measured faster with the copies after the first wait. In the backward (four
+    dots: s^T, dV, dP^T, dK) that spot is mid-chain: the barrier makes every warp meet while no wgmma is in flight
+    (the first dot just retired, the next not yet issued), once per iteration. At the end of the body it meets
+    while the last dot (dK / dQ) runs on the tensor cores, as Triton places it. The stage refilled is the one
+    iteration i-1 read; every warpgroup has retired those wgmmas at the first dot's wait, before the barrier."""
+    v = os.environ.get("KERNELLAB_CHAIN_COPIES", "auto").strip().lower()
+    if v in ("first", "end"):
+        return v == "end"
+    return n_dots > 2
 
 
 def _side_loads(body, taken: set) -> list:
@@ -647,6 +667,10 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         done = at.op("ttg.dot_wait", [acc], [acc.type], {"pending": 0}, [acc.hint]).result
         acc.replace_all_uses_with(done)
         done.defining_op.set_operand(0, acc)
+        if chain_copies_at_end(len(dots)):
+            # the barrier and the copies after the last dot's issue: the warps meet while it runs
+            at = Builder(yield_op, loc)
+            stats["chain_copies_at_end"] = stats.get("chain_copies_at_end", 0) + 1
         at.op("ttg.barrier", [], [], {"reason": "every warpgroup's previous wgmmas have read the stage refilled next"})
         overlap = (second, j)
         stats["overlapped_wgmma"] = stats.get("overlapped_wgmma", 0) + 1
