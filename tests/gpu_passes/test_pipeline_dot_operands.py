@@ -419,8 +419,8 @@ def test_attention_backward_loop_keeps_two_waits_per_iteration(run_pass, monkeyp
     """The dK/dV loop (s^T = k·qT, dV += p^T·do, dP^T = v·do^T, dK += ds^T·q): qT and do each fill one buffer read
     twice; dK stays in flight behind the next iteration's s^T (whose wait retires it, then the carried dK is tied),
     dV is retired by dP^T's wait and tied right after it; s^T and dP^T wait at once. The barrier and the copies come
-    after dK's issue, last in the body, so the warps meet while dK runs (a chain of four dots; by default and with
-    KERNELLAB_CHAIN_COPIES=end), or right after s^T's wait (KERNELLAB_CHAIN_COPIES=first)."""
+    after dK's issue, last in the body, so the warps meet while dK runs (a chain of four dots; with
+    KERNELLAB_CHAIN_COPIES=auto or end), or right after s^T's wait (=first, the default until auto is timed)."""
     monkeypatch.setenv("KERNELLAB_CHAIN_COPIES", where)
     m, stats = run_pass(pipeline_dot_operands, DKDV_LOOP, GpuOptions(num_warps=4, num_stages=3))
     assert stats["pipelined"] == 1 and stats["buffers"] == 2 and stats["overlapped_wgmma"] == 1, stats

@@ -352,14 +352,15 @@ def side_loads_enabled() -> bool:
 def chain_copies_at_end(n_dots: int) -> bool:
     """Where a wgmma chain's copies (and the barrier before them) go: right after the first dot's wait, or at the
     end of the body, after the last dot's issue. KERNELLAB_CHAIN_COPIES=first|end picks one for every chain (part
-    of the disk-cache key); the default (auto) puts them at the end for chains of more than two dots.
+    of the disk-cache key); `auto` puts them at the end for chains of more than two dots. The default stays
+    `first` until `auto` is timed on the GPU (`benchmarks/attention.py --mode bwd` under both values).
 
     Attention forward (two dots) measured faster with the copies after the first wait. In the backward (four
     dots: s^T, dV, dP^T, dK) that spot is mid-chain: the barrier makes every warp meet while no wgmma is in flight
     (the first dot just retired, the next not yet issued), once per iteration. At the end of the body it meets
     while the last dot (dK / dQ) runs on the tensor cores, as Triton places it. The stage refilled is the one
     iteration i-1 read; every warpgroup has retired those wgmmas at the first dot's wait, before the barrier."""
-    v = os.environ.get("KERNELLAB_CHAIN_COPIES", "auto").strip().lower()
+    v = os.environ.get("KERNELLAB_CHAIN_COPIES", "first").strip().lower()
     if v in ("first", "end"):
         return v == "end"
     return n_dots > 2
