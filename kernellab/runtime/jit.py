@@ -28,6 +28,7 @@ from ..errors import (
 from ..language.core import _DescriptorLayout, constexpr, tensor_descriptor, unwrap
 from . import cache as _cache  # noqa: F401 (takes the compiler's hash now, with the compiler loaded)
 from .source import get_source
+from .targets import current_target  # the autotuner reads it here (tests patch it here)
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "enable_wgmma", "enable_tma",
                   "enable_reflect_ftz", "debug", "launch_cooperative_grid", "stream", "warmup",
@@ -414,20 +415,6 @@ class CompiledKernel:
         return launch
 
 
-_TARGETS: dict = {}
-
-
-def current_target():
-    """The Target of torch's current CUDA device (detected once per device)."""
-    import torch
-
-    from ..compiler.codegen.target import detect_target
-
-    dev = torch.cuda.current_device()
-    target = _TARGETS.get(dev)
-    if target is None:
-        target = _TARGETS[dev] = detect_target()
-    return target
 
 
 # Bytes of one tile value per thread beyond which the GPU build splits the tile (strip_mine_tiles) or refuses it

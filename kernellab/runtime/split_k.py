@@ -75,7 +75,7 @@ class SplitState:
                 rec = next((p for p in v.trace.passes if p.name == "split_k"), None)
                 self.stats = dict(rec.stats) if rec is not None else {}
                 if self.stats.get("split") and on_gpu:
-                    from .jit import current_target
+                    from .targets import current_target
 
                     v.gpu(current_target())
             except Exception as e:  # a bug of the split variant must not stop a kernel that runs unsplit
@@ -115,7 +115,7 @@ class SplitState:
     def variant_launcher(self):
         """The split variant's warm launcher `go(grid, stream, raw args)` (built and loaded on first use)."""
         if self._go is None:
-            from .jit import current_target
+            from .targets import current_target
 
             v = self.variant
             v.gpu(current_target())
@@ -165,7 +165,7 @@ def lazy_launcher(ck):
 
     def go(grid, stream, args):
         if not cell:
-            from .jit import current_target
+            from .targets import current_target
 
             ck.gpu(current_target())
             cell.append(ck._loaded.warm_launcher(ck.launch_warps or ck.num_warps, ck.shared, False))
