@@ -203,6 +203,41 @@ def interleaved(runs: dict, rounds: int = ROUNDS) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def time_row(case, M, N, K, dtype, out_dtype, impls):
+    """(row, {name: compiled kernel}): each of `impls` ({name: (kernel, "VAR=VALUE" set around its launches or
+    None)}) checked against float32 on NaN-poisoned output, then all of them and cuBLAS (for 16-bit outputs)
+    timed in turns (`interleaved`)."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(M + N + K)
+    a = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+    b = torch.randn(K, N, device="cuda", generator=g).to(dtype)
+    ref = a.float() @ b.float()
+    flops = 2 * M * N * K
+    row, runs, compiled = {"case": case, "flops": flops}, {}, {}
+    for name, (k, setting) in impls.items():
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)
+
+        def run(k=k, c=c, setting=setting):
+            with env_setting(setting):
+                return launch(k, a, b, c)
+
+        try:
+            compiled[name] = run()
+            torch.cuda.synchronize()
+            err = ((c.float() - ref).norm() / ref.norm()).item()
+            row[name] = {"rel_err": err, "n_regs": getattr(compiled[name], "n_regs", None)}
+            runs[name] = run
+        except Exception as e:
+            row[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
+    if out_dtype == dtype:
+        runs["torch"] = lambda: torch.matmul(a, b)
+        row["torch"] = {}
+    for name, t in interleaved(runs).items():
+        row[name].update(seconds=t, tflops=flops / t / 1e12)
+    return row, compiled
+
+
 def also_env_implementations(settings) -> dict:
     """{"kernellab[VAR=VALUE]": (a fresh kernellab kernel of the same text, "VAR=VALUE")}: each compiles its own
     specializations with the switch set (a fresh jit object: no in-memory specialization is shared)."""
@@ -315,34 +350,8 @@ def main(argv=None):
         dtypes.append((torch.float16, torch.float32))
     for dtype, out_dtype in () if args.fp8 else dtypes:
         for M, N, K in shapes:
-            g = torch.Generator(device="cuda").manual_seed(M + N + K)
-            a = torch.randn(M, K, device="cuda", generator=g).to(dtype)
-            b = torch.randn(K, N, device="cuda", generator=g).to(dtype)
-            ref = a.float() @ b.float()
-            flops = 2 * M * N * K
             out = "" if out_dtype == dtype else "->fp32"
-            row = {"case": f"{str(dtype)[6:]}{out} {M}x{N}x{K}", "flops": flops}
-            runs = {}
-            for name, (k, setting) in impls.items():
-                c = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)
-
-                def run(k=k, c=c, setting=setting):
-                    with env_setting(setting):
-                        return launch(k, a, b, c)
-
-                try:
-                    compiled = run()
-                    torch.cuda.synchronize()
-                    err = ((c.float() - ref).norm() / ref.norm()).item()
-                    row[name] = {"rel_err": err, "n_regs": getattr(compiled, "n_regs", None)}
-                    runs[name] = run
-                except Exception as e:
-                    row[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
-            if out_dtype == dtype:
-                runs["torch"] = lambda: torch.matmul(a, b)
-                row["torch"] = {}
-            for name, t in interleaved(runs).items():
-                row[name].update(seconds=t, tflops=flops / t / 1e12)
+            row, _ = time_row(f"{str(dtype)[6:]}{out} {M}x{N}x{K}", M, N, K, dtype, out_dtype, impls)
             rows.append(row)
             print(_fmt(row), flush=True)
     if not args.no_fp8:
@@ -373,7 +382,6 @@ SKINNY_SHAPES = [(16, 4096, 4096), (32, 4096, 4096), (64, 4096, 4096), (16, 8192
 def skinny(shapes, splits):
     """Skinny shapes at the benchmark's config: kernellab with KERNELLAB_SPLIT_K=auto (the default), 0 (off) and
     each forced S, Triton on the same text, cuBLAS; prints TFLOP/s, ratios and the S auto chose."""
-    import os
 
     import torch
 
@@ -387,44 +395,18 @@ def skinny(shapes, splits):
         + "  auto/cuBLAS auto/triton off/cuBLAS  auto S"
     print(head, flush=True)
     rows = []
-    saved = os.environ.get(split_k.KNOB)
-    try:
-        for dtype in (torch.float16, torch.bfloat16):
-            for M, N, K in shapes:
-                g = torch.Generator(device="cuda").manual_seed(M + N + K)
-                a = torch.randn(M, K, device="cuda", generator=g).to(dtype)
-                b = torch.randn(K, N, device="cuda", generator=g).to(dtype)
-                ref = a.float() @ b.float()
-                flops = 2 * M * N * K
-                row = {"case": f"{str(dtype)[6:]} {M}x{N}x{K}", "flops": flops}
-                for label, knob in variants + [("triton", None)]:
-                    k = kl_kernel if knob is not None else impls.get("triton")
-                    if k is None:
-                        continue
-                    if knob is not None:
-                        os.environ[split_k.KNOB] = knob
-                    c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
-                    try:
-                        compiled = launch(k, a, b, c)
-                        torch.cuda.synchronize()
-                        err = ((c.float() - ref).norm() / ref.norm()).item()
-                        t = bench(lambda: launch(k, a, b, c))
-                        row[label] = {"seconds": t, "tflops": flops / t / 1e12, "rel_err": err}
-                        st = getattr(compiled, "_split_state", None) if knob == "auto" else None
-                        if st is not None:
-                            row["auto_S"] = st.last
-                            row["split_refused"] = st.refused
-                    except Exception as e:
-                        row[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
-                t = bench(lambda: torch.matmul(a, b))
-                row["torch"] = {"seconds": t, "tflops": flops / t / 1e12}
-                rows.append(row)
-                print(_fmt_skinny(row, variants), flush=True)
-    finally:
-        if saved is None:
-            os.environ.pop(split_k.KNOB, None)
-        else:
-            os.environ[split_k.KNOB] = saved
+    runs = {label: (kl_kernel, f"{split_k.KNOB}={knob}") for label, knob in variants}
+    if "triton" in impls:
+        runs["triton"] = (impls["triton"], None)
+    for dtype in (torch.float16, torch.bfloat16):
+        for M, N, K in shapes:
+            row, compiled = time_row(f"{str(dtype)[6:]} {M}x{N}x{K}", M, N, K, dtype, dtype, runs)
+            st = getattr(compiled.get("auto"), "_split_state", None)
+            if st is not None:
+                row["auto_S"] = st.last
+                row["split_refused"] = st.refused
+            rows.append(row)
+            print(_fmt_skinny(row, variants), flush=True)
     result = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "config": CONFIG,
               "num_warps": NUM_WARPS, "num_stages": NUM_STAGES, "splits": splits,
               "versions": {"python": platform.python_version(), "torch": torch.__version__,
