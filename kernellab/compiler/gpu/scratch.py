@@ -99,13 +99,22 @@ def a_from_registers(op) -> bool:
     """Whether a tensor-core dot takes its A operand straight from registers: A is itself an mma
     accumulator tile (attention's probabilities) split over the same warps along M and not split along
     K, so each thread already holds exactly the A fragments mma.sync (and wgmma with A in registers)
-    wants: two adjacent n8 accumulator tiles are one k16 A fragment."""
+    wants: two adjacent n8 accumulator tiles are one k16 A fragment. fp8 A tiles of a wgmma dot too (FA3's fp8
+    probabilities): a k32 fragment's bytes sit in other lanes of the quad, and two shuffles per register pair
+    bring them (`a_fragment_8bit_from_accumulator`) instead of a round trip through shared memory and a barrier.
+    KERNELLAB_FP8_A_REGS=0 stages fp8 A tiles in shared memory as before (to compare)."""
+    import os
+
     from .layouts import Mma
 
     a = op.operands[0].type
     lay = getattr(a, "layout", None)
-    return (isinstance(lay, Mma) and lay.warps[1] == 1 and lay.warps[0] == op.attrs["mma"][0]
-            and a.shape[1] % 16 == 0 and a.scalar.ir in ("f16", "bf16"))
+    if not (isinstance(lay, Mma) and lay.warps[1] == 1 and lay.warps[0] == op.attrs["mma"][0]):
+        return False
+    if a.scalar.ir in ("f16", "bf16"):
+        return a.shape[1] % 16 == 0
+    return (a.scalar.ir in ("f8e4nv", "f8e5") and a.shape[1] % 32 == 0 and is_wgmma(op)
+            and os.environ.get("KERNELLAB_FP8_A_REGS", "1") != "0")
 
 
 def is_wgmma(op) -> bool:
