@@ -226,6 +226,115 @@ def _matmul(jit, tl):
     return w
 
 
+def _linear(jit, tl):
+    """A linear layer's forward with its epilogue fused: act(x @ w.T + bias), w stored [N, K] as nn.Linear keeps it
+    (so the dot's B operand is K-major), fp16 out."""
+
+    @jit
+    def lin_swizzle2d(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, sxm, sxk, swn, swk, sym, syn,
+                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
+        # tl.swizzle2d for the grouped order, w.T read through its strides, both operands masked, leaky relu
+        pid = tl.program_id(0)
+        num_m = tl.cdiv(M, BM)
+        num_n = tl.cdiv(N, BN)
+        pid_m, pid_n = tl.swizzle2d(pid // num_n, pid % num_n, num_m, num_n, GM)
+        offs_m = pid_m * BM + tl.arange(0, BM)
+        offs_n = pid_n * BN + tl.arange(0, BN)
+        offs_k = tl.arange(0, BK)
+        x_ptrs = x_ptr + offs_m[:, None] * sxm + offs_k[None, :] * sxk
+        w_ptrs = w_ptr + offs_n[None, :] * swn + offs_k[:, None] * swk  # [BK, BN]: a tile of w.T
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            x = tl.load(x_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] + k < K), other=0.0)
+            w = tl.load(w_ptrs, mask=(offs_n[None, :] < N) & (offs_k[:, None] + k < K), other=0.0)
+            acc = tl.dot(x, w, acc)
+            x_ptrs += BK * sxk
+            w_ptrs += BK * swk
+        bias = tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
+        y = acc + bias[None, :]
+        y = tl.where(y >= 0, y, 0.01 * y)
+        tl.store(y_ptr + offs_m[:, None] * sym + offs_n[None, :] * syn, y.to(y_ptr.dtype.element_ty),
+                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+    @jit
+    def lin_descriptor(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, sxm, sxk, swn, swk, sym, syn,
+                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
+        # in-kernel tensor descriptors (TMA on Hopper), w's [BN, BK] tile transposed with .T, a sigmoid-gelu
+        pid = tl.program_id(0)
+        num_m = tl.cdiv(M, BM)
+        num_n = tl.cdiv(N, BN)
+        in_group = GM * num_n
+        first_m = (pid // in_group) * GM
+        rows = min(num_m - first_m, GM)
+        pid_m = first_m + (pid % in_group) % rows
+        pid_n = (pid % in_group) // rows
+        x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[sxm, 1], block_shape=[BM, BK])
+        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[swn, 1], block_shape=[BN, BK])
+        y_desc = tl.make_tensor_descriptor(y_ptr, shape=[M, N], strides=[sym, 1], block_shape=[BM, BN])
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for kk in tl.range(0, tl.cdiv(K, BK)):
+            x = x_desc.load([pid_m * BM, kk * BK])
+            w = w_desc.load([pid_n * BN, kk * BK])
+            acc = tl.dot(x, w.T, acc)
+        offs_n = pid_n * BN + tl.arange(0, BN)
+        y = acc + tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+        y = y * tl.sigmoid(1.702 * y)
+        y_desc.store([pid_m * BM, pid_n * BN], y.to(tl.float16))
+
+    def launch(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        a, w, bias, y = x["x"], x["w"], x["bias"], x["y"]
+        M, K = a.shape
+        N = w.shape[0]
+        _set_descriptor_allocator(a.device)
+        grid = (cdiv(M, meta["BM"]) * cdiv(N, meta["BN"]),)
+        kernel[grid](a, w, bias, y, M, N, K, a.stride(0), a.stride(1), w.stride(0), w.stride(1), y.stride(0),
+                     y.stride(1), **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        M, N, K = size
+        g = torch.Generator().manual_seed(seed)
+        return dict(x=torch.randn(M, K, generator=g).to(torch.float16).to(device),
+                    w=(torch.randn(N, K, generator=g) / 8).to(torch.float16).to(device),
+                    bias=torch.randn(N, generator=g).to(torch.float16).to(device),
+                    y=torch.full((M, N), float("nan"), dtype=torch.float16, device=device), act=None)
+
+    def reference(x):
+        import torch
+
+        y = x["x"].double() @ x["w"].double().T + x["bias"].double()
+        return torch.where(y >= 0, y, 0.01 * y) if x["act"] == "leaky" else y * torch.sigmoid(1.702 * y)
+
+    def with_act(launcher, act):
+        def go(kernel, x, cfg):
+            x["act"] = act
+            launcher(kernel, x, cfg)
+        return go
+
+    w = Workload("linear", inputs, reference, "y", lambda x: ("flop", 2 * x["x"].shape[0] * x["x"].shape[1]
+                                                             * x["w"].shape[0]),
+                 sizes={"bench": (4096, 4096, 4096), "test": (96, 80, 128)}, tol=2e-2)
+    w.variants = [
+        Variant("swizzle2d_leaky", lin_swizzle2d, with_act(launch, "leaky"), MATMUL_CONFIGS),
+        Variant("descriptor_gelu", lin_descriptor, with_act(launch, "gelu"), MATMUL_CONFIGS, autotune=True),
+    ]
+    return w
+
+
+def _set_descriptor_allocator(device):
+    """Triton makes in-kernel tensor descriptors in a global scratch it asks an allocator for; kernellab needs none
+    (its descriptors live in its own scratch), and a set allocator changes nothing for it."""
+    import sys
+
+    triton = sys.modules.get("triton")
+    if triton is not None and hasattr(triton, "set_allocator") and device.type == "cuda":
+        import torch
+
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=device))
+
+
 def _softmax(jit, tl):
     @jit
     def sm_row(out_ptr, in_ptr, in_stride, out_stride, n_cols, BLOCK: tl.constexpr):
@@ -555,4 +664,5 @@ def _weight_grad(jit, tl):
 
 def make_idioms(jit, tl) -> list:
     """Every workload with its variants, compiled by `jit` (kernellab's or Triton's)."""
-    return [_matmul(jit, tl), _softmax(jit, tl), _layer_norm(jit, tl), _reduction(jit, tl), _weight_grad(jit, tl)]
+    return [_matmul(jit, tl), _linear(jit, tl), _softmax(jit, tl), _layer_norm(jit, tl), _reduction(jit, tl),
+            _weight_grad(jit, tl)]

@@ -45,10 +45,10 @@ def test_gpu(workload, variant):
         _check(w, v, config, "cuda", seed=10 + i)
 
 
-def _build(v, config):
+def _build(v, config, workload="matmul"):
     import kernellab.runtime.jit as jit
 
-    x = WORKLOADS["matmul"].inputs((512, 512, 512), "cpu", 0)
+    x = WORKLOADS[workload].inputs((512, 512, 512), "cpu", 0)
     built = []
     real_run = jit.CompiledKernel.run
 
@@ -77,3 +77,20 @@ def test_matmul_idioms_compile_alike(variant):
     assert "wgmma.mma_async" in loop
     assert "tt.dot" in ck.asm["tile"] and "arith.addf" not in ck.trace.ir_after("fold_dot_accumulator").split(
         "tt.dot")[1].split("scf.yield")[0]
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
+@pytest.mark.parametrize("variant", [v.name for v in WORKLOADS["linear"].variants])
+def test_linear_idioms_compile_to_wgmma(variant):
+    """The linear layer's texts (B = w.T, K-major; the fused bias and activation): the accumulating wgmma in the
+    loop, fed by cp.async or TMA (descriptors), no spills, within a few registers of the matmul tutorial text."""
+    base = _build(WORKLOADS["matmul"].variants[0], MATMUL_CONFIG)
+    ck = _build(_variant("linear", variant)[1], MATMUL_CONFIG, "linear")
+    assert ck.n_spills == 0
+    assert ck.n_regs <= base.n_regs + 24, (ck.n_regs, base.n_regs)
+    ptx = ck.asm["ptx"]
+    assert "wgmma.mma_async" in ptx
+    assert ("cp.async.bulk.tensor" if "descriptor" in variant else "cp.async.cg") in ptx
+
+
+MATMUL_CONFIG = dict(BM=128, BN=256, BK=64, GM=8, num_stages=3, num_warps=8)
