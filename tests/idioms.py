@@ -37,7 +37,18 @@ def cdiv(a, b):
     return (a + b - 1) // b
 
 
+def _grid_1d(M, N, meta):
+    """One program per BM x BN tile; with no config (an autotuned kernel: `meta` empty) the grid asks the chosen
+    config's blocks."""
+    if not meta:
+        return lambda m: (cdiv(M, m["BM"]) * cdiv(N, m["BN"]),)
+    return (cdiv(M, meta["BM"]) * cdiv(N, meta["BN"]),)
+
+
 def _split(config):
+    """(constexprs, launch options) of a config; an autotuned kernel's launch passes None: ({}, {})."""
+    if config is None:
+        return {}, {}
     opts = {k: config[k] for k in ("num_warps", "num_stages") if k in config}
     meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
     return meta, opts
@@ -187,7 +198,7 @@ def _matmul(jit, tl):
         a, b, c = x["a"], x["b"], x["c"]
         M, K = a.shape
         N = b.shape[1]
-        grid = (cdiv(M, meta["BM"]) * cdiv(N, meta["BN"]),)
+        grid = _grid_1d(M, N, meta)
         kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
                      c.stride(1), **meta, **opts)
 
@@ -287,7 +298,7 @@ def _linear(jit, tl):
         M, K = a.shape
         N = w.shape[0]
         _set_descriptor_allocator(a.device)
-        grid = (cdiv(M, meta["BM"]) * cdiv(N, meta["BN"]),)
+        grid = _grid_1d(M, N, meta)
         kernel[grid](a, w, bias, y, M, N, K, a.stride(0), a.stride(1), w.stride(0), w.stride(1), y.stride(0),
                      y.stride(1), **meta, **opts)
 

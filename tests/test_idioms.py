@@ -21,9 +21,9 @@ def _variant(workload, variant):
     return w, next(v for v in w.variants if v.name == variant)
 
 
-def _check(w, v, config, device, seed):
+def _check(w, v, config, device, seed, kernel=None):
     x = w.inputs(v.test_size or w.sizes["test"], device, seed)
-    v.launch(v.kernel, x, config)
+    v.launch(kernel or v.kernel, x, config)
     got = x[w.output].double().cpu()
     ref = w.reference(x).cpu()
     assert not torch.isnan(got).any(), "unwritten (poisoned) elements"
@@ -35,6 +35,20 @@ def _check(w, v, config, device, seed):
 def test_interpreter(workload, variant):
     w, v = _variant(workload, variant)
     _check(w, v, v.configs[-1], "cpu", seed=1)
+
+
+AUTOTUNED = [(w.name, v.name) for w in WORKLOADS.values() for v in w.variants if v.autotune]
+
+
+@pytest.mark.parametrize("workload, variant", AUTOTUNED, ids=[f"{a}-{b}" for a, b in AUTOTUNED])
+def test_autotuned_launch_interpreter(workload, variant):
+    """benchmarks/idioms.py's autotune rows: the variant's own launcher with no config, the grid asking the config
+    the autotuner picked (two small configs here)."""
+    from benchmarks.idioms import _autotuned
+
+    w, v = _variant(workload, variant)
+    small = [dict(c, BM=32, BN=32, BK=32) for c in v.configs[-2:]]
+    _check(w, v, None, "cpu", seed=2, kernel=_autotuned(kl, v.kernel, small))
 
 
 @pytest.mark.gpu
