@@ -1,5 +1,6 @@
-"""Equivalent formulations of matmul, softmax, layer norm, a row reduction and an atomic weight gradient
-(tests/idioms.py), each launched with several configs (and the matmul ones through an autotuner too),
+"""Equivalent formulations of matmul, a linear layer with its fused epilogue, softmax, layer norm, a row reduction,
+a row-wise prefix sum and an atomic weight gradient (tests/idioms.py),
+each launched with several configs (and the matmul ones through an autotuner too),
 kernellab against Triton compiling the same text, on the same inputs in one process.
 
 Every variant is checked against a float64 torch reference on both compilers before it is timed.

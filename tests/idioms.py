@@ -617,6 +617,82 @@ def _reduction(jit, tl):
     return w
 
 
+def _scan(jit, tl):
+    """Row-wise inclusive prefix sums (a cumulative sum, as gated linear attention and SSM kernels take them)."""
+
+    @jit
+    def cumsum_row(x_ptr, y_ptr, n_cols, stride, BLOCK: tl.constexpr):
+        # the whole row in one tile, tl.cumsum
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride + cols, mask=cols < n_cols, other=0.0)
+        tl.store(y_ptr + row * stride + cols, tl.cumsum(x, axis=0), mask=cols < n_cols)
+
+    @jit
+    def _add(a, b):
+        return a + b
+
+    @jit
+    def scan_blocked(x_ptr, y_ptr, n_cols, stride, BLOCK: tl.constexpr):
+        # blocks of the row, each scanned with tl.associative_scan and a combine function, the running total
+        # carried from block to block
+        row = tl.program_id(0)
+        carry = 0.0
+        for c in range(0, n_cols, BLOCK):
+            cols = c + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + row * stride + cols, mask=cols < n_cols, other=0.0)
+            y = tl.associative_scan(x, 0, _add) + carry
+            tl.store(y_ptr + row * stride + cols, y, mask=cols < n_cols)
+            carry += tl.sum(x, axis=0)
+
+    @jit
+    def cumsum_tile(x_ptr, y_ptr, n_rows, n_cols, stride, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+        # ROWS rows per program, a 2-D tile scanned along axis 1 (the row fits in BLOCK)
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        cols = tl.arange(0, BLOCK)
+        m = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+        offs = rows[:, None] * stride + cols[None, :]
+        x = tl.load(x_ptr + offs, mask=m, other=0.0)
+        tl.store(y_ptr + offs, tl.cumsum(x, axis=1), mask=m)
+
+    def launch_row(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        X = x["x"]
+        block = meta.pop("BLOCK", None) or _next_pow2(X.shape[1])
+        kernel[(X.shape[0],)](X, x["y"], X.shape[1], X.stride(0), BLOCK=block, **meta, **opts)
+
+    def launch_tile(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        X = x["x"]
+        kernel[(cdiv(X.shape[0], meta["ROWS"]),)](X, x["y"], X.shape[0], X.shape[1], X.stride(0),
+                                                  BLOCK=_next_pow2(X.shape[1]), **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        M, N = size
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(M, N, generator=g).to(device)
+        return dict(x=x, y=torch.full((M, N), float("nan"), device=device))
+
+    def reference(x):
+        return x["x"].double().cumsum(dim=1)
+
+    w = Workload("scan", inputs, reference, "y", lambda x: ("bytes", x["x"].numel() * 8),
+                 sizes={"bench": (8192, 2048), "test": (21, 200)}, tol=1e-5)
+    w.variants = [
+        Variant("cumsum_row", cumsum_row, launch_row, [dict(num_warps=4), dict(num_warps=8)]),
+        Variant("blocked_assoc", scan_blocked, launch_row, [dict(BLOCK=512, num_warps=4),
+                                                            dict(BLOCK=1024, num_warps=4)]),
+        Variant("tile", cumsum_tile, launch_tile, [dict(ROWS=2, num_warps=4), dict(ROWS=4, num_warps=8)]),
+    ]
+    return w
+
+
+def _next_pow2(n):
+    return 1 << (n - 1).bit_length()
+
+
 def _weight_grad(jit, tl):
     """The backward of y = x * w (w broadcast over rows): dw = sum over rows of dy * x, accumulated
     with atomics from programs that each own a band of rows (layer norm's dW/dB have this shape)."""
@@ -676,4 +752,4 @@ def _weight_grad(jit, tl):
 def make_idioms(jit, tl) -> list:
     """Every workload with its variants, compiled by `jit` (kernellab's or Triton's)."""
     return [_matmul(jit, tl), _linear(jit, tl), _softmax(jit, tl), _layer_norm(jit, tl), _reduction(jit, tl),
-            _weight_grad(jit, tl)]
+            _scan(jit, tl), _weight_grad(jit, tl)]
