@@ -1031,28 +1031,72 @@ def _serve(name, side, device):
         print(MARK + json.dumps(r), flush=True)
 
 
-def _merged_rows(result: dict, rows: list, sides: list) -> list:
-    """This run's rows plus the other ops' rows of the same day's JSON for the same GPU and sides (written by
-    earlier parts of one run), in the catalogue's order; the summary and the wall time cover them all."""
+def _earlier_part(gpu: str, sides: list, rounds: int) -> dict | None:
+    """Today's JSON for this GPU when its sides and rounds match this run's (an earlier part of a run in parts)."""
     from benchmarks.memory_bound import ROOT as _root
 
     out_dir = Path(os.environ.get("KERNELLAB_RESULTS_DIR", _root / "benchmarks" / "results"))
-    path = out_dir / f"{result['date']}-{result['gpu'].replace(' ', '_')}-libraries.json"
+    path = out_dir / f"{datetime.date.today().isoformat()}-{gpu.replace(' ', '_')}-libraries.json"
     try:
         old = json.loads(path.read_text())
     except (OSError, ValueError):
-        return rows
-    if old.get("sides") != sides or old.get("rounds") != result["rounds"]:
-        return rows
-    mine = {r["op"] for r in rows}
-    order = [o.name for o in _ops()]
-    merged = sorted([r for r in old.get("rows", []) if r["op"] not in mine] + rows,
-                    key=lambda r: order.index(r["op"]) if r["op"] in order else len(order))
-    result["rows"] = merged
-    result["summary"] = {side: {"correct": sum(bool(r.get(side, {}).get("correct")) for r in merged),
-                                "of": sum(not r.get(side, {}).get("skipped") for r in merged)} for side in sides}
-    result["wall_s"] += old.get("wall_s", 0.0)
-    return merged
+        return None
+    return old if old.get("sides") == sides and old.get("rounds") == rounds else None
+
+
+def _result(gpu, device, sides, rounds, rows, wall_s, requested, complete) -> dict:
+    import torch
+
+    import kernellab
+
+    return {
+        "date": datetime.date.today().isoformat(), "gpu": gpu, "device": device,
+        "versions": {"kernellab": kernellab.__version__, "triton": _version("triton") if _real_triton() else None,
+                     "torch": torch.__version__, "liger_kernel": _version("liger_kernel"),
+                     "python": platform.python_version()},
+        "sides": sides,
+        "rounds": rounds,
+        "method": "one child process per op and side (compat serves `import triton`, so the sides cannot share "
+                  "one); inputs float32 from seed 0 (edge values included); outputs and input gradients vs "
+                  "float64 torch references (outputs poisoned: torch.empty gives NaN): correct when "
+                  "|got-ref| <= atol + rtol*|ref| everywhere. GPU: both children stay up after the check (which "
+                  "compiled every kernel) and time `rounds` rounds, alternating sides and which goes first; a "
+                  "round = 1 call + 50 ms of calls as warm-up, then ms = median of 20..200 CUDA-event timings, "
+                  "each after an L2 flush and a GPU sleep covering the launch (GPU time), and wall_ms = "
+                  "back-to-back calls over ~100 ms (host included); fwd_bwd resets .grad each call. Per side: "
+                  "rounds (all figures), and per time key its median over rounds, _min and _max",
+        "figure": "kl_over_triton_<fwd|fwd_bwd> = Triton median ms / kernellab median ms (> 1: kernellab faster); "
+                  "_wall: the same for wall_ms; _rounds: the ratio in each round (rounds paired in running order)",
+        # written after every op: `complete` false while the run goes on (or when it was stopped before the end)
+        "requested": list(requested),
+        "complete": complete,
+        "rows": rows,
+        "summary": _summary(rows, sides),
+        "wall_s": wall_s,
+    }
+
+
+def _summary(rows, sides):
+    return {side: {"correct": sum(bool(r.get(side, {}).get("correct")) for r in rows),
+                   "of": sum(not r.get(side, {}).get("skipped") for r in rows)} for side in sides}
+
+
+def _write(result: dict, earlier: dict | None):
+    """Write today's JSON: this run's rows, plus (a run in parts) the earlier parts' rows of other ops, in the
+    catalogue's order; the summary and the wall time cover them all."""
+    from benchmarks.memory_bound import write_results
+
+    if earlier is not None:
+        mine = {r["op"] for r in result["rows"]}
+        order = [o.name for o in _ops()]
+        merged = sorted([r for r in earlier.get("rows", []) if r["op"] not in mine] + result["rows"],
+                        key=lambda r: order.index(r["op"]) if r["op"] in order else len(order))
+        result = dict(result, rows=merged, summary=_summary(merged, result["sides"]),
+                      wall_s=result["wall_s"] + earlier.get("wall_s", 0.0),
+                      requested=sorted(set(earlier.get("requested", [])) | set(result["requested"]),
+                                       key=lambda n: order.index(n) if n in order else len(order)),
+                      complete=result["complete"] and earlier.get("complete", True))
+    return write_results(result, "libraries"), result
 
 
 def main(argv=None):
@@ -1086,8 +1130,6 @@ def main(argv=None):
         return 0
     import torch
 
-    import kernellab
-
     device = "cuda" if torch.cuda.is_available() else "cpu"
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     sides = ["kernellab"] + (["triton"] if _real_triton() else [])
@@ -1098,6 +1140,8 @@ def main(argv=None):
         ap.error(f"unknown op(s) {unknown}; known: {names}")
     t0 = time.time()
     rows = []
+    # a run in parts (--merge): the other ops' rows of today's JSON, read once, kept in every write of this run
+    earlier = _earlier_part(gpu, sides, args.rounds) if args.merge and not args.no_write else None
     for name in args.ops or names:
         row = _run_op(name, notes[name], sides, device, args.timeout, args.rounds)
         rows.append(row)
@@ -1109,35 +1153,14 @@ def main(argv=None):
             if row.get("kl_over_triton_fwd_bwd") is not None:
                 status += f"  fwd+bwd {row['kl_over_triton_fwd_bwd']:.2f}"
         print(f"{name:<28} {status[:200]}", flush=True)
-    result = {
-        "date": datetime.date.today().isoformat(), "gpu": gpu, "device": device,
-        "versions": {"kernellab": kernellab.__version__, "triton": _version("triton") if _real_triton() else None,
-                     "torch": torch.__version__, "liger_kernel": _version("liger_kernel"),
-                     "python": platform.python_version()},
-        "sides": sides,
-        "rounds": args.rounds,
-        "method": "one child process per op and side (compat serves `import triton`, so the sides cannot share "
-                  "one); inputs float32 from seed 0 (edge values included); outputs and input gradients vs "
-                  "float64 torch references (outputs poisoned: torch.empty gives NaN): correct when "
-                  "|got-ref| <= atol + rtol*|ref| everywhere. GPU: both children stay up after the check (which "
-                  "compiled every kernel) and time `rounds` rounds, alternating sides and which goes first; a "
-                  "round = 1 call + 50 ms of calls as warm-up, then ms = median of 20..200 CUDA-event timings, "
-                  "each after an L2 flush and a GPU sleep covering the launch (GPU time), and wall_ms = "
-                  "back-to-back calls over ~100 ms (host included); fwd_bwd resets .grad each call. Per side: "
-                  "rounds (all figures), and per time key its median over rounds, _min and _max",
-        "figure": "kl_over_triton_<fwd|fwd_bwd> = Triton median ms / kernellab median ms (> 1: kernellab faster); "
-                  "_wall: the same for wall_ms; _rounds: the ratio in each round (rounds paired in running order)",
-        "rows": rows,
-        "summary": {side: {"correct": sum(bool(r.get(side, {}).get("correct")) for r in rows),
-                           "of": sum(not r.get(side, {}).get("skipped") for r in rows)} for side in sides},
-        "wall_s": time.time() - t0,
-    }
+        if not args.no_write:  # after every op: a run stopped by a time limit keeps what it measured
+            _write(_result(gpu, device, sides, args.rounds, rows, time.time() - t0, args.ops or names, False),
+                   earlier)
+    result = _result(gpu, device, sides, args.rounds, rows, time.time() - t0, args.ops or names, True)
     if not args.no_write:
-        from benchmarks.memory_bound import write_results
-
-        if args.merge:
-            rows = _merged_rows(result, rows, sides)
-        print(f"wrote {write_results(result, 'libraries')}")
+        path, result = _write(result, earlier)
+        print(f"wrote {path}")
+        rows = result["rows"]
     print(_fmt_table(rows, device == "cuda"))
     for side in sides:
         print(f"{side}: {result['summary'][side]['correct']} of {result['summary'][side]['of']} ops correct")

@@ -125,6 +125,35 @@ def test_main_writes_every_round_into_the_json(monkeypatch, tmp_path):
     assert (kl["fwd_ms"], kl["fwd_ms_min"], kl["fwd_wall_ms_max"]) == (1.0, 1.0, 2.0)
 
 
+@needs_liger
+def test_json_is_written_after_every_op_and_parts_merge(monkeypatch, tmp_path):
+    """A run stopped by a time limit keeps the ops it finished (the JSON is rewritten after each, `complete`
+    false until the end), and a later part with --merge adds its ops to them."""
+    monkeypatch.setenv(lib.FAKE_ROUNDS, "1")
+    monkeypatch.setenv("KERNELLAB_RESULTS_DIR", str(tmp_path))
+    real_run_op, seen = lib._run_op, []
+
+    def run_op_then_stop(name, *a, **k):
+        if seen:  # the second op: as if the machine's time ran out here
+            raise KeyboardInterrupt
+        seen.append(name)
+        return real_run_op(name, *a, **k)
+
+    monkeypatch.setattr(lib, "_run_op", run_op_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        lib.main(["rms_norm", "swiglu", "--rounds", "1"])
+    (path,) = tmp_path.glob("*-cpu-libraries.json")
+    part = json.loads(path.read_text())
+    assert [r["op"] for r in part["rows"]] == ["rms_norm"] and part["complete"] is False
+    assert part["requested"] == ["rms_norm", "swiglu"]
+    monkeypatch.setattr(lib, "_run_op", real_run_op)
+    assert lib.main(["swiglu", "--rounds", "1", "--merge"]) == 0
+    whole = json.loads(path.read_text())
+    assert [r["op"] for r in whole["rows"]] == ["rms_norm", "swiglu"]
+    assert whole["summary"]["kernellab"] == {"correct": 2, "of": 2}
+    assert whole["complete"] is False  # the first part never finished its list
+
+
 class _FakeEvent:
     def __init__(self, enable_timing=False):
         self.t = None
