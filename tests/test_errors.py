@@ -216,6 +216,28 @@ def test_undefined_attribute_of_tl():
     check(ei.value, "undefined_attr", "not_a_function")
 
 
+@kl.jit
+def k_not_tuple(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    flag = not (0, 0)  # E:not_tuple
+    tl.store(x_ptr + offs, flag)
+
+
+@kl.jit
+def k_neg_tuple(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    t = -(offs, offs)  # E:neg_tuple
+    tl.store(x_ptr + offs, t[0])
+
+
+@pytest.mark.parametrize("kernel, tag", [(k_not_tuple, "not_tuple"), (k_neg_tuple, "neg_tuple")])
+def test_unary_operator_on_tuple(kernel, tag):
+    # Triton's rule: unary operators are not defined on tuples (`not (0, 0)` is an error, not a constant False)
+    with pytest.raises(kl.CompilationError) as ei:
+        kernel.warmup(x32(), BLOCK=32)
+    check(ei.value, tag, "tuple")
+
+
 # --------------------------------------------------------------------------- 3. broadcasting
 
 

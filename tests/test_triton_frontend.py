@@ -666,10 +666,25 @@ def test_const_pointer_parameters():
         out = src if pick else dst
         tl.store(dst + offs, tl.load(out + offs))
 
+    @kl.jit
+    def pass_const(a, b, pick_b):
+        if pick_b:
+            return b
+        else:
+            return a
+
+    @kl.jit
+    def choose_in_helper(src: tl.const, dst, pick, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.load(pass_const(dst, src, pick) + offs))
+
     x = torch.randn(32)
     y = torch.full_like(x, float("nan"))
     ck = copy[(1,)](x, y, BLOCK=32)
     assert torch.equal(x, y) and "!ptr<const f32>" in ck.asm["tile"]
+    # a helper returning either: Triton's words (its test_const matches them) with the two types
+    with pytest.raises(kl.CompilationError, match=r"Inconsistent return types: .*!ptr<const f32>"):
+        choose_in_helper[(1,)](x, y, 0, BLOCK=32)
     with pytest.raises(kl.CompilationError, match="Cannot store to a constant pointer"):
         store_to_const[(1,)](x, BLOCK=32)
     with pytest.raises(kl.CompilationError, match="inconsistent type"):

@@ -559,7 +559,7 @@ class CodeGenerator(ast.NodeVisitor):
             if a.type != b.type:
                 if self._unify(a, b, then_block, else_block, then_t, else_t, i)[0] is None:
                     label = f"return value {i}" if i < n_ret else f"`{names[i - n_ret]}`"
-                    what = "Return type mismatch: " if i < n_ret else f"Mismatched type for {names[i - n_ret]}: "
+                    what = "Inconsistent return types: " if i < n_ret else f"Mismatched type for {names[i - n_ret]}: "
                     raise self.error(node, f"{what}{label} has type {a.type} on the then-branch but {b.type} on the "
                                            "else-branch; make them match (e.g. with .to())")
             types.append(then_t[i].type)

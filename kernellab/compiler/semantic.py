@@ -533,6 +533,9 @@ class Semantic:
 
     def unary(self, op, x):
         x = unwrap(x)
+        if isinstance(x, tuple):
+            # Triton has no unary operators on tuples (`not (0, 0)` is a compile error, not False)
+            raise SemanticError(f"unary `{op}` is not defined on a tuple")
         if not isinstance(x, tensor):
             return {"-": lambda v: -v, "+": lambda v: +v, "~": lambda v: ~v, "not": lambda v: not v}[op](x)
         t = x.type.scalar

@@ -71,7 +71,7 @@ def _scale_factor(sem, scale: tensor, k: int, rows: int, side: str = "lhs") -> t
     if tuple(scale.shape) != (rows, groups):
         raise SemanticError(f"tl.dot_scaled: a scale tile must be [{rows}, {groups}] (one exponent per 32 elements "
                             f"of K), got {list(scale.shape)}",
-                            triton=f"{side}_scale must be a tensor of shape [..., {rows}, {groups}]. "
+                            triton=f"{side}_scale must be a tensor of shape [{rows}, {groups}]. "
                                    f"Got {[str(d) for d in scale.shape]}")
     spread = sem.broadcast_to(sem.reshape(factor, (rows, groups, 1)), (rows, groups, 32))
     return sem.reshape(spread, (rows, k))
