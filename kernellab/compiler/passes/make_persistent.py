@@ -107,58 +107,58 @@ def _check(fn: Function) -> Op:
 def make_persistent(fn: Function) -> dict:
     """Rewrite `fn` into the tile loop (raises Refused, leaving `fn` as it was)."""
     loop = _check(fn)
-    ret = fn.body.terminator
-    body_ops = fn.body.ops[:-1]
     loc = loop.loc
-
     tiles = fn.body.add_arg(int32, TILES)
     fn.arg_attrs.append({})
 
-    fn.body.ops = [ret]
-    pre: list[Op] = []
-
-    def make(name, operands, attrs=None, hint=None, into=pre):
-        op = Op(name, operands, [int32], attrs, (), loc, [hint])
-        into.append(op)
-        return op.result
-
-    def const(v):
-        return make("arith.constant", [], {"value": v})
+    def make(name, operands, attrs=None, hint=None):
+        return Op(name, operands, [int32], attrs, (), loc, [hint])
 
     pid = make("tt.get_program_id", [], {"axis": 0}, "program")
     nprog = make("tt.get_num_programs", [], {"axis": 0}, "programs")
-    one, zero = const(1), const(0)
-    # cdiv(tiles - pid, P), at least 0: the tiles pid, pid + P, ... below `tiles`
-    n = make("arith.subi", [make("arith.addi", [make("arith.subi", [tiles, pid]), nprog]), one])
-    n = make("arith.maxsi", [make("arith.divsi", [n, nprog]), zero], hint="my_tiles")
     tb = Block([int32], ["tile_iter"])
-    attrs = {"flatten": True}
-    if "num_stages" in loop.attrs:
-        attrs["num_stages"] = loop.attrs["num_stages"]
-    tloop = Op("scf.for", [zero, n, one], [], attrs, [tb], loc)
-    pre.append(tloop)
-    for op in pre:
-        fn.body.insert(len(fn.body.ops) - 1, op)
-
-    inside: list[Op] = []
-    tile = make("arith.addi", [pid, make("arith.muli", [tb.args[0], nprog], into=inside)], hint="tile", into=inside)
-    for op in inside:
-        tb.append(op)
-    for op in body_ops:
-        tb.append(op)
-    tb.append(Op("scf.yield", [], [], {}, (), loc))
+    step = make("arith.muli", [tb.args[0], nprog.result])
+    tile = make("arith.addi", [pid.result, step.result], hint="tile")
 
     # every program id of the body is now the tile; the grid it was written for is `tiles`
     replaced = 0
-    for op in [o for top in body_ops for o in top.walk()]:
-        if op.name == "tt.get_program_id":
-            op.result.replace_all_uses_with(tile)
-        elif op.name == "tt.get_num_programs":
-            op.result.replace_all_uses_with(tiles)
+    for op in [o for top in fn.body.ops for o in top.walk()]:
+        if op.name in ("tt.get_program_id", "tt.get_num_programs"):
+            op.result.replace_all_uses_with(tile.result if op.name == "tt.get_program_id" else tiles)
+            op.erase()
+            replaced += 1
+
+    ret = fn.body.terminator
+    body_ops = fn.body.ops[:-1]
+    one, zero = make("arith.constant", [], {"value": 1}), make("arith.constant", [], {"value": 0})
+    # cdiv(tiles - pid, P), at least 0: the tiles pid, pid + P, ... below `tiles`
+    left = make("arith.subi", [tiles, pid.result])
+    up = make("arith.addi", [left.result, nprog.result])
+    up1 = make("arith.subi", [up.result, one.result])
+    div = make("arith.divsi", [up1.result, nprog.result])
+    mine = make("arith.maxsi", [div.result, zero.result], hint="my_tiles")
+    attrs = {"flatten": True}
+    if "num_stages" in loop.attrs:
+        attrs["num_stages"] = loop.attrs["num_stages"]
+    tloop = Op("scf.for", [zero.result, mine.result, one.result], [], attrs, [tb], loc)
+    fn.body.ops = []
+    for op in (pid, nprog, one, zero, left, up, up1, div, mine):
+        fn.body.append(op)
+    tb.append(step)
+    tb.append(tile)
+    # scalars the tiles share (the tile counts of a grouped order, a K loop's trip count) are computed once, before
+    # the tile loop; tensors stay in it (hoisted, an epilogue's tensor would live through the K loop in registers)
+    varying = {id(tile.result)}
+    for op in body_ops:
+        if not op.regions and is_pure(op) and op.results and all(not r.type.shape for r in op.results) \
+                and not any(id(v) in varying for v in op.operands):
+            fn.body.append(op)
         else:
-            continue
-        op.erase()
-        replaced += 1
+            tb.append(op)
+            varying.update(id(r) for o in op.walk() for r in o.results)
+    tb.append(Op("scf.yield", [], [], {}, (), loc))
+    fn.body.append(tloop)
+    fn.body.append(ret)
     return {"persistent": 1, "program_ids_replaced": replaced}
 
 
