@@ -407,6 +407,7 @@ def test_fast_path_wrapper(monkeypatch):
     st = persistent.PersistentState(None, Ck(), None)
     st.variant, st.sms[0] = object(), 132
     st.slots = lambda on_gpu, device=0: 132
+    st.fused = lambda: True
     calls = []
     st._go = lambda grid, stream, args: calls.append(("persistent", grid, stream, list(args)))
     go = persistent.fast_wrapper(st, lambda grid, stream, args: calls.append(("plain", grid, stream, list(args))), 0)
@@ -422,6 +423,10 @@ def test_fast_path_wrapper(monkeypatch):
     assert calls.pop()[0] == "plain" and st.last == 0
     go((2048,), 7, [123])
     assert calls.pop() == ("persistent", (132, 1, 1), 7, [123, 2048])
+    st.fused = lambda: False  # the build kept the nest: auto leaves the launch as written, a forced P does not
+    st.decisions.clear()
+    go((2048,), 7, [123])
+    assert calls.pop()[0] == "plain"
     monkeypatch.setenv(KNOB, "5")
     go((3,), 7, [123])
     assert calls.pop() == ("persistent", (5, 1, 1), 7, [123, 3])
@@ -619,3 +624,22 @@ def test_gpu_split_k_and_persistent_together(monkeypatch):
             assert splits > 1 and (pers is None or pers.last == 0)
         else:
             assert splits == 1 and pers.last >= 1
+
+
+def test_benchmark_also_env_column(monkeypatch):
+    """benchmarks/matmul.py --also-env KERNELLAB_PERSISTENT=...: the column's fresh kernel, launched with the switch
+    set around it (here on the interpreter, the benchmark's 128x256x64 config), runs persistent and the row says
+    so; the switch is restored after."""
+    from benchmarks.matmul import _launched, also_env_implementations, env_setting, launch, variant_launched
+
+    monkeypatch.delenv(KNOB, raising=False)
+    (k, setting), = also_env_implementations([f"{KNOB}=3"]).values()
+    M, N, K = 130, 260, 70
+    a, b, c = _operands(M, N, K)
+    with env_setting(setting):
+        ck = launch(k, a, b, c)
+    assert persistent.mode() == "off"
+    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
+    got = variant_launched(ck)
+    assert got["persistent_programs"] == 3 and "n_regs_as_written" in got
+    assert "persistent P=3" in _launched(got)

@@ -5,14 +5,15 @@ argument), so that on the GPU the next tile's loads overlap this tile's epilogue
 KERNELLAB_PERSISTENT: `0` / `off` (default: never; it changes the warm launch path of every dot kernel and waits
 for GPU timings before it becomes a default), `1` / `on` (every 1-D launch the pass accepts, on the interpreter
 too, over P = min(tiles, SMs x resident blocks per SM of the variant)), `auto` (the same on the GPU only, and
-only when the tiles take more than one wave of P), or a number P >= 2 (exactly P programs: for tests and A/B
-timing; P may exceed the tiles, the extra programs find no tile).
+only when the tiles take more than one wave of P and the GPU build fused the tile loop with the K loop), or a
+number P >= 2 (exactly P programs: for tests and A/B timing; P may exceed the tiles, the extra programs find no
+tile).
 
 Split-K and persistent never apply to one launch together: split-K decides first (it acts on launches with too
 few programs for the GPU, persistent on launches with many), and a launch it splits is not made persistent.
 The fast path's persistent wrapper is installed when the knob is on at a specialization's first GPU launch
 (the default path stays as it was): set the knob before that launch, or clear the kernel's caches
-(`kernel.device_caches[0].clear()`) after changing it.
+(`kernel.device_caches.clear()`) after changing it.
 """
 from __future__ import annotations
 
@@ -87,7 +88,15 @@ class PersistentState(VariantState):
             return 0
         if isinstance(how, int):
             return how
+        if how == "auto" and on_gpu and not self.fused():  # a nest kept: nothing overlaps the epilogue
+            return 0
         return choose(grid[0], self.slots(on_gpu, device), how)
+
+    def fused(self) -> bool:
+        """Whether the GPU build fused the tile loop with the K loop (flatten_loops keeps the nest where the stages
+        and the epilogue's buffers do not fit in shared memory together, e.g. a 128x256 fp32 output tile)."""
+        rec = next((p for p in self.variant.trace.passes if p.name == "flatten_loops"), None)
+        return rec is not None and bool(rec.stats.get("flattened"))
 
 
 def state(fn, ck):
