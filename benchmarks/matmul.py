@@ -13,6 +13,8 @@ torch._scaled_mm (cuBLAS, B column-major, fp32 scale tensors). Writes benchmarks
     python benchmarks/matmul.py --no-fp8 --fp32-out --also-env KERNELLAB_MMA32_PAD=16   # fp16 in, fp32 out rows
     python benchmarks/matmul.py --skinny  # skinny shapes: kernellab split-K auto / off / forced S, Triton, cuBLAS
     python benchmarks/matmul.py --skinny --shapes 16x4096x4096,64x8192x8192 --splits 2,4,8,16
+    python benchmarks/matmul.py --no-fp8 --also-env KERNELLAB_PERSISTENT=1 \
+        --shapes 8192x8192x512,8192x8192x1024,8192x8192x2048,4096x4096x4096,8192x8192x8192   # persistent column
 """
 from __future__ import annotations
 
@@ -227,6 +229,7 @@ def time_row(case, M, N, K, dtype, out_dtype, impls):
             torch.cuda.synchronize()
             err = ((c.float() - ref).norm() / ref.norm()).item()
             row[name] = {"rel_err": err, "n_regs": getattr(compiled[name], "n_regs", None)}
+            row[name].update(variant_launched(compiled[name]))
             runs[name] = run
         except Exception as e:
             row[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
@@ -236,6 +239,21 @@ def time_row(case, M, N, K, dtype, out_dtype, impls):
     for name, t in interleaved(runs).items():
         row[name].update(seconds=t, tflops=flops / t / 1e12)
     return row, compiled
+
+
+def variant_launched(ck) -> dict:
+    """What a kernellab launch ran instead of the kernel as written: the persistent variant's program count and
+    registers (KERNELLAB_PERSISTENT), split-K's S; {} when it ran as written (or is no kernellab kernel)."""
+    out = {}
+    pst = getattr(ck, "_persistent_state", None)
+    if pst is not None and pst.last and pst.variant is not None:
+        out.update(persistent_programs=pst.last, n_regs=pst.variant.n_regs, n_regs_as_written=ck.n_regs)
+    elif pst is not None and pst.refused:
+        out["persistent_refused"] = pst.refused
+    st = getattr(ck, "_split_state", None)
+    if st is not None and st.last > 1:
+        out["split_k"] = st.last
+    return out
 
 
 def also_env_implementations(settings) -> dict:
@@ -329,12 +347,15 @@ def main(argv=None):
     ap.add_argument("--skinny", action="store_true",
                     help="only skinny shapes (few programs): kernellab with split-K auto, off and forced S "
                     "(KERNELLAB_SPLIT_K), Triton and cuBLAS in one run")
-    ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SKINNY_SHAPES),
-                    help="--skinny's shapes, MxNxK comma-separated")
+    ap.add_argument("--shapes", default=None,
+                    help="MxNxK comma-separated: the fp16/bf16 rows' shapes (default: M = N = K in 1024..8192, "
+                    "8192x8192x1024 and 16x4096x4096), or with --skinny its shapes (default: "
+                    + ",".join("x".join(map(str, s)) for s in SKINNY_SHAPES) + ")")
     ap.add_argument("--splits", default="2,4,8,16", help="--skinny's forced S values (comma-separated; '' for none)")
     args = ap.parse_args(argv)
+    given = None if args.shapes is None else [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]
     if args.skinny:
-        shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]
+        shapes = given or SKINNY_SHAPES
         splits = [int(x) for x in args.splits.split(",") if x]
         return skinny(shapes, splits)
     if args.warp_specialize:
@@ -342,7 +363,7 @@ def main(argv=None):
     impls, triton_version = implementations()
     impls = {name: (k, None) for name, k in impls.items()}
     impls.update(also_env_implementations(args.also_env))
-    shapes = [(s, s, s) for s in (1024, 2048, 4096, 8192)] + [(8192, 8192, 1024), (16, 4096, 4096)]
+    shapes = given or [(s, s, s) for s in (1024, 2048, 4096, 8192)] + [(8192, 8192, 1024), (16, 4096, 4096)]
     rows = []
     print(f"{'case':<28} {'kl TF/s':>8} {'triton':>8} {'cuBLAS':>8}  kl/cuBLAS kl/triton", flush=True)
     dtypes = [(torch.float16, torch.float16), (torch.bfloat16, torch.bfloat16)]
@@ -436,9 +457,18 @@ def _fmt_skinny(row, variants):
         f"{_ratio(row, 'off', 'torch', 11)}  {row.get('auto_S', '-')}"
 
 
+def _launched(r) -> str:
+    if not isinstance(r, dict):
+        return ""
+    if r.get("persistent_programs"):
+        return f" (persistent P={r['persistent_programs']}, {r.get('n_regs')} regs)"
+    return f" (split-K S={r['split_k']})" if r.get("split_k") else ""
+
+
 def _fmt(row):
     alts = "".join(f"  {name}: {_tf(row, name).strip()} TF/s, {_ratio(row, name, 'kernellab').strip()}x kl, "
-                   f"{_ratio(row, name, 'triton').strip()}x triton" for name in row if name.startswith("kernellab["))
+                   f"{_ratio(row, name, 'triton').strip()}x triton, {_ratio(row, name, 'torch').strip()}x cuBLAS"
+                   + _launched(row[name]) for name in row if name.startswith("kernellab["))
     return f"{row['case']:<28} {_tf(row, 'kernellab')} {_tf(row, 'triton')} {_tf(row, 'torch')}  " \
            f"{_ratio(row, 'kernellab', 'torch')} {_ratio(row, 'kernellab', 'triton')}{alts}"
 

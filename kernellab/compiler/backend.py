@@ -36,6 +36,7 @@ class Build:
     target: Target | None = None
     make_module: Callable[[], Module] | None = None  # the frontend's work: Python source -> tile-IR module
     split_k: bool = False  # the split-K variant of a specialization (passes/split_k.py; runtime/split_k.py)
+    persistent: bool = False  # the persistent variant (passes/make_persistent.py; runtime/persistent.py)
     out: dict = field(default_factory=dict)
 
     @property
@@ -61,7 +62,8 @@ def _frontend(b: Build):
 
 
 def _tile(b: Build):
-    run_tile_pipeline(b.module, b.trace, tile_passes(split_k=True) if b.split_k else None)
+    variant = b.split_k or b.persistent
+    run_tile_pipeline(b.module, b.trace, tile_passes(b.split_k, b.persistent) if variant else None)
     b.out["tile"] = b.trace.final_ir
 
 

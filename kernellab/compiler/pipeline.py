@@ -17,15 +17,18 @@ from .trace import CompileTrace, PassRecord  # noqa: F401  (the trace's home is 
 from .verifier import verify
 
 
-def tile_passes(split_k: bool = False):
+def tile_passes(split_k: bool = False, persistent: bool = False):
     """The tile passes in order; `split_k`: with passes/split_k.py after LICM (the split variant a launch with
-    too few programs asks for: kernellab/runtime/split_k.py)."""
-    from .passes import TILE_PASSES, licm
+    too few programs asks for: kernellab/runtime/split_k.py); `persistent`: with passes/make_persistent.py last
+    (the persistent variant: kernellab/runtime/persistent.py), on the kernel the other passes made of one tile."""
+    from .passes import TILE_PASSES, licm, make_persistent
     from .passes import split_k as split
 
     passes = list(TILE_PASSES)
     if split_k:
         passes.insert(passes.index(licm) + 1, split)
+    if persistent:
+        passes.append(make_persistent)
     return passes
 
 

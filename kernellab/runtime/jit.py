@@ -535,7 +535,7 @@ def _gpu_cache_key(tile_ir: str, opts, target) -> str:
 CODEGEN_ENV = ("KERNELLAB_LLVM_LSR", "KERNELLAB_LLVM_SLSR", "KERNELLAB_NVVM_REFLECT", "KERNELLAB_OCCUPANCY_CAP",
                "KERNELLAB_CONVERT_ADDRESSES", "KERNELLAB_PIPELINE_SIDE_LOADS", "KERNELLAB_FLATTEN",
                "KERNELLAB_WARP_SPECIALIZE", "KERNELLAB_STMATRIX", "KERNELLAB_DOT_POINTER_FORM",
-               "KERNELLAB_MMA32_PAD", "KERNELLAB_CHAIN_COPIES", "KERNELLAB_FP8_A_REGS")
+               "KERNELLAB_MMA32_PAD", "KERNELLAB_CHAIN_COPIES", "KERNELLAB_FP8_A_REGS", "KERNELLAB_PERSISTENT")
 
 
 def _load_cached(key, trace):
@@ -1086,10 +1086,12 @@ class JITFunction(KernelInterface):
                               f"{name}.to(torch.float32)") from None
 
     # ------------------------------------------------------------------ compile
-    def compile(self, spec: dict, key, runtime_names, options, check_frontend=None, split_k=False) -> CompiledKernel:
+    def compile(self, spec: dict, key, runtime_names, options, check_frontend=None, split_k=False,
+                persistent=False) -> CompiledKernel:
         """`check_frontend(module)`, if given, sees the frontend's IR before the tile passes simplify it (what a
         target refuses must be refused even where the passes would drop it, as Triton's frontend refuses it).
-        `split_k`: the split-K variant (runtime/split_k.py; `runtime_names` then end with its two buffers)."""
+        `split_k`: the split-K variant (runtime/split_k.py; `runtime_names` then end with its two buffers);
+        `persistent`: the persistent variant (runtime/persistent.py; `runtime_names` then end with the tile count)."""
         from ..compiler.backend import Build, run_stages
 
         src = self._kl_source()
@@ -1106,7 +1108,8 @@ class JITFunction(KernelInterface):
                 check_frontend(module)
             return module
 
-        module = run_stages(Build(trace, make_module=frontend, split_k=split_k), "frontend", "tile").module
+        build = Build(trace, make_module=frontend, split_k=split_k, persistent=persistent)
+        module = run_stages(build, "frontend", "tile").module
         trace.key = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
         trace.signature = ", ".join(f"{label}: {a.type}" for n, v in spec.items()
                                     for label, _, a in runtime_leaves(n, v))
@@ -1282,7 +1285,9 @@ class JITFunction(KernelInterface):
             if options.get("sanitize", self.sanitize):
                 raise LaunchError(f"kernel '{self.__name__}': sanitize runs on the CPU interpreter; pass CPU "
                                   "tensors (a GPU launch can be checked with `compute-sanitizer python ...`)")
-            split = self._split(ck, grid, runtime_values, True, bool(options.get("launch_pdl")))
+            pdl = bool(options.get("launch_pdl"))
+            split = self._split(ck, grid, runtime_values, True, pdl) or self._persist(ck, grid, runtime_values, True,
+                                                                                      pdl)
             if split is not None:
                 self._run_gpu(split[0], split[1], split[2])
             else:
@@ -1294,7 +1299,8 @@ class JITFunction(KernelInterface):
         sanitize = options.get("sanitize", self.sanitize)
         extra = {**({"bounds": bounds} if bounds != default_bounds else {}),
                  **({"sanitize": sanitize} if sanitize else {})}
-        split = None if sanitize else self._split(ck, grid, runtime_values, False)
+        split = None if sanitize else (self._split(ck, grid, runtime_values, False)
+                                       or self._persist(ck, grid, runtime_values, False))
         if split is not None:
             split[0].run(split[1], split[2], **extra)
             return ck
@@ -1318,6 +1324,22 @@ class JITFunction(KernelInterface):
         ws, counters = st.buffers(s, grid, device=f"cuda:{device}" if on_gpu else None,
                                   stream=_current_stream(device) if on_gpu else 0)
         return st.variant, (grid[0], grid[1], s), list(runtime_values) + [ws, counters]
+
+    def _persist(self, ck, grid, runtime_values, on_gpu, pdl=False):
+        """(persistent variant, grid (P, 1, 1), arguments + tile count) when this launch runs persistent
+        (runtime/persistent.py; split-K, asked first, did not split it), else None."""
+        from . import persistent
+
+        if pdl or grid[1] != 1 or grid[2] != 1 or persistent.mode() == "off":
+            return None
+        st = persistent.state(self, ck)
+        if st is None:
+            return None
+        device = next((v.get_device() for v in runtime_values if hasattr(v, "get_device")), 0) if on_gpu else None
+        p = st.last = st.programs(grid, on_gpu, device or 0)
+        if not p:
+            return None
+        return st.variant, (p, 1, 1), list(runtime_values) + [grid[0]]
 
     def _run_gpu(self, ck, grid, runtime_values, pdl=False):
         ck.run_gpu(grid, runtime_values, pdl)
@@ -1387,18 +1409,23 @@ class JITFunction(KernelInterface):
         meta_options = {"num_warps": ck.options.get("num_warps", 4), "num_stages": ck.options.get("num_stages", 3)}
         if len(self._fast) >= _FAST_ENTRIES:  # keys that never repeat (a new function object per call): start over
             self._fast.clear()
-        from . import split_k
+        from . import persistent, split_k, variant
 
         st = None if pdl else split_k.state(self, ck)
         split = st is not None and st.refused is None
+        # persistent only where the knob is on now (off, the default, leaves the warm path as it was)
+        pst = None if pdl or persistent.mode() == "off" else persistent.state(self, ck)
+        pers = pst is not None and pst.refused is None
         try:
-            if split and ck._loaded is None:  # the launch ran the split variant: load this one when first needed
-                go = split_k.lazy_launcher(ck)
+            if (split or pers) and ck._loaded is None:  # the launch ran a variant: load this one when first needed
+                go = variant.lazy_launcher(ck)
             else:
                 go = ck._loaded.warm_launcher(ck.launch_warps or ck.num_warps, ck.shared, bool(pdl))
         except Exception:  # (the launch that just ran checked the same: not expected)
             return
-        if split:
+        if pers:
+            go = persistent.fast_wrapper(pst, go, device)
+        if split:  # split-K decides first; a launch it leaves alone may run persistent
             go = split_k.fast_wrapper(st, go, device)
         self._fast[got[0]] = (ck, pick, go, device, meta_options)
 

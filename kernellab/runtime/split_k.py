@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from ..compiler.passes.split_k import COUNTERS, WORKSPACE, evaluate_trip
+from .variant import VariantState, lazy_launcher  # noqa: F401  (lazy_launcher: jit.py's name for it here)
 
 KNOB = "KERNELLAB_SPLIT_K"
 MIN_ITERS = 8  # a split's iterations: fewer leave the partial tile's write and the sum too large a share
@@ -45,52 +46,17 @@ def choose(trip: int | None, programs: int, sms: int, how) -> int:
     return s if s >= 2 else 1
 
 
-def _candidate(ck) -> bool:
-    text = ck.asm.get("tile", "") if isinstance(ck.asm, dict) else ""
-    return "tt.dot" in text and "scf.for" in text
-
-
-class SplitState:
+class SplitState(VariantState):
     """Per specialization: its split variant (compiled on first need, or why the pass refused it), the decisions
     per grid and trip count, and the workspaces per device and stream."""
 
+    PASS, FLAG, APPLIED, ATTR, LABEL = "split_k", "split_k", "split", "split_k_variant", "split-K"
+    EXTRA = (WORKSPACE, COUNTERS)
+
     def __init__(self, fn, ck, inputs):
-        self.fn, self.ck, self.inputs = fn, ck, inputs
-        self.variant = None
-        self.refused = None if _candidate(ck) else "no dot loop"
-        self.stats: dict = {}
+        super().__init__(fn, ck, inputs)
         self.workspaces: dict = {}
-        self.decisions: dict = {}
-        self.sms: dict = {}
-        self._go = None
         self.last = 1  # S of the latest launch (the benchmark reports what auto chose)
-
-    def get_variant(self, on_gpu: bool = False):
-        """The split variant, compiled (and on the GPU built) on first need; None where the pass refused the kernel
-        or the variant failed to build (a warning says so: the launch then runs the kernel as written)."""
-        if self.variant is None and self.refused is None:
-            spec, key, runtime_names, options = self.inputs
-            try:
-                v = self.fn.compile(spec, key, list(runtime_names) + [WORKSPACE, COUNTERS], options, split_k=True)
-                rec = next((p for p in v.trace.passes if p.name == "split_k"), None)
-                self.stats = dict(rec.stats) if rec is not None else {}
-                if self.stats.get("split") and on_gpu:
-                    from .targets import current_target
-
-                    v.gpu(current_target())
-            except Exception as e:  # a bug of the split variant must not stop a kernel that runs unsplit
-                import warnings
-
-                self.refused = f"the split variant failed to build: {type(e).__name__}: {e}"
-                warnings.warn(f"kernel '{self.ck.name}': split-K off for this specialization ({self.refused})",
-                              stacklevel=3)
-                return None
-            if not self.stats.get("split"):
-                self.refused = self.stats.get("refused", "not split")
-            else:
-                self.variant = v
-                self.ck.split_k_variant = v  # the lab shows its trace (the split_k pass among the tile passes)
-        return self.variant
 
     def splits(self, grid, args, on_gpu: bool, device=0) -> int:
         """S for a launch of `grid` (3 entries) with kernel arguments `args` (1: do not split)."""
@@ -111,23 +77,6 @@ class SplitState:
         except Exception:
             trip = None
         return choose(trip, programs, sms, how)
-
-    def variant_launcher(self):
-        """The split variant's warm launcher `go(grid, stream, raw args)` (built and loaded on first use)."""
-        if self._go is None:
-            from .targets import current_target
-
-            v = self.variant
-            v.gpu(current_target())
-            self._go = v._loaded.warm_launcher(v.launch_warps or v.num_warps, v.shared, False)
-        return self._go
-
-    def _sms(self, device) -> int:
-        if device not in self.sms:
-            import torch
-
-            self.sms[device] = torch.cuda.get_device_properties(device).multi_processor_count
-        return self.sms[device]
 
     def buffers(self, s: int, grid, like=None, device=None, stream=0):
         """(workspace, counters) tensors for S splits of this grid: cached per device, stream and size; the
@@ -156,22 +105,6 @@ def state(fn, ck):
             return None
         st = ck._split_state = SplitState(fn, ck, inputs)
     return st
-
-
-def lazy_launcher(ck):
-    """A warm launcher for `ck` that builds and loads it on its first launch (a kernel whose launches so far all ran
-    its split variant)."""
-    cell = []
-
-    def go(grid, stream, args):
-        if not cell:
-            from .targets import current_target
-
-            ck.gpu(current_target())
-            cell.append(ck._loaded.warm_launcher(ck.launch_warps or ck.num_warps, ck.shared, False))
-        return cell[0](grid, stream, args)
-
-    return go
 
 
 def fast_wrapper(st: SplitState, go, device):
