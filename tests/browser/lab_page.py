@@ -79,7 +79,8 @@ def open_and_run(lab, name: str, ready_js: str = "true", shot: str = "nb", timeo
             pg.goto(f"{lab['base']}/lab/tree/{name}?reset&token={lab['token']}")
             pg.wait_for_selector(".jp-NotebookPanel .jp-CodeCell", timeout=60_000)
             pg.wait_for_function("""() => { const s = document.querySelector('.jp-Notebook-ExecutionIndicator');
-                return !s || s.getAttribute('data-status') === 'idle'; }""", timeout=60_000)
+                return !s || s.getAttribute('data-status') === 'idle'; }""", timeout=180_000)  # a loaded box starts
+            # kernels slowly: a CI run beside other jobs timed out here at 60 s
             pg.wait_for_timeout(1500)
             dialog = pg.locator(".jp-Dialog")
             if dialog.count():  # a kernel-choice or similar dialog on a slow start: take its default and say so
