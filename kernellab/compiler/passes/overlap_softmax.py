@@ -59,10 +59,23 @@ def _turn(op, kind: str) -> bool:
     return op is not None and op.name == "ttg.warpgroup_turn" and op.attrs.get("kind") == kind
 
 
+# registers per thread the estimate leaves for addresses, row statistics and temporaries (hd128, 8 warps: 160
+# estimated, 186 used)
+REGISTER_MARGIN = 48
+
+
+def _registers(v, num_warps: int, bits: int = 32) -> int:
+    """32-bit registers per consumer thread that tensor `v` takes (its elements spread over the warps)."""
+    n = 1
+    for d in v.type.shape:
+        n *= d
+    return -(-n * bits // 32 // (num_warps * 32))
+
+
 class _Loop:
     """The consumers' key loop read back: its two dots, their waits, the stage release, the turns."""
 
-    def __init__(self, for_op: Op):
+    def __init__(self, for_op: Op, num_warps: int = 8):
         self.for_op = f = for_op
         self.body = body = f.regions[0]
         ops = body.ops
@@ -73,22 +86,25 @@ class _Loop:
         if len(dots) != 2 or any(o.name == "tt.dot" for o in f.walk() if o.block is not body):
             raise _Skip("not attention's two dots")
         self.first, self.second = first, second = dots
-        if not first.attrs.get("wgmma_async") or not second.attrs.get("wgmma_async"):
-            raise _Skip("the dots are not asynchronous wgmma (scores and p·v)")
+        if "mma" not in first.attrs or not second.attrs.get("wgmma_async"):
+            raise _Skip("p·v is not an asynchronous wgmma kept in flight")
         y = body.terminator
         if second.result.uses != [y]:
             raise _Skip("p·v's result is read in the loop (only the next iteration may wait for it)")
         self.k = y.operands.index(second.result)  # the accumulator's slot among the iter args
         acc_arg = body.args[self.k + 1]
-        waits = [u for u in first.result.uses]
-        if len(waits) != 1 or waits[0].name != "ttg.dot_wait" or int(waits[0].attrs.get("pending", 0)) != 0:
-            raise _Skip("the scores are not waited for once, at once")
-        self.s_wait = waits[0]
+        self.s_wait = None  # one warpgroup (no turns): the scores' wgmma waits for itself
+        if first.attrs.get("wgmma_async"):
+            waits = [u for u in first.result.uses]
+            if len(waits) != 1 or waits[0].name != "ttg.dot_wait" or int(waits[0].attrs.get("pending", 0)) != 0:
+                raise _Skip("the scores are not waited for once, at once")
+            self.s_wait = waits[0]
         if len(acc_arg.uses) != 1 or acc_arg.uses[0].name != "ttg.dot_wait" or acc_arg.uses[0].block is not body:
             raise _Skip("the carried accumulator is not waited for once in the loop")
         self.acc_wait = acc_arg.uses[0]
         i_first, i_second = ops.index(first), ops.index(second)
-        if not ops.index(self.s_wait) < i_second or not ops.index(self.acc_wait) < i_second:
+        if (self.s_wait is not None and not ops.index(self.s_wait) < i_second) or \
+                not i_first < ops.index(self.acc_wait) < i_second:
             raise _Skip("the waits do not precede p·v")
         self.turn_pass = next_op(first) if _turn(next_op(first), "pass") else None
         prev = ops[i_second - 1]
@@ -100,6 +116,14 @@ class _Loop:
         if (self.turn_pass is None) != (self.turn_wait is None):
             raise _Skip("the turns are not taken around both dots")
         a, _, c = second.operands
+        from ..codegen.lower_warp_specialize import registers
+
+        # under the softmax: the accumulator and p (A operand) of the p·v in flight, and the scores
+        need = _registers(c, num_warps) + _registers(a, num_warps, 16) + _registers(first.result, num_warps)
+        budget = registers(num_warps)[2]
+        if need + REGISTER_MARGIN > budget:
+            raise _Skip(f"about {need + REGISTER_MARGIN} registers per thread with p·v in flight under the softmax, "
+                        f"{budget} available")
         for v in (a, c):
             d = v.defining_op
             if d is None or d.block is not body or ops.index(d) > i_second:
@@ -215,6 +239,13 @@ def _overlap(lp: _Loop) -> None:
     move_before(lp.second, anchor)
     lp.second.set_operand(0, p_prev)
     lp.second.set_operand(2, acc_arg)
+    if lp.s_wait is None:  # the scores' wgmma issued without waiting, waited for behind p·v
+        lp.first.attrs["wgmma_async"] = True
+        lp.s_wait = Op("ttg.dot_wait", [lp.first.result], [lp.first.result.type], {}, (), loc,
+                       [lp.first.result.hint])
+        insert_before(next_op(anchor) if anchor is lp.turn_pass else anchor, lp.s_wait)
+        lp.first.result.replace_all_uses_with(lp.s_wait.result)
+        lp.s_wait.set_operand(0, lp.first.result)
     lp.s_wait.attrs["pending"] = 1  # p·v stays in flight under the softmax
     # p·v waited for right before the softmax first reads the accumulator, then its stage released
     w = lp.acc_wait
@@ -283,7 +314,7 @@ def run(module: Module, options=None) -> dict:
         if not any(o.name == "ttg.warp_specialize" for o in op.block.ops):
             continue
         try:
-            lp = _Loop(op)
+            lp = _Loop(op, getattr(options, "num_warps", 4))
         except _Skip as e:
             why.append(f"{_line(op)}: {e}")
             continue
