@@ -172,3 +172,30 @@ def test_gpu_overlap_on_off(cfg, causal):
         pytest.skip("no CUDA device")
     cases = [(S, *cfg, causal) for S in (64, 128, 200, 1000, 1024)]
     run_in_child(f"import tests.test_attention_overlap as t; t.gpu_cases({cases!r})", 300)
+
+
+def test_benchmark_overlap_column_on_cpu(monkeypatch):
+    """benchmarks/attention.py --warp-specialize --overlap: the column compiled with the knob (the interpreter, a
+    dummy timer), so the GPU script does not rot; the environment is set for the compiling call only."""
+    import functools
+
+    import kernellab as kl
+    import kernellab.language as tl
+    from benchmarks.attention import _fmt, compiled_with, run_row
+    from benchmarks.attention_kernel import attention_desc, make_attention_desc_kernel
+
+    monkeypatch.delenv("KERNELLAB_ATTN_OVERLAP", raising=False)
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(os.environ.get("KERNELLAB_ATTN_OVERLAP"))
+        return attention_desc(*args, warp_specialize=True, **kwargs)
+
+    impls = {"kernellab": (kl, DESC, functools.partial(attention_desc, warp_specialize=True)),
+             "kernellab_overlap": (kl, make_attention_desc_kernel(kl, tl), compiled_with(spy,
+                                                                                        KERNELLAB_ATTN_OVERLAP="1"))}
+    row = run_row(impls, 1, 2, 48, 16, True, device="cpu", timer=lambda fn: (fn(), fn(), 1e-3)[2],
+                  cfg=dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=3))
+    assert row["kernellab"]["ok"] and row["kernellab_overlap"]["ok"], row
+    assert "kl overlap" in _fmt(row) and "overlap/ws     1.00" in _fmt(row)
+    assert seen == ["1", None, None] and "KERNELLAB_ATTN_OVERLAP" not in os.environ
