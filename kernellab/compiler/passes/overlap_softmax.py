@@ -22,8 +22,21 @@ loop peeled at both ends):
 So the loop carries the scaled accumulator acc' and the probabilities p16 (fp16, the A operand in registers) instead
 of a wgmma in flight, and nothing is in flight across the loop's back edge or the peeled ifs. Each warpgroup still
 takes its turn once per iteration (its scores and the previous p·v in one turn, as FlashAttention-3 orders them),
-and releases every stage exactly once, after the wgmma that read V there retired. Registers: p16 (32 per thread at
-64x128) stays live under the next scores, as the A operand of the p·v in flight.
+and releases every stage exactly once, after the wgmma that read V there retired. With one consumer warpgroup (no
+turns) the scores' wgmma, synchronous there, is issued asynchronously and waited for behind p·v.
+
+This is FlashAttention-3's order (its Algorithm 2). The other way to pipeline by one stage, the scores of j+1 issued
+before the softmax of j, keeps two fp32 score tiles live beside the accumulator and p16 of the p·v in flight: at
+hd128 with 64-row warpgroups and 128 keys, 64 + 64 + 64 + 32 registers per thread before any address or row
+statistic, past the consumers' 232. Here one score tile is live (hd128/8 warps: 186 registers used, 184 without the
+pass); a loop whose estimate (accumulator, p16 and scores per thread, plus REGISTER_MARGIN) exceeds the consumers'
+setmaxnreg budget is left alone.
+
+ptxas moves `wgmma.wait_group` (like bar.sync and mbarrier arrives) above register-only math into the first latency
+bubble: the wait for p·v placed after the softmax landed after the row max's first shuffle, before every exp2. The
+wait therefore takes the carried softmax results (row max, row sum: the sum adds up every exponential) as extra
+operands, which codegen/lower_wgmma.pin_before_wait stores under a predicate that never holds; ptxas keeps a wait
+after a shared-memory store it depends on.
 
 Why a loop was left alone is in the stats (`not_overlapped`). The pass runs in GPU lowering only: the interpreter
 executes the tile IR, which it does not touch.
