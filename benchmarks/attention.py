@@ -17,12 +17,16 @@ halved when causal) and ratios.
     python benchmarks/attention.py --mode bwd --hd 64 --seq 4096 --bwd-config 64=32,128,128,32,4,3 \
         --bwd-config 64=32,128,128,32,4,4                                         # backward configs side by side
     python benchmarks/attention.py --mode fwd --warp-specialize                  # the descriptor text, both ways
+    python benchmarks/attention.py --mode fwd --hd 128 --warp-specialize --overlap   # + softmax under p·v (A/B)
     python benchmarks/attention.py --mode fwd --variants gqa fp8                # + block-pointer text: GQA, e4m3
 
 With --warp-specialize the forward rows time `make_attention_desc_kernel`'s text instead (tiles through in-kernel
 tensor descriptors, so TMA fills the K/V stages): kernellab with the key loop warp-specialized (`WS=True`: a
 producer warpgroup issues the copies) and without (column "kl no-ws"), Triton with WS=True (the same text), and
-SDPA; the JSON is written as <date>-<gpu>-attention_ws.json. With --variants, each forward row is followed by rows of
+SDPA; the JSON is written as <date>-<gpu>-attention_ws.json. --overlap adds a column "kl overlap": the specialized
+text compiled with KERNELLAB_ATTN_OVERLAP=1 (passes/overlap_softmax.py: the softmax under the warpgroup's own p·v),
+timed in the same run, and its ratio to the "kernellab" column (compiled as the environment says: off by default).
+With --variants, each forward row is followed by rows of
 `make_attention_bp_kernel`'s text (block pointers, `acc +=`): "gqa" (query heads over a quarter as many key/value
 heads, against SDPA with enable_gqa) and "fp8" (e4m3 inputs, V stored transposed, against fp16 SDPA of the same
 shape: torch has no fp8 attention). The JSON quotes published FlashAttention-3/4 figures (`reference_lines`, not
@@ -258,6 +262,8 @@ def _parse_args(argv=None):
                    help="forward rows of the block-pointer text too: grouped-query (HEADS / 4 kv heads) and e4m3")
     p.add_argument("--warp-specialize", action="store_true",
                    help="forward rows: the descriptor text, kernellab with and without warp specialization")
+    p.add_argument("--overlap", action="store_true",
+                   help="with --warp-specialize: a column compiled with KERNELLAB_ATTN_OVERLAP=1 (an A/B in one run)")
     p.add_argument("--bwd-config", action="append", default=[], metavar="HD=BM1,BN1,BM2,BN2,WARPS,STAGES",
                    help="the backward config of one head dim, e.g. 64=32,128,128,32,4,3; given several times for "
                         "one head dim, each config gets its rows (a sweep)")
@@ -291,6 +297,10 @@ def main(argv=None):
                     "kernellab_nows": (kernellab, desc, attention_desc),
                     # the loop left unmarked (WS=None): kernellab's own choice (passes/warp_specialize.py's default)
                     "kernellab_default": (kernellab, desc, functools.partial(attention_desc, warp_specialize=None))}
+        if args.overlap:  # its own kernel object: the compile cache in memory is not keyed by the environment
+            ws_impls["kernellab_overlap"] = (kernellab, make_attention_desc_kernel(kernellab, kltl),
+                                             compiled_with(functools.partial(attention_desc, warp_specialize=True),
+                                                           KERNELLAB_ATTN_OVERLAP="1"))
     bwd_impls = {"kernellab": (kernellab, impls["kernellab"][1], make_attention_bwd_kernels(kernellab, kltl))}
     bp_impls = {"kernellab": (kernellab, make_attention_bp_kernel(kernellab, kltl))}
     triton_skipped = None
@@ -331,6 +341,7 @@ def main(argv=None):
               "versions": {"python": platform.python_version(), "torch": torch.__version__,
                            "triton": triton_version, "kernellab": kernellab.__version__, "cuda": torch.version.cuda},
               "triton_skipped": triton_skipped, "warp_specialize": args.warp_specialize, "variants": args.variants,
+              "attn_overlap": os.environ.get("KERNELLAB_ATTN_OVERLAP", "0"), "overlap_column": args.overlap,
               "gqa_group": GQA_GROUP, "fp8_tolerance": FP8_TOL, "reference_lines": REFERENCE_LINES, "rows": rows}
     if not args.no_write:
         if not args.warp_specialize:
@@ -338,7 +349,7 @@ def main(argv=None):
         path = write_results(result, "attention_ws" if args.warp_specialize else "attention")
         print(f"\nwrote {path}")
     for row in rows:
-        for name in ("kernellab", "kernellab_nows", "triton"):
+        for name in ("kernellab", "kernellab_nows", "kernellab_overlap", "triton"):
             r = row.get(name)
             if r and "error" in r:
                 print(f"{row['case']} {name}: {r['error']}")
@@ -369,6 +380,29 @@ def _keep_other_modes(result, gpu):
         return
     kept = [dict(r, earlier_run=True) for r in old.get("rows", []) if r.get("mode", "fwd") not in result["modes"]]
     result["rows"] = kept + result["rows"]
+
+
+def compiled_with(launch, **env):
+    """`launch` whose first call (the one that compiles) runs with the environment variables `env` set; later calls
+    (the timed ones) do not touch the environment."""
+    first = [True]
+
+    def run(*args, **kwargs):
+        if not first[0]:
+            return launch(*args, **kwargs)
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            return launch(*args, **kwargs)
+        finally:
+            first[0] = False
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    return run
 
 
 def _header():
@@ -403,6 +437,9 @@ def _fmt(row):
         cfg += f"  kl no-ws {tf('kernellab_nows')} ws/no-ws {ratio('kernellab', 'kernellab_nows')}"
     if "kernellab_default" in row:  # unmarked: specialized or not by kernellab's default
         cfg += f"  kl unmarked {tf('kernellab_default')} unmarked/no-ws {ratio('kernellab_default', 'kernellab_nows')}"
+    if "kernellab_overlap" in row:  # --overlap: KERNELLAB_ATTN_OVERLAP=1, against the specialized column
+        cfg += (f"  kl overlap {tf('kernellab_overlap')} overlap/ws {ratio('kernellab_overlap', 'kernellab')} "
+                f"overlap/torch {ratio('kernellab_overlap', 'torch')}")
     return f"{row['case']:<24} {tf('kernellab')} {tf('triton')} {tf('torch')}  {ratio('kernellab', 'torch')} " \
            f"{ratio('kernellab', 'triton')}{cfg}"
 

@@ -288,8 +288,8 @@ _def("ttg.warpgroup_turn", "two warpgroups alternate on named barriers 1 and 2: 
 _def("ttg.mbarrier_inval", "invalidate the mbarriers so their shared memory can be reused", pure=False)
 _def("ttg.warp_specialize", "{producer_warps} warps launched beyond num_warps run the region (the TMA copies of a "
      "loop) and exit; the num_warps consumer warps skip it and run the rest of the kernel", pure=False, regions=1)
-_def("ttg.dot_wait", "the accumulator of a warpgroup MMA once at most {pending} wgmma groups are in flight",
-     pure=False)
+_def("ttg.dot_wait", "the accumulator of a warpgroup MMA once at most {pending} wgmma groups are in flight; "
+     "further operands are computed before the wait (ptxas would otherwise hoist it above them)", pure=False)
 
 # Control flow.
 _def("scf.for", "loop from lb to ub by step, carrying iter args", pure=False, regions=1)

@@ -321,7 +321,25 @@ def _after_full_wait(op) -> bool:
     return prev.name == "ttg.dot_wait" and _after_full_wait(prev)
 
 
+def pin_before_wait(lw: KernelLowering, values) -> None:
+    """Keep a wgmma wait after the code that computes `values`. ptxas hoists `wgmma.wait_group` (and bar.sync,
+    mbarrier arrives) above any register-only math to the first latency bubble, so a wait placed after the softmax
+    would retire the p·v wgmma before it and nothing would overlap; a shared-memory store it does keep before the
+    wait. So each register of `values` is stored under a predicate that never holds (the dynamic shared memory
+    size above 2 GiB) but that ptxas cannot fold: the stores never run (a uniform branch around them) and their
+    data dependence keeps the wait after the values."""
+    regs = [lw.b.bitcast(r, I32) if r.type == F32 else r for v in values for r in lw.regs(v)]
+    regs = [r for r in regs if r.type == I32]
+    if not regs:
+        return
+    stores = " ".join(f"@q st.shared.b32 [${i}], ${i};" for i in range(len(regs)))
+    lw.b.asm(ir.FunctionType(VOID, [I32] * len(regs)),
+             "{ .reg .pred q; .reg .b32 n; mov.u32 n, %dynamic_smem_size; setp.gt.u32 q, n, 2147483647; "
+             f"{stores} }}", ",".join(["r"] * len(regs)) + ",~{memory}", regs, side_effect=True)
+
+
 @handles("ttg.dot_wait")
 def _dot_wait(lw: KernelLowering, op):
+    pin_before_wait(lw, op.operands[1:])
     lw.put(op.result, wgmma_wait(lw, list(lw.regs(op.operands[0])), int(op.attrs.get("pending", 0)),
-                                 tie_only=_after_full_wait(op)))
+                                 tie_only=_after_full_wait(op) and len(op.operands) == 1))
