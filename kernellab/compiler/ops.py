@@ -387,7 +387,7 @@ def op_table_markdown() -> str:
         if i.regions:
             traits.append(f"{i.regions} region" + ("s" if i.regions > 1 else ""))
         if i.libdevice:
-            traits.append("libdevice " + "/".join(i.libdevice))
+            traits.append("libdevice " + "/".join(n for n in i.libdevice if n))
         summary = i.summary.replace("|", "\\|")
         rows.append(f"| `{i.name}` | {', '.join(traits)} | {summary} |")
     return "\n".join(rows) + "\n"
