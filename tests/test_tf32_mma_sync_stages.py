@@ -151,3 +151,36 @@ def test_tiles_are_staged_and_nothing_spills(decay):
     assert ("side_stages" in gpu_ir) == decay
     # before: 94 registers / 255 and 12 bytes of spills with the decay; Triton 3.6 on this text: 126 / 168, none
     assert ck.n_spills == 0 and ck.n_regs <= (126 if not decay else 168), ck.n_regs
+
+
+# KERNELLAB_REGISTER_DOT_OPERAND=1 (passes/register_dot_operand.py): the decayed k (`kt * exp2(g_last - gt)`) is
+# computed in the #mma layout and handed to mma.sync from registers, k permuted within each step (B's rows read to
+# match): no staging store, barrier or ldmatrix for it, and v's stage goes back to its load's order (16-byte copies).
+@needs_ptxas
+def test_register_operand_compiles(monkeypatch):
+    monkeypatch.setenv("KERNELLAB_REGISTER_DOT_OPERAND", "1")
+    decayed_state.device_caches.clear()
+    try:
+        ck = _compile(True)
+    finally:
+        decayed_state.device_caches.clear()
+    gpu_ir = ck.asm["gpu"]
+    assert "a_in_registers = true" in gpu_ir and "!memdesc<2x64x32xf32, order=1,0, pad=4>" in gpu_ir, gpu_ir
+    ptx = ck.asm["ptx"]
+    assert "ldmatrix" not in ptx and ptx.count("mma.sync.aligned.m16n8k8") == 64
+    assert "cp.async.cg.shared.global" in ptx
+    # before: 168 registers (Triton 3.6 on this text: 168)
+    assert ck.n_spills == 0 and ck.n_regs <= 112, ck.n_regs
+
+
+@gpu
+@pytest.mark.parametrize("decay", [False, True])
+@pytest.mark.parametrize("warps,stages", [(1, 1), (1, 2), (1, 3), (2, 2), (4, 3)])
+@pytest.mark.parametrize("T", [200, 256])
+def test_gpu_register_operand(decay, warps, stages, T, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_REGISTER_DOT_OPERAND", "1")
+    decayed_state.device_caches.clear()
+    try:
+        _run("cuda", warps, stages, decay, T=T)
+    finally:
+        decayed_state.device_caches.clear()
