@@ -126,3 +126,29 @@ def test_warps_along_n_untouched(on):
     text = text.replace("#L2 = #mma<[1, 1]>", "#L2 = #mma<[1, 2]>").replace("mma = [1, 1]", "mma = [1, 2]")
     m, before, stats = _run(text, warps=2)
     assert stats == {} and print_module(m) == before
+
+
+ACC_A = """
+#L1 = #blocked<[1, 4], [4, 8], [1, 1], [1, 0]>
+#L2 = #mma<[1, 1]>
+tt.func @k(%p: tensor<32x64xf32, #L2>, %b: tensor<64x32xf32, #L1>, %c_ptrs: tensor<32x32x!ptr<f32>, #L2>) {
+  %zero = arith.constant {value = 0.0} : tensor<32x32xf32, #L2>
+  %d = tt.dot %p, %b, %zero {input_precision = "tf32", instr = "mma.sync.m16n8k8.tf32", mma = [1, 1]} : tensor<32x32xf32, #L2>
+  tt.store %c_ptrs, %d
+  tt.return
+}
+"""
+
+
+@pytest.mark.parametrize("knob", ["1", "2"])
+def test_accumulator_operand_only_with_2(knob, monkeypatch):
+    """An A that already is an fp32 accumulator in the #mma layout: staged as before at 1 (fla's parallel attention
+    spilled more from registers), from registers at 2."""
+    monkeypatch.setenv("KERNELLAB_REGISTER_DOT_OPERAND", knob)
+    m = parse_module(ACC_A)
+    stats = register_dot_operand.run(m, GpuOptions(num_warps=1, num_stages=2))
+    (dot,) = _ops(m, "tt.dot")
+    assert bool(a_from_registers(dot)) == (knob == "2")
+    assert stats == ({"accumulators": 1} if knob == "2" else {})
+    # B (a register tile) is still staged for the dot; A only when it is not taken from registers
+    assert scratch_bytes(dot)[0] == (4 * 32 * (64 + 4) if knob == "2" else 16 * ((32 * 68 * 4 + 15) // 16) * 2)

@@ -22,7 +22,8 @@ tile: rows of M + 4 elements; the K-major B stage: rows 8 elements longer, so ea
 
 Applies where every value of the chain is used only inside it (or as the dot's A), at least one leaf reads shared
 memory, the dot's warps lie along M only and it is not a wgmma. `KERNELLAB_REGISTER_DOT_OPERAND=1` turns it on
-(default off until it is timed on a GPU).
+(default off until it is timed on a GPU); `=2` also sends an A that already is an fp32 accumulator in the #mma
+layout to the mma from registers (`accumulators_too`).
 """
 from __future__ import annotations
 
@@ -45,12 +46,20 @@ def enabled() -> bool:
     return os.environ.get(KNOB, "0") not in ("", "0")
 
 
+def accumulators_too() -> bool:
+    """KERNELLAB_REGISTER_DOT_OPERAND=2: also an A that already is an fp32 accumulator in the #mma layout (a chained
+    dot's probabilities or scores) goes to the mma from registers instead of its staging store (fla's
+    chunk_bwd_kernel_dqkwg at 2 warps: 460 -> 216 bytes of spills, chunk_bwd_kernel_dv 255 regs / 8 B -> 194 / 0;
+    but parallel_attn_fwd_kernel 248 -> 384 bytes)."""
+    return os.environ.get(KNOB, "0") == "2"
+
+
 def _eligible(dot: Op):
     """The #mma layout the dot's A should take, or None."""
     if dot.name != "tt.dot" or "mma" not in dot.attrs or is_wgmma(dot):
         return None
     a = dot.operands[0]
-    if not isinstance(a.type, TensorType) or a.type.is_memdesc() or isinstance(a.type.layout, Mma):
+    if not isinstance(a.type, TensorType) or a.type.is_memdesc():
         return None
     instr = mma_instr(dot)
     if instr.k != 8 or a.type.scalar.ir != "f32":
@@ -272,6 +281,11 @@ def run(module: Module, options=None) -> dict:
     for dot in [op for op in module.kernel.walk() if op.name == "tt.dot"]:
         want = _eligible(dot)
         if want is None or getattr(options, "num_warps", want.num_warps) != want.num_warps:
+            continue
+        if dot.operands[0].type.layout == want:  # already an accumulator in that layout
+            if accumulators_too():
+                dot.attrs["a_in_registers"] = True
+                stats["accumulators"] = stats.get("accumulators", 0) + 1
             continue
         found = _chain(dot, want)
         if found is None:
