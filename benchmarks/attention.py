@@ -17,11 +17,16 @@ halved when causal) and ratios.
     python benchmarks/attention.py --mode bwd --hd 64 --seq 4096 --bwd-config 64=32,128,128,32,4,3 \
         --bwd-config 64=32,128,128,32,4,4                                         # backward configs side by side
     python benchmarks/attention.py --mode fwd --warp-specialize                  # the descriptor text, both ways
+    python benchmarks/attention.py --mode fwd --variants gqa fp8                # + block-pointer text: GQA, e4m3
 
 With --warp-specialize the forward rows time `make_attention_desc_kernel`'s text instead (tiles through in-kernel
 tensor descriptors, so TMA fills the K/V stages): kernellab with the key loop warp-specialized (`WS=True`: a
 producer warpgroup issues the copies) and without (column "kl no-ws"), Triton with WS=True (the same text), and
-SDPA; the JSON is written as <date>-<gpu>-attention_ws.json.
+SDPA; the JSON is written as <date>-<gpu>-attention_ws.json. With --variants, each forward row is followed by rows of
+`make_attention_bp_kernel`'s text (block pointers, `acc +=`): "gqa" (query heads over a quarter as many key/value
+heads, against SDPA with enable_gqa) and "fp8" (e4m3 inputs, V stored transposed, against fp16 SDPA of the same
+shape: torch has no fp8 attention). The JSON quotes published FlashAttention-3/4 figures (`reference_lines`, not
+measured) and the table ends with them.
 
 The kernel text is `benchmarks/attention_kernel.py`; both compilers get the same config
 (forward: BLOCK_M, BLOCK_N, num_warps, num_stages; backward: BWD_CONFIGS).
@@ -43,7 +48,9 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.attention_kernel import (  # noqa: E402
     attention,
     attention_backward,
+    attention_bp,
     attention_desc,
+    make_attention_bp_kernel,
     make_attention_bwd_kernels,
     make_attention_desc_kernel,
     make_attention_kernel,
@@ -63,6 +70,20 @@ CONFIGS = {64: dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),
 # (dK, dV) fill 256 registers per thread with 4 warps, so 8 warps there.
 BWD_CONFIGS = {64: dict(BLOCK_M1=32, BLOCK_N1=128, BLOCK_M2=128, BLOCK_N2=32, num_warps=4, num_stages=3),
                128: dict(BLOCK_M1=32, BLOCK_N1=128, BLOCK_M2=128, BLOCK_N2=32, num_warps=8, num_stages=3)}
+GQA_GROUP = 4  # the --variants gqa rows: HEADS query heads over HEADS / GQA_GROUP key/value heads
+# max |out - ref| for e4m3 inputs: p is rounded to e4m3 (3 mantissa bits, relative step 2^-3) before the second dot,
+# as FA3's fp8 path does; both compilers erred up to 0.061 at hd64 s1024 causal on the H200 (norm-relative 0.019)
+FP8_TOL = 0.125
+# Published forward figures, quoted (not measured here) so the rows have the field's best beside them.
+REFERENCE_LINES = [
+    {"name": "FlashAttention-3 fp16, hd128, H100 SXM5", "tflops": 640, "dtype": "float16", "head_dim": 128,
+     "source": "Shah et al., FlashAttention-3 (arXiv 2407.08608), forward without causal mask, seq 8k-16k; "
+               "up to 740 TFLOP/s at hd256"},
+    {"name": "FlashAttention-3 fp8, H100 SXM5", "tflops": 1200, "dtype": "float8_e4m3fn", "head_dim": 256,
+     "source": "Shah et al., FlashAttention-3 (arXiv 2407.08608): 'close to 1.2 PFLOPs/s'"},
+    {"name": "FlashAttention-4 / cuDNN fp16-bf16, H200, GQA, seq 4k-8k", "tflops": 756, "dtype": "bfloat16",
+     "head_dim": 128, "source": "figures quoted in issue 15 (700-756 TFLOP/s)"},
+]
 TOL = 2e-2  # max |out - ref| for fp16 attention outputs (|ref| <= max |v|), against float32 SDPA
 BWD_TOL = 1e-2  # per gradient: ||g - ref|| / ||ref|| (and max |g - ref| <= 5 * BWD_TOL * max |ref|)
 
@@ -106,6 +127,56 @@ def run_row(impls, Z, H, S, D, causal, device="cuda", timer=bench, seed=0, cfg=N
     out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
     t = timer(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale))
     row["torch"] = {"seconds": t, "tflops": flops / t / 1e12, "max_err": (out.float() - ref).abs().max().item()}
+    return row
+
+
+def run_variant_row(impls, variant, Z, H, S, D, causal, device="cuda", timer=bench, seed=0, cfg=None):
+    """A forward row of `make_attention_bp_kernel`'s text (`impls`: name -> (jit module, kernel)): variant "gqa"
+    (H query heads over H / GQA_GROUP key/value heads; torch: SDPA with enable_gqa) or "fp8" (e4m3 q, k and v, v
+    stored transposed, fp16 out; torch has no fp8 attention, so its column is fp16 SDPA of the same shape). Checked
+    against float32 SDPA of the same (dequantized) inputs, output poisoned with NaN."""
+    import torch
+    import torch.nn.functional as F
+
+    cfg = cfg or CONFIGS[D]
+    g = torch.Generator(device=device).manual_seed(seed + 11 * S + D + int(causal) + (2 if variant == "fp8" else 3))
+    h_kv = H // GQA_GROUP if variant == "gqa" else H
+    q = torch.randn(Z, H, S, D, device=device, generator=g).half()
+    k, v = (torch.randn(Z, h_kv, S, D, device=device, generator=g).half() for _ in range(2))
+    sm_scale = 1.0 / math.sqrt(D)
+    if variant == "fp8":
+        q, k, v = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
+    kf, vf = (t.float().repeat_interleave(H // h_kv, dim=1) for t in (k, v))
+    ref = F.scaled_dot_product_attention(q.float(), kf, vf, is_causal=causal, scale=sm_scale)
+    del kf, vf
+    vt = v.transpose(-1, -2).contiguous() if variant == "fp8" else v
+    flops = attention_flops(Z, H, S, D, causal)
+    row = {"case": f"{variant} hd{D} s{S} {'causal' if causal else 'full'}", "mode": "fwd", "variant": variant,
+           "batch": Z, "heads": H, "kv_heads": h_kv, "seq": S, "head_dim": D, "causal": causal, "flops": flops,
+           "config": cfg, "dtype": "float8_e4m3fn" if variant == "fp8" else "float16",
+           "torch_column": "fp16 SDPA, same shape" if variant == "fp8" else "SDPA enable_gqa=True"}
+    tol = FP8_TOL if variant == "fp8" else TOL
+    for name, (mod, kernel) in impls.items():
+        out = torch.full(q.shape, float("nan"), device=device, dtype=torch.float16)
+        launch = functools.partial(attention_bp, q, k, vt, causal, sm_scale, mod, kernel, out=out,
+                                   v_transposed=variant == "fp8", **cfg)
+        try:
+            _, compiled = launch()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            err = (out.float() - ref).abs().max().item()
+            rel = ((out.float() - ref).norm() / ref.norm()).item()
+            ok = bool(math.isfinite(err) and err <= tol)
+            t = timer(launch)
+            row[name] = {"seconds": t, "tflops": flops / t / 1e12, "max_err": err, "rel_err": rel, "ok": ok,
+                         "n_regs": getattr(compiled, "n_regs", None), "n_spills": getattr(compiled, "n_spills", None)}
+        except Exception as e:  # a failing implementation is recorded, not fatal
+            row[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
+    if device == "cuda":
+        tq, tk, tv = (t.half() for t in (q, k, v))
+        gqa = {"enable_gqa": True} if h_kv != H else {}
+        t = timer(lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal, scale=sm_scale, **gqa))
+        row["torch"] = {"seconds": t, "tflops": flops / t / 1e12}
     return row
 
 
@@ -183,6 +254,8 @@ def _parse_args(argv=None):
     p.add_argument("--mode", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd"],
                    help="forward rows, backward rows or both (default both)")
     p.add_argument("--no-write", action="store_true", help="print the table only, write no results JSON")
+    p.add_argument("--variants", nargs="*", default=[], choices=["gqa", "fp8"],
+                   help="forward rows of the block-pointer text too: grouped-query (HEADS / 4 kv heads) and e4m3")
     p.add_argument("--warp-specialize", action="store_true",
                    help="forward rows: the descriptor text, kernellab with and without warp specialization")
     p.add_argument("--bwd-config", action="append", default=[], metavar="HD=BM1,BN1,BM2,BN2,WARPS,STAGES",
@@ -219,6 +292,7 @@ def main(argv=None):
                     # the loop left unmarked (WS=None): kernellab's own choice (passes/warp_specialize.py's default)
                     "kernellab_default": (kernellab, desc, functools.partial(attention_desc, warp_specialize=None))}
     bwd_impls = {"kernellab": (kernellab, impls["kernellab"][1], make_attention_bwd_kernels(kernellab, kltl))}
+    bp_impls = {"kernellab": (kernellab, make_attention_bp_kernel(kernellab, kltl))}
     triton_skipped = None
     try:
         import triton
@@ -229,6 +303,7 @@ def main(argv=None):
             ws_impls["triton"] = (triton, make_attention_desc_kernel(triton, trtl),
                                   functools.partial(attention_desc, warp_specialize=True))
         bwd_impls["triton"] = (triton, impls["triton"][1], make_attention_bwd_kernels(triton, trtl))
+        bp_impls["triton"] = (triton, make_attention_bp_kernel(triton, trtl))
         triton_version = triton.__version__
     except ImportError as e:
         triton_version, triton_skipped = None, f"triton is not importable ({e})"
@@ -241,6 +316,8 @@ def main(argv=None):
                 for causal in args.causal:
                     if mode == "fwd":
                         found = [run_row(ws_impls or impls, BATCH, HEADS, S, D, bool(causal))]
+                        found += [run_variant_row(bp_impls, variant, BATCH, HEADS, S, D, bool(causal))
+                                  for variant in args.variants]
                     else:
                         found = [run_bwd_row(bwd_impls, BATCH, HEADS, S, D, bool(causal), cfg=cfg)
                                  for cfg in sweep.get(D, [BWD_CONFIGS[D]])]
@@ -253,7 +330,8 @@ def main(argv=None):
               "bwd_configs": {str(k): v for k, v in BWD_CONFIGS.items()}, "bwd_tolerance": BWD_TOL, "modes": args.mode,
               "versions": {"python": platform.python_version(), "torch": torch.__version__,
                            "triton": triton_version, "kernellab": kernellab.__version__, "cuda": torch.version.cuda},
-              "triton_skipped": triton_skipped, "warp_specialize": args.warp_specialize, "rows": rows}
+              "triton_skipped": triton_skipped, "warp_specialize": args.warp_specialize, "variants": args.variants,
+              "gqa_group": GQA_GROUP, "fp8_tolerance": FP8_TOL, "reference_lines": REFERENCE_LINES, "rows": rows}
     if not args.no_write:
         if not args.warp_specialize:
             _keep_other_modes(result, gpu)
@@ -271,6 +349,8 @@ def main(argv=None):
     print(_header())
     for row in rows:
         print(_fmt(row))
+    for ref in REFERENCE_LINES:  # quoted, not measured
+        print(f"reference (quoted): {ref['name']}: {ref['tflops']} TFLOP/s")
     return result
 
 

@@ -389,3 +389,116 @@ def attention_backward(q, k, v, o, do, lse, causal, sm_scale, kl_module, kernels
                                                    N_CTX, BLOCK_M=BLOCK_M2, BLOCK_N=BLOCK_N2, HEAD_DIM=HEAD_DIM,
                                                    CAUSAL=causal, **cfg)
     return dq, dk, dv, (pre, kv, qq)
+
+
+def make_attention_bp_kernel(kl, tl):
+    """The forward once more, as a third kind of user writes it: block pointers (`tl.make_block_ptr` / `tl.advance`,
+    the style of Triton's earlier tutorial 06), `acc += tl.dot(...)`, and K/V heads shared by GROUP query heads
+    (grouped-query attention: query head h reads K/V head h // GROUP; GROUP = 1 is ordinary multi-head attention).
+    With V_T, V is stored transposed ([.., HEAD_DIM, N_CTX]): the layout 8-bit dots need (fp8 operands of wgmma are
+    read K-major), so the same text serves fp8 inputs. Sequence lengths are multiples of BLOCK_M (no masks)."""
+
+    @kl.jit
+    def _attn_bp_inner(acc, l_i, m_i, q, K_block_ptr, V_block_ptr, offs_m, offs_n, lo, hi, qk_scale,
+                       BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr, V_T: tl.constexpr):
+        K_block_ptr = tl.advance(K_block_ptr, (0, lo))
+        if V_T:
+            V_block_ptr = tl.advance(V_block_ptr, (0, lo))
+        else:
+            V_block_ptr = tl.advance(V_block_ptr, (lo, 0))
+        for start_n in range(lo, hi, BLOCK_N):
+            k = tl.load(K_block_ptr)
+            qk = tl.dot(q, k)
+            if DIAGONAL:
+                qk = qk * qk_scale + tl.where(offs_m[:, None] >= start_n + offs_n[None, :], 0.0, -1.0e6)
+            else:
+                qk = qk * qk_scale
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            qk -= m_ij[:, None]
+            p = tl.math.exp2(qk)
+            alpha = tl.math.exp2(m_i - m_ij)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None]
+            if V_T:
+                v = tl.trans(tl.load(V_block_ptr))
+                V_block_ptr = tl.advance(V_block_ptr, (0, BLOCK_N))
+            else:
+                v = tl.load(V_block_ptr)
+                V_block_ptr = tl.advance(V_block_ptr, (BLOCK_N, 0))
+            acc += tl.dot(p.to(v.dtype), v)
+            m_i = m_ij
+            K_block_ptr = tl.advance(K_block_ptr, (0, BLOCK_N))
+        return acc, l_i, m_i
+
+    @kl.jit
+    def attention_bp_fwd_kernel(Q, K, V, Out, sm_scale,
+                                stride_qz, stride_qh, stride_qm, stride_qk,
+                                stride_kz, stride_kh, stride_kn, stride_kk,
+                                stride_vz, stride_vh, stride_v0, stride_v1,
+                                stride_oz, stride_oh, stride_om, stride_on,
+                                H, N_CTX, GROUP: tl.constexpr,
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                                CAUSAL: tl.constexpr, V_T: tl.constexpr):
+        start_m = tl.program_id(0)
+        off_hz = tl.program_id(1)
+        off_z = off_hz // H
+        off_h = off_hz % H
+        off_kv = off_h // GROUP
+        q_offset = off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh
+        kv_offset = off_z.to(tl.int64) * stride_kz + off_kv.to(tl.int64) * stride_kh
+        v_offset = off_z.to(tl.int64) * stride_vz + off_kv.to(tl.int64) * stride_vh
+        Q_block_ptr = tl.make_block_ptr(base=Q + q_offset, shape=(N_CTX, HEAD_DIM), strides=(stride_qm, stride_qk),
+                                        offsets=(start_m * BLOCK_M, 0), block_shape=(BLOCK_M, HEAD_DIM), order=(1, 0))
+        # K read as its transpose [HEAD_DIM, N_CTX]: the score is a plain dot
+        K_block_ptr = tl.make_block_ptr(base=K + kv_offset, shape=(HEAD_DIM, N_CTX), strides=(stride_kk, stride_kn),
+                                        offsets=(0, 0), block_shape=(HEAD_DIM, BLOCK_N), order=(0, 1))
+        if V_T:  # V stored [HEAD_DIM, N_CTX]
+            V_block_ptr = tl.make_block_ptr(base=V + v_offset, shape=(HEAD_DIM, N_CTX),
+                                            strides=(stride_v0, stride_v1), offsets=(0, 0),
+                                            block_shape=(HEAD_DIM, BLOCK_N), order=(1, 0))
+        else:
+            V_block_ptr = tl.make_block_ptr(base=V + v_offset, shape=(N_CTX, HEAD_DIM),
+                                            strides=(stride_v0, stride_v1), offsets=(0, 0),
+                                            block_shape=(BLOCK_N, HEAD_DIM), order=(1, 0))
+        offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = tl.arange(0, BLOCK_N)
+        m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32) + 1.0
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+        qk_scale = sm_scale * 1.44269504
+        q = tl.load(Q_block_ptr)
+        if CAUSAL:
+            acc, l_i, m_i = _attn_bp_inner(acc, l_i, m_i, q, K_block_ptr, V_block_ptr, offs_m, offs_n,
+                                           0, start_m * BLOCK_M, qk_scale, BLOCK_N, False, V_T)
+            acc, l_i, m_i = _attn_bp_inner(acc, l_i, m_i, q, K_block_ptr, V_block_ptr, offs_m, offs_n,
+                                           start_m * BLOCK_M, (start_m + 1) * BLOCK_M, qk_scale, BLOCK_N, True, V_T)
+        else:
+            acc, l_i, m_i = _attn_bp_inner(acc, l_i, m_i, q, K_block_ptr, V_block_ptr, offs_m, offs_n,
+                                           0, N_CTX, qk_scale, BLOCK_N, False, V_T)
+        acc = acc / l_i[:, None]
+        O_block_ptr = tl.make_block_ptr(base=Out + q_offset, shape=(N_CTX, HEAD_DIM), strides=(stride_om, stride_on),
+                                        offsets=(start_m * BLOCK_M, 0), block_shape=(BLOCK_M, HEAD_DIM), order=(1, 0))
+        tl.store(O_block_ptr, acc.to(Out.type.element_ty))
+
+    return attention_bp_fwd_kernel
+
+
+def attention_bp(q, k, v, causal, sm_scale, kl_module, kernel, BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3,
+                 out=None, v_transposed=False):
+    """Attention through `make_attention_bp_kernel`'s text: q [batch, heads, seq, head_dim], k [batch, kv_heads, seq,
+    head_dim] with heads a multiple of kv_heads (grouped-query attention), v like k, or [batch, kv_heads, head_dim,
+    seq] with `v_transposed`. The output is fp16 for 8-bit inputs, else q's dtype."""
+    Z, H, N_CTX, HEAD_DIM = q.shape
+    H_KV = k.shape[1]
+    assert H % H_KV == 0 and k.shape == (Z, H_KV, N_CTX, HEAD_DIM), "k: [batch, kv_heads, seq, head_dim]"
+    assert v.shape == ((Z, H_KV, HEAD_DIM, N_CTX) if v_transposed else k.shape), "v: like k (or transposed)"
+    assert N_CTX % BLOCK_M == 0 and BLOCK_M % BLOCK_N == 0, "seq: a multiple of BLOCK_M, BLOCK_M of BLOCK_N"
+    if out is None:
+        import torch
+
+        out = q.new_empty(q.shape, dtype=torch.float16 if q.element_size() == 1 else q.dtype)
+    grid = (kl_module.cdiv(N_CTX, BLOCK_M), Z * H)
+    launched = kernel[grid](q, k, v, out, sm_scale, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+                            H, N_CTX, GROUP=H // H_KV, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=HEAD_DIM,
+                            CAUSAL=causal, V_T=v_transposed, num_warps=num_warps, num_stages=num_stages)
+    return out, launched

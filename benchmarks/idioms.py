@@ -1,5 +1,6 @@
-"""Equivalent formulations of matmul, softmax, layer norm, a row reduction and an atomic weight gradient
-(tests/idioms.py), each launched with several configs (and the matmul ones through an autotuner too),
+"""Equivalent formulations of matmul, a linear layer with its fused epilogue, softmax, layer norm, a row reduction,
+a row-wise prefix sum and an atomic weight gradient (tests/idioms.py),
+each launched with several configs (and the matmul ones through an autotuner too),
 kernellab against Triton compiling the same text, on the same inputs in one process.
 
 Every variant is checked against a float64 torch reference on both compilers before it is timed.
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.memory_bound import bench, write_results  # noqa: E402
-from tests.idioms import cdiv, make_idioms  # noqa: E402
+from tests.idioms import make_idioms  # noqa: E402
 
 ROUNDS = 3
 
@@ -62,14 +63,6 @@ def _warm_up_the_gpu(seconds=1.0):
         torch.cuda.synchronize()
 
 
-def _launch_autotuned(kernel, x, _config=None):
-    a, b, c = x["a"], x["b"], x["c"]
-    M, K = a.shape
-    N = b.shape[1]
-    kernel[lambda meta: (cdiv(M, meta["BM"]) * cdiv(N, meta["BN"]),)](
-        a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
-
-
 def run(names=None):
     import triton
     import triton.language as trtl
@@ -89,7 +82,8 @@ def run(names=None):
         for v in w.variants:
             runs = [(f"{cfg}", v.launch, v.kernel, tw[v.name].kernel, cfg) for cfg in v.configs]
             if v.autotune:
-                runs.append(("autotune", _launch_autotuned, _autotuned(kernellab, v.kernel, v.configs),
+                # the variant's own launcher with no config: the autotuner picks it (and the grid asks it)
+                runs.append(("autotune", v.launch, _autotuned(kernellab, v.kernel, v.configs),
                              _autotuned(triton, tw[v.name].kernel, v.configs), None))
             for label, launch, klk, trk, cfg in runs:
                 row = {"workload": w.name, "variant": v.name, "config": label}
@@ -97,7 +91,7 @@ def run(names=None):
                 for impl, k in (("kernellab", klk), ("triton", trk)):
                     try:  # compile and check (an autotuned kernel tunes on its first call)
                         if cfg is None:
-                            launch(k, x)
+                            launch(k, x, cfg)
                         row[impl] = {"rel_err": _check(w, v, k, x, cfg, launch)}
                         fns[impl] = (lambda k=k: launch(k, x, cfg))
                     except Exception as e:  # a failing variant is a result, not a crash of the run

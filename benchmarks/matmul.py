@@ -3,7 +3,7 @@
 fp16 and bf16, M = N = K in {1024, 2048, 4096, 8192}, plus 8192x8192x1024 and 16x4096x4096; on sm_89+ also fp8
 e4m3 (per-tensor scales applied in the epilogue, bf16 out) at 4096^3 and 8192x8192x4096, against
 torch._scaled_mm (cuBLAS, B column-major, fp32 scale tensors). Writes benchmarks/results/<date>-<gpu>-matmul.json
-and prints TFLOP/s and ratios.
+(`--fp8` alone: <date>-<gpu>-matmul-fp8.json) and prints TFLOP/s and ratios.
 
     python benchmarks/matmul.py          # needs a CUDA GPU, torch and (for the comparison) triton
     python benchmarks/matmul.py --fp8    # the fp8 rows only ("bp": the block-pointer text, TMA in kernellab)
@@ -368,7 +368,8 @@ def main(argv=None):
               "versions": {"python": platform.python_version(), "torch": torch.__version__,
                            "triton": triton_version, "kernellab": kernellab.__version__, "cuda": torch.version.cuda},
               "rows": rows}
-    path = write_results(result, "matmul")
+    # the fp8 rows alone get their own file, so they do not replace a day's fp16/bf16 rows
+    path = write_results(result, "matmul-fp8" if args.fp8 else "matmul")
     print(f"\nwrote {path}")
     print(f"{'case':<28} {'kl TF/s':>8} {'triton':>8} {'cuBLAS':>8}  kl/cuBLAS kl/triton")
     for row in rows:

@@ -37,7 +37,18 @@ def cdiv(a, b):
     return (a + b - 1) // b
 
 
+def _grid_1d(M, N, meta):
+    """One program per BM x BN tile; with no config (an autotuned kernel: `meta` empty) the grid asks the chosen
+    config's blocks."""
+    if not meta:
+        return lambda m: (cdiv(M, m["BM"]) * cdiv(N, m["BN"]),)
+    return (cdiv(M, meta["BM"]) * cdiv(N, meta["BN"]),)
+
+
 def _split(config):
+    """(constexprs, launch options) of a config; an autotuned kernel's launch passes None: ({}, {})."""
+    if config is None:
+        return {}, {}
     opts = {k: config[k] for k in ("num_warps", "num_stages") if k in config}
     meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
     return meta, opts
@@ -187,7 +198,7 @@ def _matmul(jit, tl):
         a, b, c = x["a"], x["b"], x["c"]
         M, K = a.shape
         N = b.shape[1]
-        grid = (cdiv(M, meta["BM"]) * cdiv(N, meta["BN"]),)
+        grid = _grid_1d(M, N, meta)
         kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
                      c.stride(1), **meta, **opts)
 
@@ -224,6 +235,115 @@ def _matmul(jit, tl):
         Variant("block_ptr", mm_block_ptr, launch_1d, MATMUL_CONFIGS),
     ]
     return w
+
+
+def _linear(jit, tl):
+    """A linear layer's forward with its epilogue fused: act(x @ w.T + bias), w stored [N, K] as nn.Linear keeps it
+    (so the dot's B operand is K-major), fp16 out."""
+
+    @jit
+    def lin_swizzle2d(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, sxm, sxk, swn, swk, sym, syn,
+                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
+        # tl.swizzle2d for the grouped order, w.T read through its strides, both operands masked, leaky relu
+        pid = tl.program_id(0)
+        num_m = tl.cdiv(M, BM)
+        num_n = tl.cdiv(N, BN)
+        pid_m, pid_n = tl.swizzle2d(pid // num_n, pid % num_n, num_m, num_n, GM)
+        offs_m = pid_m * BM + tl.arange(0, BM)
+        offs_n = pid_n * BN + tl.arange(0, BN)
+        offs_k = tl.arange(0, BK)
+        x_ptrs = x_ptr + offs_m[:, None] * sxm + offs_k[None, :] * sxk
+        w_ptrs = w_ptr + offs_n[None, :] * swn + offs_k[:, None] * swk  # [BK, BN]: a tile of w.T
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            x = tl.load(x_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] + k < K), other=0.0)
+            w = tl.load(w_ptrs, mask=(offs_n[None, :] < N) & (offs_k[:, None] + k < K), other=0.0)
+            acc = tl.dot(x, w, acc)
+            x_ptrs += BK * sxk
+            w_ptrs += BK * swk
+        bias = tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
+        y = acc + bias[None, :]
+        y = tl.where(y >= 0, y, 0.01 * y)
+        tl.store(y_ptr + offs_m[:, None] * sym + offs_n[None, :] * syn, y.to(y_ptr.dtype.element_ty),
+                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+    @jit
+    def lin_descriptor(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, sxm, sxk, swn, swk, sym, syn,
+                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
+        # in-kernel tensor descriptors (TMA on Hopper), w's [BN, BK] tile transposed with .T, a sigmoid-gelu
+        pid = tl.program_id(0)
+        num_m = tl.cdiv(M, BM)
+        num_n = tl.cdiv(N, BN)
+        in_group = GM * num_n
+        first_m = (pid // in_group) * GM
+        rows = min(num_m - first_m, GM)
+        pid_m = first_m + (pid % in_group) % rows
+        pid_n = (pid % in_group) // rows
+        x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[sxm, 1], block_shape=[BM, BK])
+        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[swn, 1], block_shape=[BN, BK])
+        y_desc = tl.make_tensor_descriptor(y_ptr, shape=[M, N], strides=[sym, 1], block_shape=[BM, BN])
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for kk in tl.range(0, tl.cdiv(K, BK)):
+            x = x_desc.load([pid_m * BM, kk * BK])
+            w = w_desc.load([pid_n * BN, kk * BK])
+            acc = tl.dot(x, w.T, acc)
+        offs_n = pid_n * BN + tl.arange(0, BN)
+        y = acc + tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+        y = y * tl.sigmoid(1.702 * y)
+        y_desc.store([pid_m * BM, pid_n * BN], y.to(tl.float16))
+
+    def launch(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        a, w, bias, y = x["x"], x["w"], x["bias"], x["y"]
+        M, K = a.shape
+        N = w.shape[0]
+        _set_descriptor_allocator(a.device)
+        grid = _grid_1d(M, N, meta)
+        kernel[grid](a, w, bias, y, M, N, K, a.stride(0), a.stride(1), w.stride(0), w.stride(1), y.stride(0),
+                     y.stride(1), **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        M, N, K = size
+        g = torch.Generator().manual_seed(seed)
+        return dict(x=torch.randn(M, K, generator=g).to(torch.float16).to(device),
+                    w=(torch.randn(N, K, generator=g) / 8).to(torch.float16).to(device),
+                    bias=torch.randn(N, generator=g).to(torch.float16).to(device),
+                    y=torch.full((M, N), float("nan"), dtype=torch.float16, device=device), act=None)
+
+    def reference(x):
+        import torch
+
+        y = x["x"].double() @ x["w"].double().T + x["bias"].double()
+        return torch.where(y >= 0, y, 0.01 * y) if x["act"] == "leaky" else y * torch.sigmoid(1.702 * y)
+
+    def with_act(launcher, act):
+        def go(kernel, x, cfg):
+            x["act"] = act
+            launcher(kernel, x, cfg)
+        return go
+
+    w = Workload("linear", inputs, reference, "y", lambda x: ("flop", 2 * x["x"].shape[0] * x["x"].shape[1]
+                                                             * x["w"].shape[0]),
+                 sizes={"bench": (4096, 4096, 4096), "test": (96, 80, 128)}, tol=2e-2)
+    w.variants = [
+        Variant("swizzle2d_leaky", lin_swizzle2d, with_act(launch, "leaky"), MATMUL_CONFIGS),
+        Variant("descriptor_gelu", lin_descriptor, with_act(launch, "gelu"), MATMUL_CONFIGS, autotune=True),
+    ]
+    return w
+
+
+def _set_descriptor_allocator(device):
+    """Triton makes in-kernel tensor descriptors in a global scratch it asks an allocator for; kernellab needs none
+    (its descriptors live in its own scratch), and a set allocator changes nothing for it."""
+    import sys
+
+    triton = sys.modules.get("triton")
+    if triton is not None and hasattr(triton, "set_allocator") and device.type == "cuda":
+        import torch
+
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=device))
 
 
 def _softmax(jit, tl):
@@ -497,6 +617,82 @@ def _reduction(jit, tl):
     return w
 
 
+def _scan(jit, tl):
+    """Row-wise inclusive prefix sums (a cumulative sum, as gated linear attention and SSM kernels take them)."""
+
+    @jit
+    def cumsum_row(x_ptr, y_ptr, n_cols, stride, BLOCK: tl.constexpr):
+        # the whole row in one tile, tl.cumsum
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride + cols, mask=cols < n_cols, other=0.0)
+        tl.store(y_ptr + row * stride + cols, tl.cumsum(x, axis=0), mask=cols < n_cols)
+
+    @jit
+    def _add(a, b):
+        return a + b
+
+    @jit
+    def scan_blocked(x_ptr, y_ptr, n_cols, stride, BLOCK: tl.constexpr):
+        # blocks of the row, each scanned with tl.associative_scan and a combine function, the running total
+        # carried from block to block
+        row = tl.program_id(0)
+        carry = 0.0
+        for c in range(0, n_cols, BLOCK):
+            cols = c + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + row * stride + cols, mask=cols < n_cols, other=0.0)
+            y = tl.associative_scan(x, 0, _add) + carry
+            tl.store(y_ptr + row * stride + cols, y, mask=cols < n_cols)
+            carry += tl.sum(x, axis=0)
+
+    @jit
+    def cumsum_tile(x_ptr, y_ptr, n_rows, n_cols, stride, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+        # ROWS rows per program, a 2-D tile scanned along axis 1 (the row fits in BLOCK)
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        cols = tl.arange(0, BLOCK)
+        m = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+        offs = rows[:, None] * stride + cols[None, :]
+        x = tl.load(x_ptr + offs, mask=m, other=0.0)
+        tl.store(y_ptr + offs, tl.cumsum(x, axis=1), mask=m)
+
+    def launch_row(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        X = x["x"]
+        block = meta.pop("BLOCK", None) or _next_pow2(X.shape[1])
+        kernel[(X.shape[0],)](X, x["y"], X.shape[1], X.stride(0), BLOCK=block, **meta, **opts)
+
+    def launch_tile(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        X = x["x"]
+        kernel[(cdiv(X.shape[0], meta["ROWS"]),)](X, x["y"], X.shape[0], X.shape[1], X.stride(0),
+                                                  BLOCK=_next_pow2(X.shape[1]), **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        M, N = size
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(M, N, generator=g).to(device)
+        return dict(x=x, y=torch.full((M, N), float("nan"), device=device))
+
+    def reference(x):
+        return x["x"].double().cumsum(dim=1)
+
+    w = Workload("scan", inputs, reference, "y", lambda x: ("bytes", x["x"].numel() * 8),
+                 sizes={"bench": (8192, 2048), "test": (21, 200)}, tol=1e-5)
+    w.variants = [
+        Variant("cumsum_row", cumsum_row, launch_row, [dict(num_warps=4), dict(num_warps=8)]),
+        Variant("blocked_assoc", scan_blocked, launch_row, [dict(BLOCK=512, num_warps=4),
+                                                            dict(BLOCK=1024, num_warps=4)]),
+        Variant("tile", cumsum_tile, launch_tile, [dict(ROWS=2, num_warps=4), dict(ROWS=4, num_warps=8)]),
+    ]
+    return w
+
+
+def _next_pow2(n):
+    return 1 << (n - 1).bit_length()
+
+
 def _weight_grad(jit, tl):
     """The backward of y = x * w (w broadcast over rows): dw = sum over rows of dy * x, accumulated
     with atomics from programs that each own a band of rows (layer norm's dW/dB have this shape)."""
@@ -555,4 +751,5 @@ def _weight_grad(jit, tl):
 
 def make_idioms(jit, tl) -> list:
     """Every workload with its variants, compiled by `jit` (kernellab's or Triton's)."""
-    return [_matmul(jit, tl), _softmax(jit, tl), _layer_norm(jit, tl), _reduction(jit, tl), _weight_grad(jit, tl)]
+    return [_matmul(jit, tl), _linear(jit, tl), _softmax(jit, tl), _layer_norm(jit, tl), _reduction(jit, tl),
+            _scan(jit, tl), _weight_grad(jit, tl)]

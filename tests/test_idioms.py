@@ -21,9 +21,9 @@ def _variant(workload, variant):
     return w, next(v for v in w.variants if v.name == variant)
 
 
-def _check(w, v, config, device, seed):
+def _check(w, v, config, device, seed, kernel=None):
     x = w.inputs(v.test_size or w.sizes["test"], device, seed)
-    v.launch(v.kernel, x, config)
+    v.launch(kernel or v.kernel, x, config)
     got = x[w.output].double().cpu()
     ref = w.reference(x).cpu()
     assert not torch.isnan(got).any(), "unwritten (poisoned) elements"
@@ -37,6 +37,20 @@ def test_interpreter(workload, variant):
     _check(w, v, v.configs[-1], "cpu", seed=1)
 
 
+AUTOTUNED = [(w.name, v.name) for w in WORKLOADS.values() for v in w.variants if v.autotune]
+
+
+@pytest.mark.parametrize("workload, variant", AUTOTUNED, ids=[f"{a}-{b}" for a, b in AUTOTUNED])
+def test_autotuned_launch_interpreter(workload, variant):
+    """benchmarks/idioms.py's autotune rows: the variant's own launcher with no config, the grid asking the config
+    the autotuner picked (two small configs here)."""
+    from benchmarks.idioms import _autotuned
+
+    w, v = _variant(workload, variant)
+    small = [dict(c, BM=32, BN=32, BK=32) for c in v.configs[-2:]]
+    _check(w, v, None, "cpu", seed=2, kernel=_autotuned(kl, v.kernel, small))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("workload, variant", CASES, ids=[f"{a}-{b}" for a, b in CASES])
 def test_gpu(workload, variant):
@@ -45,10 +59,10 @@ def test_gpu(workload, variant):
         _check(w, v, config, "cuda", seed=10 + i)
 
 
-def _build(v, config):
+def _build(v, config, workload="matmul"):
     import kernellab.runtime.jit as jit
 
-    x = WORKLOADS["matmul"].inputs((512, 512, 512), "cpu", 0)
+    x = WORKLOADS[workload].inputs((512, 512, 512), "cpu", 0)
     built = []
     real_run = jit.CompiledKernel.run
 
@@ -77,3 +91,20 @@ def test_matmul_idioms_compile_alike(variant):
     assert "wgmma.mma_async" in loop
     assert "tt.dot" in ck.asm["tile"] and "arith.addf" not in ck.trace.ir_after("fold_dot_accumulator").split(
         "tt.dot")[1].split("scf.yield")[0]
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
+@pytest.mark.parametrize("variant", [v.name for v in WORKLOADS["linear"].variants])
+def test_linear_idioms_compile_to_wgmma(variant):
+    """The linear layer's texts (B = w.T, K-major; the fused bias and activation): the accumulating wgmma in the
+    loop, fed by cp.async or TMA (descriptors), no spills, within a few registers of the matmul tutorial text."""
+    base = _build(WORKLOADS["matmul"].variants[0], MATMUL_CONFIG)
+    ck = _build(_variant("linear", variant)[1], MATMUL_CONFIG, "linear")
+    assert ck.n_spills == 0
+    assert ck.n_regs <= base.n_regs + 24, (ck.n_regs, base.n_regs)
+    ptx = ck.asm["ptx"]
+    assert "wgmma.mma_async" in ptx
+    assert ("cp.async.bulk.tensor" if "descriptor" in variant else "cp.async.cg") in ptx
+
+
+MATMUL_CONFIG = dict(BM=128, BN=256, BK=64, GM=8, num_stages=3, num_warps=8)

@@ -96,6 +96,7 @@ def _build() -> dict[str, types.ModuleType]:
     mods["triton.language.extra.libdevice"] = extra.libdevice
     mods["triton.language.extra.cuda"] = extra.cuda
     mods["triton.language.extra.cuda.libdevice"] = extra.cuda.libdevice
+    mods["triton.language.target_info"] = tl.target_info
 
     add("triton.testing", testing_shim.module(_module, testing))
     runtime = add("triton.runtime", _module(

@@ -525,6 +525,76 @@ def _mpmath(kind, order):
     return fn
 
 
+erfcx = _torch("erfcx")
+
+
+def ndtr(x):
+    """The standard normal CDF as erfc(-x / sqrt 2) / 2: accurate far into the lower tail (torch's float64 ndtr
+    underflows to 0 below about -8.3)."""
+    return erfc(-np.asarray(x, F64) / np.sqrt(2.0)) / 2.0
+
+
+ndtri = _torch("ndtri")
+
+
+def erfcinv(x):
+    """The inverse of erfc: erfinv(1 - x) (1 - x is exact for x in [0.5, 2]; below, torch's ndtri keeps the tail)."""
+    x = np.asarray(x, F64)
+    with np.errstate(all="ignore"):
+        return np.where(x < 0.5, -ndtri(x / 2) / np.sqrt(2.0), erfinv(1.0 - x))
+
+
+def sinpi(x):
+    """sin(pi x), the argument reduced exactly to [-1/2, 1/2] first (where pi * r loses no relative accuracy), and
+    exact zeros at the integers (with x's sign)."""
+    x = np.asarray(x, F64)
+    with np.errstate(all="ignore"):
+        r = x - 2.0 * np.round(x / 2.0)  # [-1, 1], exact
+        r = np.where(np.abs(r) > 0.5, np.copysign(1.0, r) - r, r)  # sin(pi - t) = sin(t), exact
+        return np.where(~np.isfinite(x), np.nan, np.where(np.trunc(x) == x, np.copysign(0.0, x), np.sin(np.pi * r)))
+
+
+def cospi(x):
+    """cos(pi x) = sin(pi (1/2 - |r|)) for the exactly reduced |r| in [0, 1]: accurate near the zeros too."""
+    x = np.abs(np.asarray(x, F64))
+    with np.errstate(all="ignore"):
+        r = np.abs(x - 2.0 * np.round(x / 2.0))
+        return np.where(np.isinf(x), np.nan, np.sin(np.pi * (0.5 - r)))
+
+
+def logb(x):
+    """The unbiased exponent of x as a float: floor(log2 |x|) (-inf at 0, +inf at +-inf, NaN at NaN)."""
+    x = np.asarray(x, F64)
+    m, e = np.frexp(x)
+    with np.errstate(all="ignore"):
+        return np.where(x == 0, -np.inf, np.where(np.isfinite(x), e - 1.0, np.abs(x)))
+
+
+def saturate(x):
+    """Clamp to [0, 1]; NaN gives 0 (CUDA's __saturatef)."""
+    x = np.asarray(x)
+    return np.where(np.isnan(x), 0.0, np.clip(x, 0.0, 1.0)).astype(x.dtype)
+
+
+def _remainder_one(x, y):
+    if math.isnan(x) or math.isnan(y) or math.isinf(x) or y == 0:
+        return math.nan
+    return x if math.isinf(y) else math.remainder(x, y)
+
+
+def ieee_remainder(x, y):
+    """C `remainder`: x - n * y with n = x / y rounded to the nearest integer, ties to even; exact (Python's
+    math.remainder), NaN where C's is (x infinite, y zero)."""
+    return np.vectorize(_remainder_one, otypes=[F64])(np.asarray(x, F64), np.asarray(y, F64))
+
+
+def fdim(x, y):
+    """C `fdim`: x - y where x > y, else +0 (NaN in, NaN out)."""
+    x, y = np.asarray(x, F64), np.asarray(y, F64)
+    with np.errstate(all="ignore"):
+        return np.where(np.isnan(x) | np.isnan(y), np.nan, np.where(x > y, x - y, 0.0))
+
+
 bessel_j0 = _at_infinity(_mpmath("besselj", 0), 0.0, 0.0)
 bessel_j1 = _at_infinity(_mpmath("besselj", 1), 0.0, -0.0)
 bessel_y0 = _at_infinity(_mpmath("bessely", 0), 0.0, np.nan)

@@ -185,6 +185,32 @@ _math("isfinite", np.isfinite, exact=True, libdevice=("__nv_finitef", "__nv_isfi
 _math("signbit", np.signbit, exact=True, libdevice=("__nv_signbitf", "__nv_signbitd"), tl="signbit", result="i32",
       summary="1 where the sign bit is set (also -0.0 and -NaN), else 0 (i32)")
 
+# CUDA's fast intrinsics (`__nv_fast_*f`, float32 only; doubles take the precise function) and more of libdevice's
+# float functions under Triton's names: evaluated as the exact function (the fast ones differ from it on the GPU by
+# their documented error bounds).
+for _n, _f, _base in [("fast_expf", np.exp, "exp"), ("fast_logf", np.log, "log"), ("fast_log2f", np.log2, "log2"),
+                      ("fast_log10f", np.log10, "log10"), ("fast_exp10f", op_eval.exp10, "exp10"),
+                      ("fast_sinf", np.sin, "sin"), ("fast_cosf", np.cos, "cos"), ("fast_tanf", np.tan, "tan")]:
+    _math(_n, _f, libdevice=(f"__nv_{_n}", f"__nv_{_base}"), tl=_n)
+_math("fast_powf", np.power, libdevice=("__nv_fast_powf", "__nv_pow"), tl="fast_powf", arity=2)
+for _n, _f in [("sinpi", op_eval.sinpi), ("cospi", op_eval.cospi),
+               ("erfcinv", op_eval.erfcinv), ("erfcx", op_eval.erfcx), ("normcdf", op_eval.ndtr),
+               ("normcdfinv", op_eval.ndtri), ("rcbrt", lambda x: 1.0 / np.cbrt(x)), ("logb", op_eval.logb)]:
+    _math(_n, _f, libdevice=_n, tl=_n)
+_math("saturatef", op_eval.saturate, exact=True, libdevice=("__nv_saturatef", None), tl="saturatef",
+      summary="clamp to [0, 1], NaN to 0 (float32 only)")
+_math("remainder", op_eval.ieee_remainder, libdevice="remainder", tl="remainder", arity=2,
+      summary="IEEE remainder: a - n * b, n = a / b rounded to nearest even")
+_math("fdim", op_eval.fdim, libdevice="fdim", tl="fdim", arity=2, summary="a - b where a > b, else +0")
+_math("rhypot", lambda x, y: 1.0 / np.hypot(x, y), libdevice="rhypot", tl="rhypot", arity=2,
+      summary="1 / sqrt(a**2 + b**2)")
+# Arithmetic rounded to nearest even, spelled as libdevice functions (one rounding of the exact result).
+for _n, _f in [("add_rn", np.add), ("sub_rn", np.subtract), ("mul_rn", np.multiply)]:
+    _math(_n, _f, libdevice=(f"__nv_f{_n}", f"__nv_d{_n}"), tl=_n, arity=2,
+          summary=f"a {'+-*'[['add_rn', 'sub_rn', 'mul_rn'].index(_n)]} b rounded to nearest even")
+_math("rcp_rn", lambda x: 1.0 / x, libdevice=("__nv_frcp_rn", "__nv_drcp_rn"), tl="rcp_rn",
+      summary="1 / x rounded to nearest even")
+
 # Memory.
 _def("tt.addptr", "pointer + offset (in elements)", elementwise=True)
 _def("tt.load", "read memory: (ptr [, mask [, other]]) or a block pointer with {boundary_check}", pure=False,

@@ -634,6 +634,9 @@ class Semantic:
         if not ct.is_floating():
             raise SemanticError(f"{what} needs floating-point operands, got "
                                 f"{', '.join(map(str, types))}; convert with .to(tl.float32)")
+        if ct.ir == "f64" and op.libdevice and op.libdevice[1] is None:
+            raise SemanticError(f"{what} takes float32 (libdevice has no float64 version); convert with "
+                                ".to(tl.float32)")
         xs = [self.const(a, ct) if weak else self.cast(x, ct) for a, x, weak in zip(raw, xs, scalar)]
         shape = self.broadcast_shapes(*[x.shape for x in xs])
         xs = [self.broadcast_to(x, shape) for x in xs]

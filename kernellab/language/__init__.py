@@ -61,7 +61,7 @@ _TENSOR_METHODS = {
                  "erf", "floor", "ceil", "sigmoid", "softmax", "cast"]
 }
 
-from . import extra, math  # noqa: E402,F401
+from . import extra, math, target_info  # noqa: E402,F401
 from .random import (  # noqa: E402,F401
     pair_uniform_to_normal,
     philox,

@@ -113,6 +113,47 @@ def a_fragment_from_accumulator(lw: KernelLowering, regs, i: int, k0: int, K: in
     return [out[0], out[1], out[2], out[3]]
 
 
+def a_fragment_8bit_from_accumulator(lw: KernelLowering, regs, i: int, k0: int, K: int):
+    """The four b32 registers of an 8-bit A fragment (m-tile i, k32 from k0) for wgmma, out of a tile in the #mma
+    layout. The fragment wants bytes k 4t..4t+3 and 16+4t..16+4t+3 of rows g and g+8 in lane t of each quad; the
+    #mma layout gives lane t the pairs k 2t, 2t+1 of each n8 tile (k 8j + 2t). So lane t needs the pairs of n-tiles
+    t/2 and 2 + t/2 from lanes 2(t%2) and 2(t%2)+1 of its quad. Each lane packs its pairs of n-tiles (0, 2) and
+    (1, 3) into two words; two shuffles give each lane one word from each of its two source lanes (every source
+    lane is read by exactly one lane per shuffle, so it offers the word that reader needs), and two byte
+    permutes (`prmt`) interleave them: per row half, 2 shuffles and 2 permutes for 2 registers."""
+    b = lw.b
+    per_row = K // 8
+    j0 = k0 // 8
+    t = b.and_(lw.lane, _cint(3))
+    odd = b.icmp_unsigned("!=", b.and_(t, _cint(1)), _cint(0))
+    hi = b.lshr(t, _cint(1))  # which of the two words a lane needs: n-tiles (0, 2) or (1, 3)
+    s0 = b.or_(b.and_(lw.lane, _cint(28)), b.shl(b.and_(t, _cint(1)), _cint(1)))
+    src_a = b.add(s0, hi)  # reads the word of pairs (t/2, 2 + t/2) from the even or odd lane ...
+    src_b = b.sub(b.add(s0, _cint(1)), hi)  # ... and from the other one
+    # E = the even lane's word, O = the odd lane's: reg (k 4t..) = E.lo16 | O.lo16 << 16, reg (k 16+4t..) the highs
+    sel_lo = b.select(b.icmp_unsigned("!=", hi, _cint(0)), _cint(0x1054), _cint(0x5410))
+    sel_hi = b.select(b.icmp_unsigned("!=", hi, _cint(0)), _cint(0x3276), _cint(0x7632))
+    shfl = lw.intrinsic("llvm.nvvm.shfl.sync.idx.i32", I32, [I32, I32, I32, I32])
+    prmt = ir.FunctionType(I32, [I32, I32, I32])
+
+    def pair(j, h):  # the two bytes (row g + 8h, k 8(j0+j) + 2t, +1) as 16 bits
+        base = (i * per_row + j0 + j) * 4 + 2 * h
+        vec = ir.Constant(ir.VectorType(regs[base].type, 2), None)
+        vec = b.insert_element(b.insert_element(vec, regs[base], _cint(0)), regs[base + 1], _cint(1))
+        return b.zext(b.bitcast(vec, ir.IntType(16)), I32)
+
+    out = {}
+    for h in (0, 1):
+        w02 = b.or_(pair(0, h), b.shl(pair(2, h), _cint(16)))
+        w13 = b.or_(pair(1, h), b.shl(pair(3, h), _cint(16)))
+        got_a = b.call(shfl, [_cint(-1), b.select(odd, w13, w02), src_a, _cint(31)])
+        got_b = b.call(shfl, [_cint(-1), b.select(odd, w02, w13), src_b, _cint(31)])
+        out[h, 0] = b.asm(prmt, "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", [got_a, got_b, sel_lo], False)
+        out[h, 1] = b.asm(prmt, "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", [got_a, got_b, sel_hi], False)
+    # the 8-bit A order: (rows g, k 0-15), (rows g+8, k 0-15), (rows g, k 16-31), (rows g+8, k 16-31)
+    return [out[0, 0], out[1, 0], out[0, 1], out[1, 1]]
+
+
 def dot_wgmma(lw: KernelLowering, op):
     b = lw.b
     a_v, b_v, c_v = op.operands
@@ -185,7 +226,8 @@ def dot_wgmma(lw: KernelLowering, op):
     fty = ir.FunctionType(ir.LiteralStructType([acc_t] * n_acc), ins + [acc_t] * n_acc)
     # A's fragments are packed before the fence: ptxas serializes wgmmas (C7514) when other instructions
     # run between them while a group is being issued
-    frags = {(k0, r): a_fragment_from_accumulator(lw, lw.regs(a_v), r, k0, K)
+    fragment = a_fragment_8bit_from_accumulator if kind.k == 32 else a_fragment_from_accumulator
+    frags = {(k0, r): fragment(lw, lw.regs(a_v), r, k0, K)
              for k0 in range(0, K, kind.k) for r in range(reps)} if a_regs else {}
     b_desc = _Descriptors(lw, b_off, b_t, b_kmajor, sb is not None or _fixed_tile(b_v))
     a_desc = None if a_regs else _Descriptors(lw, a_off, a_t, a_kmajor, sa is not None or _fixed_tile(a_v))

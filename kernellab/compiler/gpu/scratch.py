@@ -99,21 +99,28 @@ def a_from_registers(op) -> bool:
     """Whether a tensor-core dot takes its A operand straight from registers: A is itself an mma
     accumulator tile (attention's probabilities) split over the same warps along M and not split along
     K, so each thread already holds exactly the A fragments mma.sync (and wgmma with A in registers)
-    wants: two adjacent n8 accumulator tiles are one k16 A fragment."""
+    wants: two adjacent n8 accumulator tiles are one k16 A fragment. fp8 A tiles of a wgmma dot too (FA3's fp8
+    probabilities): a k32 fragment's bytes sit in other lanes of the quad, and two shuffles per register pair
+    bring them (`a_fragment_8bit_from_accumulator`) instead of a round trip through shared memory and a barrier.
+    KERNELLAB_FP8_A_REGS=0 stages fp8 A tiles in shared memory as before (to compare)."""
+    import os
+
     from .layouts import Mma
 
     a = op.operands[0].type
     lay = getattr(a, "layout", None)
     if not (isinstance(lay, Mma) and lay.warps[1] == 1 and lay.warps[0] == op.attrs["mma"][0]):
         return False
-    if a.shape[1] % 16 == 0 and a.scalar.ir in ("f16", "bf16"):
-        return True
+    if a.scalar.ir in ("f16", "bf16"):
+        return a.shape[1] % 16 == 0
+    if a.scalar.ir in ("f8e4nv", "f8e5"):
+        return a.shape[1] % 32 == 0 and is_wgmma(op) and os.environ.get("KERNELLAB_FP8_A_REGS", "1") != "0"
     # fp32 on mma.sync m16n8k8.tf32 where passes/register_dot_operand.py put A there (`a_in_registers`): each 16x8
     # accumulator block is one k-step's A fragment with k permuted (columns 2t, 2t + 1 as the instruction's slots
     # t, t + 4); B is read to match. An fp32 accumulator fed to a second dot as it is (fla's parallel attention's
     # probabilities) stays staged: held in registers through the mma.syncs it spilled more (248 -> 384 bytes)
-    return (a.scalar.ir == "f32" and a.shape[1] % 8 == 0 and not is_wgmma(op) and op.attrs.get("a_in_registers")
-            and op.attrs.get("instr") == "mma.sync.m16n8k8.tf32")
+    return bool(a.scalar.ir == "f32" and a.shape[1] % 8 == 0 and not is_wgmma(op) and op.attrs.get("a_in_registers")
+                and op.attrs.get("instr") == "mma.sync.m16n8k8.tf32")
 
 
 def is_wgmma(op) -> bool:
