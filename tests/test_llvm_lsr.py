@@ -74,3 +74,44 @@ def test_kernels_without_a_dot_loop_keep_lsr():
     ck = row_sum.warmup(x, y, 1000, BLOCK=256, grid=(1,))
     ck.build_gpu()
     assert "strength reduction off" not in ck.trace.stage("ptx").description
+
+
+# KERNELLAB_LLVM_LSR=carried: off only where a loop with a dot carries an address (a pointer or pointer tile, or a
+# 64-bit offset); a loop that rebuilds its addresses from the induction variable each iteration keeps LSR (fla's
+# chunk_fwd_kernel_h: its int64 `i_t * BT + arange(BT)` stayed 16 64-bit loop invariants without it).
+_LOOP = """
+#L0 = #blocked<[1, 4], [4, 8], [1, 1], [1, 0]>
+#L2 = #mma<[1, 1]>
+tt.func @k(%a: tensor<32x32xf32, #L0>, %b: tensor<32x32xf32, #L0>, %p: tensor<32x32x!ptr<f32>, #L2>, %n: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %zero = arith.constant {value = 0.0} : tensor<32x32xf32, #L2>
+  %acc, %x = scf.for %c0, %n, %c1, %zero, CARRY : tensor<32x32xf32, #L2>, CTYPE {
+  ^bb(%i: i32, %acc0: tensor<32x32xf32, #L2>, %x0: CTYPE):
+    %d = tt.dot %a, %b, %acc0 {input_precision = "tf32", instr = "mma.sync.m16n8k8.tf32", mma = [1, 1]} : tensor<32x32xf32, #L2>
+    scf.yield %d, %x0
+  }
+  tt.store %p, %acc
+  tt.return
+}
+"""
+
+
+@pytest.mark.parametrize("carry, ctype, carries", [
+    ("%p", "tensor<32x32x!ptr<f32>, #L2>", True),  # a pointer tile
+    ("%o", "i64", True),                             # strength_reduce_pointers' 64-bit offset
+    ("%c1", "i32", False),                           # a stage index
+])
+def test_carried_mode(carry, ctype, carries, monkeypatch):
+    from kernellab.compiler import backend
+    from kernellab.compiler.parser import parse_module
+
+    text = _LOOP.replace("CARRY", carry).replace("CTYPE", ctype)
+    if carry == "%o":
+        text = text.replace("  %c0 = arith", "  %o = arith.constant {value = 0} : i64\n  %c0 = arith", 1)
+    m = parse_module(text)
+    assert backend._dot_loop_carries_addresses(m) == carries
+    monkeypatch.setenv("KERNELLAB_LLVM_LSR", "carried")
+    assert backend._llvm_lsr(m) == (not carries)
+    monkeypatch.delenv("KERNELLAB_LLVM_LSR")
+    assert backend._llvm_lsr(m) is False  # the default: off for every dot loop

@@ -151,3 +151,87 @@ def test_tiles_are_staged_and_nothing_spills(decay):
     assert ("side_stages" in gpu_ir) == decay
     # before: 94 registers / 255 and 12 bytes of spills with the decay; Triton 3.6 on this text: 126 / 168, none
     assert ck.n_spills == 0 and ck.n_regs <= (126 if not decay else 168), ck.n_regs
+
+
+# KERNELLAB_REGISTER_DOT_OPERAND=1 (passes/register_dot_operand.py): the decayed k (`kt * exp2(g_last - gt)`) is
+# computed in the #mma layout and handed to mma.sync from registers, k permuted within each step (B's rows read to
+# match): no staging store, barrier or ldmatrix for it, and v's stage goes back to its load's order (16-byte copies).
+@needs_ptxas
+def test_register_operand_compiles(monkeypatch):
+    monkeypatch.setenv("KERNELLAB_REGISTER_DOT_OPERAND", "1")
+    decayed_state.device_caches.clear()
+    try:
+        ck = _compile(True)
+    finally:
+        decayed_state.device_caches.clear()
+    gpu_ir = ck.asm["gpu"]
+    assert "a_in_registers = true" in gpu_ir and "!memdesc<2x64x32xf32, order=1,0, pad=4>" in gpu_ir, gpu_ir
+    ptx = ck.asm["ptx"]
+    assert "ldmatrix" not in ptx and ptx.count("mma.sync.aligned.m16n8k8") == 64
+    assert "cp.async.cg.shared.global" in ptx
+    # before: 168 registers (Triton 3.6 on this text: 168)
+    assert ck.n_spills == 0 and ck.n_regs <= 112, ck.n_regs
+
+
+@gpu
+@pytest.mark.parametrize("decay", [False, True])
+@pytest.mark.parametrize("warps,stages", [(1, 1), (1, 2), (1, 3), (2, 2), (4, 3)])
+@pytest.mark.parametrize("T", [200, 256])
+def test_gpu_register_operand(decay, warps, stages, T, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_REGISTER_DOT_OPERAND", "1")
+    decayed_state.device_caches.clear()
+    try:
+        _run("cuda", warps, stages, decay, T=T)
+    finally:
+        decayed_state.device_caches.clear()
+
+
+@kl.jit
+def chained(Q, Kp, V, O, M: tl.constexpr, N: tl.constexpr, D: tl.constexpr, E: tl.constexpr):
+    """O = ((Q @ K^T) * 0.5) @ V in fp32 (tf32 dots): the first dot's accumulator, scaled, is the second's A
+    (KERNELLAB_REGISTER_DOT_OPERAND=2 hands it to mma.sync from registers)."""
+    rm, rn, rd, re_ = tl.arange(0, M), tl.arange(0, N), tl.arange(0, D), tl.arange(0, E)
+    q = tl.load(Q + rm[:, None] * D + rd[None, :])
+    kt = tl.load(Kp + rn[None, :] * D + rd[:, None])
+    v = tl.load(V + rn[:, None] * E + re_[None, :])
+    s = tl.dot(q, kt) * 0.5
+    tl.store(O + rm[:, None] * E + re_[None, :], tl.dot(s, v))
+
+
+def _chained(device, warps, M=32, N=64, D=32, E=32):
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((M, D), (N, D), (N, E)))
+    o = torch.full((M, E), float("nan"), device=device)
+    chained[(1,)](*(t.float().to(device) for t in (q, k, v)), o, M=M, N=N, D=D, E=E, num_warps=warps)
+    want = ((q @ k.T) * 0.5) @ v
+    torch.testing.assert_close(o.double().cpu(), want, rtol=2e-2, atol=5e-2 * want.abs().max().item())
+
+
+def test_interpreter_chained():
+    _chained("cpu", 1)
+
+
+@needs_ptxas
+def test_chained_accumulator_from_registers(monkeypatch):
+    monkeypatch.setenv("KERNELLAB_REGISTER_DOT_OPERAND", "2")
+    chained.device_caches.clear()
+    try:
+        ck = chained.warmup(torch.float32, torch.float32, torch.float32, torch.float32, M=32, N=64, D=32, E=32,
+                            num_warps=1, grid=(1,)).build_gpu()
+    finally:
+        chained.device_caches.clear()
+    assert ck.asm["gpu"].count("a_in_registers = true") == 1 and ck.n_spills == 0
+    # 2 m-tiles x 8 n-tiles x 4 k-steps, then 2 x 4 x 8
+    assert ck.asm["ptx"].count("mma.sync.aligned.m16n8k8") == 128
+
+
+@gpu
+@pytest.mark.parametrize("knob", ["0", "2"])
+@pytest.mark.parametrize("warps", [1, 2])
+def test_gpu_chained(knob, warps, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_REGISTER_DOT_OPERAND", knob)
+    chained.device_caches.clear()
+    try:
+        _chained("cuda", warps)
+    finally:
+        chained.device_caches.clear()

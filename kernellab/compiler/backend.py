@@ -22,6 +22,7 @@ from .codegen.target import Target
 from .gpu.options import GpuOptions
 from .ir import Module
 from .pipeline import CompileTrace, record_module, run_gpu_pipeline, run_tile_pipeline, tile_passes
+from .types import TensorType
 from .verifier import verify
 
 
@@ -91,12 +92,33 @@ def _dot_in_loop(module: Module) -> bool:
                for fn in module.functions for op in fn.walk())
 
 
+def _dot_loop_carries_addresses(module: Module) -> bool:
+    """Whether a loop with a dot carries an address from one iteration to the next: a pointer, a tile of
+    pointers, or a 64-bit scalar (strength_reduce_pointers' offset form, the pipeliner's `_ahead` copies)."""
+    for fn in module.functions:
+        for op in fn.walk():
+            if op.name != "scf.for" or not any(o.name == "tt.dot" for o in op.walk()):
+                continue
+            for arg in op.regions[0].args:
+                t = arg.type
+                scalar = getattr(t, "scalar", t)
+                if scalar.is_ptr() or (not isinstance(t, TensorType) and getattr(scalar, "ir", "") in ("i64", "u64")):
+                    return True
+    return False
+
+
 def _llvm_lsr(module: Module) -> bool:
     """LLVM's loop strength reduction, off for kernels with a dot in a loop (see llvm_to_ptx).
-    KERNELLAB_LLVM_LSR=on/off overrides the choice, to measure it."""
+    KERNELLAB_LLVM_LSR=on/off overrides the choice, to measure it; =carried turns it off only where such a loop
+    carries its addresses (what it was turned off for): a loop that rebuilds its pointers from the induction variable
+    each iteration (fla's chunk kernels: `o_t = i_t * BT + arange(BT)` in int64) keeps LSR, which carries one offset
+    instead of a 64-bit index per register (fla chunk_fwd_kernel_h with USE_GK: 168 -> 108 registers with
+    KERNELLAB_REGISTER_DOT_OPERAND=1; Triton 96)."""
     forced = os.environ.get("KERNELLAB_LLVM_LSR", "").lower()
     if forced in ("on", "off"):
         return forced == "on"
+    if forced == "carried":
+        return not _dot_loop_carries_addresses(module)
     return not _dot_in_loop(module)
 
 

@@ -176,6 +176,9 @@ def _dot_mma(lw: KernelLowering, op):
     for step, k0 in enumerate(range(0, K, instr.k)):
         a_frags = []
         for i in range(n_mt):
+            if a_regs and tf32:
+                a_frags.append(_tf32_a_fragment(lw, lw.regs(a_v), i, k0, K))
+                continue
             if a_regs:
                 a_frags.append(a_fragment_from_accumulator(lw, lw.regs(a_v), i, k0, K))
                 continue
@@ -187,10 +190,14 @@ def _dot_mma(lw: KernelLowering, op):
                          b.add(b.mul(warp_m, _cint(16)), b.add(b.mul(lo, _cint(8)), _cint(i * 16 * wm))))
             a_frags.append(_ldmatrix(lw, p, 4, trans=not a_kc))
         b_frags = []
-        if b_bytes:
+        if a_regs and tf32:  # k permuted as A's registers are (`_tf32_a_fragment`): rows k0 + 2t, k0 + 2t + 1
+            b_frags = [_tf32_b_pair(lw, b_off, sb, b_kc, wrap(b.add(b.add(b.mul(warp_n, _cint(tn)), _cint(j * 8)),
+                                                                 b.lshr(lane, _cint(2))), N, 8), k0)
+                       for j in range(n_nt)]
+        elif b_bytes:
             b_frags = [_b_bytes(lw, b_off, sb, b.add(b.mul(warp_n, _cint(tn)), _cint(j * 8)), k0, N)
                        for j in range(n_nt)]
-        for j in range(0, n_nt if not b_bytes else 0, 2):
+        for j in range(0, n_nt if not b_bytes and not (a_regs and tf32) else 0, 2):
             n = b.add(b_n, _cint(j * 8))
             if b_kc:   # stored [N][K]: lane rows are n
                 p = addr(b_off, sb, wrap(b.add(n, row8), N, 8), b.add(b_k, _cint(k0)))
@@ -218,6 +225,35 @@ def _dot_mma(lw: KernelLowering, op):
                 for q in range(nc):
                     acc[base + q] = b.extract_value(out, q)
     lw.put(res, unpack_halves(lw, acc) if nc == 2 else acc)
+
+
+def _tf32_a_fragment(lw: KernelLowering, regs, i: int, k0: int, K: int):
+    """m16n8k8.tf32's four A registers for m-tile i and k-step k0 from a tile held in the #mma layout (fp32): its
+    16x8 block (i, k0 / 8) holds rows g, g + 8 and columns 2t, 2t + 1 in registers (g, 2t), (g, 2t + 1), (g + 8,
+    2t), (g + 8, 2t + 1). The instruction wants (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4): column 2t is fed as
+    k slot t and 2t + 1 as slot t + 4 (B's rows likewise: `_tf32_b_pair`), rounded to tf32 as a staged tile is."""
+    b = lw.b
+    base = (i * (K // 8) + k0 // 8) * 4
+    cvt = ir.FunctionType(I32, [F32])
+    q = [b.asm(cvt, "cvt.rna.tf32.f32 $0, $1;", "=r,f", [regs[base + r]], side_effect=False) for r in range(4)]
+    return [q[0], q[2], q[1], q[3]]
+
+
+def _tf32_b_pair(lw: KernelLowering, off, stride: int, k_contiguous: bool, n, k0: int):
+    """This lane's two B registers of an m16n8k8.tf32 whose k slots t, t + 4 are rows k0 + 2t, k0 + 2t + 1 (the
+    permutation of `_tf32_a_fragment`), column n: from a stage stored [N][K] one 8-byte ld.shared, from [K][N]
+    two 4-byte ones."""
+    b = lw.b
+    k = b.add(b.mul(b.and_(lw.lane, _cint(3)), _cint(2)), _cint(k0))
+    if k_contiguous:
+        addr = b.add(lw.smem32, b.add(off, b.mul(b.add(b.mul(n, _cint(stride)), k), _cint(4))))
+        x = b.load(b.inttoptr(addr, SPTR), typ=ir.VectorType(I32, 2), align=8)
+        return [b.extract_element(x, _cint(0)), b.extract_element(x, _cint(1))]
+    out = []
+    for r in (0, 1):
+        addr = b.add(lw.smem32, b.add(off, b.mul(b.add(b.mul(b.add(k, _cint(r)), _cint(stride)), n), _cint(4))))
+        out.append(b.load(b.inttoptr(addr, SPTR), typ=I32, align=4))
+    return out
 
 
 def _b_bytes(lw: KernelLowering, off, stride: int, n0, k0: int, N: int):

@@ -113,8 +113,14 @@ def a_from_registers(op) -> bool:
         return False
     if a.scalar.ir in ("f16", "bf16"):
         return a.shape[1] % 16 == 0
-    return (a.scalar.ir in ("f8e4nv", "f8e5") and a.shape[1] % 32 == 0 and is_wgmma(op)
-            and os.environ.get("KERNELLAB_FP8_A_REGS", "1") != "0")
+    if a.scalar.ir in ("f8e4nv", "f8e5"):
+        return a.shape[1] % 32 == 0 and is_wgmma(op) and os.environ.get("KERNELLAB_FP8_A_REGS", "1") != "0"
+    # fp32 on mma.sync m16n8k8.tf32 where passes/register_dot_operand.py put A there (`a_in_registers`): each 16x8
+    # accumulator block is one k-step's A fragment with k permuted (columns 2t, 2t + 1 as the instruction's slots
+    # t, t + 4); B is read to match. An fp32 accumulator fed to a second dot as it is (fla's parallel attention's
+    # probabilities) stays staged: held in registers through the mma.syncs it spilled more (248 -> 384 bytes)
+    return bool(a.scalar.ir == "f32" and a.shape[1] % 8 == 0 and not is_wgmma(op) and op.attrs.get("a_in_registers")
+                and op.attrs.get("instr") == "mma.sync.m16n8k8.tf32")
 
 
 def is_wgmma(op) -> bool:
