@@ -637,8 +637,10 @@ def test_gpu_persistent_matches_the_kernel_as_written(monkeypatch, out, P):
         elif tiles <= torch.cuda.get_device_properties(0).multi_processor_count:
             assert st.last == 0  # auto: one wave runs as written
             continue
-        else:
+        elif st.fused():
             assert st.last >= 1
+        else:  # auto: the GPU build kept the nest (fp32 128x256 output tile + stages over shared memory)
+            assert st.last == 0
         assert st.variant is not None, st.refused
 
 

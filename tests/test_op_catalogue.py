@@ -341,7 +341,7 @@ REF = {"tanh": np.tanh, "sinh": np.sinh, "cosh": np.cosh, "tan": np.tan, "asin":
        # CUDA's fast intrinsics: the exact function (the GPU's error bounds are checked against the interpreter)
        "fast_expf": np.exp, "fast_logf": np.log, "fast_log2f": np.log2, "fast_log10f": np.log10,
        "fast_exp10f": lambda x: 10.0 ** x, "fast_sinf": np.sin, "fast_cosf": np.cos, "fast_tanf": np.tan,
-       "fast_powf": np.power,
+       "fast_powf": lambda x, y: np.exp2(y * np.log2(x)),  # __powf's definition: NaN for x < 0, pow(0, 0)
        "sinpi": lambda x: _mp_float(mpmath.sinpi, x), "cospi": lambda x: _mp_float(mpmath.cospi, x),
        "erfcinv": lambda x: _mp_float(lambda v: mpmath.erfinv(1 - v), x, domain=(0, 2), ends=(math.inf, -math.inf)),
        "erfcx": lambda x: _mp_float(lambda v: mpmath.exp(v * v) * mpmath.erfc(v), x, at_inf=(math.inf, 0.0)),

@@ -562,6 +562,14 @@ def cospi(x):
         return np.where(np.isinf(x), np.nan, np.sin(np.pi * (0.5 - r)))
 
 
+def fast_pow(x, y):
+    """CUDA's __powf: exp2(y * log2(x)), so a negative base gives NaN and pow(0, 0) NaN (where C's pow gives a
+    value): the interpreter computes what the intrinsic defines, at float64 precision."""
+    x, y = np.asarray(x, F64), np.asarray(y, F64)
+    with np.errstate(all="ignore"):
+        return np.exp2(y * np.log2(x))
+
+
 def logb(x):
     """The unbiased exponent of x as a float: floor(log2 |x|) (-inf at 0, +inf at +-inf, NaN at NaN)."""
     x = np.asarray(x, F64)

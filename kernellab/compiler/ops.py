@@ -192,7 +192,8 @@ for _n, _f, _base in [("fast_expf", np.exp, "exp"), ("fast_logf", np.log, "log")
                       ("fast_log10f", np.log10, "log10"), ("fast_exp10f", op_eval.exp10, "exp10"),
                       ("fast_sinf", np.sin, "sin"), ("fast_cosf", np.cos, "cos"), ("fast_tanf", np.tan, "tan")]:
     _math(_n, _f, libdevice=(f"__nv_{_n}", f"__nv_{_base}"), tl=_n)
-_math("fast_powf", np.power, libdevice=("__nv_fast_powf", "__nv_pow"), tl="fast_powf", arity=2)
+_math("fast_powf", op_eval.fast_pow, libdevice=("__nv_fast_powf", None), tl="fast_powf", arity=2,
+      summary="exp2(b * log2(a)) (CUDA's __powf: NaN for a < 0; float32 only)")
 for _n, _f in [("sinpi", op_eval.sinpi), ("cospi", op_eval.cospi),
                ("erfcinv", op_eval.erfcinv), ("erfcx", op_eval.erfcx), ("normcdf", op_eval.ndtr),
                ("normcdfinv", op_eval.ndtri), ("rcbrt", lambda x: 1.0 / np.cbrt(x)), ("logb", op_eval.logb)]:
