@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 
 from ..compiler.passes.make_persistent import TILES
-from .variant import VariantState
+from .variant import VariantState, cached_state
 
 KNOB = "KERNELLAB_PERSISTENT"
 INTERPRETER_SMS = 132  # what `on` assumes on the interpreter (an H200, one resident block per SM)
@@ -102,13 +102,7 @@ class PersistentState(VariantState):
 def state(fn, ck):
     """The PersistentState of compiled kernel `ck` of JITFunction `fn` (None when it was compiled without the
     inputs a variant needs)."""
-    st = getattr(ck, "_persistent_state", None)
-    if st is None:
-        inputs = getattr(ck, "_split_inputs", None)
-        if inputs is None:
-            return None
-        st = ck._persistent_state = PersistentState(fn, ck, inputs)
-    return st
+    return cached_state(PersistentState, "_persistent_state", fn, ck)
 
 
 def fast_wrapper(st: PersistentState, go, device):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from ..compiler.passes.split_k import COUNTERS, WORKSPACE, evaluate_trip
-from .variant import VariantState, lazy_launcher  # noqa: F401  (lazy_launcher: jit.py's name for it here)
+from .variant import VariantState, cached_state, lazy_launcher  # noqa: F401  (lazy_launcher: jit.py's name for it here)
 
 KNOB = "KERNELLAB_SPLIT_K"
 MIN_ITERS = 8  # a split's iterations: fewer leave the partial tile's write and the sum too large a share
@@ -98,13 +98,7 @@ class SplitState(VariantState):
 def state(fn, ck):
     """The SplitState of compiled kernel `ck` of JITFunction `fn` (None when it was compiled without the inputs a
     variant needs)."""
-    st = getattr(ck, "_split_state", None)
-    if st is None:
-        inputs = getattr(ck, "_split_inputs", None)
-        if inputs is None:
-            return None
-        st = ck._split_state = SplitState(fn, ck, inputs)
-    return st
+    return cached_state(SplitState, "_split_state", fn, ck)
 
 
 def fast_wrapper(st: SplitState, go, device):

@@ -75,6 +75,19 @@ class VariantState:
         return self.sms[device]
 
 
+def cached_state(cls, slot: str, fn, ck):
+    """The `cls` state (a VariantState subclass) of compiled kernel `ck` of JITFunction `fn`, made once and kept on
+    `ck` under `slot`; None when `ck` was compiled without the inputs a variant needs."""
+    st = getattr(ck, slot, None)
+    if st is None:
+        inputs = getattr(ck, "_split_inputs", None)
+        if inputs is None:
+            return None
+        st = cls(fn, ck, inputs)
+        setattr(ck, slot, st)
+    return st
+
+
 def lazy_launcher(ck):
     """A warm launcher for `ck` that builds and loads it on its first launch (a kernel whose launches so far all ran
     a variant)."""
