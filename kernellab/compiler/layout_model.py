@@ -12,7 +12,8 @@ What it offers (and all a view may use besides the CompileTrace):
 - `thread_part(info, lane, warp)`: the thread's part of the element index along one dimension; the element
   a thread holds in register r is ((thread part + registers[r][d]) mod size) along each dimension d.
 - `coalescing(...)`: the dense-tile model of a warp's global accesses (recorded per access in the trace).
-- `conversion_pitch`, `contiguous_run`: how a layout conversion's scratch is laid out and accessed.
+- `conversion_pitch`, `contiguous_run`, `access_wavefronts`: how a layout conversion's scratch is laid out and
+  accessed, and the bank conflicts of an access.
 - `shared_byte(tile, r, c)`: the byte offset of element (r, c) of a shared-memory tile (`SharedTile`),
   swizzled or padded as the code generator places it.
 """
@@ -21,12 +22,12 @@ from __future__ import annotations
 import functools
 
 from .gpu.layouts import WARP_SIZE, Blocked, DimInfo, Layout, Mma, Slice, parse_layout, sliced_infos
-from .gpu.scratch import contiguous_run, conversion_pitch
+from .gpu.scratch import access_wavefronts, contiguous_run, conversion_pitch
 from .trace import Coalescing, SharedTile
 
 __all__ = ["WARP_SIZE", "SECTOR_BYTES", "Layout", "Blocked", "Slice", "Mma", "DimInfo", "parse_layout",
            "as_layout", "sliced_infos", "thread_part", "coalescing", "conversion_pitch", "contiguous_run",
-           "shared_byte"]
+           "access_wavefronts", "shared_byte"]
 
 SECTOR_BYTES = 32  # what a global-memory transaction fetches
 

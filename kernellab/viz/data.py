@@ -377,31 +377,13 @@ def bank_conflicts(layout, shape, num_warps: int, elem_bytes: int = 4, base: int
     128 bytes (16 lanes for 8-byte accesses, 8 for 16-byte ones)."""
     lay = LM.as_layout(layout)
     shape = tuple(shape)
-    infos = lay.dims_info(shape)
-    regs = lay.registers(shape)
-    rowmajor, acc = [0] * len(shape), 1
-    for d in reversed(range(len(shape))):
-        rowmajor[d] = acc
-        acc *= (pitch or shape[d]) if d == len(shape) - 1 else shape[d]
-    width = elem_bytes * vec
-    per_phase = WARP_SIZE if width <= BANK_BYTES else max(1, WARP_SIZE * BANK_BYTES // width)
     worst, total, n = 1, 0, 0
     for warp in range(num_warps):
-        parts = [[LM.thread_part(info, lane, warp) for info in infos] for lane in range(WARP_SIZE)]
-        for offs in regs[::vec]:
-            ways = 1
-            for first in range(0, WARP_SIZE, per_phase):
-                banks: dict = {}
-                for lane in range(first, first + per_phase):
-                    lin = sum(((p + o) % info.size) * s for p, o, info, s in zip(parts[lane], offs, infos, rowmajor))
-                    a = base + lin * elem_bytes
-                    for word in range(a // BANK_BYTES, (a + width - 1) // BANK_BYTES + 1):
-                        banks.setdefault(word % BANKS, set()).add(word)
-                ways = max(ways, max(len(w) for w in banks.values()))
-            worst = max(worst, ways)
-            total += ways
+        for fronts in LM.access_wavefronts(lay, shape, elem_bytes, pitch, vec, warp, base):
+            worst = max(worst, max(fronts))
+            total += max(fronts)
             n += 1
-    return {"ways": worst, "avg_ways": total / max(n, 1), "instructions": len(regs[::vec])}
+    return {"ways": worst, "avg_ways": total / max(n, 1), "instructions": len(lay.registers(shape)[::vec])}
 
 
 

@@ -1,6 +1,7 @@
 """How many bytes of shared-memory scratch an op needs in its layout, and why."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from ..types import TensorType
@@ -313,12 +314,91 @@ def conversion_pitch(shape, elem_bytes: int, layouts=()) -> int:
     rather than 4). KERNELLAB_MMA32_PAD=16 gives the MMA side 16 bytes again (kept to time the two)."""
     if not shape:
         return 1
-    if len(shape) != 2 or shape[0] == 1 or (shape[1] * elem_bytes) % 128 or elem_bytes > 16:
+    if len(shape) != 2 or shape[0] == 1 or elem_bytes > 16:
         return shape[-1]
-    pad = 16
-    if elem_bytes == 4 and _mma_pad32() and any(isinstance(lay, Mma) for lay in layouts):
-        pad = 32
-    return shape[-1] + pad // elem_bytes
+    if any(isinstance(lay, Mma) for lay in layouts) or len(layouts) != 2 or \
+            os.environ.get("KERNELLAB_CONVERSION_PITCH", "").lower() == "rows":
+        if (shape[1] * elem_bytes) % 128:
+            return shape[-1]
+        pad = 16
+        if elem_bytes == 4 and _mma_pad32() and any(isinstance(lay, Mma) for lay in layouts):
+            pad = 32
+        return shape[-1] + pad // elem_bytes
+    return _fewest_wavefronts_pitch(shape, elem_bytes, layouts)
+
+
+def _fewest_wavefronts_pitch(shape, elem_bytes: int, layouts) -> int:
+    """Between blocked layouts (a transpose, a change of vector width), the row pitch whose accesses by both
+    sides take the fewest shared-memory wavefronts: the 16-byte rule's pitch unless padding of 0, 4, 8, 16 or 32
+    bytes a row, each side moving the widest vectors that pitch allows (`contiguous_run`), takes fewer. The rule
+    suits sides that both run along rows; a side whose lanes step down columns hits one bank with it (a
+    transposed 64x64 fp16 tile: rows 8 apart are 8 x 144 bytes, 8 lanes on one bank), where 4 bytes of padding
+    leaves 2. KERNELLAB_CONVERSION_PITCH=rows keeps the rule everywhere (kept to time the two)."""
+    rule = shape[-1] + (16 // elem_bytes if (shape[1] * elem_bytes) % 128 == 0 else 0)
+
+    def cost(pitch):
+        """(wavefronts, accesses) of both sides: fewer wavefronts first, then fewer (wider) accesses."""
+        costs = [_wavefronts(lay, shape, elem_bytes, pitch) for lay in layouts]
+        if None in costs:
+            return None
+        return sum(costs), sum(len(lay.registers(shape)) // contiguous_run(lay, shape, elem_bytes, pitch)
+                               for lay in layouts)
+
+    best = (cost(rule), rule)
+    if best[0] is None:  # a side the model does not cover
+        return rule
+    for pad_bytes in (0, 4, 8, 16, 32):
+        pitch = shape[-1] + pad_bytes // elem_bytes
+        if pad_bytes % elem_bytes or pitch == rule:
+            continue
+        c = cost(pitch)
+        if c < best[0]:
+            best = (c, pitch)
+    return best[1]
+
+
+def access_wavefronts(layout, shape, elem_bytes: int, pitch=None, vec: int = 1, warp: int = 0, base: int = 0):
+    """Per access of one warp (`vec` consecutive registers of `layout` at their row-major index in a scratch
+    with rows `pitch` elements apart, plus `base` bytes), per phase of the warp (32 lanes for up to 4 bytes a
+    lane, 16 for 8, 8 for 16: 128 bytes each): the shared-memory wavefronts it takes, i.e. the most distinct
+    4-byte words any of the 32 banks serves (one word read by many lanes is one broadcast)."""
+    infos = layout.dims_info(shape)
+    regs = layout.registers(shape)
+    strides, acc = [0] * len(shape), 1
+    for d in reversed(range(len(shape))):
+        strides[d] = acc
+        acc *= (pitch or shape[d]) if d == len(shape) - 1 else shape[d]
+    width = elem_bytes * vec
+    phase = 32 if width <= 4 else max(1, 128 // width)
+    parts = [[((warp // i.warp_div) % i.warps) * i.warp_stride + ((lane // i.lane_div) % i.lanes) * i.lane_stride
+              for i in infos] for lane in range(32)]
+    out = []
+    for off in regs[::vec]:
+        addrs = [base + sum(((p + o) % i.size) * st for p, o, i, st in zip(lane, off, infos, strides)) * elem_bytes
+                 for lane in parts]
+        fronts = []
+        for p0 in range(0, 32, phase):
+            banks: dict = {}
+            for a in addrs[p0:p0 + phase]:
+                for w in range(a // 4, (a + width - 1) // 4 + 1):
+                    banks.setdefault(w % 32, set()).add(w)
+            fronts.append(max(len(ws) for ws in banks.values()))
+        out.append(fronts)
+    return out
+
+
+def _wavefronts(layout, shape, elem_bytes: int, pitch: int):
+    """All wavefronts warp 0 takes to move its registers of `layout` to or from the scratch in vectors of
+    `contiguous_run` registers; None for layouts with copies or of other kinds (only the representative copy
+    writes: not the plain pattern modeled here)."""
+    from .layouts import Bits
+
+    if not isinstance(layout, (Blocked, Bits)) or any(i.replicated for i in layout.dims_info(shape)):
+        return None
+    v = contiguous_run(layout, shape, elem_bytes, pitch)
+    return sum(sum(f) for f in access_wavefronts(layout, shape, elem_bytes, pitch, v))
+
+
 
 
 def _mma_pad32() -> bool:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from ..gpu import block_ptr
 from ..gpu.axis_info import AxisAnalysis
+from ..gpu.layouts import Blocked
 from ..gpu.scratch import scratch_bytes
 from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
@@ -126,6 +127,10 @@ def _qualifies(op: Op, fn, axis):
         return None, "the tile's contiguous extent cannot be swizzled", None
     if t.shape[order[1]] > 256:
         return None, "the tile is over 256 rows (a TMA box dim holds at most 256)", None
+    if squeezed is None and _across(v, order[0]):
+        return None, ("the tile's registers run across the tensor's contiguous dim (a transposing store): "
+                      "staging it would write 2-byte pieces to one bank; converted and stored by st.global, "
+                      "as Triton stores a block pointer"), None
     args = (bp, t.scalar.bits // 8, op.attrs.get("boundary_check"), fn.args, axis)
     operands, why = block_ptr.tma_operands(*args)
     if operands is None and ("computed in the kernel" in why or "per-program offset" in why):
@@ -142,6 +147,20 @@ def _qualifies(op: Op, fn, axis):
     if d is not None and d.name == "ttg.convert_layout" and len(v.uses) == 1:
         v = d.operands[0]  # local_store writes any layout: the conversion for st.global goes
     return buf_t, operands, v
+
+
+def _across(v, contiguous: int) -> bool:
+    """Whether the registers of the stored tile (before its conversion to the store's layout, which the TMA path
+    drops) are blocked along another dim than the tensor's contiguous one, several to a thread: each would go to
+    the swizzled buffer as its own st.shared, lanes 8 rows apart on one bank."""
+    d = v.defining_op
+    if d is not None and d.name == "ttg.convert_layout" and len(v.uses) == 1:
+        v = d.operands[0]
+    lay = getattr(v.type, "layout", None)
+    if not isinstance(lay, Blocked):
+        return False
+    fast = lay.order[0]
+    return fast != contiguous and lay.spt[fast] > 1
 
 
 class _Made(list):
