@@ -44,8 +44,6 @@ MAX_WARPS_PER_SM = 64
 MAX_BLOCKS_PER_SM = 32
 REG_ALLOC_UNIT = 256  # registers, per warp
 SMEM_RESERVED_PER_BLOCK = 1024
-BANKS = 32
-BANK_BYTES = 4
 SECTOR_BYTES = LM.SECTOR_BYTES
 
 # --------------------------------------------------------------------------- passes
