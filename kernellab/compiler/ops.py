@@ -279,8 +279,8 @@ _def("ttg.tma_store", "one thread starts TMA stores of a stage's tile to a block
 _def("ttg.tma_store_wait", "wait until at most {pending} TMA store groups may still read their buffers "
      "(cp.async.bulk.wait_group.read): (the buffers' views)", pure=False)
 _def("ttg.mbarrier_wait", "every thread waits until the stage's mbarrier completes the phase with this parity "
-     "(where the optional pred holds; {fence_proxy}: then orders the generic-proxy writes it saw before its "
-     "async-proxy reads)", pure=False)
+     "(where the optional pred holds; {warpgroup}: only that consumer warpgroup's threads, the turns tell the other; "
+     "{fence_proxy}: then orders the generic-proxy writes it saw before its async-proxy reads)", pure=False)
 _def("ttg.async_arrive", "every thread: the mbarrier counts one arrival once all the thread's earlier cp.async copies "
      "have landed (cp.async.mbarrier.arrive.noinc)", pure=False)
 _def("ttg.mbarrier_arrive", "one arrival per warp (lane 0) on the mbarrier where pred holds", pure=False)
