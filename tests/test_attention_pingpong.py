@@ -36,7 +36,7 @@ def pass_stats(ck, name="pingpong"):
     return next(p.stats for p in ck.trace.passes if p.name == name)
 
 
-def build(S, D, BN, stages, warps, causal, env: dict, monkeypatch, tmp_path):
+def build(S, D, BN, stages, warps, causal, env: dict, monkeypatch, tmp_path, BM=128):
     """The descriptor text built for sm_90a under `env` (the in-memory compile cache, not keyed by the environment,
     is dropped before and after)."""
     from kernellab.compiler.codegen.target import Target
@@ -48,7 +48,7 @@ def build(S, D, BN, stages, warps, causal, env: dict, monkeypatch, tmp_path):
         monkeypatch.setenv(k, v)
     DESC.device_caches.clear()
     try:
-        ck, *_ = run_desc(S, D, BN, stages, warps, causal, True, device="cpu", warmup=True)
+        ck, *_ = run_desc(S, D, BN, stages, warps, causal, True, device="cpu", warmup=True, BM=BM)
         ck = getattr(ck, "_kl", ck)
         ck.build_gpu(Target(90))
     finally:
@@ -116,8 +116,10 @@ def sass_polls_skipped(sass: str) -> tuple:
     return polls, skipped
 
 
-# (D, BLOCK_N, stages, warps): the benchmark's hd128 row, 64-key blocks with 2 stages, hd64 with two warpgroups
-CFGS = [(128, 128, 3, 8), (128, 64, 2, 8), (64, 64, 3, 8)]
+# (D, BLOCK_N, stages, warps, BLOCK_M): the benchmark's hd128 row, 64-key blocks with 2 stages, hd64 with two
+# warpgroups of 64 rows, and of 128 rows each (BLOCK_M 256: two m64 blocks per warpgroup; at 128 keys ptxas
+# serializes the wgmmas, C7511)
+CFGS = [(128, 128, 3, 8, 128), (128, 64, 2, 8, 128), (64, 64, 3, 8, 128), (64, 64, 3, 8, 256)]
 
 
 @needs_ptxas
@@ -127,10 +129,11 @@ CFGS = [(128, 128, 3, 8), (128, 64, 2, 8), (64, 64, 3, 8)]
 def test_barriers_in_order(cfg, causal, overlap, monkeypatch, tmp_path):
     from kernellab.viz.data import sass
 
-    D, BN, stages, warps = cfg
+    D, BN, stages, warps, BM = cfg
     env = {"KERNELLAB_ATTN_PINGPONG": "1", **({"KERNELLAB_ATTN_OVERLAP": "1"} if overlap else {})}
-    ck = build(1000, D, BN, stages, warps, causal, env, monkeypatch, tmp_path)
+    ck = build(1000, D, BN, stages, warps, causal, env, monkeypatch, tmp_path, BM=BM)
     loops = 2 if causal else 1
+    assert pass_stats(ck, "overlap_softmax")["overlapped"] == (loops if overlap else 0)
     assert pass_stats(ck) == {"pingponged": loops, "waits_for_warpgroup0": loops * (2 if overlap else 1)}
     entry, _, inc = registers(warps)
     assert ck.n_spills == 0 and ck.n_regs == entry
@@ -141,7 +144,7 @@ def test_barriers_in_order(cfg, causal, overlap, monkeypatch, tmp_path):
     found = loops_of(tokens)
     assert len(found) == loops, tokens
     for i, lp in enumerate(found):
-        body_dropped = overlap and causal and i == 1 and BN == 128
+        body_dropped = overlap and causal and i == 1 and BN == BM
         assert lp == (OVERLAPPED if overlap and not body_dropped else PLAIN), tokens
     text, why = sass(ck.asm["cubin"])
     if text is None:
@@ -192,8 +195,8 @@ def gpu_cases(cases):
         for name, env in VARIANTS.items():
             os.environ.update(env)
             DESC.device_caches.clear()
-            S, D, BN, stages, warps, causal = case
-            ck, out, lse, ref, ref_lse = run_desc(S, D, BN, stages, warps, causal, True, Z=2, H=3, seed=S + D)
+            S, D, BN, stages, warps, BM, causal = case
+            ck, out, lse, ref, ref_lse = run_desc(S, D, BN, stages, warps, causal, True, Z=2, H=3, seed=S + D, BM=BM)
             torch.cuda.synchronize()
             loops = 2 if causal else 1
             assert pass_stats(ck)["pingponged"] == (0 if name == "off" else loops), (case, name, pass_stats(ck))
@@ -216,6 +219,8 @@ def test_gpu_pingpong_matches_torch(cfg, causal):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     cases = [(S, *cfg, causal) for S in (64, 128, 200, 1000, 1024)]
+    if cfg[-1] == 256:
+        cases.append((300, *cfg, causal))  # one full 256-row block and a ragged one
     run_in_child(f"import tests.test_attention_pingpong as t; t.gpu_cases({cases!r})", 400)
 
 
