@@ -116,6 +116,47 @@ def sass_polls_skipped(sass: str) -> tuple:
     return polls, skipped
 
 
+def turn_after_softmax(sass: str) -> list:
+    """Per key loop of the consumers (the form warp_specialize leaves: pass the turn after the scores' wgmmas ...
+    take it before the p·v wgmmas): (line of the turn's BAR.SYNC, line of the last MUFU.EX2, MUFU.EX2 count) between
+    the pass and the first p·v HGMMA (A from registers)."""
+    tail = sass[sass.index("USETMAXREG.TRY_ALLOC"):]
+    lines = tail[:tail.index("EXIT")].splitlines()
+    out, i = [], 0
+    while True:
+        starts = [k for k in range(i, len(lines)) if re.search(r"BAR\.ARV R\d+", lines[k])]
+        if not starts:
+            return out
+        a = starts[0]
+        ends = [k for k in range(a, len(lines)) if re.search(r"HGMMA\.\S+ R\d+, R\d+, gdesc", lines[k])]
+        if not ends:
+            return out
+        seg = lines[a:ends[0]]
+        exps = [k for k, ln in enumerate(seg) if "MUFU.EX2" in ln]
+        turns = [k for k, ln in enumerate(seg) if re.search(r"BAR\.SYNC\.DEFER_BLOCKING R\d+", ln)]
+        if exps:
+            out.append((turns[-1] if turns else -1, exps[-1], len(exps)))
+        i = ends[0] + 1
+
+
+def fmnmx_depth(sass: str) -> int:
+    """The longest chain of dependent FMNMX in the consumers' loop between the scores' wait and the first shuffle
+    (the row max a thread takes over its own scores)."""
+    tail = sass[sass.index("USETMAXREG.TRY_ALLOC"):]
+    lines = tail[:tail.index("EXIT")].splitlines()
+    a = next(k for k, ln in enumerate(lines) if re.search(r"BAR\.ARV R\d+", ln))
+    depth, best = {}, 0
+    for ln in lines[a:]:
+        if "SHFL.BFLY" in ln:
+            break
+        m = re.search(r"FMNMX (R\d+), (R\d+), (R\d+)", ln)
+        if m:
+            d = 1 + max(depth.get(m.group(2), 0), depth.get(m.group(3), 0))
+            depth[m.group(1)] = d
+            best = max(best, d)
+    return best
+
+
 # (D, BLOCK_N, stages, warps, BLOCK_M): the benchmark's hd128 row, 64-key blocks with 2 stages, hd64 with two
 # warpgroups of 64 rows, and of 128 rows each (BLOCK_M 256: two m64 blocks per warpgroup; at 128 keys ptxas
 # serializes the wgmmas, C7511)
@@ -134,7 +175,8 @@ def test_barriers_in_order(cfg, causal, overlap, monkeypatch, tmp_path):
     ck = build(1000, D, BN, stages, warps, causal, env, monkeypatch, tmp_path, BM=BM)
     loops = 2 if causal else 1
     assert pass_stats(ck, "overlap_softmax")["overlapped"] == (loops if overlap else 0)
-    assert pass_stats(ck) == {"pingponged": loops, "waits_for_warpgroup0": loops * (2 if overlap else 1)}
+    assert pass_stats(ck) == {"pingponged": loops, "waits_for_warpgroup0": loops * (2 if overlap else 1),
+                              "turns_pinned": 0 if overlap else loops}
     entry, _, inc = registers(warps)
     assert ck.n_spills == 0 and ck.n_regs == entry
     log = ck.report.get("log", "")
@@ -152,6 +194,9 @@ def test_barriers_in_order(cfg, causal, overlap, monkeypatch, tmp_path):
     polls, skipped = sass_polls_skipped(text)
     assert polls >= loops and skipped == polls, (polls, skipped)
     assert consumer_registers(text) <= inc
+    if not overlap:  # the turn before p·v is taken after the softmax's exponentials
+        for turn_at, last_exp, exps in turn_after_softmax(text):
+            assert turn_at > last_exp and exps >= 64 * BN // 128, (turn_at, last_exp, exps)
 
 
 @needs_ptxas
@@ -262,3 +307,24 @@ def test_benchmark_flag_parses():
 
     args = _parse_args(["--mode", "fwd", "--warp-specialize", "--pingpong", "--overlap"])
     assert args.pingpong and args.overlap and args.warp_specialize
+
+
+@needs_ptxas
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_tree_row_max_keeps_the_turn(causal, monkeypatch, tmp_path):
+    """KERNELLAB_REDUCE_TREE=1 (codegen/lower_reduce.py): a thread's row max over its 64 scores is a tree (depth 6
+    with the two rows interleaved, against two chains of 32); with the knob alone ptxas hoists the turn's bar.sync
+    to right after the scores' wait, with pingpong the turn stays after the exponentials."""
+    from kernellab.viz.data import sass
+
+    base = build(1000, 128, 128, 3, 8, causal, {"KERNELLAB_ATTN_PINGPONG": "1"}, monkeypatch, tmp_path)
+    tree = build(1000, 128, 128, 3, 8, causal, {"KERNELLAB_ATTN_PINGPONG": "1", "KERNELLAB_REDUCE_TREE": "1"},
+                 monkeypatch, tmp_path)
+    monkeypatch.delenv("KERNELLAB_REDUCE_TREE")
+    assert tree.n_spills == 0 and "C75" not in tree.report.get("log", "")
+    texts = [sass(ck.asm["cubin"])[0] for ck in (base, tree)]
+    if texts[0] is None:
+        pytest.skip("no nvdisasm")
+    assert fmnmx_depth(texts[0]) >= 30 and fmnmx_depth(texts[1]) <= 8, [fmnmx_depth(t) for t in texts]
+    for turn_at, last_exp, _ in turn_after_softmax(texts[1]):
+        assert turn_at > last_exp

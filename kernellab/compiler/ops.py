@@ -285,7 +285,8 @@ _def("ttg.async_arrive", "every thread: the mbarrier counts one arrival once all
      "have landed (cp.async.mbarrier.arrive.noinc)", pure=False)
 _def("ttg.mbarrier_arrive", "one arrival per warp (lane 0) on the mbarrier where pred holds", pure=False)
 _def("ttg.warpgroup_turn", "two warpgroups alternate on named barriers 1 and 2: {kind} start (before the loop), "
-     "wait (for this warpgroup's turn), pass (the turn to the other), finish (after the loop)", pure=False)
+     "wait (for this warpgroup's turn, once its optional operands are computed), pass (the turn to the other), finish "
+     "(after the loop)", pure=False)
 _def("ttg.mbarrier_inval", "invalidate the mbarriers so their shared memory can be reused", pure=False)
 _def("ttg.warp_specialize", "{producer_warps} warps launched beyond num_warps run the region (the TMA copies of a "
      "loop) and exit; the num_warps consumer warps skip it and run the rest of the kernel", pure=False, regions=1)

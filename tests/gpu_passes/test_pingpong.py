@@ -13,7 +13,10 @@ from tests.gpu_passes.conftest import normalize, printed, run_check, run_gpu_pas
 from tests.gpu_passes.test_overlap_softmax import CONSUMER_LOOP, SM90_8
 
 WAIT = "    ttg.mbarrier_wait %fb, %phase\n"
-MARKED = CONSUMER_LOOP.replace(WAIT, "    ttg.mbarrier_wait %fb, %phase {warpgroup = 0}\n")
+TURN = '    ttg.warpgroup_turn {kind = "wait"}\n'
+# the poll only in warpgroup 0, and the turn taken after the softmax's row statistics (pinned)
+MARKED = CONSUMER_LOOP.replace(WAIT, "    ttg.mbarrier_wait %fb, %phase {warpgroup = 0}\n").replace(
+    TURN, '    ttg.warpgroup_turn %l_new, %m_new {kind = "wait"}\n')
 
 
 @pytest.fixture
@@ -26,10 +29,11 @@ def _waits(m):
 
 
 def test_marks_the_wait_inside_the_turn(on):
-    """warp_specialize's form: wait full[read], q·kT, pass: the wait lies inside the turn."""
-    assert WAIT in CONSUMER_LOOP
+    """warp_specialize's form: wait full[read], q·kT, pass: the wait lies inside the turn. The turn before p·v
+    takes the new row max and row sum (computed before it, carried to the next iteration) as operands."""
+    assert WAIT in CONSUMER_LOOP and TURN in CONSUMER_LOOP
     _, stats = run_check(pingpong, CONSUMER_LOOP, MARKED, SM90_8)
-    assert stats == {"pingponged": 1, "waits_for_warpgroup0": 1}
+    assert stats == {"pingponged": 1, "waits_for_warpgroup0": 1, "turns_pinned": 1}
 
 
 def test_overlapped_form(on, monkeypatch):
@@ -37,7 +41,8 @@ def test_overlapped_form(on, monkeypatch):
     q·kT_j and p·v_{j-1}, pass): both full waits are marked; the turns are unchanged."""
     monkeypatch.setenv("KERNELLAB_ATTN_OVERLAP", "1")
     m, (ov, stats) = run_gpu_passes([overlap_softmax, pingpong], CONSUMER_LOOP, SM90_8)
-    assert ov == {"overlapped": 1} and stats == {"pingponged": 1, "waits_for_warpgroup0": 2}
+    # the body takes its turn at the top, before any row statistic: nothing to pin
+    assert ov == {"overlapped": 1} and stats == {"pingponged": 1, "waits_for_warpgroup0": 2, "turns_pinned": 0}
     assert _waits(m) == ['ttg.warpgroup_turn {kind = "start"}',
                          "ttg.mbarrier_wait %fb, %c0 {warpgroup = 0}",
                          'ttg.warpgroup_turn {kind = "pass"}',
@@ -55,7 +60,7 @@ def test_overlapped_form(on, monkeypatch):
 def test_off_by_default(monkeypatch):
     monkeypatch.delenv("KERNELLAB_ATTN_PINGPONG", raising=False)
     m, stats = run_gpu_pass(pingpong, CONSUMER_LOOP, SM90_8)
-    assert stats == {"pingponged": 0, "waits_for_warpgroup0": 0}
+    assert stats == {"pingponged": 0, "waits_for_warpgroup0": 0, "turns_pinned": 0}
     assert normalize(printed(m)) == normalize(CONSUMER_LOOP)
 
 

@@ -281,6 +281,10 @@ def _warpgroup_turn(lw: KernelLowering, op):
         _asm(lw, f"{{ .reg .pred p; setp.eq.u32 p, $0, 1; @p bar.arrive 1, {n}; }}", "r,~{memory}", [wg])
         _asm(lw, f"bar.sync $0, {n};", "r,~{memory}", [own])
     elif kind == "wait":
+        if op.operands:  # taken only once these are computed (passes/pingpong.py; ptxas would hoist the bar.sync)
+            from .lower_wgmma import pin_before_wait
+
+            pin_before_wait(lw, op.operands)
         _asm(lw, f"bar.sync $0, {n};", "r,~{memory}", [own])
     elif kind == "pass":
         _asm(lw, f"bar.arrive $0, {n};", "r,~{memory}", [other])

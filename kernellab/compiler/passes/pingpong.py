@@ -24,7 +24,19 @@ is the same program point in both. The mbarrier's completion, observed by warpgr
 the TMA wrote it. Waits whose copies were cp.async (`fence_proxy`: every thread fences its own generic-proxy view)
 and the producer's waits are left alone.
 
-The mark is the wait's attribute `warpgroup = 0` (codegen predicates the poll on `warp / 4 == 0`). It applies where
+The mark is the wait's attribute `warpgroup = 0` (codegen predicates the poll on `warp / 4 == 0`).
+
+The turn is taken where the schedule puts it only if ptxas leaves it there: it hoists `bar.sync` above register-only
+math into the first latency bubble (see codegen/lower_wgmma.pin_before_wait), and a warpgroup that takes its next
+turn right after the scores' wait holds it through its own softmax, so the other warpgroup's softmax can no longer
+run under it. (Seen on the CPU: with KERNELLAB_REDUCE_TREE=1 the consumer loop's `BAR.SYNC` of the turn moved from
+after the last MUFU.EX2 to right after the scores' wait.) So a turn `wait` in a loop body also takes as operands the
+row statistics the body carries to the next iteration and computes before it (the new row max and row sum: the sum
+adds up every exponential of the softmax); codegen stores them under a predicate that never holds right before the
+bar.sync, which keeps it after the softmax. With overlap_softmax the turn is taken at the top of the body, before
+any of them: nothing to pin.
+
+It applies where
 the kernel is warp-specialized, has two consumer warpgroups (8 warps) taking turns (a `start` turn before the
 waits) and at least two dots between the start and the finish turn (attention's scores and p·v); every other
 kernel is unchanged. Why a turn-taking region was left alone is in the stats (`not_pingponged`).
@@ -34,6 +46,7 @@ from __future__ import annotations
 import os
 
 from ..ir import Module, Op
+from ..types import TensorType, float32
 
 NAME = "pingpong"
 DESCRIPTION = "sm_90 attention ping-pong: the turns tell warpgroup 1 a stage has landed (only warpgroup 0 polls it)"
@@ -76,6 +89,25 @@ def _covered(wait: Op) -> bool:
     return False
 
 
+def _row_statistics(turn: Op) -> list:
+    """The values to take the turn after: 1-D float tensors the loop body yields that it computes before `turn`
+    (not a dot's result)."""
+    ops = turn.block.ops
+    y = ops[-1]
+    if y.name != "scf.yield" or turn.operands:
+        return []
+    before = {id(o) for o in ops[:ops.index(turn)]}
+    out = []
+    for v in y.operands:
+        d = v.defining_op
+        t = v.type
+        if (d is not None and id(d) in before and d.name not in ("tt.dot", "ttg.dot_wait") and
+                isinstance(t, TensorType) and len(t.shape) == 1 and t.scalar == float32
+                and all(v is not o for o in out)):
+            out.append(v)
+    return out
+
+
 def _regions(block_ops: list):
     """(start, finish, ops between) of each turn-taking run in a block."""
     start = None
@@ -88,7 +120,7 @@ def _regions(block_ops: list):
 
 
 def run(module: Module, options=None) -> dict:
-    stats = {"pingponged": 0, "waits_for_warpgroup0": 0}
+    stats = {"pingponged": 0, "waits_for_warpgroup0": 0, "turns_pinned": 0}
     if not enabled() or getattr(options, "arch", 90) < 90 or getattr(options, "num_warps", 4) != 8:
         return stats
     fn = module.kernel
@@ -109,6 +141,13 @@ def run(module: Module, options=None) -> dict:
                 continue
             for w in marked:
                 w.attrs["warpgroup"] = 0
+            for t in [d for d in nested if _turn(d, "wait")]:
+                pins = _row_statistics(t)
+                if pins:
+                    for v in pins:
+                        t.operands.append(v)
+                        v.uses.append(t)
+                    stats["turns_pinned"] += 1
             stats["pingponged"] += 1
             stats["waits_for_warpgroup0"] += len(marked)
     if why:
