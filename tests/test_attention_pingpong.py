@@ -328,3 +328,34 @@ def test_tree_row_max_keeps_the_turn(causal, monkeypatch, tmp_path):
     assert fmnmx_depth(texts[0]) >= 30 and fmnmx_depth(texts[1]) <= 8, [fmnmx_depth(t) for t in texts]
     for turn_at, last_exp, _ in turn_after_softmax(texts[1]):
         assert turn_at > last_exp
+
+
+def test_benchmark_also_env_column_on_cpu(monkeypatch):
+    """attention.py --also-env KEY=VAL[,KEY=VAL]: a column compiled with those variables, the spec parsed, the table
+    shows its ratio to the specialized column."""
+    import functools
+
+    import kernellab as kl
+    import kernellab.language as tl
+    from benchmarks.attention import _fmt, _parse_args, compiled_with, env_spec, run_row
+    from benchmarks.attention_kernel import attention_desc, make_attention_desc_kernel
+
+    spec = "KERNELLAB_ATTN_PINGPONG=1,KERNELLAB_REDUCE_TREE=1"
+    assert _parse_args(["--warp-specialize", "--also-env", spec, "--also-env", "A=2"]).also_env == [spec, "A=2"]
+    assert env_spec(spec) == {"KERNELLAB_ATTN_PINGPONG": "1", "KERNELLAB_REDUCE_TREE": "1"}
+    with pytest.raises(SystemExit):
+        env_spec("KERNELLAB_REDUCE_TREE")
+    monkeypatch.delenv("KERNELLAB_REDUCE_TREE", raising=False)
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(os.environ.get("KERNELLAB_REDUCE_TREE"))
+        return attention_desc(*args, warp_specialize=True, **kwargs)
+
+    name = f"kernellab_env:{spec}"
+    impls = {"kernellab": (kl, DESC, functools.partial(attention_desc, warp_specialize=True)),
+             name: (kl, make_attention_desc_kernel(kl, tl), compiled_with(spy, **env_spec(spec)))}
+    row = run_row(impls, 1, 2, 48, 16, False, device="cpu", timer=lambda fn: (fn(), fn(), 1e-3)[2],
+                  cfg=dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=3))
+    assert row[name]["ok"] and seen[0] == "1" and os.environ.get("KERNELLAB_REDUCE_TREE") is None
+    assert f"[{spec}]" in _fmt(row) and "/ws     1.00" in _fmt(row)
