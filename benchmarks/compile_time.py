@@ -74,7 +74,23 @@ ATTORCH_CASES = ("attorch_flash_fwd_d64", "attorch_flash_fwd_d128", "attorch_fla
 
 
 def case_names() -> list[str]:
-    return list(_liger_cases()) + list(ATTORCH_CASES)
+    return list(_liger_cases()) + list(ATTORCH_CASES) + list(_texts_module().CASES if _texts_module() else ())
+
+
+def _texts_module():
+    """The module of $COMPILE_TIME_TEXTS (`--texts FILE`): kernel texts of one's own, its `CASES` names and
+    `run(name)` launching them on CPU tensors (the launches are recorded, not compiled or run)."""
+    path = os.environ.get("COMPILE_TIME_TEXTS")
+    if not path:
+        return None
+    d, stem = os.path.split(os.path.abspath(path))
+    if d not in sys.path:
+        sys.path.insert(0, d)
+    if importlib.util.find_spec("triton") is None:  # kernellab's side: the texts import triton
+        import kernellab.compat
+
+        kernellab.compat.install()
+    return importlib.import_module(stem[:-3] if stem.endswith(".py") else stem)
 
 
 def _cheap_inputs(libraries):
@@ -220,6 +236,8 @@ def collect(case: str) -> list[dict]:
     try:
         if case.startswith("attorch_"):
             _run_attorch(case)
+        elif _texts_module() and case in _texts_module().CASES:
+            _texts_module().run(case)
         else:
             _run_liger(case)
     except Exception as e:  # the host code may trip over outputs no kernel wrote; what was recorded stands
@@ -297,7 +315,26 @@ def build_kernellab(job: dict) -> dict:
     return {"total_s": total, "cpu_s": cpu, "stages_s": stages, "ir_lines": lines, "llvm_s": llvm,
             "slowest_passes": [[n, round(s, 3)] for s, n in slow if s > 0.05],
             "n_regs": ck.n_regs, "n_spills": ck.n_spills, "num_warps": ck.num_warps,
+            **_sass_counts(ck.asm.get("cubin")),
             "notes": [n for n in ck.trace.notes if "disk cache" not in n]}
+
+
+def _sass_counts(cubin: bytes) -> dict:
+    """SASS instructions in all and in the innermost loops (a label up to a branch back to it), by nvdisasm;
+    {} where nvdisasm is missing."""
+    import re
+
+    from benchmarks.tools.attention_bwd_compile import _loops, _nvdisasm
+
+    dis = os.environ.get("COMPILE_TIME_NVDISASM") or _nvdisasm()
+    if not dis or not cubin:
+        return {}
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([dis, "-c", f.name], capture_output=True, text=True).stdout
+    ins = [ln for ln in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+\S", ln)]
+    return {"sass": len(ins), "sass_loops": [n for n, *_ in _loops(sass)]}
 
 
 def _parse_ptxas(log: str) -> dict:
@@ -361,6 +398,7 @@ def build_triton(job: dict) -> dict:
     res = {"total_s": total, "cpu_s": cpu, "stages_s": times,
            "ir_lines": {k: _lines(c.asm[k]) for k in ("ttir", "ttgir", "llir", "ptx") if k in c.asm}}
     res.update(_parse_ptxas(out.getvalue()))
+    res.update(_sass_counts(c.asm.get("cubin")))
     return res
 
 
@@ -368,8 +406,10 @@ def worker(side: str):
     """Read jobs (JSON lines) and answer each with one MARK line."""
     if side == "triton":
         sys.path.insert(0, os.environ["COMPILE_TIME_LIBS"])
+        sys.path.append(str(ROOT))  # benchmarks.tools (SASS counts), after the libraries
     else:
         sys.path.insert(0, str(ROOT))
+        _texts_module()  # its folder on the path, compat installed
     build = build_kernellab if side == "kernellab" else build_triton
     for line in sys.stdin:
         job = json.loads(line)
@@ -448,6 +488,9 @@ def _libs_dir() -> str:
         os.symlink(Path(spec.origin).parent, Path(d) / "liger_kernel")
     if _attorch_path():
         os.symlink(Path(importlib.util.find_spec("attorch").origin).parent, Path(d) / "attorch")
+    texts = os.environ.get("COMPILE_TIME_TEXTS")
+    if texts:
+        os.symlink(os.path.abspath(texts), Path(d) / os.path.basename(texts))
     return d
 
 
@@ -495,9 +538,12 @@ def main(argv=None):
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--out", help="write the JSON here instead of benchmarks/results/")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--texts", help="a .py file of one's own kernel texts: CASES and run(name) (see _texts_module)")
     ap.add_argument("--collect", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.texts:
+        os.environ["COMPILE_TIME_TEXTS"] = os.path.abspath(a.texts)  # the children read it too
     if a.collect:
         sys.path.insert(0, str(ROOT))
         print(MARK + json.dumps(collect(a.collect)), flush=True)
@@ -526,6 +572,9 @@ def main(argv=None):
         tri_env.update(TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="compile_time_triton_"), COMPILE_TIME_LIBS=_libs_dir())
         if not a.triton_own_ptxas:
             tri_env["TRITON_PTXAS_PATH"] = ptxas
+        from benchmarks.tools.attention_bwd_compile import _nvdisasm
+
+        tri_env["COMPILE_TIME_NVDISASM"] = _nvdisasm() or ""
         triton = Worker("triton", a.triton_python, tri_env)
     kl = Worker("kernellab", sys.executable, kl_env)
 

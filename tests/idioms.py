@@ -26,11 +26,28 @@ class Workload:
     name: str
     inputs: object          # inputs(size, device, seed) -> dict
     reference: object       # reference(inputs) -> tensor (float64 or exact)
-    output: str             # which input holds the output
+    output: object          # which input holds the output (a name, or a tuple of names: checked together)
     flops_or_bytes: object  # (inputs) -> (kind, amount) for the figures
     sizes: dict             # "bench" / "test" -> size argument of `inputs`
     tol: float = 1e-2
     variants: list = field(default_factory=list)
+
+    def outputs(self) -> tuple:
+        return self.output if isinstance(self.output, tuple) else (self.output,)
+
+    def poison(self, x):
+        """NaN into every output, so elements a kernel does not write show."""
+        for n in self.outputs():
+            x[n].fill_(float("nan"))
+
+    def result(self, x):
+        """The outputs as one float64 tensor, flattened in `output`'s order when there are several (the
+        reference lays them out alike)."""
+        import torch
+
+        if not isinstance(self.output, tuple):
+            return x[self.output].double()
+        return torch.cat([x[n].double().flatten() for n in self.output])
 
 
 def cdiv(a, b):
@@ -749,7 +766,313 @@ def _weight_grad(jit, tl):
     return w
 
 
+def _gemv(jit, tl):
+    """y = A @ x for a wide fp16 matrix: memory-bound, three ways of walking A."""
+
+    @jit
+    def gemv_rows_loop(a_ptr, x_ptr, y_ptr, M, N, stride_am, BM: tl.constexpr, BN: tl.constexpr):
+        # a band of rows per program, a 2-D tile per step reduced with tl.sum
+        rows = tl.program_id(0) * BM + tl.arange(0, BM)
+        acc = tl.zeros((BM,), dtype=tl.float32)
+        for n0 in range(0, N, BN):
+            cols = n0 + tl.arange(0, BN)
+            a = tl.load(a_ptr + rows[:, None] * stride_am + cols[None, :],
+                        mask=(rows[:, None] < M) & (cols[None, :] < N), other=0.0)
+            xv = tl.load(x_ptr + cols, mask=cols < N, other=0.0)
+            acc += tl.sum(a.to(tl.float32) * xv[None, :].to(tl.float32), axis=1)
+        tl.store(y_ptr + rows, acc, mask=rows < M)
+
+    @jit
+    def gemv_tile_acc(a_ptr, x_ptr, y_ptr, M, N, stride_am, BM: tl.constexpr, BN: tl.constexpr):
+        # a 2-D accumulator, reduced once after the loop; pointers advanced in place
+        rows = tl.program_id(0) * BM + tl.arange(0, BM)
+        cols = tl.arange(0, BN)
+        a_ptrs = a_ptr + rows[:, None] * stride_am + cols[None, :]
+        x_ptrs = x_ptr + cols
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for n0 in range(0, tl.cdiv(N, BN)):
+            m = cols < N - n0 * BN
+            a = tl.load(a_ptrs, mask=(rows[:, None] < M) & m[None, :], other=0.0)
+            xv = tl.load(x_ptrs, mask=m, other=0.0)
+            acc += a * xv[None, :]
+            a_ptrs += BN
+            x_ptrs += BN
+        tl.store(y_ptr + rows, tl.sum(acc, axis=1), mask=rows < M)
+
+    @jit
+    def gemv_one_row(a_ptr, x_ptr, y_ptr, M, N, stride_am, BN: tl.constexpr):
+        # one row per program, a scalar accumulator
+        row = tl.program_id(0).to(tl.int64)
+        total = 0.0
+        for n0 in range(0, N, BN):
+            cols = n0 + tl.arange(0, BN)
+            a = tl.load(a_ptr + row * stride_am + cols, mask=cols < N, other=0.0).to(tl.float32)
+            total += tl.sum(a * tl.load(x_ptr + cols, mask=cols < N, other=0.0).to(tl.float32))
+        tl.store(y_ptr + row, total)
+
+    def launch_band(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        A = x["a"]
+        kernel[(cdiv(A.shape[0], meta["BM"]),)](A, x["x"], x["y"], A.shape[0], A.shape[1], A.stride(0), **meta, **opts)
+
+    def launch_row(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        A = x["a"]
+        kernel[(A.shape[0],)](A, x["x"], x["y"], A.shape[0], A.shape[1], A.stride(0), **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        M, N = size
+        g = torch.Generator().manual_seed(seed)
+        return dict(a=torch.randn(M, N, generator=g).to(torch.float16).to(device),
+                    x=torch.randn(N, generator=g).to(torch.float16).to(device),
+                    y=torch.full((M,), float("nan"), device=device))
+
+    def reference(x):
+        return x["a"].double() @ x["x"].double()
+
+    w = Workload("gemv", inputs, reference, "y", lambda x: ("bytes", x["a"].numel() * 2),
+                 sizes={"bench": (16384, 8192), "test": (70, 300)}, tol=1e-3)
+    w.variants = [
+        Variant("rows_loop", gemv_rows_loop, launch_band, [dict(BM=64, BN=128, num_warps=4),
+                                                           dict(BM=16, BN=512, num_warps=4)]),
+        Variant("tile_acc", gemv_tile_acc, launch_band, [dict(BM=32, BN=256, num_warps=4),
+                                                         dict(BM=8, BN=1024, num_warps=8)]),
+        Variant("one_row", gemv_one_row, launch_row, [dict(BN=1024, num_warps=4), dict(BN=2048, num_warps=8)]),
+    ]
+    return w
+
+
+def _transpose(jit, tl):
+    """out = x.T (fp16): the tile changes which index is contiguous between the load and the store."""
+
+    @jit
+    def transpose_trans(x_ptr, y_ptr, M, N, sx, sy, BM: tl.constexpr, BN: tl.constexpr):
+        # load a tile, tl.trans it, store it row-major into the output
+        rm = tl.program_id(0) * BM + tl.arange(0, BM)
+        rn = tl.program_id(1) * BN + tl.arange(0, BN)
+        t = tl.load(x_ptr + rm[:, None] * sx + rn[None, :], mask=(rm[:, None] < M) & (rn[None, :] < N))
+        tl.store(y_ptr + rn[:, None] * sy + rm[None, :], tl.trans(t), mask=(rn[:, None] < N) & (rm[None, :] < M))
+
+    @jit
+    def transpose_strided(x_ptr, y_ptr, M, N, sx, sy, BM: tl.constexpr, BN: tl.constexpr):
+        # no trans: the store's pointers are the transposed ones
+        rm = tl.program_id(0) * BM + tl.arange(0, BM)
+        rn = tl.program_id(1) * BN + tl.arange(0, BN)
+        m = (rm[:, None] < M) & (rn[None, :] < N)
+        t = tl.load(x_ptr + rm[:, None] * sx + rn[None, :], mask=m)
+        tl.store(y_ptr + rn[None, :] * sy + rm[:, None], t, mask=m)
+
+    @jit
+    def transpose_blockptr(x_ptr, y_ptr, M, N, sx, sy, BM: tl.constexpr, BN: tl.constexpr):
+        # block pointers, the output's described with its strides swapped (order (0, 1))
+        pm = tl.program_id(0) * BM
+        pn = tl.program_id(1) * BN
+        src = tl.make_block_ptr(x_ptr, (M, N), (sx, 1), (pm, pn), (BM, BN), (1, 0))
+        dst = tl.make_block_ptr(y_ptr, (M, N), (1, sy), (pm, pn), (BM, BN), (0, 1))
+        tl.store(dst, tl.load(src, boundary_check=(0, 1)), boundary_check=(0, 1))
+
+    def launch(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        X, Y = x["x"], x["y"]
+        M, N = X.shape
+        kernel[(cdiv(M, meta["BM"]), cdiv(N, meta["BN"]))](X, Y, M, N, X.stride(0), Y.stride(0), **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        M, N = size
+        g = torch.Generator().manual_seed(seed)
+        return dict(x=torch.randn(M, N, generator=g).to(torch.float16).to(device),
+                    y=torch.full((N, M), float("nan"), dtype=torch.float16, device=device))
+
+    def reference(x):
+        return x["x"].double().t()
+
+    w = Workload("transpose", inputs, reference, "y", lambda x: ("bytes", 2 * x["x"].numel() * 2),
+                 sizes={"bench": (8192, 8192), "test": (70, 130)}, tol=1e-12)
+    cfgs = [dict(BM=64, BN=64, num_warps=4), dict(BM=32, BN=128, num_warps=4), dict(BM=128, BN=64, num_warps=8)]
+    w.variants = [Variant("trans", transpose_trans, launch, cfgs),
+                  Variant("strided", transpose_strided, launch, cfgs),
+                  Variant("block_ptr", transpose_blockptr, launch, cfgs)]
+    return w
+
+
+def _cross_entropy(jit, tl):
+    """Per-row cross entropy over a large vocabulary, with the gradient written over the logits (Liger and
+    Unsloth do this in place): an online logsumexp pass, then a pass writing softmax - onehot."""
+
+    @jit
+    def ce_online(logits_ptr, labels_ptr, loss_ptr, V, stride, BLOCK: tl.constexpr):
+        # scalar running max and sum, updated per block
+        row = tl.program_id(0).to(tl.int64)
+        base = logits_ptr + row * stride
+        y = tl.load(labels_ptr + row)
+        m = float("-inf")
+        d = 0.0
+        for off in range(0, V, BLOCK):
+            cols = off + tl.arange(0, BLOCK)
+            x = tl.load(base + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+            m_new = tl.maximum(m, tl.max(x, 0))
+            d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)
+            m = m_new
+        lse = m + tl.log(d)
+        tl.store(loss_ptr + row, lse - tl.load(base + y).to(tl.float32))
+        for off in range(0, V, BLOCK):
+            cols = off + tl.arange(0, BLOCK)
+            x = tl.load(base + cols, mask=cols < V, other=0.0).to(tl.float32)
+            g = tl.exp(x - lse) - tl.where(cols == y, 1.0, 0.0)
+            tl.store(base + cols, g.to(logits_ptr.dtype.element_ty), mask=cols < V)
+
+    @jit
+    def ce_vector_state(logits_ptr, labels_ptr, loss_ptr, V, stride, BLOCK: tl.constexpr):
+        # per-lane running max and sum (reduced once), exp2 with a log2(e) scale; a finite floor for the max,
+        # so lanes past the vocabulary stay 0 instead of NaN
+        row = tl.program_id(0).to(tl.int64)
+        base = logits_ptr + row * stride
+        y = tl.load(labels_ptr + row)
+        m = tl.full((BLOCK,), -1e30, tl.float32)
+        d = tl.zeros((BLOCK,), tl.float32)
+        for off in range(0, V, BLOCK):
+            cols = off + tl.arange(0, BLOCK)
+            x = tl.load(base + cols, mask=cols < V, other=float("-inf")).to(tl.float32) * 1.4426950408889634
+            m_new = tl.maximum(m, x)
+            d = d * tl.exp2(m - m_new) + tl.exp2(x - m_new)
+            m = m_new
+        mx = tl.max(m, 0)
+        lse2 = mx + tl.log2(tl.sum(d * tl.exp2(m - mx), 0))
+        lse = lse2 * 0.6931471805599453
+        tl.store(loss_ptr + row, lse - tl.load(base + y).to(tl.float32))
+        for off in range(0, V, BLOCK):
+            cols = off + tl.arange(0, BLOCK)
+            x = tl.load(base + cols, mask=cols < V, other=0.0).to(tl.float32)
+            g = tl.exp2(x * 1.4426950408889634 - lse2)
+            g = tl.where(cols == y, g - 1.0, g)
+            tl.store(base + cols, g.to(logits_ptr.dtype.element_ty), mask=cols < V)
+
+    def launch(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        x["logits"].copy_(x["orig"])  # the kernel overwrites its input with the gradient (poisoning it is moot)
+        L = x["logits"]
+        kernel[(L.shape[0],)](L, x["labels"], x["loss"], L.shape[1], L.stride(0), **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        M, V = size
+        g = torch.Generator().manual_seed(seed)
+        orig = (torch.randn(M, V, generator=g) * 3).to(torch.bfloat16).to(device)
+        labels = torch.randint(0, V, (M,), generator=g).to(device)
+        return dict(orig=orig, logits=orig.clone(), labels=labels, loss=torch.full((M,), float("nan"), device=device))
+
+    def reference(x):
+        import torch
+
+        lg = x["orig"].double()
+        lse = torch.logsumexp(lg, dim=1)
+        loss = lse - lg.gather(1, x["labels"][:, None])[:, 0]
+        grad = torch.softmax(lg, dim=1)
+        grad[torch.arange(lg.shape[0]), x["labels"]] -= 1.0
+        # the loss, then the gradient (bf16-rounded, as the kernel stores it), checked together
+        return torch.cat([loss, grad.to(torch.bfloat16).double().flatten()])
+
+    w = Workload("cross_entropy", inputs, reference, ("loss", "logits"), lambda x: ("bytes", 3 * x["orig"].numel() * 2),
+                 sizes={"bench": (4096, 32000), "test": (9, 1000)}, tol=5e-3)
+    w.variants = [
+        Variant("online", ce_online, launch, [dict(BLOCK=4096, num_warps=8), dict(BLOCK=8192, num_warps=16)]),
+        Variant("vector_state", ce_vector_state, launch, [dict(BLOCK=2048, num_warps=8),
+                                                          dict(BLOCK=4096, num_warps=16)]),
+    ]
+    return w
+
+
+def _bmm(jit, tl):
+    """Batched matmul C[b] = A[b] @ B[b] (fp16), the batch on the grid's third axis or folded into the first."""
+
+    @jit
+    def bmm_block_ptr(a_ptr, b_ptr, c_ptr, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn,
+                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        # block pointers with boundary checks, advanced along K; the batch on program_id(2)
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        bat = tl.program_id(2)
+        a_blk = tl.make_block_ptr(a_ptr + bat * sab, (M, K), (sam, sak), (pid_m * BM, 0), (BM, BK), (1, 0))
+        b_blk = tl.make_block_ptr(b_ptr + bat * sbb, (K, N), (sbk, sbn), (0, pid_n * BN), (BK, BN), (1, 0))
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for _ in range(0, tl.cdiv(K, BK)):
+            acc += tl.dot(tl.load(a_blk, boundary_check=(0, 1), padding_option="zero"),
+                          tl.load(b_blk, boundary_check=(0, 1), padding_option="zero"))
+            a_blk = tl.advance(a_blk, (0, BK))
+            b_blk = tl.advance(b_blk, (BK, 0))
+        c_blk = tl.make_block_ptr(c_ptr + bat * scb, (M, N), (scm, scn), (pid_m * BM, pid_n * BN), (BM, BN), (1, 0))
+        tl.store(c_blk, acc.to(tl.float16), boundary_check=(0, 1))
+
+    @jit
+    def bmm_flat_grid(a_ptr, b_ptr, c_ptr, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn,
+                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        # one flat grid: batch, then tiles in row-major order; int64 batch offsets; masked K tail
+        pid = tl.program_id(0)
+        tiles_n = tl.cdiv(N, BN)
+        per_batch = tl.cdiv(M, BM) * tiles_n
+        bat = (pid // per_batch).to(tl.int64)
+        t = pid % per_batch
+        rm = (t // tiles_n) * BM + tl.arange(0, BM)
+        rn = (t % tiles_n) * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        a_ptrs = a_ptr + bat * sab + rm[:, None] * sam + rk[None, :] * sak
+        b_ptrs = b_ptr + bat * sbb + rk[:, None] * sbk + rn[None, :] * sbn
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BK)):
+            a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - k * BK), other=0.0)
+            b = tl.load(b_ptrs, mask=(rk[:, None] < K - k * BK) & (rn[None, :] < N), other=0.0)
+            acc = tl.dot(a, b, acc)
+            a_ptrs += BK * sak
+            b_ptrs += BK * sbk
+        c_ptrs = c_ptr + bat * scb + rm[:, None] * scm + rn[None, :] * scn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+    def launch_3d(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        A, B, C = x["a"], x["b"], x["c"]
+        Bt, M, K = A.shape
+        N = B.shape[2]
+        kernel[(cdiv(M, meta["BM"]), cdiv(N, meta["BN"]), Bt)](A, B, C, M, N, K, *A.stride(), *B.stride(),
+                                                               *C.stride(), **meta, **opts)
+
+    def launch_flat(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        A, B, C = x["a"], x["b"], x["c"]
+        Bt, M, K = A.shape
+        N = B.shape[2]
+        kernel[(Bt * cdiv(M, meta["BM"]) * cdiv(N, meta["BN"]),)](A, B, C, M, N, K, *A.stride(), *B.stride(),
+                                                                  *C.stride(), **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        Bt, M, N, K = size
+        g = torch.Generator().manual_seed(seed)
+        return dict(a=torch.randn(Bt, M, K, generator=g).to(torch.float16).to(device),
+                    b=torch.randn(Bt, K, N, generator=g).to(torch.float16).to(device),
+                    c=torch.full((Bt, M, N), float("nan"), dtype=torch.float16, device=device))
+
+    def reference(x):
+        return x["a"].double() @ x["b"].double()
+
+    w = Workload("bmm", inputs, reference, "c",
+                 lambda x: ("flop", 2 * x["a"].shape[0] * x["a"].shape[1] * x["a"].shape[2] * x["b"].shape[2]),
+                 sizes={"bench": (32, 1024, 1024, 1024), "test": (3, 70, 90, 100)}, tol=1e-2)
+    cfgs = [dict(BM=128, BN=128, BK=64, num_warps=4, num_stages=3), dict(BM=128, BN=256, BK=64, num_warps=8,
+                                                                        num_stages=3),
+            dict(BM=64, BN=128, BK=64, num_warps=4, num_stages=4)]
+    w.variants = [Variant("block_ptr", bmm_block_ptr, launch_3d, cfgs),
+                  Variant("flat_grid", bmm_flat_grid, launch_flat, cfgs)]
+    return w
+
+
 def make_idioms(jit, tl) -> list:
     """Every workload with its variants, compiled by `jit` (kernellab's or Triton's)."""
     return [_matmul(jit, tl), _linear(jit, tl), _softmax(jit, tl), _layer_norm(jit, tl), _reduction(jit, tl),
-            _scan(jit, tl), _weight_grad(jit, tl)]
+            _scan(jit, tl), _weight_grad(jit, tl), _gemv(jit, tl), _transpose(jit, tl), _cross_entropy(jit, tl),
+            _bmm(jit, tl)]
