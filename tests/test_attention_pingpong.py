@@ -204,7 +204,7 @@ def test_knob_off_is_unchanged(monkeypatch, tmp_path):
     """KERNELLAB_ATTN_PINGPONG=0 (the default): the pass records nothing and the PTX equals the unset build's; every
     consumer polls."""
     ck = build(1024, 128, 128, 3, 8, False, {"KERNELLAB_ATTN_PINGPONG": "0"}, monkeypatch, tmp_path)
-    assert pass_stats(ck) == {"pingponged": 0, "waits_for_warpgroup0": 0}
+    assert pass_stats(ck) == {"pingponged": 0, "waits_for_warpgroup0": 0, "turns_pinned": 0}
     ck2 = build(1024, 128, 128, 3, 8, False, {}, monkeypatch, tmp_path)
     assert ck2.asm["ptx"] == ck.asm["ptx"]
     assert turn_tokens(ck.asm["ptx"]) == [t.replace("poll0", "poll") for t in PLAIN]
