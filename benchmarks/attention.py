@@ -18,6 +18,9 @@ halved when causal) and ratios.
         --bwd-config 64=32,128,128,32,4,4                                         # backward configs side by side
     python benchmarks/attention.py --mode fwd --warp-specialize                  # the descriptor text, both ways
     python benchmarks/attention.py --mode fwd --hd 128 --warp-specialize --overlap   # + softmax under p·v (A/B)
+    python benchmarks/attention.py --mode fwd --hd 128 --warp-specialize --pingpong  # + only warpgroup 0 polls (A/B)
+    python benchmarks/attention.py --mode fwd --warp-specialize --also-env KERNELLAB_REDUCE_TREE=1 \
+        --also-env KERNELLAB_ATTN_PINGPONG=1,KERNELLAB_REDUCE_TREE=1            # any codegen knobs, one column each
     python benchmarks/attention.py --mode fwd --variants gqa fp8                # + block-pointer text: GQA, e4m3
 
 With --warp-specialize the forward rows time `make_attention_desc_kernel`'s text instead (tiles through in-kernel
@@ -26,6 +29,10 @@ producer warpgroup issues the copies) and without (column "kl no-ws"), Triton wi
 SDPA; the JSON is written as <date>-<gpu>-attention_ws.json. --overlap adds a column "kl overlap": the specialized
 text compiled with KERNELLAB_ATTN_OVERLAP=1 (passes/overlap_softmax.py: the softmax under the warpgroup's own p·v),
 timed in the same run, and its ratio to the "kernellab" column (compiled as the environment says: off by default).
+--pingpong adds a column "kl pingpong" compiled with KERNELLAB_ATTN_PINGPONG=1 (passes/pingpong.py: the turns tell
+warpgroup 1 that a stage has landed, only warpgroup 0 polls its mbarrier, as FlashAttention-3), and with --overlap
+also "kl ov+pp" (both knobs), each with its ratio to the "kernellab" column. --also-env KEY=VAL[,KEY=VAL...] (given
+several times) adds one such column per spec, compiled with those environment variables (the cache keys on them).
 With --variants, each forward row is followed by rows of
 `make_attention_bp_kernel`'s text (block pointers, `acc +=`): "gqa" (query heads over a quarter as many key/value
 heads, against SDPA with enable_gqa) and "fp8" (e4m3 inputs, V stored transposed, against fp16 SDPA of the same
@@ -264,6 +271,11 @@ def _parse_args(argv=None):
                    help="forward rows: the descriptor text, kernellab with and without warp specialization")
     p.add_argument("--overlap", action="store_true",
                    help="with --warp-specialize: a column compiled with KERNELLAB_ATTN_OVERLAP=1 (an A/B in one run)")
+    p.add_argument("--pingpong", action="store_true",
+                   help="with --warp-specialize: a column compiled with KERNELLAB_ATTN_PINGPONG=1 (with --overlap, "
+                        "also one with both knobs)")
+    p.add_argument("--also-env", action="append", default=[], metavar="KEY=VAL[,KEY=VAL]",
+                   help="with --warp-specialize: a column compiled with these environment variables set (repeatable)")
     p.add_argument("--bwd-config", action="append", default=[], metavar="HD=BM1,BN1,BM2,BN2,WARPS,STAGES",
                    help="the backward config of one head dim, e.g. 64=32,128,128,32,4,3; given several times for "
                         "one head dim, each config gets its rows (a sweep)")
@@ -301,6 +313,19 @@ def main(argv=None):
             ws_impls["kernellab_overlap"] = (kernellab, make_attention_desc_kernel(kernellab, kltl),
                                              compiled_with(functools.partial(attention_desc, warp_specialize=True),
                                                            KERNELLAB_ATTN_OVERLAP="1"))
+        if args.pingpong:
+            ws_impls["kernellab_pingpong"] = (kernellab, make_attention_desc_kernel(kernellab, kltl),
+                                              compiled_with(functools.partial(attention_desc, warp_specialize=True),
+                                                            KERNELLAB_ATTN_PINGPONG="1"))
+            if args.overlap:
+                ws_impls["kernellab_overlap_pingpong"] = (
+                    kernellab, make_attention_desc_kernel(kernellab, kltl),
+                    compiled_with(functools.partial(attention_desc, warp_specialize=True), KERNELLAB_ATTN_OVERLAP="1",
+                                  KERNELLAB_ATTN_PINGPONG="1"))
+        for spec in args.also_env:  # one column per spec, its own kernel object (the in-memory cache ignores env)
+            ws_impls[f"kernellab_env:{spec}"] = (kernellab, make_attention_desc_kernel(kernellab, kltl),
+                                                 compiled_with(functools.partial(attention_desc, warp_specialize=True),
+                                                               **env_spec(spec)))
     bwd_impls = {"kernellab": (kernellab, impls["kernellab"][1], make_attention_bwd_kernels(kernellab, kltl))}
     bp_impls = {"kernellab": (kernellab, make_attention_bp_kernel(kernellab, kltl))}
     triton_skipped = None
@@ -342,6 +367,8 @@ def main(argv=None):
                            "triton": triton_version, "kernellab": kernellab.__version__, "cuda": torch.version.cuda},
               "triton_skipped": triton_skipped, "warp_specialize": args.warp_specialize, "variants": args.variants,
               "attn_overlap": os.environ.get("KERNELLAB_ATTN_OVERLAP", "0"), "overlap_column": args.overlap,
+              "attn_pingpong": os.environ.get("KERNELLAB_ATTN_PINGPONG", "0"), "pingpong_column": args.pingpong,
+              "also_env": args.also_env,
               "gqa_group": GQA_GROUP, "fp8_tolerance": FP8_TOL, "reference_lines": REFERENCE_LINES, "rows": rows}
     if not args.no_write:
         if not args.warp_specialize:
@@ -349,7 +376,7 @@ def main(argv=None):
         path = write_results(result, "attention_ws" if args.warp_specialize else "attention")
         print(f"\nwrote {path}")
     for row in rows:
-        for name in ("kernellab", "kernellab_nows", "kernellab_overlap", "triton"):
+        for name in [k for k in row if k.startswith("kernellab")] + ["triton"]:
             r = row.get(name)
             if r and "error" in r:
                 print(f"{row['case']} {name}: {r['error']}")
@@ -380,6 +407,17 @@ def _keep_other_modes(result, gpu):
         return
     kept = [dict(r, earlier_run=True) for r in old.get("rows", []) if r.get("mode", "fwd") not in result["modes"]]
     result["rows"] = kept + result["rows"]
+
+
+def env_spec(spec: str) -> dict:
+    """`KEY=VAL[,KEY=VAL]` (--also-env) as a dict."""
+    out = {}
+    for part in spec.split(","):
+        key, sep, val = part.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--also-env wants KEY=VAL[,KEY=VAL], got {spec!r}")
+        out[key.strip()] = val.strip()
+    return out
 
 
 def compiled_with(launch, **env):
@@ -440,6 +478,15 @@ def _fmt(row):
     if "kernellab_overlap" in row:  # --overlap: KERNELLAB_ATTN_OVERLAP=1, against the specialized column
         cfg += (f"  kl overlap {tf('kernellab_overlap')} overlap/ws {ratio('kernellab_overlap', 'kernellab')} "
                 f"overlap/torch {ratio('kernellab_overlap', 'torch')}")
+    if "kernellab_pingpong" in row:  # --pingpong: KERNELLAB_ATTN_PINGPONG=1, against the specialized column
+        cfg += (f"  kl pingpong {tf('kernellab_pingpong')} pingpong/ws {ratio('kernellab_pingpong', 'kernellab')} "
+                f"pingpong/torch {ratio('kernellab_pingpong', 'torch')}")
+    if "kernellab_overlap_pingpong" in row:  # --pingpong --overlap: both knobs
+        cfg += (f"  kl ov+pp {tf('kernellab_overlap_pingpong')} "
+                f"ov+pp/ws {ratio('kernellab_overlap_pingpong', 'kernellab')} "
+                f"ov+pp/torch {ratio('kernellab_overlap_pingpong', 'torch')}")
+    for name in [k for k in row if k.startswith("kernellab_env:")]:  # --also-env columns
+        cfg += f"  [{name.split(':', 1)[1]}] {tf(name)} /ws {ratio(name, 'kernellab')} /torch {ratio(name, 'torch')}"
     return f"{row['case']:<24} {tf('kernellab')} {tf('triton')} {tf('torch')}  {ratio('kernellab', 'torch')} " \
            f"{ratio('kernellab', 'triton')}{cfg}"
 

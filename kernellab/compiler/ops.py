@@ -279,13 +279,14 @@ _def("ttg.tma_store", "one thread starts TMA stores of a stage's tile to a block
 _def("ttg.tma_store_wait", "wait until at most {pending} TMA store groups may still read their buffers "
      "(cp.async.bulk.wait_group.read): (the buffers' views)", pure=False)
 _def("ttg.mbarrier_wait", "every thread waits until the stage's mbarrier completes the phase with this parity "
-     "(where the optional pred holds; {fence_proxy}: then orders the generic-proxy writes it saw before its "
-     "async-proxy reads)", pure=False)
+     "(where the optional pred holds; {warpgroup}: only that consumer warpgroup's threads, the turns tell the other; "
+     "{fence_proxy}: then orders the generic-proxy writes it saw before its async-proxy reads)", pure=False)
 _def("ttg.async_arrive", "every thread: the mbarrier counts one arrival once all the thread's earlier cp.async copies "
      "have landed (cp.async.mbarrier.arrive.noinc)", pure=False)
 _def("ttg.mbarrier_arrive", "one arrival per warp (lane 0) on the mbarrier where pred holds", pure=False)
 _def("ttg.warpgroup_turn", "two warpgroups alternate on named barriers 1 and 2: {kind} start (before the loop), "
-     "wait (for this warpgroup's turn), pass (the turn to the other), finish (after the loop)", pure=False)
+     "wait (for this warpgroup's turn, once its optional operands are computed), pass (the turn to the other), finish "
+     "(after the loop)", pure=False)
 _def("ttg.mbarrier_inval", "invalidate the mbarriers so their shared memory can be reused", pure=False)
 _def("ttg.warp_specialize", "{producer_warps} warps launched beyond num_warps run the region (the TMA copies of a "
      "loop) and exit; the num_warps consumer warps skip it and run the rest of the kernel", pure=False, regions=1)

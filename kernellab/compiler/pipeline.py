@@ -96,6 +96,7 @@ def gpu_passes():
         issue_loads_early,
         merge_conversions,
         overlap_softmax,
+        pingpong,
         pipeline_dot_operands,
         prefetch_fma_dot_loads,
         register_dot_operand,
@@ -113,7 +114,8 @@ def gpu_passes():
     return [flatten_loops, strip_mine_tiles, upcast_fp8_dot, decompose_batched_dot, accelerate_matmul,
             prefetch_fma_dot_loads, assign_layouts, remove_layout_conversions, store_in_value_layout,
             merge_conversions, share_uniform_runs, stage_invariant_dot_operands, pipeline_dot_operands,
-            register_dot_operand, fill_stages_with_tma, warpgroup_turns, warp_specialize, overlap_softmax, tma_store,
+            register_dot_operand, fill_stages_with_tma, warpgroup_turns, warp_specialize, overlap_softmax, pingpong,
+            tma_store,
             issue_loads_early, allocate_shared, insert_barriers]
 
 

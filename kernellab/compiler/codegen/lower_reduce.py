@@ -7,6 +7,8 @@ scan: through shared memory, each thread walking the prefix of its elements (sim
 """
 from __future__ import annotations
 
+import os
+
 import llvmlite.ir as ir
 
 from ..gpu.layouts import Slice
@@ -18,6 +20,31 @@ from .lowering_core import F32, F64, I1, I32, I64, KernelLowering, _cint, _log2,
 # From this many warp partials on, the cross-warp step is a butterfly over lanes rather than one load per partial
 # (16 warps: fewer registers, one more program per SM; at 8 the loads' shorter latency wins in loops over rows).
 _TREE_FROM_PARTIALS = 16
+
+# combines whose value does not depend on the order they are applied in (exact and associative; a float max or min
+# of tied +0 and -0 may come out either way, as LLVM's maxnum allows): a thread's registers may be combined pairwise
+# instead of one after another
+_ORDER_FREE = {"arith.maxnumf", "arith.minnumf", "arith.maximumf", "arith.minimumf", "arith.maxsi", "arith.minsi",
+               "arith.maxui", "arith.minui", "arith.addi", "arith.muli", "arith.andi", "arith.ori", "arith.xori"}
+
+
+def tree_in_thread() -> bool:
+    """KERNELLAB_REDUCE_TREE=1 (default off until timed; part of the disk-cache key): a thread combines its registers
+    along the axis pairwise (depth log2 n) where the combine is exact and associative (max, min, integer add ...),
+    instead of a chain n - 1 deep. Attention's row max over 64 scores a thread holds (hd128, two warpgroups) is two
+    chains of 32 dependent FMNMX between the scores' wgmma wait and the first exponential: the critical path of the
+    softmax that the other warpgroup's matrix products must cover."""
+    return os.environ.get("KERNELLAB_REDUCE_TREE", "0").strip().lower() in ("1", "on", "true", "yes")
+
+
+def _order_free(op) -> bool:
+    """One operand, and the region is one order-free binary op of its two arguments."""
+    region = op.regions[0]
+    if len(op.operands) != 1 or len(region.ops) != 2:
+        return False
+    comb, ret = region.ops
+    return (comb.name in _ORDER_FREE and {id(v) for v in comb.operands} == {id(a) for a in region.args}
+            and len(region.args) == 2 and list(ret.operands) == [comb.results[0]])
 
 
 def _combine(lw: KernelLowering, op, a: list, b: list) -> list:
@@ -93,9 +120,16 @@ def _reduce(lw: KernelLowering, op):
         key = tuple(o for d, o in enumerate(offs) if d != axis)
         groups.setdefault(key, []).append(i)
     results = {}
+    pairwise = not replicated and tree_in_thread() and _order_free(op)
     for key, regs in groups.items():
         acc = [inp[regs[0]] for inp in inputs]
         ok = None
+        if pairwise:  # a tree over the thread's registers: the same value (order-free combine), log2 n deep
+            level = [[inp[r] for inp in inputs] for r in regs]
+            while len(level) > 1:
+                nxt = [_combine(lw, op, level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+                level = nxt + ([level[-1]] if len(level) % 2 else [])
+            acc, regs = level[0], regs[:1]
         if replicated:
             ok = b.icmp_unsigned("<", b.add(parts[axis], _cint(offsets[regs[0]][axis])), _cint(info.size))
         for r in regs[1:]:

@@ -238,10 +238,17 @@ def _boxes(lw: KernelLowering, bp_v, view_v):
 @handles("ttg.mbarrier_wait")
 def _mbarrier_wait(lw: KernelLowering, op):
     bar, phase = lw.get(op.operands[0]), lw.get(op.operands[1])
-    if len(op.operands) > 2:  # only where pred holds (a warp-specialized producer's fill past the loop's end)
+    if len(op.operands) > 2 or "warpgroup" in op.attrs:
+        # only where pred holds (a warp-specialized producer's fill past the loop's end), or only in one consumer
+        # warpgroup (passes/pingpong.py: the turns tell the other one)
+        go = lw.b.zext(lw.get(op.operands[2]), I32) if len(op.operands) > 2 else _cint(1)
+        if "warpgroup" in op.attrs:
+            mine = lw.b.zext(lw.b.icmp_unsigned("==", lw.b.lshr(lw.warp, _cint(2)), _cint(op.attrs["warpgroup"])),
+                             I32)
+            go = lw.b.and_(go, mine)
         _asm(lw, "{ .reg .pred done, go; setp.ne.b32 go, $2, 0; @!go bra.uni skip_wait; wait_phase: "
              "mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1; @!done bra.uni wait_phase; skip_wait: }",
-             "r,r,r,~{memory}", [_saddr(lw, bar), phase, lw.b.zext(lw.get(op.operands[2]), I32)])
+             "r,r,r,~{memory}", [_saddr(lw, bar), phase, go])
         return
     _asm(lw, "{ .reg .pred done; wait_phase: mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1; "
          "@!done bra.uni wait_phase; }", "r,r,~{memory}", [_saddr(lw, bar), phase])
@@ -274,6 +281,10 @@ def _warpgroup_turn(lw: KernelLowering, op):
         _asm(lw, f"{{ .reg .pred p; setp.eq.u32 p, $0, 1; @p bar.arrive 1, {n}; }}", "r,~{memory}", [wg])
         _asm(lw, f"bar.sync $0, {n};", "r,~{memory}", [own])
     elif kind == "wait":
+        if op.operands:  # taken only once these are computed (passes/pingpong.py; ptxas would hoist the bar.sync)
+            from .lower_wgmma import pin_before_wait
+
+            pin_before_wait(lw, op.operands)
         _asm(lw, f"bar.sync $0, {n};", "r,~{memory}", [own])
     elif kind == "pass":
         _asm(lw, f"bar.arrive $0, {n};", "r,~{memory}", [other])
