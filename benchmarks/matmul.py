@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.memory_bound import bench, cdiv, write_results  # noqa: E402
+from benchmarks.memory_bound import bench, cdiv, interleaved, write_results  # noqa: E402
 
 # the best config of benchmarks/tools/matmul_sweep.py for Triton on the H200 (128x256x64, 8 warps, 3 stages:
 # two warpgroups of m64n256k16); both compilers get the same one
@@ -192,19 +192,6 @@ def env_setting(setting: str | None):
             os.environ[var] = old
 
 
-def interleaved(runs: dict, rounds: int = ROUNDS) -> dict:
-    """{name: seconds}: the median of `rounds` timings of each run, the runs taking turns within each round. Timed one
-    after the other, the first column of a short kernel (8192x8192x1024) read 3-7% slower than the same code timed
-    later in the row (H200: identical builds 572 vs 598 TFLOP/s); taking turns spreads the drift over every column."""
-    import statistics
-
-    times = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, run in runs.items():
-            times[name].append(bench(run, rep=REP_PER_ROUND))
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def time_row(case, M, N, K, dtype, out_dtype, impls):
     """(row, {name: compiled kernel}): each of `impls` ({name: (kernel, "VAR=VALUE" set around its launches or
     None)}) checked against float32 on NaN-poisoned output, then all of them and cuBLAS (for 16-bit outputs)
@@ -236,7 +223,7 @@ def time_row(case, M, N, K, dtype, out_dtype, impls):
     if out_dtype == dtype:
         runs["torch"] = lambda: torch.matmul(a, b)
         row["torch"] = {}
-    for name, t in interleaved(runs).items():
+    for name, t in interleaved(runs, ROUNDS, REP_PER_ROUND).items():
         row[name].update(seconds=t, tflops=flops / t / 1e12)
     return row, compiled
 

@@ -236,6 +236,21 @@ def warm_launch(k):
     return (t1 - t0) / n
 
 
+def interleaved(runs: dict, rounds: int = 3, rep: int = 80, timer=None) -> dict:
+    """{name: seconds}: the median of `rounds` timings of each run, the runs taking turns within each round. Timed one
+    after the other, the first column of a short kernel (8192x8192x1024) read 3-7% slower than the same code timed
+    later in the row (H200: identical builds 572 vs 598 TFLOP/s), and attention's knob columns disagreed by 15%
+    between two runs; taking turns spreads the drift over every column. `timer(fn, rep=...)` defaults to `bench`."""
+    import statistics
+
+    timer = timer or bench
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            times[name].append(timer(run, rep=rep))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def write_results(result: dict, name: str) -> Path:
     """Write `result` (with its date and gpu) to <date>-<gpu>-<name>.json under $KERNELLAB_RESULTS_DIR or
     benchmarks/results/; returns the path."""
