@@ -1337,7 +1337,7 @@ class JITFunction(KernelInterface):
         if st is None:
             return None
         device = next((v.get_device() for v in runtime_values if hasattr(v, "get_device")), 0) if on_gpu else None
-        p = st.last = st.programs(grid, on_gpu, device or 0)
+        p = st.last = st.programs(grid, runtime_values, on_gpu, device or 0)
         if not p:
             return None
         return st.variant, (p, 1, 1), list(runtime_values) + [grid[0]]
