@@ -414,7 +414,8 @@ def test_off_compiles_no_variant(monkeypatch):
 def test_fast_path_wrapper(monkeypatch):
     """The warm-launch path: a 1-D grid goes to the variant's launcher over (P, 1, 1) with the tile count appended;
     a 2-D grid or the knob off keep the plain launch; auto leaves one wave and a long K loop alone (its decisions
-    cached per trip count)."""
+    cached per trip count). The wrapper acts on the knob's value when it was made (a change of the knob drops the
+    fast path's entry: test_codegen_env.py)."""
     class Ck:
         asm = {"tile": "scf.for tt.dot"}
 
@@ -425,15 +426,20 @@ def test_fast_path_wrapper(monkeypatch):
     st.fused = lambda: True
     calls = []
     st._go = lambda grid, stream, args: calls.append(("persistent", grid, stream, list(args)))
-    go = persistent.fast_wrapper(st, lambda grid, stream, args: calls.append(("plain", grid, stream, list(args))), 0)
-    monkeypatch.setenv(KNOB, "1")
+
+    def wrapper(how):
+        monkeypatch.setenv(KNOB, how)
+        return persistent.fast_wrapper(st, lambda grid, stream, args: calls.append(("plain", grid, stream,
+                                                                                   list(args))), 0)
+
+    go = wrapper("1")
     go((2048,), 7, [123, 4096])
     assert calls.pop() == ("persistent", (132, 1, 1), 7, [123, 4096, 2048]) and st.last == 132
     go((64,), 7, [123])
     assert calls.pop() == ("persistent", (64, 1, 1), 7, [123, 64])
     go((64, 2), 7, [123])
     assert calls.pop()[0] == "plain"
-    monkeypatch.setenv(KNOB, "auto")
+    go = wrapper("auto")
     go((64,), 7, [123, 1024])
     assert calls.pop()[0] == "plain" and st.last == 0
     go((2048,), 7, [123, 1024])  # 16 iterations
@@ -451,10 +457,10 @@ def test_fast_path_wrapper(monkeypatch):
     st.decisions.clear()
     go((2048,), 7, [123, 1024])
     assert calls.pop()[0] == "plain"
-    monkeypatch.setenv(KNOB, "5")
+    go = wrapper("5")
     go((3,), 7, [123])
     assert calls.pop() == ("persistent", (5, 1, 1), 7, [123, 3])
-    monkeypatch.setenv(KNOB, "0")
+    go = wrapper("0")
     go((2048,), 7, [123])
     assert calls.pop()[0] == "plain" and st.last == 0
 

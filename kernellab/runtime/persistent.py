@@ -11,9 +11,9 @@ tests and A/B timing; P may exceed the tiles, the extra programs find no tile).
 
 Split-K and persistent never apply to one launch together: split-K decides first (it acts on launches with too
 few programs for the GPU, persistent on launches with many), and a launch it splits is not made persistent.
-The fast path's persistent wrapper is installed when the knob is on at a specialization's first GPU launch
-(the default path stays as it was): set the knob before that launch, or clear the kernel's caches
-(`kernel.device_caches.clear()`) after changing it.
+The fast path's persistent wrapper is installed where the knob is on (the default path stays as it was). The knob
+is one of the codegen knobs the compile caches key on (runtime/codegen_env.py): a change takes the next launch to
+the slow path, to the specialization compiled under the new value, whose fast-path entry then holds its wrapper.
 """
 from __future__ import annotations
 
@@ -88,11 +88,12 @@ class PersistentState(VariantState):
         except Exception:
             return None
 
-    def programs(self, grid, args, on_gpu: bool, device=0) -> int:
-        """P for a launch of `grid` (3 entries) with kernel arguments `args` (0: launch as written)."""
+    def programs(self, grid, args, on_gpu: bool, device=0, how=None) -> int:
+        """P for a launch of `grid` (3 entries) with kernel arguments `args` under knob value `how` (None: the
+        knob's now); 0: launch as written."""
         if self.refused is not None or grid[1] != 1 or grid[2] != 1:
             return 0
-        how = mode()
+        how = mode() if how is None else how
         if how == "off" or (how == "auto" and not on_gpu):
             return 0
         if how == "auto" and grid[0] <= (self._sms(device) if on_gpu else INTERPRETER_SMS):  # before compiling
@@ -125,19 +126,17 @@ def state(fn, ck):
 
 def fast_wrapper(st: PersistentState, go, device):
     """The warm-launch fast path's `go` for a kernel that may run persistent: the same launch, or the variant's over
-    (P, 1, 1) with the tile count appended (decisions cached per grid x, knob value and, for auto, trip count)."""
+    (P, 1, 1) with the tile count appended (decisions cached per grid x, knob value and, for auto, trip count).
+    The knob's value is the one now: the fast path drops the entry when it changes (a codegen knob)."""
+    how = mode()
 
     def go_persistent(grid, stream, args):
         if grid.__class__ is not tuple or any(g != 1 for g in grid[1:]):
             return go(grid, stream, args)
-        how = mode()
-        if how == "off":
-            st.last = 0
-            return go(grid, stream, args)
         key = (grid[0], how, st.trip(args) if how == "auto" else None)
         p = st.decisions.get(key)
         if p is None:
-            p = st.decisions[key] = st.programs((grid[0], 1, 1), args, True, device)
+            p = st.decisions[key] = st.programs((grid[0], 1, 1), args, True, device, how)
         st.last = p
         if not p:
             return go(grid, stream, args)
