@@ -98,7 +98,7 @@ def test_gpu_launch_path_follows_a_gpu_build_knob(monkeypatch, tmp_path):
     """The GPU launch path on the CPU (launch_overhead's stub driver), each specialization built for sm_90a as its
     first launch builds it: KERNELLAB_STMATRIX=0 set after warm launches takes the next launch to the slow path and
     a new specialization, whose PTX has no stmatrix where the first's has; its own warm launches stay on it; unset
-    again, the next launch runs the first (one slow-path launch, no compile) and the warm path follows."""
+    again, the next launch runs the first, warm (the entries made under each value are kept), and so back."""
     from kernellab.compiler.codegen.target import Target
     from kernellab.errors import ToolchainError
 
@@ -124,7 +124,7 @@ def test_gpu_launch_path_follows_a_gpu_build_knob(monkeypatch, tmp_path):
         assert go() is first and go() is first and len(slow) == 1  # warm
         assert kernel._fast
         monkeypatch.setenv(STMATRIX, "0")
-        assert not kernel._fast  # the change dropped the warm entries (the fast path itself reads no variable)
+        assert not kernel._fast  # the change switched to the entries made under "0": none yet
         second = go()
         assert second is not first and len(slow) == 2
         assert go() is second and len(slow) == 2  # warm, on the new entry
@@ -133,8 +133,32 @@ def test_gpu_launch_path_follows_a_gpu_build_knob(monkeypatch, tmp_path):
         except ToolchainError as e:
             pytest.skip(f"no PTX toolchain here: {e}")
         monkeypatch.delenv(STMATRIX)
-        assert go() is first and len(slow) == 3 and len(kernel.cache) == 2
-        assert go() is first and len(slow) == 3
+        assert go() is first and len(slow) == 2 and len(kernel.cache) == 2  # warm: the first's entries are back
+        monkeypatch.setenv(STMATRIX, "0")
+        assert go() is second and len(slow) == 2
+        monkeypatch.delenv(STMATRIX)
         first.build_gpu(Target(90))
     assert len(launches) == 7
     assert "stmatrix" in first.asm["ptx"] and "stmatrix" not in second.asm["ptx"]
+
+
+def test_a_knob_set_around_each_launch_keeps_both_kernels_warm(monkeypatch):
+    """benchmarks/matmul.py's --also-env column: a kernel of its own launched with the knob set around each launch
+    (env_setting), between launches of the plain column's kernel without it: after each one's first launch, every
+    launch of both is warm, each on its own specialization."""
+    from benchmarks.matmul import env_setting
+
+    lo = mv.launch_overhead_tool()
+    mv.stub_variants(monkeypatch)
+    slow = []
+    get_compiled = JITFunction._get_compiled
+    monkeypatch.setattr(JITFunction, "_get_compiled", lambda self, *a, **k: slow.append(self) or get_compiled(
+        self, *a, **k))
+    plain, switched = make_kernels(kl, tl)["matmul_kernel"], make_kernels(kl, tl)["matmul_kernel"]
+    with lo.fake_gpu():
+        for _ in range(4):
+            a = mv.launch_fake(plain, 256, 256, 128, block=(64, 64, 32), num_warps=4)
+            with env_setting(f"{STMATRIX}=0"):
+                b = mv.launch_fake(switched, 256, 256, 128, block=(64, 64, 32), num_warps=4)
+    assert slow == [plain, switched]
+    assert a._codegen_env[CODEGEN_ENV.index(STMATRIX)] == "" and b._codegen_env[CODEGEN_ENV.index(STMATRIX)] == "0"

@@ -8,9 +8,9 @@ The warm-launch fast path reads no variable: a warm launch is about 1.4 µs of P
 unset variable raises and catches KeyError inside the mapping (most of a µs each, sixteen of them). Instead the
 change is seen where it is made: the first compile swaps os.environ's class, once, for a subclass of os._Environ
 whose __setitem__ / __delitem__, after changing one of CODEGEN_ENV, recompute the fingerprint (NOW) and, where it
-changed, run the on_change callbacks (jit.py's drops every kernel's warm-launch entries: the next launch of each
-takes the slow path, which keys on the new values). Reads and all other writes run as before; fingerprints are
-interned (equal values, one object).
+changed, run the on_change callbacks (jit.py's switches every kernel's warm-launch entries to those made under
+the new values, none at first: the next launch of each takes the slow path, which keys on the new values). Reads
+and all other writes run as before; fingerprints are interned (equal values, one object).
 
 Seen: every change made through os.environ (assignment, del, pop, update, clear, setdefault; pytest's
 monkeypatch.setenv, unittest.mock.patch.dict). Not seen: os.putenv or C code's setenv (the knobs read os.environ,
@@ -39,16 +39,17 @@ _ON_CHANGE: list = []
 
 
 def on_change(callback):
-    """Run `callback()` whenever the fingerprint changes (a decorator)."""
+    """Run `callback(old, new)` whenever the fingerprint changes (a decorator; None: not watched)."""
     _ON_CHANGE.append(callback)
     return callback
 
 
 def _set(fp):
-    if fp is not NOW[0]:
+    old = NOW[0]
+    if fp is not old:
         NOW[0] = fp
         for callback in _ON_CHANGE:
-            callback()
+            callback(old, fp)
 
 
 def read(env=None) -> tuple:

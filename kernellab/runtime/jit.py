@@ -773,16 +773,20 @@ class KernelParam:
         return f"KernelParam({self.num}, {self.name!r}{', constexpr' if self.is_constexpr else ''})"
 
 
-# Every JITFunction made. The warm-launch fast path reads no environment variable (a warm launch is ~1.4 µs); a
-# change of a codegen knob (codegen_env.py watches os.environ) drops every kernel's entries instead, so the next
-# launch takes the slow path, whose caches key on the knobs' values.
+# Every JITFunction made. The warm-launch fast path reads no environment variable (a warm launch is ~1.4 µs);
+# instead a change of the codegen knobs (codegen_env.py watches os.environ) switches every kernel's entries to
+# those made under the new values (none yet: the next launch takes the slow path, whose caches key on the knobs).
+# Entries made under other values are kept, so launches that set a knob around each launch (benchmarks/matmul.py's
+# --also-env column: a kernel of its own, timed with the knob set, next to one timed without) stay warm.
 _KERNELS: weakref.WeakSet = weakref.WeakSet()
 
 
 @codegen_env.on_change
-def _drop_fast_entries():
+def _switch_fast_entries(old, new):
     for kernel in list(_KERNELS):
-        kernel._fast.clear()
+        if kernel._fast and old is not None:
+            kernel._fast_other[old] = kernel._fast
+        kernel._fast = kernel._fast_other.pop(new, {})
 
 
 class JITFunction(KernelInterface):
@@ -804,8 +808,9 @@ class JITFunction(KernelInterface):
         found = get_source(fn)  # now, while the defining frames (exec) are still alive
         self._found = found
         self.arg_names = list(__import__("inspect").signature(fn).parameters)
-        self._fast: dict = {}
-        _KERNELS.add(self)  # (a codegen knob's change drops its warm-launch entries)
+        self._fast: dict = {}  # the warm-launch entries under the codegen knobs' values now
+        self._fast_other: dict = {}  # {knobs' fingerprint: entries made under it}
+        _KERNELS.add(self)  # (see _switch_fast_entries)
         self._binder = None  # (binder, meta, tensor type) of the warm-launch fast path, made on first use
         self.do_not_specialize = {self.arg_names[i] if isinstance(i, int) else i for i in self.do_not_specialize}
 
@@ -881,7 +886,7 @@ class JITFunction(KernelInterface):
         self._found = (new_src, filename, first)
         self._source = FunctionSource(self.fn, new_src, filename, first)
         self.cache.clear()
-        self._fast.clear()
+        self._clear_fast()
         self.__dict__.pop("_frontends", None)
         self._binder = None
 
@@ -1269,7 +1274,7 @@ class JITFunction(KernelInterface):
 
             def clear(self):  # Triton's way to force a recompile (its tests then change an environment knob)
                 fn.cache.clear()
-                fn._fast.clear()
+                fn._clear_fast()
                 fn.__dict__.pop("_frontends", None)
 
         return _PerDevice()
@@ -1378,9 +1383,14 @@ class JITFunction(KernelInterface):
         launch's arguments) and again once torch is imported (a binder made before keys tensors on its slower
         generic branch)."""
         if self._binder is None or self._binder[2] is not _tensor_type():
-            self._fast.clear()
+            self._clear_fast()
             self._binder = _make_binder(self, hint_args, hint_kwargs) + (_tensor_type(),)
         return self._binder
+
+    def _clear_fast(self):
+        """Forget every warm-launch entry (under any codegen knobs' values)."""
+        self._fast.clear()
+        self.__dict__.setdefault("_fast_other", {}).clear()
 
     def _fast_launch(self, args, kwargs, grid):
         fast = self._fast
@@ -1408,7 +1418,7 @@ class JITFunction(KernelInterface):
 
     def _remember_fast(self, args, kwargs, ck, runtime_values, pdl=False):
         """After a GPU launch through the slow path: the entry that lets the next such launch skip it (while the
-        codegen knobs keep the values `ck` compiled under: a change drops every entry, see _drop_fast_entries)."""
+        codegen knobs keep the values `ck` compiled under: see _switch_fast_entries)."""
         if ck.__dict__.get("_codegen_env") is not codegen_env.NOW[0]:  # changed meanwhile, or not watched
             return
         try:
