@@ -12,8 +12,8 @@ tests and A/B timing; P may exceed the tiles, the extra programs find no tile).
 Split-K and persistent never apply to one launch together: split-K decides first (it acts on launches with too
 few programs for the GPU, persistent on launches with many), and a launch it splits is not made persistent.
 The fast path's persistent wrapper is installed where the knob is on (the default path stays as it was). The knob
-is one of the codegen knobs the compile caches key on (runtime/codegen_env.py): a change takes the next launch to
-the slow path, to the specialization compiled under the new value, whose fast-path entry then holds its wrapper.
+is one of the codegen knobs the compile caches key on (runtime/codegen_env.py): each value has its own
+specialization and warm-launch entries, so a change reaches the next launch.
 """
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def state(fn, ck):
 def fast_wrapper(st: PersistentState, go, device):
     """The warm-launch fast path's `go` for a kernel that may run persistent: the same launch, or the variant's over
     (P, 1, 1) with the tile count appended (decisions cached per grid x, knob value and, for auto, trip count).
-    The knob's value is the one now: the fast path drops the entry when it changes (a codegen knob)."""
+    The knob's value is the one now: the fast path uses this entry only while the knob keeps it (a codegen knob)."""
     how = mode()
 
     def go_persistent(grid, stream, args):
