@@ -36,7 +36,7 @@ def _check(w, v, kernel, x, config, launch):
 
     torch.cuda.synchronize()
     got = w.result(x)
-    ref = w.reference(x)
+    ref = w.expected(x, v)
     err = ((got - ref).norm() / ref.norm()).item()
     if not (err < w.tol):
         raise AssertionError(f"relative error {err:.2e} > {w.tol}")
@@ -88,7 +88,8 @@ def run(names=None):
                 runs.append(("autotune", v.launch, _autotuned(kernellab, v.kernel, v.configs),
                              _autotuned(triton, tw[v.name].kernel, v.configs), None))
             for label, launch, klk, trk, cfg in runs:
-                row = {"workload": w.name, "variant": v.name, "config": label}
+                row = {"workload": w.name, "variant": v.name, "config": label, **({"params": v.params} if v.params
+                                                                                  else {})}
                 fns = {}
                 for impl, k in (("kernellab", klk), ("triton", trk)):
                     try:  # compile and check (an autotuned kernel tunes on its first call)

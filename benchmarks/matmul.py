@@ -15,6 +15,9 @@ torch._scaled_mm (cuBLAS, B column-major, fp32 scale tensors). Writes benchmarks
     python benchmarks/matmul.py --skinny --shapes 16x4096x4096,64x8192x8192 --splits 2,4,8,16
     python benchmarks/matmul.py --no-fp8 --also-env KERNELLAB_PERSISTENT=1 \
         --shapes 8192x8192x512,8192x8192x1024,8192x8192x2048,4096x4096x4096,8192x8192x8192   # persistent column
+    python benchmarks/matmul.py --no-fp8 --also-env KERNELLAB_PERSISTENT=auto --also-env KERNELLAB_PERSISTENT=1 \
+        --shapes 8192x8192x512,8192x8192x1024,8192x8192x2048,8192x8192x3072,4096x4096x4096,8192x8192x8192
+                                                         # auto (K loop <= 32 iterations) against always
 """
 from __future__ import annotations
 

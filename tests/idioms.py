@@ -19,13 +19,14 @@ class Variant:
     configs: list           # dicts of constexprs plus num_warps / num_stages
     autotune: bool = False  # also time it through an autotuner over its configs
     test_size: object = None  # a size of its own for the tests, where the text needs divisible shapes
+    params: dict = field(default_factory=dict)  # what its text fixes of the workload (linear: act), for the reference
 
 
 @dataclass
 class Workload:
     name: str
     inputs: object          # inputs(size, device, seed) -> dict
-    reference: object       # reference(inputs) -> tensor (float64 or exact)
+    reference: object       # reference(inputs, **variant.params) -> tensor (float64 or exact)
     output: object          # which input holds the output (a name, or a tuple of names: checked together)
     flops_or_bytes: object  # (inputs) -> (kind, amount) for the figures
     sizes: dict             # "bench" / "test" -> size argument of `inputs`
@@ -48,6 +49,10 @@ class Workload:
         if not isinstance(self.output, tuple):
             return x[self.output].double()
         return torch.cat([x[n].double().flatten() for n in self.output])
+
+    def expected(self, inputs, variant: Variant):
+        """The reference result of `variant` (its params: what its kernel text fixes, e.g. an activation)."""
+        return self.reference(inputs, **variant.params)
 
 
 def cdiv(a, b):
@@ -327,26 +332,20 @@ def _linear(jit, tl):
         return dict(x=torch.randn(M, K, generator=g).to(torch.float16).to(device),
                     w=(torch.randn(N, K, generator=g) / 8).to(torch.float16).to(device),
                     bias=torch.randn(N, generator=g).to(torch.float16).to(device),
-                    y=torch.full((M, N), float("nan"), dtype=torch.float16, device=device), act=None)
+                    y=torch.full((M, N), float("nan"), dtype=torch.float16, device=device))
 
-    def reference(x):
+    def reference(x, act):
         import torch
 
         y = x["x"].double() @ x["w"].double().T + x["bias"].double()
-        return torch.where(y >= 0, y, 0.01 * y) if x["act"] == "leaky" else y * torch.sigmoid(1.702 * y)
-
-    def with_act(launcher, act):
-        def go(kernel, x, cfg):
-            x["act"] = act
-            launcher(kernel, x, cfg)
-        return go
+        return {"leaky": lambda: torch.where(y >= 0, y, 0.01 * y), "gelu": lambda: y * torch.sigmoid(1.702 * y)}[act]()
 
     w = Workload("linear", inputs, reference, "y", lambda x: ("flop", 2 * x["x"].shape[0] * x["x"].shape[1]
                                                              * x["w"].shape[0]),
                  sizes={"bench": (4096, 4096, 4096), "test": (96, 80, 128)}, tol=2e-2)
     w.variants = [
-        Variant("swizzle2d_leaky", lin_swizzle2d, with_act(launch, "leaky"), MATMUL_CONFIGS),
-        Variant("descriptor_gelu", lin_descriptor, with_act(launch, "gelu"), MATMUL_CONFIGS, autotune=True),
+        Variant("swizzle2d_leaky", lin_swizzle2d, launch, MATMUL_CONFIGS, params={"act": "leaky"}),
+        Variant("descriptor_gelu", lin_descriptor, launch, MATMUL_CONFIGS, autotune=True, params={"act": "gelu"}),
     ]
     return w
 

@@ -25,7 +25,7 @@ def _check(w, v, config, device, seed, kernel=None):
     x = w.inputs(v.test_size or w.sizes["test"], device, seed)
     v.launch(kernel or v.kernel, x, config)
     got = w.result(x).cpu()
-    ref = w.reference(x).cpu()
+    ref = w.expected(x, v).cpu()
     assert not torch.isnan(got).any(), "unwritten (poisoned) elements"
     err = (got - ref).norm() / ref.norm()
     assert err < w.tol, f"{w.name}/{v.name} {config}: relative error {err:.2e}"
@@ -108,3 +108,18 @@ def test_linear_idioms_compile_to_wgmma(variant):
 
 
 MATMUL_CONFIG = dict(BM=128, BN=256, BK=64, GM=8, num_stages=3, num_warps=8)
+
+
+def test_linear_activation_is_a_parameter_of_the_variant():
+    """linear's activation is fixed by each variant's text, so it is the variant's (params), not an entry of the
+    inputs: the reference reads it from the variant, the inputs hold the tensors only."""
+    w = WORKLOADS["linear"]
+    assert {v.name: v.params for v in w.variants} == {"swizzle2d_leaky": {"act": "leaky"},
+                                                       "descriptor_gelu": {"act": "gelu"}}
+    assert all(not v.params for v in WORKLOADS["matmul"].variants)
+    x = w.inputs(w.sizes["test"], "cpu", seed=2)
+    assert set(x) == {"x", "w", "bias", "y"}
+    y = x["x"].double() @ x["w"].double().T + x["bias"].double()
+    leaky, gelu = (w.expected(x, v) for v in w.variants)
+    torch.testing.assert_close(leaky, torch.where(y >= 0, y, 0.01 * y))
+    torch.testing.assert_close(gelu, y * torch.sigmoid(1.702 * y))

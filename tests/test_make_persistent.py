@@ -16,12 +16,15 @@ import kernellab.language as tl
 from kernellab.compiler.parser import parse_module
 from kernellab.compiler.passes import flatten_loops, make_persistent
 from kernellab.compiler.printer import print_module
+from kernellab.compiler.trip_count import evaluate
 from kernellab.compiler.verifier import verify
 from kernellab.runtime import persistent, split_k
 from kernellab.runtime.interpreter import Interpreter
+from tests import matmul_variants as mv
 from tests.corpus import make_kernels
 from tests.passes.conftest import check_uses, normalize, run_check
 
+SLOT = "_persistent_state"
 KNOB = persistent.KNOB
 
 
@@ -112,7 +115,24 @@ def test_body_becomes_the_tile_loop():
     """program_id(0) -> pid + i * P, num_programs(0) -> the tile count parameter; the shared scalars (constants,
     the bound the epilogue derives from the tile count) move before the tile loop, tensors stay in it."""
     stats = run_check(make_persistent, KERNEL, PERSISTENT)
+    trip = stats.pop("trip_count")
     assert stats == {"persistent": 1, "program_ids_replaced": 2}
+    assert evaluate(trip, [0, 0, 37]) == 37 and evaluate(trip, [0, 0, -5]) == 0  # the loop's `%n` iterations
+
+
+def test_trip_count_of_a_strided_loop_and_of_bounds_from_memory():
+    """The trip count the runtime's auto reads: cdiv(ub - lb, step) of the kernel's parameters; None where a bound
+    is loaded from memory."""
+    strided = KERNEL.replace("%c1 = arith.constant {value = 1} : i32",
+                             "%c1 = arith.constant {value = 1} : i32\n  %c64 = arith.constant {value = 64} : i32")
+    strided = strided.replace("scf.for %c0, %n, %c1,", "scf.for %c16, %n, %c64,")
+    stats = make_persistent.run(parse_module(strided))
+    assert [evaluate(stats["trip_count"], [0, 0, n]) for n in (16, 17, 80, 81, 1040, 3)] == [0, 1, 1, 2, 16, 0]
+    loaded = KERNEL.replace("%n: i32)", "%n: i32, %pn: !ptr<i32>)").replace(
+        "%c16 = arith.constant {value = 16} : i32", "%c16 = arith.constant {value = 16} : i32\n"
+        "  %ln = tt.load %pn : i32").replace("scf.for %c0, %n,", "scf.for %c0, %ln,")
+    stats = make_persistent.run(parse_module(loaded))
+    assert stats["persistent"] == 1 and stats["trip_count"] is None
 
 
 def _refused(text: str, why: str):
@@ -198,18 +218,40 @@ def split_k_pass_name():
 def test_choose():
     assert persistent.choose(2048, 132, "on") == 132
     assert persistent.choose(100, 132, "on") == 100
-    assert persistent.choose(100, 132, "auto") == 0  # one wave: as written
-    assert persistent.choose(2048, 132, "auto") == 132
+    assert persistent.choose(100, 132, "auto", 16) == 0  # one wave: as written
+    assert persistent.choose(2048, 132, "auto", 16) == 132
     assert persistent.choose(5, 132, 7) == 7  # a forced P, more programs than tiles
     assert persistent.choose(2048, 132, "off") == 0
 
 
+@pytest.mark.parametrize("trip", [8, 16, 32, 33, 64, 128, None])
+@pytest.mark.parametrize("tiles,slots", [(2048, 132), (133, 132), (132, 132), (32, 132)])
+def test_auto_wants_many_tiles_and_a_short_k_loop(trip, tiles, slots):
+    """auto: persistent (min(tiles, slots) programs) only where the tiles take more than one wave and the dot loop
+    runs at most MAX_TRIP iterations (8192x8192x1024 at BLOCK_K 64: 16, 1.05-1.07x on an H100; 4096^3: 64,
+    1.00x; 8192^3: 128, 0.97-1.00x); an unknown trip count runs as written. `on` and a forced P ignore both."""
+    assert persistent.MAX_TRIP == 32
+    want = min(tiles, slots) if tiles > slots and trip is not None and trip <= 32 else 0
+    assert persistent.choose(tiles, slots, "auto", trip) == want
+    assert persistent.short_loop(trip) == (trip is not None and trip <= 32)
+    assert persistent.choose(tiles, slots, "on", trip) == min(tiles, slots)
+    assert persistent.choose(tiles, slots, 5, trip) == 5
+
+
 def test_mode(monkeypatch):
-    for v, want in (("0", "off"), ("", "off"), ("off", "off"), ("1", "on"), ("auto", "auto"), ("264", 264)):
+    for v, want in (("0", "off"), ("off", "off"), ("1", "on"), ("auto", "auto"), ("AUTO ", "auto"), ("264", 264)):
         monkeypatch.setenv(KNOB, v)
         assert persistent.mode() == want
-    monkeypatch.delenv(KNOB)
-    assert persistent.mode() == "off"  # the default
+    monkeypatch.setattr(persistent, "DEFAULT", "auto")  # the default is one constant: unset and empty read it
+    for unset in (True, False):
+        if unset:
+            monkeypatch.delenv(KNOB)
+        else:
+            monkeypatch.setenv(KNOB, "")
+        assert persistent.mode() == "auto"
+    monkeypatch.undo()
+    monkeypatch.delenv(KNOB, raising=False)
+    assert persistent.DEFAULT == "0" and persistent.mode() == "off"  # off until GPU timings say auto wins
 
 
 def test_knob_is_part_of_the_codegen_key():
@@ -219,35 +261,6 @@ def test_knob_is_part_of_the_codegen_key():
 
 
 # ------------------------------------------------------------------------------------------- the interpreter
-def _launch(kernel, a, b, c, block=(16, 32, 16), **options):
-    (M, K), N = a.shape, b.shape[1]
-    bm, bn, bk = block
-    grid = (kl.cdiv(M, bm) * kl.cdiv(N, bn),)
-    return kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
-                        c.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=2, **options)
-
-
-def _args(a, b, c):
-    (M, K), N = a.shape, b.shape[1]
-    return [a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)]
-
-
-def _operands(M, N, K, dtype=torch.float16, out=torch.float32, device="cpu", seed=0):
-    g = torch.Generator().manual_seed(seed)
-    a = (torch.rand(M, K, generator=g) * 2 - 1)
-    b = (torch.rand(K, N, generator=g) * 2 - 1)
-    if K:
-        a[0, 0], b[-1, -1] = 1.0, -1.0  # edge values: the extremes of the range
-    a, b = a.to(dtype).to(device), b.to(dtype).to(device)
-    c = torch.full((M, N), float("nan"), dtype=out, device=device)  # poisoned: unwritten elements show
-    return a, b, c
-
-
-def _state(kernel):
-    states = [ck._persistent_state for ck in kernel.cache.values()
-              if getattr(ck, "_persistent_state", None) is not None]
-    assert states
-    return states[-1]
 
 
 def _tol(dtype, out, K):
@@ -268,9 +281,9 @@ def test_interpreter_persistent_matches_the_kernel_as_written(monkeypatch, M, N,
     variant: the same bits as the kernel as written, which matches float64."""
     monkeypatch.setenv(split_k.KNOB, "0")
     kernel = make_kernels(kl, tl)["matmul_kernel"]
-    a, b, c = _operands(M, N, K, dtype, out, seed=M * N + K)
+    a, b, c = mv.operands(M, N, K, dtype, out, seed=M * N + K)
     monkeypatch.setenv(KNOB, "0")
-    _launch(kernel, a, b, c)
+    mv.launch(kernel, a, b, c)
     plain = c.clone()
     assert not plain.isnan().any()
     ref = (a.double() @ b.double())
@@ -280,12 +293,12 @@ def test_interpreter_persistent_matches_the_kernel_as_written(monkeypatch, M, N,
     for p in ("2", "3", "7", "100", "1"):
         monkeypatch.setenv(KNOB, p)
         c.fill_(float("nan"))
-        _launch(kernel, a, b, c)
-        st = _state(kernel)
+        mv.launch(kernel, a, b, c)
+        st = mv.state(kernel, SLOT)
         assert st.refused is None and st.last == (min(tiles, 132) if p == "1" else int(p)), (p, st.last)
         assert torch.equal(c, plain), p
     c.fill_(float("nan"))
-    st.variant.run((1, 1, 1), _args(a, b, c) + [tiles])  # P = 1: one program walks every tile
+    st.variant.run((1, 1, 1), mv.args(a, b, c) + [tiles])  # P = 1: one program walks every tile
     assert torch.equal(c, plain)
 
 
@@ -297,8 +310,8 @@ def test_interpreter_flattened_variant(monkeypatch, M, N, K, P):
     monkeypatch.setenv(split_k.KNOB, "0")
     monkeypatch.setenv(KNOB, "0")
     kernel = make_kernels(kl, tl)["matmul_kernel"]
-    a, b, c = _operands(M, N, K, seed=P)
-    _launch(kernel, a, b, c)
+    a, b, c = mv.operands(M, N, K, seed=P)
+    mv.launch(kernel, a, b, c)
     plain = c.clone()
     ck = next(iter(kernel.cache.values()))
     st = persistent.state(kernel, ck)
@@ -310,7 +323,7 @@ def test_interpreter_flattened_variant(monkeypatch, M, N, K, P):
     check_uses(module)
     c.fill_(float("nan"))
     tiles = kl.cdiv(M, 16) * kl.cdiv(N, 32)
-    Interpreter(module, v.name, v.source_lines, arg_names=v.arg_names).run((P, 1, 1), _args(a, b, c) + [tiles])
+    Interpreter(module, v.name, v.source_lines, arg_names=v.arg_names).run((P, 1, 1), mv.args(a, b, c) + [tiles])
     assert torch.equal(c, plain)
     torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
 
@@ -320,9 +333,9 @@ def test_variant_trace_records_the_pass(monkeypatch):
     snapshot), the kernel as written's has no such pass."""
     monkeypatch.setenv(KNOB, "3")
     kernel = make_kernels(kl, tl)["matmul_kernel"]
-    a, b, c = _operands(40, 70, 50)
-    _launch(kernel, a, b, c)
-    st = _state(kernel)
+    a, b, c = mv.operands(40, 70, 50)
+    mv.launch(kernel, a, b, c)
+    st = mv.state(kernel, SLOT)
     names = [p.name for p in st.variant.trace.passes if p.stage == "tile"]
     assert names[-1] == "make_persistent"
     rec = st.variant.trace.passes[names.index("make_persistent")]
@@ -337,27 +350,27 @@ def test_split_k_decides_first(monkeypatch):
     """Both knobs forced: a launch split-K splits is not made persistent (its persistent variant is never
     compiled); with split-K off the same launch runs persistent; the results match the kernel as written."""
     M, N, K = 20, 40, 200
-    a, b, c = _operands(M, N, K)
+    a, b, c = mv.operands(M, N, K)
     monkeypatch.setenv(split_k.KNOB, "0")
     monkeypatch.setenv(KNOB, "0")
     kernel = make_kernels(kl, tl)["matmul_kernel"]
-    _launch(kernel, a, b, c)
+    mv.launch(kernel, a, b, c)
     plain = c.clone()
     monkeypatch.setenv(split_k.KNOB, "3")
     monkeypatch.setenv(KNOB, "2")
     c.fill_(float("nan"))
-    ck = _launch(kernel, a, b, c)
+    ck = mv.launch(kernel, a, b, c)
     assert ck._split_state.last == 3 and ck._split_state.variant is not None
     assert getattr(ck, "_persistent_state", None) is None or ck._persistent_state.variant is None
     torch.testing.assert_close(c, plain, rtol=1e-5, atol=1e-5)
     monkeypatch.setenv(split_k.KNOB, "0")
     c.fill_(float("nan"))
-    _launch(kernel, a, b, c)
+    mv.launch(kernel, a, b, c)
     assert ck._persistent_state.last == 2 and torch.equal(c, plain)
     # split-K's own `on` leaves a launch with many programs alone (2 x programs > SMs): persistent takes it
     monkeypatch.setenv(split_k.KNOB, "1")
-    a, b, c = _operands(16 * 20, 32 * 7, 40)
-    _launch(kernel, a, b, c)
+    a, b, c = mv.operands(16 * 20, 32 * 7, 40)
+    mv.launch(kernel, a, b, c)
     ck = next(ck for ck in kernel.cache.values() if getattr(ck, "_persistent_state", None) is not None
               and ck._persistent_state.last)
     assert ck._split_state.last == 1 and ck._persistent_state.last == 2
@@ -370,13 +383,13 @@ def test_refused_kernel_runs_as_written(monkeypatch):
     monkeypatch.setenv(KNOB, "1")
     kernel = make_kernels(kl, tl)["block_ptr_matmul_kernel"]
     M, N, K = 40, 70, 50
-    a, b, c = _operands(M, N, K)
+    a, b, c = mv.operands(M, N, K)
     kernel[(kl.cdiv(M, 16), kl.cdiv(N, 32))](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                                              c.stride(0), c.stride(1), BLOCK_M=16, BLOCK_N=32, BLOCK_K=16)
     torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
     # a 2-D launch never asks for the variant; forced on a 1-D launch of the same kernel, the pass refuses it
     st = persistent.state(kernel, next(iter(kernel.cache.values())))
-    assert st.programs((4, 1, 1), False) == 0 and "axis 1 or 2" in st.refused
+    assert st.programs((4, 1, 1), [], False) == 0 and "axis 1 or 2" in st.refused
 
     @kl.jit
     def add(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
@@ -390,60 +403,66 @@ def test_refused_kernel_runs_as_written(monkeypatch):
     torch.testing.assert_close(y, x + 1.0)
 
 
-def test_off_by_default_compiles_no_variant(monkeypatch):
-    monkeypatch.delenv(KNOB, raising=False)
+def test_off_compiles_no_variant(monkeypatch):
+    monkeypatch.setenv(KNOB, "0")
     kernel = make_kernels(kl, tl)["matmul_kernel"]
-    a, b, c = _operands(40, 70, 50)
-    ck = _launch(kernel, a, b, c)
+    a, b, c = mv.operands(40, 70, 50)
+    ck = mv.launch(kernel, a, b, c)
     assert getattr(ck, "_persistent_state", None) is None
 
 
 def test_fast_path_wrapper(monkeypatch):
     """The warm-launch path: a 1-D grid goes to the variant's launcher over (P, 1, 1) with the tile count appended;
-    a 2-D grid or the knob off keep the plain launch; auto leaves one wave alone."""
+    a 2-D grid or the knob off keep the plain launch; auto leaves one wave and a long K loop alone (its decisions
+    cached per trip count). The wrapper acts on the knob's value when it was made (a change of the knob drops the
+    fast path's entry: test_codegen_env.py)."""
     class Ck:
         asm = {"tile": "scf.for tt.dot"}
 
     st = persistent.PersistentState(None, Ck(), None)
-    st.variant, st.sms[0] = object(), 132
+    st.variant, st.sms[0], st._built = object(), 132, True
+    st.stats = {"persistent": 1, "trip_count": ["div", ["arg", 1], ["const", 64]]}  # K / 64 iterations
     st.slots = lambda on_gpu, device=0: 132
     st.fused = lambda: True
     calls = []
     st._go = lambda grid, stream, args: calls.append(("persistent", grid, stream, list(args)))
-    go = persistent.fast_wrapper(st, lambda grid, stream, args: calls.append(("plain", grid, stream, list(args))), 0)
-    monkeypatch.setenv(KNOB, "1")
+
+    def wrapper(how):
+        monkeypatch.setenv(KNOB, how)
+        return persistent.fast_wrapper(st, lambda grid, stream, args: calls.append(("plain", grid, stream,
+                                                                                   list(args))), 0)
+
+    go = wrapper("1")
     go((2048,), 7, [123, 4096])
     assert calls.pop() == ("persistent", (132, 1, 1), 7, [123, 4096, 2048]) and st.last == 132
     go((64,), 7, [123])
     assert calls.pop() == ("persistent", (64, 1, 1), 7, [123, 64])
     go((64, 2), 7, [123])
     assert calls.pop()[0] == "plain"
-    monkeypatch.setenv(KNOB, "auto")
-    go((64,), 7, [123])
+    go = wrapper("auto")
+    go((64,), 7, [123, 1024])
     assert calls.pop()[0] == "plain" and st.last == 0
-    go((2048,), 7, [123])
-    assert calls.pop() == ("persistent", (132, 1, 1), 7, [123, 2048])
+    go((2048,), 7, [123, 1024])  # 16 iterations
+    assert calls.pop() == ("persistent", (132, 1, 1), 7, [123, 1024, 2048])
+    for k, want in ((4096, "plain"), (2048, "persistent"), (2112, "plain"), (1024, "persistent"), (512, "persistent")):
+        go((2048,), 7, [123, k])  # 64, 32, 33, 16, 8 iterations
+        assert calls.pop()[0] == want, k
+    assert {key[2] for key in st.decisions if key[1] == "auto"} == {16, 64, 32, 33, 8}
     st.fused = lambda: False  # the build kept the nest: auto leaves the launch as written, a forced P does not
     st.decisions.clear()
-    go((2048,), 7, [123])
+    go((2048,), 7, [123, 1024])
     assert calls.pop()[0] == "plain"
-    monkeypatch.setenv(KNOB, "5")
+    st.fused = lambda: True
+    st.stats = {"persistent": 1, "trip_count": None}  # unknown trip count: as written
+    st.decisions.clear()
+    go((2048,), 7, [123, 1024])
+    assert calls.pop()[0] == "plain"
+    go = wrapper("5")
     go((3,), 7, [123])
     assert calls.pop() == ("persistent", (5, 1, 1), 7, [123, 3])
-    monkeypatch.setenv(KNOB, "0")
+    go = wrapper("0")
     go((2048,), 7, [123])
     assert calls.pop()[0] == "plain" and st.last == 0
-
-
-def _launch_overhead_tool():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "tools" / "launch_overhead.py"
-    spec = importlib.util.spec_from_file_location("launch_overhead_for_persistent", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_gpu_launch_path_with_a_stub_driver(monkeypatch):
@@ -451,28 +470,14 @@ def test_gpu_launch_path_with_a_stub_driver(monkeypatch):
     launches the persistent variant over (P, 1, 1) with one more argument, on the slow path and the warm fast path;
     a skinny grid is split by split-K (auto) instead; with the knob off at the first launch the warm path is the
     plain one."""
-    lo = _launch_overhead_tool()
-    fake = lo.FakeCudaTensor
-    for cls in (persistent.PersistentState, split_k.SplitState):
-        monkeypatch.setattr(cls, "_sms", lambda self, device: 132)
-    build = persistent.PersistentState.get_variant
-    monkeypatch.setattr(persistent.PersistentState, "get_variant", lambda self, on_gpu=False: build(self, False))
-    monkeypatch.setattr(persistent.PersistentState, "slots", lambda self, on_gpu, device=0: 132)
-    sbuild = split_k.SplitState.get_variant
-    monkeypatch.setattr(split_k.SplitState, "get_variant", lambda self, on_gpu=False: sbuild(self, False))
-    monkeypatch.setattr(split_k.SplitState, "buffers", lambda self, s, g, device=None, stream=0: (
-        fake(torch.float32, ptr=0x7F0000100000), fake(torch.int32, ptr=0x7F0000200000)))
-    warm = []
-    for cls, tag in ((persistent.PersistentState, "p"), (split_k.SplitState, "s")):
-        monkeypatch.setattr(cls, "variant_launcher", lambda self, tag=tag: (
-            lambda grid, stream, args: warm.append((tag, grid, len(args)))))
+    lo = mv.launch_overhead_tool()
+    warm = mv.stub_variants(monkeypatch)
     monkeypatch.setenv(split_k.KNOB, "auto")
     monkeypatch.setenv(KNOB, "1")
     K, N = 1024, 8192
 
     def go(kernel, M):
-        a, b, c = fake(torch.float16, shape=(M, K)), fake(torch.float16, shape=(K, N)), fake(torch.float16, shape=(M, N))
-        _launch(kernel, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+        mv.launch_fake(kernel, M, N, K)
 
     launches = []
     with lo.fake_gpu(launches):
@@ -480,11 +485,11 @@ def test_gpu_launch_path_with_a_stub_driver(monkeypatch):
         go(first, 8192)  # slow path: 2048 tiles on 132 programs, 12 arguments + the tile count
         (gx, gy, gz, _), = launches
         assert (gx, gy, gz) == (132, 1, 1)
-        st = _state(first)
+        st = mv.state(first, SLOT)
         assert st.variant.arg_names[-1] == make_persistent.TILES and st.last == 132
         go(first, 8192)  # warm: the fast path's wrappers (split-K's, then persistent's)
         go(first, 16)  # warm, skinny (32 tiles, 16 K-iterations): split-K's auto leaves it (too short), persistent
-        assert warm == [("p", (132, 1, 1), 13), ("p", (32, 1, 1), 13)] and len(launches) == 1
+        assert warm == [("p", (132, 1, 1), 13, 2048), ("p", (32, 1, 1), 13, 32)] and len(launches) == 1
 
         monkeypatch.setenv(KNOB, "0")
         second = make_kernels(kl, tl)["matmul_kernel"]
@@ -494,6 +499,44 @@ def test_gpu_launch_path_with_a_stub_driver(monkeypatch):
         go(second, 8192)
         assert [(x, y, z) for x, y, z, _ in launches] == [(64 * 32, 1, 1)] * 2 and warm == []
         assert getattr(next(iter(second.cache.values())), "_persistent_state", None) is None
+
+
+def test_auto_on_the_launch_path_with_a_stub_driver(monkeypatch):
+    """KERNELLAB_PERSISTENT=auto on the GPU launch path (stub driver, 132 SMs, a block each, a fused build), the
+    benchmark's 128x256x64 config: 8192x8192xK (2048 tiles) runs persistent over 132 programs at K = 512, 1024, 2048
+    (8, 16, 32 iterations) and as written at K = 2112, 4096, 8192 (33, 64, 128); one-wave grids (1024^3: 32 tiles,
+    2048^3: 128) run as written whatever K. The first launch takes the slow path, the rest the warm fast path (its
+    decisions keyed by the trip count: every K here is one specialization); a first launch's slow path decides
+    alike."""
+    lo = mv.launch_overhead_tool()
+    warm = mv.stub_variants(monkeypatch)
+    monkeypatch.setenv(split_k.KNOB, "auto")
+    monkeypatch.setenv(KNOB, "auto")
+    kernel = make_kernels(kl, tl)["matmul_kernel"]
+    cases = [(8192, 8192, 4096, False), (8192, 8192, 1024, True), (8192, 8192, 512, True),
+             (8192, 8192, 2048, True), (8192, 8192, 2112, False), (8192, 8192, 8192, False),
+             (1024, 1024, 1024, False), (2048, 2048, 2048, False), (2048, 2048, 512, False), (8192, 8192, 1024, True)]
+    launches = []
+    with lo.fake_gpu(launches):
+        for i, (M, N, K, want) in enumerate(cases):
+            launches.clear()
+            warm.clear()
+            mv.launch_fake(kernel, M, N, K)
+            tiles = (M // 128) * (N // 256)
+            st = mv.state(kernel, SLOT)
+            if i == 0:  # the slow path (the kernel as written: the fast path then loads no kernel lazily)
+                assert [(x, y, z) for x, y, z, _ in launches] == [(tiles, 1, 1)] and not warm
+            elif want:
+                assert warm == [("p", (132, 1, 1), 13, tiles)] and not launches, (M, N, K)
+            else:
+                assert [(x, y, z) for x, y, z, _ in launches] == [(tiles, 1, 1)] and not warm, (M, N, K)
+            assert st.last == (132 if want else 0), (M, N, K)
+        for K, want in ((1024, 132), (4096, 2048)):  # the slow path decides alike (a fresh kernel each)
+            launches.clear()
+            mv.launch_fake(make_kernels(kl, tl)["matmul_kernel"], 8192, 8192, K)
+            assert [(x, y, z) for x, y, z, _ in launches] == [(want, 1, 1)], K
+    assert len(kernel.cache) == 1 and st.variant is not None
+    assert st.trip([0, 0, 0, 8192, 8192, 2048]) == 32 and st.trip([0, 0, 0, 8192, 8192, 2112]) == 33
 
 
 # ------------------------------------------------------------------------------------------- built for sm_90a
@@ -555,15 +598,15 @@ def test_interpreter_block_pointer_text(monkeypatch, M, N, K, P):
     monkeypatch.setenv(split_k.KNOB, "0")
     monkeypatch.setenv(KNOB, "0")
     kernel = _bp_kernel()
-    a, b, c = _operands(M, N, K, seed=M + P)
-    _launch(kernel, a, b, c)
+    a, b, c = mv.operands(M, N, K, seed=M + P)
+    mv.launch(kernel, a, b, c)
     plain = c.clone()
     torch.testing.assert_close(plain.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
     ck = next(iter(kernel.cache.values()))
     v = persistent.state(kernel, ck).get_variant()
     assert v is not None
     c.fill_(float("nan"))
-    v.run((P, 1, 1), _args(a, b, c) + [kl.cdiv(M, 16) * kl.cdiv(N, 32)])
+    v.run((P, 1, 1), mv.args(a, b, c) + [kl.cdiv(M, 16) * kl.cdiv(N, 32)])
     assert torch.equal(c, plain)
 
 
@@ -579,7 +622,7 @@ def test_sm90_block_pointer_text_keeps_tma(tmp_path, monkeypatch):
     K = 1024
     a, b, c = torch.empty(M, K, dtype=torch.float16), torch.empty(K, N, dtype=torch.float16), \
         torch.empty(M, N, dtype=torch.float16)
-    ck = kernel.warmup(*_args(a, b, c), BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3,
+    ck = kernel.warmup(*mv.args(a, b, c), BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3,
                        grid=(1,))
     v = persistent.state(kernel, ck).get_variant()
     try:
@@ -611,24 +654,24 @@ def test_gpu_persistent_matches_the_kernel_as_written(monkeypatch, out, P):
     monkeypatch.setenv(split_k.KNOB, "0")
     dtype = torch.bfloat16 if out == torch.bfloat16 else torch.float16
     for M, N, K in GPU_SHAPES:
-        a, b, c = _operands(M, N, K, dtype, out, device="cuda", seed=M + N + K)
+        a, b, c = mv.operands(M, N, K, dtype, out, device="cuda", seed=M + N + K)
         monkeypatch.setenv(KNOB, "0")
         plain_kernel = make_kernels(kl, tl)["matmul_kernel"]
-        _launch(plain_kernel, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+        mv.launch(plain_kernel, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
         torch.cuda.synchronize()
         plain = c.clone()
         monkeypatch.setenv(KNOB, P)
         kernel = make_kernels(kl, tl)["matmul_kernel"]
         for _ in range(3):
             c.fill_(float("nan"))
-            _launch(kernel, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+            mv.launch(kernel, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
             torch.cuda.synchronize()
             assert not c.isnan().any()
             assert torch.equal(c, plain), (M, N, K, P)
         tol = 1e-4 if out == torch.float32 else 2e-2
         torch.testing.assert_close(c.double(), (a.double() @ b.double()).to(out).double(), rtol=tol,
                                    atol=tol * K ** 0.5)
-        st = _state(kernel)
+        st = mv.state(kernel, SLOT)
         tiles = kl.cdiv(M, 128) * kl.cdiv(N, 256)
         if P not in ("1", "auto"):
             assert st.last == int(P)
@@ -636,6 +679,9 @@ def test_gpu_persistent_matches_the_kernel_as_written(monkeypatch, out, P):
             assert 1 <= st.last <= tiles
         elif tiles <= torch.cuda.get_device_properties(0).multi_processor_count:
             assert st.last == 0  # auto: one wave runs as written
+            continue
+        elif not persistent.short_loop(st.trip(mv.args(a, b, c))):
+            assert st.last == 0  # auto: a long K loop runs as written
             continue
         elif st.fused():
             assert st.last >= 1
@@ -652,15 +698,15 @@ def test_gpu_persistent_variant_with_one_program_and_repeated_launches(monkeypat
     monkeypatch.setenv(KNOB, "3")
     kernel = make_kernels(kl, tl)["matmul_kernel"]
     M, N, K = 300, 700, 200
-    a, b, c = _operands(M, N, K, device="cuda")
-    _launch(kernel, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+    a, b, c = mv.operands(M, N, K, device="cuda")
+    mv.launch(kernel, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
     torch.cuda.synchronize()
     first = c.clone()
-    st = _state(kernel)
+    st = mv.state(kernel, SLOT)
     tiles = kl.cdiv(M, 128) * kl.cdiv(N, 256)
     for p in (1, 2, tiles, tiles + 5):
         c.fill_(float("nan"))
-        st.variant.run((p, 1, 1), _args(a, b, c) + [tiles])
+        st.variant.run((p, 1, 1), mv.args(a, b, c) + [tiles])
         torch.cuda.synchronize()
         assert torch.equal(c, first), p
     torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-4, atol=1e-3)
@@ -674,10 +720,10 @@ def test_gpu_split_k_and_persistent_together(monkeypatch):
     monkeypatch.setenv(KNOB, "1")
     kernel = make_kernels(kl, tl)["matmul_kernel"]
     for M, N, K in [(16, 4096, 4096), (4096, 4096, 512)]:
-        a, b, c = _operands(M, N, K, device="cuda")
+        a, b, c = mv.operands(M, N, K, device="cuda")
         for _ in range(2):
             c.fill_(float("nan"))
-            ck = _launch(kernel, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+            ck = mv.launch(kernel, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
             torch.cuda.synchronize()
             torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-4, atol=1e-3)
         splits = ck._split_state.last
@@ -697,7 +743,7 @@ def test_benchmark_also_env_column(monkeypatch):
     monkeypatch.delenv(KNOB, raising=False)
     (k, setting), = also_env_implementations([f"{KNOB}=3"]).values()
     M, N, K = 130, 260, 70
-    a, b, c = _operands(M, N, K)
+    a, b, c = mv.operands(M, N, K)
     with env_setting(setting):
         ck = launch(k, a, b, c)
     assert persistent.mode() == "off"
@@ -714,18 +760,18 @@ def test_gpu_block_pointer_text(monkeypatch, P):
     same bits as the kernel as written."""
     monkeypatch.setenv(split_k.KNOB, "0")
     for M, N, K in [(4096, 4096, 512), (1000, 3000, 1000), (257, 129, 64)]:
-        a, b, c = _operands(M, N, K, device="cuda", out=torch.float16, seed=M + K)
+        a, b, c = mv.operands(M, N, K, device="cuda", out=torch.float16, seed=M + K)
         monkeypatch.setenv(KNOB, "0")
-        _launch(_bp_kernel(), a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+        mv.launch(_bp_kernel(), a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
         torch.cuda.synchronize()
         plain = c.clone()
         monkeypatch.setenv(KNOB, P)
         kernel = _bp_kernel()
         for _ in range(3):
             c.fill_(float("nan"))
-            _launch(kernel, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+            mv.launch(kernel, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
             torch.cuda.synchronize()
             assert torch.equal(c, plain), (M, N, K)
-        assert _state(kernel).last >= 1
+        assert mv.state(kernel, SLOT).last >= 1
         torch.testing.assert_close(c.double(), (a.double() @ b.double()).half().double(), rtol=2e-2,
                                    atol=2e-2 * K ** 0.5)

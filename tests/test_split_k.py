@@ -11,37 +11,16 @@ import kernellab as kl
 import kernellab.language as tl
 from kernellab.compiler.passes import split_k as split_k_pass
 from kernellab.runtime import split_k
+from tests import matmul_variants as mv
 from tests.corpus import make_kernels
 
+SLOT = "_split_state"
 KNOB = split_k.KNOB
 
 
 @pytest.fixture(scope="module")
 def matmul():
     return make_kernels(kl, tl)["matmul_kernel"]
-
-
-def _launch(kernel, a, b, c, block=(16, 32, 16), **options):
-    (M, K), N = a.shape, b.shape[1]
-    bm, bn, bk = block
-    grid = (kl.cdiv(M, bm) * kl.cdiv(N, bn),)
-    kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-                 BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, **options)
-    return kernel
-
-
-def _operands(M, N, K, dtype=torch.float16, out=torch.float32, device="cpu", seed=0):
-    g = torch.Generator().manual_seed(seed)
-    a = (torch.rand(M, K, generator=g) * 2 - 1).to(dtype).to(device)
-    b = (torch.rand(K, N, generator=g) * 2 - 1).to(dtype).to(device)
-    c = torch.full((M, N), float("nan"), dtype=out, device=device)  # poisoned: unwritten elements show
-    return a, b, c
-
-
-def _state(kernel):
-    states = [ck._split_state for ck in kernel.cache.values() if getattr(ck, "_split_state", None) is not None]
-    assert states
-    return states[-1]
 
 
 # (M, N, K): M and N not multiples of the 16x32 tile, K not a multiple of BLOCK_K nor of S, K shorter than S
@@ -51,14 +30,14 @@ SHAPES = [(20, 40, 200), (16, 64, 64), (33, 31, 17), (5, 70, 300)]
 @pytest.mark.parametrize("M,N,K", SHAPES)
 @pytest.mark.parametrize("S", ["3", "4", "7"])
 def test_interpreter_split_matches_unsplit_and_float64(matmul, monkeypatch, M, N, K, S):
-    a, b, c = _operands(M, N, K)
+    a, b, c = mv.operands(M, N, K)
     monkeypatch.setenv(KNOB, "0")
-    _launch(matmul, a, b, c)
+    mv.launch(matmul, a, b, c)
     unsplit = c.clone()
     c.fill_(float("nan"))
     monkeypatch.setenv(KNOB, S)
-    _launch(matmul, a, b, c)
-    st = _state(matmul)
+    mv.launch(matmul, a, b, c)
+    st = mv.state(matmul, SLOT)
     assert st.refused is None and st.variant is not None
     ref = a.double() @ b.double()
     assert not c.isnan().any()
@@ -79,9 +58,9 @@ def test_interpreter_chunked_sum_equals_the_simple_sum_bitwise(monkeypatch, chun
         monkeypatch.setenv(split_k_pass.REDUCE_KNOB, how)
         monkeypatch.setenv(KNOB, "7")
         kernel = make_kernels(kl, tl)["matmul_kernel"]  # a fresh variant for each sum
-        a, b, c = _operands(20, 40, 200)
-        _launch(kernel, a, b, c)
-        assert _state(kernel).stats["reduce"] == how
+        a, b, c = mv.operands(20, 40, 200)
+        mv.launch(kernel, a, b, c)
+        assert mv.state(kernel, SLOT).stats["reduce"] == how
         outs[how] = c
     torch.testing.assert_close(outs["chunked"].double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
     assert torch.equal(outs["chunked"], outs["simple"])
@@ -94,10 +73,10 @@ def test_interpreter_block_pointer_matmul(monkeypatch, S):
     monkeypatch.setenv(KNOB, S)
     kernel = make_kernels(kl, tl)["block_ptr_matmul_kernel"]
     M, N, K = 40, 50, 150
-    a, b, c = _operands(M, N, K)
+    a, b, c = mv.operands(M, N, K)
     kernel[(kl.cdiv(M, 32), kl.cdiv(N, 32))](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                                            c.stride(0), c.stride(1), BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
-    st = _state(kernel)
+    st = mv.state(kernel, SLOT)
     assert st.variant is not None and st.stats["masked"] == 0 and st.stats["reduce"] == "simple", st.refused
     torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
 
@@ -107,15 +86,15 @@ def test_interpreter_repeated_launches_and_changing_s(matmul, monkeypatch):
     for i, (S, shape) in enumerate([("2", (20, 40, 96)), ("2", (20, 40, 96)), ("5", (20, 40, 96)),
                                     ("3", (40, 20, 50))]):
         monkeypatch.setenv(KNOB, S)
-        a, b, c = _operands(*shape, seed=i)
-        _launch(matmul, a, b, c)
+        a, b, c = mv.operands(*shape, seed=i)
+        mv.launch(matmul, a, b, c)
         torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
 
 
 def test_interpreter_fp16_output(matmul, monkeypatch):
     monkeypatch.setenv(KNOB, "4")
-    a, b, c = _operands(24, 48, 130, out=torch.float16)
-    _launch(matmul, a, b, c)
+    a, b, c = mv.operands(24, 48, 130, out=torch.float16)
+    mv.launch(matmul, a, b, c)
     torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=2e-3, atol=2e-3)
 
 
@@ -142,7 +121,7 @@ def test_interpreter_int8_dot_accumulates_in_int32(monkeypatch):
     c = torch.full((M, N), -7, dtype=torch.int32)
     monkeypatch.setenv(KNOB, "4")
     imm[(2, 2)](a, b, c, M, N, K, BM=16, BN=16, BK=32)
-    st = _state(imm)
+    st = mv.state(imm, SLOT)
     assert st.variant is not None and st.stats["acc_dtype"] == "i32", st.refused
     assert st.stats["trip_count"] is not None and split_k.evaluate_trip(st.stats["trip_count"], [0, 0, 0, M, N, K]) == 5
     assert torch.equal(c.long(), a.long() @ b.long())
@@ -151,9 +130,9 @@ def test_interpreter_int8_dot_accumulates_in_int32(monkeypatch):
 def test_auto_does_not_split_on_the_interpreter_and_off_never_compiles_the_variant(matmul, monkeypatch):
     for how in ("auto", "0"):
         monkeypatch.setenv(KNOB, how)
-        a, b, c = _operands(16, 32, 256)
+        a, b, c = mv.operands(16, 32, 256)
         ker = make_kernels(kl, tl)["matmul_kernel"]
-        _launch(ker, a, b, c)
+        mv.launch(ker, a, b, c)
         torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
         assert all(getattr(ck, "_split_state", None) is None or ck._split_state.variant is None
                    for ck in ker.cache.values())
@@ -180,7 +159,7 @@ def test_fast_path_wrapper(monkeypatch):
         asm = {"tile": "scf.for tt.dot"}
 
     st = split_k.SplitState(None, Ck(), None)
-    st.variant, st.sms[0] = object(), 132
+    st.variant, st.sms[0], st._built = object(), 132, True
     st.stats = {"split": 1, "trip_count": ["div", ["arg", 1], ["const", 64]], "tile_elems": 4, "acc_dtype": "f32"}
     calls = []
     st._go = lambda grid, stream, args: calls.append(("split", grid, stream, list(args)))
@@ -204,37 +183,17 @@ def test_fast_path_wrapper(monkeypatch):
     assert calls.pop() == ("split", (100, 1, 3), 7, [123, 4096] + ptrs)
 
 
-def _launch_overhead_tool():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "tools" / "launch_overhead.py"
-    spec = importlib.util.spec_from_file_location("launch_overhead_for_split_k", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_gpu_launch_path_with_a_stub_driver(monkeypatch):
     """The GPU launch path end to end on the CPU (launch_overhead's fake_gpu: stand-in CUDA tensors, a stub
     cuLaunchKernel): a skinny grid launches the split variant over (x, 1, S) with two more pointer arguments, the
     slow path and the warm fast path alike; a big grid, or KERNELLAB_SPLIT_K=0, launches the kernel as written."""
-    lo = _launch_overhead_tool()
-    fake = lo.FakeCudaTensor
-    monkeypatch.setattr(split_k.SplitState, "_sms", lambda self, device: 132)
-    monkeypatch.setattr(split_k.SplitState, "buffers", lambda self, s, g, device=None, stream=0: (
-        fake(torch.float32, ptr=0x7F0000100000), fake(torch.int32, ptr=0x7F0000200000)))
-    build = split_k.SplitState.get_variant
-    monkeypatch.setattr(split_k.SplitState, "get_variant", lambda self, on_gpu=False: build(self, False))
-    warm = []
-    monkeypatch.setattr(split_k.SplitState, "variant_launcher", lambda self: (
-        lambda grid, stream, args: warm.append((grid, len(args)))))
+    lo = mv.launch_overhead_tool()
+    warm = mv.stub_variants(monkeypatch)
     monkeypatch.setenv(KNOB, "auto")
     K, N = 4096, 4096
 
     def go(kernel, M):
-        a, b, c = fake(torch.float16, shape=(M, K)), fake(torch.float16, shape=(K, N)), fake(torch.float16, shape=(M, N))
-        _launch(kernel, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+        mv.launch_fake(kernel, M, N, K)
 
     launches = []
     with lo.fake_gpu(launches):
@@ -242,10 +201,10 @@ def test_gpu_launch_path_with_a_stub_driver(monkeypatch):
         go(first, 16)  # slow path: the split variant, 12 arguments + workspace + counters
         (gx, gy, gz, packed), = launches
         assert (gx, gy, gz) == (16, 1, 8)
-        st = _state(first)
+        st = mv.state(first, SLOT)
         assert st.variant.arg_names[-2:] == [split_k.WORKSPACE, split_k.COUNTERS] and st.last == 8
         go(first, 16)  # warm: the fast path's wrapper
-        assert warm == [((16, 1, 8), 14)] and len(launches) == 1
+        assert warm == [("s", (16, 1, 8), 14, 0x7F0000200000)] and len(launches) == 1
 
         second = make_kernels(kl, tl)["matmul_kernel"]
         launches.clear()
@@ -256,7 +215,7 @@ def test_gpu_launch_path_with_a_stub_driver(monkeypatch):
         monkeypatch.setenv(KNOB, "0")
         go(second, 16)
         assert [(x, y, z) for x, y, z, _ in launches] == [(128, 1, 1), (128, 1, 1), (16, 1, 1)]
-        assert warm == [((16, 1, 8), 14)]
+        assert warm == [("s", (16, 1, 8), 14, 0x7F0000200000)]
 
 
 def test_refused_kernel_runs_unsplit(monkeypatch):
@@ -275,7 +234,7 @@ def test_refused_kernel_runs_unsplit(monkeypatch):
     x = torch.eye(16) * 0.5
     y = torch.zeros(3)
     rows[(1,)](x, y, 3, BLOCK=16)
-    st = _state(rows)
+    st = mv.state(rows, SLOT)
     assert st.variant is None and "side effect" in st.refused
     torch.testing.assert_close(y, torch.tensor([4.0, 8.0, 12.0]))
     torch.testing.assert_close(x, torch.eye(16) * 0.75)
@@ -288,9 +247,9 @@ def test_split_variant_trace_records_the_pass(matmul, monkeypatch):
     from kernellab.viz import data as D
 
     monkeypatch.setenv(KNOB, "2")
-    a, b, c = _operands(16, 32, 64)
-    _launch(matmul, a, b, c)
-    st = _state(matmul)
+    a, b, c = mv.operands(16, 32, 64)
+    mv.launch(matmul, a, b, c)
+    st = mv.state(matmul, SLOT)
     names = [p.name for p in st.variant.trace.passes]
     assert names[names.index("licm") + 1] == "split_k"
     rec = st.variant.trace.passes[names.index("split_k")]
@@ -337,34 +296,34 @@ def test_gpu_split_matches_float64(matmul, monkeypatch, out, S):
     dtype = torch.bfloat16 if out == torch.bfloat16 else torch.float16
     tol = 1e-4 if out == torch.float32 else 2e-2
     for M, N, K in [(16, 4096, 4096), (20, 300, 1000), (130, 260, 4100)]:
-        a, b, c = _operands(M, N, K, dtype=dtype, out=out, device="cuda")
+        a, b, c = mv.operands(M, N, K, dtype=dtype, out=out, device="cuda")
         for _ in range(3):  # repeated launches: the counters reset; the fast path takes the later ones
             c.fill_(float("nan"))
-            _launch(matmul, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+            mv.launch(matmul, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
             torch.cuda.synchronize()
             assert not c.isnan().any()
             torch.testing.assert_close(c.double(), (a.double() @ b.double()).to(out).double(), rtol=tol, atol=tol * K
                                        ** 0.5)
-    assert _state(matmul).variant is not None
+    assert mv.state(matmul, SLOT).variant is not None
 
 
 @pytest.mark.gpu
 def test_gpu_split_is_deterministic_and_auto_splits_the_skinny_shape(matmul, monkeypatch):
     monkeypatch.setenv(KNOB, "auto")
-    a, b, c = _operands(16, 4096, 4096, device="cuda")
+    a, b, c = mv.operands(16, 4096, 4096, device="cuda")
     outs = []
     for _ in range(4):
         c.fill_(float("nan"))
-        _launch(matmul, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+        mv.launch(matmul, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
         torch.cuda.synchronize()
         outs.append(c.clone())
     assert all(torch.equal(outs[0], o) for o in outs)
-    st = _state(matmul)
+    st = mv.state(matmul, SLOT)
     assert st.variant is not None and max(st.decisions.values()) >= 2
     torch.testing.assert_close(outs[0].double(), a.double() @ b.double(), rtol=1e-4, atol=1e-3)
     monkeypatch.setenv(KNOB, "0")
     c.fill_(float("nan"))
-    _launch(matmul, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+    mv.launch(matmul, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
     # the unsplit kernel adds the K products in another order: fp32 rounding apart (|c| ~ 64 here)
     torch.testing.assert_close(c, outs[0], rtol=1e-4, atol=1e-3)
 
@@ -378,10 +337,10 @@ def test_gpu_chunked_and_simple_sums_agree_bitwise(monkeypatch):
         for how in ("simple", "chunked"):
             monkeypatch.setenv(split_k_pass.REDUCE_KNOB, how)
             kernel = make_kernels(kl, tl)["matmul_kernel"]
-            a, b, c = _operands(M, N, K, device="cuda")
-            _launch(kernel, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
+            a, b, c = mv.operands(M, N, K, device="cuda")
+            mv.launch(kernel, a, b, c, block=(128, 256, 64), num_warps=8, num_stages=3)
             torch.cuda.synchronize()
-            assert _state(kernel).stats["reduce"] == how
+            assert mv.state(kernel, SLOT).stats["reduce"] == how
             outs[how] = c
         assert not outs["chunked"].isnan().any()
         torch.testing.assert_close(outs["chunked"].double(), a.double() @ b.double(), rtol=1e-4, atol=1e-3)
@@ -395,7 +354,7 @@ def test_gpu_block_pointer_matmul_split(monkeypatch, S):
     monkeypatch.setenv(KNOB, S)
     kernel = make_kernels(kl, tl)["block_ptr_matmul_kernel"]
     for M, N, K in [(16, 4096, 4096), (100, 300, 1000)]:
-        a, b, c = _operands(M, N, K, device="cuda")
+        a, b, c = mv.operands(M, N, K, device="cuda")
         for _ in range(2):
             c.fill_(float("nan"))
             kernel[(kl.cdiv(M, 64), kl.cdiv(N, 128))](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0),
@@ -404,4 +363,4 @@ def test_gpu_block_pointer_matmul_split(monkeypatch, S):
             torch.cuda.synchronize()
             assert not c.isnan().any()
             torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-4, atol=1e-3)
-    assert _state(kernel).variant is not None
+    assert mv.state(kernel, SLOT).variant is not None

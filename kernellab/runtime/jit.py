@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import os
 import sys
+import weakref
 from dataclasses import dataclass, field
 
 from ..compiler.frontend import FunctionSource, ModuleCompiler, RuntimeArg, runtime_leaves
@@ -27,6 +28,8 @@ from ..errors import (
 )
 from ..language.core import _DescriptorLayout, constexpr, tensor_descriptor, unwrap
 from . import cache as _cache  # noqa: F401 (takes the compiler's hash now, with the compiler loaded)
+from . import codegen_env
+from .codegen_env import CODEGEN_ENV  # noqa: F401 (the knobs' list, long read from here)
 from .source import get_source
 from .targets import current_target  # the autotuner reads it here (tests patch it here)
 
@@ -528,16 +531,7 @@ def _gpu_cache_key(tile_ir: str, opts, target) -> str:
     from .cache import cache_key, compiler_hash
 
     return cache_key("gpu", tile_ir, repr(opts), target.cpu, target.ptx_version, compiler_hash(),
-                     _toolchain_versions(), *(os.environ.get(v, "") for v in CODEGEN_ENV))
-
-
-# environment variables that change the code generated (switches kept to measure a choice against the other)
-CODEGEN_ENV = ("KERNELLAB_LLVM_LSR", "KERNELLAB_LLVM_SLSR", "KERNELLAB_NVVM_REFLECT", "KERNELLAB_OCCUPANCY_CAP",
-               "KERNELLAB_CONVERT_ADDRESSES", "KERNELLAB_PIPELINE_SIDE_LOADS", "KERNELLAB_FLATTEN",
-               "KERNELLAB_WARP_SPECIALIZE", "KERNELLAB_STMATRIX", "KERNELLAB_DOT_POINTER_FORM",
-               "KERNELLAB_MMA32_PAD", "KERNELLAB_CHAIN_COPIES", "KERNELLAB_FP8_A_REGS", "KERNELLAB_PERSISTENT",
-               "KERNELLAB_ATTN_OVERLAP", "KERNELLAB_REGISTER_DOT_OPERAND", "KERNELLAB_ATTN_PINGPONG",
-               "KERNELLAB_REDUCE_TREE")
+                     _toolchain_versions(), *codegen_env.current())
 
 
 def _load_cached(key, trace):
@@ -624,8 +618,8 @@ def _options_key(options: dict) -> tuple:
 _TUNING_OPTIONS = ("num_warps", "num_stages")
 
 
-def _frontend_key(key, options: dict) -> tuple:
-    return key, tuple(options.get(k, d) for k, d in _COMPILE_OPTIONS.items() if k not in _TUNING_OPTIONS)
+def _frontend_key(key, options: dict, env: tuple) -> tuple:
+    return key, tuple(options.get(k, d) for k, d in _COMPILE_OPTIONS.items() if k not in _TUNING_OPTIONS), env
 
 
 class _OptionsRead(dict):
@@ -779,6 +773,22 @@ class KernelParam:
         return f"KernelParam({self.num}, {self.name!r}{', constexpr' if self.is_constexpr else ''})"
 
 
+# Every JITFunction made. The warm-launch fast path reads no environment variable (a warm launch is ~1.4 µs);
+# instead a change of the codegen knobs (codegen_env.py watches os.environ) switches every kernel's entries to
+# those made under the new values (none yet: the next launch takes the slow path, whose caches key on the knobs).
+# Entries made under other values are kept, so launches that set a knob around each launch (benchmarks/matmul.py's
+# --also-env column: a kernel of its own, timed with the knob set, next to one timed without) stay warm.
+_KERNELS: weakref.WeakSet = weakref.WeakSet()
+
+
+@codegen_env.on_change
+def _switch_fast_entries(old, new):
+    for kernel in list(_KERNELS):
+        if kernel._fast and old is not None:
+            kernel._fast_other[old] = kernel._fast
+        kernel._fast = kernel._fast_other.pop(new, {})
+
+
 class JITFunction(KernelInterface):
     """A kernel or device function written in the language; call it as `kernel[grid](*args)`."""
 
@@ -798,7 +808,9 @@ class JITFunction(KernelInterface):
         found = get_source(fn)  # now, while the defining frames (exec) are still alive
         self._found = found
         self.arg_names = list(__import__("inspect").signature(fn).parameters)
-        self._fast: dict = {}
+        self._fast: dict = {}  # the warm-launch entries under the codegen knobs' values now
+        self._fast_other: dict = {}  # {knobs' fingerprint: entries made under it}
+        _KERNELS.add(self)  # (see _switch_fast_entries)
         self._binder = None  # (binder, meta, tensor type) of the warm-launch fast path, made on first use
         self.do_not_specialize = {self.arg_names[i] if isinstance(i, int) else i for i in self.do_not_specialize}
 
@@ -874,7 +886,7 @@ class JITFunction(KernelInterface):
         self._found = (new_src, filename, first)
         self._source = FunctionSource(self.fn, new_src, filename, first)
         self.cache.clear()
-        self._fast.clear()
+        self._clear_fast()
         self.__dict__.pop("_frontends", None)
         self._binder = None
 
@@ -1123,11 +1135,12 @@ class JITFunction(KernelInterface):
         ck._frontend_read = read.read
         return ck
 
-    def _share_frontend(self, key, options, runtime_names):
+    def _share_frontend(self, key, options, runtime_names, env):
         """A CompiledKernel for `options` over the tile IR of an earlier compile of the same specialization whose
         options differ only in num_warps / num_stages, when its frontend read neither (they matter to the GPU
-        build only): an autotuner's configs often differ only there. None when there is no such compile."""
-        entry = self.__dict__.setdefault("_frontends", {}).get(_frontend_key(key, options))
+        build only): an autotuner's configs often differ only there. None when there is no such compile (under
+        the same codegen knobs `env`: some tile passes read them)."""
+        entry = self.__dict__.setdefault("_frontends", {}).get(_frontend_key(key, options, env))
         if entry is None or self.cache.get(entry[0]) is not entry[1]:  # cleared since: compile afresh
             return None
         okey, first, passes, notes = entry
@@ -1141,7 +1154,7 @@ class JITFunction(KernelInterface):
     def _remember_frontend(self, okey, ck, key, options):
         """Offer `ck`'s tile IR to later compiles that differ only in num_warps / num_stages (see _share_frontend)."""
         if not (getattr(ck, "_frontend_read", {"*"}) & {"*", *_TUNING_OPTIONS}):
-            self.__dict__.setdefault("_frontends", {})[_frontend_key(key, options)] = (
+            self.__dict__.setdefault("_frontends", {})[_frontend_key(key, options, okey[2])] = (
                 okey, ck, list(ck.trace.passes), list(ck.trace.notes))
 
     def _specialized_name(self, spec: dict) -> str:
@@ -1193,15 +1206,17 @@ class JITFunction(KernelInterface):
     def _get_compiled(self, args, kwargs, warmup=False):
         bound, options = self.bind(args, kwargs)
         spec, key, runtime_values, runtime_names = self.specialize(bound)
-        okey = (key, _options_key(options))
+        env = codegen_env.current()
+        okey = (key, _options_key(options), env)
         ck = self.cache.get(okey)
         if ck is None:
             if compile_hook is not None and compile_hook(self, (spec, key, runtime_names, options), warmup):
                 return None, bound, options, runtime_values  # the hook took the compile over (Triton's)
-            ck = self._share_frontend(key, options, runtime_names)
+            ck = self._share_frontend(key, options, runtime_names, env)
             if ck is None:
                 ck = self.compile(spec, key, runtime_names, options)
                 self._remember_frontend(okey, ck, key, options)
+            ck._codegen_env = env  # what the fast path's entry for it is valid under
             self.cache[okey] = ck
         if ck.__dict__.get("_split_inputs") is None:  # what a split-K variant of it compiles from
             ck._split_inputs = (spec, key, runtime_names, options)
@@ -1239,10 +1254,12 @@ class JITFunction(KernelInterface):
             raise LaunchError(f"kernel '{self.__name__}': this specialization data is for "
                               f"{data.get('name')!r}, not {self.fn.__qualname__!r}")
         spec, key, runtime_names, options = pickle.loads(base64.b64decode(data["kernellab"]))
-        okey = (key, _options_key(options))
+        env = codegen_env.current()
+        okey = (key, _options_key(options), env)
         ck = self.cache.get(okey)
         if ck is None:
             ck = self.cache[okey] = self.compile(spec, key, runtime_names, options)
+            ck._codegen_env = env
         return ck
 
     @property
@@ -1257,7 +1274,7 @@ class JITFunction(KernelInterface):
 
             def clear(self):  # Triton's way to force a recompile (its tests then change an environment knob)
                 fn.cache.clear()
-                fn._fast.clear()
+                fn._clear_fast()
                 fn.__dict__.pop("_frontends", None)
 
         return _PerDevice()
@@ -1338,7 +1355,7 @@ class JITFunction(KernelInterface):
         if st is None:
             return None
         device = next((v.get_device() for v in runtime_values if hasattr(v, "get_device")), 0) if on_gpu else None
-        p = st.last = st.programs(grid, on_gpu, device or 0)
+        p = st.last = st.programs(grid, runtime_values, on_gpu, device or 0)
         if not p:
             return None
         return st.variant, (p, 1, 1), list(runtime_values) + [grid[0]]
@@ -1366,9 +1383,14 @@ class JITFunction(KernelInterface):
         launch's arguments) and again once torch is imported (a binder made before keys tensors on its slower
         generic branch)."""
         if self._binder is None or self._binder[2] is not _tensor_type():
-            self._fast.clear()
+            self._clear_fast()
             self._binder = _make_binder(self, hint_args, hint_kwargs) + (_tensor_type(),)
         return self._binder
+
+    def _clear_fast(self):
+        """Forget every warm-launch entry (under any codegen knobs' values)."""
+        self._fast.clear()
+        self.__dict__.setdefault("_fast_other", {}).clear()
 
     def _fast_launch(self, args, kwargs, grid):
         fast = self._fast
@@ -1395,7 +1417,10 @@ class JITFunction(KernelInterface):
         return ck
 
     def _remember_fast(self, args, kwargs, ck, runtime_values, pdl=False):
-        """After a GPU launch through the slow path: the entry that lets the next such launch skip it."""
+        """After a GPU launch through the slow path: the entry that lets the next such launch skip it (while the
+        codegen knobs keep the values `ck` compiled under: see _switch_fast_entries)."""
+        if ck.__dict__.get("_codegen_env") is not codegen_env.NOW[0]:  # changed meanwhile, or not watched
+            return
         try:
             binder = self._get_binder(args, kwargs)[0]  # (made before the first entry: _fast_launch needs it)
             got = binder(*args, **kwargs) if binder is not None else None
@@ -1415,7 +1440,8 @@ class JITFunction(KernelInterface):
 
         st = None if pdl else split_k.state(self, ck)
         split = st is not None and st.refused is None
-        # persistent only where the knob is on now (off, the default, leaves the warm path as it was)
+        # persistent only where the knob is on now (off, the default, leaves the warm path as it was; a change of the
+        # knob drops this entry: it is a codegen knob)
         pst = None if pdl or persistent.mode() == "off" else persistent.state(self, ck)
         pers = pst is not None and pst.refused is None
         try:

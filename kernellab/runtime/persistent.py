@@ -2,50 +2,55 @@
 a fixed grid of P programs, each walking the tiles the launch's grid asked for (its grid x, passed as one more
 argument), so that on the GPU the next tile's loads overlap this tile's epilogue (flatten_loops).
 
-KERNELLAB_PERSISTENT: `0` / `off` (default: never; it changes the warm launch path of every dot kernel and waits
+KERNELLAB_PERSISTENT: `0` / `off` (DEFAULT: never; it changes the warm launch path of every dot kernel and waits
 for GPU timings before it becomes a default), `1` / `on` (every 1-D launch the pass accepts, on the interpreter
-too, over P = min(tiles, SMs x resident blocks per SM of the variant)), `auto` (the same on the GPU only, and
-only when the tiles take more than one wave of P and the GPU build fused the tile loop with the K loop), or a
-number P >= 2 (exactly P programs: for tests and A/B timing; P may exceed the tiles, the extra programs find no
-tile).
+too, over P = min(tiles, SMs x resident blocks per SM of the variant)), `auto` (the same on the GPU only, and only
+when the tiles take more than one wave of P, the dot loop runs at most MAX_TRIP iterations for the launch's
+arguments, and the GPU build fused the tile loop with the K loop), or a number P >= 2 (exactly P programs: for
+tests and A/B timing; P may exceed the tiles, the extra programs find no tile).
 
 Split-K and persistent never apply to one launch together: split-K decides first (it acts on launches with too
 few programs for the GPU, persistent on launches with many), and a launch it splits is not made persistent.
-The fast path's persistent wrapper is installed when the knob is on at a specialization's first GPU launch
-(the default path stays as it was): set the knob before that launch, or clear the kernel's caches
-(`kernel.device_caches.clear()`) after changing it.
+The fast path's persistent wrapper is installed where the knob is on (the default path stays as it was). The knob
+is one of the codegen knobs the compile caches key on (runtime/codegen_env.py): each value has its own
+specialization and warm-launch entries, so a change reaches the next launch.
 """
 from __future__ import annotations
 
-import os
-
 from ..compiler.passes.make_persistent import TILES
-from .variant import VariantState, cached_state
+from ..compiler.trip_count import evaluate
+from .variant import VariantState, cached_state, knob_mode
 
 KNOB = "KERNELLAB_PERSISTENT"
+# KERNELLAB_PERSISTENT when unset: the one line to change once GPU timings say `auto` wins
+DEFAULT = "0"
 INTERPRETER_SMS = 132  # what `on` assumes on the interpreter (an H200, one resident block per SM)
+# auto: the longest dot loop (iterations at launch) made persistent. What persistence hides is the epilogue and
+# the pipeline's fill and drain, once a tile, so it pays where the K loop is short. H100, the corpus matmul at
+# 128x256x64 / 8 warps / 3 stages, fp16 (benchmarks/NOTES.md, "persist16"): 8192x8192x1024 (16 iterations)
+# 1.05-1.07x the kernel as written, 4096^3 (64) 1.00-1.01x, 8192^3 (128) 0.97-1.00x. 32 is the longest loop
+# at which the gain is expected to outweigh the loss (not timed: 8192x8192x2048 is the row that would say).
+MAX_TRIP = 32
 
 
 def mode() -> int | str:
-    """"off", "auto", "on" or a forced program count P (an int >= 2), from KERNELLAB_PERSISTENT."""
-    v = os.environ.get(KNOB, "0").strip().lower()
-    if v in ("", "0", "off", "false", "no"):
-        return "off"
-    if v in ("1", "on", "true", "yes"):
-        return "on"
-    if v.isdigit():
-        return int(v)
-    return "auto"
+    """"off", "auto", "on" or a forced program count P (an int >= 2), from KERNELLAB_PERSISTENT (unset: DEFAULT)."""
+    return knob_mode(KNOB, DEFAULT)
 
 
-def choose(tiles: int, slots: int, how) -> int:
-    """The program count for a launch of `tiles` tiles where `slots` programs are resident at once (0: launch the
-    kernel as written)."""
+def short_loop(trip: int | None) -> bool:
+    """Whether auto may make a launch whose dot loop runs `trip` iterations persistent (None: unknown, no)."""
+    return trip is not None and trip <= MAX_TRIP
+
+
+def choose(tiles: int, slots: int, how, trip: int | None = None) -> int:
+    """The program count for a launch of `tiles` tiles where `slots` programs are resident at once and the dot loop
+    runs `trip` iterations (None: unknown); 0: launch the kernel as written."""
     if how == "off" or tiles <= 0:
         return 0
     if isinstance(how, int):
         return max(1, how)
-    if how == "auto" and tiles <= slots:  # one wave: every program runs one tile either way
+    if how == "auto" and (tiles <= slots or not short_loop(trip)):  # one wave: every program runs one tile anyway
         return 0
     return max(1, min(tiles, slots))
 
@@ -75,14 +80,28 @@ class PersistentState(VariantState):
         per_sm = blocks_per_sm(v.n_regs or 255, warps, v.shared or 0, arch if arch in SMEM_PER_SM else 90)
         return self._sms(device) * max(1, per_sm)
 
-    def programs(self, grid, on_gpu: bool, device=0) -> int:
-        """P for a launch of `grid` (3 entries; 0: launch as written)."""
+    def trip(self, args) -> int | None:
+        """The dot loop's iterations for a launch with kernel arguments `args` (None: unknown)."""
+        expr = self.stats.get("trip_count")
+        try:
+            return None if expr is None else evaluate(expr, args)
+        except Exception:
+            return None
+
+    def programs(self, grid, args, on_gpu: bool, device=0, how=None) -> int:
+        """P for a launch of `grid` (3 entries) with kernel arguments `args` under knob value `how` (None: the
+        knob's now); 0: launch as written."""
         if self.refused is not None or grid[1] != 1 or grid[2] != 1:
             return 0
-        how = mode()
+        how = mode() if how is None else how
         if how == "off" or (how == "auto" and not on_gpu):
             return 0
         if how == "auto" and grid[0] <= (self._sms(device) if on_gpu else INTERPRETER_SMS):  # before compiling
+            return 0
+        if self.get_variant() is None:  # the tile IR (its stats: the trip count)
+            return 0
+        trip = self.trip(args)
+        if how == "auto" and not short_loop(trip):  # before the GPU build
             return 0
         if self.get_variant(on_gpu) is None:
             return 0
@@ -90,7 +109,7 @@ class PersistentState(VariantState):
             return how
         if how == "auto" and on_gpu and not self.fused():  # a nest kept: nothing overlaps the epilogue
             return 0
-        return choose(grid[0], self.slots(on_gpu, device), how)
+        return choose(grid[0], self.slots(on_gpu, device), how, trip)
 
     def fused(self) -> bool:
         """Whether the GPU build fused the tile loop with the K loop (flatten_loops keeps the nest where the stages
@@ -107,19 +126,17 @@ def state(fn, ck):
 
 def fast_wrapper(st: PersistentState, go, device):
     """The warm-launch fast path's `go` for a kernel that may run persistent: the same launch, or the variant's over
-    (P, 1, 1) with the tile count appended (decisions cached per grid x and knob value)."""
+    (P, 1, 1) with the tile count appended (decisions cached per grid x, knob value and, for auto, trip count).
+    The knob's value is the one now: the fast path uses this entry only while the knob keeps it (a codegen knob)."""
+    how = mode()
 
     def go_persistent(grid, stream, args):
         if grid.__class__ is not tuple or any(g != 1 for g in grid[1:]):
             return go(grid, stream, args)
-        how = mode()
-        if how == "off":
-            st.last = 0
-            return go(grid, stream, args)
-        key = (grid[0], how)
+        key = (grid[0], how, st.trip(args) if how == "auto" else None)
         p = st.decisions.get(key)
         if p is None:
-            p = st.decisions[key] = st.programs((grid[0], 1, 1), True, device)
+            p = st.decisions[key] = st.programs((grid[0], 1, 1), args, True, device, how)
         st.last = p
         if not p:
             return go(grid, stream, args)

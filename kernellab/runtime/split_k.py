@@ -8,10 +8,9 @@ iterations; S fills the SMs once, each split keeps at least MIN_ITERS loop itera
 """
 from __future__ import annotations
 
-import os
-
-from ..compiler.passes.split_k import COUNTERS, WORKSPACE, evaluate_trip
-from .variant import VariantState, cached_state, lazy_launcher  # noqa: F401  (lazy_launcher: jit.py's name for it here)
+from ..compiler.passes.split_k import COUNTERS, WORKSPACE
+from ..compiler.trip_count import evaluate as evaluate_trip
+from .variant import VariantState, cached_state, knob_mode, lazy_launcher  # noqa: F401  (lazy_launcher: jit.py's name for it here)
 
 KNOB = "KERNELLAB_SPLIT_K"
 MIN_ITERS = 8  # a split's iterations: fewer leave the partial tile's write and the sum too large a share
@@ -24,14 +23,7 @@ INTERPRETER_SMS = 132  # what auto assumes on the interpreter (an H200)
 
 def mode() -> int | str:
     """"off", "auto", "on" or a forced S (an int >= 2), from KERNELLAB_SPLIT_K."""
-    v = os.environ.get(KNOB, "auto").strip().lower()
-    if v in ("0", "off", "false", "no"):
-        return "off"
-    if v in ("1", "on", "true", "yes"):
-        return "on"
-    if v.isdigit():
-        return int(v)
-    return "auto"
+    return knob_mode(KNOB, "auto")
 
 
 def choose(trip: int | None, programs: int, sms: int, how) -> int:

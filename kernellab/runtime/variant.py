@@ -5,6 +5,21 @@ pass refused the kernel), building and loading it for the GPU, the SM count, and
 whose launches so far all ran a variant."""
 from __future__ import annotations
 
+import os
+
+
+def knob_mode(name: str, default: str) -> int | str:
+    """A variant's switch, environment variable `name` (unset or empty: `default`): "off" (0, off, false, no), "on"
+    (1, on, true, yes), a forced count (a number >= 2, as an int) or "auto" (anything else)."""
+    v = os.environ.get(name, "").strip().lower() or default
+    if v in ("0", "off", "false", "no"):
+        return "off"
+    if v in ("1", "on", "true", "yes"):
+        return "on"
+    if v.isdigit():
+        return int(v)
+    return "auto"
+
 
 def _candidate(ck) -> bool:
     text = ck.asm.get("tile", "") if isinstance(ck.asm, dict) else ""
@@ -29,33 +44,43 @@ class VariantState:
         self.decisions: dict = {}
         self.sms: dict = {}
         self._go = None
+        self._built = False  # the variant built and loaded for the GPU
 
     def get_variant(self, on_gpu: bool = False):
-        """The variant, compiled (and on the GPU built) on first need; None where the pass refused the kernel or
-        the variant failed to build (a warning says so: the launch then runs the kernel as written)."""
+        """The variant, compiled on first need (on the GPU also built, on the first need there); None where the pass
+        refused the kernel or the variant failed to build (a warning says so: the launch then runs the kernel as
+        written)."""
         if self.variant is None and self.refused is None:
             spec, key, runtime_names, options = self.inputs
             try:
                 v = self.fn.compile(spec, key, list(runtime_names) + list(self.EXTRA), options, **{self.FLAG: True})
-                rec = next((p for p in v.trace.passes if p.name == self.PASS), None)
-                self.stats = dict(rec.stats) if rec is not None else {}
-                if self.stats.get(self.APPLIED) and on_gpu:
-                    from .targets import current_target
-
-                    v.gpu(current_target())
             except Exception as e:  # a bug of the variant must not stop a kernel that runs as written
-                import warnings
-
-                self.refused = f"the {self.LABEL} variant failed to build: {type(e).__name__}: {e}"
-                warnings.warn(f"kernel '{self.ck.name}': {self.LABEL} off for this specialization ({self.refused})",
-                              stacklevel=3)
-                return None
+                return self._failed(e)
+            rec = next((p for p in v.trace.passes if p.name == self.PASS), None)
+            self.stats = dict(rec.stats) if rec is not None else {}
             if not self.stats.get(self.APPLIED):
                 self.refused = self.stats.get("refused", f"not {self.LABEL}")
             else:
                 self.variant = v
                 setattr(self.ck, self.ATTR, v)  # the lab shows its trace (the pass among the tile passes)
+        if on_gpu and self.variant is not None and not self._built:
+            from .targets import current_target
+
+            try:
+                self.variant.gpu(current_target())
+            except Exception as e:
+                return self._failed(e)
+            self._built = True
         return self.variant
+
+    def _failed(self, e):
+        import warnings
+
+        self.variant = None
+        self.refused = f"the {self.LABEL} variant failed to build: {type(e).__name__}: {e}"
+        warnings.warn(f"kernel '{self.ck.name}': {self.LABEL} off for this specialization ({self.refused})",
+                      stacklevel=4)
+        return None
 
     def variant_launcher(self):
         """The variant's warm launcher `go(grid, stream, raw args)` (built and loaded on first use)."""

@@ -14,7 +14,9 @@ steps). The loop carries `flatten=True`, so the GPU pipeline's first pass (flatt
 loop, and pipeline_dot_operands then copies the next tile's first K-tiles while this tile's last MMAs and its
 epilogue run. The interpreter runs the tile IR (the nest), which is how its equality with the kernel as written
 is tested. The runtime (kernellab/runtime/persistent.py) compiles this variant of a specialization on demand,
-picks P and launches grid (P,) with the tile count appended.
+picks P and launches grid (P,) with the tile count appended. The stats carry the dot loop's trip count as an
+expression over the kernel's integer parameters (compiler/trip_count.py; None where a bound reads anything else):
+`auto` makes only short K loops persistent.
 
 Applies when (else the kernel is left as it was and the stats say why):
 - the kernel reads program_id(0) and no program_id / num_programs of axes 1 or 2 (a 1-D grid; the runtime
@@ -33,6 +35,7 @@ from __future__ import annotations
 from ..ir import Block, Function, Module, Op, Value
 from ..ops import info, is_pure
 from ..rewrite import int_const
+from ..trip_count import trip_count
 from ..types import int32
 
 NAME = "make_persistent"
@@ -107,6 +110,7 @@ def _check(fn: Function) -> Op:
 def make_persistent(fn: Function) -> dict:
     """Rewrite `fn` into the tile loop (raises Refused, leaving `fn` as it was)."""
     loop = _check(fn)
+    trip = trip_count(loop, fn)  # (the bounds as the kernel computes them, before they move)
     loc = loop.loc
     tiles = fn.body.add_arg(int32, TILES)
     fn.arg_attrs.append({})
@@ -159,7 +163,7 @@ def make_persistent(fn: Function) -> dict:
     tb.append(Op("scf.yield", [], [], {}, (), loc))
     fn.body.append(tloop)
     fn.body.append(ret)
-    return {"persistent": 1, "program_ids_replaced": replaced}
+    return {"persistent": 1, "program_ids_replaced": replaced, "trip_count": trip}
 
 
 def run(module: Module) -> dict:

@@ -19,7 +19,8 @@ launch's grid is small): a kernel it refuses keeps its IR, and the stats say why
 - the kernel never reads program_id / num_programs of axis 2 (the launch's grid z is 1: the runtime checks);
 - the loop's step is a positive constant.
 The stats carry what the runtime needs: the accumulator's shape and dtype, and the trip count as an expression
-over the kernel's integer parameters (None when it depends on the program: `auto` then does not split).
+over the kernel's integer parameters (compiler/trip_count.py; None when it depends on the program: `auto` then does
+not split).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from ..ir import Block, Builder, Function, Module, Op, Value
 from ..ops import info, is_pure
 from ..rewrite import const_attr, int_const, is_inside
+from ..trip_count import trip_count
 from ..types import PointerType, TensorType, float32, int1, int32, int64
 
 NAME = "split_k"
@@ -41,8 +43,6 @@ WORKSPACE, COUNTERS = "splitk_workspace", "splitk_counters"
 CHUNK_ELEMS, UNROLL = 2048, 8
 REDUCE_KNOB = "KERNELLAB_SPLIT_K_REDUCE"
 _CONTROL = ("scf.yield", "scf.if", "scf.for", "scf.while", "scf.condition")
-_TRIP_OPS = {"arith.addi": "add", "arith.subi": "sub", "arith.muli": "mul", "arith.divsi": "div",
-             "arith.remsi": "rem", "arith.minsi": "min", "arith.maxsi": "max"}
 
 
 class Refused(Exception):
@@ -119,35 +119,6 @@ def _advance(loop: Op, body: Block, yields: list, i: int):
 
 def _block_of(v: Value):
     return v.owner if isinstance(v.owner, Block) else v.defining_op.block
-
-
-def _trip_expr(v: Value, fn: Function):
-    """`v` as an expression over the kernel's parameters: ["arg", i] | ["const", n] | [op, a, b]; None if it reads
-    anything else (the program id, memory)."""
-    if v.owner is fn.body:
-        return ["arg", v.index] if v.type in (int32, int64) else None
-    n = int_const(v)
-    if n is not None and v.type in (int32, int64):
-        return ["const", n]
-    d = v.defining_op
-    if d is None or d.block is not fn.body or d.name not in _TRIP_OPS:
-        return None
-    parts = [_trip_expr(o, fn) for o in d.operands]
-    return None if any(p is None for p in parts) else [_TRIP_OPS[d.name], *parts]
-
-
-def evaluate_trip(expr, args) -> int:
-    """The value of a `_trip_expr` for the launch's arguments (C division, as the kernel computes it)."""
-    op = expr[0]
-    if op == "arg":
-        return int(args[expr[1]])
-    if op == "const":
-        return expr[1]
-    a, b = (evaluate_trip(e, args) for e in expr[1:])
-    if op in ("div", "rem"):
-        q = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
-        return q if op == "div" else a - q * b
-    return {"add": a + b, "sub": a - b, "mul": a * b, "min": min(a, b), "max": max(a, b)}[op]
 
 
 class _B:
@@ -241,9 +212,7 @@ def split(fn: Function) -> dict:
         raise Refused("the kernel does not end in a plain return")
     acc = loop.results[acc_i]
     acc_t = acc.type
-    lb_e, ub_e = _trip_expr(lb, fn), _trip_expr(ub, fn)
-    trip = None if lb_e is None or ub_e is None else ["div", ["add", ["sub", ub_e, lb_e], ["const", st - 1]],
-                                                      ["const", st]]
+    trip = trip_count(loop, fn)
 
     # the kernel's new parameters: the fp32 / i32 workspace and the i32 counters
     ws = fn.body.add_arg(PointerType(acc_t.scalar), WORKSPACE)
