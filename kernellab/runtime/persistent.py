@@ -2,11 +2,11 @@
 a fixed grid of P programs, each walking the tiles the launch's grid asked for (its grid x, passed as one more
 argument), so that on the GPU the next tile's loads overlap this tile's epilogue (flatten_loops).
 
-KERNELLAB_PERSISTENT: `0` / `off` (DEFAULT: never; it changes the warm launch path of every dot kernel and waits
-for GPU timings before it becomes a default), `1` / `on` (every 1-D launch the pass accepts, on the interpreter
-too, over P = min(tiles, SMs x resident blocks per SM of the variant)), `auto` (the same on the GPU only, and only
-when the tiles take more than one wave of P, the dot loop runs at most MAX_TRIP iterations for the launch's
-arguments, and the GPU build fused the tile loop with the K loop), or a number P >= 2 (exactly P programs: for
+KERNELLAB_PERSISTENT: `auto` (the DEFAULT since the H200 timings below), `0` / `off` (never), `1` / `on` (every 1-D
+launch the pass accepts, on the interpreter too, over P = min(tiles, SMs x resident blocks per SM of the variant)),
+`auto` (the same on the GPU only, and only when the tiles take more than one wave of P, the dot loop runs at most
+MAX_TRIP iterations for the launch's arguments, and the GPU build fused the tile loop with the K loop), or a number
+P >= 2 (exactly P programs: for
 tests and A/B timing; P may exceed the tiles, the extra programs find no tile).
 
 Split-K and persistent never apply to one launch together: split-K decides first (it acts on launches with too
@@ -22,14 +22,17 @@ from ..compiler.trip_count import evaluate
 from .variant import VariantState, cached_state, knob_mode
 
 KNOB = "KERNELLAB_PERSISTENT"
-# KERNELLAB_PERSISTENT when unset: the one line to change once GPU timings say `auto` wins
-DEFAULT = "0"
+# KERNELLAB_PERSISTENT when unset. H200, benchmarks/matmul.py's kernel at 128x256x64 / 8 warps / 3 stages, columns
+# timed in turns (NOTES, session 10, run 5): auto 1.08x the kernel as written at 8192x8192x512 (fp16 and bf16),
+# 1.05-1.06x at K = 1024, 0.99-1.02x at 2048, and as written (within 2%) at 3072, 4096^3 and 8192^3
+DEFAULT = "auto"
 INTERPRETER_SMS = 132  # what `on` assumes on the interpreter (an H200, one resident block per SM)
 # auto: the longest dot loop (iterations at launch) made persistent. What persistence hides is the epilogue and
 # the pipeline's fill and drain, once a tile, so it pays where the K loop is short. H100, the corpus matmul at
 # 128x256x64 / 8 warps / 3 stages, fp16 (benchmarks/NOTES.md, "persist16"): 8192x8192x1024 (16 iterations)
 # 1.05-1.07x the kernel as written, 4096^3 (64) 1.00-1.01x, 8192^3 (128) 0.97-1.00x. 32 is the longest loop
-# at which the gain is expected to outweigh the loss (not timed: 8192x8192x2048 is the row that would say).
+# at which the gain outweighs the loss: H200, 8192x8192x2048 (32 iterations) 0.99-1.02x, x3072 (48) with `on`
+# 1.01-1.02x (auto leaves it as written; the margin is within the noise either way).
 MAX_TRIP = 32
 
 
