@@ -6,12 +6,11 @@ KERNELLAB_PERSISTENT: `auto` (the DEFAULT since the H200 timings below), `0` / `
 launch the pass accepts, on the interpreter too, over P = min(tiles, SMs x resident blocks per SM of the variant)),
 `auto` (the same on the GPU only, and only when the tiles take more than one wave of P, the dot loop runs at most
 MAX_TRIP iterations for the launch's arguments, and the GPU build fused the tile loop with the K loop), or a number
-P >= 2 (exactly P programs: for
-tests and A/B timing; P may exceed the tiles, the extra programs find no tile).
+P >= 2 (exactly P programs: for tests and A/B timing; P may exceed the tiles, the extra programs find no tile).
 
 Split-K and persistent never apply to one launch together: split-K decides first (it acts on launches with too
 few programs for the GPU, persistent on launches with many), and a launch it splits is not made persistent.
-The fast path's persistent wrapper is installed where the knob is on (the default path stays as it was). The knob
+The fast path's persistent wrapper is installed where the knob is on (auto, the default, included). The knob
 is one of the codegen knobs the compile caches key on (runtime/codegen_env.py): each value has its own
 specialization and warm-launch entries, so a change reaches the next launch.
 """
