@@ -1070,8 +1070,152 @@ def _bmm(jit, tl):
     return w
 
 
+def _attention(jit, tl):
+    """Causal/full attention forward (fp16, fp32 accumulation) written three ways: natural-log softmax with the
+    scale applied to the scores, exp2 with the scale folded into log2(e), and block pointers advanced along the
+    keys. One program per (query block, batch x head)."""
+
+    @jit
+    def attn_exp(q_ptr, k_ptr, v_ptr, o_ptr, scale, S, H: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+                 BN: tl.constexpr, CAUSAL: tl.constexpr):
+        # tl.exp of (q k^T) * scale; the causal mask by tl.where over every key block up to the diagonal
+        pid_m = tl.program_id(0)
+        bh = tl.program_id(1).to(tl.int64)
+        base = bh * S * D
+        rm = pid_m * BM + tl.arange(0, BM)
+        rd = tl.arange(0, D)
+        q = tl.load(q_ptr + base + rm[:, None] * D + rd[None, :], mask=rm[:, None] < S, other=0.0)
+        m_i = tl.full((BM,), float("-inf"), tl.float32)
+        l_i = tl.zeros((BM,), tl.float32)
+        acc = tl.zeros((BM, D), tl.float32)
+        end = tl.minimum((pid_m + 1) * BM, S) if CAUSAL else S
+        for n0 in range(0, end, BN):
+            rn = n0 + tl.arange(0, BN)
+            k = tl.load(k_ptr + base + rn[:, None] * D + rd[None, :], mask=rn[:, None] < S, other=0.0)
+            s = tl.dot(q, tl.trans(k)) * scale
+            keep = rn[None, :] < S
+            if CAUSAL:
+                keep = keep & (rm[:, None] >= rn[None, :])
+            s = tl.where(keep, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            p = tl.exp(s - m_new[:, None])
+            alpha = tl.exp(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(v_ptr + base + rn[:, None] * D + rd[None, :], mask=rn[:, None] < S, other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), v)
+            m_i = m_new
+        tl.store(o_ptr + base + rm[:, None] * D + rd[None, :], (acc / l_i[:, None]).to(tl.float16),
+                 mask=rm[:, None] < S)
+
+    @jit
+    def attn_exp2(q_ptr, k_ptr, v_ptr, o_ptr, scale, S, H: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+                  BN: tl.constexpr, CAUSAL: tl.constexpr):
+        # exp2 with scale * log2(e) folded into q; K read transposed through its pointers; acc += p @ v
+        pid_m = tl.program_id(0)
+        off = tl.program_id(1).to(tl.int64) * S * D
+        rm = pid_m * BM + tl.arange(0, BM)
+        rd = tl.arange(0, D)
+        q = tl.load(q_ptr + off + rm[:, None] * D + rd[None, :], mask=rm[:, None] < S, other=0.0)
+        q = (q * (scale * 1.4426950408889634)).to(tl.float16)
+        m_i = tl.zeros((BM,), tl.float32) - float("inf")
+        l_i = tl.zeros((BM,), tl.float32)
+        acc = tl.zeros((BM, D), tl.float32)
+        hi = tl.minimum((pid_m + 1) * BM, S) if CAUSAL else S
+        for n0 in range(0, hi, BN):
+            rn = n0 + tl.arange(0, BN)
+            kt = tl.load(k_ptr + off + rd[:, None] + rn[None, :] * D, mask=rn[None, :] < S, other=0.0)
+            s = tl.dot(q, kt)
+            if CAUSAL:
+                s = tl.where((rm[:, None] >= rn[None, :]) & (rn[None, :] < S), s, float("-inf"))
+            else:
+                s = tl.where(rn[None, :] < S, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.math.exp2(m_i - m_new)
+            p = tl.math.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            acc *= alpha[:, None]
+            v = tl.load(v_ptr + off + rn[:, None] * D + rd[None, :], mask=rn[:, None] < S, other=0.0)
+            acc += tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+        acc = acc / l_i[:, None]
+        tl.store(o_ptr + off + rm[:, None] * D + rd[None, :], acc.to(o_ptr.dtype.element_ty), mask=rm[:, None] < S)
+
+    @jit
+    def attn_block_ptr(q_ptr, k_ptr, v_ptr, o_ptr, scale, S, H: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+                       BN: tl.constexpr, CAUSAL: tl.constexpr):
+        # block pointers (K as a [D, S] view), advanced along the keys; boundary checks instead of masks
+        pid_m = tl.program_id(0)
+        off = tl.program_id(1).to(tl.int64) * S * D
+        q_blk = tl.make_block_ptr(q_ptr + off, (S, D), (D, 1), (pid_m * BM, 0), (BM, D), (1, 0))
+        kt_blk = tl.make_block_ptr(k_ptr + off, (D, S), (1, D), (0, 0), (D, BN), (0, 1))
+        v_blk = tl.make_block_ptr(v_ptr + off, (S, D), (D, 1), (0, 0), (BN, D), (1, 0))
+        q = tl.load(q_blk, boundary_check=(0,), padding_option="zero")
+        rm = pid_m * BM + tl.arange(0, BM)
+        m_i = tl.full((BM,), float("-inf"), tl.float32)
+        l_i = tl.zeros((BM,), tl.float32)
+        acc = tl.zeros((BM, D), tl.float32)
+        qk_scale = scale * 1.4426950408889634
+        hi = tl.minimum((pid_m + 1) * BM, S) if CAUSAL else S
+        for n0 in range(0, hi, BN):
+            kt = tl.load(kt_blk, boundary_check=(1,), padding_option="zero")
+            s = tl.dot(q, kt) * qk_scale
+            rn = n0 + tl.arange(0, BN)
+            keep = rn[None, :] < S
+            if CAUSAL:
+                keep = keep & (rm[:, None] >= rn[None, :])
+            s = tl.where(keep, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(v_blk, boundary_check=(0,), padding_option="zero")
+            acc = tl.dot(p.to(tl.float16), v, acc * alpha[:, None])
+            m_i = m_new
+            kt_blk = tl.advance(kt_blk, (0, BN))
+            v_blk = tl.advance(v_blk, (BN, 0))
+        o_blk = tl.make_block_ptr(o_ptr + off, (S, D), (D, 1), (pid_m * BM, 0), (BM, D), (1, 0))
+        tl.store(o_blk, (acc / l_i[:, None]).to(tl.float16), boundary_check=(0,))
+
+    def launch(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        q = x["q"]
+        B, H, S, D = q.shape
+        kernel[(cdiv(S, meta["BM"]), B * H)](q, x["k"], x["v"], x["o"], D ** -0.5, S, H=H, D=D,
+                                             CAUSAL=x["causal"], **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        B, H, S, D, causal = size
+        g = torch.Generator().manual_seed(seed)
+        q, k, v = (torch.randn(B, H, S, D, generator=g).to(torch.float16).to(device) for _ in range(3))
+        return dict(q=q, k=k, v=v, o=torch.full_like(q, float("nan")), causal=causal)
+
+    def reference(x):
+        import torch
+
+        q, k, v = (x[n].double() for n in "qkv")
+        s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        if x["causal"]:
+            S = q.shape[-2]
+            s = s.masked_fill(torch.ones(S, S, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+        return torch.softmax(s, dim=-1) @ v
+
+    def flops(x):
+        B, H, S, D = x["q"].shape
+        return "flop", 4 * B * H * S * S * D // (2 if x["causal"] else 1)
+
+    w = Workload("attention", inputs, reference, "o", flops,
+                 sizes={"bench": (4, 16, 4096, 128, False), "test": (1, 2, 200, 64, True)}, tol=1e-2)
+    cfgs = [dict(BM=128, BN=64, num_warps=8, num_stages=3), dict(BM=128, BN=128, num_warps=8, num_stages=3),
+            dict(BM=64, BN=64, num_warps=4, num_stages=3)]
+    w.variants = [Variant("exp", attn_exp, launch, cfgs), Variant("exp2", attn_exp2, launch, cfgs),
+                  Variant("block_ptr", attn_block_ptr, launch, cfgs)]
+    return w
+
+
 def make_idioms(jit, tl) -> list:
     """Every workload with its variants, compiled by `jit` (kernellab's or Triton's)."""
     return [_matmul(jit, tl), _linear(jit, tl), _softmax(jit, tl), _layer_norm(jit, tl), _reduction(jit, tl),
             _scan(jit, tl), _weight_grad(jit, tl), _gemv(jit, tl), _transpose(jit, tl), _cross_entropy(jit, tl),
-            _bmm(jit, tl)]
+            _bmm(jit, tl), _attention(jit, tl)]
