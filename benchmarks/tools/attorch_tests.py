@@ -15,13 +15,17 @@ attorch and its tests hard-code the GPU ('cuda' tensors, `autocast('cuda')`, `cu
 function mode turns every 'cuda' device a torch call names into 'cpu', `autocast('cuda')` becomes CPU autocast
 to float16 (CUDA's autocast type; the `torch.is_autocast_enabled()`/`get_autocast_dtype('cuda')` that attorch and
 torch.amp ask answer for the CPU's), and the capability is an H100's (9, 0). Both sides get the same mapping, so
-a case that fails on both is the mapping's or attorch's, not kernellab's.
+a case that fails on both is the mapping's or attorch's, not kernellab's. Triton's interpreter on a machine
+without a GPU cannot autotune (no driver to time with): there the plugin makes every config tie, so the first
+is taken, as kernellab's interpreter does.
 
 Selection: attorch's tests take `--subset` and then *return early* (a trivial pass) for shapes outside
 `default_shapes(subset=True)`; --quick passes --subset and deselects those cases instead, so the counts are of
 cases that ran. --max-numel drops cases whose input shape has more elements (the interpreter's cost);
---max-cases keeps that many cases per test function, a fixed random sample of its parameter grid. Cases of
-fp16 inputs without autocast are deselected: every attorch test returns at once for them.
+--small-shapes replaces attorch's shapes by smaller ones of the same ranks (SMALL_SHAPES), for the
+interpreter, whose conv and pooling at attorch's sizes take minutes a case. --max-cases keeps that many cases
+per test function, a fixed random sample of its parameter grid. Cases of fp16 inputs without autocast are
+deselected: every attorch test returns at once for them.
 
 attorch comes from --src (a checkout holding attorch/ and tests/), or from .ulibs/attorch.tar.xz (made by --pack
 from the git mirror, or from --src), unpacked into .ulibs-run/attorch. Carry ".ulibs" to the GPU machine.
@@ -35,6 +39,8 @@ from __future__ import annotations
 import os
 import sys
 
+from pytest import hookimpl as pytest_hookimpl
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # kernellab's root
 MIRROR = "/work/.mirror/BobMcDear+attorch/repo"
 TARBALL = os.path.join(ROOT, ".ulibs", "attorch.tar.xz")
@@ -46,6 +52,7 @@ UNPACKED = os.path.join(ROOT, ".ulibs-run", "attorch")
 _ENV_SIDE, _ENV_DEVICE, _ENV_NUMEL = "ATTORCH_TESTS_SIDE", "ATTORCH_TESTS_DEVICE", "ATTORCH_TESTS_MAX_NUMEL"
 _ENV_CASES, _ENV_QUICK, _ENV_LOG = "ATTORCH_TESTS_MAX_CASES", "ATTORCH_TESTS_QUICK", "ATTORCH_TESTS_LOG"
 _ENV_TIMEOUT, _ENV_IDS = "ATTORCH_TESTS_CASE_TIMEOUT", "ATTORCH_TESTS_IDS"
+_ENV_SMALL = "ATTORCH_TESTS_SMALL_SHAPES"
 
 
 def _cuda_to_cpu():
@@ -91,94 +98,111 @@ def _cuda_to_cpu():
     torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
 
 
+# --small-shapes: attorch's shapes scaled down for the interpreter, one per rank as in its subset (1-D to 4-D)
+SMALL_SHAPES = [(96,), (768,), (4, 200), (8, 128), (2, 96, 49), (4, 64, 24), (2, 16, 14, 14), (4, 8, 7, 7)]
+
+
+def _small_shapes():
+    """Serve SMALL_SHAPES from attorch's tests.utils.default_shapes (the test modules import it by name, after
+    this plugin is loaded, and build their parameter grids from it)."""
+    import tests.utils
+
+    def default_shapes(min_dim=0, max_dim=4, subset=False):
+        return [s for s in SMALL_SHAPES if min_dim <= len(s) <= max_dim]
+
+    tests.utils.default_shapes = default_shapes
+
+
 def _plugin_setup():
     side, device = os.environ.get(_ENV_SIDE), os.environ.get(_ENV_DEVICE)
     if side is None:
         return  # imported as a module, not as the plugin of a run
     if side == "kernellab":
-        sys.path.insert(0, ROOT)
+        if ROOT not in sys.path:  # after attorch's root: kernellab's own tests package must not shadow attorch's
+            sys.path.append(ROOT)
         import kernellab.compat
 
         kernellab.compat.install()
     if device == "cpu":
         _cuda_to_cpu()
+        if side == "triton":
+            _triton_tunes_without_a_driver()
+    if os.environ.get(_ENV_SMALL) == "1":
+        _small_shapes()
+
+
+def _triton_tunes_without_a_driver():
+    """Triton's interpreter on a machine with no GPU stops at its autotuner, which asks the (absent) driver for a
+    benchmarker. Time nothing: every config ties and the first is taken, as kernellab's CPU tuning does."""
+    from triton.runtime import autotuner
+
+    def bench(fn, quantiles=None, **kwargs):
+        return [0.0] * len(quantiles) if quantiles else 0.0
+
+    autotuner.Autotuner.do_bench = property(lambda self: bench)
 
 
 _plugin_setup()
 
 
-def _shape_of(item):
-    cs = getattr(item, "callspec", None)
-    shape = cs.params.get("shape") if cs else None
-    if shape is None and cs:  # conv/pooling/attention name their sizes apart
-        for v in cs.params.values():
+def _shape_of(params):
+    shape = params.get("shape")
+    if shape is None:  # a test that names its sizes otherwise
+        for v in params.values():
             if isinstance(v, tuple) and v and all(isinstance(x, int) for x in v):
-                shape = v
-                break
+                return v
     return shape
 
 
-def _numel(item):
-    cs = getattr(item, "callspec", None)
-    if not cs:
-        return 0
-    shape = _shape_of(item)
+def _numel(params):
     n = 1
-    for x in shape or ():
+    for x in _shape_of(params) or ():
         n *= x
-    for k in ("batch_dim", "in_channels", "out_channels", "height", "width", "seq_len", "embed_dim", "n_heads",
-              "num_heads", "head_dim"):
-        if shape is None and isinstance(cs.params.get(k), int):
-            n *= cs.params[k]
     return n
 
 
-def pytest_collection_modifyitems(session, config, items):
-    if os.environ.get(_ENV_SIDE) is None:
-        return
-    keep, drop = [], []
+def _selection():
     subset = None
     if os.environ.get(_ENV_QUICK) == "1":
         try:
             from tests.utils import default_shapes
 
             subset = set(default_shapes(subset=True))
-        except Exception:  # an attorch without the helper: keep everything
+        except Exception:  # an attorch without the helper: keep every shape
             subset = None
-    max_numel = int(os.environ.get(_ENV_NUMEL) or 0)
-    for it in items:
-        shape = _shape_of(it)
-        params = getattr(getattr(it, "callspec", None), "params", {})
-        if params.get("amp") is False and "float16" in str(params.get("input_dtype")):
-            drop.append(it)  # every attorch test returns at once for fp16 inputs without autocast
-        elif subset is not None and "shape" in params and tuple(shape) not in subset:
-            drop.append(it)
-        elif max_numel and _numel(it) > max_numel:
-            drop.append(it)
-        else:
-            keep.append(it)
-    cap = int(os.environ.get(_ENV_CASES) or 0)
-    if cap:
-        groups: dict[str, list] = {}
-        for it in keep:
-            groups.setdefault(it.nodeid.split("[")[0], []).append(it)
-        keep = []
-        for group in groups.values():
-            if len(group) <= cap:
-                keep += group
-                continue
-            import random
+    return subset, int(os.environ.get(_ENV_NUMEL) or 0), int(os.environ.get(_ENV_CASES) or 0)
 
-            chosen = set(random.Random(0).sample(range(len(group)), cap))  # the same in every xdist worker
-            for i, it in enumerate(group):
-                (keep if i in chosen else drop).append(it)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+
+def _runs(params, subset, max_numel):
+    if params.get("amp") is False and "float16" in str(params.get("input_dtype")):
+        return False  # every attorch test returns at once for fp16 inputs without autocast
+    if subset is not None and "shape" in params and tuple(params["shape"]) not in subset:
+        return False  # the test would return at once (a trivial pass)
+    return not (max_numel and _numel(params) > max_numel)
+
+
+@pytest_hookimpl(hookwrapper=True)
+def pytest_generate_tests(metafunc):
+    """The selection, made where the parameter grid is made: before pytest builds an item per case (conv's grid
+    alone is 131072 cases, which every xdist worker would otherwise build and then drop)."""
+    yield
+    if os.environ.get(_ENV_SIDE) is None or not hasattr(metafunc, "_calls"):
+        return
+    subset, max_numel, cap = _selection()
+    calls = [c for c in metafunc._calls if _runs(c.params, subset, max_numel)]
+    if cap and len(calls) > cap:
+        import random
+
+        chosen = set(random.Random(0).sample(range(len(calls)), cap))  # the same in every xdist worker
+        calls = [c for i, c in enumerate(calls) if i in chosen]
+    metafunc._calls = calls
+
+
+def pytest_collection_modifyitems(session, config, items):
     ids = os.environ.get(_ENV_IDS)
     if ids and os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0":  # what runs, told once
         with open(ids, "w") as f:
-            f.write("".join(it.nodeid + "\n" for it in keep))
+            f.write("".join(it.nodeid + "\n" for it in items))
 
 
 def pytest_runtest_call(item):
@@ -313,7 +337,8 @@ def run_side(side, args, src):
     env = dict(os.environ)
     env.update({_ENV_SIDE: side, _ENV_DEVICE: args.device, _ENV_LOG: log,
                 _ENV_QUICK: "1" if args.quick else "0", _ENV_NUMEL: str(args.max_numel or 0),
-                _ENV_CASES: str(args.max_cases or 0), _ENV_TIMEOUT: str(args.case_timeout or 0)})
+                _ENV_CASES: str(args.max_cases or 0), _ENV_TIMEOUT: str(args.case_timeout or 0),
+                _ENV_SMALL: "1" if args.small_shapes else "0"})
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(__file__)), src]
                                         + ([ROOT] if side == "kernellab" else [])
                                         + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -351,21 +376,25 @@ def run_side(side, args, src):
     for f in (log, ids_file):
         if os.path.exists(f):
             os.unlink(f)
-    per_file = {f: {"passed": 0, "failed": 0, "skipped": 0, "not_run": 0, "cases": 0, "failures": {},
-                    "seconds": 0.0} for f in files}
+    def blank():
+        return {"passed": 0, "failed": 0, "timed_out": 0, "skipped": 0, "not_run": 0, "cases": 0, "failures": {},
+                "seconds": 0.0}
+
+    per_file = {f: blank() for f in files}
     seen = set()
     for r in rows:
         f = r["id"].split("::")[0].split("/")[-1]
-        d = per_file.setdefault(f, {"passed": 0, "failed": 0, "skipped": 0, "not_run": 0, "cases": 0,
-                                    "failures": {}, "seconds": 0.0})
+        d = per_file.setdefault(f, blank())
         d["seconds"] = round(d["seconds"] + r["s"], 2)
         if r["id"] in seen and r["outcome"] != "failed":
             continue  # a teardown after the call was counted
         if r["id"] in seen:  # a teardown error after a pass: counts as the failure
             d["passed"] -= 1
         seen.add(r["id"])
+        if r["outcome"] == "failed" and "case ran past" in r["reason"]:
+            r["outcome"] = "timed_out"  # too slow here (the interpreter), counted apart from failures
         d[r["outcome"]] = d.get(r["outcome"], 0) + 1
-        if r["outcome"] == "failed":
+        if r["outcome"] in ("failed", "timed_out"):
             d["failures"][r["id"].split("::", 1)[1]] = (r["when"] + ": " if r["when"] != "call" else "") + r["reason"]
     for i in ids:
         f = i.split("::")[0].split("/")[-1]
@@ -373,7 +402,8 @@ def run_side(side, args, src):
             per_file[f]["cases"] += 1
             if i not in seen:
                 per_file[f]["not_run"] += 1
-    total = {k: sum(d[k] for d in per_file.values()) for k in ("cases", "passed", "failed", "skipped", "not_run")}
+    total = {k: sum(d[k] for d in per_file.values())
+             for k in ("cases", "passed", "failed", "timed_out", "skipped", "not_run")}
     return {"wall_s": round(wall, 1), "cut_by_budget": cut, "returncode": p.returncode, "total": total,
             "files": per_file}
 
@@ -390,12 +420,15 @@ def main(argv=None):
                     help="attorch's --subset shapes, the other shape cases deselected (not trivially passed)")
     ap.add_argument("--max-numel", type=int, default=None,
                     help="deselect cases whose input has more elements (default on cpu: 2**21; 0: none)")
+    ap.add_argument("--small-shapes", action="store_true",
+                    help="attorch's shapes scaled down (SMALL_SHAPES): conv and pooling fit the interpreter")
     ap.add_argument("--max-cases", type=int, default=0, help="at most this many cases per test function")
     ap.add_argument("--files", nargs="*", help="test files (act_layers, test_glu_layer.py...); default all")
     ap.add_argument("-k", help="pytest -k expression")
     ap.add_argument("-n", help="pytest-xdist workers")
     ap.add_argument("--budget", type=float, default=0, help="seconds for each side's run; the rest is 'not run'")
-    ap.add_argument("--case-timeout", type=int, default=0, help="seconds per case (SIGALRM); 0: none")
+    ap.add_argument("--case-timeout", type=int, default=None,
+                    help="seconds per case (SIGALRM), counted as timed out, not failed (default on cpu 60; 0: none)")
     ap.add_argument("--src", help="a directory holding attorch/ and tests/ (default: the tarball / mirror)")
     ap.add_argument("--pack", action="store_true", help="(re)build .ulibs/attorch.tar.xz and stop")
     ap.add_argument("--out", help="results JSON (default benchmarks/results/<date>-<gpu or cpu>-attorch.json)")
@@ -409,6 +442,8 @@ def main(argv=None):
 
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.case_timeout is None:
+        args.case_timeout = 60 if args.device == "cpu" else 0
     if args.max_numel is None:
         args.max_numel = 2 ** 21 if args.device == "cpu" else 0
     src, commit = source(args.src)
@@ -421,8 +456,8 @@ def main(argv=None):
     result.setdefault("sides", {})
     for side in (["triton", "kernellab"] if args.side == "both" else [args.side]):
         r = run_side(side, args, src)
-        r["options"] = {k: getattr(args, k) for k in ("quick", "max_numel", "max_cases", "files", "k", "n",
-                                                      "budget", "case_timeout")}
+        r["options"] = {k: getattr(args, k) for k in ("quick", "small_shapes", "max_numel", "max_cases", "files",
+                                                      "k", "n", "budget", "case_timeout")}
         if side == "triton":
             try:
                 import importlib.metadata
@@ -432,11 +467,13 @@ def main(argv=None):
                 r["triton"] = None
         result["sides"][side] = r
         t = r["total"]
-        print(f"attorch_tests: {side}: {t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped, "
+        print(f"attorch_tests: {side}: {t['passed']} passed, {t['failed']} failed, {t['timed_out']} timed out, "
+              f"{t['skipped']} skipped, "
               f"{t['not_run']} not run of {t['cases']} ({r['wall_s']} s"
               f"{', cut by --budget' if r['cut_by_budget'] else ''})")
         for f, d in r["files"].items():
-            print(f"  {f:38s} {d['passed']:5d} passed {d['failed']:5d} failed {d['skipped']:4d} skipped "
+            print(f"  {f:38s} {d['passed']:5d} passed {d['failed']:5d} failed {d['timed_out']:3d} timed out "
+                  f"{d['skipped']:4d} skipped "
                   f"{d['not_run']:5d} not run  {d['seconds']:8.1f} s")
         if not args.no_write:
             os.makedirs(os.path.dirname(out), exist_ok=True)
