@@ -98,8 +98,9 @@ def _cuda_to_cpu():
     torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
 
 
-# --small-shapes: attorch's shapes scaled down for the interpreter, one per rank as in its subset (1-D to 4-D)
-SMALL_SHAPES = [(96,), (768,), (4, 200), (8, 128), (2, 96, 49), (4, 64, 24), (2, 16, 14, 14), (4, 8, 7, 7)]
+# --small-shapes: attorch's subset scaled down for the interpreter, as many per rank (1-D to 4-D), every last dim
+# even (GLU halves it)
+SMALL_SHAPES = [(96,), (768,), (4, 200), (8, 128), (2, 96, 50), (4, 64, 24), (2, 16, 14, 14), (4, 8, 8, 8)]
 
 
 def _small_shapes():
@@ -189,7 +190,12 @@ def pytest_generate_tests(metafunc):
     if os.environ.get(_ENV_SIDE) is None or not hasattr(metafunc, "_calls"):
         return
     subset, max_numel, cap = _selection()
+    if "subset" not in metafunc.fixturenames:
+        subset = None  # a test that does not take attorch's switch runs every shape it names
     calls = [c for c in metafunc._calls if _runs(c.params, subset, max_numel)]
+    if not calls:  # pytest would make one item without parameters of an empty grid: deselect them all later
+        metafunc.function._attorch_tests_none = True
+        return
     if cap and len(calls) > cap:
         import random
 
@@ -199,6 +205,10 @@ def pytest_generate_tests(metafunc):
 
 
 def pytest_collection_modifyitems(session, config, items):
+    drop = [it for it in items if getattr(getattr(it, "function", None), "_attorch_tests_none", False)]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [it for it in items if it not in drop]
     ids = os.environ.get(_ENV_IDS)
     if ids and os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0":  # what runs, told once
         with open(ids, "w") as f:
@@ -347,7 +357,12 @@ def run_side(side, args, src):
     else:
         env.pop("TRITON_INTERPRET", None)
     cmd = [sys.executable, "-m", "pytest", "-p", "attorch_tests", "-q", "-p", "no:cacheprovider", "--rootdir", src,
-           "-o", "addopts=", "--tb=line", "-rN"] + [os.path.join("tests", f) for f in files]
+           "-o", "addopts=", "--tb=line", "-rN"]
+    if args.only_ids:  # the failures of an earlier run: those cases only (their files' grids are still selected)
+        files = sorted({i.split("::")[0].split("/")[-1] for i in args.only_ids})
+        cmd += list(args.only_ids)
+    else:
+        cmd += [os.path.join("tests", f) for f in files]
     if args.quick:
         cmd.append("--subset")
     if args.k:
@@ -429,6 +444,9 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=0, help="seconds for each side's run; the rest is 'not run'")
     ap.add_argument("--case-timeout", type=int, default=None,
                     help="seconds per case (SIGALRM), counted as timed out, not failed (default on cpu 60; 0: none)")
+    ap.add_argument("--failed-of", choices=["kernellab", "triton"],
+                    help="run only the cases that side failed (or timed out) in --out's results, with the same "
+                         "selection options; recorded as '<side>_on_failures_of_<that side>'")
     ap.add_argument("--src", help="a directory holding attorch/ and tests/ (default: the tarball / mirror)")
     ap.add_argument("--pack", action="store_true", help="(re)build .ulibs/attorch.tar.xz and stop")
     ap.add_argument("--out", help="results JSON (default benchmarks/results/<date>-<gpu or cpu>-attorch.json)")
@@ -454,8 +472,17 @@ def main(argv=None):
     result.update({"date": datetime.date.today().isoformat(), "device": gpu, "attorch_commit": commit,
                    "torch": torch.__version__})
     result.setdefault("sides", {})
+    args.only_ids = None
+    if args.failed_of:
+        earlier = result["sides"].get(args.failed_of)
+        if not earlier:
+            sys.exit(f"attorch_tests: {out} has no {args.failed_of} side to take failures from")
+        args.only_ids = [f"tests/{f}::{t}" for f, d in earlier["files"].items() for t in d["failures"]]
+        print(f"attorch_tests: the {len(args.only_ids)} failures of {args.failed_of}'s run")
     for side in (["triton", "kernellab"] if args.side == "both" else [args.side]):
         r = run_side(side, args, src)
+        if args.failed_of:
+            side = f"{side}_on_failures_of_{args.failed_of}"
         r["options"] = {k: getattr(args, k) for k in ("quick", "small_shapes", "max_numel", "max_cases", "files",
                                                       "k", "n", "budget", "case_timeout")}
         if side == "triton":
