@@ -218,10 +218,12 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_runtest_call(item):
     """A per-case time limit (SIGALRM, main thread): a case stuck in the interpreter fails instead of eating the
     budget. A kernel stuck on the GPU is not interrupted; --budget ends the whole run."""
-    limit = int(os.environ.get(_ENV_TIMEOUT) or 0)
-    if not limit:
-        return
     import signal
+    import threading
+
+    limit = int(os.environ.get(_ENV_TIMEOUT) or 0)
+    if not limit or threading.current_thread() is not threading.main_thread():
+        return  # signals reach the main thread only
 
     def expire(signum, frame):
         raise TimeoutError(f"case ran past {limit} s")
@@ -231,7 +233,9 @@ def pytest_runtest_call(item):
 
 
 def pytest_runtest_teardown(item):
-    if os.environ.get(_ENV_TIMEOUT):
+    import threading
+
+    if os.environ.get(_ENV_TIMEOUT) and threading.current_thread() is threading.main_thread():
         import signal
 
         signal.alarm(0)
