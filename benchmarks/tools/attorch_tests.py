@@ -4,6 +4,7 @@
     python benchmarks/tools/attorch_tests.py --device cpu --quick       # kernellab's CPU interpreter
     python benchmarks/tools/attorch_tests.py --device cuda --side triton -n 8 --budget 480
     python benchmarks/tools/attorch_tests.py --device cuda --side kernellab -n 8 --budget 480
+    python benchmarks/tools/attorch_tests.py --merge triton.json kernellab.json   # one dated results file
 
 The tool is also the pytest plugin of the run it starts (`-p attorch_tests`): on the kernellab side it installs
 kernellab.compat before anything imports triton (as triton_tests_plugin.py does for Triton's own tests); on the
@@ -454,9 +455,24 @@ def main(argv=None):
     ap.add_argument("--src", help="a directory holding attorch/ and tests/ (default: the tarball / mirror)")
     ap.add_argument("--pack", action="store_true", help="(re)build .ulibs/attorch.tar.xz and stop")
     ap.add_argument("--out", help="results JSON (default benchmarks/results/<date>-<gpu or cpu>-attorch.json)")
+    ap.add_argument("--merge", nargs="+", metavar="JSON",
+                    help="merge the sides of these results files into --out (default: the dated name) and stop")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--verbose", action="store_true", help="show pytest's output")
     args = ap.parse_args(argv)
+    if args.merge:  # one results file from the per-side files of separate (device) runs
+        merged = {}
+        for path in args.merge:
+            part = json.load(open(path))
+            sides = {**merged.get("sides", {}), **part.get("sides", {})}
+            merged.update(part)
+            merged["sides"] = sides
+        out = args.out or os.path.join(ROOT, "benchmarks", "results",
+                                       f"{merged['date']}-{merged['device']}-attorch.json")
+        with open(out, "w") as f:
+            json.dump(merged, f, indent=1)
+        print(f"attorch_tests: wrote {out} (sides {sorted(merged['sides'])})")
+        return 0
     if args.pack:
         pack(args.src)
         return 0
