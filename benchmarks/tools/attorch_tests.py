@@ -210,10 +210,13 @@ def pytest_collection_modifyitems(session, config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = [it for it in items if it not in drop]
+
+
+def pytest_collection_finish(session):
     ids = os.environ.get(_ENV_IDS)
-    if ids and os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0":  # what runs, told once
+    if ids and os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0":  # what runs (after -k), told once
         with open(ids, "w") as f:
-            f.write("".join(it.nodeid + "\n" for it in items))
+            f.write("".join(it.nodeid + "\n" for it in session.items))
 
 
 def pytest_runtest_call(item):
