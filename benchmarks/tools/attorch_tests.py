@@ -60,7 +60,7 @@ UNPACKED = os.path.join(ROOT, ".ulibs-run", "attorch")
 _ENV_SIDE, _ENV_DEVICE, _ENV_NUMEL = "ATTORCH_TESTS_SIDE", "ATTORCH_TESTS_DEVICE", "ATTORCH_TESTS_MAX_NUMEL"
 _ENV_CASES, _ENV_QUICK, _ENV_LOG = "ATTORCH_TESTS_MAX_CASES", "ATTORCH_TESTS_QUICK", "ATTORCH_TESTS_LOG"
 _ENV_TIMEOUT, _ENV_IDS = "ATTORCH_TESTS_CASE_TIMEOUT", "ATTORCH_TESTS_IDS"
-_ENV_SMALL = "ATTORCH_TESTS_SMALL_SHAPES"
+_ENV_SMALL, _ENV_BUILD = "ATTORCH_TESTS_SMALL_SHAPES", "ATTORCH_TESTS_BUILD_GPU"
 
 
 def _cuda_to_cpu():
@@ -132,12 +132,46 @@ def _plugin_setup():
         import kernellab.compat
 
         kernellab.compat.install()
+        if device == "cpu" and os.environ.get(_ENV_BUILD):
+            _build_for_the_gpu(os.environ[_ENV_BUILD])
     if device == "cpu":
         _cuda_to_cpu()
         if side == "triton":
             _triton_tunes_without_a_driver()
     if os.environ.get(_ENV_SMALL) == "1":
         _small_shapes()
+
+
+def _build_for_the_gpu(log):
+    """--build-gpu: every kernel specialization the interpreter runs is also built for sm_90a (PTX and ptxas, no
+    GPU): what would not compile on the device shows here, with registers and spills. One JSON line per build."""
+    import json
+    import time
+
+    from kernellab.compiler.codegen.target import Target
+    from kernellab.runtime import jit as kjit
+
+    orig, built = kjit.JITFunction._get_compiled, set()
+
+    def get_compiled(self, args, kwargs, warmup=False):
+        r = orig(self, args, kwargs, warmup)
+        ck = r[0]
+        if ck is not None and id(ck) not in built:
+            built.add(id(ck))
+            row = {"kernel": self.__name__, "num_warps": ck.options.get("num_warps", 4),
+                   "num_stages": ck.options.get("num_stages", 3)}
+            t0 = time.time()
+            try:
+                ck.build_gpu(Target(90))
+                row.update(registers=ck.n_regs, spills=ck.n_spills)
+            except Exception as e:  # recorded, not raised: the CPU case goes on
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+            row["s"] = round(time.time() - t0, 2)
+            with open(log, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        return r
+
+    kjit.JITFunction._get_compiled = get_compiled
 
 
 def _triton_tunes_without_a_driver():
@@ -383,6 +417,9 @@ def run_side(side, args, src):
     if args.k:
         cmd += ["-k", args.k]
     env[_ENV_IDS] = ids_file = log[:-len(".jsonl")] + ".ids"
+    builds_file = log[:-len(".jsonl")] + ".builds"
+    if args.build_gpu and side == "kernellab" and args.device == "cpu":
+        env[_ENV_BUILD] = builds_file
     print(f"attorch_tests: {side} on {args.device}: {len(files)} files", flush=True)
     if args.n:
         cmd += ["-n", str(args.n)]
@@ -403,7 +440,8 @@ def run_side(side, args, src):
     wall = time.time() - t0
     rows = [json.loads(x) for x in open(log)] if os.path.exists(log) else []
     ids = open(ids_file).read().split() if os.path.exists(ids_file) else []
-    for f in (log, ids_file):
+    builds = [json.loads(x) for x in open(builds_file)] if os.path.exists(builds_file) else []
+    for f in (log, ids_file, builds_file):
         if os.path.exists(f):
             os.unlink(f)
     def blank():
@@ -434,8 +472,16 @@ def run_side(side, args, src):
                 per_file[f]["not_run"] += 1
     total = {k: sum(d[k] for d in per_file.values())
              for k in ("cases", "passed", "failed", "timed_out", "skipped", "not_run")}
-    return {"wall_s": round(wall, 1), "cut_by_budget": cut, "returncode": p.returncode, "total": total,
-            "files": per_file}
+    res = {"wall_s": round(wall, 1), "cut_by_budget": cut, "returncode": p.returncode, "total": total,
+           "files": per_file}
+    if env.get(_ENV_BUILD):
+        failed = [b for b in builds if "error" in b]
+        res["gpu_builds"] = {"target": "sm_90a", "built": len(builds) - len(failed), "failed": failed,
+                             "max_registers": max((b.get("registers") or 0 for b in builds), default=0),
+                             "spilling": sorted({(b["kernel"], b["num_warps"], b["spills"]) for b in builds
+                                                 if b.get("spills")}),
+                             "seconds": round(sum(b["s"] for b in builds), 1)}
+    return res
 
 
 def main(argv=None):
@@ -462,6 +508,8 @@ def main(argv=None):
     ap.add_argument("--failed-of", choices=["kernellab", "triton"],
                     help="run only the cases that side failed (or timed out) in --out's results, with the same "
                          "selection options; recorded as '<side>_on_failures_of_<that side>'")
+    ap.add_argument("--build-gpu", action="store_true",
+                    help="cpu, kernellab side: also build every kernel specialization run for sm_90a (no GPU)")
     ap.add_argument("--src", help="a directory holding attorch/ and tests/ (default: the tarball / mirror)")
     ap.add_argument("--pack", action="store_true", help="(re)build .ulibs/attorch.tar.xz and stop")
     ap.add_argument("--out", help="results JSON (default benchmarks/results/<date>-<gpu or cpu>-attorch.json)")
@@ -532,6 +580,12 @@ def main(argv=None):
             print(f"  {f:38s} {d['passed']:5d} passed {d['failed']:5d} failed {d['timed_out']:3d} timed out "
                   f"{d['skipped']:4d} skipped "
                   f"{d['not_run']:5d} not run  {d['seconds']:8.1f} s")
+        if "gpu_builds" in r:
+            g = r["gpu_builds"]
+            print(f"  sm_90a builds: {g['built']} built, {len(g['failed'])} failed, max {g['max_registers']} "
+                  f"registers, {len(g['spilling'])} spilling ({g['seconds']} s)")
+            for b in g["failed"]:
+                print(f"    {b['kernel']} {b['num_warps']}w: {b['error']}")
         if not args.no_write:
             os.makedirs(os.path.dirname(out), exist_ok=True)
             with open(out, "w") as f:
