@@ -406,6 +406,7 @@ def run_side(side, args, src):
     else:
         env.pop("TRITON_INTERPRET", None)
     cmd = [sys.executable, "-m", "pytest", "-p", "attorch_tests", "-q", "-p", "no:cacheprovider", "--rootdir", src,
+           "--confcutdir", src,
            "-o", "addopts=", "--tb=line", "-rN"]
     if args.only_ids:  # the failures of an earlier run: those cases only (their files' grids are still selected)
         files = sorted({i.split("::")[0].split("/")[-1] for i in args.only_ids})
