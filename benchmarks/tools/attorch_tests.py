@@ -1,10 +1,15 @@
 """attorch's own pytest suite (BobMcDear/attorch, tests/test_*.py) run against kernellab, or against Triton.
 
-    python benchmarks/tools/attorch_tests.py --pack                     # .ulibs/attorch.tar.xz from the mirror
-    python benchmarks/tools/attorch_tests.py --device cpu --quick       # kernellab's CPU interpreter
-    python benchmarks/tools/attorch_tests.py --device cuda --side triton -n 8 --budget 480
-    python benchmarks/tools/attorch_tests.py --device cuda --side kernellab -n 8 --budget 480
-    python benchmarks/tools/attorch_tests.py --merge triton.json kernellab.json   # one dated results file
+    python benchmarks/tools/attorch_tests.py --pack                  # .ulibs/attorch.tar.xz from the mirror
+    python benchmarks/tools/attorch_tests.py --device cpu --quick --small-shapes --max-cases 30   # ~3-9 min
+    /tmp/tri/bin/python benchmarks/tools/attorch_tests.py --device cpu --side triton --quick --small-shapes \
+        --max-cases 30 --failed-of kernellab                          # Triton's interpreter on our failures
+    # the GPU machine (carry .ulibs), one command per side, each under 9 minutes:
+    python3 benchmarks/tools/attorch_tests.py --device cuda --side triton --quick --max-cases 40 -n 8 \
+        --case-timeout 120 --budget 450 --out $OUT/attorch-triton.json
+    python3 benchmarks/tools/attorch_tests.py --device cuda --side kernellab --quick --max-cases 40 -n 8 \
+        --case-timeout 120 --budget 450 --out $OUT/attorch-kernellab.json
+    python benchmarks/tools/attorch_tests.py --merge attorch-triton.json attorch-kernellab.json  # dated file
 
 The tool is also the pytest plugin of the run it starts (`-p attorch_tests`): on the kernellab side it installs
 kernellab.compat before anything imports triton (as triton_tests_plugin.py does for Triton's own tests); on the
