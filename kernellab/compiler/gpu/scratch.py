@@ -1,6 +1,7 @@
 """How many bytes of shared-memory scratch an op needs in its layout, and why."""
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -316,18 +317,25 @@ def conversion_pitch(shape, elem_bytes: int, layouts=()) -> int:
         return 1
     if len(shape) != 2 or shape[0] == 1 or elem_bytes > 16:
         return shape[-1]
+    rule = _padded_rows_pitch(shape, elem_bytes, layouts)
     if any(isinstance(lay, Mma) for lay in layouts) or len(layouts) != 2 or \
             os.environ.get("KERNELLAB_CONVERSION_PITCH", "").lower() == "rows":
-        if (shape[1] * elem_bytes) % 128:
-            return shape[-1]
-        pad = 16
-        if elem_bytes == 4 and _mma_pad32() and any(isinstance(lay, Mma) for lay in layouts):
-            pad = 32
-        return shape[-1] + pad // elem_bytes
-    return _fewest_wavefronts_pitch(shape, elem_bytes, layouts)
+        return rule
+    return _fewest_wavefronts_pitch(tuple(shape), elem_bytes, tuple(layouts), rule)
 
 
-def _fewest_wavefronts_pitch(shape, elem_bytes: int, layouts) -> int:
+def _padded_rows_pitch(shape, elem_bytes: int, layouts) -> int:
+    """The rule above: rows a multiple of 128 bytes long padded by 16 bytes (32 for a 32-bit MMA side)."""
+    if (shape[1] * elem_bytes) % 128:
+        return shape[-1]
+    pad = 16
+    if elem_bytes == 4 and _mma_pad32() and any(isinstance(lay, Mma) for lay in layouts):
+        pad = 32
+    return shape[-1] + pad // elem_bytes
+
+
+@functools.lru_cache(maxsize=4096)
+def _fewest_wavefronts_pitch(shape: tuple, elem_bytes: int, layouts: tuple, rule: int) -> int:
     """Between blocked layouts (a transpose, a change of vector width), the row pitch whose accesses by both
     sides take the fewest shared-memory wavefronts: the 16-byte rule's pitch unless padding of 0, 4, 8, 16 or 32
     bytes a row, each side moving the widest vectors that pitch allows (`contiguous_run`), takes fewer. The rule
