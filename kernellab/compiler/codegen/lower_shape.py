@@ -9,7 +9,7 @@ from ..gpu.reshape_layout import join_map, register_map, split_map
 from ..gpu.scratch import contiguous_run, conversion_layouts, conversion_pitch, mem_bytes
 from ..types import MemDescType, TensorType
 from .lower_async import stmatrix_on, stmatrix_plan, store_by_stmatrix
-from .lowering_core import I32, KernelLowering, _cint, const_value, handles, llty, memty
+from .lowering_core import I8, I32, VOID, KernelLowering, _cint, const_value, handles, llty, memty
 
 
 @handles("arith.constant")
@@ -196,6 +196,10 @@ def _convert(lw: KernelLowering, op):
         return v, list(zip(regs, lw.smem_places(op, layout, shape, size, regs, pitch)))
 
     vals = [_to_mem(lw, x, elem) for x in lw.regs(src)]
+    mplan = _matrix_plan(lw, src.type.layout, res.type.layout, shape, size, pitch)
+    if mplan is not None:
+        lw.put(res, [_from_mem(lw, x, elem) for x in _convert_by_matrices(lw, op, mplan, vals, ty)])
+        return
     # a 16-bit mma/wgmma accumulator goes in by stmatrix (sm_90): the scratch as a padded row-major stage
     scratch = MemDescType(tuple(shape), elem, (1, 0), pitch - shape[-1]) if len(shape) == 2 else None
     plan = stmatrix_plan(lw, src.type, scratch) if scratch is not None and stmatrix_on() else None
@@ -290,3 +294,137 @@ def _grid_dependency(lw: KernelLowering, op):
     if lw.arch >= 90:
         lw.b.asm(ir.FunctionType(ir.VoidType(), []), f"griddepcontrol.{op.attrs['kind']};", "~{memory}", [],
                  side_effect=True)
+
+
+def _matrix_plan(lw: KernelLowering, src, dst, shape, size: int, pitch: int):
+    """With KERNELLAB_CONVERSION_LDMATRIX=on: the 8x8-matrix plan of a blocked<->blocked conversion
+    (gpu/matrix_conversion.py) where it takes fewer shared-memory wavefronts than the padded row-major scratch
+    (at as many, non-.trans ldmatrix only saves instructions: 32-bit tiles grew registers and SASS); else None."""
+    from ..gpu import matrix_conversion as mc
+    from ..gpu.scratch import padded_scratch_cost
+
+    if not mc.ldmatrix_on() or len(shape) != 2:
+        return None
+    p = mc.plan(src, dst, tuple(shape), size, lw.opts.num_warps, lw.arch)
+    if p is None:
+        return None
+    old = padded_scratch_cost(src, dst, tuple(shape), size, pitch)
+    if old is not None and sum(p.wavefronts) >= old[0]:
+        return None
+    return p
+
+
+def _xor_of_thread_bits(lw: KernelLowering, basis):
+    """The i32 XOR over the thread id's set bits b of basis[b] (`matrix_conversion.address_terms`: bits 0-4 of the
+    lane, the rest of the warp; a run of bits landing on a run of address bits is one mask and shift)."""
+    from ..gpu.matrix_conversion import address_terms
+
+    b = lw.b
+    terms, disjoint = address_terms(basis)
+    vals = []
+    for kind, warp, bit, arg, shift in terms:
+        src = lw.warp if warp else lw.lane
+        if kind == "mul":
+            vals.append(b.mul(b.and_(b.lshr(src, _cint(bit)), _cint(1)), _cint(arg)))
+            continue
+        x = b.and_(src, _cint(arg))
+        vals.append(b.shl(x, _cint(shift)) if shift > 0 else b.lshr(x, _cint(-shift)) if shift < 0 else x)
+    if not vals:
+        return _cint(0)
+    out = vals[0]
+    for v in vals[1:]:
+        out = b.or_(out, v) if disjoint else b.xor(out, v)
+    return out
+
+
+class _Addresses:
+    """Per access of a matrix plan: an i32 shared-window offset register (the thread's part XOR the access's bits
+    that overlap it) and an immediate (its other bits), one register per distinct thread part and overlap."""
+
+    def __init__(self, lw: KernelLowering, op):
+        self.lw, self.base = lw, int(op.attrs.get("smem_offset", 0))
+        self.parts, self.regs = {}, {}
+
+    def get(self, addrs):
+        from ..gpu.matrix_conversion import split_constant, thread_basis
+
+        c, basis = thread_basis(addrs)
+        key = tuple(basis)
+        if key not in self.parts:
+            self.parts[key] = _xor_of_thread_bits(self.lw, basis)
+        lo, hi = split_constant(c, basis)
+        if (key, lo) not in self.regs:
+            t = self.parts[key]
+            self.regs[(key, lo)] = self.lw.b.xor(t, _cint(lo)) if lo else t
+        return self.regs[(key, lo)], hi
+
+
+def _convert_by_matrices(lw: KernelLowering, op, plan, vals, ty):
+    """A conversion by `plan` (gpu/matrix_conversion.py): the vector side's st/ld.shared of up to 16 bytes and the
+    matrix side's ldmatrix / stmatrix (.trans), one barrier between; returns the result's registers."""
+    b = lw.b
+    addrs = _Addresses(lw, op)
+    word = ir.VectorType(ty, plan.word_regs)
+    nres = sum(len(a.regs) for a in (plan.matrix if plan.side == "ldmatrix" else plan.vector))
+    mname = f"m8n8.x{plan.count}{'.trans' if plan.trans else ''}.shared.b16"
+
+    def vptr(acc):
+        reg, imm = addrs.get(acc.addrs)
+        p = b.gep(lw.smem, [b.add(reg, _cint(addrs.base))], source_etype=I8)
+        return b.gep(p, [_cint(imm)], source_etype=I8) if imm else p
+
+    def matrix_addr(acc):
+        reg, imm = addrs.get(acc.addrs)
+        return b.add(lw.smem32, b.add(reg, _cint(addrs.base))), imm
+
+    if plan.side == "ldmatrix":
+        for acc in plan.vector:
+            if plan.vec == 1:
+                b.store(vals[acc.regs[0]], vptr(acc))
+                continue
+            vec = ir.Constant(ir.VectorType(ty, plan.vec), None)
+            for i, r in enumerate(acc.regs):
+                vec = b.insert_element(vec, vals[r], _cint(i))
+            b.store(vec, vptr(acc), align=plan.vec * plan.elem_bytes)
+    else:
+        fn = ir.FunctionType(VOID, [I32] * (plan.count + 1))
+        for acc in plan.matrix:
+            words = []
+            for j in range(plan.count):
+                w = ir.Constant(word, None)
+                for h in range(plan.word_regs):
+                    w = b.insert_element(w, vals[acc.regs[j * plan.word_regs + h]], _cint(h))
+                words.append(b.bitcast(w, I32))
+            addr, imm = matrix_addr(acc)
+            ops = ", ".join(f"${i + 1}" for i in range(plan.count))
+            at = f"$0+{imm}" if imm else "$0"
+            b.asm(fn, f"stmatrix.sync.aligned.{mname} [{at}], {{{ops}}};",
+                  ",".join(["r"] * (plan.count + 1)) + ",~{memory}", [addr] + words, side_effect=True)
+    lw.barrier()
+    out = [None] * nres
+    if plan.side == "ldmatrix":
+        for acc in plan.matrix:
+            addr, imm = matrix_addr(acc)
+            for j, w in enumerate(_ldmatrix_at(lw, addr, imm, plan.count, plan.trans)):
+                w = b.bitcast(w, word)
+                for h in range(plan.word_regs):
+                    out[acc.regs[j * plan.word_regs + h]] = b.extract_element(w, _cint(h))
+    else:
+        for acc in plan.vector:
+            if plan.vec == 1:
+                out[acc.regs[0]] = b.load(vptr(acc), typ=ty)
+                continue
+            v = b.load(vptr(acc), typ=ir.VectorType(ty, plan.vec), align=plan.vec * plan.elem_bytes)
+            for i, r in enumerate(acc.regs):
+                out[r] = b.extract_element(v, _cint(i))
+    return out
+
+
+def _ldmatrix_at(lw: KernelLowering, addr, imm: int, count: int, trans: bool):
+    """ldmatrix m8n8 .x{count} at the shared-window address `addr` plus the immediate `imm`: count b32 words."""
+    outs = ", ".join(f"${i}" for i in range(count))
+    at = f"${count}+{imm}" if imm else f"${count}"
+    asm = f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 {{{outs}}}, [{at}];"
+    ret = ir.LiteralStructType([I32] * count) if count > 1 else I32
+    res = lw.b.asm(ir.FunctionType(ret, [I32]), asm, ",".join(["=r"] * count + ["r"]), [addr], side_effect=True)
+    return [lw.b.extract_value(res, i) for i in range(count)] if count > 1 else [res]

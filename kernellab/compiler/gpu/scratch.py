@@ -409,6 +409,16 @@ def _wavefronts(layout, shape, elem_bytes: int, pitch: int):
 
 
 
+def padded_scratch_cost(src, dst, shape: tuple, elem_bytes: int, pitch: int):
+    """(wavefronts of warp 0, accesses a thread) of a conversion through the padded row-major scratch, both sides
+    moving `contiguous_run` vectors; None where the bank model does not cover a side."""
+    fronts = [_wavefronts(lay, shape, elem_bytes, pitch) for lay in (src, dst)]
+    if None in fronts:
+        return None
+    return sum(fronts), sum(len(lay.registers(shape)) // contiguous_run(lay, shape, elem_bytes, pitch)
+                            for lay in (src, dst))
+
+
 def _mma_pad32() -> bool:
     import os
 
