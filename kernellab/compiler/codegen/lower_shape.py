@@ -305,7 +305,7 @@ def _matrix_plan(lw: KernelLowering, src, dst, shape, size: int, pitch: int):
 
     if not mc.ldmatrix_on() or len(shape) != 2:
         return None
-    p = mc.plan(src, dst, tuple(shape), size, lw.opts.num_warps, lw.arch)
+    p = mc.plan(src, dst, tuple(shape), size, lw.opts.num_warps, lw.arch, mc.preferred_side())
     if p is None:
         return None
     old = padded_scratch_cost(src, dst, tuple(shape), size, pitch)

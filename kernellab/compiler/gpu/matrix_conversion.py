@@ -41,7 +41,12 @@ WARP = 32
 
 
 def ldmatrix_on() -> bool:
-    return os.environ.get("KERNELLAB_CONVERSION_LDMATRIX", "").lower() in ("on", "1", "true")
+    """KERNELLAB_CONVERSION_LDMATRIX=on (or `stmatrix`: the same, preferring stmatrix plans where one exists)."""
+    return os.environ.get("KERNELLAB_CONVERSION_LDMATRIX", "").lower() in ("on", "1", "true", "stmatrix")
+
+
+def preferred_side() -> str:
+    return "stmatrix" if os.environ.get("KERNELLAB_CONVERSION_LDMATRIX", "").lower() == "stmatrix" else ""
 
 
 @dataclass(frozen=True)
@@ -252,8 +257,9 @@ def _build(mside, vside, shape, elem_bytes, num_warps, trans, side):
 
 
 @functools.lru_cache(maxsize=1024)
-def plan(src, dst, shape: tuple, elem_bytes: int, num_warps: int, arch: int = 90):
-    """The cheapest matrix plan for converting `src` to `dst` (layouts) over a tile of `shape`, or None."""
+def plan(src, dst, shape: tuple, elem_bytes: int, num_warps: int, arch: int = 90, prefer: str = ""):
+    """The cheapest matrix plan for converting `src` to `dst` (layouts) over a tile of `shape`, or None; with
+    `prefer` ("stmatrix", "ldmatrix"), a plan of that side first where there is one."""
     if len(shape) != 2 or elem_bytes not in (1, 2, 4) or any(s & (s - 1) for s in shape):
         return None
     if arch < 75:
@@ -271,7 +277,8 @@ def plan(src, dst, shape: tuple, elem_bytes: int, num_warps: int, arch: int = 90
                 cands.append(p)
     if not cands:
         return None
-    return min(cands, key=lambda p: (sum(p.wavefronts), p.instructions, p.side != "ldmatrix"))
+    return min(cands, key=lambda p: (bool(prefer) and p.side != prefer, sum(p.wavefronts), p.instructions,
+                                     p.side != "ldmatrix"))
 
 
 def thread_basis(addrs):
