@@ -8,9 +8,13 @@ Writes benchmarks/results/<date>-<gpu>-idioms.json with every row and, per workl
 the geometric mean of kernellab time / Triton time inverted to a speed ratio (kl/Triton > 1: faster).
 
     python benchmarks/idioms.py [workload ...]     # needs a CUDA GPU, torch and triton
+    python benchmarks/idioms.py transpose --also-env KERNELLAB_CONVERSION_LDMATRIX=on   # one more kernellab column
+                                      # per VAR=VALUE: fresh kernels built and timed with it set, in the same rounds
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -65,7 +69,25 @@ def _warm_up_the_gpu(seconds=1.0):
         torch.cuda.synchronize()
 
 
-def run(names=None):
+@contextlib.contextmanager
+def env_setting(setting):
+    """`VAR=VALUE` set around a compile or a timing (the compile caches key on codegen switches), then restored."""
+    if not setting:
+        yield
+        return
+    var, _, value = setting.partition("=")
+    old = os.environ.get(var)
+    os.environ[var] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = old
+
+
+def run(names=None, also_env=()):
     import triton
     import triton.language as trtl
 
@@ -74,6 +96,8 @@ def run(names=None):
 
     kl_w = make_idioms(kernellab.jit, kltl)
     tr_w = {w.name: w for w in make_idioms(triton.jit, trtl)}
+    # per --also-env setting, the same texts as fresh kernellab kernels (no specialization shared)
+    alt_w = {s: {w.name: w for w in make_idioms(kernellab.jit, kltl)} for s in also_env}
     rows = []
     for w in kl_w:
         if names and w.name not in names:
@@ -81,35 +105,46 @@ def run(names=None):
         x = w.inputs(w.sizes["bench"], "cuda", seed=0)
         _warm_up_the_gpu()
         tw = {v.name: v for v in tr_w[w.name].variants}
+        aw = {s: {v.name: v for v in alt_w[s][w.name].variants} for s in also_env}
         for v in w.variants:
-            runs = [(f"{cfg}", v.launch, v.kernel, tw[v.name].kernel, cfg) for cfg in v.configs]
+            runs = [(f"{cfg}", v.launch, v.kernel, tw[v.name].kernel, cfg,
+                     {s: aw[s][v.name].kernel for s in also_env}) for cfg in v.configs]
             if v.autotune:
                 # the variant's own launcher with no config: the autotuner picks it (and the grid asks it)
                 runs.append(("autotune", v.launch, _autotuned(kernellab, v.kernel, v.configs),
-                             _autotuned(triton, tw[v.name].kernel, v.configs), None))
-            for label, launch, klk, trk, cfg in runs:
+                             _autotuned(triton, tw[v.name].kernel, v.configs), None,
+                             {s: _autotuned(kernellab, aw[s][v.name].kernel, v.configs) for s in also_env}))
+            for label, launch, klk, trk, cfg, alts in runs:
                 row = {"workload": w.name, "variant": v.name, "config": label, **({"params": v.params} if v.params
                                                                                   else {})}
-                fns = {}
-                for impl, k in (("kernellab", klk), ("triton", trk)):
+                fns, settings = {}, {}
+                impls = [("kernellab", klk, None), ("triton", trk, None)] + \
+                    [(f"kernellab[{s}]", k, s) for s, k in alts.items()]
+                for impl, k, setting in impls:
                     try:  # compile and check (an autotuned kernel tunes on its first call)
-                        if cfg is None:
-                            launch(k, x, cfg)
-                        row[impl] = {"rel_err": _check(w, v, k, x, cfg, launch)}
+                        with env_setting(setting):
+                            if cfg is None:
+                                launch(k, x, cfg)
+                            row[impl] = {"rel_err": _check(w, v, k, x, cfg, launch)}
                         fns[impl] = (lambda k=k: launch(k, x, cfg))
+                        settings[impl] = setting
                     except Exception as e:  # a failing variant is a result, not a crash of the run
                         row[impl] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-                # time the two in alternating rounds, so clock changes between them fall on both alike
+                # time them in alternating rounds, so clock changes between them fall on all alike
                 times = {impl: [] for impl in fns}
                 _warm_up_the_gpu(0.3)
                 for _ in range(ROUNDS):
                     for impl, fn in fns.items():
-                        times[impl].append(bench(fn, warmup=10, rep=100))
+                        with env_setting(settings[impl]):
+                            times[impl].append(bench(fn, warmup=10, rep=100))
                 for impl, ts in times.items():
                     s_med = sorted(ts)[len(ts) // 2]
                     row[impl].update(seconds=s_med, rounds=ts, **_figure(w, x, s_med))
-                if len(fns) == 2:
+                if "kernellab" in fns and "triton" in fns:
                     row["kl_over_triton"] = row["triton"]["seconds"] / row["kernellab"]["seconds"]
+                for s in alts:
+                    if f"kernellab[{s}]" in fns and "triton" in fns:
+                        row[f"kl_over_triton[{s}]"] = row["triton"]["seconds"] / row[f"kernellab[{s}]"]["seconds"]
                 rows.append(row)
                 print(_fmt(row), flush=True)
     return rows
@@ -123,8 +158,9 @@ def _fmt(row):
         return f"{r.get('tflops', r.get('gbps', 0)):8.1f}"
 
     ratio = f"{row['kl_over_triton']:6.2f}" if "kl_over_triton" in row else "     -"
+    alts = "".join(f"  [{k[15:-1]}] {row[k]:5.2f}" for k in row if k.startswith("kl_over_triton["))
     return f"{row['workload']:<12} {row['variant']:<13} {row['config'][:60]:<60} {fig('kernellab')} " \
-           f"{fig('triton')} {ratio}"
+           f"{fig('triton')} {ratio}{alts}"
 
 
 def summarize(rows):
@@ -136,6 +172,11 @@ def summarize(rows):
         out[name] = {"min": min(ratios) if ratios else None,
                      "geomean": math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None,
                      "n": len(ratios), "not_compared": errors}
+        keys = dict.fromkeys(k for r in rows if r["workload"] == name for k in r if k.startswith("kl_over_triton["))
+        for k in keys:  # the --also-env columns
+            alt = [r[k] for r in rows if r["workload"] == name and k in r]
+            out[name][k[len("kl_over_triton"):]] = {"min": min(alt), "n": len(alt),
+                                                    "geomean": math.exp(sum(map(math.log, alt)) / len(alt))}
     return out
 
 
@@ -145,9 +186,14 @@ def main():
 
     import kernellab
 
-    names = sys.argv[1:]
+    ap = argparse.ArgumentParser(description="idioms against Triton on the GPU")
+    ap.add_argument("workloads", nargs="*")
+    ap.add_argument("--also-env", action="append", default=[], metavar="VAR=VALUE",
+                    help="one more kernellab column built and timed with VAR=VALUE set (repeatable)")
+    a = ap.parse_args()
+    names = a.workloads
     t0 = time.time()
-    rows = run(names)
+    rows = run(names, a.also_env)
     if names:  # a partial run replaces its workloads' rows in the day's file for this GPU, keeping the others
         old = Path(os.environ.get("KERNELLAB_RESULTS_DIR", ROOT / "benchmarks" / "results")) / \
             f"{datetime.date.today().isoformat()}-{torch.cuda.get_device_name().replace(' ', '_')}-idioms.json"
@@ -159,13 +205,16 @@ def main():
                            "torch": torch.__version__, "python": platform.python_version()},
               "figure": "kl_over_triton = triton seconds / kernellab seconds (> 1: kernellab faster); matmul in "
                         "TFLOP/s, the others in GB/s of the bytes each must move",
-              "rows": rows, "summary": summary, "wall_s": time.time() - t0}
+              "rows": rows, "summary": summary, "also_env": a.also_env, "wall_s": time.time() - t0}
     path = write_results(result, "idioms")
     print(f"\n{'workload':<12} {'min':>6} {'geomean':>8} {'n':>3}  not compared")
     for name, s in summary.items():
         mn = f"{s['min']:6.2f}" if s["min"] else "     -"
         gm = f"{s['geomean']:8.2f}" if s["geomean"] else "       -"
         print(f"{name:<12} {mn} {gm} {s['n']:3d}  {', '.join(s['not_compared'])[:80]}")
+        for k, alt in s.items():
+            if k.startswith("["):
+                print(f"  {k:<10} {alt['min']:6.2f} {alt['geomean']:8.2f} {alt['n']:3d}")
     print(f"wrote {path}")
 
 
