@@ -308,3 +308,20 @@ def test_gpu_transposes_match_torch(knob, variant, bm, bn, warps, dtype, shape, 
     ref = x.t().contiguous()
     bits = {1: torch.int8, 2: torch.int16, 4: torch.int32}[x.element_size()]
     assert torch.equal(y.view(bits).cpu(), ref.view(bits).cpu())
+
+
+@needs_ptxas
+def test_lab_view_shows_the_matrix_form(monkeypatch, tmp_path):
+    """The lab's shared-memory view reads the same decision (layout_model.matrix_conversion_plan): with the knob,
+    the transposed fp16 tile's conversion is 16-byte stores and ldmatrix.x4.trans, each one wavefront a phase;
+    without it, the padded scratch's accesses as before."""
+    from kernellab.viz import data as D
+
+    ck = _build("trans", torch.float16, 64, 64, 4, "on", monkeypatch, tmp_path / "on")
+    (buf,) = [b for b in D.smem_map(ck.trace)["buffers"] if b["op"] == "ttg.convert_layout"]
+    phases = buf["bank"]["phases"]
+    assert sorted(k.split("(")[1] for k in phases) == ["16 B stores)", "ldmatrix.x4.trans)"]
+    assert all(v["ways"] == 1 and v["instructions"] == 4 for v in phases.values())
+    monkeypatch.delenv("KERNELLAB_CONVERSION_LDMATRIX")
+    (buf,) = [b for b in D.smem_map(ck.trace)["buffers"] if b["op"] == "ttg.convert_layout"]
+    assert not any("ldmatrix" in k for k in buf["bank"]["phases"])

@@ -14,6 +14,9 @@ What it offers (and all a view may use besides the CompileTrace):
 - `coalescing(...)`: the dense-tile model of a warp's global accesses (recorded per access in the trace).
 - `conversion_pitch`, `contiguous_run`, `access_wavefronts`: how a layout conversion's scratch is laid out and
   accessed, and the bank conflicts of an access.
+- `matrix_conversion_plan(src, dst, shape, elem_bytes, num_warps, pitch)`, `matrix_side_banks(plan, side,
+  num_warps)`: the 8x8-matrix form of a conversion (ldmatrix / stmatrix with 16-byte vectors, behind
+  KERNELLAB_CONVERSION_LDMATRIX) where codegen uses it instead of the padded scratch, and its bank conflicts.
 - `shared_byte(tile, r, c)`: the byte offset of element (r, c) of a shared-memory tile (`SharedTile`),
   swizzled or padded as the code generator places it.
 """
@@ -22,14 +25,22 @@ from __future__ import annotations
 import functools
 
 from .gpu.layouts import WARP_SIZE, Blocked, DimInfo, Layout, Mma, Slice, parse_layout, sliced_infos
+from .gpu.matrix_conversion import side_banks as matrix_side_banks
 from .gpu.scratch import access_wavefronts, contiguous_run, conversion_pitch
 from .trace import Coalescing, SharedTile
 
 __all__ = ["WARP_SIZE", "SECTOR_BYTES", "Layout", "Blocked", "Slice", "Mma", "DimInfo", "parse_layout",
            "as_layout", "sliced_infos", "thread_part", "coalescing", "conversion_pitch", "contiguous_run",
-           "access_wavefronts", "shared_byte"]
+           "access_wavefronts", "shared_byte", "matrix_conversion_plan", "matrix_side_banks"]
 
 SECTOR_BYTES = 32  # what a global-memory transaction fetches
+
+
+def matrix_conversion_plan(src, dst, shape, elem_bytes: int, num_warps: int, pitch: int, arch: int = 90):
+    """The matrix plan codegen lowers the conversion with (None: the padded scratch)."""
+    from .gpu.matrix_conversion import chosen
+
+    return chosen(as_layout(src), as_layout(dst), tuple(shape), elem_bytes, num_warps, arch, pitch)
 
 
 def as_layout(layout) -> Layout:

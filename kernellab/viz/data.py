@@ -450,7 +450,12 @@ def _buffer_banks(op, snap: Snapshot, num_warps: int):
         lays = [LM.as_layout(layout_of(v)) if v and layout_of(v) else None
                 for v in (operands[0], results[0] if results else None)]
         pitch = LM.conversion_pitch(shape, eb, lays)
-        for side, v in (("write", operands[0]), ("read", results[0] if results else None)):
+        mplan = LM.matrix_conversion_plan(lays[0], lays[1], shape, eb, num_warps, pitch) \
+            if None not in lays and len(shape) == 2 else None
+        for side, v in (("write", operands[0]), ("read", results[0] if results else None)) if mplan else ():
+            st = LM.matrix_side_banks(mplan, side, num_warps)
+            phases[f"{side} {v} ({st.pop('form')})"] = st
+        for side, v in (("write", operands[0]), ("read", results[0] if results else None)) if not mplan else ():
             lay = layout_of(v) if v else None
             if lay:
                 vec = LM.contiguous_run(LM.as_layout(lay), shape, eb, pitch)

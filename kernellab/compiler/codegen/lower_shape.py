@@ -297,21 +297,11 @@ def _grid_dependency(lw: KernelLowering, op):
 
 
 def _matrix_plan(lw: KernelLowering, src, dst, shape, size: int, pitch: int):
-    """With KERNELLAB_CONVERSION_LDMATRIX=on: the 8x8-matrix plan of a blocked<->blocked conversion
-    (gpu/matrix_conversion.py) where it takes fewer shared-memory wavefronts than the padded row-major scratch
-    (at as many, non-.trans ldmatrix only saves instructions: 32-bit tiles grew registers and SASS); else None."""
+    """The 8x8-matrix plan of a blocked<->blocked conversion with KERNELLAB_CONVERSION_LDMATRIX=on where it takes
+    fewer wavefronts than the padded scratch (gpu/matrix_conversion.py `chosen`); else None."""
     from ..gpu import matrix_conversion as mc
-    from ..gpu.scratch import padded_scratch_cost
 
-    if not mc.ldmatrix_on() or len(shape) != 2:
-        return None
-    p = mc.plan(src, dst, tuple(shape), size, lw.opts.num_warps, lw.arch, mc.preferred_side())
-    if p is None:
-        return None
-    old = padded_scratch_cost(src, dst, tuple(shape), size, pitch)
-    if old is not None and sum(p.wavefronts) >= old[0]:
-        return None
-    return p
+    return mc.chosen(src, dst, tuple(shape), size, lw.opts.num_warps, lw.arch, pitch)
 
 
 def _xor_of_thread_bits(lw: KernelLowering, basis):

@@ -340,3 +340,46 @@ def split_constant(c: int, basis):
     for v in basis:
         union |= v
     return c & union, c & ~union
+
+
+def chosen(src, dst, shape, elem_bytes: int, num_warps: int, arch: int, pitch: int):
+    """The plan codegen lowers a conversion with: with KERNELLAB_CONVERSION_LDMATRIX=on (or `stmatrix`), `plan`'s
+    where it takes fewer shared-memory wavefronts than the padded row-major scratch of row pitch `pitch` (at as
+    many, a non-.trans ldmatrix only saves instructions: 32-bit transposes grew registers and SASS); else None.
+    The lab's shared-memory view asks the same."""
+    from .scratch import padded_scratch_cost
+
+    if not ldmatrix_on() or len(shape) != 2:
+        return None
+    p = plan(src, dst, tuple(shape), elem_bytes, num_warps, arch, preferred_side())
+    if p is None:
+        return None
+    old = padded_scratch_cost(src, dst, tuple(shape), elem_bytes, pitch)
+    if old is not None and sum(p.wavefronts) >= old[0]:
+        return None
+    return p
+
+
+def side_banks(p: MatrixPlan, side: str, num_warps: int) -> dict:
+    """Bank conflicts of one side ("write": the source's accesses, "read": the result's) of a plan, in the lab's
+    form (`viz.data.bank_conflicts`): {ways: the worst phase's wavefronts, avg_ways: per access, instructions: a
+    thread's, form: what moves}. A matrix instruction is one phase per matrix (its 8 row addresses)."""
+    matrix = (side == "read") == (p.side == "ldmatrix")
+    accs = p.matrix if matrix else p.vector
+    width = 16 if matrix else p.vec * p.elem_bytes
+    phase = 8 if matrix else (32 if width <= 4 else 128 // width)
+    lanes = 8 * p.count if matrix else WARP
+    worst, total, n = 1, 0, 0
+    for acc in accs:
+        for w in range(num_warps):
+            addrs = acc.addrs[w * WARP:w * WARP + lanes]
+            fronts = [phase_wavefronts(addrs[p0:p0 + phase], width) for p0 in range(0, lanes, phase)]
+            worst = max(worst, max(fronts))
+            total += max(fronts)
+            n += 1
+    if matrix:
+        op = "ldmatrix" if p.side == "ldmatrix" else "stmatrix"
+        form = f"{op}.x{p.count}{'.trans' if p.trans else ''}"
+    else:
+        form = f"{width} B {'stores' if side == 'write' else 'loads'}"
+    return {"ways": worst, "avg_ways": total / max(n, 1), "instructions": len(accs), "form": form}
