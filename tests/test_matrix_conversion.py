@@ -20,6 +20,7 @@ from kernellab.compiler.gpu.layouts import Blocked, parse_layout
 
 ROWS = parse_layout("#blocked<[1, 8], [4, 8], [4, 1], [1, 0]>")
 COLS = parse_layout("#blocked<[8, 1], [8, 4], [1, 4], [0, 1]>")
+ANY = 1 << 30  # no cap on a thread's bytes (the planner's correctness, whatever codegen then takes)
 
 
 def _run(plan, src, dst, shape, esize, warps):
@@ -133,7 +134,7 @@ def test_random_blocked_pairs_simulate(esize):
         src, dst = _blocked(shape, warps, rng), _blocked(shape, warps, rng)
         if src is None or dst is None or src == dst:
             continue
-        p = mc.plan(src, dst, shape, esize, warps)
+        p = mc.plan(src, dst, shape, esize, warps, max_bytes=ANY)
         if p is not None:
             found += 1
             _check(p, src, dst, shape, esize, warps)
@@ -151,11 +152,19 @@ def test_transposes_simulate(shape, warps, esize):
     for src, dst in ((cols, rows), (rows, cols)):
         if any(i.replicated for lay in (src, dst) for i in lay.dims_info(shape)):
             continue
-        p = mc.plan(src, dst, shape, esize, warps)
+        p = mc.plan(src, dst, shape, esize, warps, max_bytes=ANY)
         if p is not None:
             _check(p, src, dst, shape, esize, warps)
         if esize == 2 and shape[0] >= 32 and shape[1] >= 32:
             assert p is not None and p.vec == 8 and p.trans
+
+
+def test_no_plan_past_the_per_thread_cap():
+    rows = Blocked((1, 8), (4, 8), (4, 1), (1, 0))
+    cols = Blocked((8, 1), (8, 4), (1, 4), (0, 1))
+    assert mc.plan(cols, rows, (64, 64), 2, 4) is not None            # 32 fp16 a thread: 64 bytes
+    assert mc.plan(cols, rows, (128, 128), 2, 4) is None              # 128 fp16 a thread: 256 bytes
+    assert mc.plan(cols, rows, (128, 128), 2, 4, max_bytes=ANY) is not None
 
 
 def test_no_plan_where_layouts_do_not_fit():
@@ -173,7 +182,7 @@ def test_bits_layout_pair_simulates():
     bits = Bits.make((("r0", "r1", "l2", "l3", "l4", "w0"), ("r2", "l0", "l1", "r3", "r4", "w1")))
     shape = (64, 64)
     for src, dst in ((bits, ROWS), (ROWS, bits), (bits, COLS)):
-        p = mc.plan(src, dst, shape, 2, 4)
+        p = mc.plan(src, dst, shape, 2, 4, max_bytes=ANY)
         if p is not None:
             _check(p, src, dst, shape, 2, 4)
 
@@ -237,15 +246,22 @@ def test_16bit_transposes_are_v4_stores_and_ldmatrix_trans(variant, bm, bn, warp
 @needs_ptxas
 def test_fallbacks(monkeypatch, tmp_path):
     """The padded scratch where the matrices take no fewer wavefronts (a 64x64 fp32 transpose: 4-byte accesses
-    either way) and for 8-byte elements; 32-bit tiles whose source holds 4-element chunks take ldmatrix.x4 (no
-    .trans: each lane's b32 word is one element) with st.shared.v4, as Triton does at 32x128."""
-    ptx = _build("trans", torch.float32, 64, 64, 4, "on", monkeypatch, tmp_path / "a").asm["ptx"]
-    assert "ldmatrix" not in ptx and "st.shared" in ptx
-    ptx = _build("trans", torch.float64, 64, 64, 4, "on", monkeypatch, tmp_path / "b").asm["ptx"]
-    assert "ldmatrix" not in ptx
-    ck = _build("trans", torch.float32, 32, 128, 4, "on", monkeypatch, tmp_path / "c")
-    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", ck.asm["ptx"])) == 8
-    assert len(re.findall(r"st\.shared\.v4\.b32", ck.asm["ptx"])) == 8
+    either way), for 8-byte elements, and past 64 bytes of the tile a thread (matrix_conversion.MATRIX_BYTES: ptxas
+    keeps more of the tile live around the .aligned matrix instructions; a 32x128 fp32 tile at 4 warps is 128
+    bytes, 128x128 fp16 at 4 warps 256)."""
+    for i, (dt, bm, bn) in enumerate([(torch.float32, 64, 64), (torch.float64, 64, 64), (torch.float32, 32, 128),
+                                      (torch.float16, 128, 128)]):
+        ck = _build("trans", dt, bm, bn, 4, "on", monkeypatch, tmp_path / str(i))
+        assert "matrix" not in ck.asm["ptx"] and "st.shared" in ck.asm["ptx"], (dt, bm, bn)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("variant", ["trans", "strided"])
+def test_8bit_tiles_read_by_plain_ldmatrix(variant, monkeypatch, tmp_path):
+    """int8 (32 bytes a thread): each lane's b32 word of a matrix is 4 bytes of a 16-byte row, ldmatrix.x4 without
+    .trans, the fewer wavefronts the model counts (40 against 80 at 64x64); assembled without spills."""
+    ck = _build(variant, torch.int8, 64, 64, 4, "on", monkeypatch, tmp_path)
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", ck.asm["ptx"])) == 2
     assert ck.n_spills == 0
 
 

@@ -38,6 +38,13 @@ from dataclasses import dataclass
 import numpy as np
 
 WARP = 32
+# A thread's bytes of the tile beyond which no side moves by ldmatrix / stmatrix: ptxas keeps the .aligned matrix
+# instructions in order with the global accesses around them (where it interleaves plain ld.shared with the stores
+# that consume them), so more of the tile is live at once. Measured (sm_90a, transposes): a 64x128 fp32 tile in one
+# program of 4 warps (256 bytes a thread) took 91 registers by ldmatrix against 32; 128x128 fp16 at 4 warps (256
+# bytes) 98-108 by stmatrix against 40-56, at 8 warps (128 bytes) 60-62 against 38-40; the idioms' tiles (64 bytes:
+# 32 fp16) 32-35 against 30-32
+MATRIX_BYTES = 64
 
 
 def ldmatrix_on() -> bool:
@@ -257,9 +264,11 @@ def _build(mside, vside, shape, elem_bytes, num_warps, trans, side):
 
 
 @functools.lru_cache(maxsize=1024)
-def plan(src, dst, shape: tuple, elem_bytes: int, num_warps: int, arch: int = 90, prefer: str = ""):
+def plan(src, dst, shape: tuple, elem_bytes: int, num_warps: int, arch: int = 90, prefer: str = "",
+         max_bytes: int = MATRIX_BYTES):
     """The cheapest matrix plan for converting `src` to `dst` (layouts) over a tile of `shape`, or None; with
-    `prefer` ("stmatrix", "ldmatrix"), a plan of that side first where there is one."""
+    `prefer` ("stmatrix", "ldmatrix"), a plan of that side first where there is one; none whose matrix side holds
+    more than `max_bytes` of the tile a thread."""
     if len(shape) != 2 or elem_bytes not in (1, 2, 4) or any(s & (s - 1) for s in shape):
         return None
     if arch < 75:
@@ -270,6 +279,8 @@ def plan(src, dst, shape: tuple, elem_bytes: int, num_warps: int, arch: int = 90
     cands = []
     for side, (mside, vside) in (("ldmatrix", (cd, cs)), ("stmatrix", (cs, cd))):
         if side == "stmatrix" and arch < 90:
+            continue
+        if len(mside[0]) * elem_bytes > max_bytes:
             continue
         for trans in ((True, False) if elem_bytes == 2 else (False,)):
             p = _build(mside, vside, shape, elem_bytes, num_warps, trans, side)
