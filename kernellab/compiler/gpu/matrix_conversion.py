@@ -258,6 +258,8 @@ def _build(mside, vside, shape, elem_bytes, num_warps, trans, side):
     matrix = tuple(Access(tuple(range(g * count * word_regs, (g + 1) * count * word_regs)),
                           tuple(_swizzle(s, swz) * 16 for s in ls)) for g, ls in enumerate(lane_slots))
     vector = tuple(Access(g, tuple(vaddrs(g, swz, vside))) for g in groups)
+    if any(thread_basis(a.addrs) is None for a in matrix + vector):
+        return None  # an address codegen could not compute as a XOR of the thread id's bits
     fronts = (vf, mf) if side == "ldmatrix" else (mf, vf)
     return MatrixPlan(side, trans, count, word_regs, vec, matrix, vector, len(places) * elem_bytes, fronts,
                       elem_bytes)
