@@ -180,7 +180,9 @@ def _convert(lw: KernelLowering, op):
     """Renamed registers where each thread already holds its elements; otherwise through shared memory: rows
     padded (conversion_pitch: 16 bytes, 32 for a 32-bit MMA accumulator) so the rows a warp touches at once
     spread over the banks, and each side moving runs of contiguous registers as one vector of up to 16 bytes
-    (a 16-bit accumulator on sm_90: stmatrix)."""
+    (a 16-bit accumulator on sm_90: stmatrix). With KERNELLAB_CONVERSION_LDMATRIX=on, a blocked<->blocked tile that
+    fits 8x8 matrices with fewer wavefronts goes by 16-byte vectors and ldmatrix(.trans) / stmatrix(.trans) instead
+    (gpu/matrix_conversion.py; a transposed 16-bit tile: Triton's st.shared.v4 + ldmatrix.x4.trans)."""
     src, res = op.operands[0], op.results[0]
     if _rename(lw, src, res):
         return

@@ -23,10 +23,12 @@ constant per access (`thread_basis`), which codegen turns into shifts and masks 
 access.
 
 `plan(src, dst, shape, elem_bytes, num_warps, arch)` returns the cheapest plan (fewest wavefronts, then fewest
-instructions) or None where the layouts do not fit: both blocked (or linear `Bits`) 2-D layouts of the program's
-warps holding each element once, power-of-two sides, 1-, 2- or 4-byte elements, the matrix side's registers a
-multiple of one word x count. KERNELLAB_CONVERSION_LDMATRIX=on lets codegen use it where it takes no more wavefronts
-than the padded scratch (default off: not timed on a GPU yet).
+instructions, ldmatrix on a tie) or None where the layouts do not fit: both blocked (or linear `Bits`) 2-D layouts of
+the program's warps holding each element once, power-of-two sides, 1-, 2- or 4-byte elements, the matrix side's
+registers a multiple of one word x count and at most MATRIX_BYTES of the tile a thread. `chosen` is what codegen
+(codegen/lower_shape.py) and the lab's shared-memory view take: with KERNELLAB_CONVERSION_LDMATRIX=on, the plan where
+it takes fewer wavefronts than the padded scratch (`scratch.conversion_pitch`); `stmatrix` prefers stmatrix plans
+(to time the two forms); default off, not timed on a GPU yet.
 """
 from __future__ import annotations
 
