@@ -6,6 +6,7 @@ shared-memory accesses by width, ldmatrix / stmatrix, barriers, and in ptxas' re
 registers, spills and instructions:
 
     PYTHONPATH=. python benchmarks/tools/transpose_ptx.py [--dtype fp16 --dtype fp32] [--no-triton] [--env K=V]
+    PYTHONPATH=. python benchmarks/tools/transpose_ptx.py --time [--dtype int8 ...] [--also-env K=V ...]   # on a GPU
 
 Triton runs in its own interpreter (--triton-python, default /tmp/tri/bin/python) with `triton.compile` on an
 ASTSource (as benchmarks/compile_time.py does); its PTX goes through the same ptxas as kernellab's.
@@ -121,6 +122,57 @@ def resources(ptx_path: Path) -> dict:
     return out
 
 
+def time_on_gpu(dtypes, also_env, size=8192):
+    """GB/s of kernellab (plus one column per --also-env setting) and Triton on the same transposes of a size x size
+    tile, each checked bit for bit against x.t() on a poisoned output first; timed in alternating rounds
+    (benchmarks/idioms.py's way). The idioms workload is fp16 only: this times the other element sizes too."""
+    import torch
+    import triton
+    import triton.language as trtl
+
+    import kernellab
+    import kernellab.language as kltl
+    from benchmarks.idioms import env_setting
+    from benchmarks.memory_bound import bench
+
+    sides = {"kernellab": (_variants(kernellab.jit, kltl), None), "triton": (_variants(triton.jit, trtl), None)}
+    sides.update({f"kernellab[{s}]": (_variants(kernellab.jit, kltl), s) for s in also_env})
+    for dt in dtypes:
+        t = getattr(torch, DTYPES[dt])
+        g = torch.Generator().manual_seed(0)
+        x = (torch.randn(size, size, generator=g) * 100).to(t) if t.is_floating_point else \
+            torch.randint(-100, 100, (size, size), generator=g).to(t)
+        x = x.cuda()
+        y = torch.empty(size, size, dtype=t, device="cuda")
+        ref = x.t().contiguous()
+        for i, (name, _, cfg) in enumerate(sides["kernellab"][0]):
+            meta = dict(cfg)
+            grid = (size // meta["BM"], size // meta["BN"])
+            fns, row = {}, {}
+            for side, (kernels, setting) in sides.items():
+                k = kernels[i][1]
+                with env_setting(setting):
+                    y.fill_(7)
+                    k[grid](x, y, size, size, size, size, **meta)
+                    torch.cuda.synchronize()
+                    if not torch.equal(y, ref):
+                        row[side] = "WRONG"
+                        continue
+                fns[side] = (lambda k=k: k[grid](x, y, size, size, size, size, **meta), setting)
+            times = {s: [] for s in fns}
+            for _ in range(3):
+                for side, (fn, setting) in fns.items():
+                    with env_setting(setting):
+                        times[side].append(bench(fn, warmup=10, rep=100))
+            for side, ts in times.items():
+                row[side] = 2 * x.numel() * x.element_size() / sorted(ts)[1] / 1e9
+            tr = row.get("triton")
+            print(f"{_tag(name, cfg, dt):<28} " + "  ".join(
+                f"{s} {v:7.1f}" + (f" ({v / tr:.2f}x)" if isinstance(v, float) and isinstance(tr, float) and
+                                   s != "triton" else "") if isinstance(v, float) else f"{s} {v}"
+                for s, v in row.items()), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dtype", action="append", choices=list(DTYPES))
@@ -130,8 +182,13 @@ def main():
     ap.add_argument("--out", default=None, help="keep the PTX here")
     ap.add_argument("--side", choices=["kernellab", "triton"], help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--time", action="store_true", help="time on the GPU (kernellab, Triton, --also-env columns)")
+    ap.add_argument("--also-env", action="append", default=[], metavar="VAR=VALUE")
     a = ap.parse_args()
     dtypes = a.dtype or ["fp16", "fp32"]
+    if a.time:
+        time_on_gpu(dtypes, a.also_env)
+        return
     if a.side:
         (build_kernellab if a.side == "kernellab" else build_triton)(Path(a.out), dtypes)
         return
