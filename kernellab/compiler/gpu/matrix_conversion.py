@@ -275,8 +275,8 @@ def plan(src, dst, shape: tuple, elem_bytes: int, num_warps: int, arch: int = 90
     more than `max_bytes` of the tile a thread."""
     if len(shape) != 2 or elem_bytes not in (1, 2, 4) or any(s & (s - 1) for s in shape):
         return None
-    if arch < 75:
-        return None
+    if arch < 75 or shape[0] * shape[1] * elem_bytes > max_bytes * WARP * num_warps:
+        return None  # (a tile held once is numel / threads elements a thread on either side)
     cs, cd = _thread_coords(src, shape, num_warps), _thread_coords(dst, shape, num_warps)
     if cs is None or cd is None:
         return None
