@@ -279,6 +279,23 @@ def test_stmatrix_form(bm, bn, warps, monkeypatch, tmp_path):
     assert ck.n_spills == 0
 
 
+@needs_ptxas
+def test_sm80_reads_by_ldmatrix_even_preferring_stmatrix(monkeypatch, tmp_path):
+    """stmatrix is sm_90's: an sm_80 build takes the ldmatrix form (from sm_75) and assembles."""
+    from kernellab.compiler.codegen.target import Target
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("KERNELLAB_CONVERSION_LDMATRIX", "stmatrix")
+    if not KERNELS:
+        KERNELS.update(_transposes())
+    x = torch.empty(1024, 1024, dtype=torch.float16)
+    ck = KERNELS["trans"].warmup(x, x, 1024, 1024, 1024, 1024, grid=(16, 16), BM=64, BN=64, num_warps=4)
+    ck.build_gpu(Target(80))
+    ptx = ck.asm["ptx"]
+    assert "stmatrix" not in ptx and ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans") == 4
+    assert ck.n_spills == 0
+
+
 def test_knob_is_a_codegen_switch():
     from kernellab.runtime.codegen_env import CODEGEN_ENV
 
