@@ -51,3 +51,20 @@ def test_bool_block_pointer_copy_on_the_gpu():
     b = torch.ones(1000, dtype=torch.bool, device="cuda")
     _bool_block_copy[(16,)](a, b, 1000, 64)
     assert torch.equal(b[:1000], a)
+
+
+@kl.jit
+def double_in_place(p):
+    pid = tl.program_id(axis=0)
+    x = tl.load(p + pid)
+    tl.store(p + pid, x * 2)
+
+
+@pytest.mark.parametrize("num_warps", [1, 4, 32])
+def test_scalar_store_back_to_its_load_is_done_once(num_warps):
+    # every thread holds the scalar; if each stored it, a warp that loads after another warp's store doubles the
+    # doubled value (Triton's test_load_store_same_ptr, 1024 threads a program)
+    for _ in range(20):
+        x = torch.ones(65536, device="cuda")
+        double_in_place[(65536,)](x, num_warps=num_warps)
+        assert torch.all(x == 2)

@@ -149,6 +149,16 @@ def f32_to_f16_rtz(x) -> np.ndarray:
     return r.astype(np.float16)
 
 
+def f32_to_bf16_rtz(x) -> np.ndarray:
+    """float32 -> bfloat16 toward zero (PTX cvt.rz.bf16.f32), in its float32 carrier: overflow gives +-max,
+    infinities and NaN stay."""
+    a = np.asarray(x, np.float64)
+    mx = 3.3895313892515355e38
+    r = _round_grid(a, 7, 127, True)
+    r = np.where(np.isfinite(a) & (np.abs(r) > mx), np.copysign(mx, a), r)
+    return r.astype(np.float32)
+
+
 def f16_to_e4b15(x) -> np.ndarray:
     """float16 values -> f8e4b15 carriers, as Triton's NVIDIA conversion does it (see the module doc)."""
     bits = np.asarray(x, np.float16).view(np.uint16).astype(np.uint32)

@@ -406,11 +406,16 @@ def _bf16_bits(x):
 
 
 def _fp_to_fp(ins, out, attrs):
-    """`tt.fp_to_fp`: conversions with an fp8 side (fp8 carriers are float32 on the format's grid)."""
+    """`tt.fp_to_fp`: conversions with an fp8 side (fp8 carriers are float32 on the format's grid), and float32
+    to float16 / bfloat16 toward zero (fp_downcast_rounding="rtz")."""
     src = ins[0]
     if fp8.is_fp8(out):
         rounding = attrs.get("rounding", "rtne")
         return lambda x: _out(fp8.convert_to(out.ir, src.ir, x, rounding))
+    if out.ir == "f16" and not fp8.is_fp8(src):  # float32 -> float16 toward zero
+        return lambda x: _out(fp8.f32_to_f16_rtz(x))
+    if out.ir == "bf16" and not fp8.is_fp8(src):  # float32 -> bfloat16 toward zero
+        return lambda x: _out(fp8.f32_to_bf16_rtz(x))
     dt = out.np  # fp8 -> f16 / bf16 (float32 carrier) / f32: exact
     return lambda x: _out(np.asarray(x, F32).astype(dt))
 

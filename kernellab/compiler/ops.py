@@ -114,7 +114,8 @@ for _n, _s in [("extsi", "sign-extend"), ("extui", "zero-extend"), ("trunci", "k
     _def("arith." + _n, "type conversion: " + _s, folds=True)
 _def("tt.fp_to_fp", "type conversion to or from an 8-bit float {rounding}: fp8 -> f16/bf16/f32 exactly; to fp8 "
      "rounded to nearest even (rtne) or toward zero (rtz), saturating to the largest finite value, NaN kept "
-     "(f8e4b15: Triton's own rounding, see compiler/fp8.py)")
+     "(f8e4b15: Triton's own rounding, see compiler/fp8.py); also f32 -> f16/bf16 toward zero (rtz: cvt.rz, "
+     "finite overflow to the largest finite value)")
 _def("tt.int_to_ptr", "reinterpret an i64 as a pointer", elementwise=True)
 _def("tt.ptr_to_int", "a pointer's address as i64", elementwise=True)
 _def("tt.umulhi", "the high half of the unsigned double-width product (libdevice __nv_umulhi)", same_types=True,

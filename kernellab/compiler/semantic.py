@@ -389,6 +389,12 @@ class Semantic:
         if src.is_floating() and dst.is_floating():
             if src.bits == dst.bits:  # f16 <-> bf16 goes through f32
                 return self.cast(self.cast(x, float32), dst)
+            if (unwrap(rounding) or "rtne").lower() == "rtz" and dst.bits < src.bits:
+                if src != float32:
+                    raise SemanticError(f"rounding toward zero (rtz) is not supported for {tl_name(src)} to "
+                                        f"{tl_name(dst)}; Triton supports it from float32 (to float16, bfloat16, "
+                                        "float8e5): cast to tl.float32 first, or use the default 'rtne'")
+                return self.emit("tt.fp_to_fp", [x], rty, {"rounding": "rtz"})  # cvt.rz, as Triton
             return self.emit("arith.extf" if dst.bits > src.bits else "arith.truncf", [x], rty)
         if src.is_int() and dst.is_floating():
             return self.emit("arith.sitofp" if src.kind == "int" else "arith.uitofp", [x], rty)

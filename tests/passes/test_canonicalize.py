@@ -195,16 +195,16 @@ tt.func @k(%p: !ptr<f32>, %ps: tensor<4x!ptr<f32>>, %x: i32, %h: f16) {
 }
 """, """
 tt.func @k(%p: !ptr<f32>, %ps: tensor<4x!ptr<f32>>, %x: i32, %h: f16) {
+  %keep = tt.hint %x {multiple_of = [16]} : i32
   %c0 = arith.constant {value = 0} : i32
   %z4 = arith.constant {value = 0} : tensor<4xi32>
-  %e = arith.extsi %x : i64
-  %bc1 = arith.bitcast %x : f32
+  %e = arith.extsi %keep : i64
+  %bc1 = arith.bitcast %keep : f32
   %f1 = arith.extf %h : f32
-  %e8 = arith.trunci %x : i8
+  %e8 = arith.trunci %keep : i8
   %e16 = arith.extsi %e8 : i16
   %e64 = arith.extsi %e8 : i64
-  %keep = tt.hint %x {multiple_of = [16]} : i32
-  tt.print %p, %ps, %x, %x, %x, %h, %e64, %x, %keep
+  tt.print %p, %ps, %keep, %keep, %keep, %h, %e64, %keep, %keep
   tt.return
 }
 """)
@@ -418,6 +418,42 @@ tt.func @k(%m: tensor<4xf32>, %t: tensor<4x8xf32>, %u: tensor<4x1x8xf32>) {
   %f = tt.expand_dims %t {axis = 1} : tensor<4x1x8xf32>
   %g = tt.reshape %t : tensor<32xf32>
   tt.print %0, %2, %4, %d, %e, %g, %t
+  tt.return
+}
+""")
+
+
+def test_a_hint_holds_wherever_its_value_is_read(check):
+    # Triton's hints annotate the value: a hint made in a branch, its result unused, still makes every read of
+    # the value (before it too) read the promise; a second hint on the same value chains after the first
+    check(canonicalize, """
+tt.func @k(%p: !ptr<f32>, %c: i1) {
+  %r = tt.make_range {end = 128, start = 0} : tensor<128xi32>
+  %ps = tt.splat %p : tensor<128x!ptr<f32>>
+  %a = tt.addptr %ps, %r : tensor<128x!ptr<f32>>
+  %v = tt.load %a : tensor<128xf32>
+  scf.if %c {
+    %h = tt.hint %r {multiple_of = [128]} : tensor<128xi32>
+    scf.yield
+  }
+  %h2 = tt.hint %r {max_contiguous = [128]} : tensor<128xi32>
+  %b = tt.addptr %ps, %r : tensor<128x!ptr<f32>>
+  tt.store %b, %v
+  tt.return
+}
+""", """
+tt.func @k(%p: !ptr<f32>, %c: i1) {
+  %r = tt.make_range {end = 128, start = 0} : tensor<128xi32>
+  %h = tt.hint %r {multiple_of = [128]} : tensor<128xi32>
+  %h2 = tt.hint %h {max_contiguous = [128]} : tensor<128xi32>
+  %ps = tt.splat %p : tensor<128x!ptr<f32>>
+  %a = tt.addptr %ps, %h2 : tensor<128x!ptr<f32>>
+  %v = tt.load %a : tensor<128xf32>
+  scf.if %c {
+    scf.yield
+  }
+  %b = tt.addptr %ps, %h2 : tensor<128x!ptr<f32>>
+  tt.store %b, %v
   tt.return
 }
 """)

@@ -253,7 +253,12 @@ def _store(lw: KernelLowering, op):
     elem = val_v.type.scalar
     cache = dict(cache=op.attrs.get("cache", ""), evict=op.attrs.get("evict", ""))
     if not isinstance(ptr_v.type, TensorType):
+        # a scalar is held by every thread: one thread stores it (as Triton). Were every thread to store, a
+        # program that loads a value and stores it back changed could see a faster warp's store and apply
+        # its change twice (Triton's test_load_store_same_ptr: 1024 threads doubling x in place)
         mask = lw.get(op.operands[2]) if len(op.operands) > 2 else None
+        first = lw.b.icmp_unsigned("==", lw.tid, _cint(0))
+        mask = first if mask is None else lw.b.and_(mask, first)
         emit_store(lw, lw.get(ptr_v), [lw.get(val_v)], mask, elem, **cache)
         return
     ptrs, vals = lw.regs(ptr_v), lw.regs(val_v)

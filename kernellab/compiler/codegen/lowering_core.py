@@ -529,6 +529,9 @@ class KernelLowering:
         zero through f16, and Triton's bit manipulation for e4b15 (see compiler/fp8.py)."""
         b = self.b
         src, dst = st.ir, rt.ir
+        if dst in ("f16", "bf16") and not src.startswith("f8"):  # f32 toward zero (fp_downcast_rounding="rtz")
+            bits = b.asm(ir.FunctionType(I16, [F32]), f"cvt.rz.{dst}.f32 $0, $1;", "=h,f", [x], False)
+            return b.bitcast(bits, llty(rt))
         if src.startswith("f8"):
             if src == "f8e4b15":  # the byte's 7 value bits are f16 bits 13..7; the sign moves to bit 15
                 w = b.zext(x, I16)
@@ -668,9 +671,11 @@ class KernelLowering:
         if short in ("exp", "exp2") and ty == F32:
             # ex2.approx (2 ulp) on the special-function unit; exp(x) = 2^(x * log2(e)). `.ftz` (as Triton):
             # results below 2^-126 flush to zero; without it ptxas wraps every MUFU.EX2 in a compare and two
-            # multiplies to handle subnormals (attention's loop: 264 FMULs instead of 128)
+            # multiplies to handle subnormals (attention's loop: 264 FMULs instead of 128). enable_reflect_ftz=False
+            # (Triton's option, which its exp2 follows) keeps subnormal results: plain ex2.approx.f32
             x = xs[0] if short == "exp2" else b.fmul(xs[0], ir.Constant(F32, 1.4426950408889634))
-            return b.asm(ir.FunctionType(F32, [F32]), "ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], False)
+            ftz = ".ftz" if getattr(self.opts, "reflect_ftz", True) else ""
+            return b.asm(ir.FunctionType(F32, [F32]), f"ex2.approx{ftz}.f32 $0, $1;", "=f,f", [x], False)
         names = op_info(name).libdevice
         if names is None:
             raise LoweringError(f"no lowering for {name}")

@@ -10,7 +10,7 @@ it), broadcast/reshape/expand_dims/trans of a splat become one splat, broadcast 
 reshape of a reshape (or of an expand_dims) become one op; a reshape that only inserts size-1 dimensions
 becomes expand_dims. Casts to the same type, `trunci(ext(x))` and `truncf(extf(x))`
 back to x's type, chains of the same extension, `bitcast(bitcast(x))`, `tt.addptr p, 0`, `tt.hint`
-without hints.
+without hints; a hint with hints is read wherever its operand is (Triton's hints annotate the value).
 Control flow: `scf.if` on a constant condition (the taken region is inlined), `scf.if` results
 yielded the same outer value by both arms, `scf.for` iter args passed through unchanged (result =
 init; the carried value is then dropped), and `scf.for` with constant bounds running zero times
@@ -293,7 +293,32 @@ def _addptr(op: Op) -> bool:
 def _hint(op: Op) -> bool:
     if not any(op.attrs.get(k) for k in ("multiple_of", "max_contiguous")):
         return _replace(op, op.operands[0])
-    return False
+    return _hint_the_value(op)
+
+
+def _hint_the_value(op: Op) -> bool:
+    """A hint is a promise about its operand's value, wherever it is read: Triton's multiple_of / max_contiguous
+    set attributes on the value's defining op, so `tl.max_contiguous(tl.multiple_of(offs, 16), 16)` with its
+    result unused still makes the later loads through `offs` vector loads. The hint moves right after the
+    operand's definition (the top of the block for a block argument) and every other read of the operand reads
+    the hint; once that holds, nothing changes."""
+    x = op.operands[0]
+    others = [u for u in {id(u): u for u in x.uses}.values() if u is not op]
+    if not others:
+        return False
+    d = x.defining_op
+    block = d.block if d is not None else x.owner
+    if block is None or op.block is None:
+        return False
+    op.block.ops.remove(op)
+    block.insert(block.ops.index(d) + 1 if d is not None else 0, op)
+    h = op.results[0]
+    for u in others:
+        n = sum(v is x for v in u.operands)
+        u.operands = [h if v is x else v for v in u.operands]
+        x.uses = [w for w in x.uses if w is not u]
+        h.uses.extend([u] * n)
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
