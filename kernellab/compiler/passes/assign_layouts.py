@@ -151,12 +151,38 @@ class LayoutAssigner:
                     best[rank] = (size, layout)
         for rank, (_, layout) in best.items():
             self.dominant[rank] = layout
+        self.widened_loads = self._widen_unaligned_loads()
         # A gather (no contiguity along any dim: W[channel_of(i)], table[idx]) gains nothing from a layout of
         # its own; in the kernel's dominant layout its result needs no conversion through shared memory
         for op in self.fn.walk():
             anchor = self.anchors.get(id(op))
             if anchor is not None and anchor[1] == 1 and max(self.axis[op.operands[0]].contig) == 1:
                 self.anchors[id(op)] = (self.dominant[len(op.operands[0].type.shape)], 1)
+
+    def _widen_unaligned_loads(self) -> int:
+        """A load contiguous along its fastest dimension but read an element at a time (its alignment or mask
+        allow no vector: a stencil's shifted taps `x[h, w + j - 1]`) takes the run per thread of the widest access
+        of its shape and order (as Triton's coalescing does for loads): it still reads scalars, the lanes' runs
+        share cache lines, and its values need no conversion through shared memory to meet that access's."""
+        widest: dict[tuple, int] = {}
+        for op in self.fn.walk():
+            anchor = self.anchors.get(id(op))
+            if anchor is not None and isinstance(anchor[0], Blocked):
+                lay = anchor[0]
+                key = (op.operands[0].type.shape, lay.order)
+                widest[key] = max(widest.get(key, 1), lay.spt[lay.order[0]])
+        n = 0
+        for op in self.fn.walk():
+            anchor = self.anchors.get(id(op))
+            if op.name != "tt.load" or anchor is None or not isinstance(anchor[0], Blocked):
+                continue
+            lay, vec = anchor
+            shape, fast = op.operands[0].type.shape, lay.order[0]
+            spt = widest.get((shape, lay.order), 1)
+            if spt > lay.spt[fast] and self.axis[op.operands[0]].contig[fast] >= spt:
+                self.anchors[id(op)] = (default_blocked(shape, self.num_warps, order=lay.order, spt_fast=spt), vec)
+                n += 1
+        return n
 
     def default(self, shape) -> Blocked:
         lay = self.dominant.get(len(shape))
@@ -596,4 +622,6 @@ def run(module: Module, options) -> dict:
         stats["loop_layouts_followed"] = len(hints)
     if a.in_pointer_layout:
         stats["accesses_in_pointer_layout"] = a.in_pointer_layout
+    if a.widened_loads:
+        stats["unaligned_loads_widened"] = a.widened_loads
     return stats
