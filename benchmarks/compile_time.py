@@ -284,7 +284,11 @@ def _module_attr(module, qualname, is_jit):
     try:
         obj = _resolve(module, qualname)
     except AttributeError:
-        obj = next(v for v in vars(m).values() if getattr(getattr(v, "fn", None), "__qualname__", None) == qualname)
+        # kernels defined inside functions: among the attributes of their module, or of the --texts module (which
+        # may hold another module's local kernels as its attributes: heldout_texts2's idioms workloads)
+        mods = [m] + ([_texts_module()] if os.environ.get("COMPILE_TIME_TEXTS") else [])
+        obj = next(v for mod in mods for v in vars(mod).values()
+                   if getattr(getattr(v, "fn", None), "__qualname__", None) == qualname)
     while not is_jit(obj) and hasattr(obj, "fn"):
         obj = obj.fn
     return obj

@@ -869,7 +869,32 @@ CASE_DEFS = {
                         dict(BM=64, BN=64, BK=64, GM=8, num_warps=4, num_stages=3)],
                        gpu_size=(4096, 4096, 4096), test_size=(100, 130, 200)),
 }
-CASES = tuple(CASE_DEFS)
+
+# tests/idioms.py's workloads made of these texts (rope, quantize, stencil, paged_decode; timed against Triton by
+# benchmarks/idioms.py), every variant and config compiled here too: the kernels are module attributes so that
+# compile_time.py's workers find them by qualname; sizes with the benchmark sizes' divisibility, smaller
+IDIOM_CASES = {"id_rope": ("rope", (2, 64, 32, 128)), "id_quantize": ("quantize", (64, 4096)),
+               "id_stencil": ("stencil", (2, 256, 1024)), "id_paged_decode": ("paged_decode", (4, 32, 8, 128, 16, 256))}
+
+
+def _idiom_workloads():
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.append(root)
+    from tests.idioms import make_idioms
+
+    return {w.name: w for w in make_idioms(triton.jit, tl) if w.name in {n for n, _ in IDIOM_CASES.values()}}
+
+
+IDIOM_WORKLOADS = _idiom_workloads()
+for _w in IDIOM_WORKLOADS.values():
+    for _v in _w.variants:
+        globals()[f"idiom_{_w.name}_{_v.name}"] = _v.kernel
+
+CASES = tuple(CASE_DEFS) + tuple(IDIOM_CASES)
 
 
 def _empty(shape, dtype, kind="in"):
@@ -879,6 +904,14 @@ def _empty(shape, dtype, kind="in"):
 
 
 def run(name):
+    if name in IDIOM_CASES:
+        wname, size = IDIOM_CASES[name]
+        w = IDIOM_WORKLOADS[wname]
+        x = w.inputs(size, "cpu", 0)
+        for v in w.variants:
+            for cfg in v.configs:
+                v.launch(v.kernel, x, cfg)
+        return
     c = CASE_DEFS[name]
     x = c.inputs(c.gpu_size, _empty)
     for cfg in c.configs:
@@ -942,6 +975,6 @@ def check(name, seed=0, configs=None):
 if __name__ == "__main__":
     import sys
 
-    for n in sys.argv[1:] or CASES:
+    for n in sys.argv[1:] or CASE_DEFS:
         check(n)
         print("ok", n)
