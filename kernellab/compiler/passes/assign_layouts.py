@@ -160,10 +160,10 @@ class LayoutAssigner:
                 self.anchors[id(op)] = (self.dominant[len(op.operands[0].type.shape)], 1)
 
     def _widen_unaligned_loads(self) -> int:
-        """A load contiguous along its fastest dimension but read an element at a time (its alignment or mask
-        allow no vector: a stencil's shifted taps `x[h, w + j - 1]`) takes the run per thread of the widest access
-        of its shape and order (as Triton's coalescing does for loads): it still reads scalars, the lanes' runs
-        share cache lines, and its values need no conversion through shared memory to meet that access's."""
+        """A load contiguous along its fastest dimension but held under a 16-byte vector by its alignment or mask
+        (a stencil's shifted taps `x[h, w + j - 1]`, a causal mask) takes the run per thread of the widest access of
+        its shape and order (as Triton's coalescing does for loads): it still reads its narrower vectors, the lanes'
+        runs share cache lines, and its values need no conversion through shared memory to meet that access's."""
         widest: dict[tuple, int] = {}
         for op in self.fn.walk():
             anchor = self.anchors.get(id(op))
@@ -177,9 +177,14 @@ class LayoutAssigner:
             if op.name != "tt.load" or anchor is None or not isinstance(anchor[0], Blocked):
                 continue
             lay, vec = anchor
-            shape, fast = op.operands[0].type.shape, lay.order[0]
+            ptr = op.operands[0]
+            shape, fast = ptr.type.shape, lay.order[0]
+            contig = self.axis[ptr].contig[fast]
+            full = max(1, min(contig, 16 // _elem_bytes(ptr.type.scalar.elem)))
             spt = widest.get((shape, lay.order), 1)
-            if spt > lay.spt[fast] and self.axis[op.operands[0]].contig[fast] >= spt:
+            # only loads held under a full 16-byte vector by their alignment or mask; one already moving 16 bytes
+            # keeps its run (a store of narrower elements then takes the loaded values' layout)
+            if vec < full and spt > lay.spt[fast] and contig >= spt:
                 self.anchors[id(op)] = (default_blocked(shape, self.num_warps, order=lay.order, spt_fast=spt), vec)
                 n += 1
         return n
