@@ -10,7 +10,7 @@ its user needs, a `ttg.convert_layout` is inserted (the next pass removes the on
 from __future__ import annotations
 
 from ..gpu import block_ptr
-from ..gpu.axis_info import AxisAnalysis
+from ..gpu.axis_info import AxisAnalysis, access_vec
 from ..gpu.layouts import Blocked, Mma, Slice, default_blocked
 from ..gpu.reshape_layout import (
     join_layout,
@@ -44,14 +44,7 @@ def coalesced_layout(op: Op, axis: AxisAnalysis, num_warps: int) -> tuple[Blocke
     order = sorted(range(rank), key=lambda d: (-info.contig[d], -d))
     fast = order[0]
     elem = ptr.type.scalar.elem
-    ebytes = _elem_bytes(elem)
-    vec = max(1, min(info.contig[fast], 16 // ebytes))
-    align = info.div[fast] // ebytes if info.div[fast] >= ebytes else 1
-    vec = min(vec, max(1, align))
-    mask_index = {"tt.load": 1, "tt.store": 2, "tt.atomic_rmw": 2}.get(op.name)
-    if mask_index is not None and len(op.operands) > mask_index:
-        vec = min(vec, axis[op.operands[mask_index]].const[fast])
-    vec = 1 << (max(1, vec).bit_length() - 1)
+    vec = access_vec(op, axis, fast)
     numel = 1
     for s in shape:
         numel *= s
