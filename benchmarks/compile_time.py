@@ -284,7 +284,11 @@ def _module_attr(module, qualname, is_jit):
     try:
         obj = _resolve(module, qualname)
     except AttributeError:
-        obj = next(v for v in vars(m).values() if getattr(getattr(v, "fn", None), "__qualname__", None) == qualname)
+        # kernels defined inside functions: among the attributes of their module, or of the --texts module (which
+        # may hold another module's local kernels as its attributes: heldout_texts2's idioms workloads)
+        mods = [m] + ([_texts_module()] if os.environ.get("COMPILE_TIME_TEXTS") else [])
+        obj = next(v for mod in mods for v in vars(mod).values()
+                   if getattr(getattr(v, "fn", None), "__qualname__", None) == qualname)
     while not is_jit(obj) and hasattr(obj, "fn"):
         obj = obj.fn
     return obj
@@ -315,11 +319,24 @@ def build_kernellab(job: dict) -> dict:
     return {"total_s": total, "cpu_s": cpu, "stages_s": stages, "ir_lines": lines, "llvm_s": llvm,
             "slowest_passes": [[n, round(s, 3)] for s, n in slow if s > 0.05],
             "n_regs": ck.n_regs, "n_spills": ck.n_spills, "num_warps": ck.num_warps,
-            **_sass_counts(ck.asm.get("cubin")),
+            **_sass_counts(ck.asm.get("cubin"), _dump(job, "kernellab", {"ptx": ck.asm.get("ptx"),
+                                                                          "gpuir": ck.asm.get("gpu")})),
             "notes": [n for n in ck.trace.notes if "disk cache" not in n]}
 
 
-def _sass_counts(cubin: bytes) -> dict:
+def _dump(job: dict, side: str, texts: dict):
+    """--dump DIR: write a kernel's texts as DIR/<tag>.<side>.<ext>; returns the prefix for the SASS, or None."""
+    tag = job.get("dump")
+    if not tag:
+        return None
+    prefix = f"{tag}.{side}"
+    for ext, text in texts.items():
+        if text:
+            Path(f"{prefix}.{ext}").write_text(text)
+    return prefix
+
+
+def _sass_counts(cubin: bytes, dump: str | None = None) -> dict:
     """SASS instructions in all and in the innermost loops (a label up to a branch back to it), by nvdisasm;
     {} where nvdisasm is missing."""
     import re
@@ -333,6 +350,8 @@ def _sass_counts(cubin: bytes) -> dict:
         f.write(cubin)
         f.flush()
         sass = subprocess.run([dis, "-c", f.name], capture_output=True, text=True).stdout
+    if dump:
+        Path(dump + ".sass").write_text(sass)
     ins = [ln for ln in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+\S", ln)]
     return {"sass": len(ins), "sass_loops": [n for n, *_ in _loops(sass)]}
 
@@ -398,7 +417,8 @@ def build_triton(job: dict) -> dict:
     res = {"total_s": total, "cpu_s": cpu, "stages_s": times,
            "ir_lines": {k: _lines(c.asm[k]) for k in ("ttir", "ttgir", "llir", "ptx") if k in c.asm}}
     res.update(_parse_ptxas(out.getvalue()))
-    res.update(_sass_counts(c.asm.get("cubin")))
+    res.update(_sass_counts(c.asm.get("cubin"), _dump(job, "triton", {"ptx": c.asm.get("ptx"),
+                                                                        "ttgir": c.asm.get("ttgir")})))
     return res
 
 
@@ -539,6 +559,7 @@ def main(argv=None):
     ap.add_argument("--out", help="write the JSON here instead of benchmarks/results/")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--texts", help="a .py file of one's own kernel texts: CASES and run(name) (see _texts_module)")
+    ap.add_argument("--dump", help="write each kernel's PTX, GPU IR and SASS of both sides into this folder")
     ap.add_argument("--collect", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -590,8 +611,11 @@ def main(argv=None):
                 collect_errors[case] = err
                 print(f"[{case}] collect failed: {err}", flush=True)
                 continue
-            for k in kernels:
+            for i, k in enumerate(kernels):
                 job = {key: k[key] for key in ("module", "qualname", "kl_spec")}
+                if a.dump:
+                    os.makedirs(a.dump, exist_ok=True)
+                    job["dump"] = os.path.join(os.path.abspath(a.dump), f"{case}-{i}-{k['kernel']}")
                 row = {key: k[key] for key in ("case", "kernel", "module", "qualname", "options", "collect_error")}
                 row["kernellab"] = kl.run(job, a.timeout)
                 if triton is not None:

@@ -1,5 +1,6 @@
 """Equivalent formulations of matmul, a linear layer with its fused epilogue, softmax, layer norm, a row reduction,
-a row-wise prefix sum and an atomic weight gradient (tests/idioms.py),
+a row-wise prefix sum, an atomic weight gradient, ..., rotary embeddings, int8 row quantization, a 3x3 stencil and
+paged-KV decode attention (tests/idioms.py),
 each launched with several configs (and the matmul ones through an autotuner too),
 kernellab against Triton compiling the same text, on the same inputs in one process.
 

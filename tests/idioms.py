@@ -37,9 +37,13 @@ class Workload:
         return self.output if isinstance(self.output, tuple) else (self.output,)
 
     def poison(self, x):
-        """NaN into every output, so elements a kernel does not write show."""
+        """NaN into every output (an integer output: its type's smallest value), so elements a kernel does not
+        write show."""
+        import torch
+
         for n in self.outputs():
-            x[n].fill_(float("nan"))
+            t = x[n]
+            t.fill_(float("nan") if t.is_floating_point() else torch.iinfo(t.dtype).min)
 
     def result(self, x):
         """The outputs as one float64 tensor, flattened in `output`'s order when there are several (the
@@ -1214,8 +1218,374 @@ def _attention(jit, tl):
     return w
 
 
+def _rope(jit, tl):
+    """Rotary position embedding of x [B, S, H, D] (fp16) with cos/sin tables [S, D/2] (fp32)."""
+
+    @jit
+    def rope_halves(x_ptr, cos_ptr, sin_ptr, o_ptr, S, H, sxb, sxs, sxh, HALF: tl.constexpr, BH: tl.constexpr):
+        # NeoX / Llama: the halves x[:D/2], x[D/2:] rotated; one program per token, all its heads
+        pid = tl.program_id(0)
+        b = pid // S
+        s = pid % S
+        h = tl.arange(0, BH)
+        d = tl.arange(0, HALF)
+        hm = h[:, None] < H
+        off = b * sxb + s * sxs + h[:, None] * sxh + d[None, :]
+        x1 = tl.load(x_ptr + off, mask=hm, other=0.0).to(tl.float32)
+        x2 = tl.load(x_ptr + off + HALF, mask=hm, other=0.0).to(tl.float32)
+        c = tl.load(cos_ptr + s * HALF + d)[None, :]
+        sn = tl.load(sin_ptr + s * HALF + d)[None, :]
+        tl.store(o_ptr + off, (x1 * c - x2 * sn).to(o_ptr.dtype.element_ty), mask=hm)
+        tl.store(o_ptr + off + HALF, (x2 * c + x1 * sn).to(o_ptr.dtype.element_ty), mask=hm)
+
+    @jit
+    def rope_pairs(x_ptr, cos_ptr, sin_ptr, o_ptr, S, H, n_rows, D: tl.constexpr, BR: tl.constexpr):
+        # GPT-J: interleaved pairs (x[2i], x[2i+1]) split with tl.split and joined back; BR rows (token, head) per
+        # program, the position from the row index
+        rows = tl.program_id(0) * BR + tl.arange(0, BR)
+        rm = rows < n_rows
+        pos = (rows // H) % S
+        cols = tl.arange(0, D)
+        x = tl.load(x_ptr + rows[:, None] * D + cols[None, :], mask=rm[:, None], other=0.0).to(tl.float32)
+        xe, xo = tl.split(tl.reshape(x, (BR, D // 2, 2)))
+        half = tl.arange(0, D // 2)
+        c = tl.load(cos_ptr + pos[:, None] * (D // 2) + half[None, :], mask=rm[:, None], other=0.0)
+        sn = tl.load(sin_ptr + pos[:, None] * (D // 2) + half[None, :], mask=rm[:, None], other=0.0)
+        y = tl.reshape(tl.join(xe * c - xo * sn, xo * c + xe * sn), (BR, D))
+        tl.store(o_ptr + rows[:, None] * D + cols[None, :], y.to(o_ptr.dtype.element_ty), mask=rm[:, None])
+
+    def launch_halves(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        t = x["x"]
+        B, S, H, D = t.shape
+        kernel[(B * S,)](t, x["cos"], x["sin"], x["out"], S, H, t.stride(0), t.stride(1), t.stride(2), HALF=D // 2,
+                         BH=_next_pow2(H), **meta, **opts)
+
+    def launch_pairs(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        t = x["x"]
+        B, S, H, D = t.shape
+        kernel[(cdiv(B * S * H, meta["BR"]),)](t, x["cos"], x["sin"], x["out"], S, H, B * S * H, D=D, **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        B, S, H, D = size
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(B, S, H, D, generator=g)
+        x.view(-1)[:4] = torch.tensor([0.0, -0.0, 60000.0, -60000.0])
+        ang = torch.arange(S)[:, None] * torch.rand(D // 2, generator=g)[None, :] * 3
+        return dict(x=x.half().to(device), cos=ang.cos().to(device), sin=ang.sin().to(device),
+                    out=torch.full((B, S, H, D), float("nan"), dtype=torch.float16, device=device))
+
+    def reference(x, pairs=False):
+        import torch
+
+        xx = x["x"].double()
+        c, s = x["cos"].double()[None, :, None, :], x["sin"].double()[None, :, None, :]
+        if pairs:
+            x1, x2 = xx[..., 0::2], xx[..., 1::2]
+            return torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
+        h = xx.shape[-1] // 2
+        x1, x2 = xx[..., :h], xx[..., h:]
+        return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+
+    w = Workload("rope", inputs, reference, "out", lambda x: ("bytes", 2 * x["x"].numel() * 2),
+                 sizes={"bench": (8, 2048, 32, 128), "test": (2, 5, 3, 64)}, tol=1e-3)
+    w.variants = [
+        Variant("halves", rope_halves, launch_halves, [dict(num_warps=4), dict(num_warps=8), dict(num_warps=2)]),
+        Variant("pairs", rope_pairs, launch_pairs, [dict(BR=16, num_warps=4), dict(BR=32, num_warps=8),
+                                              dict(BR=8, num_warps=2)], params={"pairs": True}),
+    ]
+    return w
+
+
+def _quantize(jit, tl):
+    """int8 per-row quantization: scale = absmax / 127, q = round half away from zero of x / scale, clamped."""
+
+    @jit
+    def quant_row(x_ptr, q_ptr, s_ptr, N, sx, sq, BLOCK: tl.constexpr):
+        # the whole row in one block
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        m = cols < N
+        x = tl.load(x_ptr + row * sx + cols, mask=m, other=0.0).to(tl.float32)
+        scale = tl.maximum(tl.max(tl.abs(x), axis=0), 1e-6) / 127.0
+        q = x * (1.0 / scale)
+        q = tl.where(q >= 0, q + 0.5, q - 0.5)
+        q = tl.minimum(tl.maximum(q, -127.0), 127.0)
+        tl.store(q_ptr + row * sq + cols, q.to(tl.int8), mask=m)
+        tl.store(s_ptr + row, scale)
+
+    @jit
+    def quant_two_pass(x_ptr, q_ptr, s_ptr, N, sx, sq, BLOCK: tl.constexpr):
+        # long rows: an absmax pass over blocks, then a quantizing pass; rounding by floor, clamping by tl.clamp
+        row = tl.program_id(0).to(tl.int64)
+        amax = tl.zeros((BLOCK,), tl.float32)
+        for c in range(0, N, BLOCK):
+            cols = c + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + row * sx + cols, mask=cols < N, other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.abs(x))
+        scale = tl.maximum(tl.max(amax, axis=0), 1e-6) / 127.0
+        inv = 1.0 / scale
+        for c in range(0, N, BLOCK):
+            cols = c + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + row * sx + cols, mask=cols < N, other=0.0).to(tl.float32)
+            y = x * inv
+            q = tl.where(y >= 0, tl.floor(y + 0.5), -tl.floor(0.5 - y))
+            q = tl.clamp(q, -127.0, 127.0)
+            tl.store(q_ptr + row * sq + cols, q.to(tl.int8), mask=cols < N)
+        tl.store(s_ptr + row, scale)
+
+    def launch(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        X, Q = x["x"], x["q"]
+        M, N = X.shape
+        if "BLOCK" not in meta:
+            meta = dict(meta, BLOCK=_next_pow2(N))
+        kernel[(M,)](X, Q, x["scale"], N, X.stride(0), Q.stride(0), **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        M, N = size
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(M, N, generator=g) * torch.rand(M, 1, generator=g) * 4
+        x[0, :3] = torch.tensor([0.0, -0.0, 1e-3])
+        x[1 % M, 0] = 1000.0
+        return dict(x=x.half().to(device), q=torch.full((M, N), -128, dtype=torch.int8, device=device),
+                    scale=torch.full((M,), float("nan"), device=device))
+
+    def reference(x):
+        import torch
+
+        xx = x["x"].double()
+        scale = (xx.abs().amax(dim=1).clamp_min(1e-6) / 127.0).float()
+        y = xx / scale.double()[:, None]
+        q = torch.where(y >= 0, torch.floor(y + 0.5), -torch.floor(0.5 - y)).clamp(-127, 127)
+        return torch.cat([q.flatten(), scale.double()])
+
+    w = Workload("quantize", inputs, reference, ("q", "scale"), lambda x: ("bytes", x["x"].numel() * 3),
+                 sizes={"bench": (16384, 4096), "test": (9, 1000)}, tol=1e-3)
+    w.variants = [
+        Variant("one_block", quant_row, launch, [dict(num_warps=4), dict(num_warps=8), dict(num_warps=16)]),
+        Variant("two_pass", quant_two_pass, launch, [dict(BLOCK=1024, num_warps=4), dict(BLOCK=2048, num_warps=8),
+                                                     dict(BLOCK=512, num_warps=4)]),
+    ]
+    return w
+
+
+def _stencil(jit, tl):
+    """A depthwise 3x3 convolution with zero padding over planes [P, H, W] (fp16), weights [P, 9] (fp32)."""
+
+    @jit
+    def conv_taps(x_ptr, w_ptr, y_ptr, H, W, BH: tl.constexpr, BW: tl.constexpr):
+        # BH x BW tiles, the nine taps as shifted masked loads in static loops
+        pid_w = tl.program_id(0)
+        pid_h = tl.program_id(1)
+        plane = tl.program_id(2)
+        rh = pid_h * BH + tl.arange(0, BH)
+        rw = pid_w * BW + tl.arange(0, BW)
+        base = plane * H * W
+        acc = tl.zeros((BH, BW), tl.float32)
+        for i in tl.static_range(3):
+            for j in tl.static_range(3):
+                hh = rh[:, None] + (i - 1)
+                ww = rw[None, :] + (j - 1)
+                m = (hh >= 0) & (hh < H) & (ww >= 0) & (ww < W)
+                xv = tl.load(x_ptr + base + hh * W + ww, mask=m, other=0.0)
+                acc += xv.to(tl.float32) * tl.load(w_ptr + plane * 9 + i * 3 + j)
+        tl.store(y_ptr + base + rh[:, None] * W + rw[None, :], acc.to(y_ptr.dtype.element_ty),
+                 mask=(rh[:, None] < H) & (rw[None, :] < W))
+
+    @jit
+    def conv_rows(x_ptr, w_ptr, y_ptr, H, W, ROWS: tl.constexpr, BW: tl.constexpr):
+        # a column strip per program walking down ROWS output rows; the taps' weights loaded once, as scalars
+        pid_w = tl.program_id(0)
+        h0 = tl.program_id(1) * ROWS
+        plane = tl.program_id(2).to(tl.int64)
+        cols = pid_w * BW + tl.arange(0, BW)
+        xp = x_ptr + plane * H * W
+        wp = w_ptr + plane * 9
+        w00, w01, w02 = tl.load(wp), tl.load(wp + 1), tl.load(wp + 2)
+        w10, w11, w12 = tl.load(wp + 3), tl.load(wp + 4), tl.load(wp + 5)
+        w20, w21, w22 = tl.load(wp + 6), tl.load(wp + 7), tl.load(wp + 8)
+        cl, cc, cr = cols - 1, cols, cols + 1
+        ml, mc, mr = (cl >= 0) & (cl < W), cc < W, cr < W
+        for r in range(h0, tl.minimum(h0 + ROWS, H)):
+            acc = tl.zeros((BW,), tl.float32)
+            if r > 0:
+                up = xp + (r - 1) * W
+                acc += w00 * tl.load(up + cl, mask=ml, other=0.0).to(tl.float32)
+                acc += w01 * tl.load(up + cc, mask=mc, other=0.0).to(tl.float32)
+                acc += w02 * tl.load(up + cr, mask=mr, other=0.0).to(tl.float32)
+            mid = xp + r * W
+            acc += w10 * tl.load(mid + cl, mask=ml, other=0.0).to(tl.float32)
+            acc += w11 * tl.load(mid + cc, mask=mc, other=0.0).to(tl.float32)
+            acc += w12 * tl.load(mid + cr, mask=mr, other=0.0).to(tl.float32)
+            if r + 1 < H:
+                dn = xp + (r + 1) * W
+                acc += w20 * tl.load(dn + cl, mask=ml, other=0.0).to(tl.float32)
+                acc += w21 * tl.load(dn + cc, mask=mc, other=0.0).to(tl.float32)
+                acc += w22 * tl.load(dn + cr, mask=mr, other=0.0).to(tl.float32)
+            tl.store(y_ptr + plane * H * W + r * W + cols, acc.to(y_ptr.dtype.element_ty), mask=mc)
+
+    def launch(kernel, x, cfg):
+        meta, opts = _split(cfg)
+        X = x["x"]
+        P, H, W = X.shape
+        rows = meta.get("BH", meta.get("ROWS"))
+        kernel[(cdiv(W, meta["BW"]), cdiv(H, rows), P)](X, x["w"], x["y"], H, W, **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        P, H, W = size
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(P, H, W, generator=g)
+        x.view(-1)[:3] = torch.tensor([0.0, 1000.0, -1000.0])
+        return dict(x=x.half().to(device), w=(torch.rand(P, 9, generator=g) - 0.5).to(device),
+                    y=torch.full((P, H, W), float("nan"), dtype=torch.float16, device=device))
+
+    def reference(x):
+        import torch
+
+        P = x["x"].shape[0]
+        wt = x["w"].double().reshape(P, 1, 3, 3)
+        return torch.nn.functional.conv2d(x["x"].double()[None], wt, padding=1, groups=P)[0]
+
+    w = Workload("stencil", inputs, reference, "y", lambda x: ("bytes", 2 * x["x"].numel() * 2),
+                 sizes={"bench": (64, 1024, 1024), "test": (3, 37, 70)}, tol=1e-3)
+    w.variants = [
+        Variant("taps_2d", conv_taps, launch, [dict(BH=16, BW=64, num_warps=4), dict(BH=32, BW=128, num_warps=8),
+                                               dict(BH=8, BW=128, num_warps=4)]),
+        Variant("row_walk", conv_rows, launch, [dict(ROWS=16, BW=512, num_warps=4), dict(ROWS=32, BW=1024, num_warps=8),
+                                                dict(ROWS=8, BW=256, num_warps=2)]),
+    ]
+    return w
+
+
+def _paged_decode(jit, tl):
+    """Decode attention over a paged KV cache (vLLM's layout: caches [blocks, KV_H, T, D], a block table per
+    sequence, one query token per sequence), grouped-query heads."""
+
+    @jit
+    def decode_head(q_ptr, k_ptr, v_ptr, bt_ptr, len_ptr, o_ptr, scale, sqb, sqh, skb, skh, skt, sbt,
+                    GROUP: tl.constexpr, D: tl.constexpr, T: tl.constexpr):
+        # one program per (sequence, query head), the online softmax in scalars over the sequence's pages
+        b = tl.program_id(0)
+        h = tl.program_id(1)
+        kvh = h // GROUP
+        seq_len = tl.load(len_ptr + b)
+        d = tl.arange(0, D)
+        t = tl.arange(0, T)
+        q = tl.load(q_ptr + b * sqb + h * sqh + d).to(tl.float32) * scale
+        m_i = float("-inf")
+        l_i = 0.0
+        acc = tl.zeros((D,), tl.float32)
+        for j in range(0, tl.cdiv(seq_len, T)):
+            blk = tl.load(bt_ptr + b * sbt + j).to(tl.int64)
+            valid = j * T + t < seq_len
+            off = blk * skb + kvh * skh + t[:, None] * skt + d[None, :]
+            k = tl.load(k_ptr + off, mask=valid[:, None], other=0.0).to(tl.float32)
+            s = tl.where(valid, tl.sum(k * q[None, :], axis=1), float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=0))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(s - m_new)
+            v = tl.load(v_ptr + off, mask=valid[:, None], other=0.0).to(tl.float32)
+            acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
+            l_i = l_i * alpha + tl.sum(p, axis=0)
+            m_i = m_new
+        tl.store(o_ptr + b * sqb + h * sqh + d, (acc / l_i).to(o_ptr.dtype.element_ty))
+
+    @jit
+    def decode_group(q_ptr, k_ptr, v_ptr, bt_ptr, len_ptr, o_ptr, scale, sqb, sqh, skb, skh, skt, sbt,
+                     GROUP: tl.constexpr, D: tl.constexpr, T: tl.constexpr):
+        # one program per (sequence, KV head): its GROUP query heads share each page's loads (3-D broadcasts)
+        b = tl.program_id(0)
+        kvh = tl.program_id(1)
+        seq_len = tl.load(len_ptr + b)
+        g = tl.arange(0, GROUP)
+        d = tl.arange(0, D)
+        t = tl.arange(0, T)
+        qh = kvh * GROUP + g
+        q = tl.load(q_ptr + b * sqb + qh[:, None] * sqh + d[None, :]).to(tl.float32) * scale
+        m_i = tl.full((GROUP,), float("-inf"), tl.float32)
+        l_i = tl.zeros((GROUP,), tl.float32)
+        acc = tl.zeros((GROUP, D), tl.float32)
+        for j in range(0, tl.cdiv(seq_len, T)):
+            blk = tl.load(bt_ptr + b * sbt + j).to(tl.int64)
+            valid = j * T + t < seq_len
+            off = blk * skb + kvh * skh + t[:, None] * skt + d[None, :]
+            k = tl.load(k_ptr + off, mask=valid[:, None], other=0.0).to(tl.float32)
+            s = tl.sum(q[:, None, :] * k[None, :, :], axis=2)
+            s = tl.where(valid[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(s - m_new[:, None])
+            v = tl.load(v_ptr + off, mask=valid[:, None], other=0.0).to(tl.float32)
+            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            m_i = m_new
+        tl.store(o_ptr + b * sqb + qh[:, None] * sqh + d[None, :], (acc / l_i[:, None]).to(o_ptr.dtype.element_ty))
+
+    def launch(kernel, x, cfg, per_head):
+        meta, opts = _split(cfg)
+        q, kc, o, bt = x["q"], x["k"], x["o"], x["table"]
+        B, H, D = q.shape
+        KVH, T = kc.shape[1], kc.shape[2]
+        kernel[(B, H if per_head else KVH)](q, kc, x["v"], bt, x["lens"], o, D ** -0.5, q.stride(0), q.stride(1),
+                                            kc.stride(0), kc.stride(1), kc.stride(2), bt.stride(0), GROUP=H // KVH,
+                                            D=D, T=T, **meta, **opts)
+
+    def inputs(size, device, seed):
+        import torch
+
+        B, H, KVH, D, T, max_len = size
+        per = cdiv(max_len, T)
+        nblk = B * per + 3
+        g = torch.Generator().manual_seed(seed)
+        lens = torch.randint(1, max_len + 1, (B,), generator=g, dtype=torch.int32)
+        lens[0] = max_len
+        table = torch.randperm(nblk, generator=g)[:B * per].reshape(B, per).to(torch.int32)
+        kc = torch.randn(nblk, KVH, T, D, generator=g).half()
+        vc = torch.randn(nblk, KVH, T, D, generator=g).half()
+        q = (torch.randn(B, H, D, generator=g) * 2).half()
+        return dict(q=q.to(device), k=kc.to(device), v=vc.to(device), table=table.to(device), lens=lens.to(device),
+                    o=torch.full((B, H, D), float("nan"), dtype=torch.float16, device=device))
+
+    def reference(x):
+        import torch
+
+        q, kc, vc = (x[n].double().cpu() for n in ("q", "k", "v"))
+        table, lens = x["table"].cpu(), x["lens"].cpu()
+        B, H, D = q.shape
+        KVH, T = kc.shape[1], kc.shape[2]
+        out = torch.empty(B, H, D, dtype=torch.float64)
+        for b in range(B):
+            L = int(lens[b])
+            blocks = table[b, :cdiv(L, T)].long()
+            k = kc[blocks].transpose(0, 1).reshape(KVH, -1, D)[:, :L].repeat_interleave(H // KVH, 0)
+            v = vc[blocks].transpose(0, 1).reshape(KVH, -1, D)[:, :L].repeat_interleave(H // KVH, 0)
+            s = (k @ q[b][:, :, None])[..., 0] * D ** -0.5
+            out[b] = (torch.softmax(s, -1)[:, None, :] @ v)[:, 0]
+        return out.to(x["q"].device)
+
+    def bytes_read(x):
+        KVH, T, D = x["k"].shape[1:]
+        return "bytes", int(x["lens"].sum()) * KVH * D * 2 * 2
+
+    w = Workload("paged_decode", inputs, reference, "o", bytes_read,
+                 sizes={"bench": (64, 32, 8, 128, 16, 4096), "test": (3, 8, 2, 64, 16, 70)}, tol=1e-2)
+    cfgs = [dict(num_warps=4), dict(num_warps=8), dict(num_warps=2)]
+    w.variants = [Variant("per_head", decode_head, lambda k, x, c: launch(k, x, c, True), cfgs),
+                  Variant("per_group", decode_group, lambda k, x, c: launch(k, x, c, False), cfgs)]
+    return w
+
+
 def make_idioms(jit, tl) -> list:
     """Every workload with its variants, compiled by `jit` (kernellab's or Triton's)."""
     return [_matmul(jit, tl), _linear(jit, tl), _softmax(jit, tl), _layer_norm(jit, tl), _reduction(jit, tl),
             _scan(jit, tl), _weight_grad(jit, tl), _gemv(jit, tl), _transpose(jit, tl), _cross_entropy(jit, tl),
-            _bmm(jit, tl), _attention(jit, tl)]
+            _bmm(jit, tl), _attention(jit, tl), _rope(jit, tl), _quantize(jit, tl), _stencil(jit, tl),
+            _paged_decode(jit, tl)]

@@ -598,6 +598,12 @@ CASTS = {
     "f32->i32-saturating": ("float32", "int32", False, lambda g, n: _with_specials(uniform(g, -1e10, 1e10, n), F32_SPECIALS), _saturate_to(torch.int32)),
     # to 8 bits NVPTX converts with cvt.rzi.s16 (saturating at int16) and keeps the low byte, as Triton's code does
     "f32->i8-via-i16": ("float32", "int8", False, lambda g, n: _with_specials(uniform(g, -1000, 1000, n), F32_SPECIALS), lambda x: _saturate_to(torch.int16)(x).to(torch.int8)),
+    # one cvt.rzi from f32 to 16 and 32 bits (its own saturation and NaN -> 0; lowering_core): unsigned and f16
+    # sources with the specials too
+    "f32->u32-saturating": ("float32", "uint32", False, lambda g, n: _with_specials(uniform(g, -1e10, 1e10, n), F32_SPECIALS), _saturate_to(torch.uint32)),
+    "f32->i16-saturating": ("float32", "int16", False, lambda g, n: _with_specials(uniform(g, -1e5, 1e5, n), F32_SPECIALS), _saturate_to(torch.int16)),
+    "f32->u8-via-u16": ("float32", "uint8", False, lambda g, n: _with_specials(uniform(g, -1000, 70000, n), F32_SPECIALS), lambda x: (_saturate_to(torch.int32)(x).to(torch.int64).clamp(0, 65535) & 255).to(torch.uint8)),
+    "f16->i8-via-i16": ("float16", "int8", False, lambda g, n: _with_specials(uniform(g, -1000, 1000, n, dtype=torch.float16), [float("nan"), float("inf"), -float("inf"), 65504.0, -65504.0, 2.5, -2.5, -0.0]), lambda x: _saturate_to(torch.int16)(x.float()).to(torch.int8)),
     "i32->i8": ("int32", "int8", False, lambda g, n: ints(g, n, torch.int32), _wrap_to(torch.int8)),
     "i64->i16": ("int64", "int16", False, lambda g, n: ints(g, n, torch.int64), _wrap_to(torch.int16)),
     "i32->u8": ("int32", "uint8", False, lambda g, n: ints(g, n, torch.int32), _wrap_to(torch.uint8)),

@@ -107,16 +107,47 @@ def _dot_loop_carries_addresses(module: Module) -> bool:
     return False
 
 
+# A dot loop carrying more than this many addresses per thread keeps LLVM's LSR: tiles of pointers that no vector
+# access covers (a grouped GEMM's pointers loaded from memory, strides read in the kernel: one 2-byte load per
+# element) are 64 registers per 32 addresses next to the accumulator; LSR carries one offset and rebuilds them.
+LSR_MAX_CARRIED_ADDRESSES = 32
+
+
+def _carried_addresses(module: Module) -> int:
+    """The most addresses per thread that one loop with a dot carries in tiles of pointers: per tile, its registers
+    per thread over the elements one vector access covers (the layout's size per thread along its fastest
+    dimension)."""
+    most = 0
+    for fn in module.functions:
+        for op in fn.walk():
+            if op.name != "scf.for" or not any(o.name == "tt.dot" for o in op.walk()):
+                continue
+            n = 0
+            for arg in op.regions[0].args:
+                t = arg.type
+                if not isinstance(t, TensorType) or not t.elem.is_ptr() or t.layout is None:
+                    continue
+                regs = len(t.layout.registers(t.shape))
+                spt, order = getattr(t.layout, "spt", None), getattr(t.layout, "order", None)
+                n += regs // spt[order[0]] if spt and order else regs
+            most = max(most, n)
+    return most
+
+
 def _llvm_lsr(module: Module) -> bool:
     """LLVM's loop strength reduction, off for kernels with a dot in a loop (see llvm_to_ptx).
     KERNELLAB_LLVM_LSR=on/off overrides the choice, to measure it; =carried turns it off only where such a loop
     carries its addresses (what it was turned off for): a loop that rebuilds its pointers from the induction variable
     each iteration (fla's chunk kernels: `o_t = i_t * BT + arange(BT)` in int64) keeps LSR, which carries one offset
     instead of a 64-bit index per register (fla chunk_fwd_kernel_h with USE_GK: 168 -> 108 registers with
-    KERNELLAB_REGISTER_DOT_OPERAND=1; Triton 96)."""
+    KERNELLAB_REGISTER_DOT_OPERAND=1; Triton 96). A dot loop carrying more than LSR_MAX_CARRIED_ADDRESSES addresses
+    per thread keeps LSR either way (a grouped GEMM over pointer arrays, 128x128x32 at 4 warps: 1440 spilled
+    bytes with LSR off, 848 with it, Triton 688)."""
     forced = os.environ.get("KERNELLAB_LLVM_LSR", "").lower()
     if forced in ("on", "off"):
         return forced == "on"
+    if _carried_addresses(module) > LSR_MAX_CARRIED_ADDRESSES:
+        return True
     if forced == "carried":
         return not _dot_loop_carries_addresses(module)
     return not _dot_in_loop(module)

@@ -454,9 +454,12 @@ def _arg_combine(sem, which, tie_break_left):
     def combine(a, b):
         av, ai = a
         bv, bi = b
-        better = av > bv if which == "max" else av < bv
-        if av.dtype.is_floating():  # a NaN wins, like torch.argmax
-            better = better | ((av != av) & (bv == bv))
+        if av.dtype.is_floating():
+            # a NaN wins, like torch.argmax: (a > b) | (isnan(a) & !isnan(b)), written as the unordered compare
+            # !(a <= b) (a > b or either NaN) and an ordered b, two compares where the first form took three
+            better = ~(av <= bv if which == "max" else av >= bv) & (bv == bv)
+        else:
+            better = av > bv if which == "max" else av < bv
         tie = av == bv
         take_a = better | (tie & (ai < bi)) if unwrap(tie_break_left) else better | (tie & (ai > bi))
         return [sem.where(take_a, av, bv), sem.where(take_a, ai, bi)]

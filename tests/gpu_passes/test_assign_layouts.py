@@ -450,3 +450,68 @@ tt.func @k(%x_ptr: !ptr<i32> {tt.divisibility = 16}, %y_ptr: !ptr<i32> {tt.divis
     # the splats (made in the accesses' layout first) are made again in #L1 by the next pass: nothing is converted
     from kernellab.compiler.passes import remove_layout_conversions
     assert remove_layout_conversions.run(m, GpuOptions(num_warps=8))["remaining"] == 0
+
+
+SHIFTED = """
+tt.func @shift(%x_ptr: !ptr<f16> {tt.divisibility = 16}, %z_ptr: !ptr<f16> {tt.divisibility = 16}) {
+  %pid = tt.get_program_id {axis = 0} : i32
+  %c = arith.constant {value = 1024} : i32
+  %start = arith.muli %pid, %c : i32
+  %range = tt.make_range {end = 1024, start = 0} : tensor<1024xi32>
+  %base = tt.splat %start : tensor<1024xi32>
+  %offs = arith.addi %base, %range : tensor<1024xi32>
+  %one = arith.constant {value = 1} : tensor<1024xi32>
+  %next = arith.addi %offs, %one : tensor<1024xi32>
+  %xs = tt.splat %x_ptr : tensor<1024x!ptr<f16>>
+  %xp = tt.addptr %xs, %offs : tensor<1024x!ptr<f16>>
+  %xq = tt.addptr %xs, %next : tensor<1024x!ptr<f16>>
+  %x = tt.load %xp : tensor<1024xf16>
+  %x1 = tt.load %xq : tensor<1024xf16>
+  %y = arith.addf %x, %x1 : tensor<1024xf16>
+  %zs = tt.splat %z_ptr : tensor<1024x!ptr<f16>>
+  %zp = tt.addptr %zs, %offs : tensor<1024x!ptr<f16>>
+  tt.store %zp, %y
+  tt.return
+}
+"""
+
+
+def test_unaligned_contiguous_load_takes_the_wide_run(check):
+    """x[i] + x[i + 1] stored to z[i] (a stencil's shifted tap): the shifted load cannot be a vector (its address
+    is one element off 16 bytes) but is contiguous; it takes the aligned accesses' 8 elements per thread, reading
+    them one at a time, so the sum needs no conversion through shared memory (Triton's coalescing does the same)."""
+    m, stats = check(assign_layouts, SHIFTED, """
+#L0 = #blocked<[8], [32], [4], [0]>
+
+tt.func @shift(%x_ptr: !ptr<f16> {tt.divisibility = 16}, %z_ptr: !ptr<f16> {tt.divisibility = 16}) {
+  %pid = tt.get_program_id {axis = 0} : i32
+  %c = arith.constant {value = 1024} : i32
+  %start = arith.muli %pid, %c : i32
+  %range = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>
+  %base = tt.splat %start : tensor<1024xi32, #L0>
+  %offs = arith.addi %base, %range : tensor<1024xi32, #L0>
+  %one = arith.constant {value = 1} : tensor<1024xi32, #L0>
+  %next = arith.addi %offs, %one : tensor<1024xi32, #L0>
+  %xs = tt.splat %x_ptr : tensor<1024x!ptr<f16>, #L0>
+  %xp = tt.addptr %xs, %offs : tensor<1024x!ptr<f16>, #L0>
+  %xq = tt.addptr %xs, %next : tensor<1024x!ptr<f16>, #L0>
+  %x = tt.load %xp {vec = 8} : tensor<1024xf16, #L0>
+  %x1 = tt.load %xq {vec = 1} : tensor<1024xf16, #L0>
+  %y = arith.addf %x, %x1 : tensor<1024xf16, #L0>
+  %zs = tt.splat %z_ptr : tensor<1024x!ptr<f16>, #L0>
+  %zp = tt.addptr %zs, %offs : tensor<1024x!ptr<f16>, #L0>
+  tt.store %zp, %y {vec = 8}
+  tt.return
+}
+""")
+    assert stats == {"anchors": 3, "converts_inserted": 0, "unaligned_loads_widened": 1}
+
+
+def test_unaligned_store_keeps_its_own_run(run_pass):
+    """Only loads widen: a store one element off (z[i + 1] = x[i]) keeps one element per thread (a wider run per
+    thread would leave gaps in each warp's write), its value converted."""
+    src = SHIFTED.replace("%zp = tt.addptr %zs, %offs", "%zp = tt.addptr %zs, %next")
+    m, stats = run_pass(assign_layouts, src)
+    store = next(op for op in m.kernel.walk() if op.name == "tt.store")
+    assert store.operands[0].type.layout.spt == (1,) and store.attrs["vec"] == 1
+    assert stats["unaligned_loads_widened"] == 1 and stats["converts_inserted"] >= 1

@@ -721,6 +721,16 @@ class KernelLowering:
             fty = {F32: "f32", F64: "f64"}[src.type]
             width = max(to.width, 16)
             wide = ir.IntType(width)
+            if fty == "f32" and width in (16, 32):
+                # PTX's cvt.rzi from f32 to a 16- or 32-bit integer saturates and makes NaN 0 by itself (PTX ISA,
+                # cvt: "clamped to the destination range by default"; NaN gives 0 unless the source is f64 or the
+                # destination 64-bit): one instruction, where NVPTX expands llvm.fpto*i.sat into clamps and a NaN
+                # select around the same cvt (3-5 more)
+                sign = "s" if kind == "fptosi" else "u"
+                reg = "h" if width == 16 else "r"
+                r = b.asm(ir.FunctionType(wide, [F32]), f"cvt.rzi.{sign}{width}.f32 $0, $1;", f"={reg},f", [src],
+                          False)
+                return b.trunc(r, to) if width != to.width else r
             fn = self.intrinsic(f"llvm.{kind}.sat.i{width}.{fty}", wide, [src.type])
             r = b.call(fn, [src])
             return b.trunc(r, to) if width != to.width else r

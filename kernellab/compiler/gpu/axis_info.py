@@ -61,8 +61,11 @@ def meet(a: AxisInfo, b: AxisInfo) -> AxisInfo:
 
 
 class AxisAnalysis:
-    def __init__(self, fn: Function):
+    def __init__(self, fn: Function, through_conversions: bool = False):
+        """`through_conversions`: a ttg.convert_layout passes its operand's facts on (remove_layout_conversions'
+        reloads, whose addresses assign_layouts converted); off elsewhere, where passes were tuned without it."""
         self.info: dict[int, AxisInfo] = {}
+        self.through_conversions = through_conversions
         for i, arg in enumerate(fn.args):
             attrs = fn.arg_attrs[i] if i < len(fn.arg_attrs) else {}
             d = int(attrs.get("tt.divisibility", 1))
@@ -157,6 +160,8 @@ class AxisAnalysis:
             return AxisInfo((1,) * rank, (_pow2_div(v),) * rank, shape, v)
         if name == "tt.make_range":
             return AxisInfo((shape[0],), (_pow2_div(op.attrs["start"]),), (1,))
+        if name == "ttg.convert_layout" and self.through_conversions:
+            return ops[0]
         if name == "tt.splat":
             s = ops[0]
             return AxisInfo((1,) * rank, (s.div[0],) * rank, shape, s.value)
@@ -258,3 +263,19 @@ class AxisAnalysis:
         if ops and all(o.rank == rank for o in ops) and name.startswith(("arith.", "math.")):
             return AxisInfo((1,) * rank, (1,) * rank, _min_all([o.const for o in ops]))
         return unknown(shape)
+
+
+def access_vec(op: Op, axis: "AxisAnalysis", dim: int) -> int:
+    """The most elements one instruction of memory op `op` (tt.load / tt.store / tt.atomic_rmw on a tile of
+    pointers) may move along `dim`, as far as its addresses and mask allow: contiguous, aligned, under one mask bit,
+    16 bytes at most; a power of two."""
+    ptr = op.operands[0]
+    info = axis[ptr]
+    ebytes = getattr(ptr.type.scalar.elem, "itemsize", 8)
+    vec = max(1, min(info.contig[dim], 16 // ebytes))
+    align = info.div[dim] // ebytes if info.div[dim] >= ebytes else 1
+    vec = min(vec, max(1, align))
+    mask_index = {"tt.load": 1, "tt.store": 2, "tt.atomic_rmw": 2}.get(op.name)
+    if mask_index is not None and len(op.operands) > mask_index:
+        vec = min(vec, axis[op.operands[mask_index]].const[dim])
+    return 1 << (max(1, vec).bit_length() - 1)

@@ -10,7 +10,7 @@ its user needs, a `ttg.convert_layout` is inserted (the next pass removes the on
 from __future__ import annotations
 
 from ..gpu import block_ptr
-from ..gpu.axis_info import AxisAnalysis
+from ..gpu.axis_info import AxisAnalysis, access_vec
 from ..gpu.layouts import Blocked, Mma, Slice, default_blocked
 from ..gpu.reshape_layout import (
     join_layout,
@@ -44,14 +44,7 @@ def coalesced_layout(op: Op, axis: AxisAnalysis, num_warps: int) -> tuple[Blocke
     order = sorted(range(rank), key=lambda d: (-info.contig[d], -d))
     fast = order[0]
     elem = ptr.type.scalar.elem
-    ebytes = _elem_bytes(elem)
-    vec = max(1, min(info.contig[fast], 16 // ebytes))
-    align = info.div[fast] // ebytes if info.div[fast] >= ebytes else 1
-    vec = min(vec, max(1, align))
-    mask_index = {"tt.load": 1, "tt.store": 2, "tt.atomic_rmw": 2}.get(op.name)
-    if mask_index is not None and len(op.operands) > mask_index:
-        vec = min(vec, axis[op.operands[mask_index]].const[fast])
-    vec = 1 << (max(1, vec).bit_length() - 1)
+    vec = access_vec(op, axis, fast)
     numel = 1
     for s in shape:
         numel *= s
@@ -151,12 +144,43 @@ class LayoutAssigner:
                     best[rank] = (size, layout)
         for rank, (_, layout) in best.items():
             self.dominant[rank] = layout
+        self.widened_loads = self._widen_unaligned_loads()
         # A gather (no contiguity along any dim: W[channel_of(i)], table[idx]) gains nothing from a layout of
         # its own; in the kernel's dominant layout its result needs no conversion through shared memory
         for op in self.fn.walk():
             anchor = self.anchors.get(id(op))
             if anchor is not None and anchor[1] == 1 and max(self.axis[op.operands[0]].contig) == 1:
                 self.anchors[id(op)] = (self.dominant[len(op.operands[0].type.shape)], 1)
+
+    def _widen_unaligned_loads(self) -> int:
+        """A load contiguous along its fastest dimension but held under a 16-byte vector by its alignment or mask
+        (a stencil's shifted taps `x[h, w + j - 1]`, a causal mask) takes the run per thread of the widest access of
+        its shape and order (as Triton's coalescing does for loads): it still reads its narrower vectors, the lanes'
+        runs share cache lines, and its values need no conversion through shared memory to meet that access's."""
+        widest: dict[tuple, int] = {}
+        for op in self.fn.walk():
+            anchor = self.anchors.get(id(op))
+            if anchor is not None and isinstance(anchor[0], Blocked):
+                lay = anchor[0]
+                key = (op.operands[0].type.shape, lay.order)
+                widest[key] = max(widest.get(key, 1), lay.spt[lay.order[0]])
+        n = 0
+        for op in self.fn.walk():
+            anchor = self.anchors.get(id(op))
+            if op.name != "tt.load" or anchor is None or not isinstance(anchor[0], Blocked):
+                continue
+            lay, vec = anchor
+            ptr = op.operands[0]
+            shape, fast = ptr.type.shape, lay.order[0]
+            contig = self.axis[ptr].contig[fast]
+            full = max(1, min(contig, 16 // _elem_bytes(ptr.type.scalar.elem)))
+            spt = widest.get((shape, lay.order), 1)
+            # only loads held under a full 16-byte vector by their alignment or mask; one already moving 16 bytes
+            # keeps its run (a store of narrower elements then takes the loaded values' layout)
+            if vec < full and spt > lay.spt[fast] and contig >= spt:
+                self.anchors[id(op)] = (default_blocked(shape, self.num_warps, order=lay.order, spt_fast=spt), vec)
+                n += 1
+        return n
 
     def default(self, shape) -> Blocked:
         lay = self.dominant.get(len(shape))
@@ -596,4 +620,6 @@ def run(module: Module, options) -> dict:
         stats["loop_layouts_followed"] = len(hints)
     if a.in_pointer_layout:
         stats["accesses_in_pointer_layout"] = a.in_pointer_layout
+    if a.widened_loads:
+        stats["unaligned_loads_widened"] = a.widened_loads
     return stats

@@ -17,7 +17,8 @@ the load's layout, rather than converting a tile of 8-byte pointers through shar
 """
 from __future__ import annotations
 
-from ..gpu.layouts import Bits, Slice
+from ..gpu.axis_info import AxisAnalysis, access_vec
+from ..gpu.layouts import Bits, Blocked, Slice
 from ..gpu.reshape_layout import register_map, reshape_layout
 from ..gpu.scratch import _numel
 from ..ir import Module, Op
@@ -62,10 +63,11 @@ class Remat:
     """Rebuild a value in another layout. `narrow` (elements): values at most this large that cannot be recomputed
     are converted where they are defined (leaves); `threads`: loads smaller than this are re-issued instead."""
 
-    def __init__(self, narrow: int = 0, threads: int = 0):
+    def __init__(self, narrow: int = 0, threads: int = 0, axis: AxisAnalysis | None = None):
         self.memo: dict = {}
         self.budget = 0
         self.narrow, self.threads = narrow, threads
+        self.axis = axis  # the reloads' vector widths (None: one element an instruction)
         self.reloaded: list = []  # the loads issued again: erased once nothing reads them
 
     def _leaf(self, v) -> bool:
@@ -120,7 +122,7 @@ class Remat:
         if self._reload(op):
             # the load and its addresses again, where the load was, in the wanted layout
             operands = [self.build(o, layout, op) for o in op.operands]
-            attrs = dict(op.attrs, vec=1)
+            attrs = dict(op.attrs, vec=self._reload_vec(op, layout))
             clone = Op(op.name, operands, [v.type.with_layout(layout)], attrs, loc=op.loc, result_hints=[v.hint])
             insert_before(op, clone)
             self.reloaded.append(op)
@@ -144,6 +146,29 @@ class Remat:
         before.block.insert(before.block.ops.index(before), clone)
         self.memo[key] = clone.result
         return clone.result
+
+    def _reload_vec(self, op, layout) -> int:
+        """The vector width of a load issued again in `layout`: a run of a thread's registers along the layout's
+        fastest dimension (a row vector's slice of a blocked layout holds the parent's run: rotary's cos/sin
+        rows, 8 elements a thread), as far as the load's addresses and mask allow."""
+        if self.axis is None:
+            return 1
+        shape = op.result.type.shape
+        lay, dim = layout, None
+        if isinstance(lay, Slice) and isinstance(lay.parent, Blocked):
+            d = next((d for d in lay.parent.order if d != lay.dim), None)
+            if d is None:
+                return 1
+            run, dim = lay.parent.spt[d], d if d < lay.dim else d - 1
+        elif isinstance(lay, Blocked):
+            dim = lay.order[0]
+            run = lay.spt[dim]
+        else:
+            return 1
+        if lay.reg_order()[0] != dim:
+            return 1
+        run = min(run, shape[dim])
+        return max(1, min(run & -run, access_vec(op, self.axis, dim)))
 
     def _convert_leaf(self, v, layout, key):
         """Convert a value that cannot be recomputed right after its definition (of a conversion: its source)."""
@@ -181,6 +206,7 @@ def run(module: Module, options=None) -> dict:
     changed = True
     while changed:
         changed = False
+        axis = AxisAnalysis(module.kernel, through_conversions=True)
         for op in list(module.kernel.walk()):
             if op.name != "ttg.convert_layout" or op.block is None:
                 continue
@@ -196,11 +222,11 @@ def run(module: Module, options=None) -> dict:
                 op.set_operand(0, producer.operands[0])
                 changed = True
                 continue
-            r = Remat(threads=threads)
+            r = Remat(threads=threads, axis=axis)
             if not r.can(src, want):
                 # convert a row or column vector before its broadcast instead of the broadcast tile (as
                 # `recomputable` says)
-                r = Remat(narrow=_numel(src.type.shape) // 2, threads=threads)
+                r = Remat(narrow=_numel(src.type.shape) // 2, threads=threads, axis=axis)
                 if not r.can(src, want):
                     continue
                 narrowed += 1
