@@ -93,6 +93,28 @@ def test_workers_file_what_the_sequential_build_makes(fake_gpu, monkeypatch, tmp
         assert (ck.n_regs, ck.n_spills, ck.shared, ck.arg_kinds) == (ck2.n_regs, ck2.n_spills, ck2.shared, ck2.arg_kinds)
         assert _records(ck) == _records(ck2)
     assert tuned.best_config.all_kwargs() == tuned2.best_config.all_kwargs()
+    # the config over the shared memory: deferred with the same reason; in the parallel run its GPU passes ran in a
+    # worker only (the parent's build took the worker's probe)
+    assert list(tuned.deferred_configs.values()) == list(tuned2.deferred_configs.values())
+    assert kern.warmup(*_args(), **CONFIGS[3], grid=(1,)).__dict__.get("_shared_probes")
+    assert not kern2.warmup(*_args(), **CONFIGS[3], grid=(1,)).__dict__.get("_shared_probes")
+
+
+def test_a_probed_config_still_builds_down_the_ladder(fake_gpu, monkeypatch, tmp_path_factory):
+    """When no config that fits runs, the one over the shared memory is built with fewer stages (the ladder),
+    its first rung from the worker's probe: the same kernel as a build without workers."""
+    monkeypatch.setenv(P.KNOB, "2")
+    monkeypatch.setattr(A.Autotuner, "_time_config", lambda self, cfg, *a, **k: (
+        float("inf") if cfg.kwargs["BM"] == 32 else self.fn.warmup(*a[0], **cfg.all_kwargs()).build_gpu(Target(90))
+        and 1.0))
+    kern, tuned = _tune([CONFIGS[0], CONFIGS[3]])
+    ck = kern.warmup(*_args(), **CONFIGS[3], grid=(1,))
+    assert ck.__dict__.get("_shared_probes") and "ptx" in ck.asm
+    assert any("built with num_stages=3" in n for n in ck.trace.notes)
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path_factory.mktemp("no_workers")))
+    fresh = kl.jit(_mm.fn).warmup(*_args(), **CONFIGS[3], grid=(1,)).build_gpu(Target(90))
+    ladder = [n for n in ck.trace.notes if n.startswith("shared memory:")]
+    assert fresh.asm["ptx"] == ck.asm["ptx"] and ladder == [n for n in fresh.trace.notes if n.startswith("shared memory:")]
 
 
 def test_off_with_zero_workers(fake_gpu, monkeypatch):

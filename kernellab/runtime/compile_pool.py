@@ -185,9 +185,10 @@ def prebuild(cks, target) -> int:
         out = []
         for ck, key, opts in jobs:
             try:
-                out.append(pickle.dumps({"module": ck.module, "tile": ck.asm["tile"], "key": key, "options": opts,
-                                         "target": target, "shared_limit": limit, "env": env,
-                                         "name": ck.trace.kernel}, protocol=pickle.HIGHEST_PROTOCOL))
+                out.append((ck, key, pickle.dumps({"module": ck.module, "tile": ck.asm["tile"], "key": key,
+                                                    "options": opts, "target": target, "shared_limit": limit,
+                                                    "env": env,
+                                                    "name": ck.trace.kernel}, protocol=pickle.HIGHEST_PROTOCOL)))
             except Exception:  # not picklable: the sequential build compiles it
                 pass
         return out
@@ -203,7 +204,7 @@ def prebuild(cks, target) -> int:
                 with lock:
                     if not pending:
                         return
-                    data = pending.pop(0)
+                    ck, key, data = pending.pop(0)
                 if w is None:
                     w = _take_worker()
                 try:
@@ -215,6 +216,8 @@ def prebuild(cks, target) -> int:
                 if res.get("filed"):
                     with lock:
                         filed[0] += 1
+                elif res.get("over_shared"):  # its build (ladder=False) raises SharedBudgetExceeded without the passes
+                    ck.__dict__.setdefault("_shared_probes", {})[key] = res["over_shared"]
         finally:
             if w is not None:
                 _give_back(w)
@@ -265,7 +268,10 @@ def _build_one(job: dict) -> dict:
         out = compile_to_cubin(module, trace, job["options"], job["target"], assemble=True,
                                shared_limit=job["shared_limit"])
     if out.get("over_shared"):
-        return {"filed": False, "why": "over the shared memory", "shared": out.get("shared")}
+        fused = any(r.name == "flatten_loops" and r.stats.get("flattened") for r in trace.passes)
+        probe = None if fused else {"shared": out["shared"], "launch_warps": out.get("launch_warps")}
+        # (a fused nest is rebuilt unfused by build_gpu before it gives up: that rung is the parent's to build)
+        return {"filed": False, "why": "over the shared memory", "over_shared": probe}
     _jit._store_cached(key, out, trace.passes)
     return {"filed": True}
 

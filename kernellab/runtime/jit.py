@@ -336,6 +336,11 @@ class CompiledKernel:
         from ..compiler.backend import compile_to_cubin, paused_gc
 
         key = _gpu_cache_key(self.asm["tile"], opts, target)
+        probe = self.__dict__.get("_shared_probes", {}).get(key)
+        if probe is not None and shared_limit is not None and probe["shared"] > shared_limit:
+            # a compile worker ran these GPU passes (runtime/compile_pool.py): over the limit, no flatten_loops
+            # fusion to undo; what they would return here, without running them again
+            return {"shared": probe["shared"], "launch_warps": probe["launch_warps"], "over_shared": True}
         out = _load_cached(key, self.trace)
         if out is None:
             with paused_gc():  # the stages and the trace's JSON for the cache (see paused_gc)
