@@ -157,3 +157,21 @@ def test_a_worker_with_another_key_files_nothing(fake_gpu):
     job["key"] = J._gpu_cache_key(ck.asm["tile"], job["options"], target)
     assert P._build_one(job) == {"filed": True}
     assert J._load_cached(job["key"], ck.trace) is not None
+
+
+@pytest.mark.gpu
+def test_gpu_autotune_with_workers(monkeypatch, tmp_path):
+    """On a GPU: the configs built by workers load, launch and compute the product (fp32 inputs: tf32 dots)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(P.KNOB, "4")
+    before = dict(P.stats)
+    kern = kl.jit(_mm.fn)
+    tuned = kl.autotune([_cfg(c) for c in CONFIGS], key=["M", "N", "K"])(kern)
+    a, b, c, M, N, K = (t.cuda() if isinstance(t, torch.Tensor) else t for t in _args(256, 192, 1024))
+    tuned[lambda meta: (kl.cdiv(M, meta["BM"]), kl.cdiv(N, meta["BN"]))](a, b, c, M, N, K)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c, (a.double() @ b.double()).float(), rtol=2e-2, atol=2e-2 * K ** 0.5)
+    assert P.stats["built"] - before["built"] == 3
+    assert set(tuned.deferred_configs) == {tuned.configs[3]} and tuned.best_config is not tuned.configs[3]
