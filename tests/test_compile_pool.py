@@ -175,3 +175,14 @@ def test_gpu_autotune_with_workers(monkeypatch, tmp_path):
     torch.testing.assert_close(c, (a.double() @ b.double()).float(), rtol=2e-2, atol=2e-2 * K ** 0.5)
     assert P.stats["built"] - before["built"] == 3
     assert set(tuned.deferred_configs) == {tuned.configs[3]} and tuned.best_config is not tuned.configs[3]
+
+
+def test_a_worker_answers_a_bad_job_and_goes_on():
+    w = P._Worker()
+    try:
+        res = w.build(pickle.dumps({"bogus": 1}))
+        assert res["filed"] is False and "KeyError" in res["why"]
+        assert w.alive() and w.build(pickle.dumps({}))["filed"] is False
+    finally:
+        w.close()
+    assert not w.alive()

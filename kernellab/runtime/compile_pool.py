@@ -277,9 +277,14 @@ def _build_one(job: dict) -> dict:
 
 
 def worker_main():
-    """A worker's loop: one pickled job in, one answer out, until stdin closes."""
+    """A worker's loop: one pickled job in, one answer out, until stdin closes. The answers go out on a copy of
+    file descriptor 1; fd 1 itself then points at stderr, so nothing a compile prints (Python or C) mixes in."""
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
     def loop():
-        stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+        stdin, stdout = sys.stdin.buffer, answers
         while True:
             try:
                 data = _recv(stdin)
