@@ -160,7 +160,7 @@ def prebuild(cks, target) -> int:
     from .cache import DiskCache
 
     workers = n_workers()
-    if workers < 2:
+    if workers < 2 or not _jit._can_assemble():  # (a build that stops at PTX is not cached: nothing to share)
         return 0
     cache = DiskCache()
     jobs = []
