@@ -4,7 +4,8 @@ The autotuner's GPU path compiles every config before timing any (Autotuner._spl
 stages). Those builds are independent and cost seconds each (the GPU passes, LLVM, ptxas: Liger's fused MoE asks
 for 240 of them in its first forward and backward), so they are done here first, several at a time, each in a
 worker process, and filed in the disk cache under the very key the sequential build looks up
-(jit._gpu_cache_key); the sequential build that follows then loads them. Nothing else changes: a config a worker
+(jit._gpu_cache_key), and hands each build back (pickled) to the sequential build that follows, which takes it as
+it would have made it. Nothing else changes: a config a worker
 could not build (an error, over the shared memory, a worker that died) is simply not in the cache, and the
 sequential build compiles it as before, raising what it raises. A worker builds from the same tile-IR module (sent
 pickled), under the same environment (sent with each job) and the same compiler source (the key it computes must
@@ -216,6 +217,8 @@ def prebuild(cks, target) -> int:
                 if res.get("filed"):
                     with lock:
                         filed[0] += 1
+                    if "out" in res:  # what ck's build then takes (CompiledKernel._build_for), else the cache's copy
+                        ck.__dict__.setdefault("_prebuilt", {})[key] = (res["out"], res["passes"])
                 elif res.get("over_shared"):  # its build (ladder=False) raises SharedBudgetExceeded without the passes
                     ck.__dict__.setdefault("_shared_probes", {})[key] = res["over_shared"]
         finally:
@@ -273,7 +276,8 @@ def _build_one(job: dict) -> dict:
         # (a fused nest is rebuilt unfused by build_gpu before it gives up: that rung is the parent's to build)
         return {"filed": False, "why": "over the shared memory", "over_shared": probe}
     _jit._store_cached(key, out, trace.passes)
-    return {"filed": True}
+    # the build itself too: the parent takes it from the answer (pickled) rather than decoding the cache's JSON
+    return {"filed": True, "out": out, "passes": trace.passes}
 
 
 def worker_main():

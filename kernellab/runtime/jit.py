@@ -341,6 +341,11 @@ class CompiledKernel:
             # a compile worker ran these GPU passes (runtime/compile_pool.py): over the limit, no flatten_loops
             # fusion to undo; what they would return here, without running them again
             return {"shared": probe["shared"], "launch_warps": probe["launch_warps"], "over_shared": True}
+        pre = self.__dict__.get("_prebuilt", {}).pop(key, None)
+        if pre is not None:  # built by a compile worker (runtime/compile_pool.py), also filed in the disk cache
+            self.trace.passes.extend(pre[1])
+            self.trace.notes.append("GPU stages built by a compile worker (runtime/compile_pool.py)")
+            return pre[0]
         out = _load_cached(key, self.trace)
         if out is None:
             with paused_gc():  # the stages and the trace's JSON for the cache (see paused_gc)
