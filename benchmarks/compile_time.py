@@ -2,7 +2,14 @@
 the same kernel (same specialization, num_warps, num_stages) for the same GPU. CPU only: nothing is launched.
 
     python benchmarks/compile_time.py [case ...] [--timeout S] [--triton-python PY] [--no-triton] [--no-write]
+                                      [--all-configs] [--kernel NAME]
     python benchmarks/compile_time.py --list
+
+--all-configs: every config of an autotuned kernel is recorded and built (what the GPU path's first call compiles;
+the CPU path compiles only the first config), and Liger's fused MoE keeps its full config lists
+(LIGER_FUSED_MOE_AUTOTUNE unset; 240 builds). --kernel keeps only kernels whose name contains NAME. A case's
+kernels named in RUN_KERNELS really run on the interpreter (fused_moe's routing kernels: the host code sizes its
+buffers from their outputs).
 
 Cases: every Liger-Kernel op of benchmarks/libraries.py at its GPU size, plus the known slow compiles (`jsd` at
 vocab 32000; attorch's flash-attention forward and its kernels autotuned over 1..32 warps, when attorch is
@@ -209,16 +216,44 @@ def _triton_view(spec, options):
     return {"signature": signature, "constexprs": constexprs, "divisible": divisible, "options": opts}
 
 
+# Kernels a case must really run (on the CPU interpreter) for its host code to go on: fused_moe sizes its buffers
+# and grids from the routing kernels' outputs (a garbage tile count makes a negative dimension).
+RUN_KERNELS = {"fused_moe": ("_moe_router_",)}
+
+
+def _record_every_config():
+    """The autotuner asks for every config's compile (the GPU path's tuning does), not only the first (the CPU
+    path's): each is recorded by the hook; the first config is then launched (recorded, not run)."""
+    from kernellab.runtime.autotuner import Autotuner
+
+    def choose(self, configs, args, kwargs, grid):
+        named = self._named(args, kwargs)
+        for cfg in configs:
+            if cfg.pre_hook:
+                cfg.pre_hook({**named, **cfg.all_kwargs()})
+            self.fn.warmup(*args, **{**kwargs, **cfg.all_kwargs()})
+        self.best_config_reason = "compile_time.py --all-configs: first config"
+        return configs[0]
+
+    Autotuner._choose = choose
+
+
 def collect(case: str) -> list[dict]:
     """Run `case` with every compile recorded instead of done; one dict per distinct specialization."""
-    os.environ.setdefault("LIGER_FUSED_MOE_AUTOTUNE", "0")
+    all_configs = os.environ.get("COMPILE_TIME_ALL_CONFIGS", "0") not in ("", "0")
+    os.environ.setdefault("LIGER_FUSED_MOE_AUTOTUNE", "1" if all_configs else "0")
     import kernellab.compat
     from kernellab.runtime import jit
 
     kernellab.compat.install()
+    if all_configs:
+        _record_every_config()
     seen, kernels = set(), []
+    run_prefixes = RUN_KERNELS.get(case, ())
 
     def hook(fn, specialization, warmup):
+        if fn.__name__.startswith(run_prefixes):
+            return False  # compiled and run: the host code needs its outputs
         spec, key, runtime_names, options = specialization
         pyfn = fn.fn
         ident = (pyfn.__module__, pyfn.__qualname__, repr(key), repr(sorted(options.items(), key=str)))
@@ -514,6 +549,14 @@ def _libs_dir() -> str:
     return d
 
 
+def _config_label(k: dict) -> str:
+    """num_warps / num_stages and the BLOCK constexprs of a recorded kernel, e.g. "8w3s 64x128x32"."""
+    o = k.get("options", {})
+    blocks = [str(v) for n, v in ((k.get("triton") or {}).get("constexprs") or {}).items()
+              if n.startswith("BLOCK") and isinstance(v, int)]
+    return f"{o.get('num_warps', 4)}w{o.get('num_stages', 3)}s" + (" " + "x".join(blocks) if blocks else "")
+
+
 def _fmt(x, nd=1):
     return "-" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
 
@@ -522,7 +565,7 @@ def table(rows: list[dict]) -> str:
     """One line per kernel: kernellab's total wall and CPU seconds, seconds per stage (llvm = LLVM O3 + NVPTX code
     generator, ptxas), registers and spilled bytes; then Triton's wall and CPU seconds, its LLVM stages (llir + ptx),
     ptxas, registers and spilled bytes."""
-    head = (f"{'case':<24} {'kernel':<32} {'w':>2} | {'kl s':>6} {'cpu':>6} {'front':>5} {'tile':>5} {'gpu':>5} "
+    head = (f"{'case':<24} {'kernel':<32} {'config':<16} | {'kl s':>6} {'cpu':>6} {'front':>5} {'tile':>5} {'gpu':>5} "
             f"{'llir':>5} {'llvm':>6} {'ptxas':>6} {'regs':>4} {'spill':>6} | {'tri s':>6} {'cpu':>6} {'llvm':>6} "
             f"{'ptxas':>6} {'regs':>4} {'spill':>6}")
     out = [head, "-" * len(head)]
@@ -537,7 +580,8 @@ def table(rows: list[dict]) -> str:
                 return f"{'err':>{n}}"
             return f"{_fmt(d.get('total_s')):>{n}}"
         tri_llvm = tt["llir"] + tt.get("ptx", 0.0) if "llir" in tt else None
-        out.append(f"{r['case'][:24]:<24} {r['kernel'][:32]:<32} {r['options'].get('num_warps', 4):>2} | "
+        cfg = r.get("config") or f"{r['options'].get('num_warps', 4)}w"
+        out.append(f"{r['case'][:24]:<24} {r['kernel'][:32]:<32} {cfg[:16]:<16} | "
                    f"{side(k, 6)} {_fmt(k.get('cpu_s')):>6} {_fmt(st.get('frontend')):>5} {_fmt(st.get('tile')):>5} "
                    f"{_fmt(st.get('gpu')):>5} "
                    f"{_fmt(st.get('llir')):>5} {_fmt(st.get('ptx')):>6} {_fmt(st.get('cubin')):>6} "
@@ -560,11 +604,16 @@ def main(argv=None):
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--texts", help="a .py file of one's own kernel texts: CASES and run(name) (see _texts_module)")
     ap.add_argument("--dump", help="write each kernel's PTX, GPU IR and SASS of both sides into this folder")
+    ap.add_argument("--all-configs", action="store_true",
+                    help="every autotune config (as the GPU path tunes), not only the first (the CPU path's)")
+    ap.add_argument("--kernel", help="only kernels whose name contains this")
     ap.add_argument("--collect", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.texts:
         os.environ["COMPILE_TIME_TEXTS"] = os.path.abspath(a.texts)  # the children read it too
+    if a.all_configs:
+        os.environ["COMPILE_TIME_ALL_CONFIGS"] = "1"
     if a.collect:
         sys.path.insert(0, str(ROOT))
         print(MARK + json.dumps(collect(a.collect)), flush=True)
@@ -612,11 +661,14 @@ def main(argv=None):
                 print(f"[{case}] collect failed: {err}", flush=True)
                 continue
             for i, k in enumerate(kernels):
+                if a.kernel and a.kernel not in k["kernel"]:
+                    continue
                 job = {key: k[key] for key in ("module", "qualname", "kl_spec")}
                 if a.dump:
                     os.makedirs(a.dump, exist_ok=True)
                     job["dump"] = os.path.join(os.path.abspath(a.dump), f"{case}-{i}-{k['kernel']}")
                 row = {key: k[key] for key in ("case", "kernel", "module", "qualname", "options", "collect_error")}
+                row["config"] = _config_label(k)
                 row["kernellab"] = kl.run(job, a.timeout)
                 if triton is not None:
                     row["triton"] = (triton.run({**job, "triton": k["triton"]}, a.timeout) if k["triton"]

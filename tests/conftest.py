@@ -2,9 +2,15 @@
 lab's peak measurements."""
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
+
+# The autotuner's compile workers (runtime/compile_pool.py) build in other processes, which do not see what a test
+# monkeypatches in this one: off for the suite (machines with many cores would otherwise take another path than
+# this one's two); tests/test_compile_pool.py turns them on where it tests them.
+os.environ.setdefault("KERNELLAB_COMPILE_WORKERS", "0")
 
 
 def _has_cuda() -> bool:

@@ -359,25 +359,42 @@ def _plain(v):
 
 
 def _tuples(v):
-    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+    if type(v) is not list:
+        return v
+    # the common case, a list of scalars, without a call per element (a GPU snapshot holds tens of thousands)
+    if all(type(x) in _SCALARS for x in v):
+        return tuple(v)
+    return tuple(_tuples(x) for x in v)
+
+
+_DECODE: dict = {}  # record class -> ((field name, how), ...): how is a (class, many) pair, "dict" or None
+
+
+def _decoding(cls) -> tuple:
+    plan = _DECODE.get(cls)
+    if plan is None:
+        nested = _NESTED.get(cls, {})
+        plan = _DECODE[cls] = tuple(
+            (f.name, nested[f.name] if f.name in nested else "dict" if cls is PassRecord and f.name == "stats"
+             else None) for f in dataclasses.fields(cls))
+    return plan
 
 
 def from_json(cls, data: dict):
     """The record of class `cls` that `to_json` made `data` from (lists become tuples again; a PassRecord's
     stats stay a dict). Raises KeyError / TypeError on data of another schema."""
-    nested = _NESTED.get(cls, {})
     kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
+    for name, how in _decoding(cls):
+        if name not in data:
             continue  # a field with a default that the writer did not have
-        v = data[f.name]
-        if f.name in nested and v is not None:
-            sub, many = nested[f.name]
+        v = data[name]
+        if how is None:
+            v = _tuples(v)
+        elif how == "dict":
+            v = dict(v)
+        elif v is not None:
+            sub, many = how
             sub = _CLASSES[sub]
             v = tuple(from_json(sub, x) for x in v) if many else from_json(sub, v)
-        elif cls is PassRecord and f.name == "stats":
-            v = dict(v)
-        else:
-            v = _tuples(v)
-        kwargs[f.name] = v
+        kwargs[name] = v
     return cls(**kwargs)

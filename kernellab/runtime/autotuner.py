@@ -336,13 +336,24 @@ class Autotuner(KernelInterface):
         for one over the budget stops after the GPU passes (no LLVM, no ptxas). A config whose GPU build fails is
         skipped (inf), as Triton skips a config that does not compile."""
         from ..errors import KernelLabError, SharedBudgetExceeded
+        from . import compile_pool
         from . import jit as _jit
 
         fits, over, target = [], [], None
         self.deferred_configs = {}
+        compiled = {cfg: getattr(ck, "_kl", ck) for cfg, ck in self.__dict__.get("_compiled", {}).items()}
+        cks = [compiled.get(cfg) for cfg in configs]
+        cks = [ck for ck in cks if isinstance(ck, _jit.CompiledKernel)]
+        if len(cks) > 1:
+            try:
+                target = _jit.current_target()
+            except Exception:  # no CUDA device to build for (the launches themselves say why)
+                return list(configs), []
+            # the configs' GPU builds, several at a time in worker processes, into the disk cache where the
+            # builds below find them (compile_pool.py; KERNELLAB_COMPILE_WORKERS=0 turns it off)
+            compile_pool.prebuild(cks, target)
         for cfg in configs:
-            ck = self.__dict__.get("_compiled", {}).get(cfg)
-            ck = getattr(ck, "_kl", ck)
+            ck = compiled.get(cfg)
             if not isinstance(ck, _jit.CompiledKernel):
                 fits.append(cfg)
                 continue

@@ -254,7 +254,6 @@ class CompiledKernel:
         `ladder=False`, a plan that fits only with fewer pipeline stages than asked raises SharedBudgetExceeded
         instead, having run only the GPU passes (the autotuner tries such configs last: Triton refuses them)."""
         from ..compiler.codegen.target import Target
-        from ..compiler.gpu.options import GpuOptions
 
         target = target or self.default_target or Target(90)
         if "ptx" in self.asm and self._built_for == target.cpu:
@@ -262,14 +261,7 @@ class CompiledKernel:
                 raise SharedBudgetExceeded(self.over_budget)
             return self
         self._check_register_budget(self.options.get("num_warps", 4))
-        opts = GpuOptions(num_warps=self.options.get("num_warps", 4),
-                          num_stages=self.options.get("num_stages", 3), arch=target.arch,
-                          fp_fusion=bool(self.options.get("enable_fp_fusion", True)),
-                          reflect_ftz=bool(self.options.get("enable_reflect_ftz", True)),
-                          maxnreg=self.options.get("maxnreg"),
-                          wgmma=bool(self.options.get("enable_wgmma", True)),
-                          tma=bool(self.options.get("enable_tma", True)),
-                          line_info=_line_info_on())
+        opts = self.gpu_options(target)
         limit = _max_shared(target.arch)
         why, n_notes = None, len(self.trace.notes)
         while True:
@@ -324,12 +316,36 @@ class CompiledKernel:
         self.over_budget = why
         return self
 
+    def gpu_options(self, target):
+        """The GpuOptions the GPU build starts from for `target` (launch options as asked; the shared-memory ladder
+        may then lower num_stages)."""
+        from ..compiler.gpu.options import GpuOptions
+
+        return GpuOptions(num_warps=self.options.get("num_warps", 4),
+                          num_stages=self.options.get("num_stages", 3), arch=target.arch,
+                          fp_fusion=bool(self.options.get("enable_fp_fusion", True)),
+                          reflect_ftz=bool(self.options.get("enable_reflect_ftz", True)),
+                          maxnreg=self.options.get("maxnreg"),
+                          wgmma=bool(self.options.get("enable_wgmma", True)),
+                          tma=bool(self.options.get("enable_tma", True)),
+                          line_info=_line_info_on())
+
     def _build_for(self, opts, target, shared_limit=None) -> dict:
         """The GPU stages for one option set (from the cache when it has them); with `shared_limit`, only the GPU
         passes when their plan is over it (see compile_to_cubin: such a build is neither used nor cached)."""
         from ..compiler.backend import compile_to_cubin, paused_gc
 
         key = _gpu_cache_key(self.asm["tile"], opts, target)
+        probe = self.__dict__.get("_shared_probes", {}).get(key)
+        if probe is not None and shared_limit is not None and probe["shared"] > shared_limit:
+            # a compile worker ran these GPU passes (runtime/compile_pool.py): over the limit, no flatten_loops
+            # fusion to undo; what they would return here, without running them again
+            return {"shared": probe["shared"], "launch_warps": probe["launch_warps"], "over_shared": True}
+        pre = self.__dict__.get("_prebuilt", {}).pop(key, None)
+        if pre is not None:  # built by a compile worker (runtime/compile_pool.py), also filed in the disk cache
+            self.trace.passes.extend(pre[1])
+            self.trace.notes.append("GPU stages built by a compile worker (runtime/compile_pool.py)")
+            return pre[0]
         out = _load_cached(key, self.trace)
         if out is None:
             with paused_gc():  # the stages and the trace's JSON for the cache (see paused_gc)
