@@ -428,6 +428,9 @@ def _ops() -> list[Op]:
             liger=lambda x, sparse=sparse: (_L("multi_token_attention").LigerMultiTokenAttentionFunction.apply(
                 x["scores"], x["w"], x["b"], 1, 1, 1, 1, sparse),),
             ref=lambda x, sparse=sparse: mta_ref(x, sparse), grads=("scores", "w", "b"), atol=1e-4,
+            # dw is torch's conv2d_weight (cuDNN, TF32 by default) summed over 4M products: TF32 inputs alone
+            # give err/tol 88 at 1e-4 (benchmarks/tools/mta_dw_tf32.py; the H200 gave 87), float32 11.6
+            gpu_atol=2e-2, gpu_rtol=2e-2,
             note="causal mask, 3x3 conv" + (", sparsemax" if sparse else ", softmax"))
 
     def na_ref(x):
