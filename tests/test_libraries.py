@@ -36,21 +36,27 @@ def test_liger_op_on_the_interpreter(results, op):
 
 
 def test_a_run_in_parts_merges_into_one_json(tmp_path, monkeypatch):
-    """`--merge`: this run's ops replace theirs, the other ops of the same day's file stay, in catalogue order."""
+    """`--merge`: this run's ops replace theirs, the other ops of the same day's file stay, in catalogue order;
+    only a file of the same sides and rounds is an earlier part."""
+    import datetime
+
     monkeypatch.setenv("KERNELLAB_RESULTS_DIR", str(tmp_path))
     sys.path.insert(0, str(ROOT))
     from benchmarks import libraries
 
     names = [o.name for o in libraries._ops()]
-    base = {"date": "2026-01-01", "gpu": "G", "sides": ["kernellab"], "rounds": 3, "wall_s": 10.0}
-    old = dict(base, rows=[{"op": names[0], "kernellab": {"correct": True}},
-                           {"op": names[2], "kernellab": {"correct": False}}])
-    (tmp_path / "2026-01-01-G-libraries.json").write_text(json.dumps(old))
-    new = dict(base, wall_s=5.0)
-    rows = libraries._merged_rows(new, [{"op": names[2], "kernellab": {"correct": True}},
-                                        {"op": names[1], "kernellab": {"correct": True}}], ["kernellab"])
-    assert [r["op"] for r in rows] == names[:3]
-    assert all(r["kernellab"]["correct"] for r in rows)
-    assert new["summary"] == {"kernellab": {"correct": 3, "of": 3}} and new["wall_s"] == 15.0
-    other = dict(base, rounds=5)  # another kind of run: not mixed in
-    assert len(libraries._merged_rows(other, rows[:1], ["kernellab"])) == 1
+    base = {"date": datetime.date.today().isoformat(), "gpu": "G", "sides": ["kernellab"], "rounds": 3,
+            "complete": True}
+    old = dict(base, wall_s=10.0, requested=[names[0], names[2]],
+               rows=[{"op": names[0], "kernellab": {"correct": True}}, {"op": names[2], "kernellab": {"correct": False}}])
+    (tmp_path / f"{base['date']}-G-libraries.json").write_text(json.dumps(old))
+    earlier = libraries._earlier_part("G", ["kernellab"], 3)
+    assert earlier is not None and libraries._earlier_part("G", ["kernellab"], 5) is None
+    rows = [{"op": names[2], "kernellab": {"correct": True}}, {"op": names[1], "kernellab": {"correct": True}}]
+    new = dict(base, wall_s=5.0, requested=[names[2], names[1]], rows=rows,
+               summary=libraries._summary(rows, ["kernellab"]))
+    _, merged = libraries._write(new, earlier)
+    assert [r["op"] for r in merged["rows"]] == names[:3]
+    assert all(r["kernellab"]["correct"] for r in merged["rows"])
+    assert merged["summary"] == {"kernellab": {"correct": 3, "of": 3}} and merged["wall_s"] == 15.0
+    assert merged["requested"] == names[:3]
