@@ -1,6 +1,6 @@
 """More kernel texts written the ways other users write them, on workloads tests/idioms.py does not cover (rotary
 embeddings, dropout, max-with-index, int8 quantization, paged-KV decoding, SwiGLU and softmax backward, embedding
-gather and scatter-add, a 3x3 stencil, a grouped GEMM over pointer arrays, matmuls with scale epilogues), for
+gather and scatter-add, a grouped GEMM over pointer arrays, matmuls with scale epilogues), for
 comparing what kernellab and Triton compile from the same text without a GPU:
 
     python benchmarks/compile_time.py --texts benchmarks/heldout_texts2.py [case ...]
@@ -262,30 +262,6 @@ def embed_scatter_add(IDS, DOUT, DW, n_tok, D, BD: tl.constexpr):
         m = dim < D
         g = tl.load(DOUT + t * D + dim, mask=m, other=0.0)
         tl.atomic_add(DW + idx * D + dim, g, mask=m)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# 3x3 stencil (a depthwise conv with zero padding) over planes [P, H, W], BH x BW tiles, taps in static loops
-
-
-@triton.jit
-def conv3x3(X, WT, Y, H, W, BH: tl.constexpr, BW: tl.constexpr):
-    pid_w = tl.program_id(0)
-    pid_h = tl.program_id(1)
-    plane = tl.program_id(2)
-    rh = pid_h * BH + tl.arange(0, BH)
-    rw = pid_w * BW + tl.arange(0, BW)
-    base = plane * H * W
-    acc = tl.zeros((BH, BW), tl.float32)
-    for i in tl.static_range(3):
-        for j in tl.static_range(3):
-            hh = rh[:, None] + (i - 1)
-            ww = rw[None, :] + (j - 1)
-            m = (hh >= 0) & (hh < H) & (ww >= 0) & (ww < W)
-            x = tl.load(X + base + hh * W + ww, mask=m, other=0.0)
-            acc += x.to(tl.float32) * tl.load(WT + plane * 9 + i * 3 + j).to(tl.float32)
-    tl.store(Y + base + rh[:, None] * W + rw[None, :], acc.to(Y.dtype.element_ty),
-             mask=(rh[:, None] < H) & (rw[None, :] < W))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -707,31 +683,6 @@ def _embed_ref(x):
     return {"out": x["w"].double()[x["ids"].long()], "dw": dw}
 
 
-# stencil --------------------------------------------------------------------------------------------------------
-
-
-def _conv_inputs(size, mk):
-    import torch
-
-    P, H, W = size
-    return dict(x=mk((P, H, W), torch.float16), wt=mk((P, 9), torch.float32, "unit"),
-                y=mk((P, H, W), torch.float16, "out"))
-
-
-def _conv_launch(x, cfg):
-    meta, opts = _split(cfg)
-    P, H, W = x["x"].shape
-    conv3x3[(cdiv(W, meta["BW"]), cdiv(H, meta["BH"]), P)](x["x"], x["wt"], x["y"], H, W, **meta, **opts)
-
-
-def _conv_ref(x):
-    import torch
-
-    P = x["x"].shape[0]
-    w = x["wt"].double().reshape(P, 1, 3, 3)
-    return {"y": torch.nn.functional.conv2d(x["x"].double()[None], w, padding=1, groups=P)[0]}
-
-
 # grouped gemm ---------------------------------------------------------------------------------------------------
 
 
@@ -848,10 +799,6 @@ CASE_DEFS = {
                          [dict(BT=16, BD=256, SBD=1024, num_warps=4), dict(BT=1, BD=1024, SBD=512, num_warps=4),
                           dict(BT=64, BD=128, SBD=4096, num_warps=8)],
                          gpu_size=(16384, 128256, 4096), test_size=(37, 50, 300)),
-    "h2_conv3x3": Case(_conv_inputs, _conv_launch, _conv_ref,
-                       [dict(BH=16, BW=64, num_warps=4), dict(BH=32, BW=128, num_warps=8),
-                        dict(BH=8, BW=32, num_warps=2)],
-                       gpu_size=(256, 512, 512), test_size=(3, 37, 70)),
     "h2_grouped_gemm": Case(_gg_inputs, _gg_launch, _gg_ref,
                             [dict(BM=128, BN=128, BK=32, num_warps=4, num_stages=3),
                              dict(BM=128, BN=256, BK=64, num_warps=8, num_stages=3),

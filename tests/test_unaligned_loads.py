@@ -14,24 +14,14 @@ import kernellab as kl  # noqa: E402
 import kernellab.language as tl  # noqa: E402
 
 
-@kl.jit
-def conv3x3(X, WT, Y, H, W, BH: tl.constexpr, BW: tl.constexpr):
-    pid_w = tl.program_id(0)
-    pid_h = tl.program_id(1)
-    plane = tl.program_id(2)
-    rh = pid_h * BH + tl.arange(0, BH)
-    rw = pid_w * BW + tl.arange(0, BW)
-    base = plane * H * W
-    acc = tl.zeros((BH, BW), tl.float32)
-    for i in tl.static_range(3):
-        for j in tl.static_range(3):
-            hh = rh[:, None] + (i - 1)
-            ww = rw[None, :] + (j - 1)
-            m = (hh >= 0) & (hh < H) & (ww >= 0) & (ww < W)
-            x = tl.load(X + base + hh * W + ww, mask=m, other=0.0)
-            acc += x.to(tl.float32) * tl.load(WT + plane * 9 + i * 3 + j)
-    tl.store(Y + base + rh[:, None] * W + rw[None, :], acc.to(Y.dtype.element_ty),
-             mask=(rh[:, None] < H) & (rw[None, :] < W))
+def _taps_kernel():
+    """The idioms stencil's `taps_2d` text (tests/idioms.py), built by kernellab."""
+    from tests.idioms import _stencil
+
+    return next(v.kernel for v in _stencil(kl.jit, tl).variants if v.name == "taps_2d")
+
+
+conv3x3 = _taps_kernel()
 
 
 def _run(device, P=3, H=37, W=70, BH=16, BW=64, num_warps=4):
