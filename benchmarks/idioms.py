@@ -15,7 +15,6 @@ the geometric mean of kernellab time / Triton time inverted to a speed ratio (kl
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import math
@@ -28,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.matmul import env_setting  # noqa: E402  (VAR=VALUE around a build, as matmul.py's --also-env)
 from benchmarks.memory_bound import bench, write_results  # noqa: E402
 from tests.idioms import make_idioms  # noqa: E402
 
@@ -68,24 +68,6 @@ def _warm_up_the_gpu(seconds=1.0):
     while time.time() - t0 < seconds:
         a @ a
         torch.cuda.synchronize()
-
-
-@contextlib.contextmanager
-def env_setting(setting):
-    """`VAR=VALUE` set around a compile or a timing (the compile caches key on codegen switches), then restored."""
-    if not setting:
-        yield
-        return
-    var, _, value = setting.partition("=")
-    old = os.environ.get(var)
-    os.environ[var] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = old
 
 
 def run(names=None, also_env=()):
