@@ -1,7 +1,7 @@
 """Library benchmark: Liger-Kernel's ops run unchanged, compiled by kernellab (through `kernellab.compat`) and by
 Triton, checked against float64 torch references and timed side by side.
 
-    python benchmarks/libraries.py [op ...] [--rounds N] [--timeout S] [--no-write] [--merge]
+    python benchmarks/libraries.py [op ...] [--rounds N] [--timeout S] [--no-write] [--merge] [--gpus N]
 
 Installs nothing: it needs `liger-kernel` (`pip install liger-kernel --no-deps`) and torch; a real `triton`
 is optional (without it only the kernellab side runs). Each op runs in its own child process per side:
@@ -471,7 +471,10 @@ def _ops() -> list[Op]:
     add(name="fused_moe", sizes={"cpu": (16, 32, 16, 4, 2), "gpu": (4096, 2048, 1024, 8, 2)},
         build=moe_build,
         liger=lambda x: (_L("fused_moe").LigerFusedMoEFunction.apply(x["x"], x["gu"], x["down"], x["idx"], x["w"]),),
-        ref=moe_ref, grads=("x", "gu", "down", "w"), atol=1e-4, gpu_atol=2e-2, gpu_rtol=2e-2,
+        # GPU: its tl.dot products of float32 tiles take TF32 operands (both compilers). TF32 operands alone, in
+        # float64 (benchmarks/tools/tf32_model.py), give err/tol 2.47 at 2e-2 (dgu); the H200 gave 2.05
+        # (kernellab) and 2.26 (Triton). At 6e-2 the model is at 0.82.
+        ref=moe_ref, grads=("x", "gu", "down", "w"), atol=1e-4, gpu_atol=6e-2, gpu_rtol=6e-2,
         note="grouped GEMM + SwiGLU, top-2 of 4 (tl.sort, tl.associative_scan, tl.dot)")
 
     def mlp_ref(x):
@@ -837,8 +840,11 @@ class _Child:
     paying the imports, the compile and the reference again. Result lines come through a reader thread,
     so every wait has a timeout."""
 
-    def __init__(self, name, side, device, serve=True):
+    def __init__(self, name, side, device, serve=True, gpu_index=None):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        if gpu_index is not None:  # --gpus: this op's children see one GPU of the host
+            visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+            env["CUDA_VISIBLE_DEVICES"] = visible[gpu_index] if gpu_index < len(visible) else str(gpu_index)
         self.side, self.t0, self.closed = side, time.time(), False
         self.err = tempfile.TemporaryFile(mode="w+")
         cmd = [sys.executable, __file__, "--child", name, side, device] + (["--serve"] if serve else [])
@@ -935,11 +941,13 @@ def _add_ratios(row):
     return row
 
 
-def _run_op(name, note, sides, device, timeout, rounds):
+def _run_op(name, note, sides, device, timeout, rounds, gpu_index=None):
     """Both sides' children started together (checking runs in parallel), then `rounds` timing rounds
     alternating between them (one child runs at a time); returns the op's row."""
     row = {"op": name, "note": note}
-    kids = {side: _Child(name, side, device) for side in sides}
+    if gpu_index is not None:
+        row["gpu_index"] = gpu_index
+    kids = {side: _Child(name, side, device, gpu_index=gpu_index) for side in sides}
     try:
         for side, kid in kids.items():
             row[side] = kid.result(timeout)
@@ -1047,7 +1055,7 @@ def _earlier_part(gpu: str, sides: list, rounds: int) -> dict | None:
     return old if old.get("sides") == sides and old.get("rounds") == rounds else None
 
 
-def _result(gpu, device, sides, rounds, rows, wall_s, requested, complete) -> dict:
+def _result(gpu, device, sides, rounds, rows, wall_s, requested, complete, gpus=1) -> dict:
     import torch
 
     import kernellab
@@ -1059,6 +1067,7 @@ def _result(gpu, device, sides, rounds, rows, wall_s, requested, complete) -> di
                      "python": platform.python_version()},
         "sides": sides,
         "rounds": rounds,
+        "ops_at_once": gpus,  # --gpus: that many ops ran at once, each on its own GPU of one host
         "method": "one child process per op and side (compat serves `import triton`, so the sides cannot share "
                   "one); inputs float32 from seed 0 (edge values included); outputs and input gradients vs "
                   "float64 torch references (outputs poisoned: torch.empty gives NaN): correct when "
@@ -1077,6 +1086,11 @@ def _result(gpu, device, sides, rounds, rows, wall_s, requested, complete) -> di
         "summary": _summary(rows, sides),
         "wall_s": wall_s,
     }
+
+
+def _in_order(rows, names):
+    """Rows in the catalogue's order (with --gpus they finish in any order)."""
+    return sorted(rows, key=lambda r: names.index(r["op"]) if r["op"] in names else len(names))
 
 
 def _summary(rows, sides):
@@ -1112,6 +1126,9 @@ def main(argv=None):
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows of other ops already in today's JSON for this GPU (a run in parts); "
                          "this run's ops replace theirs")
+    ap.add_argument("--gpus", type=int, default=1,
+                    help="run up to this many ops at once, each on a GPU of its own (CUDA_VISIBLE_DEVICES); "
+                         "default 1")
     ap.add_argument("--child", nargs=3, metavar=("OP", "SIDE", "DEVICE"), help=argparse.SUPPRESS)
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -1145,21 +1162,48 @@ def main(argv=None):
     rows = []
     # a run in parts (--merge): the other ops' rows of today's JSON, read once, kept in every write of this run
     earlier = _earlier_part(gpu, sides, args.rounds) if args.merge and not args.no_write else None
-    for name in args.ops or names:
-        row = _run_op(name, notes[name], sides, device, args.timeout, args.rounds)
-        rows.append(row)
-        kl = row["kernellab"]
-        status = ("ok" if kl.get("correct") else kl["skipped"] if kl.get("skipped")
-                  else f"FAIL {kl.get('stage', 'check')}: {kl.get('error', kl.get('worst'))}")
-        if row.get("kl_over_triton_fwd") is not None:
-            status += f"  fwd {row['kl_over_triton_fwd']:.2f}"
-            if row.get("kl_over_triton_fwd_bwd") is not None:
-                status += f"  fwd+bwd {row['kl_over_triton_fwd_bwd']:.2f}"
-        print(f"{name:<28} {status[:200]}", flush=True)
-        if not args.no_write:  # after every op: a run stopped by a time limit keeps what it measured
-            _write(_result(gpu, device, sides, args.rounds, rows, time.time() - t0, args.ops or names, False),
-                   earlier)
-    result = _result(gpu, device, sides, args.rounds, rows, time.time() - t0, args.ops or names, True)
+    lock = threading.Lock()
+
+    def finished(row):  # one op's row: printed, and (after every op) today's JSON rewritten
+        with lock:
+            rows.append(row)
+            kl = row["kernellab"]
+            status = ("ok" if kl.get("correct") else kl["skipped"] if kl.get("skipped")
+                      else f"FAIL {kl.get('stage', 'check')}: {kl.get('error', kl.get('worst'))}")
+            if row.get("kl_over_triton_fwd") is not None:
+                status += f"  fwd {row['kl_over_triton_fwd']:.2f}"
+                if row.get("kl_over_triton_fwd_bwd") is not None:
+                    status += f"  fwd+bwd {row['kl_over_triton_fwd_bwd']:.2f}"
+            print(f"{row['op']:<28} {status[:200]}", flush=True)
+            if not args.no_write:  # a run stopped by a time limit keeps what it measured
+                _write(_result(gpu, device, sides, args.rounds, _in_order(rows, names), time.time() - t0,
+                               args.ops or names, False, gpus), earlier)
+
+    todo = list(args.ops or names)
+    gpus = min(args.gpus, torch.cuda.device_count()) if device == "cuda" else 1
+    if gpus <= 1:
+        for name in todo:
+            finished(_run_op(name, notes[name], sides, device, args.timeout, args.rounds))
+    else:  # one op at a time on each GPU: its two sides' rounds still alternate on that GPU
+        work: queue.Queue = queue.Queue()
+        for name in todo:
+            work.put(name)
+
+        def worker(k):
+            while True:
+                try:
+                    name = work.get_nowait()
+                except queue.Empty:
+                    return
+                finished(_run_op(name, notes[name], sides, device, args.timeout, args.rounds, gpu_index=k))
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(gpus)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    rows = _in_order(rows, names)
+    result = _result(gpu, device, sides, args.rounds, rows, time.time() - t0, args.ops or names, True, gpus)
     if not args.no_write:
         path, result = _write(result, earlier)
         print(f"wrote {path}")

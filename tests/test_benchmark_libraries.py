@@ -51,9 +51,11 @@ class _FakeChild:
 
     log: list = []
     fail: set = set()
+    made: list = []
 
-    def __init__(self, name, side, device, serve=True):
-        self.side, self.t0, self.n = side, 0.0, 0
+    def __init__(self, name, side, device, serve=True, gpu_index=None):
+        self.side, self.t0, self.n, self.gpu_index = side, 0.0, 0, gpu_index
+        self.made.append((side, gpu_index))
 
     def result(self, timeout, stage="crash"):
         return {"side": self.side, "correct": True, "timed": True}
@@ -90,6 +92,16 @@ def test_run_op_alternates_children_and_summarizes(monkeypatch):
     assert row["triton"]["timing_error"] == "boom" and len(row["triton"]["rounds"]) == 1
     assert len(row["kernellab"]["rounds"]) == 4
     assert "triton timing: boom" in lib._fmt_table([row], gpu=True)
+
+
+def test_run_op_on_one_gpu_of_several(monkeypatch):
+    """--gpus: both sides' children of an op are made for the op's GPU, and the row says which."""
+    monkeypatch.setattr(lib, "_Child", _FakeChild)
+    _FakeChild.log, _FakeChild.fail, _FakeChild.made = [], set(), []
+    row = lib._run_op("rms_norm", "", SIDES, "cuda", 10, 2, gpu_index=2)
+    assert _FakeChild.made == [(side, 2) for side in SIDES] and row["gpu_index"] == 2
+    rows = [{"op": "swiglu"}, {"op": "rms_norm"}, {"op": "unknown"}]
+    assert [r["op"] for r in lib._in_order(rows, ["rms_norm", "swiglu"])] == ["rms_norm", "swiglu", "unknown"]
 
 
 def test_rounds_must_be_positive():

@@ -13,9 +13,10 @@ equal the parent's, else it files nothing), so an entry is what the parent would
 
 Workers: `python -c` children (never a fork of a process holding a CUDA context, never a re-import of the user's
 __main__), started on first need and kept for the process's life. KERNELLAB_COMPILE_WORKERS: the number of
-workers (`auto`: the CPUs this process may use, less one, at most MAX_WORKERS); unset, 0 or 1: off, the default
-until the pool has been timed on a GPU host (its CPU-box evidence: benchmarks/NOTES.md, branch moe18). Triton's
-autotuner compiles its configs one after another; this changes only when the work is done, not what is built.
+workers (`auto`, the default when unset: the CPUs this process may use, less one, at most MAX_WORKERS; 0 or 1:
+off). On an H200 host (16 CPUs) fused MoE's first call took 88 s with them and 183 s without (benchmarks/NOTES.md,
+twelfth session). Triton's autotuner compiles its configs one after another; this changes only when the work is
+done, not what is built. Never more workers than configs to build, and none for fewer than two.
 """
 from __future__ import annotations
 
@@ -41,11 +42,9 @@ stats = {"jobs": 0, "built": 0, "skipped": 0}  # totals of this process (tests, 
 
 
 def n_workers() -> int:
-    """Workers to use: KERNELLAB_COMPILE_WORKERS (a count, or `auto`: the usable CPUs less one, capped); none when
+    """Workers to use: KERNELLAB_COMPILE_WORKERS (a count, or `auto`: the usable CPUs less one, capped); `auto` when
     unset."""
-    v = os.environ.get(KNOB, "").strip()
-    if not v:
-        return 0
+    v = os.environ.get(KNOB, "").strip() or "auto"
     if v != "auto":
         try:
             return max(0, int(v))
