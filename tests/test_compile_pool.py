@@ -191,3 +191,18 @@ def test_a_worker_answers_a_bad_job_and_goes_on():
     finally:
         w.close()
     assert not w.alive()
+
+
+def test_worker_count_default_and_share(monkeypatch):
+    """Unset means `auto` (the CPUs less one, capped); under pytest-xdist each process counts its share of the
+    CPUs; 0 turns the workers off."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)), raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    monkeypatch.delenv(P.KNOB, raising=False)
+    assert P.n_workers() == P.MAX_WORKERS
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "8")
+    assert P.n_workers() == 3
+    monkeypatch.setenv(P.KNOB, "0")
+    assert P.n_workers() == 0
+    monkeypatch.setenv(P.KNOB, "5")
+    assert P.n_workers() == 5

@@ -54,6 +54,10 @@ def n_workers() -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
+    try:  # under pytest-xdist each of its processes gets its share (not every one all the CPUs)
+        cpus //= max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    except ValueError:
+        pass
     return min(MAX_WORKERS, cpus - 1)
 
 
