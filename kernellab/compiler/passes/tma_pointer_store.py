@@ -173,6 +173,8 @@ def _terms(v: Value, dims: tuple) -> list:
         raise _No("a product of two index tensors in the addresses")
     if len(dims) == 1 and v.type.scalar == int32:
         return [(dims[0], _index(v), 1)]
+    if name in ("arith.remsi", "arith.remui"):
+        raise _No("a wrap-around index (`% M`): its rows are not one box")
     raise _No(f"an address offset made by {name}")
 
 
@@ -298,7 +300,7 @@ def _match(st: Op, fn, axis: AxisAnalysis, options) -> dict:
         raise _No("no mask: the host would have no extents for the tensor map")
     base, terms = _addresses(ptrs, (0, 1))
     if base.defining_op is not None or not any(base is a for a in fn.args):
-        raise _No("the base pointer is not a kernel argument")
+        raise _No("the base pointer is not a kernel argument (a per-program base: the map's base is an argument)")
     if t.scalar.ir != base.type.elem.ir:
         raise _No("the value's type differs from the tensor's")
     if t.scalar.ir not in TMA_ELEMS:
