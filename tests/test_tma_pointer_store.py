@@ -197,6 +197,36 @@ def test_sm90_tutorial_text_as_written_stores_by_tma(tmp_path, monkeypatch):
     assert on.n_spills == 0
 
 
+@pytest.mark.parametrize("name", LIFTED)
+@pytest.mark.parametrize("colmajor", [False, True])
+def test_sm90_forms_store_by_tma(name, colmajor, tmp_path, monkeypatch):
+    """Every accepted form, C row- or column-major (order [0, 1]: the rows are the contiguous dim), 64x64 tiles at
+    4 warps: one cp.async.bulk.tensor store, no st.global, no spills; with the knob off the same kernel stores by
+    st.global."""
+    from kernellab.compiler.codegen.target import Target
+    from kernellab.errors import ToolchainError
+
+    kernel = psk.FORMS[name][0]
+    M, N, K = 256, 192, 64
+    a, b = torch.randn(M, K).half(), torch.randn(K, N).half()
+    c = torch.empty(N, M).half().t() if colmajor else torch.empty(M, N).half()
+    ptx = {}
+    for knob in ("0", "1"):
+        monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path / knob))
+        monkeypatch.setenv(KNOB, knob)
+        ck = kernel.warmup(*psk.args(a, b, c), **psk.meta(kernel, 64, 64, 64), grid=psk.grid(kernel, M, N, 64, 64),
+                           num_warps=4)
+        try:
+            ck.build_gpu(Target(90))
+        except ToolchainError as e:
+            pytest.skip(f"no ptxas here: {e}")
+        assert ck.n_spills == 0
+        ptx[knob] = ck.asm["ptx"]
+    assert re.search(r"\bst\.global", ptx["0"]) and "cp.async.bulk.tensor" not in ptx["0"]
+    assert not re.search(r"\bst\.global", ptx["1"])
+    assert ptx["1"].count("cp.async.bulk.tensor.2d.global.shared::cta") == 1
+
+
 # ---------------------------------------------------------------------------------------------------- on the GPU
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", LIFTED)
