@@ -134,15 +134,42 @@ def reads_output(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, 
 @kl.jit
 def program_base(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, stride_cn,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The row offset folded into the base (`c_ptr + pid_m * BLOCK_M * stride_cm`): the map's base must be an
-    argument (kept st.global)."""
+    """The tile's offsets folded into the base pointer (`c_ptr += pid_m * BLOCK_M * stride_cm + pid_n * BLOCK_N`),
+    the addresses then over bare aranges, the mask over the full indices: the same box."""
     pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = _acc(a_ptr, b_ptr, M, N, K, rm, rn, stride_am, stride_bk, BLOCK_K)
+    c_ptr += pid_m * BLOCK_M * stride_cm + pid_n * BLOCK_N * stride_cn
+    r = tl.arange(0, BLOCK_M)
+    cc = tl.arange(0, BLOCK_N)
+    tl.store(c_ptr + r[:, None] * stride_cm + cc[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@kl.jit
+def wide_offsets(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, stride_cn,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """64-bit addresses (`rm.to(tl.int64)`, as large-tensor kernels write) over 32-bit indices."""
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = _acc(a_ptr, b_ptr, M, N, K, rm, rn, stride_am, stride_bk, BLOCK_K)
+    offs = rm.to(tl.int64)[:, None] * stride_cm + rn.to(tl.int64)[None, :] * stride_cn
+    tl.store(c_ptr + offs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@kl.jit
+def unshifted_address(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, stride_cn,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The mask bounds the tile's rows but the addresses use bare aranges (every program writes the first tile's
+    box): not the box the mask describes (kept st.global)."""
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = _acc(a_ptr, b_ptr, M, N, K, rm, rn, stride_am, stride_bk, BLOCK_K)
     r = tl.arange(0, BLOCK_M)
-    tl.store(c_ptr + pid_m * BLOCK_M * stride_cm + r[:, None] * stride_cm + rn[None, :] * stride_cn,
-             acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(c_ptr + r[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 FORMS = {
@@ -155,7 +182,9 @@ FORMS = {
     "other_index_mask": (other_index_mask, False, "mask"),
     "no_mask": (no_mask, False, "no mask"),
     "reads_output": (reads_output, False, "also reads"),
-    "program_base": (program_base, False, "per-program base"),
+    "program_base": (program_base, True, None),
+    "wide_offsets": (wide_offsets, True, None),
+    "unshifted_address": (unshifted_address, False, "another index"),
 }
 
 

@@ -90,11 +90,13 @@ def test_interpreter_same_bits_before_and_after(name, M, N, K, pad, monkeypatch)
     _check_product(args1[0], args1[1], args1[2], full1)
 
 
-def test_interpreter_column_major_output(monkeypatch):
+@pytest.mark.parametrize("name", LIFTED)
+def test_interpreter_column_major_output(name, monkeypatch):
+    kernel = psk.FORMS[name][0]
     M, N, K = 70, 100, 30
     a, b, c, full = operands(M, N, K, pad=10, colmajor=True)
-    grid = psk.grid(psk.grid2d, M, N, 32, 64)
-    ck = psk.grid2d.warmup(*psk.args(a, b, c), **psk.meta(psk.grid2d, 32, 64, 32), grid=grid)
+    grid = psk.grid(kernel, M, N, 32, 64)
+    ck = kernel.warmup(*psk.args(a, b, c), **psk.meta(kernel, 32, 64, 32), grid=grid)
 
     def make_args():
         a2, b2, c2, full2 = operands(M, N, K, pad=10, colmajor=True)

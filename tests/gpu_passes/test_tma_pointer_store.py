@@ -121,6 +121,26 @@ def test_forms_that_keep_st_global(run_pass, old, new, why):
     assert not any(o.name == "tt.make_block_ptr" for o in m.kernel.walk())
 
 
+def test_a_constant_row_stride_and_offsets_moved_into_the_base(run_pass):
+    """`rm[:, None] * 64` (a constant row stride: a constant in the block pointer) and the column offset added to the
+    base pointer instead of the index (`c_ptr + pid_n * 64`, then bare aranges): the same box."""
+    src = STORE.replace("%21 = tt.splat %stride_cm : tensor<32x1xi32>",
+                        "%21 = arith.constant {value = 64} : tensor<32x1xi32>")
+    m, stats = run_pass(tma_pointer_store, src, SM90)
+    assert stats == {"tma_pointer_store": 1}
+    bp = next(o for o in m.kernel.walk() if o.name == "tt.make_block_ptr")
+    assert bp.operands[3].defining_op.attrs["value"] == 64  # the row stride
+    src = STORE.replace("%23 = tt.splat %c_ptr : tensor<32x1x!ptr<f16>>", """%cb = tt.addptr %c_ptr, %7 : !ptr<f16>
+  %23 = tt.splat %cb : tensor<32x1x!ptr<f16>>""").replace("%26 = tt.broadcast %15 : tensor<32x64xi32>", """%r64 = tt.expand_dims %8 {axis = 0} : tensor<1x64xi32>
+  %26 = tt.broadcast %r64 : tensor<32x64xi32>""")
+    m, stats = run_pass(tma_pointer_store, src, SM90)
+    assert stats == {"tma_pointer_store": 1}
+    bp = next(o for o in m.kernel.walk() if o.name == "tt.make_block_ptr")
+    col = bp.operands[6].defining_op  # %7 = program_id(1) * 64, moved from the base into the coordinate
+    assert bp.operands[0].hint == "c_ptr" and col.name == "arith.muli"
+    assert col.operands[0].defining_op.attrs == {"axis": 1}
+
+
 # ---------------------------------------------------------------------------------- forms users write
 def _tile_ir(kernel, M=64, N=128, K=32, bm=32, bn=64, bk=32, c=None, dtype=torch.float16):
     a, b = torch.randn(M, K).to(dtype), torch.randn(K, N).to(dtype)

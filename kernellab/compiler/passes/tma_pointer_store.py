@@ -26,14 +26,16 @@ A store is rewritten when all of this is proven from the IR (else it is left alo
 `not_lifted`):
 - the addresses are `base + sum over the tile's two dims of (scalar offset + arange) * stride`, reached through
   splat, broadcast, expand_dims, addptr, add, mul, widening and tl.multiple_of-style hints, in any order the
-  user writes them; `base` is a kernel argument (no per-program scalar added to it), one dim's stride is the
-  constant 1 (the argument specialized to 1) and the other's is a value the host evaluates (an argument, a
-  constant, products and sums of them); a wrap-around (`% M`, as the tutorial's loads write) or any other
-  arithmetic on the indices keeps st.global;
+  user writes them; `base` is a kernel argument, where scalars added to it (`c_ptr += pid_m * BLOCK_M *
+  stride_cm + pid_n * BLOCK_N`) count as offsets of the dim whose stride they are multiplied by; one dim's
+  stride is the constant 1 (the argument specialized to 1) and the other's is a value the host evaluates (an
+  argument, a constant, products and sums of them); a wrap-around (`% M`, as the tutorial's loads write) or any
+  other arithmetic on the indices keeps st.global;
 - the mask is exactly the bounds of the two indices, `idx_d < bound_d` for both dims (either operand order:
-  `bound > idx`), combined with `&`, as one 2-D mask or [:, None] / [None, :] pieces, where each index is the one
-  the address uses and each bound a value the host evaluates: those are the tensor map's extents. A store with no
-  mask is not rewritten (the host would have no extents for the map), nor one whose mask says anything else;
+  `bound > idx`), combined with `&`, as one 2-D mask or [:, None] / [None, :] pieces, where each index is, value
+  for value (the same SSA scalars and constant), the offset + arange the addresses use along that dim, and each
+  bound a value the host evaluates: those are the tensor map's extents. A store with no mask is not rewritten (the
+  host would have no extents for the map), nor one whose mask says anything else;
 - the tile's element type has a TMA map (tma_store.TMA_ELEMS) and is the pointer's, at most 256 rows along the
   strided dim, a contiguous extent a swizzled buffer can hold, base and row stride 16-byte aligned (the argument
   specialization's divisibility), the kernel's architecture sm_90 with TMA allowed;
@@ -89,14 +91,13 @@ class _No(Exception):
 
 
 # ---------------------------------------------------------------------------------------------- the addresses
-class _Index:
-    """`sum(scalars) + const + arange(0, length)`: one dim's indices of the tile (scalars: i32 Values)."""
-
-    def __init__(self, scalars, const, length):
-        self.scalars, self.const, self.length = tuple(scalars), const, length
-
-    def key(self):
-        return tuple(sorted(id(s) for s in self.scalars)), self.const, self.length
+# An integer tensor of the addresses is read as index terms (tile dim, start, length, stride): `stride *
+# arange(start, start + length)` along that dim, and scalar shifts (value or int, stride) added to every element:
+# `pid_m * BLOCK_M` in `(pid_m * BLOCK_M + tl.arange(0, BLOCK_M))[:, None] * stride_cm` is the shift
+# (pid_m * BLOCK_M, stride_cm). A shift's stride says its dim (1: the contiguous dim, the row stride: the other), so
+# a scalar added to the base pointer (`c_ptr += pid_m * BLOCK_M * stride_cm`) moves the box as the same offset in the
+# index would. A dim's coordinate is its term's start plus its shifts: it must be, value for value, what the mask
+# bounds.
 
 
 def _uniform(v: Value):
@@ -111,97 +112,130 @@ def _uniform(v: Value):
         return None
     if d.name == "tt.splat":
         return d.operands[0]
-    if d.name == "arith.constant" and isinstance(d.attrs.get("value"), int):
+    if d.name == "arith.constant" and type(d.attrs.get("value")) is int:
         return d.attrs["value"]
     return None
 
 
-def _index(v: Value) -> _Index:
-    """`v` (a 1-D i32 tensor) as `offset + arange`, or _No."""
-    d = v.defining_op
-    if d is None:
-        raise _No("an index that is not offset + tl.arange (a tensor argument or loop value)")
-    if d.name == "tt.hint":
-        return _index(d.operands[0])
-    if d.name == "tt.make_range":
-        s, e = d.attrs["start"], d.attrs["end"]
-        return _Index((), s, e - s)
-    if d.name == "arith.addi":
-        for a, b in (d.operands, d.operands[::-1]):
-            u = _uniform(a)
-            if u is not None:
-                inner = _index(b)
-                if isinstance(u, int):
-                    return _Index(inner.scalars, inner.const + u, inner.length)
-                if u.type != int32:
-                    raise _No("an index offset that is not an i32 scalar")
-                return _Index(inner.scalars + (u,), inner.const, inner.length)
-        raise _No("an index that adds two tensors (not offset + tl.arange)")
-    if d.name in ("arith.remsi", "arith.remui"):
-        raise _No("a wrap-around index (`% M`): its rows are not one box")
-    raise _No(f"an index made by {d.name} (not offset + tl.arange)")
-
-
-def _terms(v: Value, dims: tuple) -> list:
-    """Integer tensor `v` (its axes lie along tile dims `dims`) as [(tile dim, _Index, stride)] summed; the stride is
-    an int or a scalar Value. _No where it is anything else."""
+def _terms(v: Value, dims: tuple, shifts: list) -> list:
+    """Integer tensor `v` (its axes lie along tile dims `dims`) as index terms [(dim, start, length, stride)], its
+    scalar shifts appended to `shifts`; strides and shift strides are ints or scalar Values. _No for anything else."""
+    u = _uniform(v)
+    if u is not None:
+        shifts.append((u, 1))
+        return []
     d = v.defining_op
     if d is None:
         raise _No("an address offset that is a tensor argument or a loop value")
     name = d.name
     if name in ("tt.hint", "arith.extsi", "tt.broadcast"):
-        return _terms(d.operands[0], dims)
+        return _terms(d.operands[0], dims, shifts)
     if name == "tt.expand_dims":
         axis = d.attrs["axis"]
-        return _terms(d.operands[0], dims[:axis] + dims[axis + 1:])
+        return _terms(d.operands[0], dims[:axis] + dims[axis + 1:], shifts)
+    if name == "tt.make_range" and len(dims) == 1:
+        return [(dims[0], d.attrs["start"], d.attrs["end"] - d.attrs["start"], 1)]
     if name == "arith.addi":
-        if any(_uniform(x) is not None for x in d.operands) and len(dims) == 1 and v.type.scalar == int32:
-            return [(dims[0], _index(v), 1)]  # offset + arange
-        if any(_uniform(x) is not None for x in d.operands):
-            raise _No("a scalar added to the addresses (a per-program base: the tensor map's base is an argument)")
-        return _terms(d.operands[0], dims) + _terms(d.operands[1], dims)
+        return _terms(d.operands[0], dims, shifts) + _terms(d.operands[1], dims, shifts)
     if name == "arith.muli":
         for a, b in (d.operands, d.operands[::-1]):
             s = _uniform(a)
             if s is not None and _uniform(b) is None:
+                inner: list = []
                 out = []
-                for dim, idx, stride in _terms(b, dims):
+                for dim, start, n, stride in _terms(b, dims, inner):
                     if not (isinstance(stride, int) and stride == 1):
                         raise _No("an index multiplied by two strides")
-                    out.append((dim, idx, s))
+                    out.append((dim, start, n, s))
+                for x, stride in inner:
+                    if not (isinstance(stride, int) and stride == 1):
+                        raise _No("an offset multiplied by two strides")
+                    shifts.append((x, s))
                 return out
         raise _No("a product of two index tensors in the addresses")
-    if len(dims) == 1 and v.type.scalar == int32:
-        return [(dims[0], _index(v), 1)]
     if name in ("arith.remsi", "arith.remui"):
         raise _No("a wrap-around index (`% M`): its rows are not one box")
     raise _No(f"an address offset made by {name}")
 
 
-def _addresses(v: Value, dims: tuple) -> tuple:
-    """(base pointer, terms) of pointer tensor `v`, or _No."""
+def _scalar_shifts(off: Value, shifts: list) -> None:
+    """The shifts of a scalar added to the base pointer (`tl.addptr` of a scalar): sums are split, a product keeps
+    its factors for `_coordinates` to find the row stride among them."""
+    off = block_ptr.unwiden(off)
+    d = off.defining_op
+    if d is not None and d.name == "arith.addi":
+        _scalar_shifts(d.operands[0], shifts)
+        _scalar_shifts(d.operands[1], shifts)
+    elif d is not None and d.name == "arith.constant" and type(d.attrs.get("value")) is int:
+        shifts.append((d.attrs["value"], 1))
+    elif d is not None and d.name == "arith.muli":
+        shifts.append((off, ("product", d.operands[0], d.operands[1])))
+    else:
+        shifts.append((off, 1))
+
+
+def _addresses(v: Value, dims: tuple, shifts: list) -> tuple:
+    """(base pointer, index terms) of pointer tensor `v`, its shifts appended to `shifts`, or _No."""
     d = v.defining_op
     if d is None:
         raise _No("a pointer tensor that is an argument or a loop value")
     if d.name in ("tt.broadcast", "tt.hint"):
-        return _addresses(d.operands[0], dims)
+        return _addresses(d.operands[0], dims, shifts)
     if d.name == "tt.expand_dims":
         axis = d.attrs["axis"]
-        return _addresses(d.operands[0], dims[:axis] + dims[axis + 1:])
+        return _addresses(d.operands[0], dims[:axis] + dims[axis + 1:], shifts)
     if d.name == "tt.splat":
-        return d.operands[0], []
+        p = d.operands[0]
+        while p.defining_op is not None and p.defining_op.name == "tt.addptr":
+            _scalar_shifts(p.defining_op.operands[1], shifts)
+            p = p.defining_op.operands[0]
+        return p, []
     if d.name == "tt.addptr":
-        base, terms = _addresses(d.operands[0], dims)
-        if not isinstance(d.operands[1].type, TensorType):
-            raise _No("a scalar offset added to the pointers (a per-program base)")
-        return base, terms + _terms(d.operands[1], dims)
+        base, terms = _addresses(d.operands[0], dims, shifts)
+        return base, terms + _terms(d.operands[1], dims, shifts)
     raise _No(f"pointers made by {d.name}")
+
+
+def _same(a, b) -> bool:
+    """Whether strides `a` and `b` (ints or scalar Values) are one value."""
+    if isinstance(a, int) or isinstance(b, int):
+        return isinstance(a, int) and isinstance(b, int) and a == b
+    return block_ptr.unwiden(a) is block_ptr.unwiden(b)
+
+
+def _coordinate(start: int, n: int, shifts: list) -> tuple:
+    """A dim's coordinate `sum(scalars) + const + arange(0, n)` as its key (the scalars' ids, const, n) and its
+    scalars; each scalar an i32 Value."""
+    const, scalars = start, []
+    for x in shifts:
+        if isinstance(x, int):
+            const += x
+            continue
+        x = block_ptr.unwiden(x)
+        c = int_const(x) if x.defining_op is not None and x.defining_op.name == "arith.constant" else None
+        if c is not None:
+            const += c
+            continue
+        if x.type != int32:
+            raise _No("a tile offset that is not an i32 value (TMA coordinates are 32-bit)")
+        scalars.append(x)
+    return (tuple(sorted(id(x) for x in scalars)), const, n), scalars
+
+
+def _mask_coordinate(v: Value, dims: tuple) -> tuple:
+    """(tile dim, coordinate key) of the index a mask compares, or _No."""
+    shifts: list = []
+    terms = _terms(v, dims, shifts)
+    if len(terms) != 1 or not _same(terms[0][3], 1) or any(not _same(st, 1) for _, st in shifts):
+        raise _No("a mask bounding something other than one dim's index")
+    dim, start, n, _ = terms[0]
+    return dim, _coordinate(start, n, [x for x, _ in shifts])[0]
 
 
 # ----------------------------------------------------------------------------------------------------- the mask
 def _bounds(m: Value, dims: tuple, out: dict) -> None:
-    """Fill {tile dim: (_Index, bound)} from mask `m` (i1, axes along `dims`), or _No when it is not exactly the
-    tile's bounds."""
+    """Fill {tile dim: (coordinate key, bound)} from mask `m` (i1, axes along `dims`), or _No when it is not exactly
+    the tile's bounds."""
     d = m.defining_op
     if d is None:
         raise _No("a mask that is an argument or a loop value")
@@ -219,13 +253,10 @@ def _bounds(m: Value, dims: tuple, out: dict) -> None:
         bound = _uniform(bound_v)
         if bound is None or isinstance(bound, int) or _uniform(idx_v) is not None:
             raise _No("a mask comparing against something other than a scalar bound")
-        terms = _terms(idx_v, dims)
-        if len(terms) != 1 or not (isinstance(terms[0][2], int) and terms[0][2] == 1):
-            raise _No("a mask bounding something other than one dim's index")
-        dim, idx, _ = terms[0]
+        dim, key = _mask_coordinate(idx_v, dims)
         if dim in out:
             raise _No(f"a mask bounding dim {dim} twice")
-        out[dim] = (idx, block_ptr.unwiden(bound))
+        out[dim] = (key, block_ptr.unwiden(bound))
         return
     raise _No(f"a mask made by {d.name} (not exactly `rows < M & cols < N`)")
 
@@ -298,40 +329,62 @@ def _match(st: Op, fn, axis: AxisAnalysis, options) -> dict:
         raise _No("not a 2-D tile (rank-3 batched stores are not lifted yet)")
     if mask is None:
         raise _No("no mask: the host would have no extents for the tensor map")
-    base, terms = _addresses(ptrs, (0, 1))
+    shifts: list = []
+    base, terms = _addresses(ptrs, (0, 1), shifts)
     if base.defining_op is not None or not any(base is a for a in fn.args):
-        raise _No("the base pointer is not a kernel argument (a per-program base: the map's base is an argument)")
+        raise _No("the base pointer is not a kernel argument")
     if t.scalar.ir != base.type.elem.ir:
         raise _No("the value's type differs from the tensor's")
     if t.scalar.ir not in TMA_ELEMS:
         raise _No(f"no TMA tensor map for {t.scalar}")
     by_dim: dict = {}
-    for dim, idx, stride in terms:
+    for dim, start, n, stride in terms:
         if dim in by_dim:
             raise _No(f"dim {dim} indexed twice in the addresses")
-        if idx.length != t.shape[dim]:
-            raise _No(f"dim {dim}'s index runs over {idx.length} elements, the tile over {t.shape[dim]}")
-        by_dim[dim] = (idx, stride)
+        if n != t.shape[dim]:
+            raise _No(f"dim {dim}'s index runs over {n} elements, the tile over {t.shape[dim]}")
+        by_dim[dim] = (start, n, stride)
     if sorted(by_dim) != [0, 1]:
         raise _No("the addresses do not move along both dims")
-    unit = [dim for dim in (0, 1) if isinstance(by_dim[dim][1], int) and by_dim[dim][1] == 1]
+    unit = [dim for dim in (0, 1) if _same(by_dim[dim][2], 1)]
     if len(unit) != 1:
         raise _No("not exactly one dim of stride 1 (the stride argument specialized to 1)")
     fast, slow = unit[0], 1 - unit[0]
-    stride = by_dim[slow][1]
-    if isinstance(stride, int) or not block_ptr._kernel_value(stride, fn.args):
+    stride = by_dim[slow][2]
+    esize = t.scalar.bits // 8
+    if isinstance(stride, int):
+        if stride <= 0 or (stride * esize) % 16:
+            raise _No("a constant row stride that is not a positive multiple of 16 bytes")
+    elif not block_ptr._kernel_value(stride, fn.args):
         raise _No("the row stride is not a value the host evaluates (an argument, or sums and products of them)")
-    if (axis[stride].div[0] * (t.scalar.bits // 8)) % 16:
+    elif (axis[stride].div[0] * esize) % 16:
         raise _No("the row stride is not known to be a multiple of 16 bytes")
     if axis[base].div[0] < 16:
         raise _No("the base pointer is not known to be 16-byte aligned")
+    along = {fast: [], slow: []}
+    for x, st_ in shifts:
+        if isinstance(st_, tuple):  # a product added to the base: (a * b) moves the rows by a where b is the stride
+            _, a, b = st_
+            if _same(b, stride):
+                along[slow].append(a)
+            elif _same(a, stride):
+                along[slow].append(b)
+            else:
+                along[fast].append(x)
+        elif _same(st_, 1):
+            along[fast].append(x)
+        elif _same(st_, stride):
+            along[slow].append(x)
+        else:
+            raise _No("an offset multiplied by a stride the addresses do not use")
+    coords = {dim: _coordinate(by_dim[dim][0], by_dim[dim][1], along[dim]) for dim in (0, 1)}
     bounds: dict = {}
     _bounds(mask, (0, 1), bounds)
     if sorted(bounds) != [0, 1]:
         raise _No("the mask does not bound both dims")
     for dim in (0, 1):
-        idx, bound = bounds[dim]
-        if idx.key() != by_dim[dim][0].key():
+        key, bound = bounds[dim]
+        if key != coords[dim][0]:
             raise _No(f"the mask bounds another index of dim {dim} than the addresses use")
         if not block_ptr._kernel_value(bound, fn.args):
             raise _No(f"the bound of dim {dim} is not a value the host evaluates")
@@ -339,8 +392,10 @@ def _match(st: Op, fn, axis: AxisAnalysis, options) -> dict:
         raise _No("over 256 rows (a TMA box dim holds at most 256)")
     if swizzled((1,) + tuple(t.shape), t.scalar, (fast, slow)) is None:
         raise _No("the tile's contiguous extent cannot be swizzled")
-    return {"base": base, "value": value, "fast": fast, "stride": block_ptr.unwiden(stride),
-            "index": [by_dim[0][0], by_dim[1][0]], "bound": [bounds[0][1], bounds[1][1]], "ptrs": ptrs, "mask": mask}
+    return {"base": base, "value": value, "fast": fast,
+            "stride": stride if isinstance(stride, int) else block_ptr.unwiden(stride),
+            "offsets": [(coords[d][1], coords[d][0][1]) for d in (0, 1)], "bound": [bounds[0][1], bounds[1][1]],
+            "ptrs": ptrs, "mask": mask}
 
 
 def _base_only_stored(base: Value, stores: set) -> bool:
@@ -380,12 +435,12 @@ def _rewrite(st: Op, m: dict) -> dict:
     def wide(x):
         return op("arith.extsi", [x], int64) if x.type != int64 else x
 
-    def offset(idx: _Index):
+    def offset(scalars, const):
         total = None
-        for s in idx.scalars:
+        for s in scalars:
             total = s if total is None else op("arith.addi", [total, s], int32)
-        if idx.const or total is None:
-            c = op("arith.constant", [], int32, {"value": idx.const})
+        if const or total is None:
+            c = op("arith.constant", [], int32, {"value": const})
             total = c if total is None else op("arith.addi", [total, c], int32)
         return total
 
@@ -393,8 +448,10 @@ def _rewrite(st: Op, m: dict) -> dict:
     shape = [wide(b) for b in m["bound"]]
     one = op("arith.constant", [], int64, {"value": 1})
     strides = [None, None]
-    strides[fast], strides[slow] = one, wide(m["stride"])
-    offs = [offset(i) for i in m["index"]]
+    stride = m["stride"]
+    strides[fast] = one
+    strides[slow] = op("arith.constant", [], int64, {"value": stride}) if isinstance(stride, int) else wide(stride)
+    offs = [offset(*o) for o in m["offsets"]]
     tile = list(m["value"].type.shape)
     bp = op("tt.make_block_ptr", [m["base"]] + shape + strides + offs, BlockPtrType(m["base"].type.elem, tile),
             {"block_shape": tile, "order": [fast, slow]}, "c_block_ptr")
