@@ -133,6 +133,36 @@ def test_interpreter_tutorial_text_persistent_variant(M, N, K, P, monkeypatch):
     _check_product(args1[0], args1[1], args1[2], full1)
 
 
+@kl.jit
+def shifted_rows(x_ptr, c_ptr, M, N, stride_cm, SHIFT, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Rows from pid_m * BLOCK_M - SHIFT: the row offset is not proven >= 0 (checked at run time)."""
+    rm = tl.program_id(0) * BLOCK_M - SHIFT + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :])
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], x, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def test_interpreter_negative_offset_is_checked(monkeypatch):
+    """The row offset `pid_m * BLOCK_M - SHIFT` is not proven >= 0: a run-time check after the store. With SHIFT 0 it
+    holds (same bits as before the pass); with SHIFT 8 the first tile's rows start at -8, which the pointer store
+    would write before the tensor (the interpreter faults on that too) and TMA would drop: the check aborts, naming
+    the knob."""
+    from kernellab.errors import KernelLabError
+
+    monkeypatch.setenv(KNOB, "1")
+    x = torch.randn(32, 64)
+    c = torch.full((96, 64), float("nan"))
+    ck = shifted_rows.warmup(x, c, 96, 64, 64, 0, BLOCK_M=32, BLOCK_N=64, grid=(3, 1))
+    m = parse_module(ck.asm["tile"])
+    stats = tma_pointer_store.run(m, GpuOptions(num_warps=4, arch=90))
+    assert stats == {"tma_pointer_store": 1, "offsets_checked_at_run_time": 1}
+    _interpret(m, ck, (3, 1, 1), [x, c, 96, 64, 64, 0])
+    assert torch.equal(c, x.repeat(3, 1))
+    c.fill_(float("nan"))
+    with pytest.raises(KernelLabError, match="KERNELLAB_TMA_POINTER_STORE"):
+        _interpret(m, ck, (3, 1, 1), [x, c, 96, 64, 64, 8])
+
+
 def test_knob_is_a_codegen_knob_and_the_pass_is_recorded(monkeypatch):
     from kernellab.compiler.pipeline import gpu_passes
     from kernellab.runtime.codegen_env import CODEGEN_ENV
