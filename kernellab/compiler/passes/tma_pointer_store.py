@@ -326,7 +326,7 @@ def _match(st: Op, fn, axis: AxisAnalysis, options) -> dict:
     mask = st.operands[2] if len(st.operands) > 2 else None
     t = value.type
     if not isinstance(t, TensorType) or len(t.shape) != 2:
-        raise _No("not a 2-D tile (rank-3 batched stores are not lifted yet)")
+        raise _No(f"a rank-{len(getattr(t, 'shape', ()))} tile (2-D only; rank-3 batched stores are not lifted yet)")
     if mask is None:
         raise _No("no mask: the host would have no extents for the tensor map")
     shifts: list = []
