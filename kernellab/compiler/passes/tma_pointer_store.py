@@ -40,7 +40,9 @@ A store is rewritten when all of this is proven from the IR (else it is left alo
   strided dim, a contiguous extent a swizzled buffer can hold, base and row stride 16-byte aligned (the argument
   specialization's divisibility), the kernel's architecture sm_90 with TMA allowed;
 - every use of `base` is the address of a store rewritten here: the kernel never reads the tensor (a TMA store is
-  asynchronous, in the async proxy) and no st.global writes it beside a TMA store.
+  asynchronous, in the async proxy) and no st.global writes it beside a TMA store. Other arguments are taken not to
+  alias it, tma_store's contract (a program that wrote a tile and read the same addresses back through another
+  argument could see old data; across programs such a kernel races with st.global too).
 What tma_store checks later (the buffers' fit in shared memory, a transposing layout) may still keep st.global:
 the block pointer's own st.global then stores the tile, with the same bounds.
 
