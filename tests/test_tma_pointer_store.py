@@ -133,6 +133,36 @@ def test_interpreter_tutorial_text_persistent_variant(M, N, K, P, monkeypatch):
     _check_product(args1[0], args1[1], args1[2], full1)
 
 
+@pytest.mark.parametrize("M,N,K,S,pad", [(20, 40, 200, 3, 8), (33, 31, 17, 4, 1)])
+def test_interpreter_split_k_variant(M, N, K, S, pad, monkeypatch):
+    """The tutorial text's split-K variant (the last split sums the partials and runs the epilogue): its C store is
+    lifted, the workspace's (read back by the last split) is not; the same bits before and after the pass."""
+    from tests import matmul_variants as mv
+
+    monkeypatch.setenv(split_k.KNOB, str(S))
+    monkeypatch.setenv(persistent.KNOB, "0")
+    kernel = make_kernels(kl, tl)["matmul_kernel"]
+    tiles = kl.cdiv(M, 16) * kl.cdiv(N, 32)
+
+    def make_args():
+        a, b, _ = mv.operands(M, N, K, seed=M + S)
+        full = torch.full((M, N + pad), float("nan"))
+        c = full[:, :N]
+        ws, counters = st.buffers(S, (tiles, 1, 1))
+        return mv.args(a, b, c) + [ws, counters], full
+
+    a, b, _ = mv.operands(M, N, K)
+    full = torch.full((M, N + pad), float("nan"))
+    mv.launch(kernel, a, b, full[:, :N])
+    st = mv.state(kernel, "_split_state")
+    assert st.refused is None and st.variant is not None
+    ((args0, full0), (args1, full1)), stats = _before_after(st.variant, (tiles, 1, S), make_args, monkeypatch)
+    assert stats["tma_pointer_store"] == 1, stats
+    assert torch.equal(full0.nan_to_num(7.0), full1.nan_to_num(7.0))
+    torch.testing.assert_close(args1[2].double(), args1[0].double() @ args1[1].double(), rtol=1e-5, atol=1e-5)
+    assert torch.isnan(full1[:, N:]).all()
+
+
 @kl.jit
 def shifted_rows(x_ptr, c_ptr, M, N, stride_cm, SHIFT, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Rows from pid_m * BLOCK_M - SHIFT: the row offset is not proven >= 0 (checked at run time)."""
