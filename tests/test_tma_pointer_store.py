@@ -252,6 +252,34 @@ def test_sm90_tutorial_text_persistent_stores_by_tma(tmp_path, monkeypatch):
     assert "cp.async.bulk.tensor.2d.global.shared::cta" in ptx[wait0:]
 
 
+def test_sm90_host_tensor_map_of_a_padded_ragged_output(tmp_path, monkeypatch):
+    """The map the launcher makes for the lifted store (evaluated and checked here without a driver): C's data
+    pointer, extents (N, M) from the mask's bounds, the row stride of the padded view in bytes, a 64 x 128 box under
+    the 128-byte swizzle."""
+    from kernellab.compiler.codegen.target import Target
+    from kernellab.errors import ToolchainError
+    from kernellab.runtime import tensormap
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(KNOB, "1")
+    kernel = make_kernels(kl, tl)["matmul_kernel"]
+    M, N, K = 8120, 7992, 512
+    c = torch.empty(M, N + 40, dtype=torch.float16)[:, :N]
+    a, b = torch.empty(M, K, dtype=torch.float16), torch.empty(K, N, dtype=torch.float16)
+    args = [a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)]
+    ck = kernel.warmup(*args, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, grid=(1,))
+    v = persistent.state(kernel, ck).get_variant()
+    try:
+        v.build_gpu(Target(90))
+    except ToolchainError as e:
+        pytest.skip(f"no ptxas here: {e}")
+    recipes = [k["tensormap"] for k in v.arg_kinds if isinstance(k, dict)]
+    assert len(recipes) == 1
+    key = tensormap.evaluate(recipes[0], args + [kl.cdiv(M, 128) * kl.cdiv(N, 256)])
+    assert key == ("f16", c.data_ptr(), (N, M), ((N + 40) * 2,), (64, 128), 128)
+    tensormap.check(key, "matmul_kernel")
+
+
 def test_sm90_tutorial_text_as_written_stores_by_tma(tmp_path, monkeypatch):
     on = _tutorial_build(tmp_path, monkeypatch, "1", variant=False)
     ptx = on.asm["ptx"]
