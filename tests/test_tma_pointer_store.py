@@ -193,6 +193,25 @@ def test_interpreter_negative_offset_is_checked(monkeypatch):
         _interpret(m, ck, (3, 1, 1), [x, c, 96, 64, 64, 8])
 
 
+@pytest.mark.parametrize("how", ["0", "1"])
+def test_cpu_launches_do_not_change_with_the_knob(how, monkeypatch):
+    """The interpreter runs the tile IR, which the pass (a GPU pass) never touches: a CPU launch of the tutorial text
+    with the knob on gives the bits it gives with the knob off (and torch's product)."""
+    from tests import matmul_variants as mv
+
+    monkeypatch.setenv(persistent.KNOB, how)
+    kernel = make_kernels(kl, tl)["matmul_kernel"]
+    out = {}
+    for knob in ("0", "1"):
+        monkeypatch.setenv(KNOB, knob)
+        a, b, c = mv.operands(70, 100, 50, out=torch.float16, seed=4)
+        ck = mv.launch(kernel, a, b, c)
+        assert "tt.make_block_ptr" not in ck.asm["tile"]
+        out[knob] = c
+    assert torch.equal(out["0"], out["1"])
+    torch.testing.assert_close(out["1"].double(), a.double() @ b.double(), rtol=2e-2, atol=2e-2)
+
+
 def test_knob_is_a_codegen_knob_and_the_pass_is_recorded(monkeypatch):
     from kernellab.compiler.pipeline import gpu_passes
     from kernellab.runtime.codegen_env import CODEGEN_ENV
