@@ -105,14 +105,15 @@ def gpu_passes():
         stage_invariant_dot_operands,
         store_in_value_layout,
         strip_mine_tiles,
+        tma_pointer_store,
         tma_store,
         upcast_fp8_dot,
         warp_specialize,
         warpgroup_turns,
     )
 
-    return [flatten_loops, strip_mine_tiles, upcast_fp8_dot, decompose_batched_dot, accelerate_matmul,
-            prefetch_fma_dot_loads, assign_layouts, remove_layout_conversions, store_in_value_layout,
+    return [tma_pointer_store, flatten_loops, strip_mine_tiles, upcast_fp8_dot, decompose_batched_dot,
+            accelerate_matmul, prefetch_fma_dot_loads, assign_layouts, remove_layout_conversions, store_in_value_layout,
             merge_conversions, share_uniform_runs, stage_invariant_dot_operands, pipeline_dot_operands,
             register_dot_operand, fill_stages_with_tma, warpgroup_turns, warp_specialize, overlap_softmax, pingpong,
             tma_store,
