@@ -253,9 +253,12 @@ def interleaved(runs: dict, rounds: int = 3, rep: int = 80, timer=None) -> dict:
 
 def write_results(result: dict, name: str) -> Path:
     """Write `result` (with its date and gpu) to <date>-<gpu>-<name>.json under $KERNELLAB_RESULTS_DIR or
-    benchmarks/results/; returns the path."""
+    benchmarks/results/; returns the path. $KERNELLAB_RESULTS_TAG, when set, is added to the name
+    (<name>-<tag>): a run of a different kind (an A/B of a knob) beside the day's file instead of over it."""
     out_dir = Path(os.environ.get("KERNELLAB_RESULTS_DIR", ROOT / "benchmarks" / "results"))
     out_dir.mkdir(parents=True, exist_ok=True)
+    tag = os.environ.get("KERNELLAB_RESULTS_TAG", "").strip()
+    name = f"{name}-{tag}" if tag else name
     path = out_dir / f"{result['date']}-{result['gpu'].replace(' ', '_')}-{name}.json"
     path.write_text(json.dumps(result, indent=2))
     return path
