@@ -11,6 +11,8 @@ the geometric mean of kernellab time / Triton time inverted to a speed ratio (kl
     python benchmarks/idioms.py [workload ...]     # needs a CUDA GPU, torch and triton
     python benchmarks/idioms.py transpose --also-env KERNELLAB_CONVERSION_LDMATRIX=on   # one more kernellab column
                                       # per VAR=VALUE: fresh kernels built and timed with it set, in the same rounds
+    python benchmarks/idioms.py quantize --fixed-order --settle 0 --rounds 3   # the timing before 2026-11-27's
+                                      # quant19 (each round kernellab first, no settle round; see time_rounds)
 """
 from __future__ import annotations
 
