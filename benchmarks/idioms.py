@@ -11,6 +11,8 @@ the geometric mean of kernellab time / Triton time inverted to a speed ratio (kl
     python benchmarks/idioms.py [workload ...]     # needs a CUDA GPU, torch and triton
     python benchmarks/idioms.py transpose --also-env KERNELLAB_CONVERSION_LDMATRIX=on   # one more kernellab column
                                       # per VAR=VALUE: fresh kernels built and timed with it set, in the same rounds
+    python benchmarks/idioms.py quantize --fixed-order --settle 0 --rounds 3   # the timing before 2026-11-27's
+                                      # quant19 (each round kernellab first, no settle round; see time_rounds)
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,7 +34,7 @@ from benchmarks.matmul import env_setting  # noqa: E402  (VAR=VALUE around a bui
 from benchmarks.memory_bound import bench, write_results  # noqa: E402
 from tests.idioms import make_idioms  # noqa: E402
 
-ROUNDS = 3
+ROUNDS = 4  # even: with every other round reversed, each implementation's mean place in time is the same
 
 
 def _check(w, v, kernel, x, config, launch):
@@ -70,7 +73,32 @@ def _warm_up_the_gpu(seconds=1.0):
         torch.cuda.synchronize()
 
 
-def run(names=None, also_env=()):
+def time_rounds(fns, settings, rounds=ROUNDS, settle=1, fixed_order=False, timer=None):
+    """Each implementation's seconds in `rounds` timed rounds, and the order of each timed round.
+
+    Alternating rounds, so that clock changes between them fall on all alike: after the matmul warm-up the clocks
+    settle for a few hundred ms (quantize's samples fell 77 -> 67 us in time order on the H200 of 2026-11-27,
+    benchmarks/NOTES.md, issue 14), so `settle` untimed rounds go first, and every other round runs in the
+    reverse order (A B C, C B A, ...: over an even number of rounds each implementation's mean place in time is the
+    same, so a linear drift falls on all alike; a fixed order charged it to the one timed first, kernellab, in
+    every round; `fixed_order` keeps that old order to compare). `timer(fn)` -> seconds, `bench` by default."""
+    timer = timer or (lambda fn: bench(fn, warmup=10, rep=100))
+    names = list(fns)
+    times = {impl: [] for impl in names}
+    orders = []
+    for r in range(settle + rounds):
+        order = names if fixed_order or r % 2 == 0 else names[::-1]
+        for impl in order:
+            with env_setting(settings.get(impl)):
+                t = timer(fns[impl])
+            if r >= settle:
+                times[impl].append(t)
+        if r >= settle:
+            orders.append(order)
+    return times, orders
+
+
+def run(names=None, also_env=(), rounds=ROUNDS, settle=1, fixed_order=False):
     import triton
     import triton.language as trtl
 
@@ -113,15 +141,11 @@ def run(names=None, also_env=()):
                         settings[impl] = setting
                     except Exception as e:  # a failing variant is a result, not a crash of the run
                         row[impl] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-                # time them in alternating rounds, so clock changes between them fall on all alike
-                times = {impl: [] for impl in fns}
                 _warm_up_the_gpu(0.3)
-                for _ in range(ROUNDS):
-                    for impl, fn in fns.items():
-                        with env_setting(settings[impl]):
-                            times[impl].append(bench(fn, warmup=10, rep=100))
+                times, orders = time_rounds(fns, settings, rounds, settle, fixed_order)
+                row["timing"] = {"rounds": rounds, "settle": settle, "order": orders}
                 for impl, ts in times.items():
-                    s_med = sorted(ts)[len(ts) // 2]
+                    s_med = statistics.median(ts)
                     row[impl].update(seconds=s_med, rounds=ts, **_figure(w, x, s_med))
                 if "kernellab" in fns and "triton" in fns:
                     row["kl_over_triton"] = row["triton"]["seconds"] / row["kernellab"]["seconds"]
@@ -173,10 +197,15 @@ def main():
     ap.add_argument("workloads", nargs="*")
     ap.add_argument("--also-env", action="append", default=[], metavar="VAR=VALUE",
                     help="one more kernellab column built and timed with VAR=VALUE set (repeatable)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help="timed rounds (median kept; default %(default)s)")
+    ap.add_argument("--settle", type=int, default=1,
+                    help="untimed rounds after the warm-up, while the clocks settle (default %(default)s)")
+    ap.add_argument("--fixed-order", action="store_true",
+                    help="every round in the same order (kernellab first), as before 2026-11-27's quant19")
     a = ap.parse_args()
     names = a.workloads
     t0 = time.time()
-    rows = run(names, a.also_env)
+    rows = run(names, a.also_env, rounds=a.rounds, settle=a.settle, fixed_order=a.fixed_order)
     if names:  # a partial run replaces its workloads' rows in the day's file for this GPU, keeping the others
         old = Path(os.environ.get("KERNELLAB_RESULTS_DIR", ROOT / "benchmarks" / "results")) / \
             f"{datetime.date.today().isoformat()}-{torch.cuda.get_device_name().replace(' ', '_')}-idioms.json"
@@ -188,7 +217,8 @@ def main():
                            "torch": torch.__version__, "python": platform.python_version()},
               "figure": "kl_over_triton = triton seconds / kernellab seconds (> 1: kernellab faster); matmul in "
                         "TFLOP/s, the others in GB/s of the bytes each must move",
-              "rows": rows, "summary": summary, "also_env": a.also_env, "wall_s": time.time() - t0}
+              "rows": rows, "summary": summary, "also_env": a.also_env, "wall_s": time.time() - t0,
+              "timing": {"rounds": a.rounds, "settle": a.settle, "fixed_order": a.fixed_order}}
     path = write_results(result, "idioms")
     print(f"\n{'workload':<12} {'min':>6} {'geomean':>8} {'n':>3}  not compared")
     for name, s in summary.items():

@@ -11,6 +11,7 @@ floats whose mask is constant across the 4).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from ..ir import Function, Op, Value
@@ -60,12 +61,20 @@ def meet(a: AxisInfo, b: AxisInfo) -> AxisInfo:
                     tuple(map(min, a.const, b.const)), a.value if a.value == b.value else None)
 
 
+def div_runs_enabled() -> bool:
+    """KERNELLAB_DIV_RUNS=1 (default off until timed on a GPU; part of the compile caches' keys through
+    runtime/codegen_env.py): a quotient by a splat divisor of known divisibility is constant over aligned blocks
+    (axis rule), and share_uniform_runs marks ops of slice layouts too, so codegen divides once per block."""
+    return os.environ.get("KERNELLAB_DIV_RUNS", "0").strip().lower() in ("1", "on", "true", "yes")
+
+
 class AxisAnalysis:
     def __init__(self, fn: Function, through_conversions: bool = False):
         """`through_conversions`: a ttg.convert_layout passes its operand's facts on (remove_layout_conversions'
         reloads, whose addresses assign_layouts converted); off elsewhere, where passes were tuned without it."""
         self.info: dict[int, AxisInfo] = {}
         self.through_conversions = through_conversions
+        self.div_runs = div_runs_enabled()
         for i, arg in enumerate(fn.args):
             attrs = fn.arg_attrs[i] if i < len(fn.arg_attrs) else {}
             d = int(attrs.get("tt.divisibility", 1))
@@ -227,7 +236,15 @@ class AxisAnalysis:
                                   if c & (c - 1) == 0 else a.const[d]) for d in range(rank))
                 div = tuple(a.elem_div(d) // c if a.elem_div(d) % c == 0 else 1 for d in range(rank))
                 return AxisInfo((1,) * rank, tuple(max(1, x) for x in div), const)
-            return AxisInfo((1,) * rank, (1,) * rank, tuple(map(min, a.const, b.const)))
+            const = tuple(map(min, a.const, b.const))
+            if self.div_runs:
+                # KERNELLAB_DIV_RUNS=1 (Triton's rule): a run x0, x0+1, ... (x0 a multiple of a.div) over a divisor
+                # q the same along the dimension, a multiple of b.div: the quotient steps only at multiples of q,
+                # so aligned blocks of gcd(a.div, b.div) share it (rows // H with H a multiple of 16: a 16-row tile
+                # has one position). As the constant-divisor rule above, this takes x >= 0 (C division truncates)
+                const = tuple(max(const[d], min(a.contig[d], math.gcd(a.div[d], b.div[d])))
+                              if b.const[d] >= shape[d] else const[d] for d in range(rank))
+            return AxisInfo((1,) * rank, (1,) * rank, const)
         if name in ("arith.cmpi",):
             a, b = ops
             pred = op.attrs.get("predicate", "")

@@ -9,6 +9,8 @@ its user needs, a `ttg.convert_layout` is inserted (the next pass removes the on
 """
 from __future__ import annotations
 
+import os
+
 from ..gpu import block_ptr
 from ..gpu.axis_info import AxisAnalysis, access_vec
 from ..gpu.layouts import Blocked, Mma, Slice, default_blocked
@@ -122,6 +124,35 @@ def _numel(t):
     return n
 
 
+def store_run_enabled() -> bool:
+    """KERNELLAB_STORE_RUN=1 (default off until timed on a GPU; part of the compile caches' keys through
+    runtime/codegen_env.py): loads of full vectors take the longer run of a narrower-element store of their values."""
+    return os.environ.get("KERNELLAB_STORE_RUN", "0").strip().lower() in ("1", "on", "true", "yes")
+
+
+def _stored_as(v, shape, order, run, anchors) -> bool:
+    """Whether tensor `v` reaches, through ops that keep its shape, the value operand of a store whose access is
+    laid out in `order` over `shape` with `run` elements a thread along the fastest dimension."""
+    work, seen = [v], set()
+    while work and len(seen) < 256:
+        u = work.pop()
+        for user in u.uses:
+            if id(user) in seen:
+                continue
+            seen.add(id(user))
+            if user.name == "tt.store":
+                anchor = anchors.get(id(user))
+                if len(user.operands) > 1 and user.operands[1] is u and anchor is not None and \
+                        isinstance(anchor[0], Blocked) and anchor[0].order == order and \
+                        anchor[0].spt[order[0]] == run and user.operands[0].type.shape == shape:
+                    return True
+                continue
+            if user.regions or accesses_memory(user.name):
+                continue
+            work += [r for r in user.results if isinstance(r.type, TensorType) and r.type.shape == shape]
+    return False
+
+
 class LayoutAssigner:
     def __init__(self, module: Module, num_warps: int, loop_hints: dict | None = None):
         self.fn = module.kernel
@@ -145,6 +176,7 @@ class LayoutAssigner:
         for rank, (_, layout) in best.items():
             self.dominant[rank] = layout
         self.widened_loads = self._widen_unaligned_loads()
+        self.loads_to_store_run = self._widen_to_store_runs() if store_run_enabled() else 0
         # A gather (no contiguity along any dim: W[channel_of(i)], table[idx]) gains nothing from a layout of
         # its own; in the kernel's dominant layout its result needs no conversion through shared memory
         for op in self.fn.walk():
@@ -180,6 +212,46 @@ class LayoutAssigner:
             if vec < full and spt > lay.spt[fast] and contig >= spt:
                 self.anchors[id(op)] = (default_blocked(shape, self.num_warps, order=lay.order, spt_fast=spt), vec)
                 n += 1
+        return n
+
+    def _widen_to_store_runs(self) -> int:
+        """KERNELLAB_STORE_RUN=1: a load already moving full 16-byte vectors whose values are stored, in the same
+        shape and order, as narrower elements (int8 quantization of f16 rows: 8 halves a load vector, 16 bytes a
+        store vector) takes the store's longer run per thread, as Triton's coalescing does (the widest access of
+        the ops around a load, at most the tile's elements per thread): each thread then reads two or more
+        adjacent 16-byte vectors and writes one full 16-byte vector, where the load's own run left the store at 8
+        bytes (two STG.64 for one STG.128 at 16 int8 a thread). Without the knob the store takes the loaded
+        values' run (one_block quantize at 4 and 8 warps)."""
+        stores: dict[tuple, int] = {}
+        for op in self.fn.walk():
+            anchor = self.anchors.get(id(op))
+            if op.name != "tt.store" or anchor is None or not isinstance(anchor[0], Blocked):
+                continue
+            lay, vec = anchor
+            run = lay.spt[lay.order[0]]
+            if vec == run:  # the store writes its whole run as one vector
+                key = (op.operands[0].type.shape, lay.order)
+                stores[key] = max(stores.get(key, 1), run)
+        n = 0
+        for op in self.fn.walk():
+            anchor = self.anchors.get(id(op))
+            if op.name != "tt.load" or anchor is None or not isinstance(anchor[0], Blocked):
+                continue
+            lay, vec = anchor
+            ptr = op.operands[0]
+            shape, fast = ptr.type.shape, lay.order[0]
+            run = stores.get((shape, lay.order), 1)
+            full = 16 // _elem_bytes(ptr.type.scalar.elem)
+            # loads of full vectors only (narrower ones are _widen_unaligned_loads'), whose values reach the store
+            if vec != full or lay.spt[fast] != vec or run <= vec or self.axis[ptr].contig[fast] < run or \
+                    not _stored_as(op.result, shape, lay.order, run, self.anchors):
+                continue
+            wide = default_blocked(shape, self.num_warps, order=lay.order, spt_fast=run)
+            self.anchors[id(op)] = (wide, vec)
+            for rank, dom in list(self.dominant.items()):
+                if dom == lay:  # fresh values (ranges, splats, constants) take the widened run too
+                    self.dominant[rank] = wide
+            n += 1
         return n
 
     def default(self, shape) -> Blocked:
@@ -622,4 +694,6 @@ def run(module: Module, options) -> dict:
         stats["accesses_in_pointer_layout"] = a.in_pointer_layout
     if a.widened_loads:
         stats["unaligned_loads_widened"] = a.widened_loads
+    if a.loads_to_store_run:
+        stats["loads_to_store_run"] = a.loads_to_store_run
     return stats

@@ -12,7 +12,7 @@ register of each block and reuses it for the others.
 from __future__ import annotations
 
 from ..gpu.axis_info import AxisAnalysis
-from ..gpu.layouts import Blocked
+from ..gpu.layouts import Blocked, Slice
 from ..ir import Module
 from ..ops import is_elementwise
 from ..types import PointerType, TensorType
@@ -34,16 +34,24 @@ def _block(const: int, spt: int, extent: int) -> int:
 def _blocks(op, axis: AxisAnalysis):
     res = op.results[0]
     t = res.type
-    if not isinstance(t, TensorType) or not isinstance(t.layout, Blocked) or isinstance(t.scalar, PointerType):
+    if not isinstance(t, TensorType) or isinstance(t.scalar, PointerType):
+        return None
+    lay = t.layout
+    if isinstance(lay, Blocked):
+        dims = (lay.spt, lay.tpw, lay.wpc)
+    elif isinstance(lay, Slice) and isinstance(lay.parent, Blocked) and axis.div_runs:
+        # KERNELLAB_DIV_RUNS=1: a slice of a blocked layout places its kept dims' registers as the parent does
+        # (rope_pairs' `pos = (rows // H) % S` over a 16-row tile, two rows a thread: one division, not two)
+        p, keep = lay.parent, [d for d in range(lay.parent.rank) if d != lay.dim]
+        dims = tuple(tuple(f[d] for d in keep) for f in (p.spt, p.tpw, p.wpc))
+    else:
         return None
     if not (t.scalar.is_int() or t.scalar.kind == "bool"):
         return None
     const = axis[res].const
     if len(const) != len(t.shape):  # values the analysis does not track at this rank
         return None
-    lay = t.layout
-    blocks = tuple(_block(min(c, n), s, s * tp * w) for c, n, s, tp, w in
-                   zip(const, t.shape, lay.spt, lay.tpw, lay.wpc))
+    blocks = tuple(_block(min(c, n), s, s * tp * w) for c, n, s, tp, w in zip(const, t.shape, *dims))
     return blocks if any(b > 1 for b in blocks) else None
 
 
