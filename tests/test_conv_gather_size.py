@@ -117,3 +117,42 @@ def test_slsr_pairs_counts_variable_candidates_sharing_an_operand():
     # %p: two variable indices (1 pair; the constant one stops the walk); i32 %x: two sums with values (1 pair);
     # %y, %z, i64 %x, i64 %y, %q: one each
     assert slsr_pairs(ir) == 2
+
+
+def _run_conv(device, monkeypatch, ties, bp, warps, stages):
+    """conv_rows on (3, 2, 57, 55) images (channel 0 convolved, zero padding 1) against float64 torch."""
+    if ties is None:
+        monkeypatch.delenv("KERNELLAB_COALESCE_TIES", raising=False)
+    else:
+        monkeypatch.setenv("KERNELLAB_COALESCE_TIES", ties)
+    g = torch.Generator().manual_seed(14)
+    x = (torch.rand(3, 2, 57, 55, generator=g) * 2 - 1).to(device)
+    x[0, 0, 0, :4] = torch.tensor([1e-30, -0.0, 3.5, -2.25])  # edge values among the random ones
+    w = (torch.rand(16, 1, 3, 3, generator=g) * 2 - 1).to(device)
+    o = torch.full((3, 16, 55, 53), float("nan"), device=device)  # poisoned: every element must be written
+    n_pos = 3 * 55 * 53
+    conv_rows.cache.clear()
+    conv_rows[(triton_cdiv(n_pos, bp),)](x, w, o, 3, 57, 55, 55, 53, *x.stride()[:3], w.stride(0), w.stride(2),
+                                         o.stride(0), o.stride(1), o.stride(2), KH=3, KW=3, PAD=1, BP=bp, BC=32,
+                                         BO=16, num_warps=warps, num_stages=stages)
+    ref = torch.nn.functional.conv2d(x[:, :1].double().cpu(), w.double().cpu(), padding=1)[:, :, :55, :53]
+    # tl.dot of float32 tiles is TF32 on the GPU (10-bit mantissas): 9 products of magnitude < 1
+    torch.testing.assert_close(o.double().cpu(), ref, atol=2e-2 if device == "cuda" else 1e-5, rtol=0)
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def test_conv_rows_interpreter(monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter runs without a GPU")
+    _run_conv("cpu", monkeypatch, None, 128, 2, 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("ties", [None, "first"])
+@pytest.mark.parametrize("bp,warps,stages", [(256, 2, 4), (128, 4, 3), (64, 2, 2)])
+def test_conv_rows_gpu(monkeypatch, ties, bp, warps, stages):
+    _run_conv("cuda", monkeypatch, ties, bp, warps, stages)
