@@ -12,8 +12,8 @@ kernels named in RUN_KERNELS really run on the interpreter (fused_moe's routing 
 buffers from their outputs).
 
 Cases: every Liger-Kernel op of benchmarks/libraries.py at its GPU size, plus the known slow compiles (`jsd` at
-vocab 32000; attorch's flash-attention forward and its kernels autotuned over 1..32 warps, when attorch is
-importable or $ATTORCH_PATH names a checkout).
+vocab 32000; attorch's flash-attention forward and its kernels autotuned over 1..32 warps, and its AvgPool layers'
+conv2d at its tests' shapes (ATTORCH_POOL_CASES), when attorch is importable or $ATTORCH_PATH names a checkout).
 
 How: a collector child (one per case) runs the library op on CPU tensors with `kernellab.compat` installed and a
 compile hook that records every specialization a launch (or the autotuner's warm-up of each config) asks for,
