@@ -85,6 +85,8 @@ ATTORCH_POOL_CASES = {
     "attorch_pool2d_256x128x28x28_k4s2p2_amp": ((256, 128, 28, 28), 4, 2, 2, True),
     "attorch_pool1d_8x960x196_k2s2p0": ((8, 960, 196), 2, 2, 0, False),
     "attorch_pool1d_64x768x128_k3s1p1_amp": ((64, 768, 128), 3, 1, 1, True),
+    # its Conv2d layer (groups 1, 64 output channels: the same kernel over 64 input channels a program)
+    "attorch_conv2d_64x64x56x56_k3s1p1_o64": ((64, 64, 56, 56), 3, 1, 1, False, 64, 1),
 }
 ATTORCH_CASES += tuple(ATTORCH_POOL_CASES)
 
@@ -192,11 +194,11 @@ def _run_attorch(name):
     y.sum().backward()
 
 
-def _run_attorch_pool(shape, k, stride, padding, amp):
+def _run_attorch_pool(shape, k, stride, padding, amp, out_channels=None, groups=None):
     """AvgPool1d/2d's forward as attorch builds it (its layers make their weights on 'cuda'): a depthwise
-    Conv2dAutoGrad with 1/k**2 weights; its backward is torch's (nn.grad.conv2d_input/weight), no kernel. Under
-    autocast attorch's conv loads and multiplies in fp16 (fp16=True); it asks torch.is_autocast_enabled(), which
-    means CUDA's, so that is answered for the CPU's."""
+    Conv2dAutoGrad with 1/k**2 weights (or its Conv2d's, with `out_channels` and `groups`); its backward is torch's
+    (nn.grad.conv2d_input/weight), no kernel. Under autocast attorch's conv loads and multiplies in fp16
+    (fp16=True); it asks torch.is_autocast_enabled(), which means CUDA's, so that is answered for the CPU's."""
     import torch
     from attorch.conv_layer import Conv2dAutoGrad
 
@@ -205,12 +207,13 @@ def _run_attorch_pool(shape, k, stride, padding, amp):
         x, kh, kw, sh, sw, ph, pw = x.unsqueeze(-1), k, 1, stride, 1, padding, 0
     else:
         kh, kw, sh, sw, ph, pw = k, k, stride, stride, padding, padding
-    w = torch.full((shape[1], 1, kh, kw), 1.0 / (kh * kw))
+    groups = groups or shape[1]
+    w = torch.full((out_channels or shape[1], shape[1] // groups, kh, kw), 1.0 / (kh * kw))
     enabled = torch.is_autocast_enabled
     torch.is_autocast_enabled = lambda *a: amp
     try:
         with torch.autocast("cpu", dtype=torch.float16, enabled=amp):
-            Conv2dAutoGrad.apply(x, w, None, sh, sw, ph, pw, shape[1])
+            Conv2dAutoGrad.apply(x, w, None, sh, sw, ph, pw, groups)
     finally:
         torch.is_autocast_enabled = enabled
 
