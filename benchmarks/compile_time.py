@@ -12,8 +12,8 @@ kernels named in RUN_KERNELS really run on the interpreter (fused_moe's routing 
 buffers from their outputs).
 
 Cases: every Liger-Kernel op of benchmarks/libraries.py at its GPU size, plus the known slow compiles (`jsd` at
-vocab 32000; attorch's flash-attention forward and its kernels autotuned over 1..32 warps, when attorch is
-importable or $ATTORCH_PATH names a checkout).
+vocab 32000; attorch's flash-attention forward and its kernels autotuned over 1..32 warps, and its AvgPool layers'
+conv2d at its tests' shapes (ATTORCH_POOL_CASES), when attorch is importable or $ATTORCH_PATH names a checkout).
 
 How: a collector child (one per case) runs the library op on CPU tensors with `kernellab.compat` installed and a
 compile hook that records every specialization a launch (or the autotuner's warm-up of each config) asks for,
@@ -78,6 +78,17 @@ def _liger_cases():
 ATTORCH_CASES = ("attorch_flash_fwd_d64", "attorch_flash_fwd_d128", "attorch_flash_fwd_d64_fp32",
                  "attorch_flash_fwd_d128_fp32", "attorch_layer_norm", "attorch_softmax", "attorch_cross_entropy",
                  "attorch_nll_loss")
+# attorch's AvgPool layers (a depthwise conv2d_forward_kernel: groups = channels) at its tests' subset shapes:
+# name -> (input shape, kernel_size, stride, padding, autocast to fp16)
+ATTORCH_POOL_CASES = {
+    "attorch_pool2d_64x64x56x56_k3s1p1": ((64, 64, 56, 56), 3, 1, 1, False),
+    "attorch_pool2d_256x128x28x28_k4s2p2_amp": ((256, 128, 28, 28), 4, 2, 2, True),
+    "attorch_pool1d_8x960x196_k2s2p0": ((8, 960, 196), 2, 2, 0, False),
+    "attorch_pool1d_64x768x128_k3s1p1_amp": ((64, 768, 128), 3, 1, 1, True),
+    # its Conv2d layer (groups 1, 64 output channels: the same kernel over 64 input channels a program)
+    "attorch_conv2d_64x64x56x56_k3s1p1_o64": ((64, 64, 56, 56), 3, 1, 1, False, 64, 1),
+}
+ATTORCH_CASES += tuple(ATTORCH_POOL_CASES)
 
 
 def case_names() -> list[str]:
@@ -156,6 +167,9 @@ def _run_attorch(name):
         q, k, v = (torch.rand(4, 16, 1024, d, dtype=dtype) for _ in range(3))
         _attention.forward(type("Ctx", (), {"save_for_backward": lambda self, *a: None})(), q, k, v, False, d ** -0.5)
         return
+    if name in ATTORCH_POOL_CASES:
+        _run_attorch_pool(*ATTORCH_POOL_CASES[name])
+        return
     x = torch.rand(4096, 4096, requires_grad=True)
     if name == "attorch_layer_norm":
         from attorch.layer_norm_layer import LayerNormAutoGrad
@@ -178,6 +192,30 @@ def _run_attorch(name):
     else:
         raise KeyError(name)
     y.sum().backward()
+
+
+def _run_attorch_pool(shape, k, stride, padding, amp, out_channels=None, groups=None):
+    """AvgPool1d/2d's forward as attorch builds it (its layers make their weights on 'cuda'): a depthwise
+    Conv2dAutoGrad with 1/k**2 weights (or its Conv2d's, with `out_channels` and `groups`); its backward is torch's
+    (nn.grad.conv2d_input/weight), no kernel. Under autocast attorch's conv loads and multiplies in fp16
+    (fp16=True); it asks torch.is_autocast_enabled(), which means CUDA's, so that is answered for the CPU's."""
+    import torch
+    from attorch.conv_layer import Conv2dAutoGrad
+
+    x = torch.rand(shape)
+    if len(shape) == 3:
+        x, kh, kw, sh, sw, ph, pw = x.unsqueeze(-1), k, 1, stride, 1, padding, 0
+    else:
+        kh, kw, sh, sw, ph, pw = k, k, stride, stride, padding, padding
+    groups = groups or shape[1]
+    w = torch.full((out_channels or shape[1], shape[1] // groups, kh, kw), 1.0 / (kh * kw))
+    enabled = torch.is_autocast_enabled
+    torch.is_autocast_enabled = lambda *a: amp
+    try:
+        with torch.autocast("cpu", dtype=torch.float16, enabled=amp):
+            Conv2dAutoGrad.apply(x, w, None, sh, sw, ph, pw, groups)
+    finally:
+        torch.is_autocast_enabled = enabled
 
 
 # ---------------------------------------------------------------------------------------------

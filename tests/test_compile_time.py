@@ -60,7 +60,7 @@ def _llvm_seconds(block: int) -> float:
 def test_slsr_mode(monkeypatch):
     monkeypatch.delenv("KERNELLAB_LLVM_SLSR", raising=False)
     assert slsr_mode() == "auto"
-    for mode in ("on", "off"):
+    for mode in ("on", "off", "pairs"):
         monkeypatch.setenv("KERNELLAB_LLVM_SLSR", mode)
         assert slsr_mode() == mode
 

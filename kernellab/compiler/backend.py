@@ -13,7 +13,7 @@ from typing import Callable
 from ..errors import CompilationError, ToolchainError
 from .codegen import occupancy_cap
 from .codegen.line_map import llvm_positions, ptx_positions
-from .codegen.llvm_to_ptx import compile_llvm
+from .codegen.llvm_to_ptx import SLSR_MAX_ADDRESSES_PER_POINTER, SLSR_MAX_PAIRS, compile_llvm
 from .codegen.lower import LoweringError, lower_kernel
 from .codegen.lower_warp_specialize import registers
 from .codegen.lowering_core import producer_warps
@@ -169,11 +169,17 @@ def _ptx(b: Build):
     positions = ptx_positions(ptx) if b.options.line_info else None
     note = "" if lsr else " (LLVM loop strength reduction off: the loops carry their pointers)"
     if not res.slsr:
-        note += (f" (straight-line strength reduction off: {res.max_addresses_per_pointer} addresses off one pointer"
-                 " would make it quadratic)")
+        if res.max_addresses_per_pointer > SLSR_MAX_ADDRESSES_PER_POINTER:
+            why = f"{res.max_addresses_per_pointer} addresses off one pointer would make it quadratic"
+        elif res.slsr_pairs > SLSR_MAX_PAIRS:
+            why = f"{res.slsr_pairs} pairs of candidates would make it quadratic"
+        else:
+            why = "KERNELLAB_LLVM_SLSR=off"
+        note += f" (straight-line strength reduction off: {why})"
     b.trace.record("to_ptx", f"LLVM O3 + NVPTX backend -> PTX for {b.target.cpu}{note}", ptx, time.perf_counter() - t0,
                    True, {**{f"{k}_s": round(v, 4) for k, v in res.times.items()},
-                          "max_addresses_per_pointer": res.max_addresses_per_pointer}, stage="ptx",
+                          "max_addresses_per_pointer": res.max_addresses_per_pointer,
+                          **({"slsr_pairs": res.slsr_pairs} if res.slsr_pairs else {})}, stage="ptx",
                    positions=positions)
 
 

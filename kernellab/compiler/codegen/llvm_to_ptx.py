@@ -50,6 +50,7 @@ class LLVMResult:
     times: dict[str, float] = field(default_factory=dict)  # seconds per step
     slsr: bool = True  # whether the code generator ran straight-line strength reduction
     max_addresses_per_pointer: int = 0  # getelementptrs off one pointer in the optimized IR (the most)
+    slsr_pairs: int = 0  # pairs SLSR compares without an early stop (slsr_pairs)
 
 
 def _initialize() -> None:
@@ -84,12 +85,40 @@ SLSR_MAX_ADDRESSES_PER_POINTER = 128
 
 _GEP_BASE_RE = re.compile(r"= getelementptr (?:inbounds |nuw |nusw )*[^,]+, ptr(?: addrspace\(\d+\))? (%[\w.$\"-]+)")
 
+# KERNELLAB_LLVM_SLSR=pairs (off by default): SLSR also off above this many pairs of candidates it compares without
+# an early stop. The per-pointer count misses kernels with many pointers and integer sums: attorch's conv2d (its
+# AvgPool layers) at 2 warps has at most 128 addresses off one pointer, but 128 rows a thread of (row offset +
+# column offset) sums and addresses off four pointers: 60k such pairs, 7.2 s of SLSR in an 8.2 s code generator
+# (issue 14, benchmarks/NOTES.md). Measured there: 5k pairs 0.9 s of SLSR, 15k 2.4 s, 27k 5.9 s, 60k 7.2 s.
+SLSR_MAX_PAIRS = 8192
+_GEP_VAR_RE = re.compile(r"= getelementptr (?:inbounds |nuw |nusw )*[^,]+, ptr(?: addrspace\(\d+\))? "
+                         r"(%[\w.$\"-]+), i\d+ (%[\w.$\"-]+)")
+_ADD_RE = re.compile(r"= add (?:nuw |nsw )*(i\d+) (%[\w.$\"-]+), (%[\w.$\"-]+)")
+
 
 def slsr_mode() -> str:
-    """KERNELLAB_LLVM_SLSR: "on" (SLSR always, in process), "off" (never, for the whole process) or "auto" (the
-    default: off for kernels with more than SLSR_MAX_ADDRESSES_PER_POINTER addresses off one pointer)."""
+    """KERNELLAB_LLVM_SLSR: "on" (SLSR always, in process), "off" (never, for the whole process), "auto" (the
+    default: off for kernels with more than SLSR_MAX_ADDRESSES_PER_POINTER addresses off one pointer) or "pairs"
+    (as auto, and off above SLSR_MAX_PAIRS pairs: slsr_pairs)."""
     mode = os.environ.get("KERNELLAB_LLVM_SLSR", "auto").lower()
-    return mode if mode in ("on", "off") else "auto"
+    return mode if mode in ("on", "off", "pairs") else "auto"
+
+
+def slsr_pairs(ir_text: str) -> int:
+    """Pairs of SLSR candidates in one bucket whose difference is not a constant, in the (optimized) IR. LLVM 22's
+    SLSR files `B + S` (an add; both ways round) and `&B[S]` (a getelementptr) by the operand they share, and for
+    each candidate walks every earlier one sharing it, computing a SCEV difference; a constant difference stops the
+    walk, a variable one does not. So the candidates that share an operand and whose other operand is a value
+    (not a constant) cost a comparison a pair: n(n-1)/2 for n of them."""
+    groups: dict = {}
+    for m in _GEP_VAR_RE.finditer(ir_text):
+        groups[m.group(1)] = groups.get(m.group(1), 0) + 1
+    for m in _ADD_RE.finditer(ir_text):
+        ty, a, b = m.groups()
+        groups[(ty, a)] = groups.get((ty, a), 0) + 1
+        if b != a:
+            groups[(ty, b)] = groups.get((ty, b), 0) + 1
+    return sum(n * (n - 1) // 2 for n in groups.values())
 
 
 def max_addresses_per_pointer(ir_text: str) -> int:
@@ -280,7 +309,10 @@ def compile_llvm(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = Fal
         t0 = time.perf_counter()
         optimized_ir = str(mod)
         addresses = max_addresses_per_pointer(optimized_ir)
-        slsr = slsr_mode() == "on" or slsr_mode() == "auto" and addresses <= SLSR_MAX_ADDRESSES_PER_POINTER
+        mode = slsr_mode()
+        pairs = slsr_pairs(optimized_ir) if mode == "pairs" else 0
+        slsr = mode == "on" or (mode in ("auto", "pairs") and addresses <= SLSR_MAX_ADDRESSES_PER_POINTER
+                                and pairs <= SLSR_MAX_PAIRS)
         # LSR runs in the NVPTX code generator, so the switch is the process-wide option, set under the lock
         lsr = f"-disable-lsr={0 if loop_strength_reduction else 1}"
         if slsr or slsr_mode() == "off":
@@ -309,7 +341,8 @@ def compile_llvm(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = Fal
         raise ToolchainError(f"kernel '{kernel_name}': no '.entry {kernel_name}' in the PTX; the kernel function "
                              f"must exist and use the ptx_kernel calling convention")
     return LLVMResult(ptx=ptx, optimized_ir=optimized_ir, linked_libdevice=libdevice_path,
-                      kernels=kernels, times=times, slsr=slsr, max_addresses_per_pointer=addresses)
+                      kernels=kernels, times=times, slsr=slsr, max_addresses_per_pointer=addresses,
+                      slsr_pairs=pairs)
 
 
 def llvm_to_ptx(llvm_ir: str, target: Target, kernel_name: str, ftz: bool = False,

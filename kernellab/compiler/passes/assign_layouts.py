@@ -37,13 +37,33 @@ def _elem_bytes(t):
     return getattr(t, "itemsize", 8)
 
 
+TIES_KNOB = "KERNELLAB_COALESCE_TIES"
+
+
+def coalesce_ties() -> str:
+    """KERNELLAB_COALESCE_TIES: which of a memory op's equally contiguous dimensions its layout makes the fastest.
+    "last" (the default): the last one. "first": the first one, as Triton's coalescing does (a stable sort of the
+    dimensions by contiguity, tensor order first).
+
+    It matters where no dimension is contiguous (a gather; a stride the launch did not specialize to 1). attorch's
+    conv2d (and its AvgPool layers: a depthwise conv2d) loads a [rows, channels] tile whose rows are (batch, height,
+    width) positions made of two divisions and two remainders and whose channels have a runtime stride. With
+    "last" a warp's lanes spread over the channels, and each thread holds many rows (128 at 2 warps and 256 rows):
+    128 rows of divisions, masks and addresses a thread, in every pipeline stage. With "first" the lanes spread over
+    the rows (8 a thread there; Triton's 4, its warps also over the rows): LLVM IR 17.8k -> 11.5k lines, ptxas
+    16.6 -> 3.4 s, spills 32.9 -> 13.0 KB (Triton's: 12.6 KB; benchmarks/NOTES.md, issue 14). A codegen change for
+    every such access, untimed on a GPU: off by default."""
+    return "first" if os.environ.get(TIES_KNOB, "").strip().lower() == "first" else "last"
+
+
 def coalesced_layout(op: Op, axis: AxisAnalysis, num_warps: int) -> tuple[Blocked, int]:
     """The layout a memory op wants, and its vector width in elements."""
     ptr = op.operands[0]
     shape = ptr.type.shape
     rank = len(shape)
     info = axis[ptr]
-    order = sorted(range(rank), key=lambda d: (-info.contig[d], -d))
+    tie = 1 if coalesce_ties() == "first" else -1
+    order = sorted(range(rank), key=lambda d: (-info.contig[d], tie * d))
     fast = order[0]
     elem = ptr.type.scalar.elem
     vec = access_vec(op, axis, fast)
