@@ -218,3 +218,24 @@ def test_cp_async_ptx_for_block_pointers(arch, tma, tmp_path, monkeypatch):
     loop, = loop_bodies(ptx)
     assert loop.count("cp.async.cg.shared.global") == 8
     assert loop.count("mul.lo.s64") + loop.count("mul.wide") <= 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N", [257, 250, 256])
+def test_block_ptr_store_keeps_the_padding_past_a_ragged_row(N):
+    """C a view of a padded float32 buffer (rows 16-byte aligned): with N * 4 bytes not a whole number of 16-byte
+    chunks the store must not touch the padding (a TMA store wrote past N on an H200: tma_store.py keeps st.global
+    there); N = 256 goes by TMA."""
+    M, K = 130, 64
+    a, b = operands("fp16", M, 272, K, seed=N)
+    b = b[:, :N]  # B's rows stay 16-byte aligned too
+    full = torch.full((M, 272), float("nan"), dtype=torch.float32, device="cuda")
+    c = full[:, :N]
+    ck = launch(a, b, c, (64, 64, 64, 4), 3, True)
+    torch.cuda.synchronize()
+    ref = a.cpu().double() @ b.cpu().double()
+    assert not torch.isnan(c.cpu()).any(), "unwritten (poisoned) elements"
+    assert ((c.cpu().double() - ref).norm() / ref.norm()).item() < 1e-3
+    assert torch.isnan(full[:, N:]).all(), "the store wrote past column N"
+    stores = next(p.stats for p in ck.trace.passes if p.name == "tma_store")
+    assert stores.get("tma_store", 0) == (1 if N % 16 == 0 else 0)
