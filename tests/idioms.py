@@ -1589,3 +1589,16 @@ def make_idioms(jit, tl) -> list:
             _scan(jit, tl), _weight_grad(jit, tl), _gemv(jit, tl), _transpose(jit, tl), _cross_entropy(jit, tl),
             _bmm(jit, tl), _attention(jit, tl), _rope(jit, tl), _quantize(jit, tl), _stencil(jit, tl),
             _paged_decode(jit, tl)]
+
+
+def gpu_build_of(monkeypatch, workload, variant: str, x, cfg):
+    """The GPU build (sm_90a, no GPU needed) of one variant of `workload` launched on inputs `x` with `cfg`: its
+    launch runs as written up to the kernel's run, which only builds (tests of what a knob does to the code)."""
+    import kernellab.runtime.jit as jit
+
+    v = next(v for v in workload.variants if v.name == variant)
+    built, real_run = [], jit.CompiledKernel.run
+    monkeypatch.setattr(jit.CompiledKernel, "run", lambda self, grid, args: built.append(self.build_gpu()))
+    v.launch(v.kernel, x, cfg)
+    monkeypatch.setattr(jit.CompiledKernel, "run", real_run)
+    return built[0]

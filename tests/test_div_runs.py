@@ -100,22 +100,11 @@ def _rope():
 
 
 def _built(cfg, monkeypatch, knob, size=(2, 64, 32, 128)):
-    import kernellab.runtime.jit as jit
+    from tests.idioms import gpu_build_of
 
     monkeypatch.setenv("KERNELLAB_DIV_RUNS", knob)
     w = _rope()
-    v = next(v for v in w.variants if v.name == "pairs")
-    x = w.inputs(size, "cpu", 0)
-    built = []
-    real_run = jit.CompiledKernel.run
-
-    def build_only(self, grid, args):
-        built.append(self.build_gpu())
-
-    monkeypatch.setattr(jit.CompiledKernel, "run", build_only)
-    v.launch(v.kernel, x, cfg)
-    monkeypatch.setattr(jit.CompiledKernel, "run", real_run)
-    return built[0]
+    return gpu_build_of(monkeypatch, w, "pairs", w.inputs(size, "cpu", 0), cfg)
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")

@@ -123,25 +123,14 @@ def _quantize():
 
 
 def _built(variant, cfg, monkeypatch, knob):
-    import kernellab.runtime.jit as jit
+    from tests.idioms import gpu_build_of
 
     if knob:
         monkeypatch.setenv("KERNELLAB_STORE_RUN", "1")
     else:
         monkeypatch.delenv("KERNELLAB_STORE_RUN", raising=False)
     w = _quantize()
-    v = next(v for v in w.variants if v.name == variant)
-    x = w.inputs((64, 4096), "cpu", 0)
-    built = []
-    real_run = jit.CompiledKernel.run
-
-    def build_only(self, grid, args):
-        built.append(self.build_gpu())
-
-    monkeypatch.setattr(jit.CompiledKernel, "run", build_only)
-    v.launch(v.kernel, x, cfg)
-    monkeypatch.setattr(jit.CompiledKernel, "run", real_run)
-    return built[0]
+    return gpu_build_of(monkeypatch, w, variant, w.inputs((64, 4096), "cpu", 0), cfg)
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
