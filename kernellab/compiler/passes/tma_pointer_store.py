@@ -176,16 +176,24 @@ def _scalar_shifts(off: Value, shifts: list) -> None:
         shifts.append((off, 1))
 
 
+def _through_shapes(v: Value, dims: tuple, what: str) -> tuple:
+    """(the op making `v` below its broadcasts, hints and expand_dims, the tile dims of that op's axes), or _No
+    when `v` (`what`: a pointer tensor, a mask) is an argument or a loop value."""
+    while True:
+        d = v.defining_op
+        if d is None:
+            raise _No(f"{what} that is an argument or a loop value")
+        if d.name == "tt.expand_dims":
+            axis = d.attrs["axis"]
+            dims = dims[:axis] + dims[axis + 1:]
+        elif d.name not in ("tt.broadcast", "tt.hint"):
+            return d, dims
+        v = d.operands[0]
+
+
 def _addresses(v: Value, dims: tuple, shifts: list) -> tuple:
     """(base pointer, index terms) of pointer tensor `v`, its shifts appended to `shifts`, or _No."""
-    d = v.defining_op
-    if d is None:
-        raise _No("a pointer tensor that is an argument or a loop value")
-    if d.name in ("tt.broadcast", "tt.hint"):
-        return _addresses(d.operands[0], dims, shifts)
-    if d.name == "tt.expand_dims":
-        axis = d.attrs["axis"]
-        return _addresses(d.operands[0], dims[:axis] + dims[axis + 1:], shifts)
+    d, dims = _through_shapes(v, dims, "a pointer tensor")
     if d.name == "tt.splat":
         p = d.operands[0]
         while p.defining_op is not None and p.defining_op.name == "tt.addptr":
@@ -238,14 +246,7 @@ def _mask_coordinate(v: Value, dims: tuple) -> tuple:
 def _bounds(m: Value, dims: tuple, out: dict) -> None:
     """Fill {tile dim: (coordinate key, bound)} from mask `m` (i1, axes along `dims`), or _No when it is not exactly
     the tile's bounds."""
-    d = m.defining_op
-    if d is None:
-        raise _No("a mask that is an argument or a loop value")
-    if d.name in ("tt.broadcast", "tt.hint"):
-        return _bounds(d.operands[0], dims, out)
-    if d.name == "tt.expand_dims":
-        axis = d.attrs["axis"]
-        return _bounds(d.operands[0], dims[:axis] + dims[axis + 1:], out)
+    d, dims = _through_shapes(m, dims, "a mask")
     if d.name == "arith.andi":
         _bounds(d.operands[0], dims, out)
         _bounds(d.operands[1], dims, out)
