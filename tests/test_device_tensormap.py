@@ -222,3 +222,61 @@ def test_gpu_grouped_gemm_with_triton_style_allocator():
         kl.set_allocator(None)
     p.check()
     assert asked and all(a == 128 for _, a in asked)
+
+
+@kl.jit
+def fill_through_made_map(dims, c_ptr, ld, HINT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    """C [M, N] (sizes loaded in the kernel, row stride `ld`) filled with 1000 * row + column through a tensor
+    descriptor the kernel makes."""
+    M = tl.load(dims)
+    N = tl.load(dims + 1)
+    if HINT:
+        N = tl.multiple_of(N, 8)
+    desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[ld, 1], block_shape=[BM, BN])
+    pm = tl.program_id(0)
+    pn = tl.program_id(1)
+    r = tl.arange(0, BM)[:, None] + pm * BM
+    c = tl.arange(0, BN)[None, :] + pn * BN
+    desc.store([pm * BM, pn * BN], (r * 1000 + c).to(tl.float32))
+
+
+def _fill_through_made_map(M, N, width, hint, device, warmup=False):
+    full = torch.full((M, width), float("nan"), dtype=torch.float32, device=device)
+    dims = torch.tensor([M, N], dtype=torch.int32, device=device)
+    grid = (-(-M // 64), -(-N // 64))
+    if warmup:
+        return full, fill_through_made_map.warmup(dims, full, width, HINT=hint, BM=64, BN=64, grid=grid)
+    return full, fill_through_made_map[grid](dims, full, width, HINT=hint, BM=64, BN=64)
+
+
+def _stores(ck):
+    return next(p.stats for p in ck.trace.passes if p.name == "tma_store")
+
+
+@needs_ptxas
+@pytest.mark.parametrize("hint", [False, True])
+def test_made_map_store_needs_a_whole_16_byte_extent(hint, tmp_path, monkeypatch):
+    """A TMA store writes whole 16-byte chunks (past a ragged extent, into a strided view's padding: Triton 3.6's
+    descriptor store did on an H200). A map the kernel makes from a size it loads keeps st.global unless the size is
+    hinted a multiple of 16 bytes."""
+    from kernellab.compiler.codegen.target import Target
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    _, ck = _fill_through_made_map(130, 256, 272, hint, "cpu", warmup=True)
+    ck.build_gpu(Target(90))
+    stores = _stores(ck)
+    assert stores.get("tma_store", 0) == (1 if hint else 0), stores
+    if not hint:
+        assert "not known to be a multiple of 16 bytes" in stores["no_tma_store"][0]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("N, hint", [(257, False), (250, False), (256, False), (256, True)])
+def test_made_map_store_keeps_the_padding_past_a_ragged_row(N, hint, device):
+    """C a view of a padded float32 buffer, its descriptor made in the kernel from sizes it loads: every element
+    written, none of the padding."""
+    M, width = 130, 272
+    full, _ = _fill_through_made_map(M, N, width, hint, device)
+    want = torch.arange(M)[:, None] * 1000.0 + torch.arange(N)[None, :]
+    assert torch.equal(full[:, :N].cpu(), want)
+    assert torch.isnan(full[:, N:]).all(), "the store wrote past column N"

@@ -20,13 +20,14 @@ since its own previous store. Stores in different blocks wait for all (pending 0
 
 A store qualifies when a host-made tensor map can describe the tensor (block_ptr.tma_operands: base, shape and
 strides are kernel arguments or constants, 16-byte aligned, every dim checked; a `[1, M, N]` tile of a rank-3
-descriptor, the reshape of an `[M, N]` one, as Liger's mlp stores, is stored from that 2-D tile through a tensor
-map of rank 3 with a box of 1 along the leading dim), the kernel only stores to that
-tensor (nothing of it is read back while a TMA store may still be writing), its tile can be swizzled and
-has at most 256 rows, and the buffers fit in shared memory next to the kernel's stage buffers. Why a store keeps
-st.global is recorded in the stats (`no_tma_store`). A tensor descriptor over values the kernel computes (a
-grouped GEMM's per-group C) has its map made by the kernel at each store (`ttg.make_tensormap`, after the wait
-that frees the map's slot too).
+descriptor, the reshape of an `[M, N]` one, as Liger's mlp stores, is stored from that 2-D tile through a tensor map
+of rank 3 with a box of 1 along the leading dim), the kernel only stores to that tensor (nothing of it is read back
+while a TMA store may still be writing), its tile can be swizzled and has at most 256 rows, the tensor's contiguous
+extent is proven a whole number of 16-byte chunks (a TMA store writes whole chunks, past a ragged extent into a
+strided view's padding), and the buffers fit in shared memory next to the kernel's stage buffers. Why a store keeps
+st.global is recorded in the stats (`no_tma_store`). A tensor descriptor over values the kernel computes (a grouped
+GEMM's per-group C) has its map made by the kernel at each store (`ttg.make_tensormap`, after the wait that frees
+the map's slot too).
 """
 from __future__ import annotations
 
@@ -139,12 +140,13 @@ def _qualifies(op: Op, fn, axis):
             operands = _Made(made)
     if operands is None:
         return None, why, None
-    if not isinstance(operands, _Made) and (axis[operands[1]].div[0] * (t.scalar.bits // 8)) % 16:
-        # On an H200 a TMA store into C[:, :257] of a padded fp16 buffer wrote into the padding past column 257,
-        # while the same kernel with N = 256 or 200 kept it (benchmarks/NOTES.md, twelfth session, run 4): the
-        # contiguous extent must be a whole number of 16-byte chunks, proven (the runtime specializes an argument
-        # divisible by 16); otherwise st.global, which masks each element. (Not applied to maps the kernel makes
-        # from computed extents, a grouped GEMM's: unproven there, and not yet measured on a GPU.)
+    if (_extent_div(found[0], axis) * (t.scalar.bits // 8)) % 16:
+        # A TMA store writes whole 16-byte chunks: past a contiguous extent that is not a whole number of them it
+        # writes the padding of a strided view up to the next chunk. On an H200, into C[:, :257] of a padded buffer,
+        # Triton 3.6's descriptor store did so (3 fp32 per row; kernellab's st.global none: benchmarks/NOTES.md,
+        # thirteenth session, run 1). So the extent must be proven a whole number of chunks (the runtime
+        # specializes an argument divisible by 16), also for maps the kernel makes from extents it computes or
+        # loads (a grouped GEMM's); otherwise st.global, which masks each element.
         return None, ("the tensor's contiguous extent is not known to be a multiple of 16 bytes (a TMA store may "
                       "write past it, up to the next 16-byte chunk)"), None
     if not _only_stored(operands[0]):
@@ -155,6 +157,18 @@ def _qualifies(op: Op, fn, axis):
     if d is not None and d.name == "ttg.convert_layout" and len(v.uses) == 1:
         v = d.operands[0]  # local_store writes any layout: the conversion for st.global goes
     return buf_t, operands, v
+
+
+def _extent_div(mk: Op, axis) -> int:
+    """What the contiguous extent of `mk`'s tensor is known to be a multiple of (elements): the best of the value
+    and of what it widens or hints (`tl.multiple_of(N, 8)` on a size loaded in the kernel)."""
+    _, shape, _, _ = block_ptr.parts(mk)
+    v, best = shape[mk.attrs["order"][0]], 1
+    while v is not None:
+        best = max(best, axis[v].div[0])
+        d = v.defining_op
+        v = d.operands[0] if d is not None and d.name in ("arith.extsi", "arith.extui", "tt.hint") else None
+    return best
 
 
 def _across(v, contiguous: int) -> bool:
