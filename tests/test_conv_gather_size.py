@@ -85,7 +85,7 @@ def test_default_keeps_its_layout(monkeypatch, ties):
 def test_slsr_pairs_mode_bounds_the_code_generator(monkeypatch):
     """LLVM 22's SLSR compares every pair of candidates sharing an operand whose difference is not a constant. The
     default layout's kernel stays under the per-pointer limit (so `auto` keeps SLSR: seconds of it at attorch's
-    sizes) but has far more such pairs than SLSR_MAX_PAIRS: KERNELLAB_LLVM_SLSR=pairs turns it off there."""
+    sizes) but has far more such pairs than SLSR_MAX_PAIRS: KERNELLAB_LLVM_SLSR=pairs (the default) turns it off."""
     from kernellab.compiler.codegen.llvm_to_ptx import (
         SLSR_MAX_ADDRESSES_PER_POINTER,
         SLSR_MAX_PAIRS,

@@ -85,7 +85,7 @@ SLSR_MAX_ADDRESSES_PER_POINTER = 128
 
 _GEP_BASE_RE = re.compile(r"= getelementptr (?:inbounds |nuw |nusw )*[^,]+, ptr(?: addrspace\(\d+\))? (%[\w.$\"-]+)")
 
-# KERNELLAB_LLVM_SLSR=pairs (off by default): SLSR also off above this many pairs of candidates it compares without
+# KERNELLAB_LLVM_SLSR=pairs (the default): SLSR also off above this many pairs of candidates it compares without
 # an early stop. The per-pointer count misses kernels with many pointers and integer sums: attorch's conv2d (its
 # AvgPool layers) at 2 warps has at most 128 addresses off one pointer, but 128 rows a thread of (row offset +
 # column offset) sums and addresses off four pointers: 60k such pairs, 7.2 s of SLSR in an 8.2 s code generator
@@ -97,11 +97,11 @@ _ADD_RE = re.compile(r"= add (?:nuw |nsw )*(i\d+) (%[\w.$\"-]+), (%[\w.$\"-]+)")
 
 
 def slsr_mode() -> str:
-    """KERNELLAB_LLVM_SLSR: "on" (SLSR always, in process), "off" (never, for the whole process), "auto" (the
-    default: off for kernels with more than SLSR_MAX_ADDRESSES_PER_POINTER addresses off one pointer) or "pairs"
-    (as auto, and off above SLSR_MAX_PAIRS pairs: slsr_pairs)."""
-    mode = os.environ.get("KERNELLAB_LLVM_SLSR", "auto").lower()
-    return mode if mode in ("on", "off", "pairs") else "auto"
+    """KERNELLAB_LLVM_SLSR: "on" (SLSR always, in process), "off" (never, for the whole process), "auto" (off for
+    kernels with more than SLSR_MAX_ADDRESSES_PER_POINTER addresses off one pointer) or "pairs" (the default: as
+    auto, and off above SLSR_MAX_PAIRS pairs: slsr_pairs)."""
+    mode = os.environ.get("KERNELLAB_LLVM_SLSR", "pairs").lower()
+    return mode if mode in ("on", "off", "auto") else "pairs"
 
 
 def slsr_pairs(ir_text: str) -> int:
