@@ -938,7 +938,7 @@ def _ropei_ref(x):
     return {"out": out}
 
 
-# welford ---------------------------------------------------------------------------------------------------------------
+# welford -------------------------------------------------------------------------------------------------------------
 
 
 def _welf_inputs(size, mk):
@@ -998,7 +998,7 @@ def _sort_ref(x):
     return {"y": x["x"].double().sort(1, descending=True).values}
 
 
-# embedding bag ---------------------------------------------------------------------------------------------------------
+# embedding bag -------------------------------------------------------------------------------------------------------
 
 
 def _ebag_inputs(size, mk):
@@ -1061,7 +1061,7 @@ def _conv_ref(x):
     return {"y": torch.nn.functional.silu(z)}
 
 
-# histograms ------------------------------------------------------------------------------------------------------------
+# histograms ----------------------------------------------------------------------------------------------------------
 
 
 def _histb_inputs(size, mk):
@@ -1105,7 +1105,7 @@ def _hista_ref(x):
     return {"hist": torch.bincount(b.long(), minlength=bins).to(torch.int32)}
 
 
-# fp8 quantization ------------------------------------------------------------------------------------------------------
+# fp8 quantization ----------------------------------------------------------------------------------------------------
 
 
 def _fp8_inputs(size, mk):
@@ -1278,7 +1278,8 @@ CASE_DEFS = {
                              dict(BM=64, BN=128, BK=32, G=4, num_warps=4, num_stages=4)],
                             gpu_size=(4096, 4096, 4096), test_size=(130, 260, 128), moves=_mm_flop("a", "b")),
     "h3_searchsorted": Case(_ss_inputs, _ss_launch, _ss_ref,
-                            [dict(BLOCK=1024, num_warps=4), dict(BLOCK=256, num_warps=2), dict(BLOCK=4096, num_warps=8)],
+                            [dict(BLOCK=1024, num_warps=4), dict(BLOCK=256, num_warps=2),
+                             dict(BLOCK=4096, num_warps=8)],
                             gpu_size=(1 << 20, 1 << 24), test_size=(3000, 5000), moves=_nbytes("q", "out")),
 }
 
