@@ -1,5 +1,6 @@
 """Per-kernel SASS facts of a `compile_time.py --dump DIR` folder, kernellab beside Triton: instructions (no NOPs),
-the largest loop's instructions (a backward branch's span; the one holding the tensor-core ops when there are any),
+the main loop's instructions (a backward branch's span: the innermost one holding the most tensor-core instructions,
+else the largest),
 global load / store widths, tensor-core instructions (HGMMA = wgmma, HMMA/IMMA = mma.sync), cp.async (LDGSTS) and
 TMA (UTMALDG / UTMASTG) counts, barriers, shared-memory traffic; with registers and spills from the run's JSON.
 
@@ -48,7 +49,10 @@ def summary(text: str) -> dict:
                 body = [i for i in real if lo <= i[0] <= addr]
                 loops.append(body)
     tc = lambda body: sum(1 for i in body if i[1].split(".")[0] in ("HGMMA", "HMMA", "IMMA", "QGMMA", "IGMMA"))  # noqa: E731
-    loop = max(loops, key=lambda b: (tc(b), len(b)), default=[])
+    # the main loop: the innermost one holding the most tensor-core instructions (a persistent kernel's tile loop
+    # holds the K loop's too), else the largest
+    most = max((tc(b) for b in loops), default=0)
+    loop = min((b for b in loops if tc(b) == most), key=len) if most else max(loops, key=len, default=[])
     ops = collections.Counter(i[1] for i in real)
 
     def widths(prefix):
