@@ -73,3 +73,19 @@ def test_fp8_quantization_stores_with_the_store_run_knob():
     on = _child(code, env={"KERNELLAB_STORE_RUN": "1"}).split()[-2:]
     assert off == ["0", "2"], off
     assert on == ["1", "0"], on
+
+
+def test_idioms_texts_loader_keeps_kernellab_kernels_working_after_the_hook_is_removed():
+    """benchmarks/idioms.py --texts loads the module once under kernellab.compat, then removes the hook to import the
+    real Triton: kernellab's kernels must still compile and run (here on the interpreter) after that."""
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+            "from benchmarks import idioms\n"
+            "import kernellab.compat\n"
+            "kernellab.compat.install()\n"
+            f"kl = idioms._load_texts({str(ROOT / 'benchmarks' / 'heldout_texts3.py')!r}, '_texts_kernellab')\n"
+            "kernellab.compat.uninstall()\n"
+            "assert 'triton' not in sys.modules\n"
+            "kl.check('h3_rope_interleaved'); kl.check('h3_linear_recurrence')\n"
+            "print('ok')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=600)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-3000:]
