@@ -241,3 +241,30 @@ def test_gpu(cfg, advance, on, monkeypatch):
         _launch(lambda grid, args, kw: bmm_loop[grid](*args, **kw), a, b, c, cfg, advance)
         torch.cuda.synchronize()
         _check(a, b, c)
+
+
+@pytest.mark.parametrize("case", __import__("tests.test_dot3d", fromlist=["CASES"]).CASES,
+                         ids=lambda c: f"{c[0]}-{c[1]}-{'x'.join(map(str, c[2:6]))}-acc{c[6]}")
+def test_dot3d_cases_rewritten_on_the_interpreter(case, monkeypatch):
+    """test_dot3d's straight-line batched dots (int8, fp32, fp16 out, an accumulator loaded, one batch entry): the
+    loads taken apart per entry, the rewritten tile IR on the interpreter against torch."""
+    from tests import test_dot3d as d
+
+    monkeypatch.setenv("KERNELLAB_BATCHED_SPLIT", "1")
+    dtype, out_dtype, B, M, N, K, with_acc = case
+    a, w, c = d._inputs(dtype, out_dtype, B, M, N, K, "cpu")
+    out = torch.full((B, M, N), -7 if out_dtype == torch.int32 else float("nan"), dtype=out_dtype)
+    args = (a, w, c, out, B, M, N, K, with_acc, d._TL[out_dtype])
+    ck = d.bmm_kernel.warmup(*args, grid=(1,))
+    m = ck.module.clone()
+    decompose_batched_dot.run(m)
+    assert not [op for op in m.kernel.walk() if op.name == "tt.load" and len(op.result.type.shape) == 3] or \
+        with_acc, "the operands' loads are taken apart"
+    Interpreter(m, ck.name, ck.source_lines, arg_names=ck.arg_names).run((1,), [a, w, c, out])
+    if dtype == torch.int8:
+        ref = torch.bmm(a.long(), w.long()) + (c.long() if with_acc else 0)
+        assert torch.equal(out.long(), ref)
+        return
+    ref = torch.bmm(a.double(), w.double()) + (c.double() if with_acc else 0)
+    tol = 2e-2 if out_dtype == torch.float16 or dtype == torch.float32 else 2e-3
+    torch.testing.assert_close(out.double(), ref, rtol=tol, atol=tol * K ** 0.5)

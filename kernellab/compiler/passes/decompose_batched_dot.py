@@ -164,6 +164,33 @@ def _drop_dead_carried(memo: dict) -> None:
         drop_for_iter_args(loop, [i])
 
 
+def _can_slice(v, seen: set) -> bool:
+    """Whether `_slice` can rebuild every entry of `v` (checked first, so that a load is either taken apart whole or
+    left as it is, with nothing made for it)."""
+    t = v.type
+    if not isinstance(t, TensorType) or id(v) in seen:
+        return True
+    seen.add(id(v))
+    op = v.defining_op
+    if op is None:
+        body = v.owner
+        loop = getattr(body, "parent", None)
+        if loop is None or loop.name != "scf.for" or v.index == 0 or t.shape[0] == 1:
+            return False
+        init = loop.operands[3 + v.index - 1]
+        return isinstance(init.type, TensorType) and init.defining_op is not None and _can_slice(init, seen) and \
+            _can_slice(body.terminator.operands[v.index - 1], seen)
+    if len(op.results) != 1 or op.regions:
+        return False
+    if op.name == "tt.make_range":
+        return len(t.shape) == 1
+    if op.name in ("tt.splat", "arith.constant"):
+        return True
+    if op.name in ("tt.expand_dims", "tt.broadcast") or is_elementwise(op.name):
+        return all(_can_slice(o, seen) for o in op.operands)
+    return False
+
+
 def _load_entries(v) -> list | None:
     """B 2-D loads for a [B, ...] tile `v` loaded only to be taken apart here (None where it is not such a load or
     its operands are not sliceable); the original load is left for the caller to erase."""
@@ -172,11 +199,14 @@ def _load_entries(v) -> list | None:
             any(u.name != "tt.dot" for u in v.uses) or len({id(u) for u in v.uses}) != 1:
         return None
     B = v.type.shape[0]
+    seen: set = set()
+    if not all(_can_slice(o, seen) for o in load.operands):
+        return None
     memo: dict = {}
     try:
         parts = [[_slice(o, j, memo) for o in load.operands] for j in range(B)]
-    except _NoSlice:
-        return None  # (a loop-carried entry made before the failure stays, unused: dropped with the others)
+    except _NoSlice:  # not expected after _can_slice; what was made is dead and swept
+        return None
     loads = [insert_before(load, Op("tt.load", ops, [TensorType(v.type.shape[1:], v.type.scalar)], dict(load.attrs),
                                     (), load.loc)).result for ops in parts]
     _CARRIED.append(memo)
