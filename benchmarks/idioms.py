@@ -188,34 +188,48 @@ def load_texts_both(path, also_env=()):
     return kl, _load_texts(path, "_texts_triton"), alts
 
 
-def run_texts(path, names=None, also_env=(), rounds=ROUNDS, settle=1, fixed_order=False):
+def run_texts(path, names=None, also_env=(), rounds=ROUNDS, settle=1, fixed_order=False, device="cuda",
+              timer=None, with_triton=True, size="gpu"):
     """Every case and config of a held-out texts module (heldout_texts3.py's format: CASE_DEFS, check(name, configs,
     device), bench_inputs(name, device)): each side checked against the float64 reference at the test size on the
-    GPU, then timed at the GPU size on the same inputs, rounds alternating as in `run`. Rows as `run`'s."""
-    kl_mod, tr_mod, alt_mods = load_texts_both(path, also_env)
+    GPU, then timed at the GPU size on the same inputs, rounds alternating as in `run`. Rows as `run`'s.
+    `device="cpu"`, `timer`, `with_triton=False`, `size="test"`: a dry run of the harness on the CPU interpreter
+    (tests/test_heldout_texts3.py)."""
+    if with_triton:
+        kl_mod, tr_mod, alt_mods = load_texts_both(path, also_env)
+    else:
+        import kernellab.compat
+
+        kernellab.compat.install()
+        kl_mod, tr_mod = _load_texts(path, "_texts_kernellab"), None
+        alt_mods = {s: _load_texts(path, f"_texts_kernellab_{i}") for i, s in enumerate(also_env)}
+    gpu = device != "cpu"
     rows = []
     for name, case in kl_mod.CASE_DEFS.items():
         if names and name not in names:
             continue
-        x = kl_mod.bench_inputs(name, "cuda")
-        _warm_up_the_gpu()
+        x = kl_mod.bench_inputs(name, device) if size == "gpu" else \
+            case.inputs(case.test_size, kl_mod._maker(0, device))
+        if gpu:
+            _warm_up_the_gpu()
         for cfg in case.configs:
             row = {"workload": name, "variant": "text", "config": f"{cfg}"}
             fns, settings = {}, {}
-            impls = [("kernellab", kl_mod, None), ("triton", tr_mod, None)] + \
+            impls = [("kernellab", kl_mod, None)] + ([("triton", tr_mod, None)] if tr_mod else []) + \
                 [(f"kernellab[{s}]", m, s) for s, m in alt_mods.items()]
             for impl, mod, setting in impls:
                 try:
                     with env_setting(setting):
-                        mod.check(name, configs=[cfg], device="cuda")
+                        mod.check(name, configs=[cfg], device=device)
                         mod.CASE_DEFS[name].launch(x, cfg)  # compile at the GPU size before timing
                     row[impl] = {"checked": True}
                     fns[impl] = (lambda mod=mod: mod.CASE_DEFS[name].launch(x, cfg))
                     settings[impl] = setting
                 except Exception as e:  # a failing side is a result, not a crash of the run
                     row[impl] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-            _warm_up_the_gpu(0.3)
-            times, orders = time_rounds(fns, settings, rounds, settle, fixed_order)
+            if gpu:
+                _warm_up_the_gpu(0.3)
+            times, orders = time_rounds(fns, settings, rounds, settle, fixed_order, timer)
             row["timing"] = {"rounds": rounds, "settle": settle, "order": orders}
             moved = case.moves(x) if case.moves else None
             for impl, ts in times.items():

@@ -89,3 +89,21 @@ def test_idioms_texts_loader_keeps_kernellab_kernels_working_after_the_hook_is_r
             "print('ok')\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=600)
     assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-3000:]
+
+
+def test_idioms_texts_dry_run_on_the_interpreter():
+    """`idioms.py --texts`' loop on the CPU (test sizes, a stand-in timer, kernellab and one --also-env column): each
+    config checked and launched, rows with seconds and a figure, the knob column's ratio absent without Triton."""
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+            "from benchmarks import idioms\n"
+            f"rows = idioms.run_texts({str(ROOT / 'benchmarks' / 'heldout_texts3.py')!r}, "
+            "['h3_rope_interleaved', 'h3_histogram_atomic'], also_env=['KERNELLAB_STORE_RUN=1'], rounds=2, settle=0, "
+            "device='cpu', timer=lambda fn: (fn(), 1e-3)[1], with_triton=False, size='test')\n"
+            "assert len(rows) == 5, len(rows)\n"
+            "for r in rows:\n"
+            "    assert r['kernellab']['checked'] and r['kernellab']['seconds'] == 1e-3, r\n"
+            "    assert r['kernellab[KERNELLAB_STORE_RUN=1]']['checked'], r\n"
+            "    assert 'gbps' in r['kernellab'] and 'kl_over_triton' not in r\n"
+            "print('ok')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=600)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), (p.stdout[-2000:], p.stderr[-3000:])
