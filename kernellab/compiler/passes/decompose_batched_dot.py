@@ -44,9 +44,6 @@ class _NoSlice(Exception):
     pass
 
 
-_SLICE_VIEW = ("tt.expand_dims", "tt.broadcast", "tt.splat", "tt.make_range", "arith.constant")
-
-
 def _after(op: Op, memo: dict) -> Op:
     """The op before which the next copy made from `op` goes: after `op` and the copies made from it before."""
     last = memo.get(("after", id(op)), op)
