@@ -13,6 +13,9 @@ the geometric mean of kernellab time / Triton time inverted to a speed ratio (kl
                                       # per VAR=VALUE: fresh kernels built and timed with it set, in the same rounds
     python benchmarks/idioms.py quantize --fixed-order --settle 0 --rounds 3   # the timing before 2026-11-27's
                                       # quant19 (each round kernellab first, no settle round; see time_rounds)
+    python benchmarks/idioms.py --texts benchmarks/heldout_texts3.py [case ...]   # a held-out texts module instead
+                                      # of tests/idioms.py: its CASE_DEFS, every config, checked on the GPU at its
+                                      # test size on both sides (check(..., device="cuda")), timed at its GPU size
 """
 from __future__ import annotations
 
@@ -157,6 +160,95 @@ def run(names=None, also_env=(), rounds=ROUNDS, settle=1, fixed_order=False):
     return rows
 
 
+def _load_texts(path, name):
+    """`path` imported afresh as module `name` (its kernels new objects of whatever `triton` is now)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def load_texts_both(path, also_env=()):
+    """The texts module (it imports `triton`) twice: with kernellab.compat serving `triton` (and once more per
+    --also-env setting: fresh kernels), then, the hook removed, with the real Triton. Call it before anything
+    imports the real Triton in this process."""
+    import kernellab.compat
+
+    kernellab.compat.install()
+    try:
+        kl = _load_texts(path, "_texts_kernellab")
+        alts = {s: _load_texts(path, f"_texts_kernellab_{i}") for i, s in enumerate(also_env)}
+    finally:
+        kernellab.compat.uninstall()
+    import triton  # noqa: F401  (the real one from here on)
+
+    return kl, _load_texts(path, "_texts_triton"), alts
+
+
+def run_texts(path, names=None, also_env=(), rounds=ROUNDS, settle=1, fixed_order=False, device="cuda",
+              timer=None, with_triton=True, size="gpu"):
+    """Every case and config of a held-out texts module (heldout_texts3.py's format: CASE_DEFS, check(name, configs,
+    device), bench_inputs(name, device)): each side checked against the float64 reference at the test size on the
+    GPU, then timed at the GPU size on the same inputs, rounds alternating as in `run`. Rows as `run`'s.
+    `device="cpu"`, `timer`, `with_triton=False`, `size="test"`: a dry run of the harness on the CPU interpreter
+    (tests/test_heldout_texts3.py)."""
+    if with_triton:
+        kl_mod, tr_mod, alt_mods = load_texts_both(path, also_env)
+    else:
+        import kernellab.compat
+
+        kernellab.compat.install()
+        kl_mod, tr_mod = _load_texts(path, "_texts_kernellab"), None
+        alt_mods = {s: _load_texts(path, f"_texts_kernellab_{i}") for i, s in enumerate(also_env)}
+    gpu = device != "cpu"
+    rows = []
+    for name, case in kl_mod.CASE_DEFS.items():
+        if names and name not in names:
+            continue
+        x = kl_mod.bench_inputs(name, device) if size == "gpu" else \
+            case.inputs(case.test_size, kl_mod._maker(0, device))
+        if gpu:
+            _warm_up_the_gpu()
+        for cfg in case.configs:
+            row = {"workload": name, "variant": "text", "config": f"{cfg}"}
+            fns, settings = {}, {}
+            impls = [("kernellab", kl_mod, None)] + ([("triton", tr_mod, None)] if tr_mod else []) + \
+                [(f"kernellab[{s}]", m, s) for s, m in alt_mods.items()]
+            for impl, mod, setting in impls:
+                try:
+                    with env_setting(setting):
+                        mod.check(name, configs=[cfg], device=device)
+                        mod.CASE_DEFS[name].launch(x, cfg)  # compile at the GPU size before timing
+                    row[impl] = {"checked": True}
+                    fns[impl] = (lambda mod=mod: mod.CASE_DEFS[name].launch(x, cfg))
+                    settings[impl] = setting
+                except Exception as e:  # a failing side is a result, not a crash of the run
+                    row[impl] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            if gpu:
+                _warm_up_the_gpu(0.3)
+            times, orders = time_rounds(fns, settings, rounds, settle, fixed_order, timer)
+            row["timing"] = {"rounds": rounds, "settle": settle, "order": orders}
+            moved = case.moves(x) if case.moves else None
+            for impl, ts in times.items():
+                s_med = statistics.median(ts)
+                row[impl].update(seconds=s_med, rounds=ts)
+                if isinstance(moved, tuple):
+                    row[impl]["tflops"] = moved[1] / s_med / 1e12
+                elif moved:
+                    row[impl]["gbps"] = moved / s_med / 1e9
+            if "kernellab" in fns and "triton" in fns:
+                row["kl_over_triton"] = row["triton"]["seconds"] / row["kernellab"]["seconds"]
+            for s in alt_mods:
+                if f"kernellab[{s}]" in fns and "triton" in fns:
+                    row[f"kl_over_triton[{s}]"] = row["triton"]["seconds"] / row[f"kernellab[{s}]"]["seconds"]
+            rows.append(row)
+            print(_fmt(row), flush=True)
+    return rows
+
+
 def _fmt(row):
     def fig(impl):
         r = row.get(impl, {})
@@ -166,7 +258,7 @@ def _fmt(row):
 
     ratio = f"{row['kl_over_triton']:6.2f}" if "kl_over_triton" in row else "     -"
     alts = "".join(f"  [{k[15:-1]}] {row[k]:5.2f}" for k in row if k.startswith("kl_over_triton["))
-    return f"{row['workload']:<12} {row['variant']:<13} {row['config'][:60]:<60} {fig('kernellab')} " \
+    return f"{row['workload'][:20]:<12} {row['variant']:<13} {row['config'][:60]:<60} {fig('kernellab')} " \
            f"{fig('triton')} {ratio}{alts}"
 
 
@@ -189,7 +281,6 @@ def summarize(rows):
 
 def main():
     import torch
-    import triton
 
     import kernellab
 
@@ -202,13 +293,21 @@ def main():
                     help="untimed rounds after the warm-up, while the clocks settle (default %(default)s)")
     ap.add_argument("--fixed-order", action="store_true",
                     help="every round in the same order (kernellab first), as before 2026-11-27's quant19")
+    ap.add_argument("--texts", metavar="FILE",
+                    help="time a held-out texts module's cases (benchmarks/heldout_texts3.py) instead of the idioms")
     a = ap.parse_args()
     names = a.workloads
     t0 = time.time()
-    rows = run(names, a.also_env, rounds=a.rounds, settle=a.settle, fixed_order=a.fixed_order)
+    if a.texts:
+        rows = run_texts(a.texts, names, a.also_env, rounds=a.rounds, settle=a.settle, fixed_order=a.fixed_order)
+    else:
+        rows = run(names, a.also_env, rounds=a.rounds, settle=a.settle, fixed_order=a.fixed_order)
+    import triton
+
+    kind = Path(a.texts).stem if a.texts else "idioms"
     if names:  # a partial run replaces its workloads' rows in the day's file for this GPU, keeping the others
         old = Path(os.environ.get("KERNELLAB_RESULTS_DIR", ROOT / "benchmarks" / "results")) / \
-            f"{datetime.date.today().isoformat()}-{torch.cuda.get_device_name().replace(' ', '_')}-idioms.json"
+            f"{datetime.date.today().isoformat()}-{torch.cuda.get_device_name().replace(' ', '_')}-{kind}.json"
         if old.exists():
             rows = [r for r in json.loads(old.read_text())["rows"] if r["workload"] not in names] + rows
     summary = summarize(rows)
@@ -219,7 +318,7 @@ def main():
                         "TFLOP/s, the others in GB/s of the bytes each must move",
               "rows": rows, "summary": summary, "also_env": a.also_env, "wall_s": time.time() - t0,
               "timing": {"rounds": a.rounds, "settle": a.settle, "fixed_order": a.fixed_order}}
-    path = write_results(result, "idioms")
+    path = write_results(result, kind)
     print(f"\n{'workload':<12} {'min':>6} {'geomean':>8} {'n':>3}  not compared")
     for name, s in summary.items():
         mn = f"{s['min']:6.2f}" if s["min"] else "     -"

@@ -150,6 +150,18 @@ def store_run_enabled() -> bool:
     return os.environ.get("KERNELLAB_STORE_RUN", "0").strip().lower() in ("1", "on", "true", "yes")
 
 
+def dominant_widened_enabled() -> bool:
+    """KERNELLAB_DOMINANT_WIDENED=1 (default off until timed on a GPU; in the compile caches' keys through
+    runtime/codegen_env.py): where the kernel's largest access of a rank (whose layout fresh values take: ranges,
+    splats, constants, an expand_dims of a small load) is a load that `_widen_unaligned_loads` widens, that rank's
+    usual layout is the widened one too. Without it the fresh values keep the unwidened layout (one element a
+    thread along the row) while the loads around them take the wide one: heldout_texts3's causal conv1d, whose
+    first tap is the largest (unaligned) access, built its bias-initialized accumulator in the narrow layout and
+    converted every tap's product into it through shared memory (9 barriers, 144 registers against Triton's 0 and
+    85; benchmarks/NOTES.md)."""
+    return os.environ.get("KERNELLAB_DOMINANT_WIDENED", "0").strip().lower() in ("1", "on", "true", "yes")
+
+
 def _stored_as(v, shape, order, run, anchors) -> bool:
     """Whether tensor `v` reaches, through ops that keep its shape, the value operand of a store whose access is
     laid out in `order` over `shape` with `run` elements a thread along the fastest dimension."""
@@ -230,7 +242,12 @@ class LayoutAssigner:
             # only loads held under a full 16-byte vector by their alignment or mask; one already moving 16 bytes
             # keeps its run (a store of narrower elements then takes the loaded values' layout)
             if vec < full and spt > lay.spt[fast] and contig >= spt:
-                self.anchors[id(op)] = (default_blocked(shape, self.num_warps, order=lay.order, spt_fast=spt), vec)
+                wide = default_blocked(shape, self.num_warps, order=lay.order, spt_fast=spt)
+                self.anchors[id(op)] = (wide, vec)
+                if dominant_widened_enabled():
+                    for rank, dom in list(self.dominant.items()):
+                        if dom == lay:  # fresh values (ranges, splats, constants) take the widened run too
+                            self.dominant[rank] = wide
                 n += 1
         return n
 
