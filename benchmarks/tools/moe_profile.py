@@ -23,7 +23,7 @@ Runs, in order (each child gets what is left of `--timeout`, which bounds the wh
 3. with `--pin same`: kernellab pinned to the configs Triton chose (kernel by kernel, the same config on both
    sides: the compilers compared, not the autotuners); `--pin kl` pins Triton to kernellab's instead;
 4. per `--also-env K=V` (repeatable, e.g. KERNELLAB_SIBLING_WGMMA=1): kernellab with that variable set, pinned
-   as in 3 when `--pin` is given, else autotuning.
+   as in 3 when `--pin same` is given, else autotuning; `--also-env-autotune` adds an autotuning run of it too.
 `--sides kernellab` (or `triton`) runs one side only. `--json PATH` writes every child's result.
 On a CPU (`--device cpu`, default size 16, 32, 16, 4, 2) the interpreters run the forward (Triton's under
 TRITON_INTERPRET=1, by `--triton-python`, default this interpreter, then /tmp/tri/bin/python); nothing is timed,
@@ -245,7 +245,7 @@ def table(runs: list[dict]) -> str:
     names = []
     for r in ok:
         names += [k for k in r["kernels"] if k not in names]
-    head = f"{'kernel (us per forward)':<40}" + "".join(f"{r['label'][:18]:>19}" for r in ok)
+    head = f"{'kernel (us per forward)':<40}" + "".join(f"{r['label'][:25]:>26}" for r in ok)
     lines = [head, "-" * len(head)]
     for k in names:
         cells = []
@@ -255,7 +255,7 @@ def table(runs: list[dict]) -> str:
             if v and base is not None and r is not base and base["kernels"].get(k, {}).get("us"):
                 ratio = f" ({base['kernels'][k]['us'] / v:.2f})"
             cells.append(f"{'-' if v is None else f'{v:.1f}'}{ratio}")
-        lines.append(f"{short(k, 40):<40}" + "".join(f"{c:>19}" for c in cells))
+        lines.append(f"{short(k, 40):<40}" + "".join(f"{c:>26}" for c in cells))
     for key, name in (("busy_us", "GPU busy"), ("span_us", "span"), ("fwd_ms", "fwd_ms (events)")):
         cells = []
         for r in ok:
@@ -264,7 +264,7 @@ def table(runs: list[dict]) -> str:
             if v and base is not None and r is not base and base.get(key):
                 ratio = f" ({base[key] / v:.2f})"
             cells.append(f"{v:.4g}{ratio}" if v is not None else "-")
-        lines.append(f"{name:<40}" + "".join(f"{c:>19}" for c in cells))
+        lines.append(f"{name:<40}" + "".join(f"{c:>26}" for c in cells))
     cfg = [f"{short(k, 28)}: " + " | ".join(f"{r['label']} {r['chosen'].get(k)}" for r in ok) for k in AUTOTUNED]
     return "\n".join(lines + ["(Triton / this run in parentheses; chosen configs:)"] + cfg)
 
@@ -277,6 +277,8 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds for the whole script")
     ap.add_argument("--pin", choices=("same", "kl"), help="a run with one side pinned to the other's configs")
     ap.add_argument("--also-env", action="append", default=[], help="K=V: one more kernellab run with it set")
+    ap.add_argument("--also-env-autotune", action="store_true",
+                    help="each --also-env run also autotunes (besides its run pinned as --pin says)")
     ap.add_argument("--sides", default="triton,kernellab")
     ap.add_argument("--triton-python", help="the Python of Triton's side on a CPU (default /tmp/tri/bin/python)")
     ap.add_argument("--json")
@@ -317,9 +319,14 @@ def main(argv=None):
         print(report(runs[-1]), flush=True)
     for kv in a.also_env:
         k, v = kv.split("=", 1)
-        runs.append(_run_child(f"kl {k[10:] if k.startswith('KERNELLAB_') else k}={v}", "kernellab", a,
-                               pins, {k: v}, deadline))
-        print(report(runs[-1]), flush=True)
+        name = f"{k[10:] if k.startswith('KERNELLAB_') else k}={v}"
+        if pins or not a.also_env_autotune:  # pinned first: the compilers compared, cheap (three builds)
+            runs.append(_run_child(f"kl {name}" + ("@tri-cfg" if pins else ""), "kernellab", a, pins, {k: v},
+                                   deadline))
+            print(report(runs[-1]), flush=True)
+        if a.also_env_autotune:
+            runs.append(_run_child(f"kl {name}", "kernellab", a, {}, {k: v}, deadline))
+            print(report(runs[-1]), flush=True)
     print()
     print(table(runs))
     print(f"\n(whole script {time.time() - t_start:.0f} s)")

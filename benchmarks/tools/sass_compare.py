@@ -97,13 +97,19 @@ def _fmt(d) -> str:
 
 
 def side_line(path: Path) -> tuple[str, dict | None, list[str]]:
+    """(the printed line, the main loop's summary or None, the main loop's instructions) of one side's SASS."""
+    line, m, body, _ = _side(path)
+    return line, m, body
+
+
+def _side(path: Path):
     if not path.exists():
-        return "(no SASS)", None, []
+        return "(no SASS)", None, [], None
     labels, ins = parse(path.read_text())
     lps = loops(labels, ins)
     if not lps:
         s = summary(ins)
-        return f"sass {len(ins)} no loop; stg {_fmt(s['stg'])}", None, []
+        return f"sass {len(ins)} no loop; stg {_fmt(s['stg'])}", None, [], {"sass": len(ins), "all": s}
     a, b = max(lps, key=lambda lp: lp[1] - lp[0])
     m, e = summary(ins[a:b + 1]), summary(ins[b + 1:])
     others = [f"{y - x + 1}" for x, y in lps if (x, y) != (a, b)]
@@ -113,7 +119,7 @@ def side_line(path: Path) -> tuple[str, dict | None, list[str]]:
             f"sts {_fmt(m['sts'])} int {m['addr']}"
             f" | epi stg {_fmt(e['stg'])} sts {_fmt(e['sts'])} lds {_fmt(e['lds'])} mufu {e['mufu']} n {e['n']}"
             + (f" | other loops {' '.join(others)}" if others else ""))
-    return line, m, ins[a:b + 1]
+    return line, m, ins[a:b + 1], {"sass": len(ins), "loop": m, "epilogue": e, "other_loops": [int(o) for o in others]}
 
 
 def shared_bytes(ptx: Path) -> int | None:
@@ -125,15 +131,17 @@ def shared_bytes(ptx: Path) -> int | None:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("json")
+    ap.add_argument("results", help="the JSON compile_time.py --out wrote")
     ap.add_argument("dump")
     ap.add_argument("--kernel")
     ap.add_argument("--loop", action="store_true")
     ap.add_argument("--detail", action="store_true")
+    ap.add_argument("--json", help="write the per config summaries (no opcode counts) here")
     a = ap.parse_args(argv)
-    rows = json.loads(Path(a.json).read_text())
+    rows = json.loads(Path(a.results).read_text())
     rows = rows.get("kernels", rows) if isinstance(rows, dict) else rows
     dump = Path(a.dump)
+    out = []
     for r in rows:
         if a.kernel and a.kernel not in r["kernel"]:
             continue
@@ -141,15 +149,24 @@ def main(argv=None):
         if not tag:
             continue
         print(f"== {r['kernel']} {r.get('config', '')} ({tag})")
+        rec = {"kernel": r["kernel"], "config": r.get("config")}
         for side in ("kernellab", "triton"):
             d = r.get(side) or {}
             head = f"  {side[:3]} regs {d.get('n_regs')} spill {d.get('n_spills')}"
-            line, m, body = side_line(dump / f"{tag}.{side}.sass")
+            line, m, body, data = _side(dump / f"{tag}.{side}.sass")
+            if data is not None:
+                for part in ("loop", "epilogue", "all"):
+                    if part in data:
+                        data[part] = {k: v for k, v in data[part].items() if k != "ops"}
+                rec[side] = {"regs": d.get("n_regs"), "spill_bytes": d.get("n_spills"), **data}
             print(f"{head:<28} {line}")
             if a.detail and m:
                 print("      " + " ".join(f"{k}:{v}" for k, v in m["ops"].most_common()))
             if a.loop:
                 print("\n".join("      " + i for i in body))
+        out.append(rec)
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1))
     return 0
 
 
