@@ -228,6 +228,9 @@ def report(r: dict) -> str:
     if "fwd_ms" in r:
         out.append(f"  fwd_ms {r['fwd_ms']:.4f}  wall_ms {r['wall_ms']:.4f}  host_ms {r['host_ms']:.4f}  "
                    f"(uncovered {r['uncovered']})")
+        if r.get("span_us") is None:
+            out.append("  no GPU activities between the sleeps in the profiler's trace (CUPTI off?)")
+            return "\n".join(out)
         out.append(f"  per forward ({r['forwards']} profiled): span {r['span_us']:.1f} us, GPU busy "
                    f"{r['busy_us']:.1f} us, idle {r['span_us'] - r['busy_us']:.1f} us")
         for k, v in sorted(r["kernels"].items(), key=lambda kv: -kv[1]["us"]):
