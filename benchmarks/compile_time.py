@@ -390,7 +390,7 @@ def build_kernellab(job: dict) -> dict:
     slow = sorted(((r.seconds, r.name) for r in ck.trace.passes if r.stage in ("tile", "gpu")), reverse=True)[:3]
     return {"total_s": total, "cpu_s": cpu, "stages_s": stages, "ir_lines": lines, "llvm_s": llvm,
             "slowest_passes": [[n, round(s, 3)] for s, n in slow if s > 0.05],
-            "n_regs": ck.n_regs, "n_spills": ck.n_spills, "num_warps": ck.num_warps,
+            "n_regs": ck.n_regs, "n_spills": ck.n_spills, "num_warps": ck.num_warps, "shared": ck.shared,
             **_sass_counts(ck.asm.get("cubin"), _dump(job, "kernellab", {"ptx": ck.asm.get("ptx"),
                                                                           "gpuir": ck.asm.get("gpu")})),
             "notes": [n for n in ck.trace.notes if "disk cache" not in n]}
@@ -489,6 +489,7 @@ def build_triton(job: dict) -> dict:
     res = {"total_s": total, "cpu_s": cpu, "stages_s": times,
            "ir_lines": {k: _lines(c.asm[k]) for k in ("ttir", "ttgir", "llir", "ptx") if k in c.asm}}
     res.update(_parse_ptxas(out.getvalue()))
+    res["shared"] = getattr(c.metadata, "shared", None)
     res.update(_sass_counts(c.asm.get("cubin"), _dump(job, "triton", {"ptx": c.asm.get("ptx"),
                                                                         "ttgir": c.asm.get("ttgir")})))
     return res

@@ -4,8 +4,9 @@ folder `benchmarks/compile_time.py --dump DIR --out JSON` wrote (both sides buil
     PYTHONPATH=. python benchmarks/compile_time.py fused_moe --all-configs --kernel _fused_ --dump DIR --out J
     PYTHONPATH=. python benchmarks/tools/sass_compare.py J DIR [--kernel NAME] [--loop] [--detail]
 
-One line per config and side: registers, spilled bytes, shared bytes (ptxas' static figure is 0 for dynamic
-shared memory, so both come from the PTX: `.shared` declarations), SASS in all; then per innermost loop (a label
+One line per config and side: registers, spilled bytes, shared bytes (the compiled kernel's dynamic shared memory,
+as compile_time.py records it: kernellab's `shared`, Triton's `metadata.shared`), SASS in all; then per innermost
+loop (a label
 up to a branch back to it; the longest is the main loop): instructions, HGMMA / HMMA, the wgmma waits
 (`WARPGROUP.DEPBAR.LE gsb0, N`: the N of each, in order), cp.async (`LDGSTS` by width) and its commit /
 wait (`LDGDEPBAR`, `DEPBAR.LE SB0, N`), `BAR.SYNC`, global loads by width, LDS / LDSM, and the integer address
@@ -122,13 +123,6 @@ def _side(path: Path):
     return line, m, ins[a:b + 1], {"sass": len(ins), "loop": m, "epilogue": e, "other_loops": [int(o) for o in others]}
 
 
-def shared_bytes(ptx: Path) -> int | None:
-    """Static + dynamic shared memory the PTX declares (kernellab's dynamic size comes from its .smem note)."""
-    if not ptx.exists():
-        return None
-    return sum(int(n) for n in re.findall(r"\.shared\s+\.align\s+\d+\s+\.b8\s+\w+\[(\d+)\]", ptx.read_text()))
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", help="the JSON compile_time.py --out wrote")
@@ -152,14 +146,15 @@ def main(argv=None):
         rec = {"kernel": r["kernel"], "config": r.get("config")}
         for side in ("kernellab", "triton"):
             d = r.get(side) or {}
-            head = f"  {side[:3]} regs {d.get('n_regs')} spill {d.get('n_spills')}"
+            head = f"  {side[:3]} regs {d.get('n_regs')} spill {d.get('n_spills')} smem {d.get('shared', '?')}"
             line, m, body, data = _side(dump / f"{tag}.{side}.sass")
             if data is not None:
                 for part in ("loop", "epilogue", "all"):
                     if part in data:
                         data[part] = {k: v for k, v in data[part].items() if k != "ops"}
-                rec[side] = {"regs": d.get("n_regs"), "spill_bytes": d.get("n_spills"), **data}
-            print(f"{head:<28} {line}")
+                rec[side] = {"regs": d.get("n_regs"), "spill_bytes": d.get("n_spills"), "shared": d.get("shared"),
+                             **data}
+            print(f"{head:<40} {line}")
             if a.detail and m:
                 print("      " + " ".join(f"{k}:{v}" for k, v in m["ops"].most_common()))
             if a.loop:

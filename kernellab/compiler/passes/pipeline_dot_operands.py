@@ -23,7 +23,11 @@ A plain wgmma accumulation (`acc = tl.dot(a, b, acc)`) keeps one wgmma group in 
     after:     dot_wait(pending = 0); async_wait(pending = 0)
 
 The final dot_wait comes first after the loop: with other code between the loop and it, ptxas
-serializes every wgmma of the kernel (its warning C7514). Attention's pair of wgmma dots (scores, then
+serializes every wgmma of the kernel (its warning C7514). With KERNELLAB_SIBLING_WGMMA=1 a loop of n such
+accumulations side by side (a fused MoE's or a gated MLP's gate and up: `_overlappable_siblings`) keeps all n
+in flight the same way: the n dots, one dot_wait(pending = n) per accumulator (one wait_group n), the barrier, the
+copies; after the loop a dot_wait(pending = 0) per accumulator. Without it such a pair is taken for attention's
+chain below (its first dot waits at once). Attention's pair of wgmma dots (scores, then
 `acc = tl.dot(p, v, f(acc))`) keeps the second in flight behind the next iteration's first; the copies follow
 its wait. A chain of more than two (attention backward) issues its barrier and copies at the end of the body
 instead, after the last dot's issue, so the warps meet while that dot runs (KERNELLAB_CHAIN_COPIES picks either
