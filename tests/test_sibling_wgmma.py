@@ -245,6 +245,30 @@ def gated_gather(x_ptr, idx_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K, sxm, swn, som
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
+@kl.jit
+def gated_block_ptr(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K, sxm, swn, som, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The same SwiGLU pair with block-pointer tiles (their stages filled by TMA on sm_90, as Liger's mlp loads
+    through tensor descriptors); rows of x not gathered."""
+    pm, pn = tl.program_id(0) * BLOCK_M, tl.program_id(1) * BLOCK_N
+    xb = tl.make_block_ptr(x_ptr, (M, K), (sxm, 1), (pm, 0), (BLOCK_M, BLOCK_K), (1, 0))
+    gb = tl.make_block_ptr(wg_ptr, (N, K), (swn, 1), (pn, 0), (BLOCK_N, BLOCK_K), (1, 0))
+    ub = tl.make_block_ptr(wu_ptr, (N, K), (swn, 1), (pn, 0), (BLOCK_N, BLOCK_K), (1, 0))
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _ in range(0, K, BLOCK_K):
+        x = tl.load(xb, boundary_check=(0, 1), padding_option="zero")
+        acc_g = tl.dot(x, tl.trans(tl.load(gb, boundary_check=(0, 1), padding_option="zero")), acc_g)
+        acc_u = tl.dot(x, tl.trans(tl.load(ub, boundary_check=(0, 1), padding_option="zero")), acc_u)
+        xb = tl.advance(xb, (0, BLOCK_K))
+        gb = tl.advance(gb, (0, BLOCK_K))
+        ub = tl.advance(ub, (0, BLOCK_K))
+    h = acc_g * tl.sigmoid(acc_g) * acc_u
+    rm, rn = pm + tl.arange(0, BLOCK_M), pn + tl.arange(0, BLOCK_N)
+    tl.store(out_ptr + rm[:, None] * som + rn[None, :], h.to(out_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
 def _operands(M, N, K, T, dtype, device, seed=0):
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(T, K, generator=g) * 0.5).to(dtype)
@@ -259,6 +283,14 @@ def _reference(x, idx, wg, wu):
     xr = x.double()[idx.long()]
     g, u = xr @ wg.double().T, xr @ wu.double().T
     return g * torch.sigmoid(g) * u
+
+
+def _launch_block_ptr(x, wg, wu, out, cfg):
+    M, N, K = x.shape[0], wg.shape[0], x.shape[1]
+    bm, bn, bk, nw, ns = cfg
+    return gated_block_ptr[(kl.cdiv(M, bm), kl.cdiv(N, bn))](x, wg, wu, out, M, N, K, x.stride(0), wg.stride(0),
+                                                            out.stride(0), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                                                            num_warps=nw, num_stages=ns)
 
 
 def _launch(x, idx, wg, wu, out, cfg, **kw):
@@ -343,6 +375,40 @@ def test_sm90_build_keeps_both_groups_in_flight(monkeypatch, tmp_path, dtype, cf
         assert waits[0] == "2" and set(waits[1:]) == {"0"}, waits
 
 
+def test_interpreter_runs_the_block_pointer_kernel():
+    x, idx, wg, wu = _operands(70, 40, 50, 70, torch.float32, "cpu", seed=2)
+    out = torch.full((70, 40), float("nan"))
+    _launch_block_ptr(x, wg, wu, out, (64, 32, 16, 4, 2))
+    torch.testing.assert_close(out.double(), _reference(x, torch.arange(70), wg, wu), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("knob", [False, True], ids=["default", "knob"])
+def test_sm90_block_pointer_siblings_keep_tma(monkeypatch, tmp_path, knob):
+    """Block-pointer tiles at the MLP's shape (tf32, 128x128x64, 8 warps, 3 stages): the stages are filled by TMA
+    either way; with the knob the loop's wgmma wait is wait_group 2 (the default's 0), no spills."""
+    from kernellab.compiler.codegen.target import Target
+
+    monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path))
+    if knob:
+        monkeypatch.setenv(KNOB, "1")
+    else:
+        monkeypatch.delenv(KNOB, raising=False)
+    M, N, K = 4096, 14336, 4096
+    x, wg, out = torch.empty(M, K), torch.empty(N, K), torch.empty(M, N)
+    ck = gated_block_ptr.warmup(x, wg, wg, out, M, N, K, x.stride(0), wg.stride(0), out.stride(0), BLOCK_M=128,
+                                BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3, grid=(1,))
+    try:
+        ck.build_gpu(Target(90))
+    except ToolchainError as e:
+        pytest.skip(f"no ptxas here: {e}")
+    stats = {r.name: r.stats for r in ck.trace.passes}
+    assert stats["fill_stages_with_tma"]["tma"] == 3
+    assert stats["pipeline_dot_operands"].get("sibling_wgmma") == (2 if knob else None)
+    loop, _ = _loop_ptx(ck.asm["ptx"])
+    assert re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+);", loop) == (["2"] if knob else ["0"])
+    assert ck.n_spills == 0, (ck.n_regs, ck.n_spills)
+
+
 # ------------------------------------------------------------------------------------------- on a GPU
 GPU_CASES = [(torch.float32, CONFIGS[0]), (torch.float32, CONFIGS[1]), (torch.float16, CONFIGS[2]),
              (torch.bfloat16, CONFIGS[1])]
@@ -369,3 +435,25 @@ def test_gpu_siblings_match_the_default_bit_for_bit(monkeypatch, dtype, cfg):
         assert torch.equal(outs[0], outs[1]), (M, N, K)
         tol = 2e-2 if dtype != torch.float32 else 1e-2  # tf32 operands
         torch.testing.assert_close(outs[1].double(), _reference(x, idx, wg, wu), rtol=tol, atol=tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["tf32", "bf16"])
+def test_gpu_block_pointer_siblings_match_the_default_bit_for_bit(monkeypatch, dtype):
+    """The TMA-filled stages with both groups in flight: the knob's bits are the default's, close to float64."""
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    for M, N, K in [(4096, 2048, 2048), (1000, 300, 1000)]:
+        x, _, wg, wu = _operands(M, N, K, M, dtype, "cuda", seed=M + K)
+        outs = []
+        for knob in ("0", "1"):
+            monkeypatch.setenv(KNOB, knob)
+            out = torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
+            _launch_block_ptr(x, wg, wu, out, (128, 128, 64, 8, 3))
+            torch.cuda.synchronize()
+            assert not out.isnan().any(), (knob, M, N, K)
+            outs.append(out)
+        assert torch.equal(outs[0], outs[1]), (M, N, K)
+        tol = 2e-2 if dtype != torch.float32 else 1e-2
+        torch.testing.assert_close(outs[1].double(), _reference(x, torch.arange(M, device="cuda"), wg, wu),
+                                   rtol=tol, atol=tol)
