@@ -17,8 +17,7 @@ import kernellab.language as tl
 from kernellab.compiler.gpu.options import GpuOptions
 from kernellab.compiler.passes import pipeline_dot_operands
 from kernellab.errors import ToolchainError
-
-from .gpu_passes.conftest import run_check, run_gpu_pass
+from tests.gpu_passes.conftest import run_check, run_gpu_pass
 
 KNOB = "KERNELLAB_SIBLING_WGMMA"
 

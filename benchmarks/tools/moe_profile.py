@@ -22,7 +22,7 @@ Runs, in order (each child gets what is left of `--timeout`, which bounds the wh
 1. `triton` and 2. `kernellab`, each autotuning;
 3. with `--pin same`: kernellab pinned to the configs Triton chose (kernel by kernel, the same config on both
    sides: the compilers compared, not the autotuners); `--pin kl` pins Triton to kernellab's instead;
-4. per `--also-env K=V` (repeatable, e.g. KERNELLAB_SIBLING_WGMMA=1): kernellab with that variable set, pinned
+4. per `--also-env K=V[,K2=V2]` (repeatable, e.g. KERNELLAB_SIBLING_WGMMA=1): kernellab with those set, pinned
    as in 3 when `--pin same` is given, else autotuning; `--also-env-autotune` adds an autotuning run of it too.
 `--sides kernellab` (or `triton`) runs one side only. `--json PATH` writes every child's result.
 On a CPU (`--device cpu`, default size 16, 32, 16, 4, 2) the interpreters run the forward (Triton's under
@@ -279,7 +279,8 @@ def main(argv=None):
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds for the whole script")
     ap.add_argument("--pin", choices=("same", "kl"), help="a run with one side pinned to the other's configs")
-    ap.add_argument("--also-env", action="append", default=[], help="K=V: one more kernellab run with it set")
+    ap.add_argument("--also-env", action="append", default=[],
+                    help="K=V[,K2=V2...]: one more kernellab run with these set")
     ap.add_argument("--also-env-autotune", action="store_true",
                     help="each --also-env run also autotunes (besides its run pinned as --pin says)")
     ap.add_argument("--sides", default="triton,kernellab")
@@ -320,15 +321,15 @@ def main(argv=None):
     elif a.pin == "kl" and kl is not None and "triton" in sides:
         runs.append(_run_child("tri@kl-cfg", "triton", a, dict(kl["chosen"]), {}, deadline))
         print(report(runs[-1]), flush=True)
-    for kv in a.also_env:
-        k, v = kv.split("=", 1)
-        name = f"{k[10:] if k.startswith('KERNELLAB_') else k}={v}"
+    for spec in a.also_env:
+        env = dict(kv.split("=", 1) for kv in spec.split(","))
+        name = "+".join(f"{k[10:] if k.startswith('KERNELLAB_') else k}={v}" for k, v in env.items())
         if pins or not a.also_env_autotune:  # pinned first: the compilers compared, cheap (three builds)
-            runs.append(_run_child(f"kl {name}" + ("@tri-cfg" if pins else ""), "kernellab", a, pins, {k: v},
+            runs.append(_run_child(f"kl {name}" + ("@tri-cfg" if pins else ""), "kernellab", a, pins, env,
                                    deadline))
             print(report(runs[-1]), flush=True)
         if a.also_env_autotune:
-            runs.append(_run_child(f"kl {name}", "kernellab", a, {}, {k: v}, deadline))
+            runs.append(_run_child(f"kl {name}", "kernellab", a, {}, env, deadline))
             print(report(runs[-1]), flush=True)
     print()
     print(table(runs))
