@@ -9,7 +9,7 @@ the same kernel (same specialization, num_warps, num_stages) for the same GPU. C
 the CPU path compiles only the first config), and Liger's fused MoE keeps its full config lists
 (LIGER_FUSED_MOE_AUTOTUNE unset; 240 builds). --kernel keeps only kernels whose name contains NAME. A case's
 kernels named in RUN_KERNELS really run on the interpreter (fused_moe's routing kernels: the host code sizes its
-buffers from their outputs).
+buffers from their outputs), and are recorded and built like the others.
 
 Cases: every Liger-Kernel op of benchmarks/libraries.py at its GPU size, plus the known slow compiles (`jsd` at
 vocab 32000; attorch's flash-attention forward and its kernels autotuned over 1..32 warps, and its AvgPool layers'
@@ -290,8 +290,6 @@ def collect(case: str) -> list[dict]:
     run_prefixes = RUN_KERNELS.get(case, ())
 
     def hook(fn, specialization, warmup):
-        if fn.__name__.startswith(run_prefixes):
-            return False  # compiled and run: the host code needs its outputs
         spec, key, runtime_names, options = specialization
         pyfn = fn.fn
         ident = (pyfn.__module__, pyfn.__qualname__, repr(key), repr(sorted(options.items(), key=str)))
@@ -302,7 +300,8 @@ def collect(case: str) -> list[dict]:
                                                                       if isinstance(v, (int, float, str, bool))},
                             "kl_spec": fn.specialization_data(specialization),
                             "triton": _triton_view(spec, options)})
-        return True  # taken over: nothing compiles, nothing runs
+        # a kernel of RUN_KERNELS is recorded and also compiled and run: the host code needs its outputs
+        return not fn.__name__.startswith(run_prefixes)  # else taken over: nothing compiles, nothing runs
 
     jit.compile_hook = hook
     error = None
@@ -391,7 +390,7 @@ def build_kernellab(job: dict) -> dict:
     slow = sorted(((r.seconds, r.name) for r in ck.trace.passes if r.stage in ("tile", "gpu")), reverse=True)[:3]
     return {"total_s": total, "cpu_s": cpu, "stages_s": stages, "ir_lines": lines, "llvm_s": llvm,
             "slowest_passes": [[n, round(s, 3)] for s, n in slow if s > 0.05],
-            "n_regs": ck.n_regs, "n_spills": ck.n_spills, "num_warps": ck.num_warps,
+            "n_regs": ck.n_regs, "n_spills": ck.n_spills, "num_warps": ck.num_warps, "shared": ck.shared,
             **_sass_counts(ck.asm.get("cubin"), _dump(job, "kernellab", {"ptx": ck.asm.get("ptx"),
                                                                           "gpuir": ck.asm.get("gpu")})),
             "notes": [n for n in ck.trace.notes if "disk cache" not in n]}
@@ -490,6 +489,7 @@ def build_triton(job: dict) -> dict:
     res = {"total_s": total, "cpu_s": cpu, "stages_s": times,
            "ir_lines": {k: _lines(c.asm[k]) for k in ("ttir", "ttgir", "llir", "ptx") if k in c.asm}}
     res.update(_parse_ptxas(out.getvalue()))
+    res["shared"] = getattr(c.metadata, "shared", None)
     res.update(_sass_counts(c.asm.get("cubin"), _dump(job, "triton", {"ptx": c.asm.get("ptx"),
                                                                         "ttgir": c.asm.get("ttgir")})))
     return res
@@ -707,6 +707,8 @@ def main(argv=None):
                     job["dump"] = os.path.join(os.path.abspath(a.dump), f"{case}-{i}-{k['kernel']}")
                 row = {key: k[key] for key in ("case", "kernel", "module", "qualname", "options", "collect_error")}
                 row["config"] = _config_label(k)
+                if a.dump:
+                    row["dump"] = os.path.basename(job["dump"])  # benchmarks/tools/sass_compare.py reads it
                 row["kernellab"] = kl.run(job, a.timeout)
                 if triton is not None:
                     row["triton"] = (triton.run({**job, "triton": k["triton"]}, a.timeout) if k["triton"]

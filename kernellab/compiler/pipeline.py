@@ -101,6 +101,7 @@ def gpu_passes():
         prefetch_fma_dot_loads,
         register_dot_operand,
         remove_layout_conversions,
+        reuse_conversions,
         share_uniform_runs,
         stage_invariant_dot_operands,
         store_in_value_layout,
@@ -114,10 +115,9 @@ def gpu_passes():
 
     return [tma_pointer_store, flatten_loops, strip_mine_tiles, upcast_fp8_dot, decompose_batched_dot,
             accelerate_matmul, prefetch_fma_dot_loads, assign_layouts, remove_layout_conversions, store_in_value_layout,
-            merge_conversions, share_uniform_runs, stage_invariant_dot_operands, pipeline_dot_operands,
-            register_dot_operand, fill_stages_with_tma, warpgroup_turns, warp_specialize, overlap_softmax, pingpong,
-            tma_store,
-            issue_loads_early, allocate_shared, insert_barriers]
+            merge_conversions, reuse_conversions, share_uniform_runs, stage_invariant_dot_operands,
+            pipeline_dot_operands, register_dot_operand, fill_stages_with_tma, warpgroup_turns, warp_specialize,
+            overlap_softmax, pingpong, tma_store, issue_loads_early, allocate_shared, insert_barriers]
 
 
 def _restore_origins(module: Module, tile) -> None:

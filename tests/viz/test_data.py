@@ -75,7 +75,8 @@ def test_pass_rows_mirror_the_trace(kernels, name):
     names = [r["name"] for r in rows]
     assert names[0] == "frontend"
     tail = ["prefetch_fma_dot_loads", "assign_layouts", "remove_layout_conversions", "store_in_value_layout",
-            "merge_conversions", "share_uniform_runs", "stage_invariant_dot_operands", "pipeline_dot_operands",
+            "merge_conversions", "reuse_conversions", "share_uniform_runs", "stage_invariant_dot_operands",
+            "pipeline_dot_operands",
             "register_dot_operand", "fill_stages_with_tma", "warpgroup_turns", "warp_specialize", "overlap_softmax",
             "pingpong", "tma_store", "issue_loads_early",
             "allocate_shared", "insert_barriers", "to_llvm", "to_ptx", "to_cubin"]

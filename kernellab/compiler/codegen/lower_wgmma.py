@@ -338,8 +338,23 @@ def pin_before_wait(lw: KernelLowering, values) -> None:
              f"{stores} }}", ",".join(["r"] * len(regs)) + ",~{memory}", regs, side_effect=True)
 
 
+def _after_as_deep_wait(op) -> bool:
+    """Whether `op` (a dot_wait leaving groups in flight, pending > 0) comes right after another dot_wait that
+    left no more groups pending: no wgmma was issued between, so `op`'s wait_group would wait for nothing and only
+    its tie is needed (pipeline_dot_operands' sibling accumulations: one wait_group n, then a tie per accumulator).
+    Waits for every group (pending 0) are left to `_after_full_wait`: a wait_group 0 right after another one that
+    followed no synchronous wgmma stays (attention's warpgroup turns at hd128 have one: dropping it changes an
+    existing kernel's SASS, which is not this rule's to do)."""
+    pending = int(op.attrs.get("pending", 0))
+    ops = op.block.ops
+    i = ops.index(op)
+    prev = ops[i - 1] if i else None
+    return (pending > 0 and prev is not None and prev.name == "ttg.dot_wait"
+            and int(prev.attrs.get("pending", 0)) <= pending)
+
+
 @handles("ttg.dot_wait")
 def _dot_wait(lw: KernelLowering, op):
     pin_before_wait(lw, op.operands[1:])
     lw.put(op.result, wgmma_wait(lw, list(lw.regs(op.operands[0])), int(op.attrs.get("pending", 0)),
-                                 tie_only=_after_full_wait(op) and len(op.operands) == 1))
+                                 tie_only=(_after_full_wait(op) or _after_as_deep_wait(op)) and len(op.operands) == 1))

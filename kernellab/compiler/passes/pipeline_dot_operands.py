@@ -23,7 +23,11 @@ A plain wgmma accumulation (`acc = tl.dot(a, b, acc)`) keeps one wgmma group in 
     after:     dot_wait(pending = 0); async_wait(pending = 0)
 
 The final dot_wait comes first after the loop: with other code between the loop and it, ptxas
-serializes every wgmma of the kernel (its warning C7514). Attention's pair of wgmma dots (scores, then
+serializes every wgmma of the kernel (its warning C7514). With KERNELLAB_SIBLING_WGMMA=1 a loop of n such
+accumulations side by side (a fused MoE's or a gated MLP's gate and up: `_overlappable_siblings`) keeps all n
+in flight the same way: the n dots, one dot_wait(pending = n) per accumulator (one wait_group n), the barrier, the
+copies; after the loop a dot_wait(pending = 0) per accumulator. Without it such a pair is taken for attention's
+chain below (its first dot waits at once). Attention's pair of wgmma dots (scores, then
 `acc = tl.dot(p, v, f(acc))`) keeps the second in flight behind the next iteration's first; the copies follow
 its wait. A chain of more than two (attention backward) issues its barrier and copies at the end of the body
 instead, after the last dot's issue, so the warps meet while that dot runs (KERNELLAB_CHAIN_COPIES picks either
@@ -207,6 +211,43 @@ def _overlappable_wgmma(body, dots, targets, stages: int):
     if y.operands[j] is not dot.result or dot.result.uses.count(y) != 1 or _epilogue_if(body, dot, y) is False:
         return None
     return dot, j
+
+
+def sibling_wgmma_enabled() -> bool:
+    """KERNELLAB_SIBLING_WGMMA=1 (off by default until timed on the GPU; part of the disk-cache key): a loop of
+    several independent wgmma accumulations (see `_overlappable_siblings`) keeps all of them in flight."""
+    return os.environ.get("KERNELLAB_SIBLING_WGMMA", "0").strip().lower() in ("1", "on", "true", "yes")
+
+
+def _overlappable_siblings(body, dots, targets, stages: int):
+    """[(dot, iter-arg index)] in body order when every tensor-core dot of the loop is a plain wgmma accumulation
+    of its own (`acc_g = tl.dot(x, wg.T, acc_g); acc_u = tl.dot(x, wu.T, acc_u)`: Liger's fused MoE up-projection
+    with SwiGLU, a gated MLP), both operands of each pipelined, each accumulator read by its dot alone and each
+    result only yielded. Then no dot needs another's result within the iteration: all are issued, one wait
+    (wait_group n, n dots) retires the previous iteration's n groups, whose stages the copies then refill after
+    a barrier, and the n groups of this iteration stay in flight into the next (Triton 3.6 pipelines such a loop
+    so). Without this the pair is taken for attention's chain (`_overlappable_chain`): the first dot waits at
+    once (wait_group 0), so the tensor cores idle while the copies are issued and the second dot is queued."""
+    if stages < 2 or len(dots) < 2 or not sibling_wgmma_enabled():
+        return None
+    y = body.terminator
+    args = list(body.args[1:])
+    out, seen = [], set()
+    ops = list(body.ops)
+    for dot in sorted(dots, key=ops.index):
+        if not is_wgmma(dot) or _half_acc(dot) or dot.attrs.get("max_num_imprecise_acc") is not None:
+            return None
+        if {i for d, i in targets if d is dot} != {0, 1}:
+            return None
+        acc = dot.operands[2]
+        if acc not in args or len(acc.uses) != 1 or id(acc) in seen:
+            return None
+        j = args.index(acc)
+        if dot.result.uses != [y] or y.operands[j] is not dot.result:
+            return None
+        seen.add(id(acc))
+        out.append((dot, j))
+    return out
 
 
 def _epilogue_if(body, dot, y):
@@ -597,7 +638,10 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     iv, iter_args = body.args[0], body.args[1:]
     yield_op = body.terminator
     overlap = _overlappable_wgmma(body, dots, reads, stages)
-    chain_overlap = None if overlap is not None else _overlappable_chain(body, dots, reads, stages)
+    siblings = None if overlap is not None else _overlappable_siblings(body, dots, reads, stages)
+    chain_overlap = (None if overlap is not None or siblings is not None
+                     else _overlappable_chain(body, dots, reads, stages))
+    in_flight = []  # (dot, iter-arg index) of every wgmma left in flight at the end of the body
     ahead = stages - 1  # iterations the copies run ahead
     pre = Builder(for_op, loc)
     bufs = []
@@ -654,10 +698,25 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
                         if v is dot.result:
                             u.set_operand(k, fin)
         stats["overlapped_wgmma"] = stats.get("overlapped_wgmma", 0) + 1
+        in_flight = [overlap]
         # the copies go after the wait and a barrier: then every warpgroup's previous wgmma has finished
         # reading the stage they refill, so they still run S-1 iterations ahead (measured on the H200: issued
         # before the wgmma, S-2 ahead, 128x256x64 ran at 550 TFLOP/s instead of 710)
         at.op("ttg.barrier", [], [], {"reason": "every warpgroup's previous wgmma has read the stage refilled next"})
+    elif siblings is not None:
+        # every dot stays in flight into the next iteration: after the last one's issue, one wait leaves this
+        # iteration's groups pending (the previous iteration's are retired: the stages they read can be refilled)
+        at = Builder(yield_op, loc)
+        for dot, j in siblings:
+            dot.attrs["wgmma_async"] = True
+            # the first wait is wait_group n; the others, right after it, only tie their accumulators (lower_wgmma)
+            done = at.op("ttg.dot_wait", [dot.result], [dot.result.type], {"pending": len(siblings)},
+                         [dot.result.hint]).result
+            yield_op.set_operand(j, done)
+        at.op("ttg.barrier", [], [], {"reason": "every warpgroup's previous wgmmas have read the stages refilled next"})
+        stats["overlapped_wgmma"] = stats.get("overlapped_wgmma", 0) + 1
+        stats["sibling_wgmma"] = stats.get("sibling_wgmma", 0) + len(siblings)
+        in_flight = siblings
     elif chain_overlap is not None:
         # attention: the second dot (p v) stays in flight behind the next iteration's first dot (q kT); the
         # first dot's wait retires both, then a barrier, then the copies refill the stage both read
@@ -673,7 +732,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
             at = Builder(yield_op, loc)
             stats["chain_copies_at_end"] = stats.get("chain_copies_at_end", 0) + 1
         at.op("ttg.barrier", [], [], {"reason": "every warpgroup's previous wgmmas have read the stage refilled next"})
-        overlap = (second, j)
+        in_flight = [(second, j)]
         stats["overlapped_wgmma"] = stats.get("overlapped_wgmma", 0) + 1
         _retire_at_next_wait(body, dots, stats)
     iv_ahead = at.add(iv, at.const(ahead * step, iv.type))
@@ -719,10 +778,11 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     # after the loop: drain the copies still in flight (predicated-off ones included) before the
     # buffers' addresses can be reused
     after = new.block.ops[new.block.ops.index(new) + 1]
-    if overlap is not None:
-        # the last wgmma may still be running: wait for it first thing after the loop (later, with other code
-        # in between, ptxas serializes every wgmma of the kernel: its warning C7514)
-        res = new.results[overlap[1]]
+    for _, j in in_flight:
+        # the last wgmmas may still be running: wait for them first thing after the loop (later, with other code
+        # in between, ptxas serializes every wgmma of the kernel: its warning C7514); the first wait retires
+        # all, the next ones only tie their accumulators
+        res = new.results[j]
         fin = Builder(after, loc).op("ttg.dot_wait", [res], [res.type], {"pending": 0}, [res.hint])
         res.replace_all_uses_with(fin.result)
         fin.set_operand(0, res)
