@@ -99,7 +99,7 @@ def test_cpu_plumbing_of_the_kernellab_side(tmp_path):
     out = tmp_path / "r.json"
     rc = moe_profile.main(["--device", "cpu", "--sides", "kernellab", "--timeout", "300", "--json", str(out)])
     assert rc == 0
-    (r,) = json.loads(out.read_text())
+    (r,) = json.loads(out.read_text())["runs"]
     assert "error" not in r, r
     assert set(r["chosen"]) == set(moe_profile.AUTOTUNED) and r["max_abs_err"] < 1e-4 and r["out_finite"]
 

@@ -334,8 +334,17 @@ def main(argv=None):
     print()
     print(table(runs))
     print(f"\n(whole script {time.time() - t_start:.0f} s)")
-    if a.json:
-        Path(a.json).write_text(json.dumps(runs, indent=1))
+    if a.json:  # an object (date, GPU, versions, runs) from the next run on; the first H200 file is the bare list
+        import datetime
+        import platform
+
+        import torch
+
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        meta = {"date": datetime.date.today().isoformat(), "gpu": gpu,
+                "versions": {"python": platform.python_version(), "torch": torch.__version__},
+                "size": a.size, "calls": a.calls, "pin": a.pin, "also_env": a.also_env}
+        Path(a.json).write_text(json.dumps({**meta, "runs": runs}, indent=1))
     return 0
 
 

@@ -1,5 +1,5 @@
 """assign_layouts with KERNELLAB_COALESCE_TIES: which of a memory op's equally contiguous dimensions its layout
-makes the fastest ("last", the default; "first", Triton's rule). Issue 14: attorch's conv2d / AvgPool kernels load
+makes the fastest ("size", the default: the largest; "first", Triton's rule; "last", the old default). Issue 14: attorch's conv2d / AvgPool kernels load
 tiles with no contiguous dimension whose rows are made by divisions; with the lanes over the columns each thread
 computes 32x as many rows as Triton's threads do (IR, ptxas time and spills grow with it)."""
 from __future__ import annotations
@@ -64,19 +64,20 @@ tt.func @gather(%x_ptr: !ptr<f32> {{tt.divisibility = 16}}, %z_ptr: !ptr<f32> {{
 """
 
 
-@pytest.mark.parametrize("knob", [None, "last", "bogus"])
-def test_default_makes_the_last_tied_dimension_fastest(check, monkeypatch, knob):
-    if knob is None:
-        monkeypatch.delenv("KERNELLAB_COALESCE_TIES", raising=False)
-    else:
-        monkeypatch.setenv("KERNELLAB_COALESCE_TIES", knob)
+def test_last_makes_the_last_tied_dimension_fastest(check, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_COALESCE_TIES", "last")
     # lanes over the 32 columns, warps over the rows: each thread holds 16 rows of the row index math
     check(assign_layouts, GATHER, expected("#blocked<[1, 1], [1, 32], [4, 1], [1, 0]>"),
           GpuOptions(num_warps=4))
 
 
-def test_first_makes_the_first_tied_dimension_fastest(check, monkeypatch):
-    monkeypatch.setenv("KERNELLAB_COALESCE_TIES", "first")
+@pytest.mark.parametrize("knob", ["first", None, "bogus"])
+def test_first_or_the_larger_makes_the_first_tied_dimension_fastest(check, monkeypatch, knob):
+    """"first"; and the default ("size"), since the 64 rows outnumber the 32 columns."""
+    if knob is None:
+        monkeypatch.delenv("KERNELLAB_COALESCE_TIES", raising=False)
+    else:
+        monkeypatch.setenv("KERNELLAB_COALESCE_TIES", knob)
     # lanes over the 64 rows (2 a thread), warps over the columns, as Triton's coalescing lays this load out
     check(assign_layouts, GATHER, expected("#blocked<[1, 1], [32, 1], [1, 4], [0, 1]>"),
           GpuOptions(num_warps=4))
@@ -90,3 +91,18 @@ def test_first_keeps_a_contiguous_dimension_fastest(run_pass, monkeypatch):
     m, _ = run_pass(assign_layouts, contiguous, GpuOptions(num_warps=4))
     load = next(op for op in m.kernel.walk() if op.name == "tt.load")
     assert load.result.type.layout.order == (1, 0)
+
+
+@pytest.mark.parametrize("contig, shape, ties, want", [
+    ((1, 1), (64, 32), "size", [0, 1]),
+    ((1, 1), (32, 64), "size", [1, 0]),
+    ((1, 1), (64, 64), "size", [1, 0]),  # equal sizes: the last, as before
+    ((1, 1, 1, 1), (2, 2, 8, 64), "size", [3, 2, 1, 0]),  # a reshaped range: its row-major last dim
+    ((1, 1, 1, 1), (2, 2, 8, 64), "first", [0, 1, 2, 3]),
+    ((1, 1), (64, 32), "last", [1, 0]),
+    ((1, 4), (256, 32), "size", [1, 0]),  # a contiguous dim stays fastest whatever its size
+])
+def test_fastest_first(contig, shape, ties, want):
+    from kernellab.compiler.passes.assign_layouts import _fastest_first
+
+    assert _fastest_first(contig, shape, ties) == want

@@ -305,8 +305,10 @@ def sliced_infos(layout, shape):
     return layout.sliced_infos(shape) if isinstance(layout, Slice) else []
 
 
-def default_blocked(shape, num_warps: int, order=None, spt_fast: int = 1) -> Blocked:
-    """A blocked layout that spreads lanes, then warps, over `shape` from the fastest dimension."""
+def default_blocked(shape, num_warps: int, order=None, spt_fast: int = 1, warps_off=()) -> Blocked:
+    """A blocked layout that spreads lanes, then warps, over `shape` from the fastest dimension. Warps go to the
+    slowest dims first, those in `warps_off` last (a dim the tile is reduced along: warps there make the reduction
+    cross warps through shared memory)."""
     rank = len(shape)
     order = tuple(order) if order is not None else tuple(reversed(range(rank)))
     spt = [1] * rank
@@ -321,7 +323,9 @@ def default_blocked(shape, num_warps: int, order=None, spt_fast: int = 1) -> Blo
         lanes_left //= take
         remaining[d] = max(1, remaining[d] // take)
     tpw[order[-1]] *= lanes_left  # leftover lanes replicate along the slowest dim
-    for d in reversed(order):  # warps go to the slowest dims first (rows of a 2-D tile)
+    # warps go to the slowest dims first (rows of a 2-D tile), but not to the dims in `warps_off` while others can
+    # take them
+    for d in [d for d in reversed(order) if d not in warps_off] + [d for d in reversed(order) if d in warps_off]:
         take = min(warps_left, remaining[d])
         wpc[d] = take
         warps_left //= take

@@ -42,28 +42,70 @@ TIES_KNOB = "KERNELLAB_COALESCE_TIES"
 
 def coalesce_ties() -> str:
     """KERNELLAB_COALESCE_TIES: which of a memory op's equally contiguous dimensions its layout makes the fastest.
-    "last" (the default): the last one. "first": the first one, as Triton's coalescing does (a stable sort of the
-    dimensions by contiguity, tensor order first).
+    "size" (the default): the one with the most elements, the last of those of equal size. "first": the first one,
+    as Triton's coalescing does (a stable sort of the dimensions by contiguity, tensor order first). "last": the
+    last one (kernellab's rule before the thirteenth session).
 
-    It matters where no dimension is contiguous (a gather; a stride the launch did not specialize to 1). attorch's
-    conv2d (and its AvgPool layers: a depthwise conv2d) loads a [rows, channels] tile whose rows are (batch, height,
-    width) positions made of two divisions and two remainders and whose channels have a runtime stride. With
-    "last" a warp's lanes spread over the channels, and each thread holds many rows (128 at 2 warps and 256 rows):
-    128 rows of divisions, masks and addresses a thread, in every pipeline stage. With "first" the lanes spread over
-    the rows (8 a thread there; Triton's 4, its warps also over the rows): LLVM IR 17.8k -> 11.5k lines, ptxas
-    16.6 -> 3.4 s, spills 32.9 -> 13.0 KB (Triton's: 12.6 KB; benchmarks/NOTES.md, issue 14). A codegen change for
-    every such access, untimed on a GPU: off by default."""
-    return "first" if os.environ.get(TIES_KNOB, "").strip().lower() == "first" else "last"
+    It matters where no dimension is known contiguous (a gather; a stride the launch did not specialize to 1; a
+    reshaped range, which the axis analysis does not follow). attorch's conv2d (and its AvgPool layers: a
+    depthwise conv2d) loads a [256 positions, 32 channels] tile whose positions are (batch, height, width) made of
+    two divisions and two remainders and whose channels have a runtime stride. With "last" a warp's lanes spread
+    over the channels, and each thread holds 128 positions at 2 warps: 128 rows of divisions, masks and addresses a
+    thread, in every pipeline stage (LLVM IR 17.8k lines, ptxas 16.6 s, 32.9 KB spilled); with the lanes over the
+    positions, as Triton's "first" puts them there, 11.5k lines, 3.4 s, 13.0 KB (Triton's: 12.6 KB;
+    benchmarks/NOTES.md, issue 14). "first" alone would also turn `arange(2048).reshape(2, 2, 8, 64)` loads, whose
+    row-major last dim is the contiguous one, onto dim 0; "size" keeps the last dim there (it is the largest) and
+    puts the lanes on the positions of the conv."""
+    v = os.environ.get(TIES_KNOB, "").strip().lower()
+    return v if v in ("first", "last") else "size"
+
+
+def _fastest_first(contig, shape, ties: str) -> list:
+    """The dimensions of a memory op, fastest first: by contiguity, then as `ties` says (coalesce_ties)."""
+    rank = len(shape)
+    if ties == "first":
+        return sorted(range(rank), key=lambda d: (-contig[d], d))
+    if ties == "last":
+        return sorted(range(rank), key=lambda d: (-contig[d], -d))
+    return sorted(range(rank), key=lambda d: (-contig[d], -shape[d], -d))
+
+
+REDUCE_WARPS_KNOB = "KERNELLAB_REDUCE_WARPS"
+
+
+def _reduced_axes(v, depth: int = 0) -> set:
+    """The axes along which `v`, or an elementwise result of its shape computed from it, is reduced."""
+    axes = set()
+    for user in v.uses:
+        if user.name == "tt.reduce":
+            axes.add(user.attrs.get("axis"))
+        elif depth < 8 and is_elementwise(user.name) and len(user.results) == 1 and \
+                getattr(user.result.type, "shape", None) == v.type.shape:
+            axes |= _reduced_axes(user.result, depth + 1)
+    return axes
+
+
+def _warps_off(op: Op) -> tuple:
+    """KERNELLAB_REDUCE_WARPS=1 (default off): a load whose tile is reduced along one axis only keeps its warps off
+    that axis where the other dims can take them, as Triton's layouts do (its warps fill the fastest dims first).
+    Liger's fused-MoE token gather sums an [8, 512] tile over its rows: with warps over the rows the reduction went
+    through shared memory (15 bar.sync) and ran at 0.46x Triton on the H200 (benchmarks/NOTES.md, thirteenth
+    session); with them over the columns it stays in each thread. A codegen change untimed on a GPU: off."""
+    if os.environ.get(REDUCE_WARPS_KNOB, "") != "1" or op.name != "tt.load" or not op.results:
+        return ()
+    v = op.results[0]
+    if not isinstance(v.type, TensorType) or len(v.type.shape) < 2:
+        return ()
+    axes = _reduced_axes(v)
+    return tuple(axes) if len(axes) == 1 and None not in axes else ()
 
 
 def coalesced_layout(op: Op, axis: AxisAnalysis, num_warps: int) -> tuple[Blocked, int]:
     """The layout a memory op wants, and its vector width in elements."""
     ptr = op.operands[0]
     shape = ptr.type.shape
-    rank = len(shape)
     info = axis[ptr]
-    tie = 1 if coalesce_ties() == "first" else -1
-    order = sorted(range(rank), key=lambda d: (-info.contig[d], tie * d))
+    order = _fastest_first(info.contig, shape, coalesce_ties())
     fast = order[0]
     elem = ptr.type.scalar.elem
     vec = access_vec(op, axis, fast)
@@ -72,7 +114,7 @@ def coalesced_layout(op: Op, axis: AxisAnalysis, num_warps: int) -> tuple[Blocke
         numel *= s
     per_thread = max(1, numel // (32 * num_warps))
     spt = max(1, min(vec, per_thread))
-    layout = default_blocked(shape, num_warps, order=order, spt_fast=spt)
+    layout = default_blocked(shape, num_warps, order=order, spt_fast=spt, warps_off=_warps_off(op))
     # Atomics keep the coalesced layout (their operands then need no conversion through shared memory) but
     # run one element per instruction, except float adds, which sm_90 has as one vector instruction
     # (atom .v2/.v4 f32, .v2-.v8 f16/bf16; codegen falls back to scalars before sm_90), as in Triton.
