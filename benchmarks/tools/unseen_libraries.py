@@ -17,6 +17,17 @@ extensions, so their sources go on PYTHONPATH instead: `git archive` of github.c
 `mamba_ssm` folder; its `__init__` imports the extension, so the runner loads `mamba_ssm` as a bare package and
 imports only `mamba_ssm.ops.triton.*`) and of github.com/Dao-AILab/flash-attention (the `flash_attn` folder, loaded
 the same way; only `flash_attn.ops.triton.*` is imported), plus `einops` (`pip install --no-deps --target`).
+The libraries added in the thirteenth session (SageAttention 1.0.6's Triton kernels, bitsandbytes 0.50.2's Triton
+backend, GemLite 0.6.0.post2, lmdeploy 0.18.0's PyTorch-engine kernels, Unsloth 2026.10.9's kernels) go in one
+folder: `pip install --no-deps --target /tmp/libs20/site sageattention bitsandbytes gemlite lmdeploy unsloth
+unsloth_zoo transformers huggingface_hub tokenizers safetensors regex tqdm pydantic pydantic_core typing_inspection
+annotated_types httpx2 httpcore2 anyio truststore idna h11 sniffio click hf_xet requests urllib3 certifi
+charset_normalizer filelock packaging pyyaml fsspec psutil` (Unsloth's kernels import transformers and unsloth_zoo,
+lmdeploy's its engine's config models: pydantic). lmdeploy and unsloth are loaded with their top packages bare
+(BARE_SUBPACKAGES: their `__init__` starts an engine or patches transformers) and UNSLOTH_IS_PRESENT=1. GemLite
+makes CUDA tensors when imported and Triton's interpreter has no driver to answer its target query, so on a CPU it
+runs on the kernellab side only (`_gemlite_on_cpu`); its Triton side runs on a GPU. Their cases poison what
+torch.empty & co. return (POISONED).
 
 GPU-first libraries probe CUDA while they are imported (FlagGems asks for the device's name and count and
 keeps a per-device cache); on a machine without a GPU this script answers those probes for one device
@@ -66,7 +77,8 @@ LIBS = {"flag_gems": "flag_gems", "fla": "fla.ops", "xformers": "xformers.ops._t
         "mamba_ssm": "mamba_ssm.ops.triton.selective_state_update",
         "flash_attn": "flash_attn.ops.triton.layer_norm", "sageattention": "sageattention.core",
         "bitsandbytes": "bitsandbytes.backends.triton.ops", "gemlite": "gemlite",
-        "lmdeploy": "lmdeploy.pytorch.kernels.cuda.rms_norm", "unsloth": "unsloth.kernels.swiglu"}  # library -> the module whose import must work
+        "lmdeploy": "lmdeploy.pytorch.kernels.cuda.rms_norm",
+        "unsloth": "unsloth.kernels.swiglu"}  # library -> the module whose import must work
 BARE_PACKAGES = {"mamba_ssm", "flash_attn"}  # their __init__ loads a CUDA extension: only Triton files are loaded
 # packages loaded bare (their __init__ not run) before a library is imported: lmdeploy's top package and the
 # kernels' parents import its engine (transformers, pydantic models); its Triton kernel files need none of that
@@ -2043,6 +2055,49 @@ def _lm_w8a8():
                                              output_dtype=torch.float16)
         out.append((got, (yq.double() * ys) @ (_d(Wq) * ws).T))
     return out
+
+
+
+@case("lmdeploy", "bitonic_topk", "sort", tol=0)  # (kv lengths past, under and at k = 128)
+def _lm_topk():
+    import torch
+    q_lens, kv_lens, k = torch.tensor([1, 3, 2]), torch.tensor([700, 90, 260]), 128
+    n = int(q_lens.sum())
+    # distinct scores: the kernels' compare-and-swap (`(x > y) != flip`) hands both ids of a tie the same one
+    scores = (torch.randperm(n * 800, dtype=torch.float64) / (n * 800) - 0.5).float().view(n, 800)
+    got = _lmd("bitonic_topk").bitonic_topk(scores, q_lens, kv_lens, k).long()
+    out = []
+    for i, L in enumerate(torch.repeat_interleave(kv_lens, q_lens).tolist()):
+        top = _d(scores[i, :L]).sort(descending=True).values[:k]
+        m = top.numel()
+        # the scores of the chosen ids, in order (equal scores may come in either order), distinct ids within the
+        # row's length, and the fill (-1) past it
+        ids = got[i, :m]
+        ok = (ids >= 0) & (ids < L)
+        out += [(_d(scores[i]).gather(0, ids.clamp(0, L - 1)), top), ((ok.sum(), ids.unique().numel()), (m, m)),
+                (got[i, m:], torch.full((k - m,), -1))]
+    return out
+
+
+@case("lmdeploy", "fused_lora", "matmul", tol=1e-2)
+def _lm_lora():
+    import torch
+    K, N, ranks = 160, 200, [8, 0, 16]
+    rank_start = torch.tensor([0, 8, 8])
+    seq_lens, adapter_ids = torch.tensor([5, 17, 3, 9]), torch.tensor([2, 0, 1, 2])
+    seq_start = torch.cumsum(seq_lens, 0) - seq_lens
+    M = int(seq_lens.sum())
+    x = _rand(M, K, dtype=torch.float16)
+    A, B = _rand(24, K, dtype=torch.float16, scale=0.1), _rand(24, N, dtype=torch.float16, scale=0.1)
+    scaling = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float16)
+    got = _lmd("fused_lora").fused_lora(x, A, B, scaling, rank_start, torch.tensor(ranks), seq_start, seq_lens,
+                                         adapter_ids, max_rank=16, max_seqlen=int(seq_lens.max()))
+    want = torch.zeros(M, N, dtype=torch.float64)
+    for s0, L, a in zip(seq_start.tolist(), seq_lens.tolist(), adapter_ids.tolist()):
+        rs, r = int(rank_start[a]), ranks[a]
+        if r:
+            want[s0:s0 + L] = float(scaling[a]) * (_d(x[s0:s0 + L]) @ _d(A[rs:rs + r]).T) @ _d(B[rs:rs + r])
+    return [(got, want)]
 
 
 # ------------------------------------------------------------------------------------------------------ Unsloth
