@@ -121,7 +121,7 @@ def _import_for_triton(module: str):
     import triton
 
     drv = triton.runtime.driver
-    stand_in = None
+    stand_in, saved = None, getattr(drv, "_active", None)
     if lib == "gemlite":
         from triton.backends.compiler import GPUTarget
 
@@ -136,7 +136,7 @@ def _import_for_triton(module: str):
             return importlib.import_module(module)
     finally:
         if stand_in is not None:
-            drv.reset_active()
+            drv._active = saved  # (reset_active() would build the default driver, which a GPU-less box lacks)
 
 
 def compile_triton(out: Path):
@@ -157,6 +157,8 @@ def compile_triton(out: Path):
             if t == "constexpr":
                 sig[n] = "constexpr"
                 v = s["constants"][n]
+                if isinstance(v, dict) and str(v.get("repr", "")).startswith("triton.language."):
+                    v = getattr(triton.language, v["repr"].rsplit(".", 1)[1])  # a dtype constexpr (GemLite's)
                 consts[(names.index(n),)] = v
             else:
                 if t.startswith("*"):
