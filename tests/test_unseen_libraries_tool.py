@@ -214,3 +214,19 @@ def test_gpu_timing_branch_with_cuda_stubbed(monkeypatch):
     assert len(t["ms_rounds"]) == 3 and len(t["reps"]) == 3 and t["ms"] > 0 and t["wall_ms"] >= 0
     assert "cuda events" in t["timer"] and len(restores) > sum(t["reps"]) and float(x[0]) == 0.0
     assert t["uncovered"] == [0, 0, 0] and len(t["sleep_ms"]) == 3
+
+
+def test_poisoned_empty_tensors():
+    """The new libraries' cases run with torch.empty & co. poisoned: NaN for floats, 0x5A.. for integers (90 as
+    int8/uint8), True for bool; nothing changes outside the context or with it off."""
+    ul = _tool()
+    with ul._poison_empty(True):
+        assert torch.empty(5).isnan().all() and torch.empty_like(torch.zeros(2, 3)).isnan().all()
+        assert (torch.empty(4, dtype=torch.int8) == 90).all() and (torch.empty(4, dtype=torch.uint8) == 90).all()
+        assert (torch.empty(2, dtype=torch.int32) == 0x5A5A5A5A).all()
+        assert torch.zeros(3).new_empty((2,)).isnan().all() and torch.empty((2,), dtype=torch.bool).all()
+        assert torch.empty_strided((2, 2), (1, 2)).isnan().all() and torch.empty(0).numel() == 0
+    empty = torch.empty
+    with ul._poison_empty(False):
+        assert torch.empty is empty
+    assert torch.empty is empty and torch.Tensor.new_empty is not None

@@ -10,7 +10,9 @@ collects every specialization its launches compiled (the autotuner's first confi
 builds each for sm_90a and writes OUT/kernellab-<kernel>-<i>.ptx and OUT/specs.json (each specialization's
 argument types, constants, divisibility and options). `triton` compiles the same specializations with the real
 Triton (`ASTSource` + `GPUTarget("cuda", 90, 32)`; no GPU needed), importing the kernel from its module by name.
-`report` runs `ptxas -v` and `nvdisasm` on both (attention_bwd_compile.resources) and prints a table.
+`report` runs `ptxas -v` and `nvdisasm` on both (attention_bwd_compile.resources) and prints a table, with each
+compiler's seconds for the specialization (kernellab: `build_gpu` from the tile IR, the CPU run's frontend aside;
+Triton: `triton.compile` from the AST, ptxas included).
 `--kernel` keeps only kernels whose name contains it; `--env K=V` (kernellab, repeatable) sets a knob first.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +75,9 @@ def compile_kernellab(out: Path, lib: str, op: str, only: str | None):
                 sig[n], consts[n] = "constexpr", _plain(v)
         i = sum(s["kernel"] == name for s in specs)
         tag = f"{name}-{i}"
+        t0 = time.perf_counter()
         ck.build_gpu(Target(90))
+        build_s = time.perf_counter() - t0
         (out / f"kernellab-{tag}.ptx").write_text(ck.asm["ptx"])
         (out / f"kernellab-{tag}.smem").write_text(str(ck.shared))
         if "llir" in ck.asm:
@@ -82,9 +87,10 @@ def compile_kernellab(out: Path, lib: str, op: str, only: str | None):
             f"// ===== {r.stage} {r.name}\n{r.ir}\n" for r in ck.trace.passes if r.stage in ("tile", "gpu")))
         specs.append({"tag": tag, "kernel": name, "module": fn.fn.__module__, "qualname": fn.fn.__qualname__,
                       "params": params, "signature": sig, "constants": consts, "divisible": div,
-                      "num_warps": ck.options.get("num_warps", 4), "num_stages": ck.options.get("num_stages", 3)})
+                      "num_warps": ck.options.get("num_warps", 4), "num_stages": ck.options.get("num_stages", 3),
+                      "kernellab_compile_s": round(build_s, 2)})
         print(tag, f"{ck.options.get('num_warps')}w/{ck.options.get('num_stages')}s", "kernellab", ck.n_regs,
-              "registers", ck.n_spills, "spills")
+              "registers", ck.n_spills, "spills", f"{build_s:.1f} s")
     (out / "specs.json").write_text(json.dumps(specs, indent=1))
     return rc
 
@@ -95,16 +101,54 @@ def _jit_of(obj):
     return obj
 
 
-def compile_triton(out: Path):
+def _import_for_triton(module: str):
+    """Import a case's kernel module with the real Triton and no GPU, as unseen_libraries does for its cases
+    (bare packages, the one pretended CUDA device, the libraries' import-time device probes); GemLite asks
+    Triton's active driver for the target when imported, which a CPU without TRITON_INTERPRET lacks: a
+    driver that answers sm_90 stands in while it is imported."""
     import importlib
 
+    import unseen_libraries as ul
+
+    lib = next((lib for lib, m in ul.LIBS.items() if module.split(".")[0] == m.split(".")[0]), None)
+    ul._pretend_one_cuda_device()
+    if lib in ul.BARE_PACKAGES:
+        ul._bare_package(lib)
+    for name in ul.BARE_SUBPACKAGES.get(lib, ()):
+        ul._bare_package(name)
+    if lib == "unsloth":
+        os.environ.setdefault("UNSLOTH_IS_PRESENT", "1")
+    import triton
+
+    drv = triton.runtime.driver
+    stand_in, saved = None, getattr(drv, "_active", None)
+    if lib == "gemlite":
+        from triton.backends.compiler import GPUTarget
+
+        class _Sm90Driver:
+            def get_current_target(self):
+                return GPUTarget("cuda", 90, 32)
+
+        stand_in = _Sm90Driver()
+        drv.set_active(stand_in)
+    try:
+        with ul._accelerator_is_cuda(lib), ul._gemlite_on_cpu(lib):
+            return importlib.import_module(module)
+    finally:
+        if stand_in is not None:
+            drv._active = saved  # (reset_active() would build the default driver, which a GPU-less box lacks)
+
+
+def compile_triton(out: Path):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    sig_map = {"f32": "fp32", "int1": "i1", "int32": "i32", "int64": "i64", "uint64": "u64", "float32": "fp32"}
+    sig_map = {"f32": "fp32", "f16": "fp16", "f64": "fp64", "float32": "fp32", "float16": "fp16", "float64": "fp64",
+               "bfloat16": "bf16", "int1": "i1", "bool": "i1", "int8": "i8", "int16": "i16", "int32": "i32",
+               "int64": "i64", "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64"}
     for s in json.loads((out / "specs.json").read_text()):
-        mod = importlib.import_module(s["module"])
+        mod = _import_for_triton(s["module"])
         kern = _jit_of(getattr(mod, s["qualname"].split(".")[-1]))
         names = list(kern.arg_names)
         sig, consts, attrs = {}, {}, {}
@@ -113,17 +157,21 @@ def compile_triton(out: Path):
             if t == "constexpr":
                 sig[n] = "constexpr"
                 v = s["constants"][n]
+                if isinstance(v, dict) and str(v.get("repr", "")).startswith("triton.language."):
+                    v = getattr(triton.language, v["repr"].rsplit(".", 1)[1])  # a dtype constexpr (GemLite's)
                 consts[(names.index(n),)] = v
             else:
                 if t.startswith("*"):
                     e = t[1:]
-                    sig[n] = "*" + {"f32": "fp32", "f16": "fp16", "bf16": "bf16", "f64": "fp64"}.get(e, e)
+                    sig[n] = "*" + sig_map.get(e, e)
                 else:
                     sig[n] = sig_map.get(t, t)
                 if n in s["divisible"]:
                     attrs[(names.index(n),)] = [["tt.divisibility", 16]]
+        t0 = time.perf_counter()
         k = triton.compile(ASTSource(kern, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                            options=dict(num_warps=s["num_warps"], num_stages=s["num_stages"]))
+        (out / f"triton-{s['tag']}.seconds").write_text(f"{time.perf_counter() - t0:.2f}")
         (out / f"triton-{s['tag']}.ptx").write_text(k.asm["ptx"])
         (out / f"triton-{s['tag']}.ttgir").write_text(k.asm["ttgir"])
         (out / f"triton-{s['tag']}.smem").write_text(str(k.metadata.shared))
@@ -134,7 +182,8 @@ def report(out: Path):
     from benchmarks.tools.attention_bwd_compile import resources
 
     specs = json.loads((out / "specs.json").read_text())
-    print(f"{'kernel':40} {'cfg':6} {'kl regs/spill/sass':>20} {'triton regs/spill/sass':>24}")
+    print(f"{'kernel':40} {'cfg':6} {'kl regs/spill/sass':>20} {'triton regs/spill/sass':>24} {'kl s':>6} "
+          f"{'triton s':>8}")
     for s in specs:
         row = []
         for comp in ("kernellab", "triton"):
@@ -144,7 +193,9 @@ def report(out: Path):
                 row.append(f"{r['regs']}/{r['spill_bytes']}/{r.get('sass', '?')}")
             else:
                 row.append("-")
-        print(f"{s['tag']:40} {s['num_warps']}w/{s['num_stages']}s {row[0]:>20} {row[1]:>24}")
+        ts = out / f"triton-{s['tag']}.seconds"
+        print(f"{s['tag']:40} {s['num_warps']}w/{s['num_stages']}s {row[0]:>20} {row[1]:>24} "
+              f"{s.get('kernellab_compile_s', '-'):>6} {ts.read_text() if ts.exists() else '-':>8}")
 
 
 def main(argv=None):

@@ -28,6 +28,12 @@ The copy for the GPU run was made with (the library folders as installed for the
 /tmp/libs13b/fa python benchmarks/tools/pack_unseen_libraries.py /tmp/ulibs/pack --siblings --tar --wheels DIR
 --triton-python /tmp/tri/bin/python --triton-path /tmp/libs13/site_tri` (site_tri: pyyaml for that Python).
 
+The copy of the thirteenth session's libraries (SageAttention, bitsandbytes, GemLite, lmdeploy, Unsloth; installed
+as the runner's docstring says) was made with `PYTHONPATH=.:/tmp/libs20/site python
+benchmarks/tools/pack_unseen_libraries.py /work/ulibs20/pack sageattention bitsandbytes gemlite lmdeploy unsloth
+--siblings --tar --triton-python /tmp/tri/bin/python` (2.5 MiB .tar.xz; benchmarks/NOTES.md, "More unseen
+libraries").
+
 Check the copy alone: `PYTHONPATH=.:OUT/site python benchmarks/tools/unseen_libraries.py` (no other library
 folder on the path) must pass every case. The device command is in benchmarks/NOTES.md ("Unseen libraries").
 """
@@ -64,7 +70,10 @@ IMAGE = {
 # loads its vendor's arch folder by the device's capability (`_nvidia/hopper` on sm_90, `ampere` on sm_80: put on
 # sys.path and imported as `hopper`); xformers imports `ops.fmha.triton_splitk` -> `ops.fmha._triton` (and other
 # Triton-only modules) when it finds a GPU. Both are small (0.1 and 0.8 MiB).
-GPU_WHOLE = ["flag_gems/runtime/backend/_nvidia", "xformers"]
+GPU_WHOLE = ["flag_gems/runtime/backend/_nvidia", "xformers",
+             # GemLite reads its tuned configs by GPU name (h100.json) on a GPU; Unsloth's kernels and
+             # bitsandbytes' backends import more of themselves where CUDA is there (all pure Python, < 2 MiB)
+             "gemlite/configs", "unsloth/kernels", "bitsandbytes/backends", "sageattention"]
 PURE_FALLBACK = {"sqlalchemy"}  # their extensions are optional speed-ups (9 MiB of SQLAlchemy's): not carried
 
 
@@ -299,6 +308,14 @@ def _image_stand_in(out: Path, work: Path) -> Path:
             elif (root / f"{name}.py").is_file():
                 image.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(root / f"{name}.py", image / f"{name}.py")
+        # and their distributions' metadata, as the image has it (transformers checks tqdm's, regex's, ... versions
+        # through importlib.metadata when imported: Unsloth's kernels import it)
+        for info in root.glob("*.dist-info"):
+            record = info / "RECORD"
+            if record.is_file() and not (image / info.name).exists() and any(
+                    line.split("/", 1)[0].split(",", 1)[0].removesuffix(".py") in names
+                    for line in record.read_text(errors="replace").splitlines()):
+                shutil.copytree(info, image / info.name)
     image.mkdir(parents=True, exist_ok=True)
     return image
 

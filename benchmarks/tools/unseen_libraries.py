@@ -17,6 +17,17 @@ extensions, so their sources go on PYTHONPATH instead: `git archive` of github.c
 `mamba_ssm` folder; its `__init__` imports the extension, so the runner loads `mamba_ssm` as a bare package and
 imports only `mamba_ssm.ops.triton.*`) and of github.com/Dao-AILab/flash-attention (the `flash_attn` folder, loaded
 the same way; only `flash_attn.ops.triton.*` is imported), plus `einops` (`pip install --no-deps --target`).
+The libraries added in the thirteenth session (SageAttention 1.0.6's Triton kernels, bitsandbytes 0.50.2's Triton
+backend, GemLite 0.6.0.post2, lmdeploy 0.18.0's PyTorch-engine kernels, Unsloth 2026.10.9's kernels) go in one
+folder: `pip install --no-deps --target /tmp/libs20/site sageattention bitsandbytes gemlite lmdeploy unsloth
+unsloth_zoo transformers huggingface_hub tokenizers safetensors regex tqdm pydantic pydantic_core typing_inspection
+annotated_types httpx2 httpcore2 anyio truststore idna h11 sniffio click hf_xet requests urllib3 certifi
+charset_normalizer filelock packaging pyyaml fsspec psutil` (Unsloth's kernels import transformers and unsloth_zoo,
+lmdeploy's its engine's config models: pydantic). lmdeploy and unsloth are loaded with their top packages bare
+(BARE_SUBPACKAGES: their `__init__` starts an engine or patches transformers) and UNSLOTH_IS_PRESENT=1. GemLite
+makes CUDA tensors when imported and Triton's interpreter has no driver to answer its target query, so on a CPU it
+runs on the kernellab side only (`_gemlite_on_cpu`); its Triton side runs on a GPU. Their cases poison what
+torch.empty & co. return (POISONED).
 
 GPU-first libraries probe CUDA while they are imported (FlagGems asks for the device's name and count and
 keeps a per-device cache); on a machine without a GPU this script answers those probes for one device
@@ -64,8 +75,19 @@ LIBS = {"flag_gems": "flag_gems", "fla": "fla.ops", "xformers": "xformers.ops._t
         "sglang": "sglang.kernels.ops.attention.decode_attention",
         "torch_inductor": "torch._inductor.runtime.triton_helpers",
         "mamba_ssm": "mamba_ssm.ops.triton.selective_state_update",
-        "flash_attn": "flash_attn.ops.triton.layer_norm"}  # library -> the module whose import must work
+        "flash_attn": "flash_attn.ops.triton.layer_norm", "sageattention": "sageattention.core",
+        "bitsandbytes": "bitsandbytes.backends.triton.ops", "gemlite": "gemlite",
+        "lmdeploy": "lmdeploy.pytorch.kernels.cuda.rms_norm",
+        "unsloth": "unsloth.kernels.swiglu"}  # library -> the module whose import must work
 BARE_PACKAGES = {"mamba_ssm", "flash_attn"}  # their __init__ loads a CUDA extension: only Triton files are loaded
+# packages loaded bare (their __init__ not run) before a library is imported: lmdeploy's top package and the
+# kernels' parents import its engine (transformers, pydantic models); its Triton kernel files need none of that
+BARE_SUBPACKAGES = {"lmdeploy": ("lmdeploy", "lmdeploy.pytorch", "lmdeploy.pytorch.kernels",
+                                 "lmdeploy.pytorch.kernels.cuda"),
+                    "unsloth": ("unsloth",)}
+# libraries whose cases run with torch.empty & co. poisoned (NaN, or a sentinel for integers: see _poison_empty),
+# so an output element a kernel forgets to write fails the case instead of passing on leftover memory
+POISONED = {"sageattention", "bitsandbytes", "gemlite", "lmdeploy", "unsloth"}
 CASES: dict[str, list] = {lib: [] for lib in LIBS}
 
 
@@ -1598,6 +1620,630 @@ def _fa_ce():
     return [(loss, ref), (logits.grad, ref_logits.grad)]
 
 
+# --------------------------------------------------------------------------------------------- SageAttention
+# (sageattention 1.0.x, the Triton version: Q and K quantized per block to int8, an int8 QK^T tl.dot, fp16 PV)
+
+def _sage_attention(q, k, v, is_causal, layout="HND"):
+    """sageattn(q, k, v): on CUDA the library's entry; on the CPU its steps without the entry's `q.is_cuda`
+    assertion (the same calls in the same order: smooth K, quantize Q/K per block, the attention kernel)."""
+    from sageattention import core
+    if DEVICE != "cpu":
+        return core.sageattn(q, k, v, tensor_layout=layout, is_causal=is_causal)
+    seq_dim = 1 if layout == "NHD" else 2
+    k = k - k.mean(dim=seq_dim, keepdim=True)
+    if q.size(-1) == 96:
+        qi, qs, ki, ks = core.per_block_int8_hd96(q, k, tensor_layout=layout)
+        attn = core.attn_h96_true if is_causal else core.attn_h96_false
+    else:
+        qi, qs, ki, ks = core.per_block_int8(q, k, tensor_layout=layout)
+        attn = core.attn_true if is_causal else core.attn_false
+    return attn(qi, ki, v.to(torch_dtype("float16")), qs, ks, tensor_layout=layout, output_dtype=q.dtype)
+
+
+def torch_dtype(name):
+    import torch
+    return getattr(torch, name)
+
+
+def _sdpa64(q, k, v, is_causal, layout="HND"):
+    import torch.nn.functional as F
+    if layout == "NHD":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    rep = q.shape[1] // k.shape[1]
+    k, v = (t.repeat_interleave(rep, 1) for t in (k, v))
+    o = F.scaled_dot_product_attention(_d(q), _d(k), _d(v), is_causal=is_causal)
+    return o.transpose(1, 2) if layout == "NHD" else o
+
+
+def _sage_case(b, hq, hk, Lq, D, is_causal, layout="HND", dtype="float16", Lk=None):
+    dt = torch_dtype(dtype)
+    Lk = Lk or Lq
+    shape = (lambda h, L: (b, h, L, D)) if layout == "HND" else (lambda h, L: (b, L, h, D))
+    q, k, v = _rand(*shape(hq, Lq), dtype=dt), _rand(*shape(hk, Lk), dtype=dt), _rand(*shape(hk, Lk), dtype=dt)
+    want = _sdpa64(q, k, v, is_causal, layout)
+    return [(_sage_attention(q, k.clone(), v, is_causal, layout), want)]
+
+
+# int8 Q and K (per-block scales, 127 levels) put ~1/127 relative error on each score; outputs are within ~3e-2.
+# The non-causal kernels leave keys past kv_len unmasked (their scores count as 0): the library's contract is a
+# kv_len that is a multiple of BLOCK_N = 64 there; queries and causal cases are ragged.
+@case("sageattention", "attn_hd64", "attention", tol=4e-2)
+def _sa_hd64():
+    return _sage_case(1, 2, 2, 150, 64, False, Lk=192)
+
+
+@case("sageattention", "attn_hd128_causal_gqa", "attention", tol=4e-2)
+def _sa_hd128_causal():
+    return _sage_case(1, 2, 1, 133, 128, True)
+
+
+@case("sageattention", "attn_hd96_nhd_bf16", "attention", tol=4e-2)
+def _sa_hd96():
+    return _sage_case(2, 2, 2, 70, 96, False, layout="NHD", dtype="bfloat16", Lk=128)
+
+
+@case("sageattention", "attn_hd96_causal", "attention", tol=4e-2)
+def _sa_hd96_causal():
+    return _sage_case(1, 2, 2, 90, 96, True)
+
+
+@case("sageattention", "attn_varlen", "attention", tol=4e-2)
+def _sa_varlen():
+    import torch
+    from sageattention import core
+    from sageattention.quant_per_block_varlen import per_block_int8 as quant_varlen
+    h, D = 2, 64
+    out = []
+    for causal, lens in ((False, [64, 192, 128]), (True, [37, 140, 5])):
+        cu = torch.tensor([0] + list(itertools_accumulate(lens)), dtype=torch.int32)
+        q, k, v = (_rand(sum(lens), h, D, dtype=torch.float16) for _ in range(3))
+        if DEVICE != "cpu":
+            got = core.sageattn_varlen(q, k.clone(), v, cu, cu, max(lens), max(lens), is_causal=causal)
+        else:
+            ks = k - k.mean(dim=0, keepdim=True)
+            qi, qs, ki, kss, cqs, cks = quant_varlen(q, ks, cu, cu, max(lens), max(lens))
+            attn = core.attn_true_varlen if causal else core.attn_false_varlen
+            got = attn(qi, ki, v, cu, cu, max(lens), qs, kss, cqs, cks, output_dtype=q.dtype)
+        want = torch.cat([_sdpa64(*(t[a:e].transpose(0, 1)[None] for t in (q, k, v)), causal)[0].transpose(0, 1)
+                          for a, e in zip(cu[:-1].tolist(), cu[1:].tolist())])
+        out.append((got, want))
+    return out
+
+
+def itertools_accumulate(xs):
+    import itertools
+    return itertools.accumulate(xs)
+
+
+@case("sageattention", "quant_per_block_int8", "quantize", tol=1e-5)
+def _sa_quant():
+    import torch
+    from sageattention.quant_per_block import per_block_int8
+    q, k = _rand(2, 3, 200, 64, dtype=torch.float16), _rand(2, 1, 77, 64, dtype=torch.float16)
+    qi, qs, ki, ks = per_block_int8(q, k, sm_scale=0.125)
+    out = []
+    for x, xi, xs, blk, sc in ((q, qi, qs, 128, 0.125 * 1.44269504), (k, ki, ks, 64, 1.0)):
+        x = _d(x) * sc
+        L = x.shape[2]
+        pad = torch.nn.functional.pad(x, (0, 0, 0, -L % blk)).unflatten(2, (-1, blk))
+        scale = pad.abs().amax((-1, -2)) / 127.0
+        out.append((xs[..., 0], scale))
+        # the int8 values: x / scale rounded (half away from zero; within half a level where x / scale is near a .5)
+        want = x / scale.repeat_interleave(blk, 2)[:, :, :L, None]
+        out.append((((xi.double() - want).abs() - 0.5).clamp(min=0), torch.zeros_like(want)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- bitsandbytes
+# (bitsandbytes' Triton backend, bitsandbytes/backends/triton: its blockwise 8-bit and 4-bit (NF4/FP4) quantizers,
+# dequantizers, the 4-bit GEMV and the 32-bit and 8-bit blockwise optimizers; references: the library's code book
+# and its pure-torch default backend, or float64 torch)
+
+def _bnb():
+    from bitsandbytes.backends.triton import ops
+    return ops
+
+
+def _bnb_code(kind):
+    import bitsandbytes.functional as F
+    return (F.create_dynamic_map(signed=True) if kind == "dynamic" else F.get_4bit_type(kind, device="cpu")).to(
+        DEVICE).float()
+
+
+def _nearest_code_distance(x, q, code):
+    """|code[q] - x| against the smallest |code[j] - x| over the code book (both float64): a quantizer that picks
+    the nearest code (ties either way) gives equal pairs."""
+    c = _d(code)
+    return (c[q.long()] - x).abs(), (c[None, :] - x.reshape(-1, 1)).abs().amin(1).reshape(x.shape)
+
+
+@case("bitsandbytes", "quantize_blockwise_8bit", "quantize", tol=1e-6)
+def _bnb_q8():
+    code = _bnb_code("dynamic")
+    A = _rand(3000 + 37)
+    q, absmax = _bnb().quantize_blockwise(A, code, 256)
+    n, blk = A.numel(), 256
+    a = _d(A)
+    pad = torch_fn("nn.functional.pad")(a, (0, -n % blk)).view(-1, blk)
+    am = pad.abs().amax(1)
+    scaled = a / am.repeat_interleave(blk)[:n]
+    return [(absmax, am), _nearest_code_distance(scaled, q, code)]
+
+
+def torch_fn(path):
+    import torch
+    obj = torch
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@case("bitsandbytes", "dequantize_blockwise_8bit", "quantize", tol=1e-6)
+def _bnb_dq8():
+    import torch
+    code = _bnb_code("dynamic")
+    A = torch.randint(0, 256, (1000, 7), dtype=torch.uint8)
+    absmax = _rand(-(-7000 // 512), lo=0.5)
+    got = _bnb().dequantize_blockwise(A, absmax, code, 512, torch.float32)
+    want = _d(code)[A.long()].reshape(-1) * _d(absmax).repeat_interleave(512)[:7000]
+    return [(got, want.view(1000, 7))]
+
+
+def _bnb_q4(kind):
+    import torch
+    A = _rand(70, 33)  # 2310 values: a ragged last block
+    blk = 64
+    packed, absmax = _bnb().quantize_4bit(A, blk, kind, torch.uint8)
+    code = _bnb_code(kind)
+    n = A.numel()
+    a = _d(A).reshape(-1)
+    am = torch.nn.functional.pad(a, (0, -n % blk)).view(-1, blk).abs().amax(1)
+    q = torch.stack((packed.view(-1) >> 4, packed.view(-1) & 15), 1).reshape(-1)[:n]
+    scaled = a / am.repeat_interleave(blk)[:n]
+    return [(absmax[:am.numel()], am), _nearest_code_distance(scaled, q, code)]
+
+
+@case("bitsandbytes", "quantize_4bit_nf4", "quantize", tol=1e-6)
+def _bnb_q4_nf4():
+    return _bnb_q4("nf4")
+
+
+@case("bitsandbytes", "quantize_4bit_fp4", "quantize", tol=1e-6)
+def _bnb_q4_fp4():
+    return _bnb_q4("fp4")
+
+
+def _bnb_dq4(kind, dtype):
+    import torch
+    shape, blk = (96, 77), 128
+    n = shape[0] * shape[1]
+    packed = torch.randint(0, 256, (n // 2, 1), dtype=torch.uint8)
+    absmax = _rand(-(-n // blk), lo=0.5)
+    got = _bnb().dequantize_4bit(packed, absmax, blk, kind, shape, dtype)
+    q = torch.stack((packed.view(-1) >> 4, packed.view(-1) & 15), 1).reshape(-1)
+    want = _d(_bnb_code(kind))[q.long()] * _d(absmax).repeat_interleave(blk)[:n]
+    return [(got, want.view(shape))]
+
+
+@case("bitsandbytes", "dequantize_4bit_nf4", "quantize", tol=1e-6)
+def _bnb_dq4_nf4():
+    return _bnb_dq4("nf4", torch_dtype("float32"))
+
+
+@case("bitsandbytes", "dequantize_4bit_fp4_bf16", "quantize", tol=1e-2)  # bf16 outputs: 2^-7
+def _bnb_dq4_fp4():
+    return _bnb_dq4("fp4", torch_dtype("bfloat16"))
+
+
+@case("bitsandbytes", "gemv_4bit", "matmul", tol=1e-4)
+def _bnb_gemv4():
+    import torch
+    N, K, blk = 80, 192, 64
+    packed = torch.randint(0, 256, (N * K // 2, 1), dtype=torch.uint8)
+    absmax = _rand(N * K // blk, lo=0.5)
+    code = _bnb_code("nf4")
+    A = _rand(1, K)
+    got = _bnb().gemv_4bit(A, packed, (N, K), absmax, code, blk)
+    q = torch.stack((packed.view(-1) >> 4, packed.view(-1) & 15), 1).reshape(-1)
+    W = (_d(code)[q.long()] * _d(absmax).repeat_interleave(blk)).view(N, K)
+    return [(got, _d(A) @ W.T)]
+
+
+def _bnb_opt32(name, two_states, step=3, wd=0.0):
+    from bitsandbytes.backends.default import ops as default_ops
+    from bitsandbytes.backends.default.ops import name2optimizer_id
+    n = 3001
+    g, p = _rand(n), _rand(n)
+    s1 = _rand(n, lo=0.01, scale=0.1) if name in ("rmsprop", "adagrad") else _rand(n, scale=0.1)  # squares' EMAs
+    s2 = _rand(n, lo=0.01) if two_states else None
+    args = dict(beta1=0.9, beta2=0.99, beta3=0.0, alpha=0.0, eps=1e-8, weight_decay=wd, step=step, lr=1e-2,
+                gnorm_scale=1.0)
+    gp, gs1, gs2 = p.clone(), s1.clone(), None if s2 is None else s2.clone()
+    _bnb().optimizer_update_32bit(name, g, gp, gs1, gs2, None, 0.0, 0.0, skip_zeros=False, **args)
+    rp, rs1, rs2 = _d(p), _d(s1), None if s2 is None else _d(s2)
+    ref = getattr(default_ops._optimizer_update_32bit, "__wrapped__", default_ops._optimizer_update_32bit)
+    ref(_d(g), rp, rs1, rs2, None, 0.0, 0.0, *(args[k] for k in ("beta1", "beta2", "beta3", "alpha", "eps",
+        "weight_decay", "step", "lr", "gnorm_scale")), name2optimizer_id[name])
+    return [(gp, rp), (gs1, rs1)] + ([(gs2, rs2)] if two_states else [])
+
+
+@case("bitsandbytes", "optimizer_adam_32bit", "optimizer", tol=1e-5)
+def _bnb_adam32():
+    return _bnb_opt32("adam", True, wd=0.01)
+
+
+@case("bitsandbytes", "optimizer_momentum_lion_32bit", "optimizer", tol=1e-5)
+def _bnb_mom32():
+    return _bnb_opt32("momentum", False, step=2, wd=0.01) + _bnb_opt32("lion", False, wd=0.01)
+
+
+@case("bitsandbytes", "optimizer_rmsprop_adagrad_32bit", "optimizer", tol=1e-5)
+def _bnb_rms32():
+    return _bnb_opt32("rmsprop", False) + _bnb_opt32("adagrad", False)
+
+
+@case("bitsandbytes", "optimizer_adam_8bit_blockwise", "optimizer", tol=1e-5)
+def _bnb_adam8():
+    import torch
+    from bitsandbytes.backends.triton import kernels_optim
+    n, blk = 4096 + 300, 256
+    g, p = _rand(n), _rand(n)
+    qmap1, qmap2 = _bnb_code("dynamic"), (torch_fn("linspace")(0, 1, 256) ** 2).float()
+    s1 = torch.randint(0, 256, (n,), dtype=torch.uint8)
+    s2 = torch.randint(0, 256, (n,), dtype=torch.uint8)
+    nb = -(-n // blk)
+    a1, a2 = _rand(nb, lo=0.01, scale=0.1), _rand(nb, lo=0.01, scale=0.1)
+    args = dict(beta1=0.9, beta2=0.995, beta3=0.0, alpha=0.0, eps=1e-8, step=4, lr=1e-2, weight_decay=0.0,
+                gnorm_scale=1.0)
+    got = [t.clone() for t in (p, s1, s2, a1, a2)]
+    _bnb().optimizer_update_8bit_blockwise("adam", g, got[0], got[1], got[2], qmap1=qmap1, qmap2=qmap2,
+                                           absmax1=got[3], absmax2=got[4], **args)
+    ref = [t.clone() for t in (p, s1, s2, a1, a2)]
+    with torch._dynamo.config.patch(disable=True):  # its (de)quantizers are @torch.compile: run them eagerly
+        kernels_optim.optimizer_update_8bit_blockwise_pytorch(ref[0], g, ref[1], ref[2], qmap1=qmap1, qmap2=qmap2,
+                                                              absmax1=ref[3], absmax2=ref[4], optimizer_name="adam",
+                                                              skip_zeros=False, **args)
+    # the new parameters, and the dequantized new states (a state's code may differ by one where two codes tie)
+    dq = [_d(q)[s.long()] * _d(a).repeat_interleave(blk)[:n] for q, s, a in ((qmap1, got[1], got[3]),
+                                                                            (qmap2, got[2], got[4]))]
+    dr = [_d(q)[s.long()] * _d(a).repeat_interleave(blk)[:n] for q, s, a in ((qmap1, ref[1], ref[3]),
+                                                                            (qmap2, ref[2], ref[4]))]
+    return [(got[0], ref[0]), (got[3], ref[3]), (got[4], ref[4])] + list(zip(dq, dr))
+
+
+# ----------------------------------------------------------------------------------------------------- GemLite
+# (gemlite: low-bit weight-only GEMV/GEMM (A16Wn: fp16 activations, 8/4/2-bit grouped integer weights with scales
+# and zeros), every matmul kind it dispatches to; reference: the dequantized weights' product in float64)
+
+def _gemlite_case(W_nbits, group_size, M, kinds, N=96, K=256, dtype="float16", x_scale=1.0):
+    import torch
+    from gemlite.helper import A16Wn
+    dt = torch_dtype(dtype)
+    W_q = torch.randint(0, 2 ** W_nbits, (N, K), dtype=torch.uint8)
+    scales = (_rand(N, K // group_size, lo=0.01, scale=0.05) * 16 / 2 ** W_nbits).to(dt)  # |W| < ~1 at any width
+    zeros = torch.randint(0, 2 ** W_nbits, (N, K // group_size)).to(dt)
+    lin = A16Wn(device=DEVICE, dtype=dt).from_weights(W_q, scales, zeros, W_nbits, group_size)
+    x = _rand(M, K, dtype=dt, scale=x_scale)
+    # pack()'s fma mode stores W ~ W_q * scales + zeros' with zeros' = -zeros * scales rounded to the activations'
+    # type (a rounding of the library's, at ~zeros * scales * eps): the reference dequantizes the same way
+    z_fma = (-zeros.float() * scales.float()).to(dt)
+    W = _d(W_q) * _d(scales).repeat_interleave(group_size, 1) + _d(z_fma).repeat_interleave(group_size, 1)
+    return [(lin.forward_manual(x, kind), _d(x) @ W.T) for kind in kinds]
+
+
+# fp16 dequantized weights (the kernels compute (q - z) * s in the activations' type) and an fp16 output: ~3e-3
+@case("gemlite", "a16w4_gemv", "matmul", tol=1e-2)
+def _gl_w4_gemv():
+    return _gemlite_case(4, 64, 1, ("GEMV", "GEMV_REVSPLITK"))
+
+
+@case("gemlite", "a16w4_gemv_splitk", "matmul", tol=1e-2)
+def _gl_w4_gemv_splitk():
+    return _gemlite_case(4, 128, 2, ("GEMV_SPLITK",))
+
+
+@case("gemlite", "a16w4_gemm_splitk", "matmul", tol=1e-2)
+def _gl_w4_gemm_splitk():
+    return _gemlite_case(4, 64, 13, ("GEMM_SPLITK",))
+
+
+@case("gemlite", "a16w4_gemm", "matmul", tol=1e-2)
+def _gl_w4_gemm():
+    return _gemlite_case(4, 64, 70, ("GEMM",))
+
+
+@case("gemlite", "a16w8_gemv_gemm", "matmul", tol=1e-2)
+def _gl_w8():
+    return _gemlite_case(8, 128, 3, ("GEMV_SPLITK", "GEMM"), N=80)
+
+
+# bf16 weights, outputs and split-K partial sums (atomics in the output type): outputs kept under ~3 (x / 10),
+# so that bf16's rounding of them (2^-9 relative) stays under ~1e-2
+@case("gemlite", "a16w4_bf16", "matmul", tol=3e-2)
+def _gl_w4_bf16():
+    return _gemlite_case(4, 64, 6, ("GEMM_SPLITK", "GEMV_REVSPLITK", "GEMM"), N=80, dtype="bfloat16", x_scale=0.1)
+
+
+@case("gemlite", "a16w2_gemm_splitk", "matmul", tol=1e-2)
+def _gl_w2():
+    return _gemlite_case(2, 32, 5, ("GEMM_SPLITK", "GEMV_REVSPLITK"), N=64, K=384)
+
+
+# ----------------------------------------------------------------------------------------------------- lmdeploy
+# (lmdeploy's PyTorch-engine kernels, lmdeploy/pytorch/kernels/cuda: loaded without the engine (BARE_SUBPACKAGES);
+# references: float64 torch)
+
+def _lmd(name):
+    return importlib.import_module(f"lmdeploy.pytorch.kernels.cuda.{name}")
+
+
+@case("lmdeploy", "rms_norm", "norm", tol=1e-4)
+def _lm_rms():
+    x, w, r = _rand(3, 7, 200), _rand(200), _rand(3, 7, 200)
+    rn = _lmd("rms_norm").rms_norm
+
+    def ref(x):
+        return x * (x.pow(2).mean(-1, keepdim=True) + 1e-6).rsqrt() * _d(w)
+    y, res = rn(x, w, 1e-6, residual=r)
+    return [(rn(x, w, 1e-6), ref(_d(x))), (y, ref(_d(x) + _d(r))), (res, _d(x) + _d(r))]
+
+
+@case("lmdeploy", "apply_rotary_pos_emb", "elementwise")
+def _lm_rotary():
+    import torch
+    ap = _lmd("apply_rotary_pos_emb").apply_rotary_pos_emb
+    T, hq, hk, D = 19, 4, 2, 64
+    q, k = _rand(T, hq, D), _rand(T, hk, D)
+    ang = torch.rand(T, D // 2, dtype=torch.float64) * 6.28
+    out = []
+    for complex_mode in (False, True):
+        a = ang if complex_mode else torch.cat((ang, ang), -1)
+        cos, sin = a.cos().float(), a.sin().float()
+        gq, gk = ap(q, k, cos, sin, complex_mode=complex_mode)
+        for got, x in ((gq, q), (gk, k)):
+            x = _d(x)
+            c, s_ = _d(cos)[:, None], _d(sin)[:, None]
+            if complex_mode:
+                x1, x2 = x[..., 0::2], x[..., 1::2]
+                want = torch.stack((x1 * c - x2 * s_, x1 * s_ + x2 * c), -1).flatten(-2)
+            else:
+                x1, x2 = x.chunk(2, -1)
+                want = x * c + torch.cat((-x2, x1), -1) * s_
+            out.append((got, want))
+    return out
+
+
+@case("lmdeploy", "silu_and_mul", "elementwise")
+def _lm_silu():
+    import torch.nn.functional as F
+    gu = _rand(37, 2 * 700)
+    return [(_lmd("activation").silu_and_mul(gu), F.silu(_d(gu[:, :700])) * _d(gu[:, 700:]))]
+
+
+@case("lmdeploy", "per_token_quant_int8", "quantize", tol=1e-6)
+def _lm_ptq():
+    import torch
+    x = _rand(5, 9, 300)
+    xq, xs = _lmd("w8a8_triton_kernels").per_token_quant_int8(x, 1e-7)
+    s = _d(x).abs().amax(-1, keepdim=True) / 127
+    want = _d(x) / s
+    # the int8 value: x / s rounded to nearest (within half a level where x / s sits near a .5)
+    return [(xs, s), (((xq.double() - want).abs() - 0.5).clamp(min=0), torch.zeros_like(want))]
+
+
+@case("lmdeploy", "rms_norm_dynamic_quant_w8a8_matmul", "matmul", tol=1e-2)
+def _lm_w8a8():
+    import torch
+    w8 = _lmd("w8a8_triton_kernels")
+    M, K, N = 21, 256, 72
+    x, w, r = _rand(M, K, dtype=torch.float16), _rand(K, dtype=torch.float16), _rand(M, K, dtype=torch.float16)
+    W = _rand(N, K)
+    ws = _d(W).abs().amax(1, keepdim=True) / 127
+    Wq = (_d(W) / ws).round().to(torch.int8)
+    out = []
+    for residual in (None, r):
+        res = w8.rms_norm_dynamic_quant(x, w, 1e-6, residual=residual)
+        yq, ys = res[0], res[1]
+        xin = _d(x) if residual is None else _d(x) + _d(r)
+        y = xin * (xin.pow(2).mean(-1, keepdim=True) + 1e-6).rsqrt() * _d(w)
+        out.append((ys, y.abs().amax(-1, keepdim=True) / 127))
+        # the int8 values: y / scale rounded, y computed in fp16 by the kernel (within one level of float64's)
+        out.append((((yq.double() - y / ys).abs() - 1).clamp(min=0), torch.zeros_like(y)))
+        if residual is not None:
+            out.append((res[2], xin))
+        got = w8.matmul_kernel_dynamic_quant(yq, Wq.contiguous(), ys, ws.float().reshape(N, 1),
+                                             output_dtype=torch.float16)
+        out.append((got, (yq.double() * ys) @ (_d(Wq) * ws).T))
+    return out
+
+
+
+@case("lmdeploy", "bitonic_topk", "sort", tol=0)  # (kv lengths past, under and at k = 128)
+def _lm_topk():
+    import torch
+    q_lens, kv_lens, k = torch.tensor([1, 3, 2]), torch.tensor([700, 90, 260]), 128
+    n = int(q_lens.sum())
+    # distinct scores: the kernels' compare-and-swap (`(x > y) != flip`) hands both ids of a tie the same one
+    scores = (torch.randperm(n * 800, dtype=torch.float64) / (n * 800) - 0.5).float().view(n, 800)
+    got = _lmd("bitonic_topk").bitonic_topk(scores, q_lens, kv_lens, k).long()
+    out = []
+    for i, L in enumerate(torch.repeat_interleave(kv_lens, q_lens).tolist()):
+        top = _d(scores[i, :L]).sort(descending=True).values[:k]
+        m = top.numel()
+        # the scores of the chosen ids, in order (equal scores may come in either order), distinct ids within the
+        # row's length, and the fill (-1) past it
+        ids = got[i, :m]
+        ok = (ids >= 0) & (ids < L)
+        out += [(_d(scores[i]).gather(0, ids.clamp(0, L - 1)), top), ((ok.sum(), ids.unique().numel()), (m, m)),
+                (got[i, m:], torch.full((k - m,), -1))]
+    return out
+
+
+@case("lmdeploy", "fused_lora", "matmul", tol=1e-2)
+def _lm_lora():
+    import torch
+    K, N, ranks = 160, 200, [8, 0, 16]
+    rank_start = torch.tensor([0, 8, 8])
+    seq_lens, adapter_ids = torch.tensor([5, 17, 3, 9]), torch.tensor([2, 0, 1, 2])
+    seq_start = torch.cumsum(seq_lens, 0) - seq_lens
+    M = int(seq_lens.sum())
+    x = _rand(M, K, dtype=torch.float16)
+    A, B = _rand(24, K, dtype=torch.float16, scale=0.1), _rand(24, N, dtype=torch.float16, scale=0.1)
+    scaling = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float16)
+    got = _lmd("fused_lora").fused_lora(x, A, B, scaling, rank_start, torch.tensor(ranks), seq_start, seq_lens,
+                                         adapter_ids, max_rank=16, max_seqlen=int(seq_lens.max()))
+    want = torch.zeros(M, N, dtype=torch.float64)
+    for s0, L, a in zip(seq_start.tolist(), seq_lens.tolist(), adapter_ids.tolist()):
+        rs, r = int(rank_start[a]), ranks[a]
+        if r:
+            want[s0:s0 + L] = float(scaling[a]) * (_d(x[s0:s0 + L]) @ _d(A[rs:rs + r]).T) @ _d(B[rs:rs + r])
+    return [(got, want)]
+
+
+# ------------------------------------------------------------------------------------------------------ Unsloth
+# (unsloth's Triton kernels, unsloth/kernels: loaded without unsloth's __init__ (which patches transformers and
+# probes the GPU; BARE_SUBPACKAGES), with UNSLOTH_IS_PRESENT=1 for unsloth_zoo; references: float64 torch autograd)
+
+def _uk(name):
+    return importlib.import_module(f"unsloth.kernels.{name}")
+
+
+def _act_bwd_ref(act, DW, e, g):
+    """h = act(e) * g, df = DW * act(e), de = DW * g * act'(e) (what unsloth's fused MLP backward kernels return
+    in place of DW, e, g), in float64."""
+    import torch
+    e64 = _d(e).requires_grad_()
+    f = act(e64)
+    (de,) = torch.autograd.grad(f, e64, _d(DW) * _d(g))
+    f = f.detach()
+    return f * _d(g), _d(DW) * f, de
+
+
+def _unsloth_glu(fwd, bwd, act):
+    x_e, x_g, DW = _rand(3, 37, 130), _rand(3, 37, 130), _rand(3 * 37, 130)
+    out = [(getattr(_uk(fwd[0]), fwd[1])(x_e, x_g), act(_d(x_e)) * _d(x_g))]
+    e, g = x_e.view(-1, 130).clone(), x_g.view(-1, 130).clone()
+    want = _act_bwd_ref(act, DW, e, g)
+    got = getattr(_uk(bwd[0]), bwd[1])(DW.clone(), e, g)
+    return out + list(zip(got, want))
+
+
+@case("unsloth", "swiglu_fwd_bwd", "elementwise", tol=1e-5)
+def _us_swiglu():
+    import torch.nn.functional as F
+    return _unsloth_glu(("swiglu", "swiglu_fg_kernel"), ("swiglu", "swiglu_DWf_DW_dfg_kernel"), F.silu)
+
+
+@case("unsloth", "geglu_exact_fwd_bwd", "elementwise", tol=1e-5)
+def _us_geglu_exact():
+    import torch.nn.functional as F
+    return _unsloth_glu(("geglu", "geglu_exact_forward_kernel"), ("geglu", "geglu_exact_backward_kernel"), F.gelu)
+
+
+@case("unsloth", "geglu_approx_fwd_bwd", "elementwise", tol=1e-5)
+def _us_geglu_approx():
+    import torch.nn.functional as F
+    return _unsloth_glu(("geglu", "geglu_approx_forward_kernel"), ("geglu", "geglu_approx_backward_kernel"),
+                        functools.partial(F.gelu, approximate="tanh"))
+
+
+def _grads_of(fn, ref, inputs, dy_shape):
+    """[(fn's output, ref's), (each input's gradient, ref's)] for one random output gradient, ref in float64."""
+    got_in = [t.clone().requires_grad_() for t in inputs]
+    ref_in = [_d(t).requires_grad_() for t in inputs]
+    y, yr = fn(*got_in), ref(*ref_in)
+    dy = _rand(*dy_shape) if dy_shape else _rand(1)[0]
+    y.backward(dy)
+    yr.backward(_d(dy))
+    return [(y.detach(), yr.detach())] + [(a.grad, b.grad) for a, b in zip(got_in, ref_in)]
+
+
+@case("unsloth", "rms_layernorm_fwd_bwd", "norm", tol=1e-4)
+def _us_rms():
+    import types
+    rl = _uk("rms_layernorm")
+    out = []
+    for gemma in (False, True):
+        def fn(X, W, gemma=gemma):
+            return rl.fast_rms_layernorm(types.SimpleNamespace(weight=W, variance_epsilon=1e-6), X, gemma=gemma)
+
+        def ref(X, W, gemma=gemma):
+            return X * (X.pow(2).mean(-1, keepdim=True) + 1e-6).rsqrt() * ((1 + W) if gemma else W)
+        out += _grads_of(fn, ref, [_rand(2, 13, 300), _rand(300)], (2, 13, 300))
+    return out
+
+
+@case("unsloth", "layernorm_fwd_bwd", "norm", tol=1e-4)
+def _us_layernorm():
+    import types
+
+    import torch.nn.functional as F
+    ln = _uk("layernorm")
+
+    def fn(X, W, b):
+        return ln.fast_layernorm(types.SimpleNamespace(weight=W, bias=b, eps=1e-5, elementwise_affine=True), X)
+    return _grads_of(fn, lambda X, W, b: F.layer_norm(X, (260,), W, b, 1e-5), [_rand(3, 11, 260), _rand(260),
+                                                                               _rand(260)], (3, 11, 260))
+
+
+def _rope_ref(x, cos, sin):
+    """HF's apply_rotary_pos_emb on [batch, heads, seq, dim] with cos/sin [batch or 1, seq, dim]."""
+    import torch
+    x1, x2 = x.chunk(2, -1)
+    return x * cos[:, None] + torch.cat((-x2, x1), -1) * sin[:, None]
+
+
+@case("unsloth", "rope_qk_fwd_bwd", "elementwise", tol=1e-5)
+def _us_rope():
+    import torch
+    re_ = _uk("rope_embedding")
+    B, Hq, Hk, S, D = 2, 4, 2, 19, 64
+    ang = torch.rand(32, D // 2, dtype=torch.float64) * 6.28
+    ang = torch.cat((ang, ang), -1)
+    cos, sin = ang.cos().float(), ang.sin().float()
+    out = []
+    for idx in (None, torch.randint(0, 32, (B, S))):
+        def fn(Q, K, idx=idx):
+            q, k = re_.fast_rope_embedding(Q, K, cos, sin, idx)
+            return torch.cat((q.flatten(), k.flatten()))
+
+        def ref(Q, K, idx=idx):
+            c, s_ = (_d(t)[:S][None] if idx is None else _d(t)[idx] for t in (cos, sin))
+            return torch.cat((_rope_ref(Q, c, s_).flatten(), _rope_ref(K, c, s_).flatten()))
+        n = B * S * D * (Hq + Hk)
+        out += _grads_of(fn, ref, [_rand(B, Hq, S, D), _rand(B, Hk, S, D)], (n,))
+    return out
+
+
+def _unsloth_ce(V, softcap=0.0, scaling=0.0):
+    import torch
+    import torch.nn.functional as F
+    ce = _uk("cross_entropy_loss")
+    labels = torch.randint(0, V, (2, 5))
+    labels[0, 1] = -100
+    labels[1, 4] = V - 1
+
+    def fn(logits):
+        return ce.fast_cross_entropy_loss(logits, labels, logit_softcapping=softcap, logit_scaling=scaling)
+
+    def ref(logits):
+        x = logits * scaling if scaling else logits
+        x = softcap * torch.tanh(x / softcap) if softcap else x
+        return F.cross_entropy(x.reshape(-1, V), labels.reshape(-1), ignore_index=-100, reduction="sum") / (
+            labels != -100).sum()
+    return _grads_of(fn, ref, [_rand(2, 5, V, scale=3.0)], ())
+
+
+@case("unsloth", "cross_entropy_fwd_bwd", "loss", tol=1e-4)
+def _us_ce():
+    return _unsloth_ce(3001) + _unsloth_ce(517, softcap=7.0, scaling=1.3)
+
+
+@case("unsloth", "cross_entropy_chunked_vocab", "loss", tol=1e-4)
+def _us_ce_big():
+    return _unsloth_ce(70001)  # more than MAX_FUSED_SIZE = 65536: the chunked logsumexp kernels
+
+
 # ---------------------------------------------------------------------------------------------------- running
 
 def _err(got, want) -> float:
@@ -1617,13 +2263,56 @@ def _err(got, want) -> float:
     return float(((g - w).abs() / scale).masked_fill(both_nan, 0).nan_to_num(float("inf")).max()) if g.numel() else 0.0
 
 
+_POISON_INT = {1: 0x5A, 2: 0x5A5A, 4: 0x5A5A5A5A, 8: 0x5A5A5A5A5A5A5A5A}
+
+
+@contextlib.contextmanager
+def _poison_empty(on=True):
+    """While on: torch.empty, empty_like, empty_strided and Tensor.new_empty return tensors filled with NaN
+    (floating point), 0x5A.. (integers: 90 as int8/uint8) or True (bool) instead of leftover memory."""
+    import torch
+
+    if not on:
+        yield
+        return
+
+    def fill(t):
+        if isinstance(t, torch.Tensor) and t.numel():
+            with contextlib.suppress(RuntimeError, TypeError):
+                if t.is_floating_point() or t.is_complex():
+                    t.fill_(float("nan"))
+                elif t.dtype == torch.bool:
+                    t.fill_(True)
+                else:
+                    v = _POISON_INT.get(t.element_size(), 0x5A)
+                    t.fill_(v if v <= torch.iinfo(t.dtype).max else v - (1 << (8 * t.element_size())))
+        return t
+
+    def wrap(f):
+        return functools.wraps(f)(lambda *a, **k: fill(f(*a, **k)))
+
+    saved = {n: getattr(torch, n) for n in ("empty", "empty_like", "empty_strided")}
+    saved_new = torch.Tensor.new_empty
+    try:
+        for n, f in saved.items():
+            setattr(torch, n, wrap(f))
+        torch.Tensor.new_empty = wrap(saved_new)
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(torch, n, f)
+        torch.Tensor.new_empty = saved_new
+
+
 def _bare_package(name):
     """Make `name` importable without running its __init__ (which loads a compiled extension we do not build)."""
     import types
 
     if name not in sys.modules:
         mod = types.ModuleType(name)
-        mod.__path__ = list(importlib.util.find_spec(name).submodule_search_locations)
+        spec = importlib.util.find_spec(name)
+        mod.__path__ = list(spec.submodule_search_locations)
+        mod.__spec__ = spec  # (unsloth_zoo asks find_spec("unsloth"), which reads it)
         sys.modules[name] = mod
 
 
@@ -1638,6 +2327,48 @@ def _hide_source_only(lib):
                 sys.modules["flash_attn"] = None
                 hidden.append("flash_attn")
     return hidden
+
+
+@contextlib.contextmanager
+def _gemlite_on_cpu(lib):
+    """GemLite makes a CUDA tensor per device when imported (the MXFP4 code book, `fp4_mapping[device index]`) and
+    looks it up by the input's device index in every GEMV launch. Without a GPU: no device while it is imported,
+    then the code book on the CPU under index None (a CPU tensor's); the integer kernels never read it."""
+    import torch
+
+    if lib != "gemlite" or torch.cuda.is_available():
+        yield
+        return
+    saved = torch.cuda.device_count
+    torch.cuda.device_count = lambda: 0
+    try:
+        yield
+    finally:
+        torch.cuda.device_count = saved
+    for name in ("gemv_kernels", "gemv_revsplitK_kernels", "gemv_splitK_kernels", "gemm_kernels",
+                 "gemm_splitK_kernels", "gemm_splitK_persistent_kernels"):
+        mod = sys.modules.get(f"gemlite.triton_kernels.{name}")
+        if mod is not None and isinstance(getattr(mod, "fp4_mapping", None), list):
+            mod.fp4_mapping = {None: torch.tensor([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12],
+                                                  dtype=torch.int8)}
+
+
+@contextlib.contextmanager
+def _accelerator_is_cuda(lib):
+    """bitsandbytes' Triton backend picks its device module from torch.accelerator when imported (None on a
+    CPU-only torch): while it is imported without a GPU, that answers CUDA, as _pretend_one_cuda_device does."""
+    import torch
+
+    acc = getattr(torch, "accelerator", None)
+    if lib != "bitsandbytes" or acc is None or torch.cuda.is_available():
+        yield
+        return
+    saved = acc.current_accelerator
+    acc.current_accelerator = lambda *a, **k: torch.device("cuda")
+    try:
+        yield
+    finally:
+        acc.current_accelerator = saved
 
 
 def _pin_vllm_platform():
@@ -1918,9 +2649,10 @@ def run_library(lib: str, side: str, only=(), skip=(), time_rounds=0, progress=N
         try:
             # twice: the second call goes through the libraries' launch caches (FlagGems' LibEntry relaunches the
             # compiled kernel with every argument), a path of its own
-            pairs = fn()
-            torch.manual_seed(0)
-            pairs += fn()
+            with _poison_empty(lib in POISONED):
+                pairs = fn()
+                torch.manual_seed(0)
+                pairs += fn()
             err, tol = max(_err(g, w) for g, w in pairs), _tolerance(lib, name, tol)
             row.update(passed=err <= tol, error=err, tol=tol)
         except Exception as e:  # a library op that fails is a result, not a crash of the runner
@@ -1976,7 +2708,8 @@ def _versions(side) -> dict:
         import triton
 
         out["triton"] = triton.__version__
-    for dist in ("flag-gems", "fla-core", "xformers", "torchao", "vllm", "sglang", "einops"):
+    for dist in ("flag-gems", "fla-core", "xformers", "torchao", "vllm", "sglang", "einops", "sageattention",
+                 "bitsandbytes", "gemlite", "lmdeploy", "unsloth", "unsloth_zoo", "transformers"):
         with contextlib.suppress(Exception):
             out[dist] = importlib.metadata.version(dist)
     for pkg in BARE_PACKAGES:  # sources without metadata: the version their __init__ states
@@ -2052,11 +2785,16 @@ def main(argv=None) -> int:
             continue
         if lib in BARE_PACKAGES:
             _bare_package(lib)
+        for name in BARE_SUBPACKAGES.get(lib, ()):
+            _bare_package(name)
+        if lib == "unsloth":
+            os.environ.setdefault("UNSLOTH_IS_PRESENT", "1")  # what unsloth's __init__ sets for unsloth_zoo
         hidden = _hide_source_only(lib)
         try:
             if lib == "vllm" and DEVICE != "cpu":
                 _pin_vllm_platform()
-            importlib.import_module(LIBS[lib])
+            with _accelerator_is_cuda(lib), _gemlite_on_cpu(lib):
+                importlib.import_module(LIBS[lib])
         except Exception as e:
             print(f"FAIL {lib}: import: {type(e).__name__}: {e}")
             row = {"library": lib, "op": "(import)", "passed": False, "failure": f"{type(e).__name__}: {e}"[:400]}

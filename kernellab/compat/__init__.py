@@ -201,7 +201,7 @@ def install() -> None:
 
     knobs = mods["triton.knobs"]  # its groups get replaced (Triton's fresh_knobs fixture): read them per launch
     jit.option_defaults = lambda: {} if knobs.language.default_fp_fusion else {"enable_fp_fusion": False}
-    jit.default_bounds = "storage"  # a Triton pointer may reach its tensor's whole storage
+    jit.default_bounds = "allocation"  # a Triton pointer may reach its tensor's storage (loads: its allocation)
     from ..compiler.types import DType
     from . import runtime_shim
     from .runtime_shim import interpreting

@@ -5,7 +5,10 @@ pointer value is a plain int64 and its region is ``addr >> 40``. A region wraps 
 storage of the user's tensor/array as a writable uint8 NumPy array (no copy), so loads and stores land in
 the user's memory; an access must stay within the argument's own view (its lowest to highest element
 byte), or within the storage with ``bounds="storage"``, and be aligned to its element size: what a GPU
-would corrupt silently or fault on is an error here.
+would corrupt silently or fault on is an error here. ``bounds="allocation"`` (kernellab.compat's default) is
+"storage" plus what a GPU tolerates: a load may also reach past the storage's end up to the end of the
+allocation unit of torch's CUDA caching allocator (the storage rounded up to ALLOCATION_UNIT bytes), where a GPU
+reads the block's padding without faulting; those lanes read zero here.
 
 Values travel through the interpreter in a *carrier* dtype: the NumPy dtype of the element type,
 except bf16 (carried as float32, stored as the top 16 bits), fp8 (float32 on the format's grid, stored
@@ -115,7 +118,10 @@ def mem_kind(elem) -> MemKind:
 # ---------------------------------------------------------------------------------------------
 # Regions
 
-BOUNDS = ("view", "storage")
+BOUNDS = ("view", "storage", "allocation")
+# torch's CUDA caching allocator rounds every block up to 512 bytes (kMinBlockSize): a load up to there, past a
+# tensor's last byte, reads the block's padding on a GPU instead of faulting (bounds="allocation")
+ALLOCATION_UNIT = 512
 
 
 class Region:
@@ -137,8 +143,11 @@ class Region:
         self.owner = owner  # keeps the user's object alive while we hold raw memory
         self.view_lo, self.view_hi = max(0, view_lo), min(self.nbytes, view_hi)
         self.bounds = bounds
-        self.lo, self.hi = (0, self.nbytes) if bounds == "storage" else (self.view_lo, self.view_hi)
+        self.lo, self.hi = (0, self.nbytes) if bounds in ("storage", "allocation") else (self.view_lo, self.view_hi)
         self.lo_addr, self.hi_addr = self.origin + self.lo, self.origin + self.hi
+        # loads may reach here (exclusive): the storage's allocation unit under bounds="allocation"
+        self.read_hi_addr = self.origin + -(-self.nbytes // ALLOCATION_UNIT) * ALLOCATION_UNIT \
+            if bounds == "allocation" and self.nbytes else self.hi_addr
         self.typed_views: dict = {}
         self.writable = bool(buf.flags.writeable)
 
@@ -256,7 +265,9 @@ def _duck_region(rid: int, name: str, obj, bounds: str) -> Region:
     numel = int(np.prod(shape, dtype=np.int64))
     buf = _raw_bytes(ptr + vlo, vhi - vlo, True)
     desc = f"{str(dt).replace('torch.', '')} {type(obj).__name__}"
-    return Region(rid, name, buf, -vlo, ptr, numel, isz, desc, obj, 0, vhi - vlo, bounds)
+    # (its allocation is unknown too: "allocation" reaches as far as "storage")
+    return Region(rid, name, buf, -vlo, ptr, numel, isz, desc, obj, 0, vhi - vlo,
+                  "storage" if bounds == "allocation" else bounds)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,7 +317,8 @@ class Memory:
 
     def _groups(self, addr: np.ndarray, act: np.ndarray | None, mk: MemKind, verb: str, rid=None):
         """General path: check every active lane; return [(region, typed array, lane indices, element
-        indices)], or raise a Fault naming the first bad lane."""
+        indices)], or raise a Fault naming the first bad lane. Loads (verb "reads") of lanes past a region's
+        storage but within its allocation unit (bounds="allocation") are in no group: they read zero."""
         a = np.ascontiguousarray(addr).reshape(-1)
         n = a.shape[0]
         act = np.ones(n, bool) if act is None else np.broadcast_to(act, addr.shape).reshape(-1)
@@ -322,6 +334,8 @@ class Memory:
                 pos = a - base
                 good = sel & (pos >= 0) & (pos <= lim) & ((pos & (isz - 1)) == 0)
                 ok |= good
+                if verb == "reads" and reg.read_hi_addr > reg.hi_addr:  # the allocation's padding: reads zero
+                    ok |= sel & ~good & (a >= reg.hi_addr) & (a + isz <= reg.read_hi_addr) & ((pos & (isz - 1)) == 0)
                 lanes = np.nonzero(good)[0]
                 if lanes.size:
                     groups.append((reg, tv, lanes, pos[lanes] >> mk.shift))

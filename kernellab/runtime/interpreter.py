@@ -1261,9 +1261,11 @@ class Interpreter:
 
         `bounds`: "view" (default) faults on any access outside an argument's own view (its lowest to
         highest element byte); "storage" lets a pointer reach anywhere in the tensor's underlying storage,
-        for kernels that address a view's parent on purpose. `sanitize`: True (or "raise") / "warn" record
-        every byte's accesses and report races, duplicate stores and uninitialized reads (runtime/sanitizer.py);
-        returns the `SanitizerReport` then (None otherwise)."""
+        for kernels that address a view's parent on purpose; "allocation" (kernellab.compat's default) is
+        "storage" whose loads may also read past the storage's end within its CUDA allocation unit, as zeros
+        (interp_memory.ALLOCATION_UNIT: a GPU reads the allocator's padding there without faulting).
+        `sanitize`: True (or "raise") / "warn" record every byte's accesses and report races, duplicate stores
+        and uninitialized reads (runtime/sanitizer.py); returns the `SanitizerReport` then (None otherwise)."""
         grid = _normalize_grid(grid)
         name = self.kernel.name
         if bounds not in BOUNDS:

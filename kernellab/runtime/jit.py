@@ -613,9 +613,13 @@ compile_hook = None
 option_defaults = None
 
 # How far a pointer may reach on the CPU interpreter when neither the kernel (`@jit(bounds=...)`) nor the launch
-# says: "view" (kernellab's default: an argument's own elements) or "storage" (its whole underlying storage).
-# kernellab.compat sets "storage": Triton programs address a tensor's storage through restrided views on purpose
-# (FlagGems' gather/scatter pass a view of the index's shape and step along the source's dimension).
+# says: "view" (kernellab's default: an argument's own elements), "storage" (its whole underlying storage) or
+# "allocation" (below).
+# kernellab.compat sets "allocation": Triton programs address a tensor's storage through restrided views on purpose
+# (FlagGems' gather/scatter pass a view of the index's shape and step along the source's dimension), and some load
+# one element past a tensor's end, which a GPU reads from the caching allocator's padding (SageAttention's causal
+# kernels load the K scale of the block after the last one and mask its scores): "storage" whose loads may read
+# past the end within the allocation unit (as zeros; interp_memory.ALLOCATION_UNIT).
 default_bounds = "view"
 
 # Launch options that can change the compiled code, with their defaults: the in-memory cache keys on all of
@@ -1744,7 +1748,7 @@ def jit(fn=None, *, do_not_specialize=(), debug=None, noinline=None, repr=None, 
 
     On the CPU interpreter, `sanitize=True` checks every launch for races, duplicate stores and uninitialized
     reads, and `bounds="storage"` lets pointers reach a view's whole storage (launch options of the same names
-    override these; without either, `default_bounds` decides: "view", or "storage" under kernellab.compat)."""
+    override these; without either, `default_bounds` decides: "view", or "allocation" under kernellab.compat)."""
     def wrap(f):
         return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline, repr=repr,
                            sanitize=sanitize, bounds=bounds)

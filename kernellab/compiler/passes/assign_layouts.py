@@ -186,6 +186,26 @@ def _numel(t):
     return n
 
 
+SHAPE_DOMINANT_KNOB = "KERNELLAB_SHAPE_DOMINANT"
+
+
+def shape_dominant_enabled() -> bool:
+    """KERNELLAB_SHAPE_DOMINANT=1 (default off until timed on a GPU; part of the compile caches' keys through
+    runtime/codegen_env.py): a value that takes the kernel's dominant layout of its rank (a fresh range, splat or
+    constant; a gather) takes instead the layout of the largest memory access of its own shape where the rank's
+    dominant one spans more than its shape (its threads would hold copies of the same elements). bitsandbytes'
+    4-bit dequantization stores 512 f32 (4 a thread at 4 warps: the dominant layout) from 256 packed bytes (2 a
+    thread): the gathers of the absmax and the code book, and their index math, took the 512-wide layout for 256
+    values, so every thread computed and loaded each twice, and the code-book pointers went through shared memory
+    to it (32 registers, 8 loads a thread; Triton's: 18, 4 loads, its 256-value tensors at 2 a thread)."""
+    return os.environ.get(SHAPE_DOMINANT_KNOB, "0").strip().lower() in ("1", "on", "true", "yes")
+
+
+def _replicates(lay, shape) -> bool:
+    """Whether blocked layout `lay` spans more than `shape` along some dimension (threads then hold copies)."""
+    return any(lay.spt[d] * lay.tpw[d] * lay.wpc[d] > shape[d] for d in range(len(shape)))
+
+
 def store_run_enabled() -> bool:
     """KERNELLAB_STORE_RUN=1 (default off until timed on a GPU; part of the compile caches' keys through
     runtime/codegen_env.py): loads of full vectors take the longer run of a narrower-element store of their values."""
@@ -239,6 +259,7 @@ class LayoutAssigner:
         self.converts = 0
         self.in_pointer_layout = 0  # accesses that took their pointer tile's layout (not recomputable in theirs)
         best: dict[int, tuple] = {}
+        self.by_shape: dict[tuple, Blocked] = {}  # KERNELLAB_SHAPE_DOMINANT: the first access's layout per shape
         for op in self.fn.walk():
             if accesses_memory(op.name) and op.operands[0].type.is_block():
                 layout, vec = coalesced_layout(op, self.axis, num_warps)
@@ -247,8 +268,11 @@ class LayoutAssigner:
                 size = _numel(op.operands[0].type)
                 if rank not in best or size > best[rank][0]:
                     best[rank] = (size, layout)
+                if isinstance(layout, Blocked) and max(self.axis[op.operands[0]].contig) > 1:
+                    self.by_shape.setdefault(tuple(op.operands[0].type.shape), layout)
         for rank, (_, layout) in best.items():
             self.dominant[rank] = layout
+        self.shape_dominant = shape_dominant_enabled()
         self.widened_loads = self._widen_unaligned_loads()
         self.loads_to_store_run = self._widen_to_store_runs() if store_run_enabled() else 0
         # A gather (no contiguity along any dim: W[channel_of(i)], table[idx]) gains nothing from a layout of
@@ -256,7 +280,7 @@ class LayoutAssigner:
         for op in self.fn.walk():
             anchor = self.anchors.get(id(op))
             if anchor is not None and anchor[1] == 1 and max(self.axis[op.operands[0]].contig) == 1:
-                self.anchors[id(op)] = (self.dominant[len(op.operands[0].type.shape)], 1)
+                self.anchors[id(op)] = (self.default(op.operands[0].type.shape), 1)
 
     def _widen_unaligned_loads(self) -> int:
         """A load contiguous along its fastest dimension but held under a 16-byte vector by its alignment or mask
@@ -335,6 +359,8 @@ class LayoutAssigner:
 
     def default(self, shape) -> Blocked:
         lay = self.dominant.get(len(shape))
+        if self.shape_dominant and isinstance(lay, Blocked) and _replicates(lay, shape):
+            lay = self.by_shape.get(tuple(shape), lay)  # a contiguous access of this very shape, if any
         return lay if lay is not None else default_blocked(shape, self.num_warps)
 
     # ------------------------------------------------------------------ helpers
