@@ -3,8 +3,8 @@ through addresses with no contiguous dimension: its rows are (batch, height, wid
 remainders, its columns channels with a runtime stride. Which dimension the lanes spread over decides how many
 rows (each with two divisions, two remainders, four compares and an address) a thread computes. Bounded here by
 the LLVM IR's integer divisions (the build stops at LLVM IR: no LLVM, no ptxas), not by a clock: with
-the default (KERNELLAB_COALESCE_TIES=size: the larger dim, here the positions, as Triton's "first") a thread holds a
-few rows; with =last (the old default) the lanes are over the channels and it holds a few hundred divisions' worth (ptxas time and spills follow: benchmarks/NOTES.md)."""
+KERNELLAB_COALESCE_TIES=first (Triton's rule) or =size (the larger dim) a thread holds a few rows; with the default
+(last) the lanes are over the channels and it holds a few hundred divisions' worth (ptxas time and spills follow: benchmarks/NOTES.md)."""
 from __future__ import annotations
 
 import re
@@ -75,16 +75,17 @@ def test_lanes_over_the_rows_compute_few_row_divisions(monkeypatch):
     assert first <= 4 * 8, first
 
 
-def test_default_puts_the_lanes_over_the_larger_rows(monkeypatch):
-    """The default ("size"): the 256 positions outnumber the 32 channels, so the lanes go over the positions, as
-    with "first"."""
-    assert _divisions(monkeypatch, None) == _divisions(monkeypatch, "first")
+def test_size_puts_the_lanes_over_the_larger_rows(monkeypatch):
+    """KERNELLAB_COALESCE_TIES=size: the 256 positions outnumber the 32 channels, so the lanes go over the
+    positions, as with "first"."""
+    assert _divisions(monkeypatch, "size") == _divisions(monkeypatch, "first")
 
 
-def test_last_keeps_the_old_layout(monkeypatch):
-    """KERNELLAB_COALESCE_TIES=last: lanes over the channels, 128 rows a thread, a division of each by each of the
-    two sizes, twice."""
-    assert _divisions(monkeypatch, "last") >= 4 * 128
+@pytest.mark.parametrize("ties", [None, "last"])
+def test_default_keeps_its_layout(monkeypatch, ties):
+    """The default ("last"): lanes over the channels, 128 rows a thread, a division of each by each of the two
+    sizes, twice."""
+    assert _divisions(monkeypatch, ties) >= 4 * 128
 
 
 def test_slsr_pairs_mode_bounds_the_code_generator(monkeypatch):
@@ -158,7 +159,7 @@ def test_conv_rows_interpreter(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("ties", [None, "first", "last"])
+@pytest.mark.parametrize("ties", [None, "first", "size"])
 @pytest.mark.parametrize("bp,warps,stages", [(256, 2, 4), (128, 4, 3), (64, 2, 2)])
 def test_conv_rows_gpu(monkeypatch, ties, bp, warps, stages):
     _run_conv("cuda", monkeypatch, ties, bp, warps, stages)

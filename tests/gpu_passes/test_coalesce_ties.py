@@ -1,5 +1,5 @@
 """assign_layouts with KERNELLAB_COALESCE_TIES: which of a memory op's equally contiguous dimensions its layout
-makes the fastest ("size", the default: the largest; "first", Triton's rule; "last", the old default). Issue 14: attorch's conv2d / AvgPool kernels load
+makes the fastest ("last", the default; "first", Triton's rule; "size", the largest). Issue 14: attorch's conv2d / AvgPool kernels load
 tiles with no contiguous dimension whose rows are made by divisions; with the lanes over the columns each thread
 computes 32x as many rows as Triton's threads do (IR, ptxas time and spills grow with it)."""
 from __future__ import annotations
@@ -64,20 +64,21 @@ tt.func @gather(%x_ptr: !ptr<f32> {{tt.divisibility = 16}}, %z_ptr: !ptr<f32> {{
 """
 
 
-def test_last_makes_the_last_tied_dimension_fastest(check, monkeypatch):
-    monkeypatch.setenv("KERNELLAB_COALESCE_TIES", "last")
+@pytest.mark.parametrize("knob", [None, "last", "bogus"])
+def test_default_makes_the_last_tied_dimension_fastest(check, monkeypatch, knob):
+    if knob is None:
+        monkeypatch.delenv("KERNELLAB_COALESCE_TIES", raising=False)
+    else:
+        monkeypatch.setenv("KERNELLAB_COALESCE_TIES", knob)
     # lanes over the 32 columns, warps over the rows: each thread holds 16 rows of the row index math
     check(assign_layouts, GATHER, expected("#blocked<[1, 1], [1, 32], [4, 1], [1, 0]>"),
           GpuOptions(num_warps=4))
 
 
-@pytest.mark.parametrize("knob", ["first", None, "bogus"])
+@pytest.mark.parametrize("knob", ["first", "size"])
 def test_first_or_the_larger_makes_the_first_tied_dimension_fastest(check, monkeypatch, knob):
-    """"first"; and the default ("size"), since the 64 rows outnumber the 32 columns."""
-    if knob is None:
-        monkeypatch.delenv("KERNELLAB_COALESCE_TIES", raising=False)
-    else:
-        monkeypatch.setenv("KERNELLAB_COALESCE_TIES", knob)
+    """"first"; and "size", since the 64 rows outnumber the 32 columns."""
+    monkeypatch.setenv("KERNELLAB_COALESCE_TIES", knob)
     # lanes over the 64 rows (2 a thread), warps over the columns, as Triton's coalescing lays this load out
     check(assign_layouts, GATHER, expected("#blocked<[1, 1], [32, 1], [1, 4], [0, 1]>"),
           GpuOptions(num_warps=4))

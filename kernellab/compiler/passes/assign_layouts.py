@@ -42,9 +42,9 @@ TIES_KNOB = "KERNELLAB_COALESCE_TIES"
 
 def coalesce_ties() -> str:
     """KERNELLAB_COALESCE_TIES: which of a memory op's equally contiguous dimensions its layout makes the fastest.
-    "size" (the default): the one with the most elements, the last of those of equal size. "first": the first one,
-    as Triton's coalescing does (a stable sort of the dimensions by contiguity, tensor order first). "last": the
-    last one (kernellab's rule before the thirteenth session).
+    "last" (the default): the last one. "first": the first one, as Triton's coalescing does (a stable sort of the
+    dimensions by contiguity, tensor order first). "size": the one with the most elements, the last of those of
+    equal size.
 
     It matters where no dimension is known contiguous (a gather; a stride the launch did not specialize to 1; a
     reshaped range, which the axis analysis does not follow). attorch's conv2d (and its AvgPool layers: a
@@ -52,12 +52,13 @@ def coalesce_ties() -> str:
     two divisions and two remainders and whose channels have a runtime stride. With "last" a warp's lanes spread
     over the channels, and each thread holds 128 positions at 2 warps: 128 rows of divisions, masks and addresses a
     thread, in every pipeline stage (LLVM IR 17.8k lines, ptxas 16.6 s, 32.9 KB spilled); with the lanes over the
-    positions, as Triton's "first" puts them there, 11.5k lines, 3.4 s, 13.0 KB (Triton's: 12.6 KB;
-    benchmarks/NOTES.md, issue 14). "first" alone would also turn `arange(2048).reshape(2, 2, 8, 64)` loads, whose
-    row-major last dim is the contiguous one, onto dim 0; "size" keeps the last dim there (it is the largest) and
-    puts the lanes on the positions of the conv."""
+    positions ("first" or "size") 11.5k lines, 3.4 s, 13.0 KB (Triton's: 12.6 KB; benchmarks/NOTES.md, issue 14).
+    Neither is the default: a reshaped range is contiguous along its row-major last dim, which "last" keeps
+    fastest; "first" makes `arange(2048).reshape(2, 2, 8, 64)` loads uncoalesced, "size" Triton's
+    test_chained_reductions' `reshape(arange, (4, 32, 32, 4, 2))` (its lanes over a dim of 32: a 256 KB pointer-tile
+    conversion)."""
     v = os.environ.get(TIES_KNOB, "").strip().lower()
-    return v if v in ("first", "last") else "size"
+    return v if v in ("first", "size") else "last"
 
 
 def _fastest_first(contig, shape, ties: str) -> list:
