@@ -74,16 +74,18 @@ def _fastest_first(contig, shape, ties: str) -> list:
 REDUCE_WARPS_KNOB = "KERNELLAB_REDUCE_WARPS"
 
 
-def _reduced_axes(v, depth: int = 0) -> set:
-    """The axes along which `v`, or an elementwise result of its shape computed from it, is reduced."""
-    axes = set()
+def _reached(v, depth: int = 0):
+    """The ops that use `v`, or an elementwise result of its shape computed from it."""
     for user in v.uses:
-        if user.name == "tt.reduce":
-            axes.add(user.attrs.get("axis"))
-        elif depth < 8 and is_elementwise(user.name) and len(user.results) == 1 and \
+        yield user
+        if depth < 8 and is_elementwise(user.name) and len(user.results) == 1 and \
                 getattr(user.result.type, "shape", None) == v.type.shape:
-            axes |= _reduced_axes(user.result, depth + 1)
-    return axes
+            yield from _reached(user.result, depth + 1)
+
+
+def _reduced_axes(v) -> set:
+    """The axes along which `v`, or an elementwise result of its shape computed from it, is reduced."""
+    return {u.attrs.get("axis") for u in _reached(v) if u.name == "tt.reduce"}
 
 
 def _warps_off(op: Op) -> tuple:
@@ -141,15 +143,9 @@ def _index_math(v, depth: int = 0) -> bool:
     return all(_index_math(o, depth + 1) for o in op.operands)
 
 
-def _broadcast_later(v, depth: int = 0) -> bool:
+def _broadcast_later(v) -> bool:
     """Whether `v`, or an elementwise result of its shape computed from it, is broadcast."""
-    for user in v.uses:
-        if user.name == "tt.broadcast":
-            return True
-        if depth < 8 and is_elementwise(user.name) and len(user.results) == 1 and \
-                getattr(user.result.type, "shape", None) == v.type.shape and _broadcast_later(user.result, depth + 1):
-            return True
-    return False
+    return any(u.name == "tt.broadcast" for u in _reached(v))
 
 
 def equally_coalesced(have, want) -> bool:
