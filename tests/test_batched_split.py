@@ -112,7 +112,14 @@ def test_split_at_loads_and_loop_carried_values(monkeypatch):
     assert _norm(print_module(parse_module(got), with_locs=False)) == _norm(got)
 
 
-def test_off_by_default_keeps_the_split_at_the_dot(monkeypatch):
+def test_on_by_default(monkeypatch):
+    monkeypatch.delenv("KERNELLAB_BATCHED_SPLIT", raising=False)
+    assert decompose_batched_dot.split_enabled()
+    monkeypatch.setenv("KERNELLAB_BATCHED_SPLIT", "0")
+    assert not decompose_batched_dot.split_enabled()
+
+
+def test_off_keeps_the_split_at_the_dot(monkeypatch):
     got, stats = _run(IR_IN, monkeypatch, on=False)
     assert stats == {"batched_dots": 1}
     assert "tensor<2x16x16xf32>, tensor<2x16x16x!ptr<f16>> {" in got  # the loop still carries the 3-D tiles
@@ -225,7 +232,7 @@ def test_sm90_build_pipelines_the_entries(cfg, monkeypatch):
         ck = _launch(build, a, b, c, cfg, False)
         got[on] = (ck.n_spills, "cp.async" in ck.asm["ptx"])
     assert got["1"] == (0, True), got
-    assert got["0"][1] is False  # the default is unchanged
+    assert got["0"][1] is False  # KERNELLAB_BATCHED_SPLIT=0: the split at the dot, unpipelined
 
 
 @pytest.mark.gpu

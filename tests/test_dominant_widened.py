@@ -1,4 +1,4 @@
-"""KERNELLAB_DOMINANT_WIDENED=1 (assign_layouts, default off until timed on a GPU): where the largest access of a rank
+"""KERNELLAB_DOMINANT_WIDENED (assign_layouts, on by default since its H200 timing; =0 turns it off): where the largest access of a rank
 is a load that `_widen_unaligned_loads` widens (a causal conv's first, shifted tap), that rank's usual layout, which
 fresh values take, is the widened one too. heldout_texts3's causal conv1d (benchmarks/NOTES.md): its accumulator,
 `zeros + bias[:, None]`, took the unwidened layout (one element a thread along the row) and every tap's product was
@@ -129,3 +129,10 @@ def test_gpu(cfg, on, monkeypatch):
         got = y.cpu().double()
         assert not torch.isnan(got).any()
         assert ((got - ref).norm() / ref.norm()).item() < 1e-2
+
+
+def test_on_by_default(monkeypatch):
+    monkeypatch.delenv("KERNELLAB_DOMINANT_WIDENED", raising=False)
+    assert assign_layouts.dominant_widened_enabled()
+    monkeypatch.setenv("KERNELLAB_DOMINANT_WIDENED", "0")
+    assert not assign_layouts.dominant_widened_enabled()

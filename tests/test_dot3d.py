@@ -6,7 +6,7 @@ import torch
 import kernellab as kl
 import kernellab.language as tl
 from kernellab.compiler.passes import decompose_batched_dot
-from tests.gpu_passes.conftest import run_check
+from tests.gpu_passes.conftest import OPTIONS, printed, run_check, run_gpu_pass
 
 IR_IN = """
 tt.func @k(%pa: !ptr<f16>, %pb: !ptr<f16>, %pc: !ptr<f32>) {
@@ -54,9 +54,20 @@ tt.func @k(%pa: !ptr<f16>, %pb: !ptr<f16>, %pc: !ptr<f32>) {
 """
 
 
-def test_pass_splits_the_batch_into_2d_dots():
+def test_pass_splits_the_batch_into_2d_dots(monkeypatch):
+    # KERNELLAB_BATCHED_SPLIT=0: the split at the dot (the fallback where a value cannot be rebuilt per entry)
+    monkeypatch.setenv("KERNELLAB_BATCHED_SPLIT", "0")
     _, stats = run_check(decompose_batched_dot, IR_IN, IR_OUT)
     assert stats == {"batched_dots": 1}
+
+
+def test_pass_by_default_loads_each_entry(monkeypatch):
+    # the default takes the batch apart at the loads: four 2-D loads, no tt.split left (tests/test_batched_split.py)
+    monkeypatch.delenv("KERNELLAB_BATCHED_SPLIT", raising=False)
+    m, stats = run_gpu_pass(decompose_batched_dot, IR_IN, OPTIONS)
+    got = printed(m)
+    assert stats == {"batched_dots": 1}
+    assert got.count("tt.load") == 4 and "tt.split" not in got and got.count("tt.dot") == 2, got
 
 
 def test_pass_leaves_2d_dots_alone():

@@ -210,15 +210,15 @@ def store_run_enabled() -> bool:
 
 
 def dominant_widened_enabled() -> bool:
-    """KERNELLAB_DOMINANT_WIDENED=1 (default off until timed on a GPU; in the compile caches' keys through
-    runtime/codegen_env.py): where the kernel's largest access of a rank (whose layout fresh values take: ranges,
-    splats, constants, an expand_dims of a small load) is a load that `_widen_unaligned_loads` widens, that rank's
-    usual layout is the widened one too. Without it the fresh values keep the unwidened layout (one element a
-    thread along the row) while the loads around them take the wide one: heldout_texts3's causal conv1d, whose
-    first tap is the largest (unaligned) access, built its bias-initialized accumulator in the narrow layout and
-    converted every tap's product into it through shared memory (9 barriers, 144 registers against Triton's 0 and
-    85; benchmarks/NOTES.md)."""
-    return os.environ.get("KERNELLAB_DOMINANT_WIDENED", "0").strip().lower() in ("1", "on", "true", "yes")
+    """On unless KERNELLAB_DOMINANT_WIDENED=0 (in the compile caches' keys through runtime/codegen_env.py): where
+    the kernel's largest access of a rank (whose layout fresh values take: ranges, splats, constants, an expand_dims
+    of a small load) is a load that `_widen_unaligned_loads` widens, that rank's usual layout is the widened one
+    too. Without it the fresh values keep the unwidened layout (one element a thread along the row) while the loads
+    around them take the wide one: heldout_texts3's causal conv1d, whose first tap is the largest (unaligned)
+    access, built its bias-initialized accumulator in the narrow layout and converted every tap's product into it
+    through shared memory (9 barriers, 144 registers against Triton's 0 and 85; H200: 0.50x Triton's time off,
+    0.97-1.01x on; benchmarks/NOTES.md)."""
+    return os.environ.get("KERNELLAB_DOMINANT_WIDENED", "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 def _stored_as(v, shape, order, run, anchors) -> bool:
