@@ -262,3 +262,40 @@ def test_a_block_pointer_load_is_a_tile_of_its_own_rank():
     assert cdc(info["v"]) == ((1, 1), (1, 1), (1, 1))
     assert cdc(info["w"]) == ((1, 1), (1, 1), (1, 1))
     assert info["same"].const == (8, 32) and info["one_p"].rank == 1
+
+
+RESHAPED = """
+tt.func @k(%x: !ptr<f32> {tt.divisibility = 16}, %n: i32 {tt.divisibility = 16}) {
+  %range = tt.make_range {end = 2048, start = 0} : tensor<2048xi32>
+  %five = tt.reshape %range : tensor<4x32x4x2x2xi32>
+  %rows = tt.reshape %range : tensor<32x64xi32>
+  %c16 = arith.constant {value = 16} : tensor<2048xi32>
+  %by16 = arith.divsi %range, %c16 : tensor<2048xi32>
+  %blocks = tt.reshape %by16 : tensor<8x256xi32>
+  %narrow = tt.reshape %blocks : tensor<256x8xi32>
+  %r16 = tt.make_range {end = 272, start = 16} : tensor<256xi32>
+  %r16x = tt.reshape %r16 : tensor<32x8xi32>
+  %xs = tt.splat %x : tensor<32x64x!ptr<f32>>
+  %ptrs = tt.addptr %xs, %rows : tensor<32x64x!ptr<f32>>
+  tt.return
+}
+"""
+
+
+def test_runs_along_the_last_dimension_pass_through_a_reshape():
+    info = analyze(RESHAPED)
+    # arange(2048).reshape(4, 32, 4, 2, 2): the last dim holds pairs of consecutive values (Triton's chained
+    # reductions form), each pair starting at an even value; the other dims know nothing (stride > 1)
+    assert cdc(info["five"]) == ((1, 1, 1, 1, 2), (1, 1, 1, 1, 2), (1, 1, 1, 1, 1))
+    assert cdc(info["rows"]) == ((1, 64), (1, 64), (1, 1))
+    # x // 16 is constant over aligned blocks of 16: rows of 256 keep 16, rows of 8 within a block keep 8
+    assert cdc(info["blocks"])[2] == (1, 16) and cdc(info["narrow"])[2] == (1, 8)
+    # a run starting at 16 cut into rows of 8: each row starts at a multiple of 8
+    assert cdc(info["r16x"]) == ((1, 8), (1, 8), (1, 1))
+    ptrs = info["ptrs"]
+    assert ptrs.contig == (1, 64) and ptrs.div[1] == 16  # 16-byte aligned 4-wide loads along the rows
+
+
+def test_reshape_rule_off(monkeypatch):
+    monkeypatch.setenv("KERNELLAB_RESHAPE_AXIS", "0")
+    assert cdc(analyze(RESHAPED)["rows"]) == ((1, 1), (1, 1), (1, 1))

@@ -64,21 +64,20 @@ tt.func @gather(%x_ptr: !ptr<f32> {{tt.divisibility = 16}}, %z_ptr: !ptr<f32> {{
 """
 
 
-@pytest.mark.parametrize("knob", [None, "last", "bogus"])
-def test_default_makes_the_last_tied_dimension_fastest(check, monkeypatch, knob):
-    if knob is None:
-        monkeypatch.delenv("KERNELLAB_COALESCE_TIES", raising=False)
-    else:
-        monkeypatch.setenv("KERNELLAB_COALESCE_TIES", knob)
+def test_last_makes_the_last_tied_dimension_fastest(check, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_COALESCE_TIES", "last")
     # lanes over the 32 columns, warps over the rows: each thread holds 16 rows of the row index math
     check(assign_layouts, GATHER, expected("#blocked<[1, 1], [1, 32], [4, 1], [1, 0]>"),
           GpuOptions(num_warps=4))
 
 
-@pytest.mark.parametrize("knob", ["first", "size"])
+@pytest.mark.parametrize("knob", ["first", "size", None, "bogus"])
 def test_first_or_the_larger_makes_the_first_tied_dimension_fastest(check, monkeypatch, knob):
-    """"first"; and "size", since the 64 rows outnumber the 32 columns."""
-    monkeypatch.setenv("KERNELLAB_COALESCE_TIES", knob)
+    """"first"; and "size" (the default, also for an unknown value), since the 64 rows outnumber the 32 columns."""
+    if knob is None:
+        monkeypatch.delenv("KERNELLAB_COALESCE_TIES", raising=False)
+    else:
+        monkeypatch.setenv("KERNELLAB_COALESCE_TIES", knob)
     # lanes over the 64 rows (2 a thread), warps over the columns, as Triton's coalescing lays this load out
     check(assign_layouts, GATHER, expected("#blocked<[1, 1], [32, 1], [1, 4], [0, 1]>"),
           GpuOptions(num_warps=4))
@@ -98,7 +97,8 @@ def test_first_keeps_a_contiguous_dimension_fastest(run_pass, monkeypatch):
     ((1, 1), (64, 32), "size", [0, 1]),
     ((1, 1), (32, 64), "size", [1, 0]),
     ((1, 1), (64, 64), "size", [1, 0]),  # equal sizes: the last, as before
-    ((1, 1, 1, 1), (2, 2, 8, 64), "size", [3, 2, 1, 0]),  # a reshaped range: its row-major last dim
+    ((1, 1, 1, 1), (2, 2, 8, 64), "size", [3, 2, 1, 0]),  # the largest dim; the others in the "last" order
+    ((1, 1, 1, 1, 1), (8, 2, 32, 4, 16), "size", [2, 4, 3, 1, 0]),
     ((1, 1, 1, 1), (2, 2, 8, 64), "first", [0, 1, 2, 3]),
     ((1, 1), (64, 32), "last", [1, 0]),
     ((1, 4), (256, 32), "size", [1, 0]),  # a contiguous dim stays fastest whatever its size

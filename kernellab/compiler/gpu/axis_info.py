@@ -68,6 +68,13 @@ def div_runs_enabled() -> bool:
     return os.environ.get("KERNELLAB_DIV_RUNS", "0").strip().lower() in ("1", "on", "true", "yes")
 
 
+def reshape_axis_enabled() -> bool:
+    """On unless KERNELLAB_RESHAPE_AXIS=0 (part of the compile caches' keys through runtime/codegen_env.py): runs
+    along the last dimension pass through tt.reshape (`arange(n).reshape(...)` keeps its contiguous last dimension,
+    as a load through it does); without it a reshaped value is unknown."""
+    return os.environ.get("KERNELLAB_RESHAPE_AXIS", "1").strip().lower() not in ("0", "off", "false", "no")
+
+
 class AxisAnalysis:
     def __init__(self, fn: Function, through_conversions: bool = False):
         """`through_conversions`: a ttg.convert_layout passes its operand's facts on (remove_layout_conversions'
@@ -75,6 +82,7 @@ class AxisAnalysis:
         self.info: dict[int, AxisInfo] = {}
         self.through_conversions = through_conversions
         self.div_runs = div_runs_enabled()
+        self.reshape_rule = reshape_axis_enabled()
         for i, arg in enumerate(fn.args):
             attrs = fn.arg_attrs[i] if i < len(fn.arg_attrs) else {}
             d = int(attrs.get("tt.divisibility", 1))
@@ -157,6 +165,24 @@ class AxisAnalysis:
                 break
         for r, a in zip(op.results, body.args[skip:]):
             self.set(r, self[a])
+
+    @staticmethod
+    def _reshaped(a: AxisInfo, src: tuple, shape: tuple) -> AxisInfo:
+        """A reshape keeps the row-major order of the elements, so runs along the source's last dimension stay
+        runs along the result's last one: aligned runs of c consecutive values (c <= the source's last size)
+        cut into rows of n give runs of min(c, n), each starting at a run start (n >= c, divisibility kept) or
+        n elements into one (divisibility of the start and of n). The other dimensions of the result know
+        only what holds for every element."""
+        rank = len(shape)
+        last_c, last_d, last_k, n = a.contig[-1], a.div[-1], a.const[-1], shape[-1]
+        every = 1 if any(c > 1 for c in a.contig) else min(a.div)
+        contig = min(last_c, n)
+        div = last_d if n >= last_c else math.gcd(last_d, _pow2_div(n))
+        if contig == 1:
+            div = every
+        const = min(last_k, n)
+        return AxisInfo((1,) * (rank - 1) + (contig,), (every,) * (rank - 1) + (div,),
+                        (1,) * (rank - 1) + (const,), a.value)
 
     def rule(self, op: Op, res: Value) -> AxisInfo:
         name, shape = op.name, _shape(res)
@@ -270,6 +296,8 @@ class AxisAnalysis:
             return AxisInfo((1,) * rank, (1,) * rank, _min_all([o.const for o in ops]))
         if name in ("arith.extsi", "arith.extui", "arith.trunci", "arith.bitcast", "tt.int_to_ptr", "tt.ptr_to_int"):
             return ops[0]
+        if name == "tt.reshape" and self.reshape_rule and op.operands[0].type.shape and rank >= 1:
+            return self._reshaped(ops[0], _shape(op.operands[0]), shape)
         if name == "tt.load":
             if not isinstance(op.operands[0].type, TensorType):
                 # a block pointer's (or a scalar pointer's) load: its operands are scalars, whose rank-1 infos

@@ -42,23 +42,22 @@ TIES_KNOB = "KERNELLAB_COALESCE_TIES"
 
 def coalesce_ties() -> str:
     """KERNELLAB_COALESCE_TIES: which of a memory op's equally contiguous dimensions its layout makes the fastest.
-    "last" (the default): the last one. "first": the first one, as Triton's coalescing does (a stable sort of the
-    dimensions by contiguity, tensor order first). "size": the one with the most elements, the last of those of
-    equal size.
+    "size" (the default): the one with the most elements, the last of those of equal size; the others keep the
+    "last" order. "last": the last one (Triton's order: a stable sort by contiguity of the dimensions taken last
+    first). "first": the first one.
 
-    It matters where no dimension is known contiguous (a gather; a stride the launch did not specialize to 1; a
-    reshaped range, which the axis analysis does not follow). attorch's conv2d (and its AvgPool layers: a
-    depthwise conv2d) loads a [256 positions, 32 channels] tile whose positions are (batch, height, width) made of
-    two divisions and two remainders and whose channels have a runtime stride. With "last" a warp's lanes spread
-    over the channels, and each thread holds 128 positions at 2 warps: 128 rows of divisions, masks and addresses a
-    thread, in every pipeline stage (LLVM IR 17.8k lines, ptxas 16.6 s, 32.9 KB spilled); with the lanes over the
-    positions ("first" or "size") 11.5k lines, 3.4 s, 13.0 KB (Triton's: 12.6 KB; benchmarks/NOTES.md, issue 14).
-    Neither is the default: a reshaped range is contiguous along its row-major last dim, which "last" keeps
-    fastest; "first" makes `arange(2048).reshape(2, 2, 8, 64)` loads uncoalesced, "size" Triton's
-    test_chained_reductions' `reshape(arange, (4, 32, 32, 4, 2))` (its lanes over a dim of 32: a 256 KB pointer-tile
-    conversion)."""
+    It matters where no dimension is known contiguous (a gather; a stride the launch did not specialize to 1).
+    attorch's conv2d (and its AvgPool layers: a depthwise conv2d) loads a [256 positions, 32 channels] tile whose
+    positions are (batch, height, width) made of two divisions and two remainders and whose channels have a
+    runtime stride. With "last" a warp's lanes spread over the channels, and each thread holds 128 positions at 2
+    warps: 128 rows of divisions, masks and addresses a thread, in every pipeline stage (LLVM IR 17.8k lines,
+    ptxas 16.6 s, 32.9 KB spilled); with the lanes over the positions 11.5k lines, 3.4 s, 13.0 KB (Triton's: 12.6
+    KB; benchmarks/NOTES.md, issue 14). A reshaped range is no tie: the axis analysis follows its runs along the
+    last dimension through tt.reshape (Triton's chained-reductions form, `reshape(arange, (4, 32, 32, 4, 2))`,
+    keeps its contiguous last dim of 2 fastest). Changed nothing else among the idioms' 130 kernels and the
+    held-out texts' 71 (`benchmarks/tools/knob_gpuir_ab.py --knob KERNELLAB_COALESCE_TIES=last`)."""
     v = os.environ.get(TIES_KNOB, "").strip().lower()
-    return v if v in ("first", "size") else "last"
+    return v if v in ("first", "last") else "size"
 
 
 def _fastest_first(contig, shape, ties: str) -> list:
@@ -68,7 +67,9 @@ def _fastest_first(contig, shape, ties: str) -> list:
         return sorted(range(rank), key=lambda d: (-contig[d], d))
     if ties == "last":
         return sorted(range(rank), key=lambda d: (-contig[d], -d))
-    return sorted(range(rank), key=lambda d: (-contig[d], -shape[d], -d))
+    by_last = sorted(range(rank), key=lambda d: (-contig[d], -d))
+    fastest = min(range(rank), key=lambda d: (-contig[d], -shape[d], -d))  # "size": only the fastest dim moves
+    return [fastest] + [d for d in by_last if d != fastest]
 
 
 REDUCE_WARPS_KNOB = "KERNELLAB_REDUCE_WARPS"
@@ -503,6 +504,21 @@ class LayoutAssigner:
                 return cand
         return None
 
+    def whole_lines(self, ptr, have, want) -> bool:
+        """Whether an access through pointer tile `ptr` in its own layout `have` reads whole 128-byte lines a warp
+        row along the fastest dimension of `want`: lanes over consecutive addresses there, as many bytes as a line.
+        It then moves the same bytes in more, narrower instructions, where converting the tile of 8-byte
+        pointers into `want` is a round trip through shared memory (a reshaped range whose runs the axis
+        analysis sees, but whose layout codegen cannot make in `want`)."""
+        if not isinstance(have, Blocked) or not isinstance(want, Blocked) or have.rank != want.rank:
+            return False
+        fast = want.order[0]
+        if have.order[0] != fast:
+            return False
+        span = have.spt[fast] * have.tpw[fast]
+        ebytes = getattr(ptr.type.scalar.elem, "itemsize", 8)
+        return self.axis[ptr].contig[fast] >= span and span * ebytes >= 128
+
     # ------------------------------------------------------------------ walk
     def run(self):
         self.block(self.fn.body)
@@ -518,11 +534,13 @@ class LayoutAssigner:
             layout, vec = self.anchors[id(op)]
             ptr = op.operands[0]
             have = self.layout_of(ptr)
-            if name in ("tt.load", "tt.store") and have != layout and equally_coalesced(have, layout) and \
+            if name in ("tt.load", "tt.store") and have != layout and \
+                    (equally_coalesced(have, layout) or self.whole_lines(ptr, have, layout)) and \
                     not recomputable(ptr, layout, 32 * self.num_warps):
                 # a pointer tile the next pass cannot recompute in the access's layout (a reshaped range whose
                 # layout codegen cannot make) would go through shared memory at 8 bytes an element; where its
                 # own layout coalesces as well, the access takes it (a load's values convert later if need be)
+                vec = min(vec, have.spt[layout.order[0]])
                 layout = have
                 self.anchors[id(op)] = (layout, vec)
                 self.in_pointer_layout += 1
