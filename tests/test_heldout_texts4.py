@@ -67,12 +67,14 @@ def test_heldout_text_on_interpreter(case):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("knobs", ["", "KERNELLAB_STORE_RUN=1 KERNELLAB_CONVERSION_LDMATRIX=on KERNELLAB_SMALL_STORE_RUN=1"])
 @pytest.mark.parametrize("case", _cases())
-def test_heldout_text_on_gpu(case):
+def test_heldout_text_on_gpu(case, knobs):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    _child(f"heldout_texts4.check({case!r}, device='cuda')\n")
+    env = dict(kv.split("=") for kv in knobs.split())
+    _child(f"heldout_texts4.check({case!r}, device='cuda')\n", env=env)
 
 
 def test_idioms_texts_dry_run_on_the_interpreter():
