@@ -64,6 +64,35 @@ def test_the_decode_output_goes_as_one_vector():
     assert on == (0, 1) and "vec = 8" in on_store, (on, on_store)
 
 
+def _topk_ptx(knob: str):
+    """heldout_texts3's topk (rows of 256 f32, the top 16, BLOCK_M = 4, 4 warps) built for sm_90a in a child."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = ("import kernellab.compat; kernellab.compat.install()\n"
+            f"import sys; sys.path.insert(0, {str(root / 'benchmarks')!r})\n"
+            "import torch, heldout_texts3 as h\n"
+            "x = torch.empty(32768, 256); v = torch.empty(32768, 16)\n"
+            "ck = h.topk_rows.warmup(x, v, 32768, N=256, K=16, BLOCK_M=4, num_warps=4, grid=(8192,))\n"
+            "ck.build_gpu()\n"
+            "ptx = ck.asm['ptx']\n"
+            "print(ptx.count('st.global.b32'), ptx.count('st.global.v4.b32'))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(root), timeout=600,
+                       env={**os.environ, "KERNELLAB_SMALL_STORE_RUN": knob})
+    assert p.returncode == 0, p.stderr[-3000:]
+    return tuple(int(c) for c in p.stdout.split()[-2:])
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
+def test_topk_results_go_as_one_vector():
+    """The third screen's topk stored its 64 results 4 contiguous f32 a thread by 4 scalar stores (16 threads)."""
+    assert _topk_ptx("0") == (4, 0)
+    assert _topk_ptx("1") == (0, 1)
+
+
 def _check_decode(device: str):
     import os
     import subprocess
