@@ -210,6 +210,32 @@ def store_run_enabled() -> bool:
     return os.environ.get("KERNELLAB_STORE_RUN", "0").strip().lower() in ("1", "on", "true", "yes")
 
 
+def small_store_run_enabled() -> bool:
+    """KERNELLAB_SMALL_STORE_RUN=1 (default off until timed on a GPU; in the compile caches' keys through
+    runtime/codegen_env.py): a store of at most one element a thread that takes its value's layout (no conversion)
+    moves each thread's run of contiguous registers as one vector, where the addresses and mask allow, instead of
+    one element an instruction."""
+    return os.environ.get("KERNELLAB_SMALL_STORE_RUN", "0").strip().lower() in ("1", "on", "true", "yes")
+
+
+def register_run(layout, shape, dim: int, limit: int) -> int:
+    """The widest power of two v <= limit such that `layout`'s registers, taken v at a time in register order, are v
+    consecutive elements along `dim` starting at a multiple of v in every thread (each thread's part of the index
+    along `dim` a multiple of v too): what one v-wide vector access of a thread may move. 1 where none is."""
+    regs = layout.registers(shape)
+    info = layout.dims_info(shape)[dim]
+    v = 1 << (max(1, limit).bit_length() - 1)
+    while v > 1:
+        steps_ok = (info.lanes == 1 or info.lane_stride % v == 0) and (info.warps == 1 or info.warp_stride % v == 0)
+        if steps_ok and len(regs) % v == 0 and all(
+                regs[i][dim] % v == 0 and all(regs[i + j][d] == regs[i][d] + (j if d == dim else 0)
+                                              for j in range(v) for d in range(len(shape)))
+                for i in range(0, len(regs), v)):
+            return v
+        v //= 2
+    return 1
+
+
 def dominant_widened_enabled() -> bool:
     """On unless KERNELLAB_DOMINANT_WIDENED=0 (in the compile caches' keys through runtime/codegen_env.py): where
     the kernel's largest access of a rank (whose layout fresh values take: ranges, splats, constants, an expand_dims
@@ -549,8 +575,16 @@ class LayoutAssigner:
                     all(recomputable(v, value, 32 * self.num_warps) for i, v in enumerate(op.operands)
                         if i != 1 and isinstance(v.type, TensorType)):
                 # a store of at most one element per thread writes as coalesced in any layout: it takes its
-                # computed value's, and its addresses (and mask) are rebuilt there, not the value converted
-                layout, vec = value, 1
+                # computed value's, and its addresses (and mask) are rebuilt there, not the value converted;
+                # KERNELLAB_SMALL_STORE_RUN=1: each thread's contiguous registers go as one vector (a decode
+                # step's [D] output held 8 a thread in a reduction's slice layout: 8 scalar stores -> one)
+                vec = 1
+                if small_store_run_enabled() and (isinstance(value, Blocked) or (
+                        isinstance(value, Slice) and isinstance(value.parent, Blocked))):
+                    shape = ptr.type.shape
+                    fast = _fastest_first(self.axis[ptr].contig, shape, coalesce_ties())[0]
+                    vec = register_run(value, shape, fast, access_vec(op, self.axis, fast))
+                layout = value
                 self.anchors[id(op)] = (layout, vec)
             op.attrs["vec"] = vec
             for i, v in enumerate(op.operands):
