@@ -1,4 +1,4 @@
-"""KERNELLAB_STORE_RUN=1 (assign_layouts._widen_to_store_runs, default off until timed on a GPU): a load moving
+"""KERNELLAB_STORE_RUN (assign_layouts._widen_to_store_runs, on by default since its H200 timing; =0 off): a load moving
 full 16-byte vectors whose values are stored as narrower elements of the same shape and order (int8 quantization of
 f16 rows) takes the store's longer run per thread, as Triton's coalescing does, so the store writes 16-byte vectors
 (idioms quantize one_block at 8 warps: one STG.128 a thread where the load's 8-element run left two STG.64).
@@ -77,8 +77,14 @@ def test_load_takes_the_int8_stores_run(monkeypatch):
     assert stats == {"anchors": 2, "converts_inserted": 0, "loads_to_store_run": 1}
 
 
-def test_without_the_knob_the_load_keeps_its_vector_run(monkeypatch):
+def test_on_by_default(monkeypatch):
     monkeypatch.delenv("KERNELLAB_STORE_RUN", raising=False)
+    m, stats = _assign(QUANT)
+    assert stats.get("loads_to_store_run") == 1
+
+
+def test_without_the_knob_the_load_keeps_its_vector_run(monkeypatch):
+    monkeypatch.setenv("KERNELLAB_STORE_RUN", "0")
     m, stats = _assign(QUANT)
     load = next(op for op in m.kernel.walk() if op.name == "tt.load")
     assert load.result.type.layout.spt == (8,) and "loads_to_store_run" not in stats
@@ -125,10 +131,7 @@ def _quantize():
 def _built(variant, cfg, monkeypatch, knob):
     from tests.idioms import gpu_build_of
 
-    if knob:
-        monkeypatch.setenv("KERNELLAB_STORE_RUN", "1")
-    else:
-        monkeypatch.delenv("KERNELLAB_STORE_RUN", raising=False)
+    monkeypatch.setenv("KERNELLAB_STORE_RUN", "1" if knob else "0")
     w = _quantize()
     return gpu_build_of(monkeypatch, w, variant, w.inputs((64, 4096), "cpu", 0), cfg)
 
