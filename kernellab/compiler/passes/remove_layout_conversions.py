@@ -17,6 +17,8 @@ the load's layout, rather than converting a tile of 8-byte pointers through shar
 """
 from __future__ import annotations
 
+import os
+
 from ..gpu.axis_info import AxisAnalysis, access_vec
 from ..gpu.layouts import Bits, Blocked, Slice
 from ..gpu.reshape_layout import register_map, reshape_layout
@@ -69,6 +71,7 @@ class Remat:
         self.narrow, self.threads = narrow, threads
         self.axis = axis  # the reloads' vector widths (None: one element an instruction)
         self.reloaded: list = []  # the loads issued again: erased once nothing reads them
+        self.clones: list = []  # the loads issued in their place (vector widths settled at the end of the pass)
 
     def _leaf(self, v) -> bool:
         return _numel(v.type.shape) <= self.narrow
@@ -126,6 +129,7 @@ class Remat:
             clone = Op(op.name, operands, [v.type.with_layout(layout)], attrs, loc=op.loc, result_hints=[v.hint])
             insert_before(op, clone)
             self.reloaded.append(op)
+            self.clones.append(clone)
             self.memo[key] = clone.result
             return clone.result
         if op is None or not self._cheap(op) or len(op.results) != 1 or op.name == "ttg.convert_layout":
@@ -199,10 +203,28 @@ def _sweep(module: Module) -> None:
             op.erase()
 
 
+def _settle_reload_vecs(module: Module, clones: list, threads: int) -> None:
+    """A load re-issued during the pass got its vector width from the facts at the start of that round, which know
+    nothing of the index math the round itself rebuilt (a W4A16 matmul's per-column scales, loaded in the packed
+    weights' layout: 16 scalar 2-byte loads a thread where a run of 8 is contiguous and aligned). With the final
+    IR's facts each surviving re-issued load takes the width its layout and addresses allow.
+    KERNELLAB_RELOAD_VEC=1 (default off until timed on a GPU; part of the compile caches' keys through
+    runtime/codegen_env.py)."""
+    if os.environ.get("KERNELLAB_RELOAD_VEC", "0").strip().lower() not in ("1", "on", "true", "yes"):
+        return
+    live = [c for c in clones if c.block is not None]
+    if not live:
+        return
+    r = Remat(threads=threads, axis=AxisAnalysis(module.kernel, through_conversions=True))
+    for c in live:
+        c.attrs["vec"] = max(c.attrs.get("vec", 1), r._reload_vec(c, c.result.type.layout))
+
+
 def run(module: Module, options=None) -> dict:
     threads = 32 * getattr(options, "num_warps", 4)
     removed = rematerialized = narrowed = 0
     reloaded = []  # loads issued again in another layout: the originals go once nothing reads them
+    clones = []  # and the loads that replace them
     changed = True
     while changed:
         changed = False
@@ -234,6 +256,7 @@ def run(module: Module, options=None) -> dict:
             op.result.replace_all_uses_with(new)
             op.erase()
             reloaded += r.reloaded
+            clones += r.clones
             rematerialized += 1
             changed = True
         # drop what the rematerialization left unused
@@ -243,5 +266,6 @@ def run(module: Module, options=None) -> dict:
             ld.erase()
         if dead:
             _sweep(module)
+    _settle_reload_vecs(module, clones, threads)
     left = sum(1 for op in module.kernel.walk() if op.name == "ttg.convert_layout")
     return {"removed": removed, "rematerialized": rematerialized, "narrowed": narrowed, "remaining": left}
