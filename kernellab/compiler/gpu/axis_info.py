@@ -167,7 +167,7 @@ class AxisAnalysis:
             self.set(r, self[a])
 
     @staticmethod
-    def _reshaped(a: AxisInfo, src: tuple, shape: tuple) -> AxisInfo:
+    def _reshaped(a: AxisInfo, shape: tuple) -> AxisInfo:
         """A reshape keeps the row-major order of the elements, so runs along the source's last dimension stay
         runs along the result's last one: aligned runs of c consecutive values (c <= the source's last size)
         cut into rows of n give runs of min(c, n), each starting at a run start (n >= c, divisibility kept) or
@@ -175,7 +175,7 @@ class AxisAnalysis:
         only what holds for every element."""
         rank = len(shape)
         last_c, last_d, last_k, n = a.contig[-1], a.div[-1], a.const[-1], shape[-1]
-        every = 1 if any(c > 1 for c in a.contig) else min(a.div)
+        every = min(a.elem_div(d) for d in range(a.rank))
         contig = min(last_c, n)
         div = last_d if n >= last_c else math.gcd(last_d, _pow2_div(n))
         if contig == 1:
@@ -296,8 +296,8 @@ class AxisAnalysis:
             return AxisInfo((1,) * rank, (1,) * rank, _min_all([o.const for o in ops]))
         if name in ("arith.extsi", "arith.extui", "arith.trunci", "arith.bitcast", "tt.int_to_ptr", "tt.ptr_to_int"):
             return ops[0]
-        if name == "tt.reshape" and self.reshape_rule and op.operands[0].type.shape and rank >= 1:
-            return self._reshaped(ops[0], _shape(op.operands[0]), shape)
+        if name == "tt.reshape" and self.reshape_rule and op.operands[0].type.shape:
+            return self._reshaped(ops[0], shape)
         if name == "tt.load":
             if not isinstance(op.operands[0].type, TensorType):
                 # a block pointer's (or a scalar pointer's) load: its operands are scalars, whose rank-1 infos
