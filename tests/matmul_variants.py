@@ -78,6 +78,7 @@ def stub_variants(monkeypatch, sms: int = 132) -> list:
             lambda grid, stream, args: warm.append((tag, grid, len(args), args[-1]))))
     monkeypatch.setattr(persistent.PersistentState, "slots", lambda self, on_gpu, device=0: sms)
     monkeypatch.setattr(persistent.PersistentState, "fused", lambda self: True)
+    monkeypatch.setattr(persistent.PersistentState, "fewer_blocks_per_sm", lambda self: False)
     monkeypatch.setattr(split_k.SplitState, "buffers", lambda self, s, g, device=None, stream=0: (
         fake(torch.float32, ptr=0x7F0000100000), fake(torch.int32, ptr=0x7F0000200000)))
     return warm

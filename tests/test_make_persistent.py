@@ -424,6 +424,7 @@ def test_fast_path_wrapper(monkeypatch):
     st.stats = {"persistent": 1, "trip_count": ["div", ["arg", 1], ["const", 64]]}  # K / 64 iterations
     st.slots = lambda on_gpu, device=0: 132
     st.fused = lambda: True
+    st.fewer_blocks_per_sm = lambda: False
     calls = []
     st._go = lambda grid, stream, args: calls.append(("persistent", grid, stream, list(args)))
 

@@ -111,7 +111,27 @@ class PersistentState(VariantState):
             return how
         if how == "auto" and on_gpu and not self.fused():  # a nest kept: nothing overlaps the epilogue
             return 0
+        if how == "auto" and on_gpu and self.fewer_blocks_per_sm():
+            return 0
         return choose(grid[0], self.slots(on_gpu, device), how, trip)
+
+    def fewer_blocks_per_sm(self) -> bool:
+        """Whether the variant fits fewer blocks an SM than the kernel as written (its epilogue's buffer beside the
+        stages, more registers): then a second resident block no longer overlaps one block's epilogue with the
+        other's main loop, which is what persistence was to add. H200, the corpus matmul at K = 512-2048
+        (`.tut`-style A/B in benchmarks/NOTES.md, fifteenth session): 128x128x64 at 4 and 8 warps, 3 stages, 2
+        blocks an SM as written and 1 persistent, auto 0.85-0.94x of as written in all 8 rows; 128x256x64/8w
+        (1 and 1) and 64x128x64/4w4s, 64x64x128/4w3s (2 and 2) 1.00-1.12x in 11 of 12."""
+        from ..compiler.codegen.occupancy_cap import SMEM_PER_SM, blocks_per_sm
+        from .targets import current_target
+
+        arch = current_target().arch
+        arch = arch if arch in SMEM_PER_SM else 90
+
+        def per_sm(k):
+            return blocks_per_sm(k.n_regs or 255, k.launch_warps or k.num_warps, k.shared or 0, arch)
+
+        return per_sm(self.variant) < per_sm(self.ck)
 
     def fused(self) -> bool:
         """Whether the GPU build fused the tile loop with the K loop (flatten_loops keeps the nest where the stages

@@ -407,7 +407,7 @@ def chain_copies_at_end(n_dots: int) -> bool:
     return n_dots > 2
 
 
-def _side_loads(body, taken: set) -> list:
+def _side_loads(body, taken: set, ifs: bool = False) -> list:
     """The loads of the loop body besides the dots' tiles that the copies can carry too, as (load, address slice,
     the axis the stage adds): row vectors (a 1-D slice of a 2-D layout, 2- or 4-byte elements: the attention
     backward's lse and delta, read next to the scores). Loaded in the body, each costs a global-memory latency
@@ -422,7 +422,7 @@ def _side_loads(body, taken: set) -> list:
         if ld.operands[0].type.is_block_ptr() or not isinstance(t, TensorType):
             continue
         if len(t.shape) == 2:
-            sl = _operand_math_tile(ld, body)
+            sl = _operand_math_tile(ld, body, ifs)
             if sl is not None:
                 out.append((ld, sl, None))
             continue
@@ -437,13 +437,35 @@ def _side_loads(body, taken: set) -> list:
             other = ld.operands[2].defining_op
             if other is None or other.name != "arith.constant" or other.attrs.get("value") not in (0, 0.0):
                 continue
-        sl = pure_slice(ld, body)
+        sl = pure_slice(ld, body, ifs)
         if sl is not None:
             out.append((ld, sl, t.layout.dim))
     return out
 
 
-def _operand_math_tile(ld: Op, body):
+def fused_side_loads() -> bool:
+    """KERNELLAB_FUSED_SIDE_LOADS=1 (default off until timed on a GPU; a codegen knob of CODEGEN_ENV): in a loop
+    flatten_loops fused (a persistent variant's tile loop with its K loop), side loads whose addresses need the
+    tile prologue's `scf.if` ride in the stages too, that `if` recomputed for the copies ahead as the dots' own
+    tiles' addresses already are. Without it a persistent W4A16 matmul loads its packed weights and scales in the
+    body, unpipelined, where the kernel as written copies them (H200: 0.79x Triton persistent, 1.17x as written)."""
+    return os.environ.get("KERNELLAB_FUSED_SIDE_LOADS", "0").strip().lower() in ("1", "on", "true", "yes")
+
+
+def math_tiles_for_wgmma() -> bool:
+    """KERNELLAB_MATH_TILE_WGMMA (on by default, `0` turns it off; part of the compile caches' keys through
+    CODEGEN_ENV): `_operand_math_tile` also takes tiles a wgmma reads after math (its register operand, stored to
+    shared memory before each wgmma), and 8-bit tiles: a W4A16 matmul's packed weights (`(q >> shift) & 0xF`, cast,
+    scaled) then ride in the stages as Triton's pipeliner copies them, instead of one LDG a tile per iteration whose
+    latency nothing hides. Safe as the mma.sync case: each stage is refilled after the barrier at the top of the
+    iteration (or after the in-flight wgmma's wait and barrier), when every warp has read it back. H200
+    (heldout_texts4, 2026-11-27): W4A16 128x128x64/4w 1.15 -> 1.28x Triton, 128x256x64/8w 1.11 -> 1.17x; GPU IR
+    unchanged for the idioms' 130 kernels and heldout_texts3's 71. A wgmma operand loaded as it is (no math) is
+    not taken: an int8 N-contiguous B staged so left one CTA an SM at 128x128x128/4 stages (0.92x)."""
+    return os.environ.get("KERNELLAB_MATH_TILE_WGMMA", "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def _operand_math_tile(ld: Op, body, ifs: bool = False):
     """The address slice of a 2-D tile loaded in the loop body that a tensor-core dot reads only after elementwise
     math (fla's `b_k * exp2(b_gk_last[:, None] - b_gk)`, both tiles): every use, transitively, is a pure op of the
     body with one result of the tile's shape, ending at an mma dot's A or B. None otherwise. Such tiles ride in the
@@ -451,7 +473,8 @@ def _operand_math_tile(ld: Op, body):
     operand depends on): loaded in the body, the whole tile sits in registers for a memory latency, beside the
     dot's own operands (chunk_fwd_kernel_h with USE_GK: 255 registers and spills)."""
     t = ld.result.type
-    if not isinstance(t.layout, Blocked) or t.scalar.bits not in (16, 32):
+    wgmma_too = math_tiles_for_wgmma()
+    if not isinstance(t.layout, Blocked) or t.scalar.bits not in ((8, 16, 32) if wgmma_too else (16, 32)):
         return None
     if ld.attrs.get("vec", 1) * t.scalar.bits // 8 not in (4, 8, 16):
         return None
@@ -468,16 +491,17 @@ def _operand_math_tile(ld: Op, body):
             seen.add(id(u))
             if u.block is not body:
                 return None
-            if u.name == "tt.dot" and "mma" in u.attrs and not is_wgmma(u):
-                if u.operands[2] is v:
-                    return None
+            if u.name == "tt.dot" and "mma" in u.attrs and (wgmma_too or not is_wgmma(u)):
+                if u.operands[2] is v or (is_wgmma(u) and v is ld.result):
+                    return None  # a wgmma operand loaded as it is keeps its own path (an int8 N-contiguous B:
+                    # staged too, 4 stages of 128x128x128 left one CTA an SM, 0.92x, H200 2026-11-27)
                 dots += 1
                 continue
             if (u.regions or not is_pure(u) or len(u.results) != 1 or not isinstance(u.result.type, TensorType)
                     or tuple(u.result.type.shape) != tuple(t.shape)):
                 return None
             work.append(u.result)
-    return pure_slice(ld, body) if dots else None
+    return pure_slice(ld, body, ifs) if dots else None
 
 
 def _side_vec(ld: Op, axis) -> int:
@@ -611,7 +635,8 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
             targets.append((dot, index))
     reads = [(d, i) for rd in readers for d, i, *_ in rd]  # every (dot, operand) a buffer feeds
     carried = _carried_closure(for_op, plans)
-    side = _side_loads(body, seen) if carried is not None and side_loads_enabled() else []
+    fused_ifs = _fused(for_op) and fused_side_loads()
+    side = _side_loads(body, seen, fused_ifs) if carried is not None and side_loads_enabled() else []
     if not plans:  # without a dot operand copied straight to its stage, only tiles a dot reads after math ride
         side = [s for s in side if s[2] is None]
     n_dot = len(plans)
