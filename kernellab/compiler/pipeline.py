@@ -103,6 +103,7 @@ def gpu_passes():
         remove_layout_conversions,
         reuse_conversions,
         share_uniform_runs,
+        sink_conversions,
         stage_invariant_dot_operands,
         store_in_value_layout,
         strip_mine_tiles,
@@ -117,7 +118,8 @@ def gpu_passes():
             accelerate_matmul, prefetch_fma_dot_loads, assign_layouts, remove_layout_conversions, store_in_value_layout,
             merge_conversions, reuse_conversions, share_uniform_runs, stage_invariant_dot_operands,
             pipeline_dot_operands, register_dot_operand, fill_stages_with_tma, warpgroup_turns, warp_specialize,
-            overlap_softmax, pingpong, tma_store, issue_loads_early, allocate_shared, insert_barriers]
+            overlap_softmax, pingpong, tma_store, issue_loads_early, sink_conversions, allocate_shared,
+            insert_barriers]
 
 
 def _restore_origins(module: Module, tile) -> None:

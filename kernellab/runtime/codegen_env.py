@@ -36,7 +36,7 @@ CODEGEN_ENV = ("KERNELLAB_LLVM_LSR", "KERNELLAB_LLVM_SLSR", "KERNELLAB_NVVM_REFL
                "KERNELLAB_REDUCE_WARPS", "KERNELLAB_SHAPE_DOMINANT", "KERNELLAB_OFFSET_TILE",
                "KERNELLAB_RESHAPE_AXIS", "KERNELLAB_SMALL_STORE_RUN",
                "KERNELLAB_RELOAD_VEC", "KERNELLAB_MATH_TILE_WGMMA",
-               "KERNELLAB_FUSED_SIDE_LOADS")
+               "KERNELLAB_FUSED_SIDE_LOADS", "KERNELLAB_SINK_CONVERSIONS")
 _KNOBS = frozenset(CODEGEN_ENV)
 
 # NOW[0]: the current fingerprint while os.environ is watched (None before the first compile, and while it cannot

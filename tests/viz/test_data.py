@@ -78,7 +78,7 @@ def test_pass_rows_mirror_the_trace(kernels, name):
             "merge_conversions", "reuse_conversions", "share_uniform_runs", "stage_invariant_dot_operands",
             "pipeline_dot_operands",
             "register_dot_operand", "fill_stages_with_tma", "warpgroup_turns", "warp_specialize", "overlap_softmax",
-            "pingpong", "tma_store", "issue_loads_early",
+            "pingpong", "tma_store", "issue_loads_early", "sink_conversions",
             "allocate_shared", "insert_barriers", "to_llvm", "to_ptx", "to_cubin"]
     assert names[-len(tail):] == tail
 

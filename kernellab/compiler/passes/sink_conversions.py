@@ -1,0 +1,81 @@
+"""Sink a layout conversion into the one `scf.if` region that holds all its uses.
+
+A loop flatten_loops fused (a persistent variant's tile loop with its K loop) computes a tile's epilogue values
+(store offsets, masks) in its prologue `scf.if` and carries them through the iterations; the epilogue, an `scf.if`
+taken once a tile, reads them in the store's layout. The conversions to that layout sit where remove_layout_conversions
+left them, at the top of the body: each a shared-memory round trip between barriers, every iteration, for values
+read once a tile (the persistent W4A16 matmul: four conversions and two barriers an iteration). A conversion is pure,
+so moved into that region, right before its first reader there, it runs only when the region does. Only conversions
+whose uses are all inside one region of one `scf.if` of the conversion's own block; never into a loop.
+
+KERNELLAB_SINK_CONVERSIONS=1 turns it on (default off until timed on a GPU; a codegen knob of CODEGEN_ENV).
+"""
+from __future__ import annotations
+
+import os
+
+from ..ir import Module, Op
+from ..rewrite import move_before
+
+NAME = "sink_conversions"
+DESCRIPTION = "move a layout conversion into the scf.if region that holds all its uses (run only when it is taken)"
+KNOB = "KERNELLAB_SINK_CONVERSIONS"
+
+
+def enabled() -> bool:
+    return os.environ.get(KNOB, "0").strip().lower() in ("1", "on", "true", "yes")
+
+
+def _enclosing(op: Op, block):
+    """(the op of `block` whose regions hold `op`, that region) or None (`op` in `block` itself, or elsewhere)."""
+    region = op.block
+    while region is not None:
+        parent = getattr(region, "parent", None)
+        if parent is None:
+            return None
+        if parent.block is block:
+            return parent, region
+        region = parent.block
+    return None
+
+
+def _top_in(op: Op, region) -> Op:
+    while op.block is not region:
+        op = op.block.parent
+    return op
+
+
+def _sink_once(fn) -> int:
+    moved = 0
+    for op in list(fn.walk()):
+        if op.name != "ttg.convert_layout" or not op.result.uses:
+            continue
+        homes = set()
+        where = None
+        for u in op.result.uses:
+            found = _enclosing(u, op.block)
+            if found is None:
+                break
+            homes.add(id(found[1]))
+            where = found
+        else:
+            if len(homes) != 1 or where[0].name != "scf.if":
+                continue
+            region = where[1]
+            pos = {id(o): i for i, o in enumerate(region.ops)}
+            first = min((_top_in(u, region) for u in op.result.uses), key=lambda t: pos[id(t)])
+            move_before(op, first)
+            moved += 1
+    return moved
+
+
+def run(module: Module, options=None) -> dict:
+    if not enabled():
+        return {}
+    total = 0
+    while True:  # a conversion read only by a sunk one follows it in the next round
+        moved = _sink_once(module.kernel)
+        total += moved
+        if not moved:
+            break
+    return {"sunk": total} if total else {}
