@@ -105,3 +105,31 @@ def test_gpu_persistent(fused_side, programs, monkeypatch):
         w4_mm_1d[grid](a, qw, s, c, M, N, K, a.stride(0), qw.stride(0), s.stride(0), c.stride(0), GROUP=128, **CFG)
         torch.testing.assert_close(c.double().cpu(), _reference(a.cpu(), qw.cpu(), s.cpu(), 128), rtol=2e-2,
                                    atol=5e-2)
+
+
+@pytest.mark.parametrize("knob", ["0", "1"])
+def test_the_persistent_variant_copies_the_packed_tile(monkeypatch, knob):
+    """KERNELLAB_FUSED_SIDE_LOADS (on by default): in the persistent variant's fused loop the packed tile's
+    addresses need the tile prologue's `if`; recomputed for the copies ahead, the tile rides in the stages there
+    too; sink_conversions then leaves no conversion of the epilogue's values in the loop body."""
+    from kernellab.compiler.codegen.target import Target
+    from kernellab.runtime import persistent, targets
+
+    monkeypatch.setenv("KERNELLAB_FUSED_SIDE_LOADS", knob)
+    monkeypatch.setattr(targets, "current_target", lambda: Target(90))
+    a, qw, s, c = _inputs(1024, 1024, 1024, 128)
+    M, K = a.shape
+    N = qw.shape[1]
+    ck = w4_mm_1d.warmup(a, qw, s, c, M, N, K, a.stride(0), qw.stride(0), s.stride(0), c.stride(0), GROUP=128,
+                         **CFG, grid=(1,))
+    try:
+        ck.build_gpu()
+        st = persistent.state(w4_mm_1d, ck)
+        v = st.get_variant(on_gpu=False)
+        v.build_gpu()
+    except ToolchainError as e:
+        pytest.skip(f"no ptxas here: {e}")
+    stats = next(p.stats for p in v.trace.passes if p.name == "pipeline_dot_operands")
+    assert int(stats.get("side_loads", 0)) == (1 if knob == "1" else 0)
+    sunk = next(p.stats for p in v.trace.passes if p.name == "sink_conversions")
+    assert int(sunk.get("sunk", 0)) >= 4

@@ -1,4 +1,4 @@
-"""sink_conversions (KERNELLAB_SINK_CONVERSIONS=1): a conversion whose uses all sit in one region of one `scf.if`
+"""sink_conversions (on by default; KERNELLAB_SINK_CONVERSIONS=0 turns it off): a conversion whose uses all sit in one region of one `scf.if`
 (a fused persistent loop's epilogue, taken once a tile) moves into it, before its first reader there; chains follow.
 IR in, IR out; what is not taken (a use outside, uses in both regions, a loop)."""
 from __future__ import annotations
@@ -86,11 +86,11 @@ def _unchanged(text, monkeypatch, knob="1"):
     _same(m, text)
 
 
-def test_off_by_default(monkeypatch):
+def test_on_by_default_and_off_with_the_knob(monkeypatch):
     monkeypatch.delenv(sink_conversions.KNOB, raising=False)
     m, stats = run_gpu_pass(sink_conversions, LOOP)
-    assert stats == {}
-    _same(m, LOOP)
+    assert stats == {"sunk": 1}
+    _unchanged(LOOP, monkeypatch, knob="0")
 
 
 def test_a_use_outside_the_if_keeps_it(monkeypatch):

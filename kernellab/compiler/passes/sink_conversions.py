@@ -8,7 +8,10 @@ read once a tile (the persistent W4A16 matmul: four conversions and two barriers
 so moved into that region, right before its first reader there, it runs only when the region does. Only conversions
 whose uses are all inside one region of one `scf.if` of the conversion's own block; never into a loop.
 
-KERNELLAB_SINK_CONVERSIONS=1 turns it on (default off until timed on a GPU; a codegen knob of CODEGEN_ENV).
+On by default (KERNELLAB_SINK_CONVERSIONS=0 turns it off; a codegen knob of CODEGEN_ENV). H100, heldout_texts4's W4A16
+at 64x64x128 / 4 warps, auto-persistent: 0.79 -> 0.87x Triton (0.94 with pipeline_dot_operands' fused side loads);
+the corpus matmul's persistent rows unchanged; no GPU IR of the idioms' 130 kernels or the held-out screens changes
+(plain kernels seldom convert for one branch only).
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ KNOB = "KERNELLAB_SINK_CONVERSIONS"
 
 
 def enabled() -> bool:
-    return os.environ.get(KNOB, "0").strip().lower() in ("1", "on", "true", "yes")
+    return os.environ.get(KNOB, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 def _enclosing(op: Op, block):
