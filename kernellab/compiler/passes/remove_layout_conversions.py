@@ -61,6 +61,30 @@ def _cheap(op: Op) -> bool:
             and (op.name in _REMAT or op.name.startswith(_REMAT_PREFIX)))
 
 
+def reload_vec(op, layout, axis) -> int:
+    """The vector width of a load issued again in `layout`: a run of a thread's registers along the layout's
+    fastest dimension (a row vector's slice of a blocked layout holds the parent's run: rotary's cos/sin
+    rows, 8 elements a thread), as far as the load's addresses and mask allow (`axis`: the facts; None: 1)."""
+    if axis is None:
+        return 1
+    shape = op.result.type.shape
+    lay, dim = layout, None
+    if isinstance(lay, Slice) and isinstance(lay.parent, Blocked):
+        d = next((d for d in lay.parent.order if d != lay.dim), None)
+        if d is None:
+            return 1
+        run, dim = lay.parent.spt[d], d if d < lay.dim else d - 1
+    elif isinstance(lay, Blocked):
+        dim = lay.order[0]
+        run = lay.spt[dim]
+    else:
+        return 1
+    if lay.reg_order()[0] != dim:
+        return 1
+    run = min(run, shape[dim])
+    return max(1, min(run & -run, access_vec(op, axis, dim)))
+
+
 class Remat:
     """Rebuild a value in another layout. `narrow` (elements): values at most this large that cannot be recomputed
     are converted where they are defined (leaves); `threads`: loads smaller than this are re-issued instead."""
@@ -125,7 +149,7 @@ class Remat:
         if self._reload(op):
             # the load and its addresses again, where the load was, in the wanted layout
             operands = [self.build(o, layout, op) for o in op.operands]
-            attrs = dict(op.attrs, vec=self._reload_vec(op, layout))
+            attrs = dict(op.attrs, vec=reload_vec(op, layout, self.axis))
             clone = Op(op.name, operands, [v.type.with_layout(layout)], attrs, loc=op.loc, result_hints=[v.hint])
             insert_before(op, clone)
             self.reloaded.append(op)
@@ -150,29 +174,6 @@ class Remat:
         before.block.insert(before.block.ops.index(before), clone)
         self.memo[key] = clone.result
         return clone.result
-
-    def _reload_vec(self, op, layout) -> int:
-        """The vector width of a load issued again in `layout`: a run of a thread's registers along the layout's
-        fastest dimension (a row vector's slice of a blocked layout holds the parent's run: rotary's cos/sin
-        rows, 8 elements a thread), as far as the load's addresses and mask allow."""
-        if self.axis is None:
-            return 1
-        shape = op.result.type.shape
-        lay, dim = layout, None
-        if isinstance(lay, Slice) and isinstance(lay.parent, Blocked):
-            d = next((d for d in lay.parent.order if d != lay.dim), None)
-            if d is None:
-                return 1
-            run, dim = lay.parent.spt[d], d if d < lay.dim else d - 1
-        elif isinstance(lay, Blocked):
-            dim = lay.order[0]
-            run = lay.spt[dim]
-        else:
-            return 1
-        if lay.reg_order()[0] != dim:
-            return 1
-        run = min(run, shape[dim])
-        return max(1, min(run & -run, access_vec(op, self.axis, dim)))
 
     def _convert_leaf(self, v, layout, key):
         """Convert a value that cannot be recomputed right after its definition (of a conversion: its source)."""
@@ -203,7 +204,7 @@ def _sweep(module: Module) -> None:
             op.erase()
 
 
-def _settle_reload_vecs(module: Module, clones: list, threads: int) -> None:
+def _settle_reload_vecs(module: Module, clones: list) -> None:
     """A load re-issued during the pass got its vector width from the facts at the start of that round, which know
     nothing of the index math the round itself rebuilt (a W4A16 matmul's per-column scales, loaded in the packed
     weights' layout: 16 scalar 2-byte loads a thread where a run of 8 is contiguous and aligned). With the final
@@ -215,9 +216,9 @@ def _settle_reload_vecs(module: Module, clones: list, threads: int) -> None:
     live = [c for c in clones if c.block is not None]
     if not live:
         return
-    r = Remat(threads=threads, axis=AxisAnalysis(module.kernel, through_conversions=True))
+    axis = AxisAnalysis(module.kernel, through_conversions=True)
     for c in live:
-        c.attrs["vec"] = max(c.attrs.get("vec", 1), r._reload_vec(c, c.result.type.layout))
+        c.attrs["vec"] = max(c.attrs.get("vec", 1), reload_vec(c, c.result.type.layout, axis))
 
 
 def run(module: Module, options=None) -> dict:
@@ -266,6 +267,6 @@ def run(module: Module, options=None) -> dict:
             ld.erase()
         if dead:
             _sweep(module)
-    _settle_reload_vecs(module, clones, threads)
+    _settle_reload_vecs(module, clones)
     left = sum(1 for op in module.kernel.walk() if op.name == "ttg.convert_layout")
     return {"removed": removed, "rematerialized": rematerialized, "narrowed": narrowed, "remaining": left}
