@@ -11,8 +11,6 @@ import re
 import pytest
 import torch
 
-import kernellab as kl
-import kernellab.language as tl
 from kernellab.errors import ToolchainError
 from tests.test_reload_vec import CFG, _inputs, _launch, _reference, w4_scaled_mm
 
@@ -62,32 +60,6 @@ def test_gpu(knob, cfg, monkeypatch):
                                    atol=5e-2)
 
 
-@kl.jit
-def w4_mm_1d(A, QW, S, C, M, N, K, sam, sqk, ssg, scm, GROUP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-             BK: tl.constexpr):
-    """heldout_texts4's form: one grid axis (persistence applies), the scales through the group index."""
-    pid = tl.program_id(0)
-    pid_m = pid // tl.cdiv(N, BN)
-    pid_n = pid % tl.cdiv(N, BN)
-    offs_m = pid_m * BM + tl.arange(0, BM)
-    offs_n = pid_n * BN + tl.arange(0, BN)
-    offs_k = tl.arange(0, BK)
-    a_ptrs = A + offs_m[:, None] * sam + offs_k[None, :]
-    q_ptrs = QW + (offs_k[:, None] // 2) * sqk + offs_n[None, :]
-    shifts = ((offs_k % 2) * 4).to(tl.uint8)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, K, BK):
-        a = tl.load(a_ptrs, mask=offs_m[:, None] < M, other=0.)
-        q = tl.load(q_ptrs, mask=offs_n[None, :] < N, other=0)
-        s = tl.load(S + (k // GROUP) * ssg + offs_n, mask=offs_n < N, other=0.)
-        w = ((q >> shifts[:, None]) & 0xF).to(tl.int32) - 8
-        acc = tl.dot(a, w.to(tl.float16) * s[None, :], acc)
-        a_ptrs += BK
-        q_ptrs += (BK // 2) * sqk
-    tl.store(C + offs_m[:, None] * scm + offs_n[None, :], acc.to(tl.float16),
-             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("fused_side", ["0", "1"])
 @pytest.mark.parametrize("programs", ["off", "3", "auto"])
@@ -101,8 +73,7 @@ def test_gpu_persistent(fused_side, programs, monkeypatch):
     monkeypatch.setenv("KERNELLAB_PERSISTENT", programs)
     for M, N, K in ((100, 192, 256), (320, 384, 1024)):
         a, qw, s, c = _inputs(M, N, K, 128, "cuda", seed=M + K)
-        grid = (-(-M // CFG["BM"]) * -(-N // CFG["BN"]),)
-        w4_mm_1d[grid](a, qw, s, c, M, N, K, a.stride(0), qw.stride(0), s.stride(0), c.stride(0), GROUP=128, **CFG)
+        _launch(a, qw, s, c, 128, **CFG)
         torch.testing.assert_close(c.double().cpu(), _reference(a.cpu(), qw.cpu(), s.cpu(), 128), rtol=2e-2,
                                    atol=5e-2)
 
@@ -120,11 +91,11 @@ def test_the_persistent_variant_copies_the_packed_tile(monkeypatch, knob):
     a, qw, s, c = _inputs(1024, 1024, 1024, 128)
     M, K = a.shape
     N = qw.shape[1]
-    ck = w4_mm_1d.warmup(a, qw, s, c, M, N, K, a.stride(0), qw.stride(0), s.stride(0), c.stride(0), GROUP=128,
+    ck = w4_scaled_mm.warmup(a, qw, s, c, M, N, K, a.stride(0), qw.stride(0), s.stride(0), c.stride(0), GROUP=128,
                          **CFG, grid=(1,))
     try:
         ck.build_gpu()
-        st = persistent.state(w4_mm_1d, ck)
+        st = persistent.state(w4_scaled_mm, ck)
         v = st.get_variant(on_gpu=False)
         v.build_gpu()
     except ToolchainError as e:
