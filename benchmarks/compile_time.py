@@ -392,7 +392,8 @@ def build_kernellab(job: dict) -> dict:
             "slowest_passes": [[n, round(s, 3)] for s, n in slow if s > 0.05],
             "n_regs": ck.n_regs, "n_spills": ck.n_spills, "num_warps": ck.num_warps, "shared": ck.shared,
             **_sass_counts(ck.asm.get("cubin"), _dump(job, "kernellab", {"ptx": ck.asm.get("ptx"),
-                                                                          "gpuir": ck.asm.get("gpu")})),
+                                                                          "gpuir": ck.asm.get("gpu"),
+                                                                          "ll": ck.asm.get("llir")})),
             "notes": [n for n in ck.trace.notes if "disk cache" not in n]}
 
 
@@ -491,7 +492,8 @@ def build_triton(job: dict) -> dict:
     res.update(_parse_ptxas(out.getvalue()))
     res["shared"] = getattr(c.metadata, "shared", None)
     res.update(_sass_counts(c.asm.get("cubin"), _dump(job, "triton", {"ptx": c.asm.get("ptx"),
-                                                                        "ttgir": c.asm.get("ttgir")})))
+                                                                        "ttgir": c.asm.get("ttgir"),
+                                                                        "ll": c.asm.get("llir")})))
     return res
 
 

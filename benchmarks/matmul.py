@@ -179,20 +179,26 @@ def implementations():
 @contextlib.contextmanager
 def env_setting(setting: str | None):
     """`VAR=VALUE` set around a launch (the switch acts when that launch compiles; the compile cache keys on it),
-    then restored. None: nothing."""
+    then restored; `A=1,B=1` sets several at once (one column with knobs combined). None: nothing."""
     if not setting:
         yield
         return
-    var, _, value = setting.partition("=")
-    old = os.environ.get(var)
-    os.environ[var] = value
+    parts = setting.split(",")
+    if not all("=" in p for p in parts):
+        parts = [setting]
+    old = {}
+    for p in parts:
+        var, _, value = p.partition("=")
+        old.setdefault(var, os.environ.get(var))
+        os.environ[var] = value
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = old
+        for var, was in old.items():
+            if was is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = was
 
 
 def time_row(case, M, N, K, dtype, out_dtype, impls):

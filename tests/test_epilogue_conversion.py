@@ -158,6 +158,19 @@ def test_benchmark_env_setting_restores(monkeypatch):
     assert setting == "KERNELLAB_STMATRIX=0" and k is not matmul_kernel
 
 
+def test_benchmark_env_setting_sets_several(monkeypatch):
+    """`A=1,B=2`: one --also-env column with knobs combined; each restored after (unset ones unset)."""
+    import os
+
+    from benchmarks.matmul import env_setting
+
+    monkeypatch.setenv("KERNELLAB_MMA32_PAD", "8")
+    monkeypatch.delenv("KERNELLAB_STMATRIX", raising=False)
+    with env_setting("KERNELLAB_MMA32_PAD=16,KERNELLAB_STMATRIX=0"):
+        assert os.environ["KERNELLAB_MMA32_PAD"] == "16" and os.environ["KERNELLAB_STMATRIX"] == "0"
+    assert os.environ["KERNELLAB_MMA32_PAD"] == "8" and "KERNELLAB_STMATRIX" not in os.environ
+
+
 # ---------------------------------------------------------------------------------------------- GPU
 @kl.jit
 def dot_plus_tile(A, B, D, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):

@@ -47,7 +47,8 @@ def test_heldout_text_on_interpreter(case):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("knobs", ["", "KERNELLAB_BATCHED_SPLIT=1 KERNELLAB_DOMINANT_WIDENED=1 KERNELLAB_STORE_RUN=1"])
+@pytest.mark.parametrize("knobs", ["", "KERNELLAB_BATCHED_SPLIT=1 KERNELLAB_DOMINANT_WIDENED=1 KERNELLAB_STORE_RUN=1",
+                                   "KERNELLAB_STORE_SECTOR_VECTORS=1 KERNELLAB_NARROW_CONVERSIONS=1"])
 @pytest.mark.parametrize("case", _cases())
 def test_heldout_text_on_gpu(case, knobs):
     torch = pytest.importorskip("torch")

@@ -67,7 +67,8 @@ def test_heldout_text_on_interpreter(case):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("knobs", ["", "KERNELLAB_STORE_RUN=1 KERNELLAB_CONVERSION_LDMATRIX=on KERNELLAB_SMALL_STORE_RUN=1"])
+@pytest.mark.parametrize("knobs", ["", "KERNELLAB_STORE_RUN=1 KERNELLAB_CONVERSION_LDMATRIX=on KERNELLAB_SMALL_STORE_RUN=1",
+                                   "KERNELLAB_STORE_SECTOR_VECTORS=1 KERNELLAB_LOADS_PAST_DIVISION=1 KERNELLAB_NARROW_CONVERSIONS=1"])
 @pytest.mark.parametrize("case", _cases())
 def test_heldout_text_on_gpu(case, knobs):
     torch = pytest.importorskip("torch")

@@ -107,3 +107,104 @@ def test_address_math_above_the_conversion_stays_for_its_other_users(run_pass):
     assert stats == {"loads_moved": 1}
     names = [op.name for op in m.kernel.body.ops]
     assert names.index("tt.make_range", 1) < names.index("ttg.convert_layout")
+
+
+# KERNELLAB_LOADS_PAST_DIVISION=1: a load whose addresses hold a 64-bit division by a runtime value goes, with that
+# math, above the earlier load and its consumers (LLVM's NVPTX lowering branches around the division; the earlier
+# load's unpacking must not sit before the branch), in loop bodies too
+
+DIV_LAYOUTS = """
+#L0 = #blocked<[8], [32], [4], [0]>
+"""
+
+DIV_HEAD = """
+tt.func @k(%x_ptr: !ptr<bf16> {tt.divisibility = 16}, %b_ptr: !ptr<bf16> {tt.divisibility = 16}, %y_ptr: !ptr<f32> {tt.divisibility = 16}, %n: i64, %lo: i32, %hi: i32, %st: i32) {
+  %r = tt.make_range {end = 1024, start = 0} : tensor<1024xi32, #L0>
+  %r64 = arith.extsi %r : tensor<1024xi64, #L0>
+  %ns = tt.splat %n : tensor<1024xi64, #L0>
+  %xs = tt.splat %x_ptr : tensor<1024x!ptr<bf16>, #L0>
+  %bs = tt.splat %b_ptr : tensor<1024x!ptr<bf16>, #L0>
+  %ys = tt.splat %y_ptr : tensor<1024x!ptr<f32>, #L0>
+  scf.for %lo, %hi, %st {
+  ^bb(%i: i32):
+    %i64 = arith.extsi %i : i64
+    %is = tt.splat %i64 : tensor<1024xi64, #L0>
+    %offs = arith.addi %is, %r64 : tensor<1024xi64, #L0>
+"""
+
+DIV_IN = DIV_LAYOUTS + DIV_HEAD + """    %xp = tt.addptr %xs, %offs : tensor<1024x!ptr<bf16>, #L0>
+    %x = tt.load %xp : tensor<1024xbf16, #L0>
+    %xf = arith.extf %x : tensor<1024xf32, #L0>
+    %col = DIVISION %offs, %ns : tensor<1024xi64, #L0>
+    %bp = tt.addptr %bs, %col : tensor<1024x!ptr<bf16>, #L0>
+    %b = tt.load %bp : tensor<1024xbf16, #L0>
+    %bf = arith.extf %b : tensor<1024xf32, #L0>
+    %s = arith.addf %xf, %bf : tensor<1024xf32, #L0>
+    %yp = tt.addptr %ys, %offs : tensor<1024x!ptr<f32>, #L0>
+    tt.store %yp, %s
+    scf.yield
+  }
+  tt.return
+}
+"""
+
+
+def test_past_division_moves_the_load_above_the_earlier_load_in_a_loop(check, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_LOADS_PAST_DIVISION", "1")
+    _, stats = check(issue_loads_early, DIV_IN.replace("DIVISION", "arith.remsi"), DIV_LAYOUTS + DIV_HEAD + """\
+    %col = arith.remsi %offs, %ns : tensor<1024xi64, #L0>
+    %bp = tt.addptr %bs, %col : tensor<1024x!ptr<bf16>, #L0>
+    %b = tt.load %bp : tensor<1024xbf16, #L0>
+    %xp = tt.addptr %xs, %offs : tensor<1024x!ptr<bf16>, #L0>
+    %x = tt.load %xp : tensor<1024xbf16, #L0>
+    %xf = arith.extf %x : tensor<1024xf32, #L0>
+    %bf = arith.extf %b : tensor<1024xf32, #L0>
+    %s = arith.addf %xf, %bf : tensor<1024xf32, #L0>
+    %yp = tt.addptr %ys, %offs : tensor<1024x!ptr<f32>, #L0>
+    tt.store %yp, %s
+    scf.yield
+  }
+  tt.return
+}
+""")
+    assert stats == {"loads_past_division": 1}
+
+
+def test_past_division_off_by_default_and_only_for_runtime_64_bit_divisions(run_pass, monkeypatch):
+    text = DIV_IN.replace("DIVISION", "arith.divsi")
+    monkeypatch.delenv("KERNELLAB_LOADS_PAST_DIVISION", raising=False)
+    assert run_pass(issue_loads_early, text)[1] == {}
+    monkeypatch.setenv("KERNELLAB_LOADS_PAST_DIVISION", "1")
+    assert run_pass(issue_loads_early, text)[1] == {"loads_past_division": 1}
+    # a constant divisor (LLVM multiplies by its inverse: no branch) and a 32-bit one (no bypass) leave it
+    const = text.replace("%ns = tt.splat %n : tensor<1024xi64, #L0>",
+                         "%ns = arith.constant {value = 4096} : tensor<1024xi64, #L0>")
+    assert run_pass(issue_loads_early, const)[1] == {}
+    narrow = (DIV_LAYOUTS + DIV_HEAD.replace("%n: i64", "%n: i32").replace("tensor<1024xi64, #L0>\n  %xs",
+                                                                             "tensor<1024xi32, #L0>\n  %xs") + """\
+    %xp = tt.addptr %xs, %r : tensor<1024x!ptr<bf16>, #L0>
+    %x = tt.load %xp : tensor<1024xbf16, #L0>
+    %xf = arith.extf %x : tensor<1024xf32, #L0>
+    %col = arith.remsi %r, %ns : tensor<1024xi32, #L0>
+    %bp = tt.addptr %bs, %col : tensor<1024x!ptr<bf16>, #L0>
+    %b = tt.load %bp : tensor<1024xbf16, #L0>
+    %bf = arith.extf %b : tensor<1024xf32, #L0>
+    %s = arith.addf %xf, %bf : tensor<1024xf32, #L0>
+    %yp = tt.addptr %ys, %offs : tensor<1024x!ptr<f32>, #L0>
+    tt.store %yp, %s
+    scf.yield
+  }
+  tt.return
+}
+""")
+    assert run_pass(issue_loads_early, narrow)[1] == {}
+
+
+def test_past_division_never_passes_a_store(run_pass, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_LOADS_PAST_DIVISION", "1")
+    text = DIV_IN.replace("DIVISION", "arith.remsi").replace(
+        "    %xf = arith.extf %x : tensor<1024xf32, #L0>\n",
+        "    %xf = arith.extf %x : tensor<1024xf32, #L0>\n    %yp0 = tt.addptr %ys, %offs : tensor<1024x!ptr<f32>, "
+        "#L0>\n    tt.store %yp0, %xf\n")
+    m, stats = run_pass(issue_loads_early, text)
+    assert stats == {}

@@ -493,9 +493,9 @@ def _operand_math_tile(ld: Op, body, ifs: bool = False):
             if u.block is not body:
                 return None
             if u.name == "tt.dot" and "mma" in u.attrs and (wgmma_too or not is_wgmma(u)):
-                if u.operands[2] is v or (is_wgmma(u) and v is ld.result):
-                    return None  # a wgmma operand loaded as it is keeps its own path (an int8 N-contiguous B:
-                    # staged too, 4 stages of 128x128x128 left one CTA an SM, 0.92x, H200 2026-11-27)
+                if u.operands[2] is v or ((is_wgmma(u) or t.scalar.bits == 8) and v is ld.result):
+                    return None  # a wgmma or 8-bit operand loaded as it is keeps its own path (an int8
+                    # N-contiguous B staged too: 4 stages of 128x128x128 left one CTA an SM, 0.92x, H200 2026-11-27)
                 dots += 1
                 continue
             if (u.regions or not is_pure(u) or len(u.results) != 1 or not isinstance(u.result.type, TensorType)

@@ -11,6 +11,13 @@ layout: one conversion of BLOCK_M values (hoisted out of a loop when the value i
 one of the BLOCK_M x BLOCK_N tile every iteration. A small load (fewer elements than the program has threads,
 read only there) is issued in the wanted layout instead of being converted at all, as Triton does.
 
+KERNELLAB_NARROW_CONVERSIONS=1 (default off until timed on a GPU; part of the compile caches' keys through
+runtime/codegen_env.py): where neither works, a chain of index math and arithmetic that widens narrower values (bf16
+loaded, `x.to(tl.float32) * scale`) is rebuilt in the wanted layout from conversions of those narrower values, where
+they are fewer bytes in all than the value converted: heldout_texts4's bias-dropout-residual backward converted
+its f32 `dy * scale` (16 KB at 32x128) into the u8 mask's layout where converting the bf16 `dy` (8 KB) and
+widening after does the same; Triton's remove-layout-conversions ends with the bf16 conversion there.
+
 The chain may pass through a `tt.reshape` where the reshape's source has a layout in which the reshape keeps
 every thread's elements (gpu/reshape_layout.py): `arange(N).reshape(...)` addressing a tile is then recomputed in
 the load's layout, rather than converting a tile of 8-byte pointers through shared memory.
@@ -89,16 +96,24 @@ class Remat:
     """Rebuild a value in another layout. `narrow` (elements): values at most this large that cannot be recomputed
     are converted where they are defined (leaves); `threads`: loads smaller than this are re-issued instead."""
 
-    def __init__(self, narrow: int = 0, threads: int = 0, axis: AxisAnalysis | None = None):
+    def __init__(self, narrow: int = 0, threads: int = 0, axis: AxisAnalysis | None = None, narrow_bits: int = 0):
         self.memo: dict = {}
         self.budget = 0
         self.narrow, self.threads = narrow, threads
+        self.narrow_bits = narrow_bits  # KERNELLAB_NARROW_CONVERSIONS: values of narrower elements are leaves too
+        self.leaves: dict = {}  # id -> value: the leaves `can` accepted
         self.axis = axis  # the reloads' vector widths (None: one element an instruction)
         self.reloaded: list = []  # the loads issued again: erased once nothing reads them
         self.clones: list = []  # the loads issued in their place (vector widths settled at the end of the pass)
 
     def _leaf(self, v) -> bool:
-        return _numel(v.type.shape) <= self.narrow
+        if _numel(v.type.shape) <= self.narrow:
+            self.leaves[id(v)] = v
+            return True
+        if self.narrow_bits and _bits(v) < self.narrow_bits:
+            self.leaves[id(v)] = v
+            return True
+        return False
 
     def _reload(self, op) -> bool:
         """A small load: issued again in the wanted layout, where it was (each thread reads at most one element
@@ -157,15 +172,15 @@ class Remat:
             self.memo[key] = clone.result
             return clone.result
         if op is None or not self._cheap(op) or len(op.results) != 1 or op.name == "ttg.convert_layout":
-            return self._convert_leaf(v, layout, key)
+            return self._convert_leaf(v, layout, key, before)
         if op.name in ("tt.expand_dims", "tt.broadcast") and _bit_layout(layout):
-            return self._convert_leaf(v, layout, key)
+            return self._convert_leaf(v, layout, key, before)
         if op.name == "tt.expand_dims":
             operands = [self.build(op.operands[0], Slice(op.attrs["axis"], layout), before)]
         elif op.name == "tt.reshape":
             lay = _reshape_source_layout(op, layout)
             if lay is None:
-                return self._convert_leaf(v, layout, key)
+                return self._convert_leaf(v, layout, key, before)
             operands = [self.build(op.operands[0], lay, before)]
         else:
             operands = [self.build(o, layout, before) for o in op.operands]
@@ -175,19 +190,43 @@ class Remat:
         self.memo[key] = clone.result
         return clone.result
 
-    def _convert_leaf(self, v, layout, key):
-        """Convert a value that cannot be recomputed right after its definition (of a conversion: its source)."""
+    def _convert_leaf(self, v, layout, key, before=None):
+        """Convert a value that cannot be recomputed right after its definition (of a conversion: its source).
+        A narrower-element leaf (KERNELLAB_NARROW_CONVERSIONS) is converted where the conversion it replaces was,
+        when that is in the same block: the loads written between them stay ahead of the conversion's barrier."""
         op = v.defining_op
         src = op.operands[0] if op is not None and op.name == "ttg.convert_layout" else v
         conv = Op("ttg.convert_layout", [src], [v.type.with_layout(layout)], loc=op.loc if op else None,
                   result_hints=[v.hint])
+        late = self.narrow_bits and _numel(v.type.shape) > self.narrow and before is not None
         if op is None:  # a block argument: first thing in its block
             v.owner.insert(0, conv)
+        elif late and before.block is op.block:
+            insert_before(before, conv)
         else:
             block = op.block
             block.insert(block.ops.index(op) + 1, conv)
         self.memo[key] = conv.result
         return conv.result
+
+
+def _bits(v) -> int:
+    return getattr(v.type.scalar, "bits", 64)
+
+
+def narrow_conversions_enabled() -> bool:
+    return os.environ.get("KERNELLAB_NARROW_CONVERSIONS", "0").strip().lower() in ("1", "on", "true", "yes")
+
+
+def _narrower(src, want, threads: int, axis):
+    """KERNELLAB_NARROW_CONVERSIONS: a Remat that rebuilds `src` in `want` from conversions of narrower-element
+    values, where those are fewer bytes than `src`; else None."""
+    bits = _bits(src)
+    r = Remat(threads=threads, axis=axis, narrow_bits=bits)
+    if not r.can(src, want) or not r.leaves:
+        return None
+    leaf_bits = sum(_numel(v.type.shape) * _bits(v) for v in r.leaves.values())
+    return r if leaf_bits < _numel(src.type.shape) * bits else None
 
 
 def recomputable(v, layout, threads: int) -> bool:
@@ -251,7 +290,9 @@ def run(module: Module, options=None) -> dict:
                 # `recomputable` says)
                 r = Remat(narrow=_numel(src.type.shape) // 2, threads=threads, axis=axis)
                 if not r.can(src, want):
-                    continue
+                    r = _narrower(src, want, threads, axis) if narrow_conversions_enabled() else None
+                    if r is None:
+                        continue
                 narrowed += 1
             new = r.build(src, want, op)
             op.result.replace_all_uses_with(new)

@@ -9,8 +9,18 @@ its own layout (its stores take their value's layout): narrower vectors, but no 
 same where the value's layout keeps the access coalesced: the same fastest dimension, at least 4 contiguous bytes
 a thread, and each warp's run along it a whole number of 32-byte sectors (or the whole row). The addresses and
 mask are rebuilt in that layout (remove_layout_conversions' rematerialization), never converted.
+
+KERNELLAB_STORE_SECTOR_VECTORS=1 (default off until timed on a GPU; part of the compile caches' keys through
+runtime/codegen_env.py): also each store *instruction* must write whole sectors. Where the value's layout holds a
+longer run a thread than the store's vector (bf16 results in the [1, 16] layout of a u8 mask's 16-byte loads,
+stored 8 elements = 16 bytes at a time), every thread's run takes two or more vector stores and each of them writes
+half of each 32-byte sector its warp touches: twice the L2 write requests of the wanted layout (whose run is the
+vector). Such a store keeps its conversion, as Triton's stores do (heldout_texts4's bias-dropout-residual backward
+at 32x128 / 4 warps and 64x256 / 8 warps, 0.73 and 0.87 of Triton's speed on the H200, stores its `dx` so).
 """
 from __future__ import annotations
+
+import os
 
 from ..gpu.layouts import Blocked
 from ..gpu.scratch import _numel
@@ -20,6 +30,20 @@ from .remove_layout_conversions import Remat, _sweep, recomputable
 
 NAME = "store_in_value_layout"
 DESCRIPTION = "store a converted value in its own layout where that writes whole sectors (no shared-memory trip)"
+
+
+SECTOR_VECTORS_KNOB = "KERNELLAB_STORE_SECTOR_VECTORS"
+
+
+def sector_vectors_enabled() -> bool:
+    return os.environ.get(SECTOR_VECTORS_KNOB, "0").strip().lower() in ("1", "on", "true", "yes")
+
+
+def _splits_runs(src, want, vec: int) -> bool:
+    """Whether a store of `vec` elements an instruction splits each thread's run of `src` over several
+    instructions (each writing part of every sector) where the wanted layout's run is one instruction."""
+    f = want.order[0]
+    return src.spt[src.order[0]] > vec >= want.spt[f]
 
 
 def _writes_sectors(lay, shape, ebytes: int) -> bool:
@@ -44,6 +68,8 @@ def _candidate(op: Op, threads: int):
     if not isinstance(want, Blocked) or not isinstance(src, Blocked) or src.order[0] != want.order[0]:
         return None
     if not _writes_sectors(src, shape, ebytes):
+        return None
+    if sector_vectors_enabled() and _splits_runs(src, want, op.attrs.get("vec", 1)):
         return None
     others = [v for i, v in enumerate(op.operands) if i != 1 and isinstance(v.type, TensorType)]
     if not all(recomputable(v, src, threads) for v in others):
