@@ -12,11 +12,8 @@ whose trip count depends on the data.
     python benchmarks/compile_time.py --texts benchmarks/heldout_texts3.py --dump DIR [case ...]   # CPU, both sides
     python benchmarks/idioms.py --texts benchmarks/heldout_texts3.py [case ...]                    # GPU, timed
 
-Same format as heldout_texts2.py: `CASES` and `run(name)` (every config launched on empty CPU tensors at GPU sizes,
-recorded by compile_time.py's hook), `check(name, device=...)` (each config on small random inputs with edge values,
-outputs poisoned, against a torch float64 reference; kernellab.compat's interpreter, TRITON_INTERPRET=1 under a real
-Triton, or a GPU), and `bench_inputs(name, device)` for the timing at GPU sizes. The module imports `triton`:
-kernellab.compat serves it on kernellab's side."""
+CASE_DEFS, checked by `check(name, device=...)` against float64 references, and the glue are heldout_common.py's.
+The module imports `triton`: kernellab.compat serves it on kernellab's side."""
 import os
 import sys
 

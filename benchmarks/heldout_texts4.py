@@ -14,11 +14,8 @@ tl.umulhi bucketing, and an fp32 -> fp16 round-toward-zero downcast with exponen
     python benchmarks/compile_time.py --texts benchmarks/heldout_texts4.py --dump DIR [case ...]   # CPU, both sides
     python benchmarks/idioms.py --texts benchmarks/heldout_texts4.py [case ...]                    # GPU, timed
 
-Same format as heldout_texts3.py: `CASES` and `run(name)` (every config launched on empty CPU tensors at GPU sizes,
-recorded by compile_time.py's hook), `check(name, device=...)` (each config on small random inputs with edge values,
-outputs poisoned, against a torch float64 reference; kernellab.compat's interpreter, TRITON_INTERPRET=1 under a real
-Triton, or a GPU), and `bench_inputs(name, device)` for the timing at GPU sizes. The module imports `triton`:
-kernellab.compat serves it on kernellab's side."""
+CASE_DEFS, checked by `check(name, device=...)` against float64 references, and the glue are heldout_common.py's.
+The module imports `triton`: kernellab.compat serves it on kernellab's side."""
 import os
 import sys
 

@@ -15,10 +15,8 @@ loss forward + backward with a constexpr gamma branch, and a bilinear upsample (
     python benchmarks/compile_time.py --texts benchmarks/heldout_texts5.py --dump DIR [case ...]   # CPU, both sides
     python benchmarks/idioms.py --texts benchmarks/heldout_texts5.py [case ...]                    # GPU, timed
 
-The format and the glue are heldout_common.py's (as heldout_texts3.py / heldout_texts4.py): `CASES` and `run(name)`,
-`check(name, device=...)` (each config on small random inputs with edge values, outputs poisoned, against a torch
-float64 reference), `bench_inputs(name, device)`. The module imports `triton`: kernellab.compat serves it on
-kernellab's side."""
+CASE_DEFS, checked by `check(name, device=...)` against float64 references, and the glue are heldout_common.py's.
+The module imports `triton`: kernellab.compat serves it on kernellab's side."""
 import os
 import sys
 
