@@ -404,18 +404,19 @@ def logsumexp_rows(X, OUT, M, N, stride, BLOCK_M: tl.constexpr, BLOCK_N: tl.cons
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# an EMA of fp32 weights from bf16 parameters, in place, with the cache hints a user adds: the parameters streamed
-# (.cg, evict_first), the EMA kept (evict_last), an fp16 copy written streaming (.cs)
+# an EMA of fp32 weights from bf16 parameters, in place, with the cache hints a user adds: the parameters read
+# around L1 (.cg), the EMA kept (evict_last), written back (.wb), an fp16 copy written streaming (.cs). (.cg with
+# evict_first on one load is what ptxas refuses under Triton 3.6: "'.evict_first' cannot be combined with '.cg'")
 
 
 @triton.jit
 def ema_update_hints(EMA, PARAM, EMA_HALF, n, decay, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
-    p = tl.load(PARAM + offs, mask=m, other=0., cache_modifier=".cg", eviction_policy="evict_first").to(tl.float32)
+    p = tl.load(PARAM + offs, mask=m, other=0., cache_modifier=".cg").to(tl.float32)
     e = tl.load(EMA + offs, mask=m, other=0., eviction_policy="evict_last")
     e = e * decay + (1. - decay) * p
-    tl.store(EMA + offs, e, mask=m, eviction_policy="evict_last")
+    tl.store(EMA + offs, e, mask=m, cache_modifier=".wb")
     tl.store(EMA_HALF + offs, e.to(tl.float16), mask=m, cache_modifier=".cs")
 
 
