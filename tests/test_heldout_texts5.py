@@ -16,7 +16,7 @@ def test_cases_are_new_and_complete():
         assert not set(names) & set(case_names(other))
 
 
-test_heldout_text_on_interpreter, test_heldout_text_on_gpu = case_tests(STEM, ["", "KERNELLAB_L2_EVICT_HINT=1"])
+test_heldout_text_on_interpreter, test_heldout_text_on_gpu = case_tests(STEM, ["", "KERNELLAB_L2_EVICT_HINT=1 KERNELLAB_STORE_RUN_PEERS=1"])
 
 
 def test_checks_catch_a_wrong_kernel():
