@@ -23,7 +23,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))  # heldout_common beside it (through links too)
+if os.path.dirname(os.path.realpath(__file__)) not in sys.path:  # heldout_common beside it (through links too)
+    sys.path.append(os.path.dirname(os.path.realpath(__file__)))
 from heldout_common import Case, cdiv, maker, screen  # noqa: E402
 from heldout_common import close as _close  # noqa: E402
 from heldout_common import nbytes as _nbytes  # noqa: E402

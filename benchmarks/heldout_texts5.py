@@ -23,7 +23,8 @@ import sys
 import triton
 import triton.language as tl
 
-sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))  # heldout_common beside it (through links too)
+if os.path.dirname(os.path.realpath(__file__)) not in sys.path:  # heldout_common beside it (through links too)
+    sys.path.append(os.path.dirname(os.path.realpath(__file__)))
 from heldout_common import Case, cdiv, close, close_nonfinite, maker, nbytes, screen, split  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------------
