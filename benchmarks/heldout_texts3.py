@@ -12,14 +12,21 @@ whose trip count depends on the data.
     python benchmarks/compile_time.py --texts benchmarks/heldout_texts3.py --dump DIR [case ...]   # CPU, both sides
     python benchmarks/idioms.py --texts benchmarks/heldout_texts3.py [case ...]                    # GPU, timed
 
-Same format as heldout_texts2.py: `CASES` and `run(name)` (every config launched on empty CPU tensors at GPU sizes,
-recorded by compile_time.py's hook), `check(name, device=...)` (each config on small random inputs with edge values,
-outputs poisoned, against a torch float64 reference; kernellab.compat's interpreter, TRITON_INTERPRET=1 under a real
-Triton, or a GPU), and `bench_inputs(name, device)` for the timing at GPU sizes. The module imports `triton`:
-kernellab.compat serves it on kernellab's side."""
+CASE_DEFS, checked by `check(name, device=...)` against float64 references, and the glue are heldout_common.py's.
+The module imports `triton`: kernellab.compat serves it on kernellab's side."""
+import os
+import sys
+
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
+
+if os.path.dirname(os.path.realpath(__file__)) not in sys.path:  # heldout_common beside it (through links too)
+    sys.path.append(os.path.dirname(os.path.realpath(__file__)))
+from heldout_common import Case, cdiv, maker, screen  # noqa: E402
+from heldout_common import mm_flop as _mm_flop  # noqa: E402
+from heldout_common import nbytes as _nbytes  # noqa: E402
+from heldout_common import split as _split  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------------
 # residual add + dropout + layer norm, one row per program, the whole row in one block; the new residual stream is
@@ -548,38 +555,6 @@ def searchsorted_left(SORTED, Q, OUT, n_sorted, n_q, BLOCK: tl.constexpr):
 
 # ===============================================================================================================
 # launchers, inputs, references
-
-
-def cdiv(a, b):
-    return (a + b - 1) // b
-
-
-class Case:
-    """inputs(size, mk) -> dict of tensors (mk(shape, dtype, kind) makes one: random with edge values when checking,
-    empty at GPU sizes, on mk.device); launch(x, cfg); reference(x) -> {output name: float64 or exact tensor} of the
-    inputs on the CPU; check(x, ref) an optional replacement of the comparison (dropout). moves(x): bytes a launch
-    must move, or ("flop", n), for a figure beside the time."""
-
-    def __init__(self, inputs, launch, reference, configs, gpu_size, test_size, tol=1e-2, check=None, moves=None):
-        self.inputs, self.launch, self.reference = inputs, launch, reference
-        self.configs, self.gpu_size, self.test_size, self.tol, self.compare = configs, gpu_size, test_size, tol, check
-        self.moves = moves
-
-
-def _split(cfg):
-    opts = {k: cfg[k] for k in ("num_warps", "num_stages") if k in cfg}
-    return {k: v for k, v in cfg.items() if k not in opts}, opts
-
-
-def _nbytes(*names):
-    return lambda x: sum(x[n].numel() * x[n].element_size() for n in names)
-
-
-def _mm_flop(a, b):
-    def f(x):
-        return ("flop", 2 * x[a].shape[-2] * x[a].shape[-1] * x[b].shape[-1 if x[b].shape[-2] == x[a].shape[-1] else -2]
-                * (x[a].shape[0] if x[a].dim() == 3 else 1))
-    return f
 
 
 # residual + dropout + layer norm ---------------------------------------------------------------------------------
@@ -1283,128 +1258,10 @@ CASE_DEFS = {
                             gpu_size=(1 << 20, 1 << 24), test_size=(3000, 5000), moves=_nbytes("q", "out")),
 }
 
-CASES = tuple(CASE_DEFS)
-
-
-def _empty(shape, dtype, kind="in"):
-    import torch
-
-    return torch.empty(shape, dtype=dtype)
-
-
-_empty.device = "cpu"
-
-
-def run(name):
-    c = CASE_DEFS[name]
-    x = c.inputs(c.gpu_size, _empty)
-    for cfg in c.configs:
-        c.launch(x, cfg)
-
-
-def _maker(seed, device="cpu"):
-    """mk(shape, dtype, kind): the tensors a check or a timing launches on, made on `device`. Kinds: in (normal with
-    edge values first), out (poison: NaN or -99), zeros, small, unit ([0.25, 1.75]), ties (integers in [-20, 20)),
-    decay ([0.8, 1)), near1 ([0.9, 1.1]), logp (log-probabilities of rows), scale ([0.005, 0.02]), offset (normal
-    + 3), wide (normal * 300: some saturate fp8), inv_freq (rope's 10000^(-2i/D)), sorted (ascending, with repeats),
-    queries (sorted's range and beyond), index:V (int in [0, V)), csr:NIDX (bag offsets 0..NIDX, some bags empty)."""
-    import torch
-
-    g = torch.Generator(device=device).manual_seed(seed)
-
-    def rand(shape, dtype, kind="in"):
-        if kind == "out":
-            if dtype.is_floating_point and dtype.itemsize > 1:
-                return torch.full(shape, float("nan"), dtype=dtype, device=device)
-            return torch.full(shape, -99 if dtype != torch.uint8 else 99, dtype=dtype, device=device)
-        if kind == "zeros":
-            return torch.zeros(shape, dtype=dtype, device=device)
-        if kind.startswith("index:"):
-            return torch.randint(0, int(kind[6:]), shape, generator=g, dtype=torch.int32, device=device)
-        if kind.startswith("csr:"):
-            nidx, nb = int(kind[4:]), shape[0] - 1
-            cuts = torch.randint(0, nidx + 1, (nb - 1,), generator=g, device=device).sort().values
-            offs = torch.cat([torch.zeros(1, dtype=cuts.dtype, device=device), cuts,
-                              torch.full((1,), nidx, dtype=cuts.dtype, device=device)])
-            if nb > 3:
-                offs[2] = offs[1]  # an empty bag
-            return offs.to(torch.int32)
-        if dtype == torch.int8:
-            t = torch.randint(-128, 128, shape, generator=g, dtype=torch.int32, device=device)
-            t.view(-1)[:2] = torch.tensor([-128, 127], device=device)[: t.numel()]
-            return t.to(dtype)
-        if kind == "sorted":
-            return (torch.randint(-1000, 1000, shape, generator=g, device=device).double() / 8).sort().values.to(dtype)
-        if kind == "queries":
-            return (torch.randint(-1100, 1100, shape, generator=g, device=device).double() / 8).to(dtype)
-        if kind == "inv_freq":
-            d = shape[0] * 2
-            return (10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64, device=device) / d)).to(dtype)
-        t = torch.randn(shape, generator=g, dtype=torch.float32 if device != "cpu" else torch.float64, device=device)
-        if kind in ("unit", "decay", "near1", "scale"):
-            lo, width = {"unit": (0.25, 1.5), "decay": (0.8, 0.2), "near1": (0.9, 0.2), "scale": (0.005, 0.015)}[kind]
-            t = torch.rand(shape, generator=g, dtype=t.dtype, device=device) * width + lo
-        elif kind == "small":
-            t = t * 0.5
-        elif kind == "ties":
-            t = torch.randint(-20, 20, shape, generator=g, device=device).to(t.dtype)
-        elif kind == "logp":
-            t = torch.log_softmax(t * 2, dim=-1)
-        elif kind == "offset":
-            t = t + 3.0
-        elif kind == "wide":
-            t = t * 300.0
-        flat = t.view(-1)
-        if kind in ("in", "wide") and flat.numel() > 8:
-            flat[:6] = torch.tensor([0.0, -0.0, 8.0, -8.0, 1e-3, -1e-3], device=device)
-        return t.to(dtype)
-
-    rand.device = device
-    return rand
-
-
-def bench_inputs(name, device="cuda", seed=0):
-    """A case's tensors at its GPU size on `device` (random, outputs poisoned), for timing."""
-    c = CASE_DEFS[name]
-    return c.inputs(c.gpu_size, _maker(seed, device))
-
-
-def check(name, seed=0, configs=None, device="cpu"):
-    """Every config of a case on small random inputs against the float64 reference; raises on a mismatch. The
-    inputs live on `device` (the CPU interpreter, or a GPU); the references run on CPU copies."""
-    import torch
-
-    c = CASE_DEFS[name]
-    for i, cfg in enumerate(configs or c.configs):
-        x = c.inputs(c.test_size, _maker(seed + i, device))
-        c.launch(x, cfg)
-        if device != "cpu":
-            torch.cuda.synchronize()
-        x = {k: v.cpu() for k, v in x.items()}
-        ref = c.reference(x) if c.reference else None
-        if c.compare:
-            c.compare(x, ref)
-            continue
-        for k, want in ref.items():
-            got = x[k]
-            if not got.dtype.is_floating_point:
-                assert torch.equal(got.to(want.dtype), want), \
-                    f"{name} {cfg}: {k} differs in {(got.to(want.dtype) != want).sum().item()} places"
-                continue
-            got = got.double()
-            assert not torch.isnan(got).any(), f"{name} {cfg}: {k} has unwritten (poisoned) elements"
-            err = ((got - want).norm() / want.norm()).item()
-            assert err < c.tol, f"{name} {cfg}: {k} relative error {err:.2e}"
-
+CASES, run, bench_inputs, check = screen(CASE_DEFS)
+_maker = maker
 
 if __name__ == "__main__":
-    import sys
-    import time
+    from heldout_common import main
 
-    for n in sys.argv[1:] or CASE_DEFS:
-        t0 = time.time()
-        try:
-            check(n)
-            print(f"ok {n} {time.time() - t0:.1f}s", flush=True)
-        except Exception as e:  # report every case, not the first failure
-            print(f"FAIL {n}: {type(e).__name__}: {str(e)[:400]}", flush=True)
+    main(CASE_DEFS, check, sys.argv[1:])

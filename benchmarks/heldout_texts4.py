@@ -14,14 +14,21 @@ tl.umulhi bucketing, and an fp32 -> fp16 round-toward-zero downcast with exponen
     python benchmarks/compile_time.py --texts benchmarks/heldout_texts4.py --dump DIR [case ...]   # CPU, both sides
     python benchmarks/idioms.py --texts benchmarks/heldout_texts4.py [case ...]                    # GPU, timed
 
-Same format as heldout_texts3.py: `CASES` and `run(name)` (every config launched on empty CPU tensors at GPU sizes,
-recorded by compile_time.py's hook), `check(name, device=...)` (each config on small random inputs with edge values,
-outputs poisoned, against a torch float64 reference; kernellab.compat's interpreter, TRITON_INTERPRET=1 under a real
-Triton, or a GPU), and `bench_inputs(name, device)` for the timing at GPU sizes. The module imports `triton`:
-kernellab.compat serves it on kernellab's side."""
+CASE_DEFS, checked by `check(name, device=...)` against float64 references, and the glue are heldout_common.py's.
+The module imports `triton`: kernellab.compat serves it on kernellab's side."""
+import os
+import sys
+
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
+
+if os.path.dirname(os.path.realpath(__file__)) not in sys.path:  # heldout_common beside it (through links too)
+    sys.path.append(os.path.dirname(os.path.realpath(__file__)))
+from heldout_common import Case, cdiv, maker, screen  # noqa: E402
+from heldout_common import close as _close  # noqa: E402
+from heldout_common import nbytes as _nbytes  # noqa: E402
+from heldout_common import split as _split  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------------
 # group norm forward: one program per (sample, group), the group's channels contiguous (NCHW), sums in one sweep,
@@ -561,47 +568,6 @@ def downcast_rtz_exponent(X, Y, E, n, BLOCK: tl.constexpr):
 
 # ---------------------------------------------------------------------------------------------------------------
 # cases: inputs, launches, references
-
-
-def cdiv(a, b):
-    return (a + b - 1) // b
-
-
-class Case:
-    """inputs(size, mk) -> dict of tensors (mk(shape, dtype, kind) makes one: random with edge values when checking,
-    empty at GPU sizes, on mk.device); launch(x, cfg); reference(x) -> {output name: float64 or exact tensor} of the
-    inputs on the CPU; check(x, ref) an optional replacement of the comparison. moves(x): bytes a launch must move,
-    or ("flop", n), for a figure beside the time."""
-
-    def __init__(self, inputs, launch, reference, configs, gpu_size, test_size, tol=1e-2, check=None, moves=None):
-        self.inputs, self.launch, self.reference = inputs, launch, reference
-        self.configs, self.gpu_size, self.test_size, self.tol, self.compare = configs, gpu_size, test_size, tol, check
-        self.moves = moves
-
-
-def _split(cfg):
-    opts = {k: cfg[k] for k in ("num_warps", "num_stages") if k in cfg}
-    return {k: v for k, v in cfg.items() if k not in opts}, opts
-
-
-def _nbytes(*names):
-    return lambda x: sum(x[n].numel() * x[n].element_size() for n in names)
-
-
-def _mm_flop(a, b):
-    def f(x):
-        return ("flop", 2 * x[a].shape[-2] * x[a].shape[-1] * x[b].shape[-1 if x[b].shape[-2] == x[a].shape[-1] else -2]
-                * (x[a].shape[0] if x[a].dim() == 3 else 1))
-    return f
-
-
-def _close(what, got, want, tol):
-    import torch
-
-    got = got.double()
-    assert not torch.isnan(got).any(), f"{what} has unwritten (poisoned) elements"
-    err = ((got - want).norm() / want.norm()).item()
-    assert err < tol, f"{what} relative error {err:.2e}"
 
 
 # group norm ---------------------------------------------------------------------------------------------------------
@@ -1347,7 +1313,8 @@ CASE_DEFS = {
     "h4_layernorm_stats": Case(_lns_inputs, _lns_launch, _lns_ref,
                                [dict(ROWS=1, HAS_BIAS=True, num_warps=4), dict(ROWS=4, HAS_BIAS=False, num_warps=8),
                                 dict(ROWS=2, HAS_BIAS=True, num_warps=4)],
-                               gpu_size=(16384, 4096), test_size=(7, 700), check=None, moves=_nbytes("x", "y")),
+                               gpu_size=(16384, 4096), test_size=(7, 700), moves=_nbytes("x", "y"),
+                               check_for=lambda cfg: _lns_check_for(cfg["HAS_BIAS"])),
     "h4_persistent_gelu": Case(_pers_inputs, _pers_launch, _pers_ref,
                                [dict(BLOCK=1024, WAVES=4, num_warps=4), dict(BLOCK=4096, WAVES=2, num_warps=8),
                                 dict(BLOCK=512, WAVES=8, num_warps=4)],
@@ -1368,133 +1335,10 @@ CASE_DEFS = {
 }
 
 
-CASES = tuple(CASE_DEFS)
-
-
-def _empty(shape, dtype, kind="in"):
-    import torch
-
-    return torch.empty(shape, dtype=dtype)
-
-
-_empty.device = "cpu"
-
-
-def run(name):
-    c = CASE_DEFS[name]
-    x = c.inputs(c.gpu_size, _empty)
-    for cfg in c.configs:
-        c.launch(x, dict(cfg))
-
-
-def _maker(seed, device="cpu"):
-    """mk(shape, dtype, kind): the tensors a check or a timing launches on, made on `device`. Kinds: in (normal with
-    edge values first), out (poison: NaN or -99), zeros, small (normal / 2), unit ([0.25, 1.75]), ties (integers in
-    [-20, 20)), scale ([0.005, 0.02]), offset (normal + 3), logits (normal * 3), bytes (uint8 in [0, 256)), keep (0 / 1
-    bytes, 90 % ones), bits32 (any int32), fp16range (normal * 2e4, a quarter scaled to fp16's subnormals, a few
-    beyond 65504), index:V (int in [0, V)), sortedint:S (sorted ints in [0, S), runs of any length), lens:S
-    (ints in [1, S], one S)."""
-    import torch
-
-    g = torch.Generator(device=device).manual_seed(seed)
-
-    def rand(shape, dtype, kind="in"):
-        if kind == "out":
-            if dtype.is_floating_point and dtype.itemsize > 1:
-                return torch.full(shape, float("nan"), dtype=dtype, device=device)
-            return torch.full(shape, -99 if dtype != torch.uint8 else 99, dtype=dtype, device=device)
-        if kind == "zeros":
-            return torch.zeros(shape, dtype=dtype, device=device)
-        if kind.startswith("index:"):
-            return torch.randint(0, int(kind[6:]), shape, generator=g, dtype=torch.int32, device=device)
-        if kind.startswith("sortedint:"):
-            return torch.randint(0, int(kind[10:]), shape, generator=g, device=device).sort().values.to(dtype)
-        if kind.startswith("lens:"):
-            S = int(kind[5:])
-            t = torch.randint(1, S + 1, shape, generator=g, device=device)
-            t.view(-1)[0] = S
-            return t.to(dtype)
-        if kind == "bytes":
-            return torch.randint(0, 256, shape, generator=g, device=device).to(dtype)
-        if kind == "keep":
-            return (torch.rand(shape, generator=g, device=device) < 0.9).to(dtype)
-        if kind == "bits32":
-            return torch.randint(-(1 << 31), (1 << 31) - 1, shape, generator=g, dtype=torch.int64,
-                                 device=device).to(dtype)
-        t = torch.randn(shape, generator=g, dtype=torch.float32 if device != "cpu" else torch.float64, device=device)
-        if kind in ("unit", "scale"):
-            lo, width = {"unit": (0.25, 1.5), "scale": (0.005, 0.015)}[kind]
-            t = torch.rand(shape, generator=g, dtype=t.dtype, device=device) * width + lo
-        elif kind == "small":
-            t = t * 0.5
-        elif kind == "ties":
-            t = torch.randint(-20, 20, shape, generator=g, device=device).to(t.dtype)
-        elif kind == "offset":
-            t = t + 3.0
-        elif kind == "logits":
-            t = t * 3.0
-        elif kind == "fp16range":
-            t = t * 2e4
-            flat = t.view(-1)
-            flat[::4] *= 1e-9
-            flat[:8] = torch.tensor([0.0, -0.0, 65504.0, 65519.0, 65520.0, -70000.0, 6e-8, -3e-8], device=device)
-        flat = t.view(-1)
-        if kind == "in" and flat.numel() > 8:
-            flat[:6] = torch.tensor([0.0, -0.0, 8.0, -8.0, 1e-3, -1e-3], device=device)
-        return t.to(dtype)
-
-    rand.device = device
-    return rand
-
-
-def bench_inputs(name, device="cuda", seed=0):
-    """A case's tensors at its GPU size on `device` (random, outputs poisoned), for timing."""
-    c = CASE_DEFS[name]
-    return c.inputs(c.gpu_size, _maker(seed, device))
-
-
-def check(name, seed=0, configs=None, device="cpu"):
-    """Every config of a case on small random inputs against the float64 reference; raises on a mismatch. The
-    inputs live on `device` (the CPU interpreter, or a GPU); the references run on CPU copies."""
-    import torch
-
-    c = CASE_DEFS[name]
-    for i, cfg in enumerate(configs or c.configs):
-        x = c.inputs(c.test_size, _maker(seed + i, device))
-        c.launch(x, dict(cfg))
-        if device != "cpu":
-            torch.cuda.synchronize()
-        x = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in x.items()}
-        ref = c.reference(x) if c.reference else None
-        compare = c.compare
-        if name == "h4_layernorm_stats":
-            compare = _lns_check_for(cfg["HAS_BIAS"])
-        if compare:
-            try:
-                compare(x, ref)
-            except AssertionError as e:
-                raise AssertionError(f"{name} {cfg}: {e}") from None
-            continue
-        for k, want in ref.items():
-            got = x[k]
-            if not got.dtype.is_floating_point:
-                assert torch.equal(got.to(want.dtype), want), \
-                    f"{name} {cfg}: {k} differs in {(got.to(want.dtype) != want).sum().item()} places"
-                continue
-            got = got.double()
-            assert not torch.isnan(got).any(), f"{name} {cfg}: {k} has unwritten (poisoned) elements"
-            err = ((got - want).norm() / want.norm()).item()
-            assert err < c.tol, f"{name} {cfg}: {k} relative error {err:.2e}"
-
+CASES, run, bench_inputs, check = screen(CASE_DEFS)
+_maker = maker
 
 if __name__ == "__main__":
-    import sys
-    import time
+    from heldout_common import main
 
-    for n in sys.argv[1:] or CASE_DEFS:
-        t0 = time.time()
-        try:
-            check(n)
-            print(f"ok {n} {time.time() - t0:.1f}s", flush=True)
-        except Exception as e:  # report every case, not the first failure
-            print(f"FAIL {n}: {type(e).__name__}: {str(e)[:400]}", flush=True)
+    main(CASE_DEFS, check, sys.argv[1:])

@@ -85,3 +85,54 @@ def test_unknown_modifier_is_refused(kw):
     x = torch.randn(256)
     with pytest.raises(KernelLabError, match="not supported"):
         copy_kernel[(1,)](x, x, 256, MASKED=True, BLOCK=256, **kw)
+
+
+@kl.jit
+def evict_copy_kernel(x_ptr, y_ptr, n, EVICT: tl.constexpr, STORE_EVICT: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy=EVICT)
+    tl.store(y_ptr + offs, x * 2, mask=offs < n, eviction_policy=STORE_EVICT)
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
+@pytest.mark.parametrize("evict, store_evict", [("evict_last", "evict_first"), ("evict_first", ""),
+                                                ("", "evict_last"), ("evict_normal", "")])
+def test_l2_evict_hint_knob(monkeypatch, evict, store_evict):
+    """KERNELLAB_L2_EVICT_HINT=1: evict_first / evict_last accesses also carry the L2 priority as a createpolicy
+    cache hint (Triton 3.6's sm_80+ code), assembled by ptxas; off (the default), only the L1 qualifier."""
+    x = torch.empty(1000)
+    for knob in ("0", "1"):
+        monkeypatch.setenv("KERNELLAB_L2_EVICT_HINT", knob)
+        ck = evict_copy_kernel.warmup(x, x, 1000, EVICT=evict, STORE_EVICT=store_evict, BLOCK=256, grid=(4,))
+        ck.build_gpu()
+        ptx = ck.asm["ptx"]
+        lines = [ln for ln in ptx.splitlines() if "ld.global" in ln or "st.global" in ln]
+        for kind, ev in (("ld.global", evict), ("st.global", store_evict)):
+            mine = [ln for ln in lines if kind in ln]
+            assert mine
+            hinted = knob == "1" and ev in ("evict_first", "evict_last")
+            if ev in ("evict_first", "evict_last"):  # evict_normal: no qualifier (Triton's too)
+                assert all(f"{kind}.L1::{ev}" in ln for ln in mine), mine
+            assert all((f"createpolicy.fractional.L2::{ev}.b64" in ln and ".L2::cache_hint" in ln) == hinted
+                       for ln in mine), (knob, mine)
+
+
+def test_l2_evict_hint_values_on_the_interpreter(monkeypatch):
+    monkeypatch.setenv("KERNELLAB_L2_EVICT_HINT", "1")
+    x = torch.randn(1000)
+    y = torch.full_like(x, float("nan"))
+    evict_copy_kernel[(4,)](x, y, 1000, EVICT="evict_last", STORE_EVICT="evict_first", BLOCK=256)
+    torch.testing.assert_close(y, x * 2)
+
+
+@pytest.mark.gpu
+def test_l2_evict_hint_values_on_gpu(monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    monkeypatch.setenv("KERNELLAB_L2_EVICT_HINT", "1")
+    x = torch.randn(100000, device="cuda")
+    y = torch.full_like(x, float("nan"))
+    ck = evict_copy_kernel[(kl.cdiv(100000, 1024),)](x, y, 100000, EVICT="evict_last", STORE_EVICT="evict_first",
+                                                     BLOCK=1024)
+    torch.testing.assert_close(y, x * 2)
+    assert "createpolicy.fractional.L2::evict_last.b64" in ck.asm["ptx"]

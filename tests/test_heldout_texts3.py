@@ -10,52 +10,24 @@ from pathlib import Path
 
 import pytest
 
+from .heldout_screens import case_names, case_tests, child, idioms_dry_run
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _cases():
-    import ast
-
-    tree = ast.parse((ROOT / "benchmarks" / "heldout_texts3.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CASE_DEFS":
-            return [k.value for k in node.value.keys]
-    raise AssertionError("no CASE_DEFS")
-
-
 def _child(code: str, env=None, timeout=900):
-    import os
-
-    full = ("import kernellab.compat; kernellab.compat.install()\n"
-            f"import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
-            "import heldout_texts3\n" + code)
-    p = subprocess.run([sys.executable, "-c", full], capture_output=True, text=True, cwd=str(ROOT), timeout=timeout,
-                       env={**os.environ, **(env or {})})
-    assert p.returncode == 0, p.stderr[-3000:]
-    return p.stdout
+    return child("heldout_texts3", code, env, timeout)
 
 
 def test_cases_are_new_and_complete():
-    names = _cases()
+    names = case_names("heldout_texts3")
     assert len(names) >= 20 and len(set(names)) == len(names)
     assert all(n.startswith("h3_") for n in names)
 
 
-@pytest.mark.parametrize("case", _cases())
-def test_heldout_text_on_interpreter(case):
-    _child(f"heldout_texts3.check({case!r})\n")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("knobs", ["", "KERNELLAB_BATCHED_SPLIT=1 KERNELLAB_DOMINANT_WIDENED=1 KERNELLAB_STORE_RUN=1",
-                                   "KERNELLAB_STORE_SECTOR_VECTORS=1 KERNELLAB_NARROW_CONVERSIONS=1"])
-@pytest.mark.parametrize("case", _cases())
-def test_heldout_text_on_gpu(case, knobs):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    env = dict(kv.split("=") for kv in knobs.split())
-    _child(f"heldout_texts3.check({case!r}, device='cuda')\n", env=env)
+test_heldout_text_on_interpreter, test_heldout_text_on_gpu = case_tests(
+    "heldout_texts3", ["", "KERNELLAB_BATCHED_SPLIT=1 KERNELLAB_DOMINANT_WIDENED=1 KERNELLAB_STORE_RUN=1",
+                       "KERNELLAB_STORE_SECTOR_VECTORS=1 KERNELLAB_NARROW_CONVERSIONS=1"])
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) is not on PATH")
@@ -95,16 +67,5 @@ def test_idioms_texts_loader_keeps_kernellab_kernels_working_after_the_hook_is_r
 def test_idioms_texts_dry_run_on_the_interpreter():
     """`idioms.py --texts`' loop on the CPU (test sizes, a stand-in timer, kernellab and one --also-env column): each
     config checked and launched, rows with seconds and a figure, the knob column's ratio absent without Triton."""
-    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
-            "from benchmarks import idioms\n"
-            f"rows = idioms.run_texts({str(ROOT / 'benchmarks' / 'heldout_texts3.py')!r}, "
-            "['h3_rope_interleaved', 'h3_histogram_atomic'], also_env=['KERNELLAB_STORE_RUN=1'], rounds=2, settle=0, "
-            "device='cpu', timer=lambda fn: (fn(), 1e-3)[1], with_triton=False, size='test')\n"
-            "assert len(rows) == 5, len(rows)\n"
-            "for r in rows:\n"
-            "    assert r['kernellab']['checked'] and r['kernellab']['seconds'] == 1e-3, r\n"
-            "    assert r['kernellab[KERNELLAB_STORE_RUN=1]']['checked'], r\n"
-            "    assert 'gbps' in r['kernellab'] and 'kl_over_triton' not in r\n"
-            "print('ok')\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=600)
-    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), (p.stdout[-2000:], p.stderr[-3000:])
+    idioms_dry_run("heldout_texts3", ["h3_rope_interleaved", "h3_histogram_atomic"], 5,
+                   also_env=["KERNELLAB_STORE_RUN=1"])

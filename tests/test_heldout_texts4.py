@@ -3,38 +3,17 @@
 out of this one)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from .heldout_screens import case_names, case_tests, idioms_dry_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _cases():
-    import ast
-
-    tree = ast.parse((ROOT / "benchmarks" / "heldout_texts4.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CASE_DEFS":
-            return [k.value for k in node.value.keys]
-    raise AssertionError("no CASE_DEFS")
-
-
-def _child(code: str, env=None, timeout=900):
-    full = ("import kernellab.compat; kernellab.compat.install()\n"
-            f"import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
-            "import heldout_texts4\n" + code)
-    p = subprocess.run([sys.executable, "-c", full], capture_output=True, text=True, cwd=str(ROOT), timeout=timeout,
-                       env={**os.environ, **(env or {})})
-    assert p.returncode == 0, p.stderr[-3000:]
-    return p.stdout
-
-
 def test_cases_are_new_and_complete():
-    names = _cases()
+    names = case_names("heldout_texts4")
     assert 16 <= len(names) <= 24 and len(set(names)) == len(names)
     assert all(n.startswith("h4_") for n in names)
 
@@ -61,34 +40,12 @@ def test_philox_reference_matches_kernellab_randint(tmp_path):
     assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-3000:]
 
 
-@pytest.mark.parametrize("case", _cases())
-def test_heldout_text_on_interpreter(case):
-    _child(f"heldout_texts4.check({case!r})\n")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("knobs", ["", "KERNELLAB_STORE_RUN=1 KERNELLAB_CONVERSION_LDMATRIX=on KERNELLAB_SMALL_STORE_RUN=1",
-                                   "KERNELLAB_STORE_SECTOR_VECTORS=1 KERNELLAB_LOADS_PAST_DIVISION=1 KERNELLAB_NARROW_CONVERSIONS=1"])
-@pytest.mark.parametrize("case", _cases())
-def test_heldout_text_on_gpu(case, knobs):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    env = dict(kv.split("=") for kv in knobs.split())
-    _child(f"heldout_texts4.check({case!r}, device='cuda')\n", env=env)
+test_heldout_text_on_interpreter, test_heldout_text_on_gpu = case_tests(
+    "heldout_texts4", ["", "KERNELLAB_STORE_RUN=1 KERNELLAB_CONVERSION_LDMATRIX=on KERNELLAB_SMALL_STORE_RUN=1",
+                       "KERNELLAB_STORE_SECTOR_VECTORS=1 KERNELLAB_LOADS_PAST_DIVISION=1 KERNELLAB_NARROW_CONVERSIONS=1"])
 
 
 def test_idioms_texts_dry_run_on_the_interpreter():
     """`idioms.py --texts` on this module on the CPU (test sizes, a stand-in timer, kernellab only): every config of
     two cases (one with an in-place update, one whose launch takes a constexpr from its inputs) checked and timed."""
-    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
-            "from benchmarks import idioms\n"
-            f"rows = idioms.run_texts({str(ROOT / 'benchmarks' / 'heldout_texts4.py')!r}, "
-            "['h4_adamw', 'h4_persistent_gelu'], rounds=2, settle=0, device='cpu', "
-            "timer=lambda fn: (fn(), 1e-3)[1], with_triton=False, size='test')\n"
-            "assert len(rows) == 6, len(rows)\n"
-            "for r in rows:\n"
-            "    assert r['kernellab']['checked'] and r['kernellab']['seconds'] == 1e-3, r\n"
-            "print('ok')\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=600)
-    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), (p.stdout[-2000:], p.stderr[-3000:])
+    idioms_dry_run("heldout_texts4", ["h4_adamw", "h4_persistent_gelu"], 6)

@@ -195,3 +195,49 @@ def test_gpu_quantize_with_the_knob(monkeypatch, variant, knob):
     for i, cfg in enumerate(v.configs):
         for size in ((64, 4096), (9, 1000), (33, 4000)):
             _check("cuda", variant, cfg, size, 20 + i)
+
+
+PEERS = """
+tt.func @kl(%x_ptr: !ptr<f32> {tt.divisibility = 16}, %t_ptr: !ptr<f32> {tt.divisibility = 16}, %d_ptr: !ptr<bf16> {tt.divisibility = 16}, %s_ptr: !ptr<f32> {tt.divisibility = 16}, %n: i32 {tt.divisibility = 16}) {
+  %range = tt.make_range {end = 2048, start = 0} : tensor<2048xi32>
+  %ns = tt.splat %n : tensor<2048xi32>
+  %mask = arith.cmpi %range, %ns {predicate = "slt"} : tensor<2048xi1>
+  %xs = tt.splat %x_ptr : tensor<2048x!ptr<f32>>
+  %xp = tt.addptr %xs, %range : tensor<2048x!ptr<f32>>
+  %x = tt.load %xp, %mask : tensor<2048xf32>
+  %ts = tt.splat %t_ptr : tensor<2048x!ptr<f32>>
+  %tp = tt.addptr %ts, %range : tensor<2048x!ptr<f32>>
+  %t = tt.load %tp, %mask : tensor<2048xf32>
+  %g = arith.truncf %t : tensor<2048xbf16>
+  %ds = tt.splat %d_ptr : tensor<2048x!ptr<bf16>>
+  %dp = tt.addptr %ds, %range : tensor<2048x!ptr<bf16>>
+  tt.store %dp, %g, %mask
+  %p = arith.mulf %t, %x : tensor<2048xf32>
+  %r = tt.reduce %p {axis = 0} : f32 {
+  ^bb(%a: f32, %b: f32):
+    %c = arith.addf %a, %b : f32
+    tt.reduce.return %c
+  }
+  tt.store %s_ptr, %r
+  tt.return
+}
+"""
+
+
+@pytest.mark.parametrize("knob", ["0", "1"])
+def test_store_run_peers_knob(monkeypatch, knob):
+    """KERNELLAB_STORE_RUN_PEERS=1 (default off): heldout_texts5's KL divergence, reduced. 8 warps, 2048 f32: the
+    target load feeds a bf16 store (run 8) and takes 8 a thread; the input load, whose values meet the target's in
+    the product, takes 8 too with the knob (no conversion), keeps 4 and converts through shared memory without."""
+    monkeypatch.setenv("KERNELLAB_STORE_RUN", "1")
+    monkeypatch.setenv("KERNELLAB_STORE_RUN_PEERS", knob)
+    m, stats = _assign(PEERS)
+    text = print_module(m, with_locs=False)
+    loads = [ln for ln in text.splitlines() if "tt.load" in ln]
+    assert len(loads) == 2
+    if knob == "1":
+        assert stats["converts_inserted"] == 0 and stats["loads_to_store_run"] == 2, stats
+        assert "ttg.convert_layout" not in text
+        assert len({ln.rsplit("#", 1)[1] for ln in loads}) == 1, loads
+    else:
+        assert stats["converts_inserted"] >= 1 and stats["loads_to_store_run"] == 1, stats

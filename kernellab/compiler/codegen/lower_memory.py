@@ -2,6 +2,8 @@
 debugging ops that write to the host (device_print, device_assert)."""
 from __future__ import annotations
 
+import os
+
 import llvmlite.ir as ir
 
 from .. import print_format
@@ -132,6 +134,27 @@ def _cache_qualifier(cache: str, evict: str, volatile: bool) -> str:
     return f".L1::{evict}" if evict else ""
 
 
+def l2_evict_hint_enabled() -> bool:
+    """KERNELLAB_L2_EVICT_HINT=1 (default off until timed on a GPU; in the compile caches' keys through
+    runtime/codegen_env.py): an evict_first / evict_last access without a cache operator also gives L2 that priority,
+    as Triton 3.6 does on sm_80+ (`createpolicy.fractional.L2::evict_last.b64 p, 1.0` and
+    `ld.global.L1::evict_last.L2::cache_hint ..., p`); without it only L1 hears the policy."""
+    return os.environ.get("KERNELLAB_L2_EVICT_HINT", "0").strip().lower() in ("1", "on", "true", "yes")
+
+
+def _l2_policy(lw: KernelLowering, cache: str, evict: str, volatile: bool) -> str:
+    """The L2 eviction priority an access carries as a cache-hint policy ("" for none): see l2_evict_hint_enabled."""
+    if volatile or cache or evict not in ("evict_first", "evict_last") or getattr(lw, "arch", 0) < 80:
+        return ""
+    return evict if l2_evict_hint_enabled() else ""
+
+
+def _with_policy(pol: str, pred: str, access: str) -> str:
+    """`access` (an ld / st without its `;`, its last operand the policy register) behind a scoped createpolicy."""
+    return (f"{{ .reg .b64 %kl_l2pol; createpolicy.fractional.L2::{pol}.b64 %kl_l2pol, 1.0; "
+            f"{pred}{access}, %kl_l2pol; }}")
+
+
 def emit_load(lw: KernelLowering, ptr, mask, elem, n, volatile=False, other_const=None, cache="", evict=""):
     """Load `n` consecutive elements starting at `ptr` (a register value), predicated on `mask`.
     Masked-off lanes read `other_const` (a Python number) when given, else 0."""
@@ -161,7 +184,12 @@ def emit_load(lw: KernelLowering, ptr, mask, elem, n, volatile=False, other_cons
     dst = outs if nwords == 1 else "{ " + outs + " }"
     vol = ".volatile" if volatile else ""
     pred = f"@${nwords + 1} " if mask is not None else ""
-    asm = f"{init} {pred}ld{vol}.global{qual}{_vec_suffix(nwords)}.{ptx} {dst}, [ ${nwords} + 0 ];"
+    pol = _l2_policy(lw, cache, evict, volatile)
+    if pol:
+        access = f"ld.global{qual}.L2::cache_hint{_vec_suffix(nwords)}.{ptx} {dst}, [ ${nwords} + 0 ]"
+        asm = f"{init} {_with_policy(pol, pred, access)}"
+    else:
+        asm = f"{init} {pred}ld{vol}.global{qual}{_vec_suffix(nwords)}.{ptx} {dst}, [ ${nwords} + 0 ];"
     constraint = ",".join([f"={con}"] * nwords + ["l"] + (["b"] if mask is not None else []))
     ret = wty if nwords == 1 else ir.LiteralStructType([wty] * nwords)
     args = [b.ptrtoint(ptr, I64)] + ([mask] if mask is not None else [])
@@ -198,7 +226,12 @@ def emit_store(lw: KernelLowering, ptr, vals, mask, elem, cache="", evict=""):
     src = src if nwords == 1 else "{ " + src + " }"
     if mask is None:
         mask = ir.Constant(I1, 1)
-    asm = f"@${nwords + 1} st.global{qual}{_vec_suffix(nwords)}.{ptx} [ ${nwords} + 0 ], {src};"
+    pol = _l2_policy(lw, cache, evict, False)
+    if pol:
+        access = f"st.global{qual}.L2::cache_hint{_vec_suffix(nwords)}.{ptx} [ ${nwords} + 0 ], {src}"
+        asm = _with_policy(pol, f"@${nwords + 1} ", access)
+    else:
+        asm = f"@${nwords + 1} st.global{qual}{_vec_suffix(nwords)}.{ptx} [ ${nwords} + 0 ], {src};"
     constraint = ",".join([con] * nwords + ["l", "b"])
     args = words + [b.ptrtoint(ptr, I64), mask]
     b.asm(ir.FunctionType(VOID, [a.type for a in args]), asm, constraint, args, side_effect=True)

@@ -238,6 +238,30 @@ def register_run(layout, shape, dim: int, limit: int) -> int:
     return 1
 
 
+def store_run_peers_enabled() -> bool:
+    """KERNELLAB_STORE_RUN_PEERS=1 (default off until timed on a GPU; in the compile caches' keys through
+    runtime/codegen_env.py): a load of full vectors whose values meet, through shape-keeping ops, those of a load
+    KERNELLAB_STORE_RUN widened takes the same run, instead of converting through shared memory to meet it
+    (heldout_texts5's KL divergence: the target load widened to the bf16 gradient store's 8, the input load left
+    at 4 and converted inside the loop, two barriers an iteration; Triton loads both alike)."""
+    return os.environ.get("KERNELLAB_STORE_RUN_PEERS", "0").strip().lower() in ("1", "on", "true", "yes")
+
+
+def _reach(v, shape) -> set:
+    """ids of the ops that tensor `v` reaches through ops that keep its shape (no memory accesses, no regions)."""
+    work, seen = [v], set()
+    while work and len(seen) < 256:
+        u = work.pop()
+        for user in u.uses:
+            if id(user) in seen:
+                continue
+            seen.add(id(user))
+            if user.regions or accesses_memory(user.name):
+                continue
+            work += [r for r in user.results if isinstance(r.type, TensorType) and r.type.shape == shape]
+    return seen
+
+
 def dominant_widened_enabled() -> bool:
     """On unless KERNELLAB_DOMINANT_WIDENED=0 (in the compile caches' keys through runtime/codegen_env.py): where
     the kernel's largest access of a rank (whose layout fresh values take: ranges, splats, constants, an expand_dims
@@ -361,7 +385,7 @@ class LayoutAssigner:
             if vec == run:  # the store writes its whole run as one vector
                 key = (op.operands[0].type.shape, lay.order)
                 stores[key] = max(stores.get(key, 1), run)
-        n = 0
+        n, widened = 0, []
         for op in self.fn.walk():
             anchor = self.anchors.get(id(op))
             if op.name != "tt.load" or anchor is None or not isinstance(anchor[0], Blocked):
@@ -380,7 +404,33 @@ class LayoutAssigner:
             for rank, dom in list(self.dominant.items()):
                 if dom == lay:  # fresh values (ranges, splats, constants) take the widened run too
                     self.dominant[rank] = wide
+            widened.append((op, lay, wide))
             n += 1
+        if widened and store_run_peers_enabled():
+            n += self._widen_store_run_peers(widened)
+        return n
+
+    def _widen_store_run_peers(self, widened) -> int:
+        """KERNELLAB_STORE_RUN_PEERS: loads of full vectors in a widened load's old layout whose values meet its
+        values take its new layout too (store_run_peers_enabled)."""
+        reach = [(lay, wide, _reach(op.result, op.result.type.shape)) for op, lay, wide in widened]
+        done = {id(op) for op, _, _ in widened}
+        n = 0
+        for op in self.fn.walk():
+            anchor = self.anchors.get(id(op))
+            if op.name != "tt.load" or id(op) in done or anchor is None or not isinstance(anchor[0], Blocked):
+                continue
+            lay, vec = anchor
+            ptr = op.operands[0]
+            shape, fast = ptr.type.shape, lay.order[0]
+            if vec != 16 // _elem_bytes(ptr.type.scalar.elem) or lay.spt[fast] != vec:
+                continue
+            mine = _reach(op.result, shape)
+            for old, wide, theirs in reach:
+                if old == lay and mine & theirs and self.axis[ptr].contig[fast] >= wide.spt[fast]:
+                    self.anchors[id(op)] = (wide, vec)
+                    n += 1
+                    break
         return n
 
     def default(self, shape) -> Blocked:
