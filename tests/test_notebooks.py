@@ -65,6 +65,9 @@ def _execute(path: Path, tmp_path: Path, monkeypatch, solution: bool, gpu: bool 
         params.source = params.source.replace("SOLUTION = True", "SOLUTION = False")
     # a private compile cache for the GPU stages: every compile is cold, nothing leaks between runs
     monkeypatch.setenv("KERNELLAB_CACHE_DIR", str(tmp_path / "kernellab-cache"))
+    # the notebooks teach from the repository's recorded results: a benchmark run's own results folder
+    # (KERNELLAB_RESULTS_DIR, set by a device script) must not hide them (session 15's device run 7)
+    monkeypatch.delenv("KERNELLAB_RESULTS_DIR", raising=False)
     if not gpu:  # the CPU path (interpreter, GPU stages built without a GPU, recorded results), also on a GPU machine
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=not solution,
