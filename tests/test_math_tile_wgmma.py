@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from kernellab.errors import ToolchainError
-from tests.test_reload_vec import CFG, _inputs, _launch, _reference, w4_scaled_mm
+from tests.test_reload_vec import CFG, _inputs, _launch, _reference, compiled, w4_scaled_mm
 
 
 def _loop(gpu_ir: str) -> str:
@@ -22,15 +22,7 @@ def _loop(gpu_ir: str) -> str:
 @pytest.mark.parametrize("knob", ["0", "1"])
 def test_the_packed_tile_rides_in_the_stages(monkeypatch, knob):
     monkeypatch.setenv("KERNELLAB_MATH_TILE_WGMMA", knob)
-    a, qw, s, c = _inputs(256, 256, 512, 128)
-    M, K = a.shape
-    N = qw.shape[1]
-    ck = w4_scaled_mm.warmup(a, qw, s, c, M, N, K, a.stride(0), qw.stride(0), s.stride(0), c.stride(0), GROUP=128,
-                             **CFG, grid=(4, 4))
-    try:
-        ck.build_gpu()
-    except ToolchainError as e:
-        pytest.skip(f"no ptxas here: {e}")
+    ck = compiled(256, 256, 512)
     loop = _loop(ck.asm["gpu"])
     assert "wgmma" in loop
     q_load = re.search(r"%q = tt\.load .*u8", loop)
@@ -82,19 +74,14 @@ def test_gpu_persistent(fused_side, programs, monkeypatch):
 def test_the_persistent_variant_copies_the_packed_tile(monkeypatch, knob):
     """KERNELLAB_FUSED_SIDE_LOADS (on by default): in the persistent variant's fused loop the packed tile's
     addresses need the tile prologue's `if`; recomputed for the copies ahead, the tile rides in the stages there
-    too; sink_conversions then leaves no conversion of the epilogue's values in the loop body."""
+    too; sink_conversions moves the epilogue's conversions (offsets, masks) out of the loop body into its `if`."""
     from kernellab.compiler.codegen.target import Target
     from kernellab.runtime import persistent, targets
 
     monkeypatch.setenv("KERNELLAB_FUSED_SIDE_LOADS", knob)
     monkeypatch.setattr(targets, "current_target", lambda: Target(90))
-    a, qw, s, c = _inputs(1024, 1024, 1024, 128)
-    M, K = a.shape
-    N = qw.shape[1]
-    ck = w4_scaled_mm.warmup(a, qw, s, c, M, N, K, a.stride(0), qw.stride(0), s.stride(0), c.stride(0), GROUP=128,
-                         **CFG, grid=(1,))
+    ck = compiled(1024, 1024, 1024)
     try:
-        ck.build_gpu()
         st = persistent.state(w4_scaled_mm, ck)
         v = st.get_variant(on_gpu=False)
         v.build_gpu()
