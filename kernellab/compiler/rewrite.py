@@ -84,6 +84,13 @@ def insert_before(anchor: Op, op: Op) -> Op:
     return op
 
 
+def top_level(op: Op, block) -> Op | None:
+    """The op of `block` that is `op` or holds it in a region; None when `op` is not inside `block`."""
+    while op is not None and op.block is not block:
+        op = op.block.parent if op.block is not None else None
+    return op
+
+
 def move_before(op: Op, anchor: Op) -> Op:
     """Move `op` (with its regions and uses untouched) right before `anchor`."""
     op.block.ops.remove(op)

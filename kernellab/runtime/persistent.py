@@ -57,6 +57,16 @@ def choose(tiles: int, slots: int, how, trip: int | None = None) -> int:
     return max(1, min(tiles, slots))
 
 
+def _blocks_per_sm(k) -> int:
+    """Blocks of built kernel `k` resident on one SM of the current GPU (its registers, warps, shared memory)."""
+    from ..compiler.codegen.occupancy_cap import SMEM_PER_SM, blocks_per_sm
+    from .targets import current_target
+
+    arch = current_target().arch
+    return blocks_per_sm(k.n_regs or 255, k.launch_warps or k.num_warps, k.shared or 0,
+                         arch if arch in SMEM_PER_SM else 90)
+
+
 class PersistentState(VariantState):
     """Per specialization: its persistent variant and the program count chosen per launch shape."""
 
@@ -73,14 +83,7 @@ class PersistentState(VariantState):
         memory); on the interpreter INTERPRETER_SMS."""
         if not on_gpu:
             return INTERPRETER_SMS
-        from ..compiler.codegen.occupancy_cap import SMEM_PER_SM, blocks_per_sm
-        from .targets import current_target
-
-        v = self.variant
-        arch = current_target().arch
-        warps = v.launch_warps or v.num_warps
-        per_sm = blocks_per_sm(v.n_regs or 255, warps, v.shared or 0, arch if arch in SMEM_PER_SM else 90)
-        return self._sms(device) * max(1, per_sm)
+        return self._sms(device) * max(1, _blocks_per_sm(self.variant))
 
     def trip(self, args) -> int | None:
         """The dot loop's iterations for a launch with kernel arguments `args` (None: unknown)."""
@@ -122,16 +125,7 @@ class PersistentState(VariantState):
         (`.tut`-style A/B in benchmarks/NOTES.md, fifteenth session): 128x128x64 at 4 and 8 warps, 3 stages, 2
         blocks an SM as written and 1 persistent, auto 0.85-0.94x of as written in all 8 rows; 128x256x64/8w
         (1 and 1) and 64x128x64/4w4s, 64x64x128/4w3s (2 and 2) 1.00-1.12x in 11 of 12."""
-        from ..compiler.codegen.occupancy_cap import SMEM_PER_SM, blocks_per_sm
-        from .targets import current_target
-
-        arch = current_target().arch
-        arch = arch if arch in SMEM_PER_SM else 90
-
-        def per_sm(k):
-            return blocks_per_sm(k.n_regs or 255, k.launch_warps or k.num_warps, k.shared or 0, arch)
-
-        return per_sm(self.variant) < per_sm(self.ck)
+        return _blocks_per_sm(self.variant) < _blocks_per_sm(self.ck)
 
     def fused(self) -> bool:
         """Whether the GPU build fused the tile loop with the K loop (flatten_loops keeps the nest where the stages

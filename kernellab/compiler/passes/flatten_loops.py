@@ -47,7 +47,7 @@ import os
 
 from ..ir import Block, Module, Op
 from ..ops import info, is_loop, is_pure
-from ..rewrite import int_const, is_defined_inside, move_before
+from ..rewrite import int_const, is_defined_inside, move_before, top_level
 from ..types import DType, PointerType, TensorType, int1
 from . import dce
 from .dot_stages import Builder
@@ -63,14 +63,6 @@ def enabled() -> bool:
 
 def _line(op: Op) -> str:
     return f"line {op.loc.line if op.loc else '?'}"
-
-
-def _top(op: Op, block: Block) -> Op | None:
-    """The op of `block` (top level) holding `op`, or None when `op` is not inside `block`."""
-    while op is not None and op.block is not block:
-        parent = op.block.parent if op.block is not None else None
-        op = parent
-    return op
 
 
 def _speculatable(op: Op) -> bool:
@@ -213,7 +205,7 @@ def _flatten(outer: Op):
     # the prologue's values used past it (in the inner body, the epilogue, the outer yield); the inner loop's own
     # operands are its bounds (hoisted) and its inits (carried in their own slots)
     outs = [r for op in prologue if id(op) in pro_ids for r in op.results
-            if any(u is not inner and id(_top(u, body)) not in pro_ids for u in r.uses)]
+            if any(u is not inner and id(top_level(u, body)) not in pro_ids for u in r.uses)]
     inits = list(inner.operands[3:])
     dyn = [n for n, v in enumerate(inits) if is_defined_inside(v, outer)]
     for v in outs + [inits[n] for n in dyn]:

@@ -47,7 +47,7 @@ import os
 
 from ..ir import Block, Module, Op
 from ..ops import is_pure
-from ..rewrite import extend_for_iter_args, insert_before, move_before
+from ..rewrite import extend_for_iter_args, insert_before, move_before, top_level
 from ..types import TensorType, int1
 from .dot_stages import I32, Builder, next_op
 
@@ -178,13 +178,6 @@ class _Loop:
         self.last_ev, self.last_arrive = last[0], last[0].result.uses[0]
 
 
-def _top(op: Op, block: Block) -> Op:
-    """The op of `block` that is `op` or holds it in a region."""
-    while op.block is not block:
-        op = op.block.parent
-    return op
-
-
 def _softmax_results(lp: _Loop, wait: Op) -> list:
     """The loop-carried tensors the body computes from the scores before `wait` (the running row max and sum)."""
     body = lp.body
@@ -193,7 +186,7 @@ def _softmax_results(lp: _Loop, wait: Op) -> list:
     seen, work = set(), [lp.s_wait.result]
     while work:  # the ops that read the scores, directly or not
         for u in work.pop().uses:
-            t = _top(u, body) if u.block is not None else None
+            t = top_level(u, body) if u.block is not None else None
             if t is not None and id(t) not in seen and id(t) in before:
                 seen.add(id(t))
                 work.extend(t.results)
@@ -263,7 +256,7 @@ def _overlap(lp: _Loop) -> None:
     # p·v waited for right before the softmax first reads the accumulator, then its stage released
     w = lp.acc_wait
     w.set_operand(0, lp.second.result)
-    users = [_top(u, body) for u in w.result.uses]
+    users = [top_level(u, body) for u in w.result.uses]
     first_use = min(users, key=ops.index) if users else body.terminator
     move_before(w, first_use)
     # ptxas would hoist the wait to the softmax's first latency bubble: it is pinned after the carried softmax

@@ -73,7 +73,7 @@ from ..gpu.reshape_layout import register_map
 from ..gpu.scratch import is_wgmma
 from ..ir import Module, Op
 from ..ops import is_pure
-from ..rewrite import captured, extend_for_iter_args, insert_before, int_const, pure_slice, zero_reset
+from ..rewrite import captured, extend_for_iter_args, insert_before, int_const, pure_slice, top_level, zero_reset
 from ..types import MemDescType, TensorType, int1
 from . import dce
 from .dot_stages import (
@@ -256,7 +256,7 @@ def _epilogue_if(body, dot, y):
     users = [u for u in dot.result.uses if u is not y]
     if not users:
         return None
-    tops = {id(_top_level(u, body)): _top_level(u, body) for u in users}
+    tops = {id(top_level(u, body)): top_level(u, body) for u in users}
     if len(tops) != 1 or any(u.block is body for u in users):
         return False
     eif = next(iter(tops.values()))
@@ -299,7 +299,7 @@ def _overlappable_chain(body, dots, targets, stages: int):
     if acc in first.operands or not _derived_from(second.operands[2], acc, body):
         return None
     at = ops.index(first)
-    if any(ops.index(_top_level(u, body)) <= at for u in acc.uses):
+    if any(ops.index(top_level(u, body)) <= at for u in acc.uses):
         return None  # the carried acc is read before the scores' dot: no room for the wait
     return first, second, j
 
@@ -326,14 +326,8 @@ def _retire_at_next_wait(body, dots, stats: dict) -> None:
         stats["retired_at_next_wait"] = stats.get("retired_at_next_wait", 0) + 1
 
 
-def _top_level(op: Op, body) -> Op:
-    while op is not None and op.block is not body:
-        op = op.block.parent if op.block is not None else None
-    return op
-
-
 def _within(op: Op, region) -> bool:
-    return _top_level(op, region) is not None
+    return top_level(op, region) is not None
 
 
 def _derived_from(v, arg, body, depth: int = 8) -> bool:

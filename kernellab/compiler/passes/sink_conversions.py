@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from ..ir import Module, Op
-from ..rewrite import move_before
+from ..rewrite import move_before, top_level
 
 NAME = "sink_conversions"
 DESCRIPTION = "move a layout conversion into the scf.if region that holds all its uses (run only when it is taken)"
@@ -29,23 +29,17 @@ def enabled() -> bool:
     return os.environ.get(KNOB, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-def _enclosing(op: Op, block):
-    """(the op of `block` whose regions hold `op`, that region) or None (`op` in `block` itself, or elsewhere)."""
-    region = op.block
-    while region is not None:
-        parent = getattr(region, "parent", None)
-        if parent is None:
+def _home(conv: Op):
+    """The region of one `scf.if` of `conv`'s block that holds every use of `conv`, or None."""
+    regions = set()
+    for u in conv.result.uses:
+        owner = top_level(u, conv.block)
+        if owner is None or owner is u or owner.name != "scf.if":
             return None
-        if parent.block is block:
-            return parent, region
-        region = parent.block
-    return None
-
-
-def _top_in(op: Op, region) -> Op:
-    while op.block is not region:
-        op = op.block.parent
-    return op
+        regions.update(id(r) for r in owner.regions if top_level(u, r) is not None)
+        if len(regions) > 1:
+            return None
+    return next(r for r in owner.regions if id(r) in regions)
 
 
 def _sink_once(fn) -> int:
@@ -53,22 +47,12 @@ def _sink_once(fn) -> int:
     for op in list(fn.walk()):
         if op.name != "ttg.convert_layout" or not op.result.uses:
             continue
-        homes = set()
-        where = None
-        for u in op.result.uses:
-            found = _enclosing(u, op.block)
-            if found is None:
-                break
-            homes.add(id(found[1]))
-            where = found
-        else:
-            if len(homes) != 1 or where[0].name != "scf.if":
-                continue
-            region = where[1]
-            pos = {id(o): i for i, o in enumerate(region.ops)}
-            first = min((_top_in(u, region) for u in op.result.uses), key=lambda t: pos[id(t)])
-            move_before(op, first)
-            moved += 1
+        region = _home(op)
+        if region is None:
+            continue
+        pos = {id(o): i for i, o in enumerate(region.ops)}
+        move_before(op, min((top_level(u, region) for u in op.result.uses), key=lambda t: pos[id(t)]))
+        moved += 1
     return moved
 
 

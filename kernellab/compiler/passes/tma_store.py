@@ -38,7 +38,7 @@ from ..gpu.scratch import scratch_bytes
 from ..gpu.smem_layout import swizzled
 from ..ir import Module, Op
 from ..ops import is_loop
-from ..rewrite import insert_before
+from ..rewrite import insert_before, top_level
 from ..types import TensorType
 from .dot_stages import Builder
 from .fill_stages_with_tma import _tensormap
@@ -196,29 +196,20 @@ def _live_alloc_bytes(fn, found) -> int:
     op are dead there, and allocate_shared (by liveness) gives their addresses to the store buffers (Liger's
     mlp epilogue stores three 128x128 fp32 tiles after a loop whose stages take 192 KiB)."""
     body = fn.body
-    first = min(body.ops.index(_top_level(op, body)) for op, *_ in found)
+    first = min(body.ops.index(top_level(op, body)) for op, *_ in found)
     total = 0
     for o in fn.walk():
         if o.name not in ("ttg.local_alloc", "ttg.mbarrier_alloc"):
             continue
-        last, work = body.ops.index(_top_level(o, body)), list(o.results)
+        last, work = body.ops.index(top_level(o, body)), list(o.results)
         while work:
             for u in work.pop().uses:
-                last = max(last, body.ops.index(_top_level(u, body)))
+                last = max(last, body.ops.index(top_level(u, body)))
                 if u.name == "ttg.memdesc_index":
                     work.extend(u.results)
         if last >= first:
             total += o.result.type.shape[0] * o.result.type.tile_bytes
     return total
-
-
-def _top_level(op: Op, body) -> Op:
-    """The op of the kernel's body that holds `op` (a persistent kernel's tile loop): the buffer is made just
-    before it, so it is live from there to the return (its last TMA store is waited for there) and earlier
-    buffers can share its addresses."""
-    while op.block is not body:
-        op = op.block.parent
-    return op
 
 
 def _exclusive_sites(found, body) -> dict:
@@ -234,8 +225,8 @@ def _exclusive_sites(found, body) -> dict:
     if len(sites) != 2:
         return {}
     first, second = sites.values()
-    tops = {id(_top_level(op, body)) for op, *_ in first + second}
-    top = _top_level(first[0][0], body)
+    tops = {id(top_level(op, body)) for op, *_ in first + second}
+    top = top_level(first[0][0], body)
     if len(tops) != 1 or top.name != "scf.if" or len(first) != len(second):
         return {}
     if _region_of(first[0][0], top) is _region_of(second[0][0], top):
@@ -294,7 +285,9 @@ def run(module: Module, options=None) -> dict:
         if id(op) in share:
             view, tmap = owned[id(share[id(op)])]
         else:
-            at_entry = Builder(_top_level(op, fn.body), op.loc)
+            # just before the kernel-level op holding the store (a persistent kernel's tile loop): live from there
+            # to the return (its last TMA store is waited for there); earlier buffers can share its addresses
+            at_entry = Builder(top_level(op, fn.body), op.loc)
             buf = at_entry.op("ttg.local_alloc", [], [buf_t], {"stages": 1, "fill": "registers",
                                                                "read_by": "TMA store"}, [f"store{k}_tile"]).result
             view = at_entry.op("ttg.memdesc_index", [buf, at_entry.const(0)], [buf_t.tile()]).result
@@ -328,7 +321,7 @@ def run(module: Module, options=None) -> dict:
         stats["tma_store"] += 1
     made = [fn.body.ops.index(v.defining_op) for v in views]
     for ret in [o for o in fn.walk() if o.name == "tt.return"]:
-        at = fn.body.ops.index(_top_level(ret, fn.body))
+        at = fn.body.ops.index(top_level(ret, fn.body))
         live = [v for v, i in zip(views, made) if i < at]  # an early return before the buffers: nothing to wait for
         if live:
             Builder(ret, ret.loc).op("ttg.tma_store_wait", live, [], {"pending": 0})
