@@ -2,12 +2,11 @@
 debugging ops that write to the host (device_print, device_assert)."""
 from __future__ import annotations
 
-import os
-
 import llvmlite.ir as ir
 
 from .. import print_format
 from ..gpu.scratch import mem_bytes
+from ..switches import switch
 from ..types import TensorType
 from .lowering_core import (
     GPTR,
@@ -139,7 +138,7 @@ def l2_evict_hint_enabled() -> bool:
     runtime/codegen_env.py): an evict_first / evict_last access without a cache operator also gives L2 that priority,
     as Triton 3.6 does on sm_80+ (`createpolicy.fractional.L2::evict_last.b64 p, 1.0` and
     `ld.global.L1::evict_last.L2::cache_hint ..., p`); without it only L1 hears the policy."""
-    return os.environ.get("KERNELLAB_L2_EVICT_HINT", "0").strip().lower() in ("1", "on", "true", "yes")
+    return switch("KERNELLAB_L2_EVICT_HINT", False)
 
 
 def _l2_policy(lw: KernelLowering, cache: str, evict: str, volatile: bool) -> str:

@@ -7,12 +7,11 @@ scan: through shared memory, each thread walking the prefix of its elements (sim
 """
 from __future__ import annotations
 
-import os
-
 import llvmlite.ir as ir
 
 from ..gpu.layouts import Slice
 from ..gpu.scratch import mem_bytes
+from ..switches import switch
 from ..types import TensorType
 from .lower_shape import _from_mem, _to_mem
 from .lowering_core import F32, F64, I1, I32, I64, KernelLowering, _cint, _log2, handles, memty
@@ -34,7 +33,7 @@ def tree_in_thread() -> bool:
     instead of a chain n - 1 deep. Attention's row max over 64 scores a thread holds (hd128, two warpgroups) is two
     chains of 32 dependent FMNMX between the scores' wgmma wait and the first exponential: the critical path of the
     softmax that the other warpgroup's matrix products must cover."""
-    return os.environ.get("KERNELLAB_REDUCE_TREE", "0").strip().lower() in ("1", "on", "true", "yes")
+    return switch("KERNELLAB_REDUCE_TREE", False)
 
 
 def _order_free(op) -> bool:

@@ -11,10 +11,10 @@ floats whose mask is constant across the 4).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 from ..ir import Function, Op, Value
+from ..switches import switch
 from ..types import TensorType
 
 MAX_DIV = 1 << 30
@@ -65,14 +65,14 @@ def div_runs_enabled() -> bool:
     """KERNELLAB_DIV_RUNS=1 (default off until timed on a GPU; part of the compile caches' keys through
     runtime/codegen_env.py): a quotient by a splat divisor of known divisibility is constant over aligned blocks
     (axis rule), and share_uniform_runs marks ops of slice layouts too, so codegen divides once per block."""
-    return os.environ.get("KERNELLAB_DIV_RUNS", "0").strip().lower() in ("1", "on", "true", "yes")
+    return switch("KERNELLAB_DIV_RUNS", False)
 
 
 def reshape_axis_enabled() -> bool:
     """On unless KERNELLAB_RESHAPE_AXIS=0 (part of the compile caches' keys through runtime/codegen_env.py): runs
     along the last dimension pass through tt.reshape (`arange(n).reshape(...)` keeps its contiguous last dimension,
     as a load through it does); without it a reshaped value is unknown."""
-    return os.environ.get("KERNELLAB_RESHAPE_AXIS", "1").strip().lower() not in ("0", "off", "false", "no")
+    return switch("KERNELLAB_RESHAPE_AXIS", True)
 
 
 class AxisAnalysis:

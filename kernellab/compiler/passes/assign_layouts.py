@@ -25,6 +25,7 @@ from ..gpu.reshape_layout import (
 )
 from ..ir import Block, Module, Op
 from ..ops import accesses_memory, is_elementwise, keeps_layout
+from ..switches import switch
 from ..types import TensorType
 from .remove_layout_conversions import recomputable
 
@@ -196,7 +197,7 @@ def shape_dominant_enabled() -> bool:
     thread): the gathers of the absmax and the code book, and their index math, took the 512-wide layout for 256
     values, so every thread computed and loaded each twice, and the code-book pointers went through shared memory
     to it (32 registers, 8 loads a thread; Triton's: 18, 4 loads, its 256-value tensors at 2 a thread)."""
-    return os.environ.get(SHAPE_DOMINANT_KNOB, "0").strip().lower() in ("1", "on", "true", "yes")
+    return switch(SHAPE_DOMINANT_KNOB, False)
 
 
 def _replicates(lay, shape) -> bool:
@@ -209,7 +210,7 @@ def store_run_enabled() -> bool:
     full vectors take the longer run of a narrower-element store of their values. H200 (idioms.py --texts):
     heldout_texts4's rmsnorm backward 0.76-0.82x Triton's time without, 1.00 with; heldout_texts3's add + dropout
     + layer norm +3-4%; idioms' quantize within noise (benchmarks/NOTES.md)."""
-    return os.environ.get("KERNELLAB_STORE_RUN", "1").strip().lower() not in ("0", "off", "false", "no")
+    return switch("KERNELLAB_STORE_RUN", True)
 
 
 def small_store_run_enabled() -> bool:
@@ -217,7 +218,7 @@ def small_store_run_enabled() -> bool:
     runtime/codegen_env.py): a store of at most one element a thread that takes its value's layout (no conversion)
     moves each thread's run of contiguous registers as one vector, where the addresses and mask allow, instead of
     one element an instruction."""
-    return os.environ.get("KERNELLAB_SMALL_STORE_RUN", "0").strip().lower() in ("1", "on", "true", "yes")
+    return switch("KERNELLAB_SMALL_STORE_RUN", False)
 
 
 def register_run(layout, shape, dim: int, limit: int) -> int:
@@ -244,7 +245,7 @@ def store_run_peers_enabled() -> bool:
     KERNELLAB_STORE_RUN widened takes the same run, instead of converting through shared memory to meet it
     (heldout_texts5's KL divergence: the target load widened to the bf16 gradient store's 8, the input load left
     at 4 and converted inside the loop, two barriers an iteration; Triton loads both alike)."""
-    return os.environ.get("KERNELLAB_STORE_RUN_PEERS", "0").strip().lower() in ("1", "on", "true", "yes")
+    return switch("KERNELLAB_STORE_RUN_PEERS", False)
 
 
 def _reach(v, shape) -> set:
@@ -271,7 +272,7 @@ def dominant_widened_enabled() -> bool:
     access, built its bias-initialized accumulator in the narrow layout and converted every tap's product into it
     through shared memory (9 barriers, 144 registers against Triton's 0 and 85; H200: 0.50x Triton's time off,
     0.97-1.01x on; benchmarks/NOTES.md)."""
-    return os.environ.get("KERNELLAB_DOMINANT_WIDENED", "1").strip().lower() not in ("0", "off", "false", "no")
+    return switch("KERNELLAB_DOMINANT_WIDENED", True)
 
 
 def _stored_as(v, shape, order, run, anchors) -> bool:

@@ -23,11 +23,10 @@ from instead of at the dot (H200, heldout_texts3's bmm_3d_dot: 0.01-0.02x Triton
 """
 from __future__ import annotations
 
-import os
-
 from ..ir import Module, Op
 from ..ops import is_elementwise
 from ..rewrite import const_attr, drop_for_iter_args, extend_for_iter_args, insert_before, make_constant, replace_op
+from ..switches import switch
 from ..types import TensorType
 from . import dce
 
@@ -37,7 +36,7 @@ SPLIT_KNOB = "KERNELLAB_BATCHED_SPLIT"
 def split_enabled() -> bool:
     """Batched dots are taken apart at their loads and loop-carried accumulators unless KERNELLAB_BATCHED_SPLIT=0
     (part of the compile caches' keys through runtime/codegen_env.py)."""
-    return os.environ.get(SPLIT_KNOB, "1").strip().lower() not in ("0", "off", "false", "no")
+    return switch(SPLIT_KNOB, True)
 
 
 class _NoSlice(Exception):

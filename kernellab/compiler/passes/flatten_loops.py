@@ -43,11 +43,10 @@ CPU interpreter runs the tile IR, before this GPU pass.
 """
 from __future__ import annotations
 
-import os
-
 from ..ir import Block, Module, Op
 from ..ops import info, is_loop, is_pure
 from ..rewrite import int_const, is_defined_inside, move_before, top_level
+from ..switches import switch
 from ..types import DType, PointerType, TensorType, int1
 from . import dce
 from .dot_stages import Builder
@@ -58,7 +57,7 @@ DESCRIPTION = "fuse a flatten=True loop with its inner loop so the pipeliner pre
 
 def enabled() -> bool:
     """KERNELLAB_FLATTEN=0 keeps `flatten=True` nests as they are (part of the disk-cache key)."""
-    return os.environ.get("KERNELLAB_FLATTEN", "1").strip().lower() not in ("0", "off", "false", "no")
+    return switch("KERNELLAB_FLATTEN", True)
 
 
 def _line(op: Op) -> str:

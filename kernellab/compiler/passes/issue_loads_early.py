@@ -24,11 +24,10 @@ with its SASS otherwise the same as Triton's.
 """
 from __future__ import annotations
 
-import os
-
 from ..gpu.scratch import _numel, scratch_bytes
 from ..ir import Block, Module, Op
 from ..ops import is_loop, is_pure
+from ..switches import switch
 from ..types import TensorType
 
 NAME = "issue_loads_early"
@@ -41,7 +40,7 @@ _DIVISIONS = ("arith.divsi", "arith.divui", "arith.remsi", "arith.remui")
 
 
 def past_division_enabled() -> bool:
-    return os.environ.get(DIVISION_KNOB, "0").strip().lower() in ("1", "on", "true", "yes")
+    return switch(DIVISION_KNOB, False)
 
 
 def _branching_division(op: Op) -> bool:

@@ -43,11 +43,10 @@ executes the tile IR, which it does not touch.
 """
 from __future__ import annotations
 
-import os
-
 from ..ir import Block, Module, Op
 from ..ops import is_pure
 from ..rewrite import extend_for_iter_args, insert_before, move_before, top_level
+from ..switches import switch
 from ..types import TensorType, int1
 from .dot_stages import I32, Builder, next_op
 
@@ -57,7 +56,7 @@ DESCRIPTION = "sm_90 attention: the next scores' and the previous p·v wgmma iss
 
 def enabled() -> bool:
     """KERNELLAB_ATTN_OVERLAP=1 turns the pass on (default off until timed on the GPU)."""
-    return os.environ.get("KERNELLAB_ATTN_OVERLAP", "0").strip().lower() in ("1", "on", "true", "yes")
+    return switch("KERNELLAB_ATTN_OVERLAP", False)
 
 
 class _Skip(Exception):

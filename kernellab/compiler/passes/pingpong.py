@@ -43,9 +43,8 @@ kernel is unchanged. Why a turn-taking region was left alone is in the stats (`n
 """
 from __future__ import annotations
 
-import os
-
 from ..ir import Module, Op
+from ..switches import switch
 from ..types import TensorType, float32
 
 NAME = "pingpong"
@@ -54,7 +53,7 @@ DESCRIPTION = "sm_90 attention ping-pong: the turns tell warpgroup 1 a stage has
 
 def enabled() -> bool:
     """KERNELLAB_ATTN_PINGPONG=1 turns the pass on (default off until timed on the GPU)."""
-    return os.environ.get("KERNELLAB_ATTN_PINGPONG", "0").strip().lower() in ("1", "on", "true", "yes")
+    return switch("KERNELLAB_ATTN_PINGPONG", False)
 
 
 def _line(op: Op) -> str:

@@ -74,6 +74,7 @@ from ..gpu.scratch import is_wgmma
 from ..ir import Module, Op
 from ..ops import is_pure
 from ..rewrite import captured, extend_for_iter_args, insert_before, int_const, pure_slice, top_level, zero_reset
+from ..switches import switch
 from ..types import MemDescType, TensorType, int1
 from . import dce
 from .dot_stages import (
@@ -216,7 +217,7 @@ def _overlappable_wgmma(body, dots, targets, stages: int):
 def sibling_wgmma_enabled() -> bool:
     """KERNELLAB_SIBLING_WGMMA=1 (off by default until timed on the GPU; part of the disk-cache key): a loop of
     several independent wgmma accumulations (see `_overlappable_siblings`) keeps all of them in flight."""
-    return os.environ.get("KERNELLAB_SIBLING_WGMMA", "0").strip().lower() in ("1", "on", "true", "yes")
+    return switch("KERNELLAB_SIBLING_WGMMA", False)
 
 
 def _overlappable_siblings(body, dots, targets, stages: int):
@@ -381,7 +382,7 @@ def side_loads_enabled() -> bool:
     """A pipelined loop's row-vector loads (see `_side_loads`) ride in its stages too (on by default: attention
     backward 0.89-0.96x -> 1.01-1.05x Triton on the full rows, H100, 2026-11-26; KERNELLAB_PIPELINE_SIDE_LOADS=0
     turns it off; part of the disk-cache key)."""
-    return os.environ.get("KERNELLAB_PIPELINE_SIDE_LOADS", "1").lower() not in ("0", "off", "false", "no")
+    return switch("KERNELLAB_PIPELINE_SIDE_LOADS", True)
 
 
 def chain_copies_at_end(n_dots: int) -> bool:
@@ -444,7 +445,7 @@ def fused_side_loads() -> bool:
     tiles' addresses already are. Without it a persistent W4A16 matmul loads its packed weights and scales in the
     body, unpipelined, where the kernel as written copies them (H200: 0.79x Triton persistent, 1.17x as written;
     H100, with sink_conversions: 0.87 -> 0.94x)."""
-    return os.environ.get("KERNELLAB_FUSED_SIDE_LOADS", "1").strip().lower() not in ("0", "off", "false", "no")
+    return switch("KERNELLAB_FUSED_SIDE_LOADS", True)
 
 
 def math_tiles_for_wgmma() -> bool:
@@ -457,7 +458,7 @@ def math_tiles_for_wgmma() -> bool:
     (heldout_texts4, 2026-11-27): W4A16 128x128x64/4w 1.15 -> 1.28x Triton, 128x256x64/8w 1.11 -> 1.17x; GPU IR
     unchanged for the idioms' 130 kernels and heldout_texts3's 71. A wgmma operand loaded as it is (no math) is
     not taken: an int8 N-contiguous B staged so left one CTA an SM at 128x128x128/4 stages (0.92x)."""
-    return os.environ.get("KERNELLAB_MATH_TILE_WGMMA", "1").strip().lower() not in ("0", "off", "false", "no")
+    return switch("KERNELLAB_MATH_TILE_WGMMA", True)
 
 
 def _operand_math_tile(ld: Op, body, ifs: bool = False):

@@ -24,8 +24,6 @@ the load's layout, rather than converting a tile of 8-byte pointers through shar
 """
 from __future__ import annotations
 
-import os
-
 from ..gpu.axis_info import AxisAnalysis, access_vec
 from ..gpu.layouts import Bits, Blocked, Slice
 from ..gpu.reshape_layout import register_map, reshape_layout
@@ -33,6 +31,7 @@ from ..gpu.scratch import _numel
 from ..ir import Module, Op
 from ..ops import is_elementwise, is_pure
 from ..rewrite import insert_before
+from ..switches import switch
 from ..types import TensorType
 
 NAME = "remove_layout_conversions"
@@ -215,7 +214,7 @@ def _bits(v) -> int:
 
 
 def narrow_conversions_enabled() -> bool:
-    return os.environ.get("KERNELLAB_NARROW_CONVERSIONS", "0").strip().lower() in ("1", "on", "true", "yes")
+    return switch("KERNELLAB_NARROW_CONVERSIONS", False)
 
 
 def _narrower(src, want, threads: int, axis):
@@ -250,7 +249,7 @@ def _settle_reload_vecs(module: Module, clones: list) -> None:
     IR's facts each surviving re-issued load takes the width its layout and addresses allow.
     KERNELLAB_RELOAD_VEC=1 (default off until timed on a GPU; part of the compile caches' keys through
     runtime/codegen_env.py)."""
-    if os.environ.get("KERNELLAB_RELOAD_VEC", "0").strip().lower() not in ("1", "on", "true", "yes"):
+    if not switch("KERNELLAB_RELOAD_VEC", False):
         return
     live = [c for c in clones if c.block is not None]
     if not live:

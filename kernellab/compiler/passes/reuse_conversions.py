@@ -12,11 +12,10 @@ and every leaf of the chain is converted already (no new conversion). KERNELLAB_
 """
 from __future__ import annotations
 
-import os
-
 from ..ir import Module, Op
 from ..ops import is_elementwise, is_pure
 from ..rewrite import insert_before
+from ..switches import switch
 from ..types import TensorType
 
 NAME = "reuse_conversions"
@@ -26,7 +25,7 @@ _MAX_OPS = 32
 
 
 def enabled() -> bool:
-    return os.environ.get(KNOB, "0").strip().lower() in ("1", "on", "true", "yes")
+    return switch(KNOB, False)
 
 
 def _per_thread(t: TensorType, layout) -> int | None:

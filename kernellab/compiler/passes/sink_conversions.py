@@ -15,10 +15,9 @@ the corpus matmul's persistent rows unchanged; no GPU IR of the idioms' 130 kern
 """
 from __future__ import annotations
 
-import os
-
 from ..ir import Module, Op
 from ..rewrite import move_before, top_level
+from ..switches import switch
 
 NAME = "sink_conversions"
 DESCRIPTION = "move a layout conversion into the scf.if region that holds all its uses (run only when it is taken)"
@@ -26,7 +25,7 @@ KNOB = "KERNELLAB_SINK_CONVERSIONS"
 
 
 def enabled() -> bool:
-    return os.environ.get(KNOB, "1").strip().lower() not in ("0", "off", "false", "no")
+    return switch(KNOB, True)
 
 
 def _home(conv: Op):

@@ -20,11 +20,10 @@ at 32x128 / 4 warps and 64x256 / 8 warps, 0.73 and 0.87 of Triton's speed on the
 """
 from __future__ import annotations
 
-import os
-
 from ..gpu.layouts import Blocked
 from ..gpu.scratch import _numel
 from ..ir import Module, Op
+from ..switches import switch
 from ..types import TensorType
 from .remove_layout_conversions import Remat, _sweep, recomputable
 
@@ -36,7 +35,7 @@ SECTOR_VECTORS_KNOB = "KERNELLAB_STORE_SECTOR_VECTORS"
 
 
 def sector_vectors_enabled() -> bool:
-    return os.environ.get(SECTOR_VECTORS_KNOB, "0").strip().lower() in ("1", "on", "true", "yes")
+    return switch(SECTOR_VECTORS_KNOB, False)
 
 
 def _splits_runs(src, want, vec: int) -> bool:

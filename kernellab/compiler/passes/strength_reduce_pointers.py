@@ -43,6 +43,7 @@ from ..gpu.axis_info import AxisAnalysis
 from ..ir import Module, Op, Value
 from ..ops import is_elementwise
 from ..rewrite import const_attr, extend_for_iter_args, insert_before, is_defined_inside
+from ..switches import switch
 from ..types import PointerType, TensorType, int64
 from . import dce
 
@@ -62,7 +63,7 @@ def _offset_tile() -> bool:
     64-bit pointer tile (`P0 + splat(o)`): half the registers across the loop, one more add and a 64-bit widening
     per element per iteration. Unsloth's `_rms_sum_dw_partials` (a 64x64 fp32 tile summed over rows,
     `num_stages=3`, 4 warps): P0 held 32 pointers a thread, 64 registers: 148 registers against Triton's 94."""
-    return os.environ.get(OFFSET_TILE_ENV, "0").strip().lower() in ("1", "on", "true", "yes")
+    return switch(OFFSET_TILE_ENV, False)
 
 
 def _dot_form() -> str:
