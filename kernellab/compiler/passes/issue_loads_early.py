@@ -111,30 +111,24 @@ def _hoist(block: Block, i: int, past_pure: bool = False) -> bool:
     return True
 
 
-def _blocks(block: Block, in_loop: bool):
-    if not in_loop:
+def _blocks(block: Block, in_loop: bool, loops_too: bool = False):
+    """The blocks under `block`, those inside loops only with `loops_too`."""
+    if loops_too or not in_loop:
         yield block
     for op in block.ops:
         for region in op.regions:
-            yield from _blocks(region, in_loop or is_loop(op.name))
+            yield from _blocks(region, in_loop or is_loop(op.name), loops_too)
 
 
-def _all_blocks(block: Block):
-    yield block
-    for op in block.ops:
-        for region in op.regions:
-            yield from _all_blocks(region)
-
-
-def _past_division(module: Module) -> int:
-    """KERNELLAB_LOADS_PAST_DIVISION: each load whose moving address math holds a branching division goes above
-    the pure ops between it and the load before it, in every block."""
+def _hoist_loads(module: Module, takes, loops_too: bool = False, past_pure: bool = False) -> int:
+    """`_hoist` every non-volatile load that `takes(load)` accepts, block by block; how many moved."""
     moved = 0
-    for block in list(_all_blocks(module.kernel.body)):
+    for block in list(_blocks(module.kernel.body, False, loops_too)):
         i = 0
         while i < len(block.ops):
             op = block.ops[i]
-            if op.name == "tt.load" and not op.attrs.get("volatile") and _hoist(block, i, past_pure=True):
+            if op.name == "tt.load" and not op.attrs.get("volatile") and takes(op) and \
+                    _hoist(block, i, past_pure=past_pure):
                 moved += 1
                 i = block.ops.index(op) + 1
                 continue
@@ -144,17 +138,10 @@ def _past_division(module: Module) -> int:
 
 def run(module: Module, options=None) -> dict:
     threads = 32 * getattr(options, "num_warps", 4)
-    moved = 0
-    for block in list(_blocks(module.kernel.body, False)):
-        i = 0
-        while i < len(block.ops):
-            op = block.ops[i]
-            if op.name == "tt.load" and not op.attrs.get("volatile") and _small(op, threads) and _hoist(block, i):
-                moved += 1
-                i = block.ops.index(op) + 1
-                continue
-            i += 1
-    past = _past_division(module) if past_division_enabled() else 0
+    moved = _hoist_loads(module, lambda op: _small(op, threads))
+    # KERNELLAB_LOADS_PAST_DIVISION: each load whose moving address math holds a branching division goes above the
+    # pure ops between it and the load before it, in every block
+    past = _hoist_loads(module, lambda op: True, loops_too=True, past_pure=True) if past_division_enabled() else 0
     out = {"loads_moved": moved} if moved else {}
     if past:
         out["loads_past_division"] = past
