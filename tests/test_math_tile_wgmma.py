@@ -79,6 +79,8 @@ def test_the_persistent_variant_copies_the_packed_tile(monkeypatch, knob):
     from kernellab.runtime import persistent, targets
 
     monkeypatch.setenv("KERNELLAB_FUSED_SIDE_LOADS", knob)
+    # carried in their readers' layouts (on by default, tests/test_carry_in_use_layout.py) nothing is left to sink
+    monkeypatch.setenv("KERNELLAB_CARRY_IN_USE_LAYOUT", "0")
     monkeypatch.setattr(targets, "current_target", lambda: Target(90))
     ck = compiled(1024, 1024, 1024)
     try:

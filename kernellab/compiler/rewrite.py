@@ -91,6 +91,21 @@ def top_level(op: Op, block) -> Op | None:
     return op
 
 
+def branch_of_uses(op: Op):
+    """The region of one `scf.if` of `op`'s block that holds every use of `op`'s result (where a pure op can move to
+    run only when that branch is taken), or None."""
+    regions = set()
+    owner = None
+    for u in op.result.uses:
+        owner = top_level(u, op.block)
+        if owner is None or owner is u or owner.name != "scf.if":
+            return None
+        regions.update(id(r) for r in owner.regions if top_level(u, r) is not None)
+        if len(regions) > 1:
+            return None
+    return next(r for r in owner.regions if id(r) in regions) if owner is not None else None
+
+
 def move_before(op: Op, anchor: Op) -> Op:
     """Move `op` (with its regions and uses untouched) right before `anchor`."""
     op.block.ops.remove(op)

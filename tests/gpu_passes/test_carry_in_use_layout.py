@@ -1,4 +1,4 @@
-"""remove_layout_conversions with KERNELLAB_CARRY_IN_USE_LAYOUT=1: a loop-carried value (iter argument, `scf.if`
+"""remove_layout_conversions (KERNELLAB_CARRY_IN_USE_LAYOUT, on by default): a loop-carried value (iter argument, `scf.if`
 result) that every reader converts to one layout is carried in that layout, when everything entering it can be
 recomputed there (gpu/carried_layout.py). IR in, IR out; what is not taken (a reader in the web's own layout, readers
 wanting two layouts, an entry that is a load)."""
@@ -86,8 +86,8 @@ def test_the_carried_mask_takes_its_readers_layout(monkeypatch):
     assert normalize(printed(m)) == normalize(printed(parse_module(CARRIED)))
 
 
-def test_off_by_default_the_conversion_stays(monkeypatch):
-    monkeypatch.delenv(rlc.CARRY_KNOB, raising=False)
+def test_the_knob_off_keeps_the_conversion(monkeypatch):
+    monkeypatch.setenv(rlc.CARRY_KNOB, "0")
     m, stats = run_gpu_pass(rlc, FUSED)
     assert "carried" not in stats and len(_carried(m)) == 1
 
@@ -131,6 +131,55 @@ def test_an_entry_that_is_a_loaded_tile_is_not_recomputed(monkeypatch):
     text = text.replace("      scf.yield %b\n", "      %lb = tt.load %lp : tensor<64x32xi1, #L0>\n      scf.yield %lb\n")
     m, stats = run_gpu_pass(rlc, text)
     assert "carried" not in stats and len(_carried(m)) == 1
+
+
+# an epilogue's row offsets: carried one element a thread (#L4), read in a replicated slice layout (#L2, 8 a thread)
+# only in the branch that stores, once a tile
+EPILOGUE = LAYOUTS + """#L4 = #blocked<[1], [32], [4], [0]>
+tt.func @k(%q: tensor<1x32x!ptr<i32>, #L0>, %n: i32, %per: i32) {
+  %c0 = arith.constant {value = 0} : i32
+  %c1 = arith.constant {value = 1} : i32
+  %u = ub.poison : i32
+  %o0 = tt.splat %u : tensor<32xi32, #L4>
+  %fin = scf.for %c0, %n, %c1, %o0 : tensor<32xi32, #L4> {
+  ^bb(%i: i32, %o: tensor<32xi32, #L4>):
+    %start = arith.cmpi %i, %per {predicate = "eq"} : i1
+    %offs = scf.if %start : tensor<32xi32, #L4> {
+      %r = tt.make_range {end = 32, start = 0} : tensor<32xi32, #L4>
+      %s = tt.splat %i : tensor<32xi32, #L4>
+      %a = arith.addi %r, %s : tensor<32xi32, #L4>
+      scf.yield %a
+    } {
+      scf.yield %o
+    }
+    scf.if %start {
+      %oc = ttg.convert_layout %offs : tensor<32xi32, #L2>
+      %e = tt.expand_dims %oc {axis = 0} : tensor<1x32xi32, #L0>
+      tt.store %q, %e
+      scf.yield
+    } {
+      scf.yield
+    }
+    scf.yield %offs
+  }
+  tt.return
+}
+"""
+
+
+def test_read_once_a_tile_in_a_wider_layout_stays(monkeypatch):
+    """Read only in a branch and in a layout of more registers a thread: carrying it there would cost registers every
+    iteration to save one conversion a tile (the corpus matmul's persistent epilogue), so the web stays."""
+    monkeypatch.setenv(rlc.CARRY_KNOB, "1")
+    m, stats = run_gpu_pass(rlc, EPILOGUE)
+    assert "carried" not in stats and len(_carried(m)) == 1
+
+
+def test_read_once_a_tile_in_a_layout_as_narrow_is_carried(monkeypatch):
+    monkeypatch.setenv(rlc.CARRY_KNOB, "1")
+    text = EPILOGUE.replace("#L4 = #blocked<[1], [32], [4], [0]>", "#L4 = #blocked<[8], [32], [4], [0]>")  # 8 a thread
+    m, stats = run_gpu_pass(rlc, text)
+    assert stats.get("carried") == 1 and not _carried(m), stats
 
 
 def test_the_web_spans_loop_init_iter_argument_if_and_result():

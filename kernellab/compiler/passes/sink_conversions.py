@@ -15,8 +15,8 @@ the corpus matmul's persistent rows unchanged; no GPU IR of the idioms' 130 kern
 """
 from __future__ import annotations
 
-from ..ir import Module, Op
-from ..rewrite import move_before, top_level
+from ..ir import Module
+from ..rewrite import branch_of_uses, move_before, top_level
 from ..switches import switch
 
 NAME = "sink_conversions"
@@ -28,25 +28,12 @@ def enabled() -> bool:
     return switch(KNOB, True)
 
 
-def _home(conv: Op):
-    """The region of one `scf.if` of `conv`'s block that holds every use of `conv`, or None."""
-    regions = set()
-    for u in conv.result.uses:
-        owner = top_level(u, conv.block)
-        if owner is None or owner is u or owner.name != "scf.if":
-            return None
-        regions.update(id(r) for r in owner.regions if top_level(u, r) is not None)
-        if len(regions) > 1:
-            return None
-    return next(r for r in owner.regions if id(r) in regions)
-
-
 def _sink_once(fn) -> int:
     moved = 0
     for op in list(fn.walk()):
         if op.name != "ttg.convert_layout" or not op.result.uses:
             continue
-        region = _home(op)
+        region = branch_of_uses(op)
         if region is None:
             continue
         pos = {id(o): i for i, o in enumerate(region.ops)}
