@@ -231,7 +231,10 @@ def carry_mma_enabled() -> bool:
     is carried in the dot's accumulator layout, as Triton's remove-layout-conversions leaves it. Without it the
     outer loops carry the accumulator in a blocked layout and every inner loop converts it into the mma layout
     and back through shared memory: heldout_texts5's conv3x3 at 128x64, 4 warps, moved 2 x 32 KB through shared
-    memory (and four barriers) around each of the 9 taps' 4-iteration K loops."""
+    memory (and four barriers) around each of the 9 taps' 4-iteration K loops (sm_90a SASS: 48 STS, 54 LDS, 7
+    BAR.SYNC -> 8, 14, 4, as Triton's; at 8 warps 68 -> 48 KB of shared memory). benchmarks/tools/knob_gpuir_ab.py
+    over the idioms' bench texts and held-out texts 1-5 (Liger / attorch cases included): only that kernel and
+    attorch's conv2d_forward_kernel (the same loop nest) change."""
     return switch(CARRY_MMA_KNOB, False)
 
 
