@@ -221,6 +221,52 @@ def small_store_run_enabled() -> bool:
     return switch("KERNELLAB_SMALL_STORE_RUN", False)
 
 
+CARRY_MMA_KNOB = "KERNELLAB_CARRY_MMA"
+
+
+def carry_mma_enabled() -> bool:
+    """KERNELLAB_CARRY_MMA=1 (default off until timed on a GPU; in the compile caches' keys through
+    runtime/codegen_env.py): a value carried by a loop whose body only hands it, as the initial value, to a nested
+    loop that accumulates it with `tl.dot` (an implicit-GEMM convolution's `for kh: for kw: for c0: acc += dot`)
+    is carried in the dot's accumulator layout, as Triton's remove-layout-conversions leaves it. Without it the
+    outer loops carry the accumulator in a blocked layout and every inner loop converts it into the mma layout
+    and back through shared memory: heldout_texts5's conv3x3 at 128x64, 4 warps, moved 2 x 32 KB through shared
+    memory (and four barriers) around each of the 9 taps' 4-iteration K loops (sm_90a SASS: 48 STS, 54 LDS, 7
+    BAR.SYNC -> 8, 14, 4, as Triton's; at 8 warps 68 -> 48 KB of shared memory). benchmarks/tools/knob_gpuir_ab.py
+    over the idioms' bench texts and held-out texts 1-5 (Liger / attorch cases included): only that kernel and
+    attorch's conv2d_forward_kernel (the same loop nest) change."""
+    return switch(CARRY_MMA_KNOB, False)
+
+
+def nested_dot_accumulator(arg, depth: int = 0):
+    """The mma layout of the `tl.dot` that a loop-carried `arg` reaches as the accumulator of a loop nested in its
+    body (through any depth of nested loops' carried values), or None. Only a value that every use hands to a
+    nested loop's initial value or to such a dot qualifies: one also read by other math keeps its layout rule."""
+    if depth > 8 or not isinstance(arg.type, TensorType) or not arg.uses:
+        return None
+    found = None
+    for user in arg.uses:
+        if user.name == "tt.dot" and "mma" in user.attrs and user.operands[2] is arg and \
+                all(o is not arg for o in user.operands[:2]):
+            lay = Mma(tuple(user.attrs["mma"]))
+        elif user.name == "scf.for":
+            idx = [i for i, o in enumerate(user.operands) if o is arg]
+            if not idx or min(idx) < 3:
+                return None
+            lay = None
+            for i in idx:
+                inner = nested_dot_accumulator(user.regions[0].args[1 + i - 3], depth + 1)
+                if inner is None or (lay is not None and inner != lay):
+                    return None
+                lay = inner
+        else:
+            return None
+        if found is not None and lay != found:
+            return None
+        found = lay
+    return found
+
+
 def register_run(layout, shape, dim: int, limit: int) -> int:
     """The widest power of two v <= limit such that `layout`'s registers, taken v at a time in register order, are v
     consecutive elements along `dim` starting at a multiple of v in every thread (each thread's part of the index
@@ -304,6 +350,7 @@ class LayoutAssigner:
         self.num_warps = num_warps
         self.loop_hints = loop_hints or {}  # (n-th scf.for, iter arg) -> the layout its body yields
         self.loops_seen = 0
+        self.carry_mma = carry_mma_enabled()
         self.axis = AxisAnalysis(self.fn)
         self.anchors: dict[int, tuple] = {}
         self.dominant: dict[int, Blocked] = {}
@@ -666,6 +713,8 @@ class LayoutAssigner:
             self.loops_seen += 1
             for i, (arg, init) in enumerate(zip(body.args[1:], op.operands[3:])):
                 pref = self.loop_hints.get((nth, i)) or self.preferred(arg)
+                if pref is None and self.carry_mma:
+                    pref = nested_dot_accumulator(arg)
                 if pref is not None and pref.rank == len(arg.type.shape):
                     self.want(op, 3 + i, pref)
                 self._carry(arg, op.operands[3 + i])
