@@ -1,4 +1,4 @@
-"""KERNELLAB_CARRY_MMA=1 (assign_layouts, default off until timed on a GPU): a loop that only hands its carried
+"""KERNELLAB_CARRY_MMA (assign_layouts, on by default; =0 turns it off): a loop that only hands its carried
 value to a nested loop that accumulates it with `tl.dot` carries it in the dot's accumulator layout. An implicit-GEMM
 convolution (`for kh: for kw: for c0: acc += tl.dot(a, b)`, heldout_texts5's conv3x3) otherwise carried the
 accumulator in a blocked layout through the tap loops and converted it into the mma layout and back through shared
@@ -139,8 +139,8 @@ def test_the_tap_loop_carries_the_accumulator_in_the_mma_layout(check, monkeypat
     assert outer.regions[0].args[1].type.layout == Mma((4, 1)) == inner.regions[0].args[1].type.layout
 
 
-def test_off_by_default_the_tap_loop_converts_around_the_k_loop(run_pass, monkeypatch):
-    monkeypatch.delenv("KERNELLAB_CARRY_MMA", raising=False)
+def test_knob_off_the_tap_loop_converts_around_the_k_loop(run_pass, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CARRY_MMA", "0")
     m, _ = run_pass(assign_layouts, TAPS)
     outer, inner = _loops(m)
     assert outer.regions[0].args[1].type.layout != Mma((4, 1))
