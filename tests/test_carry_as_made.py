@@ -96,12 +96,14 @@ def test_the_state_is_carried_in_the_tile_slice(monkeypatch, knob):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("knob", ["0", "1"])
+@pytest.mark.parametrize("lean", ["0", "1"])  # KERNELLAB_SCAN_LEAN too (tests/test_scan_lean.py)
 @pytest.mark.parametrize("cfg", [dict(BLOCK_L=64, num_warps=4), dict(BLOCK_L=128, num_warps=4),
                                  dict(BLOCK_L=32, num_warps=2), dict(BLOCK_L=16, num_warps=1)])
-def test_gpu(knob, cfg, monkeypatch):
+def test_gpu(knob, lean, cfg, monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA")
     monkeypatch.setenv("KERNELLAB_CARRY_AS_MADE", knob)
+    monkeypatch.setenv("KERNELLAB_SCAN_LEAN", lean)
     for size, seed in (((2, 300, 5, 16), 1), ((1, 1000, 3, 16), 2), ((3, 64, 2, 32), 3)):
         x, dt, a, b, c, y = _inputs(*size, "cuda", seed)
         _launch(x, dt, a, b, c, y, **cfg)
