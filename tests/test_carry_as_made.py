@@ -2,7 +2,9 @@
 state `h` (made by a column reduction of the [BLOCK_L, N] tile, read as `h[None, :]` over it) in the tile's column
 slice instead of the default 1-D layout: two conversions (shared-memory round trips with barriers) fewer each
 iteration (heldout_texts5's h5_selective_scan: 0.81-0.86x Triton on the H200). Interpreter results against float64
-(the knob changes GPU IR only), a build for sm_90a at both settings, GPU results at both settings."""
+(the knob changes GPU IR only), a build for sm_90a at both settings, GPU results at both settings, with
+KERNELLAB_SCAN_LEAN (tests/test_scan_lean.py) and KERNELLAB_LONG_REMAT (tests/gpu_passes/test_long_remat.py), the
+other two knobs that bring this kernel to Triton's code: with all three no conversion is left in the loop."""
 from __future__ import annotations
 
 import pytest
@@ -94,16 +96,34 @@ def test_the_state_is_carried_in_the_tile_slice(monkeypatch, knob):
     assert ck.n_spills == 0
 
 
+KNOBS = ("KERNELLAB_CARRY_AS_MADE", "KERNELLAB_SCAN_LEAN", "KERNELLAB_LONG_REMAT")
+
+
+@pytest.mark.parametrize("block_l,warps", [(64, 4), (32, 2)])
+def test_with_all_three_knobs_no_conversion_is_left_in_the_loop(monkeypatch, block_l, warps):
+    for k in KNOBS:
+        monkeypatch.setenv(k, "1")
+    x, dt, a, b, c, y = _inputs(1, 256, 4, 16)
+    ck = ssm_scan.warmup(x, dt, a, b, c, y, 256, 4, N=16, BLOCK_L=block_l, num_warps=warps, grid=(1,))
+    try:
+        ck.build_gpu()
+    except ToolchainError as e:
+        pytest.skip(f"no ptxas here: {e}")
+    gpu = ck.asm["gpu"]
+    loop = gpu[gpu.index("scf.for"):]
+    assert "ttg.convert_layout" not in loop  # dt computed in the tile's row slice, h carried in its column slice
+    assert ck.n_spills == 0
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("knob", ["0", "1"])
-@pytest.mark.parametrize("lean", ["0", "1"])  # KERNELLAB_SCAN_LEAN too (tests/test_scan_lean.py)
+@pytest.mark.parametrize("on", [(), KNOBS[:1], KNOBS[1:2], KNOBS[2:], KNOBS])  # the selective scan's three knobs
 @pytest.mark.parametrize("cfg", [dict(BLOCK_L=64, num_warps=4), dict(BLOCK_L=128, num_warps=4),
                                  dict(BLOCK_L=32, num_warps=2), dict(BLOCK_L=16, num_warps=1)])
-def test_gpu(knob, lean, cfg, monkeypatch):
+def test_gpu(on, cfg, monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA")
-    monkeypatch.setenv("KERNELLAB_CARRY_AS_MADE", knob)
-    monkeypatch.setenv("KERNELLAB_SCAN_LEAN", lean)
+    for k in KNOBS:
+        monkeypatch.setenv(k, "1" if k in on else "0")
     for size, seed in (((2, 300, 5, 16), 1), ((1, 1000, 3, 16), 2), ((3, 64, 2, 32), 3)):
         x, dt, a, b, c, y = _inputs(*size, "cuda", seed)
         _launch(x, dt, a, b, c, y, **cfg)

@@ -30,7 +30,7 @@ from ..gpu.reshape_layout import register_map, reshape_layout
 from ..gpu.scratch import _numel
 from ..ir import Module, Op
 from ..ops import is_elementwise, is_pure
-from ..rewrite import insert_before
+from ..rewrite import insert_before, top_level
 from ..switches import switch
 from ..types import TensorType
 
@@ -41,6 +41,16 @@ _REMAT = {"tt.make_range", "tt.splat", "arith.constant", "tt.broadcast", "tt.exp
           "tt.reshape"}
 _REMAT_PREFIX = ("arith.",)
 _MAX_CHAIN = 48
+_LONG_CHAIN = 160
+
+
+def long_chains_enabled() -> bool:
+    """KERNELLAB_LONG_REMAT=1 (off by default until timed; part of the compile caches' keys through CODEGEN_ENV): a
+    conversion is rebuilt from chains of up to _LONG_CHAIN values instead of _MAX_CHAIN, so a small load's math on the
+    way to the conversion (at most one element a thread) is recomputed in the wanted layout with the load issued again
+    there, as Triton rematerializes it: the selective scan's `dt` (a strided column, softplus'd, then broadcast over
+    the [BLOCK_L, N] tile) was converted through shared memory every iteration."""
+    return switch("KERNELLAB_LONG_REMAT", False)
 
 
 def _reshape_source_layout(op: Op, layout):
@@ -98,6 +108,8 @@ class Remat:
     def __init__(self, narrow: int = 0, threads: int = 0, axis: AxisAnalysis | None = None, narrow_bits: int = 0):
         self.memo: dict = {}
         self.budget = 0
+        self.long = long_chains_enabled()
+        self.max_chain = _LONG_CHAIN if self.long else _MAX_CHAIN
         self.narrow, self.threads = narrow, threads
         self.narrow_bits = narrow_bits  # KERNELLAB_NARROW_CONVERSIONS: values of narrower elements are leaves too
         self.leaves: dict = {}  # id -> value: the leaves `can` accepted
@@ -138,7 +150,7 @@ class Remat:
             return True
         op = v.defining_op
         self.budget += 1
-        if self.budget > _MAX_CHAIN:
+        if self.budget > self.max_chain:
             return False
         if self._reload(op):
             return all(self.can(o, layout) for o in op.operands)
@@ -162,7 +174,10 @@ class Remat:
         op = v.defining_op
         if self._reload(op):
             # the load and its addresses again, where the load was, in the wanted layout
+            # (never from what the chain built for a later point: the conversion's, which the load comes before)
+            outer, self.memo = self.memo, {k: m for k, m in self.memo.items() if _before(m, op)}
             operands = [self.build(o, layout, op) for o in op.operands]
+            self.memo = {**outer, **self.memo}
             attrs = dict(op.attrs, vec=reload_vec(op, layout, self.axis))
             clone = Op(op.name, operands, [v.type.with_layout(layout)], attrs, loc=op.loc, result_hints=[v.hint])
             insert_before(op, clone)
@@ -207,6 +222,16 @@ class Remat:
             block.insert(block.ops.index(op) + 1, conv)
         self.memo[key] = conv.result
         return conv.result
+
+
+def _before(v, op: Op) -> bool:
+    """Whether value `v` is available at `op`: a block argument of a block holding `op`, or defined by an op ahead
+    of `op` (or of the op holding it) in its block."""
+    d = v.defining_op
+    if d is None:
+        return top_level(op, v.owner) is not None
+    top = top_level(op, d.block)
+    return top is not None and d.block.ops.index(d) < d.block.ops.index(top)
 
 
 def _bits(v) -> int:
