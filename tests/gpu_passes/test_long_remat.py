@@ -72,3 +72,34 @@ def test_a_long_chain_is_rebuilt_with_the_load_issued_again(run_pass, monkeypatc
     assert len(adds) == 50 and all(str(a.result.type.layout).startswith("#slice<1") for a in adds)
     (sel,) = [op for op in ops if op.name == "arith.select"]
     assert ops.index(sel.operands[0].defining_op) < ops.index(sel)
+
+
+TWO_READERS = """
+#L0 = #blocked<[1], [32], [4], [0]>
+#L1 = #slice<1, #blocked<[1, 8], [16, 2], [4, 1], [1, 0]>>
+tt.func @k(%x: !ptr<f32> {tt.divisibility = 16}, %y: !ptr<f32> {tt.divisibility = 16}) {
+  %r = tt.make_range {end = 64, start = 0} : tensor<64xi32, #L0>
+  %p0 = tt.splat %x : tensor<64x!ptr<f32>, #L0>
+  %p = tt.addptr %p0, %r : tensor<64x!ptr<f32>, #L0>
+  %v = tt.load %p : tensor<64xf32, #L0>
+  %two = arith.constant {value = 2.0} : tensor<64xf32, #L0>
+  %w = arith.mulf %v, %two : tensor<64xf32, #L0>
+  %c1 = ttg.convert_layout %v : tensor<64xf32, #L1>
+  %c2 = ttg.convert_layout %w : tensor<64xf32, #L1>
+  %s = arith.addf %c1, %c2 : tensor<64xf32, #L1>
+  %q0 = tt.splat %y : tensor<64x!ptr<f32>, #L1>
+  %r1 = tt.make_range {end = 64, start = 0} : tensor<64xi32, #L1>
+  %q = tt.addptr %q0, %r1 : tensor<64x!ptr<f32>, #L1>
+  tt.store %q, %s
+  tt.return
+}
+"""
+
+
+def test_two_conversions_of_one_small_load_issue_it_once(run_pass, monkeypatch):
+    for knob, loads in (("0", 2), ("1", 1)):
+        monkeypatch.setenv("KERNELLAB_LONG_REMAT", knob)
+        m, stats = run_pass(remove_layout_conversions, TWO_READERS)
+        assert stats["remaining"] == 0
+        got = [op for op in m.kernel.body.ops if op.name == "tt.load"]
+        assert len(got) == loads and all(str(ld.result.type.layout).startswith("#slice<1") for ld in got)

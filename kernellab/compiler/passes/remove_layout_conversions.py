@@ -49,7 +49,9 @@ def long_chains_enabled() -> bool:
     conversion is rebuilt from chains of up to _LONG_CHAIN values instead of _MAX_CHAIN, so a small load's math on the
     way to the conversion (at most one element a thread) is recomputed in the wanted layout with the load issued again
     there, as Triton rematerializes it: the selective scan's `dt` (a strided column, softplus'd, then broadcast over
-    the [BLOCK_L, N] tile) was converted through shared memory every iteration."""
+    the [BLOCK_L, N] tile) was converted through shared memory every iteration. With it, too, a small load issued again
+    in a layout is issued once for all the conversions that want it there (the scan's `x`, read by the tile's input
+    and by the skip term, was loaded twice)."""
     return switch("KERNELLAB_LONG_REMAT", False)
 
 
@@ -105,8 +107,12 @@ class Remat:
     """Rebuild a value in another layout. `narrow` (elements): values at most this large that cannot be recomputed
     are converted where they are defined (leaves); `threads`: loads smaller than this are re-issued instead."""
 
-    def __init__(self, narrow: int = 0, threads: int = 0, axis: AxisAnalysis | None = None, narrow_bits: int = 0):
+    def __init__(self, narrow: int = 0, threads: int = 0, axis: AxisAnalysis | None = None, narrow_bits: int = 0,
+                 shared_reloads: dict | None = None):
         self.memo: dict = {}
+        # KERNELLAB_LONG_REMAT: (load, layout) -> the load issued again there, for every conversion of one pass run
+        # (it sits right before the original load, so it serves any later point the original reached)
+        self.shared_reloads = shared_reloads
         self.budget = 0
         self.long = long_chains_enabled()
         self.max_chain = _LONG_CHAIN if self.long else _MAX_CHAIN
@@ -173,6 +179,10 @@ class Remat:
             return self.memo[key]
         op = v.defining_op
         if self._reload(op):
+            done = self.shared_reloads.get(key) if self.shared_reloads is not None else None
+            if done is not None and done.defining_op.block is not None:
+                self.memo[key] = done
+                return done
             # the load and its addresses again, where the load was, in the wanted layout
             # (never from what the chain built for a later point: the conversion's, which the load comes before)
             outer, self.memo = self.memo, {k: m for k, m in self.memo.items() if _before(m, op)}
@@ -184,6 +194,8 @@ class Remat:
             self.reloaded.append(op)
             self.clones.append(clone)
             self.memo[key] = clone.result
+            if self.shared_reloads is not None:
+                self.shared_reloads[key] = clone.result
             return clone.result
         if op is None or not self._cheap(op) or len(op.results) != 1 or op.name == "ttg.convert_layout":
             return self._convert_leaf(v, layout, key, before)
@@ -289,6 +301,7 @@ def run(module: Module, options=None) -> dict:
     removed = rematerialized = narrowed = 0
     reloaded = []  # loads issued again in another layout: the originals go once nothing reads them
     clones = []  # and the loads that replace them
+    shared = {} if long_chains_enabled() else None  # one reload per (load, layout) for all conversions
     changed = True
     while changed:
         changed = False
@@ -308,11 +321,11 @@ def run(module: Module, options=None) -> dict:
                 op.set_operand(0, producer.operands[0])
                 changed = True
                 continue
-            r = Remat(threads=threads, axis=axis)
+            r = Remat(threads=threads, axis=axis, shared_reloads=shared)
             if not r.can(src, want):
                 # convert a row or column vector before its broadcast instead of the broadcast tile (as
                 # `recomputable` says)
-                r = Remat(narrow=_numel(src.type.shape) // 2, threads=threads, axis=axis)
+                r = Remat(narrow=_numel(src.type.shape) // 2, threads=threads, axis=axis, shared_reloads=shared)
                 if not r.can(src, want):
                     r = _narrower(src, want, threads, axis) if narrow_conversions_enabled() else None
                     if r is None:
