@@ -1,4 +1,4 @@
-"""KERNELLAB_PIPELINE_INDEX_LOADS (pipeline_dot_operands, off by default; `1` turns it on): a dot loop whose tiles'
+"""KERNELLAB_PIPELINE_INDEX_LOADS (pipeline_dot_operands, on by default; `0` turns it off): a dot loop whose tiles'
 addresses need a scalar loaded in the loop (a block-sparse matmul's k-block index from a CSR table) is pipelined,
 the index loaded in registers one iteration ahead of the cp.async copies it addresses. Without it the loop keeps the
 register path (heldout_texts5's h5_bsr_matmul: 0.69-0.85x Triton on the H200). Interpreter results against float64

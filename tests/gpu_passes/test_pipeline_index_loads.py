@@ -1,4 +1,4 @@
-"""pipeline_dot_operands with KERNELLAB_PIPELINE_INDEX_LOADS=1: a dot loop whose tiles' addresses need a scalar
+"""pipeline_dot_operands with KERNELLAB_PIPELINE_INDEX_LOADS (on by default): a dot loop whose tiles' addresses need a scalar
 loaded in the body (a block-sparse matmul's k-block index, `kb = tl.load(KIDX + i)`) is pipelined; the index is
 loaded in registers one iteration ahead of the copies it addresses, predicated by whether that iteration runs."""
 from __future__ import annotations
@@ -145,11 +145,11 @@ tt.func @k(%a_rows: tensor<32x32x!ptr<f16>, #L0>, %b_cols: tensor<32x32x!ptr<f16
 
 @pytest.fixture
 def index_loads(monkeypatch):
-    monkeypatch.setenv("KERNELLAB_PIPELINE_INDEX_LOADS", "1")
+    monkeypatch.delenv("KERNELLAB_PIPELINE_INDEX_LOADS", raising=False)  # the default
 
 
-def test_off_by_default_the_loop_keeps_the_register_path(run_pass, monkeypatch):
-    monkeypatch.delenv("KERNELLAB_PIPELINE_INDEX_LOADS", raising=False)
+def test_off_the_loop_keeps_the_register_path(run_pass, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_PIPELINE_INDEX_LOADS", "0")
     m, stats = run_pass(pipeline_dot_operands, LOOP, GpuOptions(num_warps=4, num_stages=2))
     assert stats["pipelined"] == 0
     assert "operand a: its address needs a value the loop cannot recompute" in stats["skipped"][0]
