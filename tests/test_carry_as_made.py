@@ -128,3 +128,83 @@ def test_gpu(on, cfg, monkeypatch):
         x, dt, a, b, c, y = _inputs(*size, "cuda", seed)
         _launch(x, dt, a, b, c, y, **cfg)
         torch.testing.assert_close(y.double().cpu(), _reference(x, dt, a, b, c), rtol=2e-3, atol=2e-3)
+
+
+@kl.jit
+def conv3x3(X, Wt, Y, NB, H, W, C, F, BM: tl.constexpr, BF: tl.constexpr, BC: tl.constexpr):
+    """3x3 convolution, stride 1, padding 1, NHWC, as an implicit GEMM: the accumulator passes through the kh and kw
+    loops around the channel loop's dots (carried in the mma layout through all three with the knob)."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rf = tl.program_id(1) * BF + tl.arange(0, BF)
+    rc = tl.arange(0, BC)
+    img = rm // (H * W)
+    oh = rm % (H * W) // W
+    ow = rm % W
+    acc = tl.zeros([BM, BF], dtype=tl.float32)
+    for kh in range(3):
+        for kw in range(3):
+            ih = oh + kh - 1
+            iw = ow + kw - 1
+            ok = (rm < NB * H * W) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            base = ((img * H + ih) * W + iw) * C
+            for c0 in range(0, C, BC):
+                cc = c0 + rc
+                a = tl.load(X + base[:, None] + cc[None, :], mask=ok[:, None] & (cc[None, :] < C), other=0.)
+                b = tl.load(Wt + ((kh * 3 + kw) * C + cc)[:, None] * F + rf[None, :],
+                            mask=(cc[:, None] < C) & (rf[None, :] < F), other=0.)
+                acc += tl.dot(a, b)
+    tl.store(Y + rm[:, None] * F + rf[None, :], acc.to(Y.dtype.element_ty), mask=(rm[:, None] < NB * H * W) & (rf[None, :] < F))
+
+
+def _conv_inputs(NB, H, W, C, F, device="cpu", seed=0, dtype=torch.float16):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(NB, H, W, C, generator=g).to(dtype)
+    w = (torch.randn(3, 3, C, F, generator=g) * 0.2).to(dtype)
+    y = torch.full((NB, H, W, F), float("nan"), dtype=dtype)
+    ref = torch.nn.functional.conv2d(x.double().permute(0, 3, 1, 2), w.double().permute(3, 2, 0, 1), padding=1)
+    return x.to(device), w.to(device), y.to(device), ref.permute(0, 2, 3, 1)
+
+
+def _conv_launch(x, w, y, **cfg):
+    NB, H, W, C = x.shape
+    F = w.shape[3]
+    grid = (-(-(NB * H * W) // cfg["BM"]), -(-F // cfg["BF"]))
+    conv3x3[grid](x, w, y, NB, H, W, C, F, **cfg)
+
+
+def test_conv_interpreter_against_float64():
+    x, w, y, ref = _conv_inputs(2, 5, 7, 6, 10, dtype=torch.float32)
+    _conv_launch(x, w, y, BM=16, BF=16, BC=16)
+    torch.testing.assert_close(y.double(), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("knob", ["0", "1"])
+def test_conv_accumulator_carried_in_the_mma_layout(monkeypatch, knob):
+    monkeypatch.setenv("KERNELLAB_CARRY_AS_MADE", knob)
+    x, w, y, _ = _conv_inputs(2, 8, 8, 64, 64)
+    NB, H, W, C = x.shape
+    ck = conv3x3.warmup(x, w, y, NB, H, W, C, 64, BM=128, BF=64, BC=32, num_warps=4, num_stages=3, grid=(1,))
+    try:
+        ck.build_gpu()
+    except ToolchainError as e:
+        pytest.skip(f"no ptxas here: {e}")
+    gpu = ck.asm["gpu"]
+    loops = gpu[gpu.index("scf.for"):gpu.rindex("scf.yield")]
+    # without it the 128x64 f32 accumulator goes through shared memory twice every kw iteration
+    assert ("ttg.convert_layout" in loops) == (knob == "0")
+    assert ck.n_spills == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("knob", ["0", "1"])
+@pytest.mark.parametrize("cfg", [dict(BM=128, BF=64, BC=32, num_warps=4, num_stages=3),
+                                 dict(BM=64, BF=64, BC=64, num_warps=4, num_stages=2),
+                                 dict(BM=128, BF=128, BC=32, num_warps=8, num_stages=3)])
+def test_conv_gpu(knob, cfg, monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA")
+    monkeypatch.setenv("KERNELLAB_CARRY_AS_MADE", knob)
+    for size, seed in (((2, 9, 7, 40, 48), 1), ((3, 16, 16, 64, 128), 2)):
+        x, w, y, ref = _conv_inputs(*size, "cuda", seed)
+        _conv_launch(x, w, y, **cfg)
+        torch.testing.assert_close(y.double().cpu(), ref, rtol=2e-2, atol=5e-2)

@@ -117,3 +117,26 @@ def test_a_carry_also_read_in_its_own_layout_is_not_moved(run_pass, monkeypatch)
         "  %h = arith.constant", "  %r16 = tt.make_range {end = 16, start = 0} : tensor<16xi32>\n  %h = arith.constant")
     m, stats = run_pass(assign_layouts, text)
     assert "loop_layouts_followed" not in stats
+
+
+def test_an_enclosing_loop_carries_it_in_that_layout_too(run_pass, monkeypatch):
+    # the carry passes through an outer loop (an implicit-GEMM conv's accumulator through its kh / kw loops): once the
+    # inner loop carries it in the made layout, the outer one reads and yields it through conversions into it, and
+    # a second round of assignment carries it there as well
+    monkeypatch.setenv("KERNELLAB_CARRY_AS_MADE", "1")
+    text = CARRY.replace("  %h_1 = scf.for %1, %n, %2, %h : tensor<16xf32> {\n",
+                         "  %g_1 = scf.for %1, %n, %2, %h : tensor<16xf32> {\n"
+                         "  ^bb(%j: i32, %g_2: tensor<16xf32>):\n"
+                         "  %h_1 = scf.for %1, %n, %2, %g_2 : tensor<16xf32> {\n").replace(
+        "    scf.yield %s\n  }\n", "    scf.yield %s\n  }\n  scf.yield %h_1\n  }\n").replace(
+        "tt.store %4, %h_1", "tt.store %4, %g_1")
+    m, stats = run_pass(assign_layouts, text)
+    assert stats["loop_layouts_followed"] == 2
+    outer = _loop(m)
+    inner = next(op for op in outer.regions[0].ops if op.name == "scf.for")
+    for loop in (outer, inner):
+        assert str(loop.regions[0].args[1].type.layout).startswith("#slice<0, #blocked")
+        assert not [op for op in loop.regions[0].ops if op.name == "ttg.convert_layout"]
+    monkeypatch.setenv("KERNELLAB_CARRY_AS_MADE", "0")
+    m, stats = run_pass(assign_layouts, text)
+    assert "loop_layouts_followed" not in stats

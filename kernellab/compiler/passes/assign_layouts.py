@@ -918,10 +918,18 @@ def run(module: Module, options) -> dict:
     a = LayoutAssigner(module, options.num_warps)
     a.run()
     hints = loop_layout_hints(module)
-    if hints:  # assign again from the original IR, the loops entered in the layouts their bodies produce
-        module.functions[:] = before.functions
+    # with KERNELLAB_CARRY_AS_MADE a loop entered in a new layout can make its enclosing loop's carry one too (the
+    # implicit-GEMM conv's accumulator through its kh / kw loops): a few rounds, until no new loop follows
+    rounds = 3 if carry_as_made_enabled() else 1
+    while hints and rounds:  # assign again from the original IR, the loops entered in the layouts their bodies produce
+        rounds -= 1
+        module.functions[:] = (before.clone() if rounds else before).functions
         a = LayoutAssigner(module, options.num_warps, hints)
         a.run()
+        more = {k: v for k, v in loop_layout_hints(module).items() if k not in hints} if rounds else {}
+        if not more:
+            break
+        hints.update(more)
     stats = {"anchors": len(a.anchors), "converts_inserted": a.converts}
     if hints:
         stats["loop_layouts_followed"] = len(hints)
