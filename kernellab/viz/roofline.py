@@ -256,6 +256,16 @@ def recorded_benchmark(benchmark: str, gpu: str = "NVIDIA H200") -> dict | None:
     return None
 
 
+def no_recorded(benchmark: str, script: str, gpu: str = "NVIDIA H200") -> str:
+    """One line for a notebook cell that quotes recorded figures and finds none (a working copy outside the
+    checkout, an installed wheel, ``$KERNELLAB_RESULTS_DIR`` pointing at another run's folder): what it looked
+    for, where, and the command that records it."""
+    env = os.environ.get("KERNELLAB_RESULTS_DIR")
+    where = f"$KERNELLAB_RESULTS_DIR ({env})" if env else "benchmarks/results of the kernellab checkout"
+    return (f"no recorded figures here: no *-{gpu.replace(' ', '_')}-{benchmark}.json in {where}; "
+            f"`python {script}` on a GPU records them")
+
+
 _TEACHING_NAMES = {"kernellab": "kernellab", "triton": "Triton"}
 
 

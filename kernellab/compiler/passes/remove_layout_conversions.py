@@ -18,6 +18,12 @@ they are fewer bytes in all than the value converted: heldout_texts4's bias-drop
 its f32 `dy * scale` (16 KB at 32x128) into the u8 mask's layout where converting the bf16 `dy` (8 KB) and
 widening after does the same; Triton's remove-layout-conversions ends with the bf16 conversion there.
 
+KERNELLAB_CARRY_IN_USE_LAYOUT=1 (default off until timed on a GPU; a CODEGEN_ENV knob): a conversion of a
+loop-carried value (an iter argument, an `scf.if` result) that none of the above removes goes with the whole web the
+value belongs to (gpu/carried_layout.py) when every reader of the web converts it to the same layout and every value
+entering the web can be recomputed in that layout: the web is carried in that layout and the entries recomputed. A
+persistent W4A16 matmul's fused loop converted its packed-weight mask (128x64, computed once a tile) every iteration.
+
 The chain may pass through a `tt.reshape` where the reshape's source has a layout in which the reshape keeps
 every thread's elements (gpu/reshape_layout.py): `arange(N).reshape(...)` addressing a tile is then recomputed in
 the load's layout, rather than converting a tile of 8-byte pointers through shared memory.
@@ -25,6 +31,7 @@ the load's layout, rather than converting a tile of 8-byte pointers through shar
 from __future__ import annotations
 
 from ..gpu.axis_info import AxisAnalysis, access_vec
+from ..gpu.carried_layout import Web, is_carried
 from ..gpu.layouts import Bits, Blocked, Slice
 from ..gpu.reshape_layout import register_map, reshape_layout
 from ..gpu.scratch import _numel
@@ -41,6 +48,7 @@ _REMAT = {"tt.make_range", "tt.splat", "arith.constant", "tt.broadcast", "tt.exp
           "tt.reshape"}
 _REMAT_PREFIX = ("arith.",)
 _MAX_CHAIN = 48
+CARRY_KNOB = "KERNELLAB_CARRY_IN_USE_LAYOUT"
 _LONG_CHAIN = 160
 
 
@@ -265,6 +273,42 @@ def _narrower(src, want, threads: int, axis):
     return r if leaf_bits < _numel(src.type.shape) * bits else None
 
 
+def _remat_for(src, want, threads: int, axis, shared: dict | None = None):
+    """The Remat that removes a conversion of `src` to `want` and whether it converts narrower values on the way (a
+    row or column vector before its broadcast, as `recomputable` says; narrower elements with
+    KERNELLAB_NARROW_CONVERSIONS), or (None, False)."""
+    r = Remat(threads=threads, axis=axis, shared_reloads=shared)
+    if r.can(src, want):
+        return r, False
+    r = Remat(narrow=_numel(src.type.shape) // 2, threads=threads, axis=axis, shared_reloads=shared)
+    if r.can(src, want):
+        return r, True
+    r = _narrower(src, want, threads, axis) if narrow_conversions_enabled() else None
+    return r, r is not None
+
+
+def carry_enabled() -> bool:
+    return switch(CARRY_KNOB, False)
+
+
+def _carry(src, threads: int, axis, retyped: set) -> bool:
+    """Carry the loop-carried web of `src` in the layout all its readers convert it to, where every value entering
+    it can be recomputed in that layout (gpu/carried_layout.py). The conversions placed at its entries go in the
+    next round."""
+    if not is_carried(src) or id(src) in retyped:
+        return False
+    web = Web(src)
+    layout = web.target()
+    if layout is None:
+        return False
+    for op, i in web.entries:
+        if _remat_for(op.operands[i], layout, threads, axis)[0] is None:
+            return False
+    retyped.update(web.members)
+    web.retype(layout)
+    return True
+
+
 def recomputable(v, layout, threads: int) -> bool:
     """Whether this pass removes a conversion of `v` to `layout`: by recomputing its chain in that layout, or
     with conversions of narrow (broadcast) values only."""
@@ -298,7 +342,8 @@ def _settle_reload_vecs(module: Module, clones: list) -> None:
 
 def run(module: Module, options=None) -> dict:
     threads = 32 * getattr(options, "num_warps", 4)
-    removed = rematerialized = narrowed = 0
+    removed = rematerialized = narrowed = carried = 0
+    retyped: set = set()  # the members of the webs carried in another layout (each web once)
     reloaded = []  # loads issued again in another layout: the originals go once nothing reads them
     clones = []  # and the loads that replace them
     shared = {} if long_chains_enabled() else None  # one reload per (load, layout) for all conversions
@@ -321,16 +366,13 @@ def run(module: Module, options=None) -> dict:
                 op.set_operand(0, producer.operands[0])
                 changed = True
                 continue
-            r = Remat(threads=threads, axis=axis, shared_reloads=shared)
-            if not r.can(src, want):
-                # convert a row or column vector before its broadcast instead of the broadcast tile (as
-                # `recomputable` says)
-                r = Remat(narrow=_numel(src.type.shape) // 2, threads=threads, axis=axis, shared_reloads=shared)
-                if not r.can(src, want):
-                    r = _narrower(src, want, threads, axis) if narrow_conversions_enabled() else None
-                    if r is None:
-                        continue
-                narrowed += 1
+            r, narrow = _remat_for(src, want, threads, axis, shared)
+            if r is None:
+                if carry_enabled() and _carry(src, threads, axis, retyped):
+                    carried += 1
+                    changed = True
+                continue
+            narrowed += narrow
             new = r.build(src, want, op)
             op.result.replace_all_uses_with(new)
             op.erase()
@@ -347,4 +389,7 @@ def run(module: Module, options=None) -> dict:
             _sweep(module)
     _settle_reload_vecs(module, clones)
     left = sum(1 for op in module.kernel.walk() if op.name == "ttg.convert_layout")
-    return {"removed": removed, "rematerialized": rematerialized, "narrowed": narrowed, "remaining": left}
+    stats = {"removed": removed, "rematerialized": rematerialized, "narrowed": narrowed, "remaining": left}
+    if carried:
+        stats["carried"] = carried
+    return stats
