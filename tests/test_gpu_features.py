@@ -1492,8 +1492,10 @@ def _ref_cumsum(x: torch.Tensor, axis: int, reverse=False) -> torch.Tensor:
 @gpu
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
 @pytest.mark.parametrize("M,N,axis,num_warps", [(8, 64, 1, 4), (8, 64, 0, 4), (2, 8, 1, 4), (64, 256, 1, 8),
-                                               (128, 16, 0, 4), (16, 16, 0, 1)])
-def test_cumsum_cumprod_2d(M, N, axis, num_warps, dtype):
+                                               (128, 16, 0, 4), (16, 16, 0, 1), (256, 16, 0, 8), (64, 32, 0, 2)])
+@pytest.mark.parametrize("lean", ["0", "1"])  # KERNELLAB_SCAN_LEAN: the lowering both ways
+def test_cumsum_cumprod_2d(M, N, axis, num_warps, dtype, lean, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_SCAN_LEAN", lean)
     both = run_spec(scan_spec(M, N, axis, num_warps, dtype))
     x = both.args[0]
     refs = [_ref_cumsum(x, axis), _ref_cumsum(x, axis, True), _ref_cumprod(x, axis), _ref_cumprod(x, axis, True)]
@@ -1506,8 +1508,10 @@ def test_cumsum_cumprod_2d(M, N, axis, num_warps, dtype):
 
 @gpu
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
-@pytest.mark.parametrize("N,num_warps", [(16, 4), (2, 1), (1024, 4), (4096, 8)])
-def test_cumsum_cumprod_1d(N, num_warps, dtype):
+@pytest.mark.parametrize("N,num_warps", [(16, 4), (2, 1), (1024, 4), (4096, 8), (256, 8), (128, 4)])
+@pytest.mark.parametrize("lean", ["0", "1"])  # KERNELLAB_SCAN_LEAN: the lowering both ways
+def test_cumsum_cumprod_1d(N, num_warps, dtype, lean, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_SCAN_LEAN", lean)
     both = run_spec(scan1d_spec(N, num_warps, dtype))
     x = both.args[0]
     refs = [_ref_cumsum(x, 0), _ref_cumsum(x, 0, True), _ref_cumprod(x, 0)]
@@ -1544,8 +1548,10 @@ def custom_scan_spec(N, num_warps) -> Spec:
 
 
 @gpu
-@pytest.mark.parametrize("N,num_warps", [(16, 4), (256, 2), (1024, 8)])
-def test_associative_scan_custom_combine(N, num_warps):
+@pytest.mark.parametrize("N,num_warps", [(16, 4), (256, 2), (1024, 8), (128, 4), (64, 2)])
+@pytest.mark.parametrize("lean", ["0", "1"])  # KERNELLAB_SCAN_LEAN: the lowering both ways
+def test_associative_scan_custom_combine(N, num_warps, lean, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_SCAN_LEAN", lean)
     both = run_spec(custom_scan_spec(N, num_warps))
     a, b = both.args[0].tolist(), both.args[1].tolist()
     pa, h, ha, hb = 1, 0, [], []

@@ -36,6 +36,17 @@ def tree_in_thread() -> bool:
     return switch("KERNELLAB_REDUCE_TREE", False)
 
 
+def scan_lean() -> bool:
+    """KERNELLAB_SCAN_LEAN=1 (default off until timed; part of the compile caches' keys through CODEGEN_ENV): a scan
+    across warps stores each warp's total from the lane that holds it (a predicated st.shared, as Triton) instead of
+    broadcasting it to every lane with shfl.idx first, and where a thread holds one element of a line per repetition
+    (sizePerThread 1 along the axis) its result is the earlier warps' prefix combined with its inclusive lane scan,
+    without the exclusive shfl.up and the thread's own value kept across the barrier. heldout_texts5's selective
+    scan ([64, 16] tile over [16, 2] lanes and 4 warps, two values): 32 of its 96 scan shuffles an iteration go, and
+    16 values fewer stay live across the barrier (ptxas: 128 registers against Triton's 80)."""
+    return switch("KERNELLAB_SCAN_LEAN", False)
+
+
 def _order_free(op) -> bool:
     """One operand, and the region is one order-free binary op of its two arguments."""
     region = op.regions[0]
@@ -280,6 +291,9 @@ def _scan_hierarchical(lw: KernelLowering, op):
     # all repetitions' lane scans first, their warp totals into shared memory, then one barrier for them all
     # (Triton's form; a barrier per repetition cost fla's 64-row cumsum 8 where Triton has 1)
     partial = {}
+    lean = scan_lean()
+    one = lean and spt == 1
+    src_lane = 0 if reverse else lanes - 1
     for rep in rep_order:
         for key, regs in line_regs.items():
             chunk = regs[rep * spt:(rep + 1) * spt]
@@ -303,25 +317,36 @@ def _scan_hierarchical(lw: KernelLowering, op):
                     b.icmp_unsigned(">=", lane_c, _cint(d))
                 incl = _guarded(lw, op, has, other, incl)
                 d *= 2
-            mode = "down" if reverse else "up"
-            excl = [_shfl(lw, v, info.lane_div, mode) for v in incl]
-            has_excl = b.icmp_unsigned("<", lane_c, _cint(lanes - 1)) if reverse else \
-                b.icmp_unsigned(">", lane_c, _cint(0))
-            # the warp's total along the axis: the last lane's inclusive value
-            src_lane = 0 if reverse else lanes - 1
-            warp_total = [_shfl_idx(lw, v, src_lane, info.lane_div, lane_c) for v in incl]
-            partial[rep, key] = (local, excl, has_excl, warp_total)
+            if one:  # the result is combine(earlier warps, incl): no exclusive value needed
+                excl, has_excl = None, None
+            else:
+                mode = "down" if reverse else "up"
+                excl = [_shfl(lw, v, info.lane_div, mode) for v in incl]
+                has_excl = b.icmp_unsigned("<", lane_c, _cint(lanes - 1)) if reverse else \
+                    b.icmp_unsigned(">", lane_c, _cint(0))
+            # the warp's total along the axis: the last lane's inclusive value (stored from that lane when lean)
+            if lean and warps > 1:
+                warp_total = incl
+            else:
+                warp_total = [_shfl_idx(lw, v, src_lane, info.lane_div, lane_c) for v in incl]
+            partial[rep, key] = (local, excl, has_excl, warp_total, incl)
         if warps > 1:
-            for key in line_regs:
-                wt = partial[rep, key][3]
-                slot = b.add(b.mul(b.add(_cint(rep * warps), warp_c), _cint(lines)), line_index[key])
-                for j, v in enumerate(wt):
-                    b.store(_to_mem(lw, v, elems[j]), lw.smem_ptr(op, b.mul(slot, _cint(sizes[j])), bases[j]))
+            def store_totals():
+                for key in line_regs:
+                    wt = partial[rep, key][3]
+                    slot = b.add(b.mul(b.add(_cint(rep * warps), warp_c), _cint(lines)), line_index[key])
+                    for j, v in enumerate(wt):
+                        b.store(_to_mem(lw, v, elems[j]), lw.smem_ptr(op, b.mul(slot, _cint(sizes[j])), bases[j]))
+            if lean:
+                with b.if_then(b.icmp_unsigned("==", lane_c, _cint(src_lane))):
+                    store_totals()
+            else:
+                store_totals()
     if warps > 1:
         lw.barrier()
     for rep in rep_order:
         for key in line_regs:
-            local, excl, has_excl, wt = partial[rep, key]
+            local, excl, has_excl, wt, incl = partial[rep, key]
             # 3. totals of the warps before this one (after, for a reverse scan), and of the whole rep
             warp_prefix, has_wp, rep_total = None, None, wt
             if warps > 1:
@@ -354,6 +379,19 @@ def _scan_hierarchical(lw: KernelLowering, op):
                     comb = _combine(lw, op, prefix, warp_prefix)
                     prefix = [b.select(has_wp, c, p) for c, p in zip(comb, prefix)]
                     has = ir.Constant(I1, 1)
+            if one:
+                # one element per thread and repetition: its inclusive lane scan after the earlier warps and reps
+                ((r, _),) = local
+                if prefix is None:
+                    res = incl
+                elif has is None:
+                    res = _combine(lw, op, prefix, incl)
+                else:
+                    res = _guarded(lw, op, has, prefix, incl)
+                for j in range(n_ops):
+                    out[j][r] = res[j]
+                carry[key] = rep_total if carry[key] is None else _combine(lw, op, carry[key], rep_total)
+                continue
             if prefix is None:
                 prefix, has = excl, has_excl
             else:

@@ -884,10 +884,38 @@ def loop_layout_hints(module: Module) -> dict:
             if lay is None and _undefined(init) and c is not None and c.name == "ttg.convert_layout" and \
                     c.block is body:
                 lay = c.operands[0].type.layout  # a value that starts undefined (flatten_loops): as the body makes it
+            if lay is None and carry_as_made_enabled():
+                lay = _replaced_as_read(arg, y, body)
             if lay is not None:
                 hints[(nth, i)] = lay
         nth += 1
     return hints
+
+
+def carry_as_made_enabled() -> bool:
+    """KERNELLAB_CARRY_AS_MADE (off by default, `1` turns it on; a codegen knob of CODEGEN_ENV): a loop-carried
+    tensor that each iteration replaces by a value made in another layout, and that the body reads only through
+    conversions into that same layout, enters the loop in it (`_replaced_as_read`): the Mamba-style scan's state
+    `h = tl.sum(where(last, hs, 0), axis=0)` is made in the tile's column slice and read as `h[None, :]` in it, yet
+    was carried in the default 1-D layout, two shared-memory round trips (and their barriers) an iteration on the
+    loop's serial chain (Triton carries it in the slice)."""
+    return switch("KERNELLAB_CARRY_AS_MADE", False)
+
+
+def _replaced_as_read(arg, y, body):
+    """The layout `y`, the value yielded for `arg`, is converted from, when every use of `arg` converts it into that
+    same layout (so carrying it there drops both conversions each iteration); else None."""
+    if not isinstance(arg.type, TensorType) or not arg.uses:
+        return None
+    c = y.defining_op
+    if c is None or c.name != "ttg.convert_layout" or c.block is not body:
+        return None
+    src = c.operands[0].type.layout
+    if src is None or src == arg.type.layout:
+        return None
+    if all(u.name == "ttg.convert_layout" and u.result.type.layout == src for u in arg.uses):
+        return src
+    return None
 
 
 def _undefined(v) -> bool:
@@ -941,10 +969,18 @@ def run(module: Module, options) -> dict:
     a = LayoutAssigner(module, options.num_warps)
     a.run()
     hints = loop_layout_hints(module)
-    if hints:  # assign again from the original IR, the loops entered in the layouts their bodies produce
-        module.functions[:] = before.functions
+    # with KERNELLAB_CARRY_AS_MADE a loop entered in a new layout can make its enclosing loop's carry one too (the
+    # implicit-GEMM conv's accumulator through its kh / kw loops): a few rounds, until no new loop follows
+    rounds = 3 if carry_as_made_enabled() else 1
+    while hints and rounds:  # assign again from the original IR, the loops entered in the layouts their bodies produce
+        rounds -= 1
+        module.functions[:] = (before.clone() if rounds else before).functions
         a = LayoutAssigner(module, options.num_warps, hints)
         a.run()
+        more = {k: v for k, v in loop_layout_hints(module).items() if k not in hints} if rounds else {}
+        if not more:
+            break
+        hints.update(more)
     stats = {"anchors": len(a.anchors), "converts_inserted": a.converts}
     if hints:
         stats["loop_layouts_followed"] = len(hints)

@@ -72,7 +72,7 @@ from ..gpu.layouts import Blocked, Slice
 from ..gpu.reshape_layout import register_map
 from ..gpu.scratch import is_wgmma
 from ..ir import Module, Op
-from ..ops import is_pure
+from ..ops import info, is_pure
 from ..rewrite import captured, extend_for_iter_args, insert_before, int_const, pure_slice, top_level, zero_reset
 from ..switches import switch
 from ..types import MemDescType, TensorType, int1
@@ -533,6 +533,69 @@ def _side_vec(ld: Op, axis) -> int:
     return 1
 
 
+def index_loads_enabled() -> bool:
+    """KERNELLAB_PIPELINE_INDEX_LOADS (on by default, `0` turns it off; a codegen knob of CODEGEN_ENV): a dot
+    operand whose address needs a scalar loaded in the loop body (a block-sparse matmul's k-block index,
+    `kb = tl.load(KIDX + i)`; a paged KV cache's block number) is pipelined too, the index loaded in registers one
+    iteration ahead of the copies it addresses (`_index_loads`). Without it such a loop keeps the register path:
+    every iteration loads its tiles into registers and waits a full memory latency before its mma (Triton's
+    pipeliner copies the index into shared memory a stage ahead of the tiles). heldout_texts5's h5_bsr_matmul ran at
+    0.69-0.85x Triton on the H200 that way. On by default without a GPU timing because it changes no other kernel:
+    knob_gpuir_ab.py over the idioms' 130 kernels and heldout_texts .. heldout_texts5 (273 more) changes the GPU IR
+    of h5_bsr_matmul's three configs only."""
+    return switch("KERNELLAB_PIPELINE_INDEX_LOADS", True)
+
+
+def _writes_memory(body) -> bool:
+    return any("write" in info(op.name).memory for top in body.ops for op in top.walk())
+
+
+def _index_loads(ld: Op, body, iter_args):
+    """(the address slice of `ld`, the index loads it reads) when `ld`'s address is pure but for scalar loads of
+    the body (`kb = tl.load(KIDX + i)`) whose own addresses are pure and need only the induction variable and
+    loop invariants (no carried value: each index is reloaded for any iteration from `i` alone); else None.
+    The slice leaves the index loads out: the copies read their values from registers."""
+    carried = {id(a) for a in iter_args}
+    leaves, needed, stack = {}, set(), list(ld.operands)
+    while stack:
+        v = stack.pop()
+        d = v.defining_op
+        if d is None or d.block is not body or id(d) in needed or id(d) in leaves:
+            continue
+        if d.name == "tt.load" and not isinstance(d.result.type, TensorType):
+            if d.attrs.get("volatile") or d.operands[0].type.is_block_ptr() or d.result.type.is_ptr():
+                return None
+            sl = pure_slice(d, body)
+            if sl is None or any(id(o) in carried for op in sl + [d] for o in op.operands):
+                return None
+            leaves[id(d)] = d
+            continue
+        if not is_pure(d) or d.regions:
+            return None
+        needed.add(id(d))
+        stack.extend(d.operands)
+    if not leaves:
+        return None
+    return [d for d in body.ops if id(d) in needed], [d for d in body.ops if id(d) in leaves]
+
+
+def _load_index(bld: Builder, d: Op, iv, iv_value, runs):
+    """Index load `d` for the iteration whose induction variable is `iv_value`, read only where it `runs` (an
+    iteration past the end may index past the table: its copies are predicated off, its index is 0)."""
+    mapping = {id(iv): iv_value}
+    for op in pure_slice(d, d.block):
+        insert_before(bld.anchor, op.clone(mapping))
+    ptr = mapping.get(id(d.operands[0]), d.operands[0])
+    mask = runs
+    if len(d.operands) > 1:
+        mask = bld.op("arith.andi", [mapping.get(id(d.operands[1]), d.operands[1]), runs], [int1]).result
+    t = d.result.type
+    other = (mapping.get(id(d.operands[2]), d.operands[2]) if len(d.operands) > 2
+             else bld.const(0.0 if t.is_floating() else 0, t))
+    attrs = {k: v for k, v in d.attrs.items() if k in ("cache", "evict")}
+    return bld.op("tt.load", [ptr, mask, other], [t], attrs, [d.result.hint], loc=d.loc).result
+
+
 def _expand(bld: Builder, v, axis: int):
     """A 1-D tensor as the [1, N] / [N, 1] tile of its parent layout."""
     t = v.type
@@ -602,6 +665,7 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     if step is None or step == 0:
         why.append("the loop step is not a non-zero constant")
     plans, readers, targets = [], [], []  # targets: (dot, operand index) reading each buffer
+    index_loads = []  # scalar loads the tiles' addresses read: loaded in registers one iteration ahead
     seen = set()
     for dot in dots:
         for index in (0, 1):
@@ -622,6 +686,11 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
             if _stage_type(dot, rd, t, 2) is None:
                 why.append(f"{name}: its contiguous extent cannot be swizzled for wgmma")
                 continue
+            if sl is None and index_loads_enabled() and not _writes_memory(body):
+                found = _index_loads(ld, body, body.args[1:])
+                if found is not None:
+                    sl = found[0]
+                    index_loads += [d for d in found[1] if d not in index_loads]
             if sl is None:
                 why.append(f"{name}: its address needs a value the loop cannot recompute")
                 continue
@@ -685,8 +754,15 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         mapping = dict(state)
         mapping[id(iv)] = iv_s
         slot = pre.const(s)
-        _issue(pre, plans, bufs, slot, mapping, _runs(pre, iv_s, ub, step), bpc, axes)
+        runs = _runs(pre, iv_s, ub, step)
+        for d in index_loads:
+            mapping[id(d.result)] = _load_index(pre, d, iv, iv_s, runs)
+        _issue(pre, plans, bufs, slot, mapping, runs, bpc, axes)
         state.update(_advance(pre, for_op, carried, mapping))
+    # the indices of iteration `ahead`, carried into the first iteration (whose copies are for it)
+    iv_next = pre.add(lb, pre.const(ahead * step, lb.type))
+    runs_next = _runs(pre, iv_next, ub, step)
+    index_inits = [_load_index(pre, d, iv, iv_next, runs_next) for d in index_loads]
     # the loop carries: the address state S-1 iterations ahead, the stage to read and the stage to write
     ahead_args = {}
     for i in sorted(carried):
@@ -694,9 +770,17 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
         ahead_args[i] = body.add_arg(a.type, (a.hint or "v") + "_ahead")
     read_slot = body.add_arg(I32, "read_stage")
     write_slot = body.add_arg(I32, "write_stage")
-    inits = [state[id(iter_args[i])] for i in sorted(carried)] + [pre.const(0), pre.const(ahead % stages)]
+    index_args = [body.add_arg(d.result.type, (d.result.hint or "index") + "_ahead") for d in index_loads]
+    inits = ([state[id(iter_args[i])] for i in sorted(carried)] + [pre.const(0), pre.const(ahead % stages)]
+             + index_inits)
 
     top = Builder(body.ops[0], loc)
+    index_next = []
+    if index_loads:  # first thing in the body: the next iteration's copies' indices, a whole iteration early
+        iv_far = top.add(iv, top.const((ahead + 1) * step, iv.type))
+        runs_far = _runs(top, iv_far, ub, step)
+        index_next = [_load_index(top, d, iv, iv_far, runs_far) for d in index_loads]
+        stats["index_loads"] = stats.get("index_loads", 0) + len(index_loads)
     top.op("ttg.async_wait", bufs, [], {"pending": ahead - 1})
     at = top
     if overlap is not None:
@@ -759,6 +843,8 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
     iv_ahead = at.add(iv, at.const(ahead * step, iv.type))
     mapping = {id(iter_args[i]): ahead_args[i] for i in carried}
     mapping[id(iv)] = iv_ahead
+    for d, a in zip(index_loads, index_args):
+        mapping[id(d.result)] = a
     _issue(at, plans, bufs, write_slot, mapping, _runs(at, iv_ahead, ub, step), bpc, axes)
     nxt = _advance(at, for_op, carried, mapping)
     for buf, (ld, _, axis) in zip(bufs[n_dot:], side):  # read back from the stage where it was loaded
@@ -784,13 +870,20 @@ def _pipeline(for_op: Op, stages: int, stats: dict, bpc: BlockPtrCopies) -> None
             if all(not r.uses for r in op.results):
                 op.erase()
         ld.erase()
+    if index_loads:  # the body's own index loads: dead once the copies read the carried ones (DCE keeps loads)
+        for op in reversed(list(body.ops)):
+            if op.results and not op.regions and is_pure(op) and all(not r.uses for r in op.results):
+                op.erase()
+        for d in index_loads:
+            if not d.result.uses:
+                d.erase()
     end = Builder(yield_op, loc)
     one, last = end.const(1), end.const(stages - 1)
     new_slots = []
     for slot in (read_slot, write_slot):
         at_end = end.op("arith.cmpi", [slot, last], [int1], {"predicate": "eq"}).result
         new_slots.append(end.op("arith.select", [at_end, end.const(0), end.add(slot, one)], [I32]).result)
-    for v in [nxt[id(iter_args[i])] for i in sorted(carried)] + new_slots:
+    for v in [nxt[id(iter_args[i])] for i in sorted(carried)] + new_slots + index_next:
         yield_op.operands.append(v)
         v.uses.append(yield_op)
 

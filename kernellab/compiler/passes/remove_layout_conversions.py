@@ -39,7 +39,7 @@ from ..gpu.reshape_layout import register_map, reshape_layout
 from ..gpu.scratch import _numel
 from ..ir import Module, Op
 from ..ops import is_elementwise, is_pure
-from ..rewrite import insert_before
+from ..rewrite import insert_before, top_level
 from ..switches import switch
 from ..types import TensorType
 
@@ -51,6 +51,18 @@ _REMAT = {"tt.make_range", "tt.splat", "arith.constant", "tt.broadcast", "tt.exp
 _REMAT_PREFIX = ("arith.",)
 _MAX_CHAIN = 48
 CARRY_KNOB = "KERNELLAB_CARRY_IN_USE_LAYOUT"
+_LONG_CHAIN = 160
+
+
+def long_chains_enabled() -> bool:
+    """KERNELLAB_LONG_REMAT=1 (off by default until timed; part of the compile caches' keys through CODEGEN_ENV): a
+    conversion is rebuilt from chains of up to _LONG_CHAIN values instead of _MAX_CHAIN, so a small load's math on the
+    way to the conversion (at most one element a thread) is recomputed in the wanted layout with the load issued again
+    there, as Triton rematerializes it: the selective scan's `dt` (a strided column, softplus'd, then broadcast over
+    the [BLOCK_L, N] tile) was converted through shared memory every iteration. With it, too, a small load issued again
+    in a layout is issued once for all the conversions that want it there (the scan's `x`, read by the tile's input
+    and by the skip term, was loaded twice)."""
+    return switch("KERNELLAB_LONG_REMAT", False)
 
 
 def _reshape_source_layout(op: Op, layout):
@@ -105,9 +117,15 @@ class Remat:
     """Rebuild a value in another layout. `narrow` (elements): values at most this large that cannot be recomputed
     are converted where they are defined (leaves); `threads`: loads smaller than this are re-issued instead."""
 
-    def __init__(self, narrow: int = 0, threads: int = 0, axis: AxisAnalysis | None = None, narrow_bits: int = 0):
+    def __init__(self, narrow: int = 0, threads: int = 0, axis: AxisAnalysis | None = None, narrow_bits: int = 0,
+                 shared_reloads: dict | None = None):
         self.memo: dict = {}
+        # KERNELLAB_LONG_REMAT: (load, layout) -> the load issued again there, for every conversion of one pass run
+        # (it sits right before the original load, so it serves any later point the original reached)
+        self.shared_reloads = shared_reloads
         self.budget = 0
+        self.long = long_chains_enabled()
+        self.max_chain = _LONG_CHAIN if self.long else _MAX_CHAIN
         self.narrow, self.threads = narrow, threads
         self.narrow_bits = narrow_bits  # KERNELLAB_NARROW_CONVERSIONS: values of narrower elements are leaves too
         self.leaves: dict = {}  # id -> value: the leaves `can` accepted
@@ -148,7 +166,7 @@ class Remat:
             return True
         op = v.defining_op
         self.budget += 1
-        if self.budget > _MAX_CHAIN:
+        if self.budget > self.max_chain:
             return False
         if self._reload(op):
             return all(self.can(o, layout) for o in op.operands)
@@ -171,14 +189,23 @@ class Remat:
             return self.memo[key]
         op = v.defining_op
         if self._reload(op):
+            done = self.shared_reloads.get(key) if self.shared_reloads is not None else None
+            if done is not None and done.defining_op.block is not None:
+                self.memo[key] = done
+                return done
             # the load and its addresses again, where the load was, in the wanted layout
+            # (never from what the chain built for a later point: the conversion's, which the load comes before)
+            outer, self.memo = self.memo, {k: m for k, m in self.memo.items() if _before(m, op)}
             operands = [self.build(o, layout, op) for o in op.operands]
+            self.memo = {**outer, **self.memo}
             attrs = dict(op.attrs, vec=reload_vec(op, layout, self.axis))
             clone = Op(op.name, operands, [v.type.with_layout(layout)], attrs, loc=op.loc, result_hints=[v.hint])
             insert_before(op, clone)
             self.reloaded.append(op)
             self.clones.append(clone)
             self.memo[key] = clone.result
+            if self.shared_reloads is not None:
+                self.shared_reloads[key] = clone.result
             return clone.result
         if op is None or not self._cheap(op) or len(op.results) != 1 or op.name == "ttg.convert_layout":
             return self._convert_leaf(v, layout, key, before)
@@ -219,6 +246,16 @@ class Remat:
         return conv.result
 
 
+def _before(v, op: Op) -> bool:
+    """Whether value `v` is available at `op`: a block argument of a block holding `op`, or defined by an op ahead
+    of `op` (or of the op holding it) in its block."""
+    d = v.defining_op
+    if d is None:
+        return top_level(op, v.owner) is not None
+    top = top_level(op, d.block)
+    return top is not None and d.block.ops.index(d) < d.block.ops.index(top)
+
+
 def _bits(v) -> int:
     return getattr(v.type.scalar, "bits", 64)
 
@@ -238,14 +275,14 @@ def _narrower(src, want, threads: int, axis):
     return r if leaf_bits < _numel(src.type.shape) * bits else None
 
 
-def _remat_for(src, want, threads: int, axis):
+def _remat_for(src, want, threads: int, axis, shared: dict | None = None):
     """The Remat that removes a conversion of `src` to `want` and whether it converts narrower values on the way (a
     row or column vector before its broadcast, as `recomputable` says; narrower elements with
     KERNELLAB_NARROW_CONVERSIONS), or (None, False)."""
-    r = Remat(threads=threads, axis=axis)
+    r = Remat(threads=threads, axis=axis, shared_reloads=shared)
     if r.can(src, want):
         return r, False
-    r = Remat(narrow=_numel(src.type.shape) // 2, threads=threads, axis=axis)
+    r = Remat(narrow=_numel(src.type.shape) // 2, threads=threads, axis=axis, shared_reloads=shared)
     if r.can(src, want):
         return r, True
     r = _narrower(src, want, threads, axis) if narrow_conversions_enabled() else None
@@ -311,6 +348,7 @@ def run(module: Module, options=None) -> dict:
     retyped: set = set()  # the members of the webs carried in another layout (each web once)
     reloaded = []  # loads issued again in another layout: the originals go once nothing reads them
     clones = []  # and the loads that replace them
+    shared = {} if long_chains_enabled() else None  # one reload per (load, layout) for all conversions
     changed = True
     while changed:
         changed = False
@@ -330,7 +368,7 @@ def run(module: Module, options=None) -> dict:
                 op.set_operand(0, producer.operands[0])
                 changed = True
                 continue
-            r, narrow = _remat_for(src, want, threads, axis)
+            r, narrow = _remat_for(src, want, threads, axis, shared)
             if r is None:
                 if carry_enabled() and _carry(src, threads, axis, retyped):
                     carried += 1
