@@ -105,6 +105,48 @@ def _warps_off(op: Op) -> tuple:
     return tuple(axes) if len(axes) == 1 and None not in axes else ()
 
 
+FEW_MASKS_KNOB = "KERNELLAB_FEW_MASKS"
+# more distinct mask predicates a thread than this, and a placement of the warps with fewer is taken
+FEW_MASKS_LIMIT = 4
+
+
+def few_masks_enabled() -> bool:
+    """KERNELLAB_FEW_MASKS=1 (default off until timed on a GPU; in the compile caches' keys through
+    runtime/codegen_env.py): a masked access whose threads would each hold more than FEW_MASKS_LIMIT distinct mask
+    predicates, with the warps over the slow dims (our default), puts the warps over the fast dims as Triton does
+    where that leaves each thread fewer. heldout_texts5's ALiBi softmax loads and stores a [16, 1024] tile masked by
+    `rows < Lq` (one value over the 16 rows: Lq is divisible by 16) and `cols < Lk`: with the 4 warps over the rows
+    a thread holds 8 column chunks of 4, so 8 predicates live from the loads to the stores; ptxas (7 predicate
+    registers) then issued the 32 LDG.128 about one at a time (1.5 in flight at each, against Triton's 8.3, whose
+    warps over the columns leave 2 chunks a thread: 2 predicates), 0.53x Triton's GB/s on the H200."""
+    return switch(FEW_MASKS_KNOB, False)
+
+
+def mask_predicates(layout, shape, const) -> int:
+    """How many distinct mask values a thread of `layout` holds for a mask constant over aligned blocks of `const`
+    elements along each dim (the axis analysis' constancy): the predicates ptxas keeps for its accesses."""
+    return len({tuple(r[d] // max(1, const[d]) for d in range(len(shape))) for r in layout.registers(shape)})
+
+
+def _mask_operand(op: Op):
+    i = 1 if op.name == "tt.load" else 2 if op.name == "tt.store" else None
+    return op.operands[i] if i is not None and len(op.operands) > i else None
+
+
+def _fewer_masks(op: Op, axis: AxisAnalysis, layout: Blocked, shape, num_warps: int, order, spt: int) -> Blocked:
+    """KERNELLAB_FEW_MASKS: `layout`, or the same access with Triton's placement of the warps where a thread then
+    holds fewer distinct mask predicates than the FEW_MASKS_LIMIT it exceeds."""
+    mask = _mask_operand(op)
+    if mask is None or len(shape) < 2 or not isinstance(mask.type, TensorType):
+        return layout
+    const = axis[mask].const
+    have = mask_predicates(layout, shape, const)
+    if have <= FEW_MASKS_LIMIT:
+        return layout
+    alt = default_blocked(shape, num_warps, order=order, spt_fast=spt, warps_fast_first=True)
+    return alt if mask_predicates(alt, shape, const) < have else layout
+
+
 def coalesced_layout(op: Op, axis: AxisAnalysis, num_warps: int) -> tuple[Blocked, int]:
     """The layout a memory op wants, and its vector width in elements."""
     ptr = op.operands[0]
@@ -120,6 +162,8 @@ def coalesced_layout(op: Op, axis: AxisAnalysis, num_warps: int) -> tuple[Blocke
     per_thread = max(1, numel // (32 * num_warps))
     spt = max(1, min(vec, per_thread))
     layout = default_blocked(shape, num_warps, order=order, spt_fast=spt, warps_off=_warps_off(op))
+    if few_masks_enabled():
+        layout = _fewer_masks(op, axis, layout, shape, num_warps, order, spt)
     # Atomics keep the coalesced layout (their operands then need no conversion through shared memory) but
     # run one element per instruction, except float adds, which sm_90 has as one vector instruction
     # (atom .v2/.v4 f32, .v2-.v8 f16/bf16; codegen falls back to scalars before sm_90), as in Triton.
