@@ -307,6 +307,18 @@ def _reach(v, shape) -> set:
     return seen
 
 
+def vector_dominant_enabled() -> bool:
+    """KERNELLAB_VECTOR_DOMINANT=1 (default off until timed on a GPU; in the compile caches' keys through
+    runtime/codegen_env.py): among a rank's equally large accesses, the kernel's usual layout of that rank (which
+    fresh values and gathers take) is the one with the widest vectors, not the first one's. heldout_texts5's bilinear
+    upsample gathers four neighbours (no contiguity: one element a thread) before it stores its 1024 outputs
+    contiguously: the first gather set the layout, so the store went one element an instruction (8 STG.E a thread
+    against Triton's 2 STG.E.128) and `offs // OW`, constant over each thread's runs of 4, was divided and converted
+    for every element (40 I2F against 20); Triton's coalescing gives the gathers the store's 4 a thread (the
+    accesses in one slice take the widest one's), 0.74-0.77x Triton's GB/s on the H200."""
+    return switch("KERNELLAB_VECTOR_DOMINANT", False)
+
+
 def dominant_widened_enabled() -> bool:
     """On unless KERNELLAB_DOMINANT_WIDENED=0 (in the compile caches' keys through runtime/codegen_env.py): where
     the kernel's largest access of a rank (whose layout fresh values take: ranges, splats, constants, an expand_dims
@@ -354,6 +366,7 @@ class LayoutAssigner:
         self.converts = 0
         self.in_pointer_layout = 0  # accesses that took their pointer tile's layout (not recomputable in theirs)
         best: dict[int, tuple] = {}
+        wide_first = vector_dominant_enabled()
         self.by_shape: dict[tuple, Blocked] = {}  # KERNELLAB_SHAPE_DOMINANT: the first access's layout per shape
         for op in self.fn.walk():
             if accesses_memory(op.name) and op.operands[0].type.is_block():
@@ -361,11 +374,12 @@ class LayoutAssigner:
                 self.anchors[id(op)] = (layout, vec)
                 rank = len(op.operands[0].type.shape)
                 size = _numel(op.operands[0].type)
-                if rank not in best or size > best[rank][0]:
-                    best[rank] = (size, layout)
+                if rank not in best or size > best[rank][0] or \
+                        (wide_first and size == best[rank][0] and vec > best[rank][2]):
+                    best[rank] = (size, layout, vec)
                 if isinstance(layout, Blocked) and max(self.axis[op.operands[0]].contig) > 1:
                     self.by_shape.setdefault(tuple(op.operands[0].type.shape), layout)
-        for rank, (_, layout) in best.items():
+        for rank, (_, layout, _) in best.items():
             self.dominant[rank] = layout
         self.shape_dominant = shape_dominant_enabled()
         self.widened_loads = self._widen_unaligned_loads()
