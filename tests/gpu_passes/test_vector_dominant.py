@@ -75,3 +75,42 @@ def test_knob_takes_the_stores_vectors(run_passes, monkeypatch, warps):
     assert store.operands[0].type.layout == lay and store.operands[1].type.layout == lay
     assert "ttg.convert_layout" not in text
     assert text.count("#blocked") == 1  # one layout for the whole kernel (its alias), as Triton's
+
+
+# idx[offs] = (offs * 7) % n as int64 (a contiguous store, 2 a thread), then y[offs] = x[idx] (4 a thread)
+INDEX_STORE_FIRST = """
+tt.func @perm(%X: !ptr<f32> {tt.divisibility = 16}, %Y: !ptr<f32> {tt.divisibility = 16}, %I: !ptr<i64> {tt.divisibility = 16}, %n: i64) {
+  %pid = tt.get_program_id {axis = 0} : i32
+  %c1024 = arith.constant {value = 1024} : i32
+  %p0 = arith.muli %pid, %c1024 : i32
+  %ar = tt.make_range {end = 1024, start = 0} : tensor<1024xi32>
+  %ps = tt.splat %p0 : tensor<1024xi32>
+  %o32 = arith.addi %ps, %ar : tensor<1024xi32>
+  %offs = arith.extsi %o32 : tensor<1024xi64>
+  %c7 = arith.constant {value = 7} : tensor<1024xi64>
+  %t = arith.muli %offs, %c7 : tensor<1024xi64>
+  %ns = tt.splat %n : tensor<1024xi64>
+  %src = arith.remsi %t, %ns : tensor<1024xi64>
+  %is = tt.splat %I : tensor<1024x!ptr<i64>>
+  %ip = tt.addptr %is, %offs : tensor<1024x!ptr<i64>>
+  tt.store %ip, %src
+  %xs = tt.splat %X : tensor<1024x!ptr<f32>>
+  %xp = tt.addptr %xs, %src : tensor<1024x!ptr<f32>>
+  %v = tt.load %xp : tensor<1024xf32>
+  %ys = tt.splat %Y : tensor<1024x!ptr<f32>>
+  %yp = tt.addptr %ys, %offs : tensor<1024x!ptr<f32>>
+  tt.store %yp, %v
+  tt.return
+}
+"""
+
+
+@pytest.mark.parametrize("knob", ["0", "1"])
+def test_only_a_gather_gives_way(run_passes, monkeypatch, knob):
+    """The first largest access is a contiguous store (int64, 2 a thread): it keeps setting the layout with the knob
+    (the widest one, the f32 store, would put the `%` in two layouts, computed in both)."""
+    monkeypatch.setenv("KERNELLAB_VECTOR_DOMINANT", knob)
+    m, _ = run_passes([assign_layouts, remove_layout_conversions, store_in_value_layout], INDEX_STORE_FIRST)
+    rems = [op for op in m.kernel.walk() if op.name == "arith.remsi"]
+    assert len(rems) == 1 and rems[0].result.type.layout.spt == (2,)
+    assert normalize(printed(m)).count("#blocked") == 1

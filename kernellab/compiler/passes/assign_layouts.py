@@ -309,13 +309,15 @@ def _reach(v, shape) -> set:
 
 def vector_dominant_enabled() -> bool:
     """KERNELLAB_VECTOR_DOMINANT=1 (default off until timed on a GPU; in the compile caches' keys through
-    runtime/codegen_env.py): among a rank's equally large accesses, the kernel's usual layout of that rank (which
-    fresh values and gathers take) is the one with the widest vectors, not the first one's. heldout_texts5's bilinear
-    upsample gathers four neighbours (no contiguity: one element a thread) before it stores its 1024 outputs
-    contiguously: the first gather set the layout, so the store went one element an instruction (8 STG.E a thread
-    against Triton's 2 STG.E.128) and `offs // OW`, constant over each thread's runs of 4, was divided and converted
-    for every element (40 I2F against 20); Triton's coalescing gives the gathers the store's 4 a thread (the
-    accesses in one slice take the widest one's), 0.74-0.77x Triton's GB/s on the H200."""
+    runtime/codegen_env.py): the kernel's usual layout of a rank (which fresh values and gathers take) is set by its
+    first largest access that is not a gather (contiguous along some dim), where one is as large as the first
+    gather. heldout_texts5's bilinear upsample gathers four neighbours (no contiguity: one element a thread) before
+    it stores its 1024 outputs contiguously: the first gather set the layout, so the store went one element an
+    instruction (8 STG.E a thread against Triton's 2 STG.E.128) and `offs // OW`, constant over each thread's runs
+    of 4, was divided and converted for every element (40 I2F against 20); Triton's TTGIR gives the gathers the
+    store's 4 a thread (one layout for the kernel), 0.74-0.77x Triton's GB/s on the H200. Only a gather gives way:
+    taking the widest access instead moved heldout_texts5's int64 permutation gather (its index stored at 2 a
+    thread, then its values at 4) into two layouts, its `% n` computed in both (480 -> 800 SASS instructions)."""
     return switch("KERNELLAB_VECTOR_DOMINANT", False)
 
 
@@ -366,7 +368,7 @@ class LayoutAssigner:
         self.converts = 0
         self.in_pointer_layout = 0  # accesses that took their pointer tile's layout (not recomputable in theirs)
         best: dict[int, tuple] = {}
-        wide_first = vector_dominant_enabled()
+        not_gathers = vector_dominant_enabled()
         self.by_shape: dict[tuple, Blocked] = {}  # KERNELLAB_SHAPE_DOMINANT: the first access's layout per shape
         for op in self.fn.walk():
             if accesses_memory(op.name) and op.operands[0].type.is_block():
@@ -374,9 +376,10 @@ class LayoutAssigner:
                 self.anchors[id(op)] = (layout, vec)
                 rank = len(op.operands[0].type.shape)
                 size = _numel(op.operands[0].type)
+                gather = max(self.axis[op.operands[0]].contig) == 1
                 if rank not in best or size > best[rank][0] or \
-                        (wide_first and size == best[rank][0] and vec > best[rank][2]):
-                    best[rank] = (size, layout, vec)
+                        (not_gathers and size == best[rank][0] and best[rank][2] and not gather):
+                    best[rank] = (size, layout, gather)
                 if isinstance(layout, Blocked) and max(self.axis[op.operands[0]].contig) > 1:
                     self.by_shape.setdefault(tuple(op.operands[0].type.shape), layout)
         for rank, (_, layout, _) in best.items():
