@@ -1,7 +1,7 @@
-"""KERNELLAB_VECTOR_DOMINANT=1 (passes/assign_layouts.py): among equally large accesses the kernel's usual layout is
-the widest-vector one's. The kernel: a bilinear upsample (align_corners=False) of NCHW planes by four gathers, stored
-contiguously (heldout_texts5's text, written here again), checked against torch's interpolate in float64, the output
-poisoned with NaN and sizes that leave partial blocks."""
+"""KERNELLAB_VECTOR_DOMINANT (passes/assign_layouts.py): a gather does not set the kernel's usual layout where a
+contiguous access as large follows it. The kernel: a bilinear upsample (align_corners=False) of NCHW planes by four
+gathers, stored contiguously (heldout_texts5's text, written here again), checked against torch's interpolate in
+float64, the output poisoned with NaN and sizes that leave partial blocks."""
 from __future__ import annotations
 
 import shutil

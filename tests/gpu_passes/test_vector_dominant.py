@@ -1,7 +1,8 @@
-"""assign_layouts with KERNELLAB_VECTOR_DOMINANT=1: among a rank's equally large accesses the kernel's usual layout
-(which fresh values and gathers take) is the widest-vector one's, not the first one's. heldout_texts5's bilinear
-upsample gathers its neighbours first (one element a thread) and stores its outputs contiguously: the first gather
-set the layout and the store went one element an instruction (0.74-0.77x Triton on the H200; benchmarks/NOTES.md)."""
+"""assign_layouts with KERNELLAB_VECTOR_DOMINANT: where the first of a rank's largest accesses is a gather, the first
+one as large that is not sets the kernel's usual layout of that rank (which fresh values and gathers take).
+heldout_texts5's bilinear upsample gathers its neighbours first (one element a thread) and stores its outputs
+contiguously: the first gather set the layout and the store went one element an instruction (0.74-0.77x Triton on
+the H200; benchmarks/NOTES.md)."""
 from __future__ import annotations
 
 import pytest
