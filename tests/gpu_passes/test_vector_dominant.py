@@ -57,17 +57,18 @@ def _run(run_passes, monkeypatch, knob, warps=4):
     return load, store, normalize(printed(m))
 
 
-@pytest.mark.parametrize("knob", [None, "0"])
-def test_default_takes_the_first_gathers_layout(run_passes, monkeypatch, knob):
+@pytest.mark.parametrize("knob", ["0"])
+def test_off_takes_the_first_gathers_layout(run_passes, monkeypatch, knob):
     load, store, text = _run(run_passes, monkeypatch, knob)
     assert load.result.type.layout.spt == (1,) and store.operands[0].type.layout.spt == (1,)
     assert "ttg.convert_layout" not in text
     assert store.attrs["vec"] == 1
 
 
+@pytest.mark.parametrize("knob", [None, "1"])  # on by default
 @pytest.mark.parametrize("warps", [2, 4, 8])
-def test_knob_takes_the_stores_vectors(run_passes, monkeypatch, warps):
-    load, store, text = _run(run_passes, monkeypatch, "1", warps)
+def test_knob_takes_the_stores_vectors(run_passes, monkeypatch, warps, knob):
+    load, store, text = _run(run_passes, monkeypatch, knob, warps)
     lay = load.result.type.layout
     # the gather in the store's layout, 4 a thread: one element a load still, the store 16 bytes an instruction,
     # and nothing converted between them

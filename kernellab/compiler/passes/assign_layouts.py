@@ -308,8 +308,10 @@ def _reach(v, shape) -> set:
 
 
 def vector_dominant_enabled() -> bool:
-    """KERNELLAB_VECTOR_DOMINANT=1 (default off until timed on a GPU; in the compile caches' keys through
-    runtime/codegen_env.py): the kernel's usual layout of a rank (which fresh values and gathers take) is set by its
+    """On unless KERNELLAB_VECTOR_DOMINANT=0 (in the compile caches' keys through runtime/codegen_env.py; on by
+    default untimed because it changes nothing else: GPU IR compared off / on by benchmarks/tools/knob_gpuir_ab.py
+    over the idioms at their bench sizes and heldout_texts1-5, 403 kernels, only the upsample's 3 change): the
+    kernel's usual layout of a rank (which fresh values and gathers take) is set by its
     first largest access that is not a gather (contiguous along some dim), where one is as large as the first
     gather. heldout_texts5's bilinear upsample gathers four neighbours (no contiguity: one element a thread) before
     it stores its 1024 outputs contiguously: the first gather set the layout, so the store went one element an
@@ -318,7 +320,7 @@ def vector_dominant_enabled() -> bool:
     store's 4 a thread (one layout for the kernel), 0.74-0.77x Triton's GB/s on the H200. Only a gather gives way:
     taking the widest access instead moved heldout_texts5's int64 permutation gather (its index stored at 2 a
     thread, then its values at 4) into two layouts, its `% n` computed in both (480 -> 800 SASS instructions)."""
-    return switch("KERNELLAB_VECTOR_DOMINANT", False)
+    return switch("KERNELLAB_VECTOR_DOMINANT", True)
 
 
 def dominant_widened_enabled() -> bool:
