@@ -120,3 +120,15 @@ def test_knob_leaves_a_narrow_tile_alone(run_pass, monkeypatch):
     off = _access_layouts(_run(run_pass, monkeypatch, "0", warps=1))
     on = _access_layouts(_run(run_pass, monkeypatch, "1", warps=1))
     assert on == off
+
+
+def test_knob_leaves_a_tile_of_few_registers_alone(run_pass, monkeypatch):
+    """[4, 1024] at 4 warps: 32 elements a thread, under FEW_MASKS_ELEMS. Its 8 predicates a thread did not hold the
+    loads back (ptxas is not short of registers there), and moving the warps only adds shared-memory round trips."""
+    text = ROW_SOFTMAX.replace("16x", "4x").replace("end = 16", "end = 4").replace("{value = 16}", "{value = 4}")
+    for knob in ("0", "1"):
+        monkeypatch.setenv("KERNELLAB_FEW_MASKS", knob)
+        m, _ = run_pass(assign_layouts, text.replace("LQ_ATTR", DIVISIBLE), GpuOptions(num_warps=4))
+        load = next(op for op in m.kernel.walk() if op.name == "tt.load")
+        assert load.result.type.shape == [4, 1024] or tuple(load.result.type.shape) == (4, 1024)
+        assert load.result.type.layout.wpc == (4, 1)

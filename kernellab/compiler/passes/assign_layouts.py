@@ -106,8 +106,10 @@ def _warps_off(op: Op) -> tuple:
 
 
 FEW_MASKS_KNOB = "KERNELLAB_FEW_MASKS"
-# more distinct mask predicates a thread than this, and a placement of the warps with fewer is taken
+# more distinct mask predicates a thread than this, in a tile of at least FEW_MASKS_ELEMS elements a thread, and a
+# placement of the warps with fewer is taken
 FEW_MASKS_LIMIT = 4
+FEW_MASKS_ELEMS = 64
 
 
 def few_masks_enabled() -> bool:
@@ -118,7 +120,10 @@ def few_masks_enabled() -> bool:
     `rows < Lq` (one value over the 16 rows: Lq is divisible by 16) and `cols < Lk`: with the 4 warps over the rows
     a thread holds 8 column chunks of 4, so 8 predicates live from the loads to the stores; ptxas (7 predicate
     registers) then issued the 32 LDG.128 about one at a time (1.5 in flight at each, against Triton's 8.3, whose
-    warps over the columns leave 2 chunks a thread: 2 predicates), 0.53x Triton's GB/s on the H200."""
+    warps over the columns leave 2 chunks a thread: 2 predicates), 0.53x Triton's GB/s on the H200. Only tiles of
+    at least FEW_MASKS_ELEMS elements a thread (128 there, 197 registers): at 32 a thread (the idioms' sm_rows_2d and
+    cumsum_tile, the ALiBi text at BM=4) the loads stayed in flight with 8 predicates, and the move only added
+    shared-memory round trips (392 -> 488-720 SASS instructions, the same loads in flight)."""
     return switch(FEW_MASKS_KNOB, False)
 
 
@@ -138,6 +143,11 @@ def _fewer_masks(op: Op, axis: AxisAnalysis, layout: Blocked, shape, num_warps: 
     holds fewer distinct mask predicates than the FEW_MASKS_LIMIT it exceeds."""
     mask = _mask_operand(op)
     if mask is None or len(shape) < 2 or not isinstance(mask.type, TensorType):
+        return layout
+    numel = 1
+    for s in shape:
+        numel *= s
+    if numel < FEW_MASKS_ELEMS * 32 * num_warps:  # few registers a thread: ptxas keeps the loads in flight anyway
         return layout
     const = axis[mask].const
     have = mask_predicates(layout, shape, const)
