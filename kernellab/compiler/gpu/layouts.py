@@ -305,10 +305,12 @@ def sliced_infos(layout, shape):
     return layout.sliced_infos(shape) if isinstance(layout, Slice) else []
 
 
-def default_blocked(shape, num_warps: int, order=None, spt_fast: int = 1, warps_off=()) -> Blocked:
+def default_blocked(shape, num_warps: int, order=None, spt_fast: int = 1, warps_off=(),
+                    warps_fast_first: bool = False) -> Blocked:
     """A blocked layout that spreads lanes, then warps, over `shape` from the fastest dimension. Warps go to the
     slowest dims first, those in `warps_off` last (a dim the tile is reduced along: warps there make the reduction
-    cross warps through shared memory)."""
+    cross warps through shared memory); with `warps_fast_first`, to the fastest dims first after the lanes, as
+    Triton's blocked layouts place them."""
     rank = len(shape)
     order = tuple(order) if order is not None else tuple(reversed(range(rank)))
     spt = [1] * rank
@@ -325,7 +327,9 @@ def default_blocked(shape, num_warps: int, order=None, spt_fast: int = 1, warps_
     tpw[order[-1]] *= lanes_left  # leftover lanes replicate along the slowest dim
     # warps go to the slowest dims first (rows of a 2-D tile), but not to the dims in `warps_off` while others can
     # take them
-    for d in [d for d in reversed(order) if d not in warps_off] + [d for d in reversed(order) if d in warps_off]:
+    warp_dims = list(order) if warps_fast_first else \
+        [d for d in reversed(order) if d not in warps_off] + [d for d in reversed(order) if d in warps_off]
+    for d in warp_dims:
         take = min(warps_left, remaining[d])
         wpc[d] = take
         warps_left //= take

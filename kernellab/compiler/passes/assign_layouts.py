@@ -105,6 +105,58 @@ def _warps_off(op: Op) -> tuple:
     return tuple(axes) if len(axes) == 1 and None not in axes else ()
 
 
+FEW_MASKS_KNOB = "KERNELLAB_FEW_MASKS"
+# more distinct mask predicates a thread than this, in a tile of at least FEW_MASKS_ELEMS elements a thread, and a
+# placement of the warps with fewer is taken
+FEW_MASKS_LIMIT = 4
+FEW_MASKS_ELEMS = 64
+
+
+def few_masks_enabled() -> bool:
+    """KERNELLAB_FEW_MASKS=1 (default off until timed on a GPU; in the compile caches' keys through
+    runtime/codegen_env.py): a masked access whose threads would each hold more than FEW_MASKS_LIMIT distinct mask
+    predicates, with the warps over the slow dims (our default), puts the warps over the fast dims as Triton does
+    where that leaves each thread fewer. heldout_texts5's ALiBi softmax loads and stores a [16, 1024] tile masked by
+    `rows < Lq` (one value over the 16 rows: Lq is divisible by 16) and `cols < Lk`: with the 4 warps over the rows
+    a thread holds 8 column chunks of 4, so 8 predicates live from the loads to the stores; ptxas (7 predicate
+    registers) then issued the 32 LDG.128 about one at a time (1.5 in flight at each, against Triton's 8.3, whose
+    warps over the columns leave 2 chunks a thread: 2 predicates), 0.53x Triton's GB/s on the H200. Only tiles of
+    at least FEW_MASKS_ELEMS elements a thread (128 there, 197 registers): at 32 a thread (the idioms' sm_rows_2d and
+    cumsum_tile, the ALiBi text at BM=4) the loads stayed in flight with 8 predicates, and the move only added
+    shared-memory round trips (392 -> 488-720 SASS instructions, the same loads in flight)."""
+    return switch(FEW_MASKS_KNOB, False)
+
+
+def mask_predicates(layout, shape, const) -> int:
+    """How many distinct mask values a thread of `layout` holds for a mask constant over aligned blocks of `const`
+    elements along each dim (the axis analysis' constancy): the predicates ptxas keeps for its accesses."""
+    return len({tuple(r[d] // max(1, const[d]) for d in range(len(shape))) for r in layout.registers(shape)})
+
+
+def _mask_operand(op: Op):
+    i = 1 if op.name == "tt.load" else 2 if op.name == "tt.store" else None
+    return op.operands[i] if i is not None and len(op.operands) > i else None
+
+
+def _fewer_masks(op: Op, axis: AxisAnalysis, layout: Blocked, shape, num_warps: int, order, spt: int) -> Blocked:
+    """KERNELLAB_FEW_MASKS: `layout`, or the same access with Triton's placement of the warps where a thread then
+    holds fewer distinct mask predicates than the FEW_MASKS_LIMIT it exceeds."""
+    mask = _mask_operand(op)
+    if mask is None or len(shape) < 2 or not isinstance(mask.type, TensorType):
+        return layout
+    numel = 1
+    for s in shape:
+        numel *= s
+    if numel < FEW_MASKS_ELEMS * 32 * num_warps:  # few registers a thread: ptxas keeps the loads in flight anyway
+        return layout
+    const = axis[mask].const
+    have = mask_predicates(layout, shape, const)
+    if have <= FEW_MASKS_LIMIT:
+        return layout
+    alt = default_blocked(shape, num_warps, order=order, spt_fast=spt, warps_fast_first=True)
+    return alt if mask_predicates(alt, shape, const) < have else layout
+
+
 def coalesced_layout(op: Op, axis: AxisAnalysis, num_warps: int) -> tuple[Blocked, int]:
     """The layout a memory op wants, and its vector width in elements."""
     ptr = op.operands[0]
@@ -120,6 +172,8 @@ def coalesced_layout(op: Op, axis: AxisAnalysis, num_warps: int) -> tuple[Blocke
     per_thread = max(1, numel // (32 * num_warps))
     spt = max(1, min(vec, per_thread))
     layout = default_blocked(shape, num_warps, order=order, spt_fast=spt, warps_off=_warps_off(op))
+    if few_masks_enabled():
+        layout = _fewer_masks(op, axis, layout, shape, num_warps, order, spt)
     # Atomics keep the coalesced layout (their operands then need no conversion through shared memory) but
     # run one element per instruction, except float adds, which sm_90 has as one vector instruction
     # (atom .v2/.v4 f32, .v2-.v8 f16/bf16; codegen falls back to scalars before sm_90), as in Triton.
@@ -311,6 +365,22 @@ def _reach(v, shape) -> set:
     return seen
 
 
+def vector_dominant_enabled() -> bool:
+    """On unless KERNELLAB_VECTOR_DOMINANT=0 (in the compile caches' keys through runtime/codegen_env.py; on by
+    default untimed because it changes nothing else: GPU IR compared off / on by benchmarks/tools/knob_gpuir_ab.py
+    over the idioms at their bench sizes and heldout_texts1-5, 403 kernels, only the upsample's 3 change): the
+    kernel's usual layout of a rank (which fresh values and gathers take) is set by its
+    first largest access that is not a gather (contiguous along some dim), where one is as large as the first
+    gather. heldout_texts5's bilinear upsample gathers four neighbours (no contiguity: one element a thread) before
+    it stores its 1024 outputs contiguously: the first gather set the layout, so the store went one element an
+    instruction (8 STG.E a thread against Triton's 2 STG.E.128) and `offs // OW`, constant over each thread's runs
+    of 4, was divided and converted for every element (40 I2F against 20); Triton's TTGIR gives the gathers the
+    store's 4 a thread (one layout for the kernel), 0.74-0.77x Triton's GB/s on the H200. Only a gather gives way:
+    taking the widest access instead moved heldout_texts5's int64 permutation gather (its index stored at 2 a
+    thread, then its values at 4) into two layouts, its `% n` computed in both (480 -> 800 SASS instructions)."""
+    return switch("KERNELLAB_VECTOR_DOMINANT", True)
+
+
 def dominant_widened_enabled() -> bool:
     """On unless KERNELLAB_DOMINANT_WIDENED=0 (in the compile caches' keys through runtime/codegen_env.py): where
     the kernel's largest access of a rank (whose layout fresh values take: ranges, splats, constants, an expand_dims
@@ -359,6 +429,7 @@ class LayoutAssigner:
         self.converts = 0
         self.in_pointer_layout = 0  # accesses that took their pointer tile's layout (not recomputable in theirs)
         best: dict[int, tuple] = {}
+        not_gathers = vector_dominant_enabled()
         self.by_shape: dict[tuple, Blocked] = {}  # KERNELLAB_SHAPE_DOMINANT: the first access's layout per shape
         for op in self.fn.walk():
             if accesses_memory(op.name) and op.operands[0].type.is_block():
@@ -366,11 +437,13 @@ class LayoutAssigner:
                 self.anchors[id(op)] = (layout, vec)
                 rank = len(op.operands[0].type.shape)
                 size = _numel(op.operands[0].type)
-                if rank not in best or size > best[rank][0]:
-                    best[rank] = (size, layout)
+                gather = max(self.axis[op.operands[0]].contig) == 1
+                if rank not in best or size > best[rank][0] or \
+                        (not_gathers and size == best[rank][0] and best[rank][2] and not gather):
+                    best[rank] = (size, layout, gather)
                 if isinstance(layout, Blocked) and max(self.axis[op.operands[0]].contig) > 1:
                     self.by_shape.setdefault(tuple(op.operands[0].type.shape), layout)
-        for rank, (_, layout) in best.items():
+        for rank, (_, layout, _) in best.items():
             self.dominant[rank] = layout
         self.shape_dominant = shape_dominant_enabled()
         self.widened_loads = self._widen_unaligned_loads()
