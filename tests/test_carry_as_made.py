@@ -1,4 +1,4 @@
-"""KERNELLAB_CARRY_AS_MADE (assign_layouts, off by default; `1` turns it on): a Mamba-style selective scan carries its
+"""KERNELLAB_CARRY_AS_MADE (assign_layouts, on by default; `0` turns it off): a Mamba-style selective scan carries its
 state `h` (made by a column reduction of the [BLOCK_L, N] tile, read as `h[None, :]` over it) in the tile's column
 slice instead of the default 1-D layout: two conversions (shared-memory round trips with barriers) fewer each
 iteration (heldout_texts5's h5_selective_scan: 0.81-0.86x Triton on the H200). Interpreter results against float64
@@ -81,6 +81,7 @@ def test_interpreter_against_float64():
 @pytest.mark.parametrize("knob", ["0", "1"])
 def test_the_state_is_carried_in_the_tile_slice(monkeypatch, knob):
     monkeypatch.setenv("KERNELLAB_CARRY_AS_MADE", knob)
+    monkeypatch.setenv("KERNELLAB_LONG_REMAT", "0")  # on by default: it removes the dt conversion counted below
     x, dt, a, b, c, y = _inputs(1, 256, 4, 16)
     ck = ssm_scan.warmup(x, dt, a, b, c, y, 256, 4, N=16, BLOCK_L=64, num_warps=4, grid=(1,))
     try:

@@ -1,4 +1,4 @@
-"""KERNELLAB_DIV_RUNS=1 (default off until timed on a GPU): `rows // H` with rows = pid * BR + arange(BR) and H a
+"""KERNELLAB_DIV_RUNS (on by default; `0` turns it off): `rows // H` with rows = pid * BR + arange(BR) and H a
 multiple of 16 (argument specialization) is constant over aligned 16-row blocks (Triton's axis rule for a quotient
 by a splat divisor), and share_uniform_runs marks ops of slice layouts too, so codegen divides once per block:
 rope_pairs (tests/idioms.py) at BR=16 / 4 warps holds two rows a thread (r, r + 8) and computed
@@ -88,7 +88,7 @@ def test_slice_layout_rows_an_extent_apart_share_the_quotient(monkeypatch):
 
 
 def test_slice_layouts_are_not_marked_without_the_knob(monkeypatch):
-    monkeypatch.delenv("KERNELLAB_DIV_RUNS", raising=False)
+    monkeypatch.setenv("KERNELLAB_DIV_RUNS", "0")
     m = parse_module(SLICED.format(marked=""))
     assert sur.run(m, None) == {"marked": 0}
 

@@ -1,4 +1,4 @@
-"""KERNELLAB_SCAN_LEAN (codegen of tt.scan, off by default; `1` turns it on): a scan across warps stores each warp's
+"""KERNELLAB_SCAN_LEAN (codegen of tt.scan, on by default; `0` turns it off): a scan across warps stores each warp's
 total from the lane holding it (no shfl.idx broadcast), and with one element per thread and repetition along the
 axis the result is the earlier warps' prefix combined with the inclusive lane scan (no exclusive shfl.up, the thread's
 own value not kept across the barrier). Built for sm_90a here (the selective scan of heldout_texts5: shuffles and

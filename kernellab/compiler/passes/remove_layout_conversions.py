@@ -55,14 +55,15 @@ _LONG_CHAIN = 160
 
 
 def long_chains_enabled() -> bool:
-    """KERNELLAB_LONG_REMAT=1 (off by default until timed; part of the compile caches' keys through CODEGEN_ENV): a
+    """KERNELLAB_LONG_REMAT (on by default, `0` turns it off; session 16, H100: the selective scan's last step, the
+    rope_interleaved and argminmax texts it also changes unchanged; a CODEGEN_ENV knob): a
     conversion is rebuilt from chains of up to _LONG_CHAIN values instead of _MAX_CHAIN, so a small load's math on the
     way to the conversion (at most one element a thread) is recomputed in the wanted layout with the load issued again
     there, as Triton rematerializes it: the selective scan's `dt` (a strided column, softplus'd, then broadcast over
     the [BLOCK_L, N] tile) was converted through shared memory every iteration. With it, too, a small load issued again
     in a layout is issued once for all the conversions that want it there (the scan's `x`, read by the tile's input
     and by the skip term, was loaded twice)."""
-    return switch("KERNELLAB_LONG_REMAT", False)
+    return switch("KERNELLAB_LONG_REMAT", True)
 
 
 def _reshape_source_layout(op: Op, layout):
