@@ -188,7 +188,7 @@ def test_the_web_spans_loop_init_iter_argument_if_and_result():
     web = Web(loop.regions[0].args[1])
     names = sorted(v.hint or "" for v in web.members.values())
     assert len(web.members) == 3, names  # %m, %fin, %mask
-    assert [op.name for op, _ in web.entries] == sorted(op.name for op, _ in web.entries) or web.entries
-    assert {op.name for op, _ in web.entries} == {"scf.for", "scf.yield"}
+    # what enters: the loop's init (%m0) and the prologue's freshly built mask (%b); the else branch's %m is a member
+    assert sorted((op.name, op.operands[i].hint) for op, i in web.entries) == [("scf.for", "m0"), ("scf.yield", "b")]
     assert [r.name for r in web.readers] == ["ttg.convert_layout"]
     assert str(web.target()) == "#blocked<[4, 1], [8, 4], [1, 4], [0, 1]>"

@@ -94,6 +94,7 @@ class Web:
         self.entries: list[tuple[Op, int]] = []
         self.readers: list[Op] = []
         self.ok = True
+        seen = set()
         stack = [start]
         while stack:
             m = stack.pop()
@@ -109,7 +110,8 @@ class Web:
                 src = op.operands[i]
                 if is_carried(src):
                     stack.append(src)
-                else:
+                elif (id(op), i) not in seen:  # an iter argument and its loop's result share the init slot
+                    seen.add((id(op), i))
                     self.entries.append((op, i))
             for u in {id(u): u for u in m.uses}.values():
                 for i, o in enumerate(u.operands):
